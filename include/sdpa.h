@@ -1,0 +1,203 @@
+/*
+ * sdpa.h: scaled dot-product attention with a KV cache (ExecuTorch
+ * `llama::custom_sdpa` semantics, hardened). The contract is
+ * shared/CONTRACT.md; this header states how it maps onto C.
+ *
+ * Notation: B batch, Sq query length, Skv key/value length, Hq query heads,
+ * Hkv key/value heads, D head dim, sp start position, r = Hq / Hkv.
+ *
+ * Layouts (all dense, row-major, innermost last, float32 unless stated):
+ *   query, output            [B, Sq,  Hq,  D]
+ *   key, value               [B, Skv, Hkv, D]
+ *   mask (optional)          [Sq, N]   float32 (additive) or uint8 bool
+ *                                      (non-zero = attend, 0 = -inf); N <= Skv
+ *   KV-cache update input    [B, Snew, Hkv, D]
+ *   KV-cache storage         [B, Hkv, maxSeqLen, D] (head-major, internal)
+ *
+ * Semantics, for every b, h, i (query row i sits at absolute position sp + i):
+ *   hk = h / r;  N = mask ? mask.dims[1] : sp + Sq   (only keys t < N exist)
+ *   score[t] = scale * dot(q[b,i,h,:], k[b,t,hk,:]) + mask[i,t]   (t < N)
+ *   score[t] = -inf if is_causal and t > sp + i
+ *   out[b,i,h,:] = sum_t softmax(score)[t] * v[b,t,hk,:]
+ *   A row whose every score is -inf writes zeros (never NaN).
+ *   scale defaults to 1/sqrt(D). The mask is added unscaled.
+ *
+ * Ownership: every buffer is owned by the caller; no function keeps a pointer
+ * to a caller buffer after it returns. A context owns its thread pool and its
+ * scratch memory; a KV cache owns its storage. Neither is thread-safe: one
+ * call at a time per context (the context's pool runs the call's work).
+ *
+ * Errors: every entry point checks every rule of CONTRACT.md section 2
+ * *before* writing anything and returns an sdpa_status; on failure the output
+ * buffer and the cache are byte-for-byte unchanged, and
+ * sdpa_ctx_last_error(ctx) holds a message naming the function, argument,
+ * rule, and expected vs actual value. Nothing aborts on user input. When
+ * several rules are broken, the first in sdpa_status order is reported.
+ *
+ * Allocation: sdpa_ctx_create and sdpa_kv_cache_create allocate. The compute
+ * calls allocate only when the context's scratch is smaller than the call
+ * needs (the first call of a new shape); sdpa_ctx_reserve() grows it ahead of
+ * time so that the hot path never allocates. sdpa_kv_cache_create reserves
+ * the scratch a decode/prefill over that cache needs.
+ */
+#ifndef SDPA_H
+#define SDPA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Status codes, in CONTRACT.md section 2 order (the order decides which
+/// rule is reported when several are broken). Values are stable ABI: the JS
+/// wrapper maps them to SdpaError codes by number.
+typedef enum sdpa_status {
+    SDPA_OK = 0,
+    SDPA_E_ARG = 1,         ///< missing argument, bad option, aliasing out
+    SDPA_E_RANK = 2,        ///< q/k/v not 4-D, mask not 2-D
+    SDPA_E_DIMS = 3,        ///< dim not positive, len != product(dims), out dims
+    SDPA_E_DTYPE = 4,       ///< q/k/v/out/cache dtype unsupported or mixed
+    SDPA_E_BATCH = 5,       ///< key/value/out batch != query batch
+    SDPA_E_HEADS = 6,       ///< head count 0, Hkv > Hq, Hq % Hkv, Hk != Hv
+    SDPA_E_HEAD_DIM = 7,    ///< q/k/v head dims differ
+    SDPA_E_KV_LEN = 8,      ///< key/value sequence lengths differ
+    SDPA_E_START_POS = 9,   ///< start_pos < 0, or sp + Sq > Skv without mask
+    SDPA_E_CAPACITY = 10,   ///< cache write/read past max_seq_len
+    SDPA_E_MASK_DTYPE = 11, ///< mask not float32 or bool
+    SDPA_E_MASK_SHAPE = 12, ///< mask not exactly [Sq, N], N <= Skv
+    SDPA_E_MASK_CAUSAL = 13,///< mask together with is_causal
+    SDPA_E_DROPOUT = 14,    ///< dropout_p != 0
+    SDPA_E_SCALE = 15,      ///< scale given and not finite > 0
+    SDPA_E_DISPOSED = 16,   ///< (JS only) use of a disposed object
+    SDPA_E_OOM = 17,        ///< allocation failed; nothing half-made is kept
+} sdpa_status;
+
+/// "E_ARG", "E_RANK", ... (the JS error code); "OK" for 0, "E_UNKNOWN" otherwise.
+const char * sdpa_status_code(sdpa_status status);
+
+typedef enum sdpa_dtype {
+    SDPA_DTYPE_FLOAT32 = 1,  ///< float
+    SDPA_DTYPE_BOOL = 2,     ///< uint8_t, masks only: non-zero = attend
+    SDPA_DTYPE_FLOAT16 = 3,  ///< reserved; rejected with SDPA_E_DTYPE today
+} sdpa_dtype;
+
+/// A caller-owned dense tensor. `len` is the element count the buffer really
+/// holds; it must equal the product of dims (E_DIMS), which is how a caller
+/// that lies about dims is caught before any access. `data` is only read for
+/// inputs. On wasm32 this struct is 32 bytes: data@0 len@4 dtype@8 rank@12
+/// dims@16 (the JS wrapper writes it at these offsets).
+typedef struct sdpa_tensor {
+    void *   data;
+    size_t   len;
+    int32_t  dtype;    ///< sdpa_dtype
+    int32_t  rank;
+    int32_t  dims[4];  ///< first `rank` entries used
+} sdpa_tensor;
+
+/// Per-call options. On wasm32 this struct is 24 bytes: start_pos@0 (int64)
+/// is_causal@8 has_scale@12 scale@16 dropout_p@20.
+typedef struct sdpa_options {
+    int64_t start_pos;  ///< >= 0; no effect on attention when a mask is given
+    int32_t is_causal;  ///< 0 or 1
+    int32_t has_scale;  ///< 0: scale = 1/sqrt(D)
+    float   scale;      ///< used when has_scale; must be finite and > 0
+    float   dropout_p;  ///< must be 0
+} sdpa_options;
+
+typedef struct sdpa_ctx sdpa_ctx;
+typedef struct sdpa_kv_cache sdpa_kv_cache;
+
+/// Creates a context with `n_threads` threads in all (the calling thread is
+/// one of them; n_threads - 1 workers are started now and live until
+/// sdpa_ctx_free). n_threads is clamped to [1, SDPA_MAX_THREADS]. Returns NULL
+/// when memory or threads cannot be had (*status says which when non-NULL).
+#define SDPA_MAX_THREADS 64
+sdpa_ctx * sdpa_ctx_create(int32_t n_threads, sdpa_status * status);
+
+/// Stops the workers, frees the scratch. NULL is a no-op. Caches made with
+/// this context must be freed first (or are leaked).
+void sdpa_ctx_free(sdpa_ctx * ctx);
+
+int32_t sdpa_ctx_threads(const sdpa_ctx * ctx);
+
+/// Message of the last failed call on this context ("" after a success).
+const char * sdpa_ctx_last_error(const sdpa_ctx * ctx);
+
+/// Non-zero: every compute call runs the scalar double-accumulation
+/// reference instead of the SIMD kernels (for tests and debugging).
+void sdpa_ctx_use_reference(sdpa_ctx * ctx, int32_t on);
+
+/// Scratch bytes a customSdpa-shaped call needs (q_len rows of q_heads over
+/// kv_heads, head_dim, attending up to n_keys keys). 0 on invalid sizes.
+size_t sdpa_workspace_size(const sdpa_ctx * ctx, int32_t batch, int32_t q_len,
+                           int32_t q_heads, int32_t kv_heads, int32_t head_dim,
+                           int32_t n_keys);
+
+/// Grows the context's scratch to at least `bytes` (never shrinks).
+sdpa_status sdpa_ctx_reserve(sdpa_ctx * ctx, size_t bytes);
+
+/// customSdpa on caller buffers. q/k/v/out: float32 rank 4 as above. mask:
+/// NULL or a tensor with data == NULL for none. options: NULL = defaults
+/// (start_pos 0, not causal, default scale, no dropout). `out` must not
+/// overlap any input (E_ARG).
+sdpa_status sdpa_custom(sdpa_ctx * ctx, const sdpa_tensor * query,
+                        const sdpa_tensor * key, const sdpa_tensor * value,
+                        const sdpa_tensor * mask, const sdpa_options * options,
+                        sdpa_tensor * out);
+
+/// The scalar reference (three passes, double accumulation), with the same
+/// validation. Equivalent to sdpa_custom with sdpa_ctx_use_reference(ctx, 1).
+sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,
+                                  const sdpa_tensor * key, const sdpa_tensor * value,
+                                  const sdpa_tensor * mask, const sdpa_options * options,
+                                  sdpa_tensor * out);
+
+/// Allocates a zero-filled cache for [batch, max_seq_len, kv_heads, head_dim]
+/// keys and as many values, and reserves scratch for attending over it.
+/// dtype must be SDPA_DTYPE_FLOAT32. E_ARG (NULL out), E_DIMS, E_HEADS,
+/// E_DTYPE, E_OOM.
+sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
+                                 int32_t kv_heads, int32_t head_dim, int32_t dtype,
+                                 sdpa_kv_cache ** out_cache);
+
+void sdpa_kv_cache_free(sdpa_kv_cache * cache);
+
+/// Geometry of a cache (any pointer may be NULL).
+void sdpa_kv_cache_shape(const sdpa_kv_cache * cache, int32_t * batch, int32_t * max_seq_len,
+                         int32_t * kv_heads, int32_t * head_dim);
+
+/// Base of the K (which = 0) or V (which = 1) storage, laid out
+/// [B, Hkv, maxSeqLen, D]. For zero-copy readers; owned by the cache.
+float * sdpa_kv_cache_data(sdpa_kv_cache * cache, int32_t which);
+
+/// Writes k, v [B, Snew, Hkv, D] at rows start_pos .. start_pos+Snew-1
+/// (ExecuTorch update_cache). E_CAPACITY when start_pos + Snew > maxSeqLen.
+sdpa_status sdpa_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache,
+                                 const sdpa_tensor * key, const sdpa_tensor * value,
+                                 int32_t start_pos);
+
+/// customSdpa(query, K, V, ...) with K, V the whole cache (Skv = maxSeqLen).
+sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache,
+                                 const sdpa_tensor * query, const sdpa_tensor * mask,
+                                 const sdpa_options * options, sdpa_tensor * out);
+
+/// update(key, value, options->start_pos) then attend (ExecuTorch
+/// sdpa_with_kv_cache). Both halves are checked before anything is written;
+/// query and key lengths must match (E_DIMS).
+sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache,
+                               const sdpa_tensor * query, const sdpa_tensor * key,
+                               const sdpa_tensor * value, const sdpa_tensor * mask,
+                               const sdpa_options * options, sdpa_tensor * out);
+
+/// Copies rows start .. start+length-1 into key_out, value_out, each
+/// [B, length, Hkv, D] float32.
+sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
+                               int32_t start, int32_t length,
+                               sdpa_tensor * key_out, sdpa_tensor * value_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SDPA_H */

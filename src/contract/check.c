@@ -1,0 +1,359 @@
+/* check.c: CONTRACT.md section 2, rule by rule, in the table's order. */
+#include "contract/check.h"
+
+#include <math.h>
+#include <stdint.h>
+
+/* Rule order of the table; each pass below checks one rule for every argument. */
+
+static const char * dtype_name(int32_t dtype) {
+    switch (dtype) {
+        case SDPA_DTYPE_FLOAT32: return "float32";
+        case SDPA_DTYPE_BOOL: return "bool";
+        case SDPA_DTYPE_FLOAT16: return "float16";
+        default: return "unknown";
+    }
+}
+
+static uint64_t elem_bytes(int32_t dtype) {
+    switch (dtype) {
+        case SDPA_DTYPE_BOOL: return 1;
+        case SDPA_DTYPE_FLOAT16: return 2;
+        default: return 4;
+    }
+}
+
+static bool present(const sdpa_tensor * t) { return t && t->data; }
+
+static bool ranges_overlap(const void * a, uint64_t a_bytes, const void * b, uint64_t b_bytes) {
+    uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+    if (a_bytes == 0 || b_bytes == 0) return false;
+    return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+static uint64_t claimed_bytes(const sdpa_tensor * t) {
+    uint64_t len = (uint64_t)t->len, e = elem_bytes(t->dtype);
+    return len > UINT64_MAX / e ? UINT64_MAX : len * e;
+}
+
+static bool overlaps(const sdpa_tensor * out, const sdpa_tensor * in) {
+    if (!present(in)) return false;
+    return ranges_overlap(out->data, claimed_bytes(out), in->data, claimed_bytes(in));
+}
+
+/* Product of dims as an element count, or 0 when it overflows what a buffer
+ * of this dtype can hold in this address space. dims must be >= 0. */
+static bool dims_product(const sdpa_tensor * t, uint64_t * product) {
+    uint64_t p = 1, limit = (uint64_t)SIZE_MAX / elem_bytes(t->dtype);
+    for (int i = 0; i < t->rank; i++) {
+        uint64_t d = (uint64_t)t->dims[i];
+        if (d != 0 && p > limit / d) return false;
+        p *= d;
+    }
+    *product = p;
+    return true;
+}
+
+/* E_DIMS for one tensor: positive dims (a 0 at `heads_axis` is left for
+ * E_HEADS), and len == product(dims). */
+static sdpa_status check_dims(sdpa_ctx * ctx, const char * fn, const char * name,
+                              const sdpa_tensor * t, int heads_axis) {
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dims[i] > 0 || (i == heads_axis && t->dims[i] == 0)) continue;
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s dim %d is %d; every dim must be a positive integer",
+                         fn, name, i, t->dims[i]);
+    }
+    uint64_t product;
+    if (!dims_product(t, &product))
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s dims multiply to more elements than memory can address",
+                         fn, name);
+    if (product != 0 && product != (uint64_t)t->len)
+        return sdpa_fail(ctx, SDPA_E_DIMS,
+                         "%s: %s holds %llu elements but its dims multiply to %llu; data length must equal the product of dims",
+                         fn, name, (unsigned long long)t->len, (unsigned long long)product);
+    return SDPA_OK;
+}
+
+static sdpa_status check_rank(sdpa_ctx * ctx, const char * fn, const char * name,
+                              const sdpa_tensor * t, int want) {
+    if (t->rank == want) return SDPA_OK;
+    return sdpa_fail(ctx, SDPA_E_RANK, "%s: %s has rank %d; expected %d-D", fn, name, t->rank, want);
+}
+
+static sdpa_status check_float32(sdpa_ctx * ctx, const char * fn, const char * name,
+                                 const sdpa_tensor * t) {
+    if (t->dtype == SDPA_DTYPE_FLOAT32) return SDPA_OK;
+    return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: %s has dtype %s (%d); expected float32", fn, name,
+                     dtype_name(t->dtype), t->dtype);
+}
+
+static sdpa_status check_options_arg(sdpa_ctx * ctx, const char * fn, const sdpa_options * o) {
+    if (o->is_causal != 0 && o->is_causal != 1)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: isCausal is %d; expected 0 or 1", fn, o->is_causal);
+    if (o->has_scale != 0 && o->has_scale != 1)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: has_scale is %d; expected 0 or 1", fn, o->has_scale);
+    return SDPA_OK;
+}
+
+static sdpa_status check_tail_options(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * mask,
+                                      const sdpa_options * o) {
+    if (present(mask) && o->is_causal)
+        return sdpa_fail(ctx, SDPA_E_MASK_CAUSAL,
+                         "%s: attnMask and isCausal were both given; pass one or the other", fn);
+    if (o->dropout_p != 0.0f)
+        return sdpa_fail(ctx, SDPA_E_DROPOUT, "%s: dropoutP is %g; expected 0 (the kernel has no dropout)",
+                         fn, (double)o->dropout_p);
+    if (o->has_scale && !(isfinite(o->scale) && o->scale > 0.0f))
+        return sdpa_fail(ctx, SDPA_E_SCALE, "%s: scale is %g; expected a finite number > 0", fn,
+                         (double)o->scale);
+    return SDPA_OK;
+}
+
+#define TRY(expr) do { sdpa_status s_ = (expr); if (s_ != SDPA_OK) return s_; } while (0)
+
+static const sdpa_options default_options = { 0, 0, 0, 0.0f, 0.0f };
+
+/* Shared by customSdpa and cache attend. Either key/value are given, or cache. */
+static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * q,
+                                   const sdpa_tensor * k, const sdpa_tensor * v,
+                                   const sdpa_kv_cache * cache, const sdpa_tensor * mask,
+                                   const sdpa_options * o, const sdpa_tensor * out,
+                                   sdpa_problem * p) {
+    const bool has_mask = present(mask);
+    if (!o) o = &default_options;
+
+    /* E_ARG */
+    if (!present(q)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: query is missing", fn);
+    if (!cache) {
+        if (!present(k)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: key is missing", fn);
+        if (!present(v)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value is missing", fn);
+    }
+    if (!present(out)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out is missing", fn);
+    TRY(check_options_arg(ctx, fn, o));
+    if (overlaps(out, q) || (!cache && (overlaps(out, k) || overlaps(out, v))) || overlaps(out, mask))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with an input; it must not overlap query, key, value or attnMask", fn);
+    if (cache) {
+        uint64_t cache_bytes = (uint64_t)cache->batch * (uint64_t)cache->kv_heads *
+                               (uint64_t)cache->max_seq_len * (uint64_t)cache->head_dim * 4u;
+        if (ranges_overlap(out->data, claimed_bytes(out), cache->k, cache_bytes) ||
+            ranges_overlap(out->data, claimed_bytes(out), cache->v, cache_bytes))
+            return sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with the cache", fn);
+    }
+
+    /* E_RANK */
+    TRY(check_rank(ctx, fn, "query", q, 4));
+    if (!cache) {
+        TRY(check_rank(ctx, fn, "key", k, 4));
+        TRY(check_rank(ctx, fn, "value", v, 4));
+    }
+    if (has_mask) TRY(check_rank(ctx, fn, "attnMask", mask, 2));
+
+    /* E_DIMS */
+    TRY(check_dims(ctx, fn, "query", q, 2));
+    if (!cache) {
+        TRY(check_dims(ctx, fn, "key", k, 2));
+        TRY(check_dims(ctx, fn, "value", v, 2));
+    }
+    if (has_mask) TRY(check_dims(ctx, fn, "attnMask", mask, -1));
+    if (out->rank != 4)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has rank %d; expected the output dims [B, Sq, Hq, D] (4-D)",
+                         fn, out->rank);
+    TRY(check_dims(ctx, fn, "out", out, 2));
+    for (int i = 1; i < 4; i++)
+        if (out->dims[i] != q->dims[i])
+            return sdpa_fail(ctx, SDPA_E_DIMS,
+                             "%s: out dims are [%d, %d, %d, %d] but the output is [%d, %d, %d, %d]", fn,
+                             out->dims[0], out->dims[1], out->dims[2], out->dims[3], q->dims[0],
+                             q->dims[1], q->dims[2], q->dims[3]);
+
+    /* E_DTYPE */
+    TRY(check_float32(ctx, fn, "query", q));
+    if (!cache) {
+        TRY(check_float32(ctx, fn, "key", k));
+        TRY(check_float32(ctx, fn, "value", v));
+    }
+    TRY(check_float32(ctx, fn, "out", out));
+
+    /* the key/value geometry, from tensors or the cache */
+    const int32_t B = q->dims[0], Sq = q->dims[1], Hq = q->dims[2], D = q->dims[3];
+    int32_t kb, kh, kd, kt, vb, vh, vd, vt;
+    if (cache) {
+        kb = vb = cache->batch;
+        kt = vt = cache->max_seq_len;
+        kh = vh = cache->kv_heads;
+        kd = vd = cache->head_dim;
+    } else {
+        kb = k->dims[0]; kt = k->dims[1]; kh = k->dims[2]; kd = k->dims[3];
+        vb = v->dims[0]; vt = v->dims[1]; vh = v->dims[2]; vd = v->dims[3];
+    }
+    const char * kname = cache ? "the cache" : "key";
+
+    /* E_BATCH */
+    if (kb != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: %s has batch %d but query has %d; batches must match", fn, kname, kb, B);
+    if (vb != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: value has batch %d but query has %d; batches must match", fn, vb, B);
+    if (out->dims[0] != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: out has batch %d but query has %d; batches must match", fn, out->dims[0], B);
+
+    /* E_HEADS */
+    if (Hq == 0) return sdpa_fail(ctx, SDPA_E_HEADS, "%s: query has 0 heads; head counts must be positive", fn);
+    if (kh == 0) return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has 0 heads; head counts must be positive", fn, kname);
+    if (vh == 0) return sdpa_fail(ctx, SDPA_E_HEADS, "%s: value has 0 heads; head counts must be positive", fn);
+    if (vh != kh) return sdpa_fail(ctx, SDPA_E_HEADS, "%s: value has %d heads but key has %d; key and value heads must be equal", fn, vh, kh);
+    if (kh > Hq || Hq % kh != 0)
+        return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has %d heads but query has %d; query heads must be a multiple of key heads (GQA)", fn, kname, kh, Hq);
+
+    /* E_HEAD_DIM */
+    if (kd != D) return sdpa_fail(ctx, SDPA_E_HEAD_DIM, "%s: %s head dim is %d but query's is %d; head dims must be equal", fn, kname, kd, D);
+    if (vd != D) return sdpa_fail(ctx, SDPA_E_HEAD_DIM, "%s: value head dim is %d but query's is %d; head dims must be equal", fn, vd, D);
+
+    /* E_KV_LEN */
+    if (vt != kt) return sdpa_fail(ctx, SDPA_E_KV_LEN, "%s: value has %d rows but key has %d; key and value lengths must be equal", fn, vt, kt);
+
+    /* E_START_POS */
+    if (o->start_pos < 0)
+        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: startPos is %lld; expected a non-negative integer", fn, (long long)o->start_pos);
+    if (!has_mask && o->start_pos > (int64_t)kt - Sq)
+        return sdpa_fail(ctx, SDPA_E_START_POS,
+                         "%s: startPos %lld + query length %d = %lld exceeds the %d rows of %s; without a mask, startPos + Sq must be <= Skv",
+                         fn, (long long)o->start_pos, Sq, (long long)o->start_pos + Sq, kt, kname);
+
+    /* E_MASK_DTYPE, E_MASK_SHAPE */
+    if (has_mask) {
+        if (mask->dtype != SDPA_DTYPE_FLOAT32 && mask->dtype != SDPA_DTYPE_BOOL)
+            return sdpa_fail(ctx, SDPA_E_MASK_DTYPE, "%s: attnMask has dtype %s (%d); expected float32 or bool", fn, dtype_name(mask->dtype), mask->dtype);
+        if (mask->dims[0] != Sq || mask->dims[1] > kt)
+            return sdpa_fail(ctx, SDPA_E_MASK_SHAPE,
+                             "%s: attnMask is [%d, %d]; expected [Sq, N] = [%d, N] with N <= %d (no broadcasting)",
+                             fn, mask->dims[0], mask->dims[1], Sq, kt);
+    }
+
+    /* E_MASK_CAUSAL, E_DROPOUT, E_SCALE */
+    TRY(check_tail_options(ctx, fn, mask, o));
+
+    /* valid: describe the problem */
+    p->batch = B; p->q_len = Sq; p->q_heads = Hq; p->kv_heads = kh; p->head_dim = D;
+    p->group = Hq / kh;
+    p->n_keys = has_mask ? mask->dims[1] : (int32_t)(o->start_pos + Sq);
+    p->start_pos = o->start_pos;
+    p->is_causal = o->is_causal;
+    p->scale = o->has_scale ? o->scale : (float)(1.0 / sqrt((double)D));
+    p->q = q->data;
+    p->out = out->data;
+    p->mask = has_mask ? mask->data : NULL;
+    p->mask_dtype = has_mask ? mask->dtype : 0;
+    p->mask_stride = has_mask ? mask->dims[1] : 0;
+    sdpa_kv_view * kv = &p->kv;
+    kv->batch = B; kv->len = kt; kv->heads = kh; kv->dim = D;
+    if (cache) {
+        kv->k = cache->k; kv->v = cache->v;
+        kv->stride_t = (size_t)D;
+        kv->stride_h = (size_t)kt * (size_t)D;
+        kv->stride_b = (size_t)kh * kv->stride_h;
+    } else {
+        kv->k = k->data; kv->v = v->data;
+        kv->stride_h = (size_t)D;
+        kv->stride_t = (size_t)kh * (size_t)D;
+        kv->stride_b = (size_t)kt * kv->stride_t;
+    }
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_check_custom(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * query,
+                              const sdpa_tensor * key, const sdpa_tensor * value,
+                              const sdpa_tensor * mask, const sdpa_options * options,
+                              const sdpa_tensor * out, sdpa_problem * problem) {
+    return check_attention(ctx, fn, query, key, value, NULL, mask, options, out, problem);
+}
+
+sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                    const sdpa_tensor * query, const sdpa_tensor * mask,
+                                    const sdpa_options * options, const sdpa_tensor * out,
+                                    sdpa_problem * problem) {
+    if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
+    return check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, problem);
+}
+
+/* Rows [start, start+length) of a cache: shared by update and read. */
+static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                              int64_t start, int64_t length, const char * what) {
+    if (start < 0)
+        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: %s is %lld; expected a non-negative integer", fn, what, (long long)start);
+    if (start > (int64_t)cache->max_seq_len - length)
+        return sdpa_fail(ctx, SDPA_E_CAPACITY,
+                         "%s: rows %lld .. %lld are past the cache's maxSeqLen %d; %s + length must be <= maxSeqLen",
+                         fn, (long long)start, (long long)(start + length - 1), cache->max_seq_len, what);
+    return SDPA_OK;
+}
+
+/* key/value-shaped tensors against the cache geometry; `seq` is their row count. */
+static sdpa_status check_kv_pair(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                 const sdpa_tensor * k, const char * kname,
+                                 const sdpa_tensor * v, const char * vname) {
+    TRY(check_rank(ctx, fn, kname, k, 4));
+    TRY(check_rank(ctx, fn, vname, v, 4));
+    TRY(check_dims(ctx, fn, kname, k, 2));
+    TRY(check_dims(ctx, fn, vname, v, 2));
+    TRY(check_float32(ctx, fn, kname, k));
+    TRY(check_float32(ctx, fn, vname, v));
+    const sdpa_tensor * both[2] = { k, v };
+    const char * names[2] = { kname, vname };
+    for (int i = 0; i < 2; i++)
+        if (both[i]->dims[0] != cache->batch)
+            return sdpa_fail(ctx, SDPA_E_BATCH, "%s: %s has batch %d but the cache has %d; batches must match", fn, names[i], both[i]->dims[0], cache->batch);
+    for (int i = 0; i < 2; i++)
+        if (both[i]->dims[2] != cache->kv_heads)
+            return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has %d heads but the cache has %d; heads must match", fn, names[i], both[i]->dims[2], cache->kv_heads);
+    for (int i = 0; i < 2; i++)
+        if (both[i]->dims[3] != cache->head_dim)
+            return sdpa_fail(ctx, SDPA_E_HEAD_DIM, "%s: %s head dim is %d but the cache's is %d; head dims must match", fn, names[i], both[i]->dims[3], cache->head_dim);
+    if (k->dims[1] != v->dims[1])
+        return sdpa_fail(ctx, SDPA_E_KV_LEN, "%s: %s has %d rows but %s has %d; lengths must be equal", fn, vname, v->dims[1], kname, k->dims[1]);
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                    const sdpa_tensor * key, const sdpa_tensor * value,
+                                    int64_t start_pos) {
+    if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
+    if (!present(key)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: key is missing", fn);
+    if (!present(value)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value is missing", fn);
+    TRY(check_kv_pair(ctx, fn, cache, key, "key", value, "value"));
+    return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos");
+}
+
+sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                  int64_t start, int64_t length, const sdpa_tensor * key_out,
+                                  const sdpa_tensor * value_out) {
+    if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
+    if (!present(key_out)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: key_out is missing", fn);
+    if (!present(value_out)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value_out is missing", fn);
+    uint64_t cache_bytes = (uint64_t)cache->batch * (uint64_t)cache->kv_heads *
+                           (uint64_t)cache->max_seq_len * (uint64_t)cache->head_dim * 4u;
+    if (overlaps(key_out, value_out) ||
+        ranges_overlap(key_out->data, claimed_bytes(key_out), cache->k, cache_bytes) ||
+        ranges_overlap(key_out->data, claimed_bytes(key_out), cache->v, cache_bytes) ||
+        ranges_overlap(value_out->data, claimed_bytes(value_out), cache->k, cache_bytes) ||
+        ranges_overlap(value_out->data, claimed_bytes(value_out), cache->v, cache_bytes))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: key_out and value_out must not overlap each other or the cache", fn);
+    if (length <= 0)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
+    TRY(check_kv_pair(ctx, fn, cache, key_out, "key_out", value_out, "value_out"));
+    if (key_out->dims[1] != length)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: key_out has %d rows but %lld were asked for", fn, key_out->dims[1], (long long)length);
+    return check_rows(ctx, fn, cache, start, length, "start");
+}
+
+sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,
+                                    int32_t max_seq_len, int32_t kv_heads, int32_t head_dim,
+                                    int32_t dtype, const void * out_cache) {
+    if (!out_cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out_cache is missing", fn);
+    const int32_t sizes[4] = { batch, max_seq_len, kv_heads, head_dim };
+    const char * names[4] = { "batch", "maxSeqLen", "numKvHeads", "headDim" };
+    for (int i = 0; i < 4; i++)
+        if (sizes[i] <= 0 && !(i == 2 && sizes[i] == 0))
+            return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s is %d; expected a positive integer", fn, names[i], sizes[i]);
+    if (dtype != SDPA_DTYPE_FLOAT32)
+        return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: dtype %s (%d) is not supported for a cache; expected float32", fn, dtype_name(dtype), dtype);
+    if (kv_heads == 0)
+        return sdpa_fail(ctx, SDPA_E_HEADS, "%s: numKvHeads is 0; expected a positive integer", fn);
+    return SDPA_OK;
+}

@@ -1,0 +1,37 @@
+/* check.h: the rules of CONTRACT.md section 2 for every C entry point.
+ * Each function checks all rules in the table's order, so the first broken
+ * rule is the one reported; on success it fills the validated problem. None
+ * writes anything but the context's error message. */
+#ifndef SDPA_CHECK_H
+#define SDPA_CHECK_H
+
+#include "internal.h"
+
+/* customSdpa(query, key, value, mask, options) -> out. */
+sdpa_status sdpa_check_custom(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * query,
+                              const sdpa_tensor * key, const sdpa_tensor * value,
+                              const sdpa_tensor * mask, const sdpa_options * options,
+                              const sdpa_tensor * out, sdpa_problem * problem);
+
+/* attend over a cache: query, mask, options -> out (Skv = maxSeqLen). */
+sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                    const sdpa_tensor * query, const sdpa_tensor * mask,
+                                    const sdpa_options * options, const sdpa_tensor * out,
+                                    sdpa_problem * problem);
+
+/* update_cache: key, value [B, Snew, Hkv, D] at start_pos. */
+sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                    const sdpa_tensor * key, const sdpa_tensor * value,
+                                    int64_t start_pos);
+
+/* read rows start .. start+length-1 into key_out, value_out. */
+sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                  int64_t start, int64_t length, const sdpa_tensor * key_out,
+                                  const sdpa_tensor * value_out);
+
+/* cache geometry at creation. */
+sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,
+                                    int32_t max_seq_len, int32_t kv_heads, int32_t head_dim,
+                                    int32_t dtype, const void * out_cache);
+
+#endif

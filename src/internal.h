@@ -1,0 +1,74 @@
+/* internal.h: what the rooms of src/ share. Data flows one way:
+ *   sdpa.c / cache/kv_cache.c (entry points)
+ *     -> contract/check.c   (every rule, before anything is written)
+ *     -> sdpa_problem        (validated geometry, strides, pointers)
+ *     -> kernels/reference.c or kernels/flash.c (run on threadpool/)
+ */
+#ifndef SDPA_INTERNAL_H
+#define SDPA_INTERNAL_H
+
+#include "sdpa.h"
+#include "threadpool/threadpool.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+#define SDPA_ERROR_CAP 512
+
+struct sdpa_ctx {
+    sdpa_pool * pool;
+    int32_t     n_threads;
+    int32_t     use_reference;
+    void *      scratch;        /* 64-byte aligned, owned */
+    size_t      scratch_bytes;
+    char        last_error[SDPA_ERROR_CAP];
+};
+
+struct sdpa_kv_cache {
+    int32_t batch, max_seq_len, kv_heads, head_dim;
+    float * k;                  /* [B, Hkv, maxSeqLen, D] */
+    float * v;                  /* [B, Hkv, maxSeqLen, D] */
+};
+
+/* Key/value source of an attention call: either caller tensors in
+ * [B, Skv, Hkv, D] or a cache in [B, Hkv, maxSeqLen, D]. Strides in floats;
+ * D is always contiguous. */
+typedef struct sdpa_kv_view {
+    const float * k;
+    const float * v;
+    int32_t batch, len, heads, dim;
+    size_t stride_b, stride_t, stride_h;
+} sdpa_kv_view;
+
+/* A validated attention problem: everything a kernel needs, nothing to check. */
+typedef struct sdpa_problem {
+    int32_t batch, q_len, q_heads, kv_heads, head_dim, group;  /* group = r */
+    int32_t n_keys;        /* N: keys t < N exist */
+    int64_t start_pos;     /* causal anchor: row i sees t <= start_pos + i */
+    int32_t is_causal;
+    float   scale;
+    const float * q;       /* [B, Sq, Hq, D] dense */
+    float *       out;     /* [B, Sq, Hq, D] dense */
+    sdpa_kv_view  kv;
+    const void *  mask;    /* NULL, or [Sq, n_keys_mask] with row stride mask_stride */
+    int32_t       mask_dtype;
+    int32_t       mask_stride;
+} sdpa_problem;
+
+/* Records a failure on the context; returns `status` for tail calls. */
+sdpa_status sdpa_fail(sdpa_ctx * ctx, sdpa_status status, const char * fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+void sdpa_clear_error(sdpa_ctx * ctx);
+
+/* Ensures the context's scratch holds `bytes` (grows, never shrinks). */
+sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, size_t bytes);
+
+/* Runs a validated problem (reference or fast path, per ctx). The caller has
+ * reserved sdpa_problem_workspace() bytes. */
+void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p);
+size_t sdpa_problem_workspace(int32_t n_threads, const sdpa_problem * p);
+
+#endif

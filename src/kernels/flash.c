@@ -1,0 +1,357 @@
+/* flash.c: flash attention on SIMD128 (https://arxiv.org/abs/2205.14135,
+ * decode split as in flash-decoding). Shape of the work:
+ *
+ * For each (b, hk) the query rows that share KV head hk are flattened into
+ * R = Sq * r rows (row = i * r + j, head h = hk * r + j), cut into blocks of
+ * BLOCK_ROWS rows. A block walks its keys in tiles of TILE_KEYS: scores for
+ * all its rows (each K row loaded once per block), online softmax (running
+ * max m and sum l, rescale on a new max), then acc += p * V (each V row
+ * loaded once per 4 rows). Decode (R small) also cuts the keys into a fixed
+ * number of chunks so that threads share even B = Hkv = 1; each chunk leaves
+ * a partial (m, l, acc) and a second pass merges them in chunk order.
+ * Chunking depends only on the problem, never on the thread count, so the
+ * result is bit-identical for any number of threads.
+ */
+#include "kernels/kernels.h"
+#include "kernels/simd.h"
+
+#include <string.h>
+
+#define BLOCK_ROWS 8
+#define TILE_KEYS 64
+#define SPLIT_MAX_ROWS 16     /* split keys only when a (b, hk) has this few rows */
+#define CHUNK_MIN_KEYS 256    /* ...into chunks of at least this many keys */
+#define CHUNK_MAX_COUNT 64    /* ...and at most this many chunks */
+#define ALIGN 64
+
+typedef struct flash_plan {
+    const sdpa_problem * p;
+    int32_t rows;          /* R = Sq * r per (b, hk) */
+    int32_t blocks;        /* per (b, hk) */
+    int32_t chunks;        /* key chunks per block (1 = no split) */
+    int32_t chunk_keys;    /* keys per chunk, a multiple of TILE_KEYS */
+    int32_t dim_pad;       /* D rounded up to 4 */
+    size_t thread_bytes;   /* per-thread scratch, ALIGN multiple */
+    char * scratch;        /* [n_threads][thread_bytes] then partials */
+    float * partials;      /* [unit][BLOCK_ROWS][2 + dim_pad] */
+} flash_plan;
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+
+static void make_plan(flash_plan * f, const sdpa_problem * p) {
+    f->p = p;
+    f->rows = p->q_len * p->group;
+    f->blocks = (f->rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
+    f->dim_pad = (p->head_dim + 3) & ~3;
+    int32_t chunks = 1;
+    if (f->rows <= SPLIT_MAX_ROWS) {
+        chunks = (p->n_keys + CHUNK_MIN_KEYS - 1) / CHUNK_MIN_KEYS;
+        if (chunks > CHUNK_MAX_COUNT) chunks = CHUNK_MAX_COUNT;
+        if (chunks < 1) chunks = 1;
+    }
+    int32_t per = (p->n_keys + chunks - 1) / chunks;
+    per = (per + TILE_KEYS - 1) / TILE_KEYS * TILE_KEYS;
+    f->chunk_keys = per;
+    f->chunks = (p->n_keys + per - 1) / per;
+    if (f->chunks < 1) f->chunks = 1;
+    /* q (scaled), acc: BLOCK_ROWS x dim_pad; scores: BLOCK_ROWS x TILE_KEYS; m, l */
+    f->thread_bytes = align_up(sizeof(float) * ((size_t)BLOCK_ROWS * f->dim_pad * 2 +
+                                                (size_t)BLOCK_ROWS * TILE_KEYS + 2 * BLOCK_ROWS));
+}
+
+static size_t partial_floats(const flash_plan * f) { return (size_t)BLOCK_ROWS * (2 + f->dim_pad); }
+
+static size_t compute_units(const flash_plan * f) {
+    const sdpa_problem * p = f->p;
+    return (size_t)p->batch * p->kv_heads * f->blocks * f->chunks;
+}
+
+static size_t workspace_bytes(const flash_plan * f, int32_t n_threads) {
+    size_t bytes = ALIGN + (size_t)n_threads * f->thread_bytes;
+    if (f->chunks > 1) bytes += compute_units(f) * partial_floats(f) * sizeof(float);
+    return bytes;
+}
+
+size_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p) {
+    flash_plan f;
+    make_plan(&f, p);
+    return workspace_bytes(&f, n_threads);
+}
+
+/* ---- microkernels ------------------------------------------------------ */
+
+/* dots of 4 query rows (stride ldq, zero-padded to dim_pad) with key row k. */
+static inline void dot4(const float * q, size_t ldq, const float * k, int32_t D, float * out) {
+    v128_t a0 = wasm_f32x4_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    int32_t d = 0;
+    for (; d + 4 <= D; d += 4) {
+        const v128_t vk = wasm_v128_load(k + d);
+        a0 = f32x4_fmadd(a0, wasm_v128_load(q + d), vk);
+        a1 = f32x4_fmadd(a1, wasm_v128_load(q + ldq + d), vk);
+        a2 = f32x4_fmadd(a2, wasm_v128_load(q + 2 * ldq + d), vk);
+        a3 = f32x4_fmadd(a3, wasm_v128_load(q + 3 * ldq + d), vk);
+    }
+    float s0 = f32x4_hsum(a0), s1 = f32x4_hsum(a1), s2 = f32x4_hsum(a2), s3 = f32x4_hsum(a3);
+    for (; d < D; d++) {
+        s0 += q[d] * k[d];
+        s1 += q[ldq + d] * k[d];
+        s2 += q[2 * ldq + d] * k[d];
+        s3 += q[3 * ldq + d] * k[d];
+    }
+    out[0] = s0; out[1] = s1; out[2] = s2; out[3] = s3;
+}
+
+static inline float dot1(const float * q, const float * k, int32_t D) {
+    v128_t a = wasm_f32x4_splat(0.0f);
+    int32_t d = 0;
+    for (; d + 4 <= D; d += 4) a = f32x4_fmadd(a, wasm_v128_load(q + d), wasm_v128_load(k + d));
+    float s = f32x4_hsum(a);
+    for (; d < D; d++) s += q[d] * k[d];
+    return s;
+}
+
+/* acc[r][:] += sum_t p[r][t] * v_t[:] for n_rows (<= 4) rows, nt keys. */
+static inline void pv_rows(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
+                           const float * v, size_t ldv, int32_t nt, int32_t D) {
+    int32_t d = 0;
+    if (n_rows == 4) {
+        for (; d + 8 <= D; d += 8) {
+            v128_t c00 = wasm_v128_load(acc + d), c01 = wasm_v128_load(acc + d + 4);
+            v128_t c10 = wasm_v128_load(acc + lda + d), c11 = wasm_v128_load(acc + lda + d + 4);
+            v128_t c20 = wasm_v128_load(acc + 2 * lda + d), c21 = wasm_v128_load(acc + 2 * lda + d + 4);
+            v128_t c30 = wasm_v128_load(acc + 3 * lda + d), c31 = wasm_v128_load(acc + 3 * lda + d + 4);
+            const float * vt = v + d;
+            for (int32_t t = 0; t < nt; t++, vt += ldv) {
+                const v128_t v0 = wasm_v128_load(vt), v1 = wasm_v128_load(vt + 4);
+                v128_t w = wasm_f32x4_splat(p[t]);
+                c00 = f32x4_fmadd(c00, w, v0); c01 = f32x4_fmadd(c01, w, v1);
+                w = wasm_f32x4_splat(p[ldp + t]);
+                c10 = f32x4_fmadd(c10, w, v0); c11 = f32x4_fmadd(c11, w, v1);
+                w = wasm_f32x4_splat(p[2 * ldp + t]);
+                c20 = f32x4_fmadd(c20, w, v0); c21 = f32x4_fmadd(c21, w, v1);
+                w = wasm_f32x4_splat(p[3 * ldp + t]);
+                c30 = f32x4_fmadd(c30, w, v0); c31 = f32x4_fmadd(c31, w, v1);
+            }
+            wasm_v128_store(acc + d, c00); wasm_v128_store(acc + d + 4, c01);
+            wasm_v128_store(acc + lda + d, c10); wasm_v128_store(acc + lda + d + 4, c11);
+            wasm_v128_store(acc + 2 * lda + d, c20); wasm_v128_store(acc + 2 * lda + d + 4, c21);
+            wasm_v128_store(acc + 3 * lda + d, c30); wasm_v128_store(acc + 3 * lda + d + 4, c31);
+        }
+    }
+    for (int32_t r = 0; r < n_rows; r++) {
+        float * a = acc + r * lda;
+        const float * pr = p + r * ldp;
+        int32_t dd = d;
+        for (; dd + 4 <= D; dd += 4) {
+            v128_t c = wasm_v128_load(a + dd);
+            const float * vt = v + dd;
+            for (int32_t t = 0; t < nt; t++, vt += ldv) c = f32x4_fmadd(c, wasm_f32x4_splat(pr[t]), wasm_v128_load(vt));
+            wasm_v128_store(a + dd, c);
+        }
+        for (; dd < D; dd++) {
+            float c = a[dd];
+            const float * vt = v + dd;
+            for (int32_t t = 0; t < nt; t++, vt += ldv) c += pr[t] * *vt;
+            a[dd] = c;
+        }
+    }
+}
+
+/* ---- one block of rows over one key range ------------------------------ */
+
+typedef struct block_state {
+    int32_t n;                      /* rows in this block */
+    int32_t row0;                   /* first flattened row */
+    int32_t limit[BLOCK_ROWS];      /* keys t < limit exist for the row */
+    const float * mask[BLOCK_ROWS]; /* row of a float mask, or NULL */
+    const uint8_t * bmask[BLOCK_ROWS];
+    float * q;                      /* [BLOCK_ROWS][dim_pad], pre-scaled */
+    float * acc;                    /* [BLOCK_ROWS][dim_pad] */
+    float * s;                      /* [BLOCK_ROWS][TILE_KEYS] */
+    float * m;                      /* running max */
+    float * l;                      /* running sum */
+} block_state;
+
+static void block_setup(const flash_plan * f, block_state * st, char * scratch, int32_t b,
+                        int32_t hk, int32_t blk) {
+    const sdpa_problem * p = f->p;
+    const int32_t D = p->head_dim, Dp = f->dim_pad, r = p->group;
+    float * base = (float *)scratch;
+    st->q = base;
+    st->acc = st->q + (size_t)BLOCK_ROWS * Dp;
+    st->s = st->acc + (size_t)BLOCK_ROWS * Dp;
+    st->m = st->s + (size_t)BLOCK_ROWS * TILE_KEYS;
+    st->l = st->m + BLOCK_ROWS;
+    st->row0 = blk * BLOCK_ROWS;
+    st->n = f->rows - st->row0 < BLOCK_ROWS ? f->rows - st->row0 : BLOCK_ROWS;
+    memset(st->q, 0, sizeof(float) * (size_t)BLOCK_ROWS * Dp * 2);  /* q pad + acc */
+    for (int32_t x = 0; x < BLOCK_ROWS; x++) {
+        st->m[x] = -INFINITY;
+        st->l[x] = 0.0f;
+        st->limit[x] = 0;
+        st->mask[x] = NULL;
+        st->bmask[x] = NULL;
+    }
+    for (int32_t x = 0; x < st->n; x++) {
+        const int32_t row = st->row0 + x, i = row / r, h = hk * r + row % r;
+        const float * q = p->q + (((size_t)b * p->q_len + i) * p->q_heads + h) * D;
+        for (int32_t d = 0; d < D; d++) st->q[(size_t)x * Dp + d] = q[d] * p->scale;
+        int64_t limit = p->n_keys;
+        if (p->is_causal && p->start_pos + i + 1 < limit) limit = p->start_pos + i + 1;
+        st->limit[x] = (int32_t)limit;
+        if (p->mask && p->mask_dtype == SDPA_DTYPE_FLOAT32)
+            st->mask[x] = (const float *)p->mask + (size_t)i * p->mask_stride;
+        else if (p->mask)
+            st->bmask[x] = (const uint8_t *)p->mask + (size_t)i * p->mask_stride;
+    }
+}
+
+/* Runs keys [t0, t1) through the block's online softmax. */
+static void block_keys(const flash_plan * f, block_state * st, const float * kbase,
+                       const float * vbase, int32_t t0, int32_t t1) {
+    const sdpa_problem * p = f->p;
+    const int32_t D = p->head_dim, Dp = f->dim_pad, n = st->n;
+    const size_t ldk = p->kv.stride_t;
+    int32_t end = 0;
+    for (int32_t x = 0; x < n; x++) if (st->limit[x] > end) end = st->limit[x];
+    if (t1 > end) t1 = end;  /* causal: tiles above the diagonal are skipped */
+    for (int32_t ts = t0; ts < t1; ts += TILE_KEYS) {
+        const int32_t nt = t1 - ts < TILE_KEYS ? t1 - ts : TILE_KEYS;
+        const int32_t nt4 = (nt + 3) & ~3;
+        /* 1. scores s[x][t] = q_x . k_t (+ mask), -inf where masked */
+        for (int32_t t = 0; t < nt; t++) {
+            const float * k = kbase + (size_t)(ts + t) * ldk;
+            int32_t x = 0;
+            for (; x + 4 <= n; x += 4) {
+                float d4[4];
+                dot4(st->q + (size_t)x * Dp, (size_t)Dp, k, D, d4);
+                for (int32_t y = 0; y < 4; y++) st->s[(size_t)(x + y) * TILE_KEYS + t] = d4[y];
+            }
+            for (; x < n; x++) st->s[(size_t)x * TILE_KEYS + t] = dot1(st->q + (size_t)x * Dp, k, D);
+        }
+        for (int32_t x = 0; x < n; x++) {
+            float * s = st->s + (size_t)x * TILE_KEYS;
+            const int32_t valid = st->limit[x] - ts < nt ? st->limit[x] - ts : nt;
+            if (st->mask[x]) for (int32_t t = 0; t < valid; t++) s[t] += st->mask[x][ts + t];
+            if (st->bmask[x]) for (int32_t t = 0; t < valid; t++) if (!st->bmask[x][ts + t]) s[t] = -INFINITY;
+            for (int32_t t = valid < 0 ? 0 : valid; t < nt4; t++) s[t] = -INFINITY;
+            /* 2. online softmax */
+            v128_t vmax = wasm_f32x4_splat(-INFINITY);
+            for (int32_t t = 0; t < nt4; t += 4) vmax = wasm_f32x4_max(vmax, wasm_v128_load(s + t));
+            const float tile_max = f32x4_hmax(vmax);
+            if (tile_max == -INFINITY) {  /* nothing visible in this tile for this row */
+                memset(s, 0, sizeof(float) * (size_t)nt4);
+                continue;
+            }
+            const float m_old = st->m[x];
+            const float m_new = tile_max > m_old ? tile_max : m_old;
+            if (m_new != m_old && m_old != -INFINITY) {
+                const float alpha = expf(m_old - m_new);
+                float * acc = st->acc + (size_t)x * Dp;
+                const v128_t va = wasm_f32x4_splat(alpha);
+                for (int32_t d = 0; d < Dp; d += 4) wasm_v128_store(acc + d, wasm_f32x4_mul(wasm_v128_load(acc + d), va));
+                st->l[x] *= alpha;
+            }
+            st->m[x] = m_new;
+            const v128_t vm = wasm_f32x4_splat(m_new);
+            v128_t vsum = wasm_f32x4_splat(0.0f);
+            for (int32_t t = 0; t < nt4; t += 4) {
+                const v128_t e = f32x4_exp_nonpositive(wasm_f32x4_sub(wasm_v128_load(s + t), vm));
+                wasm_v128_store(s + t, e);
+                vsum = wasm_f32x4_add(vsum, e);
+            }
+            st->l[x] += f32x4_hsum(vsum);
+        }
+        /* 3. acc += p . V */
+        const float * v = vbase + (size_t)ts * ldk;
+        for (int32_t x = 0; x < n; x += 4) {
+            const int32_t rows = n - x < 4 ? n - x : 4;
+            pv_rows(st->acc + (size_t)x * Dp, (size_t)Dp, st->s + (size_t)x * TILE_KEYS, TILE_KEYS, rows, v, ldk, nt, D);
+        }
+    }
+}
+
+static float * row_out(const sdpa_problem * p, int32_t b, int32_t hk, int32_t row) {
+    const int32_t i = row / p->group, h = hk * p->group + row % p->group;
+    return p->out + (((size_t)b * p->q_len + i) * p->q_heads + h) * p->head_dim;
+}
+
+/* unit -> (b, hk, block, chunk), chunk fastest */
+static void compute_unit(void * arg, int32_t unit, int32_t thread) {
+    const flash_plan * f = arg;
+    const sdpa_problem * p = f->p;
+    const int32_t chunk = unit % f->chunks;
+    int32_t rest = unit / f->chunks;
+    const int32_t blk = rest % f->blocks;
+    rest /= f->blocks;
+    const int32_t hk = rest % p->kv_heads, b = rest / p->kv_heads;
+    block_state st;
+    block_setup(f, &st, f->scratch + (size_t)thread * f->thread_bytes, b, hk, blk);
+    const size_t off = (size_t)b * p->kv.stride_b + (size_t)hk * p->kv.stride_h;
+    const int32_t t0 = chunk * f->chunk_keys;
+    const int32_t t1 = t0 + f->chunk_keys < p->n_keys ? t0 + f->chunk_keys : p->n_keys;
+    block_keys(f, &st, p->kv.k + off, p->kv.v + off, t0, t1);
+    const int32_t D = p->head_dim, Dp = f->dim_pad;
+    if (f->chunks == 1) {
+        for (int32_t x = 0; x < st.n; x++) {
+            float * out = row_out(p, b, hk, st.row0 + x);
+            const float * acc = st.acc + (size_t)x * Dp;
+            const float inv = st.l[x] > 0.0f ? 1.0f / st.l[x] : 0.0f;  /* fully masked: zeros */
+            for (int32_t d = 0; d < D; d++) out[d] = acc[d] * inv;
+        }
+        return;
+    }
+    float * part = f->partials + (size_t)unit * partial_floats(f);
+    for (int32_t x = 0; x < st.n; x++) {
+        float * px = part + (size_t)x * (2 + Dp);
+        px[0] = st.m[x];
+        px[1] = st.l[x];
+        memcpy(px + 2, st.acc + (size_t)x * Dp, sizeof(float) * (size_t)Dp);
+    }
+}
+
+/* unit -> (b, hk, block): merges the chunks' partials in chunk order. */
+static void merge_unit(void * arg, int32_t unit, int32_t thread) {
+    (void)thread;
+    const flash_plan * f = arg;
+    const sdpa_problem * p = f->p;
+    const int32_t blk = unit % f->blocks, hk = (unit / f->blocks) % p->kv_heads;
+    const int32_t b = unit / f->blocks / p->kv_heads;
+    const int32_t D = p->head_dim, Dp = f->dim_pad;
+    const int32_t row0 = blk * BLOCK_ROWS;
+    const int32_t n = f->rows - row0 < BLOCK_ROWS ? f->rows - row0 : BLOCK_ROWS;
+    const float * parts = f->partials + (size_t)unit * f->chunks * partial_floats(f);
+    for (int32_t x = 0; x < n; x++) {
+        float m = -INFINITY;
+        for (int32_t c = 0; c < f->chunks; c++) {
+            const float mc = parts[(size_t)c * partial_floats(f) + (size_t)x * (2 + Dp)];
+            if (mc > m) m = mc;
+        }
+        float * out = row_out(p, b, hk, row0 + x);
+        if (m == -INFINITY) {
+            for (int32_t d = 0; d < D; d++) out[d] = 0.0f;
+            continue;
+        }
+        float l = 0.0f;
+        for (int32_t d = 0; d < D; d++) out[d] = 0.0f;
+        for (int32_t c = 0; c < f->chunks; c++) {
+            const float * pc = parts + (size_t)c * partial_floats(f) + (size_t)x * (2 + Dp);
+            if (pc[0] == -INFINITY) continue;
+            const float w = expf(pc[0] - m);
+            l += pc[1] * w;
+            for (int32_t d = 0; d < D; d++) out[d] += pc[2 + d] * w;
+        }
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int32_t d = 0; d < D; d++) out[d] *= inv;
+    }
+}
+
+void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch) {
+    flash_plan f;
+    make_plan(&f, p);
+    f.scratch = (char *)(((uintptr_t)scratch + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    f.partials = (float *)(f.scratch + (size_t)sdpa_pool_threads(pool) * f.thread_bytes);
+    sdpa_pool_run(pool, compute_unit, &f, (int32_t)compute_units(&f));
+    if (f.chunks > 1)
+        sdpa_pool_run(pool, merge_unit, &f, p->batch * p->kv_heads * f.blocks);
+}

@@ -1,0 +1,17 @@
+/* kernels.h: the two ways to compute a validated sdpa_problem. */
+#ifndef SDPA_KERNELS_H
+#define SDPA_KERNELS_H
+
+#include "internal.h"
+
+/* Scalar reference: per query row three passes (max, sum, weighted values),
+ * double accumulation. Deliberately simple; never optimised. */
+size_t sdpa_reference_workspace(int32_t n_threads, const sdpa_problem * p);
+void sdpa_reference_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch);
+
+/* Flash attention: key tiles, online softmax, GQA row blocks, split-KV for
+ * decode; SIMD128 microkernels. */
+size_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p);
+void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch);
+
+#endif

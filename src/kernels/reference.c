@@ -1,0 +1,68 @@
+/* reference.c: CONTRACT.md section 1 written out literally, in double. */
+#include "kernels/kernels.h"
+
+#include <math.h>
+
+typedef struct reference_job {
+    const sdpa_problem * p;
+    double * acc;  /* [n_threads][D] */
+} reference_job;
+
+/* score of key t for query row (b, i, h), or -inf when t is masked out. */
+static double score(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, int32_t t) {
+    const int32_t D = p->head_dim, hk = h / p->group;
+    if (p->is_causal && (int64_t)t > p->start_pos + i) return -INFINITY;
+    const float * q = p->q + (((size_t)b * p->q_len + i) * p->q_heads + h) * D;
+    const float * k = p->kv.k + b * p->kv.stride_b + (size_t)t * p->kv.stride_t + hk * p->kv.stride_h;
+    double dot = 0.0;
+    for (int32_t d = 0; d < D; d++) dot += (double)q[d] * (double)k[d];
+    double s = (double)p->scale * dot;
+    if (p->mask) {
+        size_t m = (size_t)i * p->mask_stride + t;
+        if (p->mask_dtype == SDPA_DTYPE_BOOL) {
+            if (!((const uint8_t *)p->mask)[m]) return -INFINITY;
+        } else {
+            s += (double)((const float *)p->mask)[m];
+        }
+    }
+    return s;
+}
+
+static void reference_row(void * arg, int32_t unit, int32_t thread) {
+    const reference_job * job = arg;
+    const sdpa_problem * p = job->p;
+    const int32_t D = p->head_dim, N = p->n_keys;
+    const int32_t h = unit % p->q_heads, i = (unit / p->q_heads) % p->q_len;
+    const int32_t b = unit / p->q_heads / p->q_len;
+    double * acc = job->acc + (size_t)thread * D;
+    float * out = p->out + (size_t)unit * D;
+
+    double max = -INFINITY;
+    for (int32_t t = 0; t < N; t++) {
+        double s = score(p, b, i, h, t);
+        if (s > max) max = s;
+    }
+    if (max == -INFINITY) {  /* fully masked row: zeros, not NaN */
+        for (int32_t d = 0; d < D; d++) out[d] = 0.0f;
+        return;
+    }
+    double sum = 0.0;
+    for (int32_t t = 0; t < N; t++) sum += exp(score(p, b, i, h, t) - max);
+    for (int32_t d = 0; d < D; d++) acc[d] = 0.0;
+    const int32_t hk = h / p->group;
+    for (int32_t t = 0; t < N; t++) {
+        double w = exp(score(p, b, i, h, t) - max) / sum;
+        const float * v = p->kv.v + b * p->kv.stride_b + (size_t)t * p->kv.stride_t + hk * p->kv.stride_h;
+        for (int32_t d = 0; d < D; d++) acc[d] += w * (double)v[d];
+    }
+    for (int32_t d = 0; d < D; d++) out[d] = (float)acc[d];
+}
+
+size_t sdpa_reference_workspace(int32_t n_threads, const sdpa_problem * p) {
+    return (size_t)n_threads * (size_t)p->head_dim * sizeof(double);
+}
+
+void sdpa_reference_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch) {
+    reference_job job = { p, scratch };
+    sdpa_pool_run(pool, reference_row, &job, p->batch * p->q_len * p->q_heads);
+}

@@ -1,0 +1,56 @@
+/* simd.h: the SIMD128 vocabulary of the kernels. The wasm build uses the
+ * real <wasm_simd128.h>; native builds map the same intrinsics onto SSE/NEON
+ * through SIMDe, so native tests, sanitizers and the fuzzer run this code. */
+#ifndef SDPA_SIMD_H
+#define SDPA_SIMD_H
+
+#ifdef __wasm_simd128__
+#include <wasm_simd128.h>
+#else
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/wasm/simd128.h>
+#endif
+
+#include <math.h>
+
+static inline v128_t f32x4_fmadd(v128_t acc, v128_t a, v128_t b) {
+    return wasm_f32x4_add(acc, wasm_f32x4_mul(a, b));
+}
+
+/* Lanes summed in a fixed order ((0+2)+(1+3)) so results are reproducible. */
+static inline float f32x4_hsum(v128_t v) {
+    v128_t s = wasm_f32x4_add(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));
+    return wasm_f32x4_extract_lane(s, 0) + wasm_f32x4_extract_lane(s, 1);
+}
+
+static inline float f32x4_hmax(v128_t v) {
+    v128_t s = wasm_f32x4_max(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));
+    float a = wasm_f32x4_extract_lane(s, 0), b = wasm_f32x4_extract_lane(s, 1);
+    return a > b ? a : b;
+}
+
+/* exp(x) for x <= 0 (softmax after subtracting the max), -inf -> 0.
+ * Cephes expf: x = n*ln2 + r with |r| <= ln2/2, degree-6 polynomial,
+ * scaled by 2^n built in the exponent bits. Relative error ~2 ulp; inputs
+ * below -87.33 (where 2^n would be subnormal) give 0. NaN stays NaN. */
+static inline v128_t f32x4_exp_nonpositive(v128_t x) {
+    const v128_t lowest = wasm_f32x4_splat(-87.3365478515625f);  /* -126 ln 2 */
+    const v128_t underflow = wasm_f32x4_lt(x, lowest);
+    x = wasm_f32x4_pmax(x, lowest);  /* pmax keeps x when x is NaN */
+    const v128_t n = wasm_f32x4_nearest(wasm_f32x4_mul(x, wasm_f32x4_splat(1.44269504088896341f)));
+    v128_t r = wasm_f32x4_sub(x, wasm_f32x4_mul(n, wasm_f32x4_splat(0.693359375f)));
+    r = wasm_f32x4_sub(r, wasm_f32x4_mul(n, wasm_f32x4_splat(-2.12194440e-4f)));
+    v128_t p = wasm_f32x4_splat(1.9875691500e-4f);
+    p = f32x4_fmadd(wasm_f32x4_splat(1.3981999507e-3f), p, r);
+    p = f32x4_fmadd(wasm_f32x4_splat(8.3334519073e-3f), p, r);
+    p = f32x4_fmadd(wasm_f32x4_splat(4.1665795894e-2f), p, r);
+    p = f32x4_fmadd(wasm_f32x4_splat(1.6666665459e-1f), p, r);
+    p = f32x4_fmadd(wasm_f32x4_splat(5.0000001201e-1f), p, r);
+    const v128_t r2 = wasm_f32x4_mul(r, r);
+    v128_t y = wasm_f32x4_add(f32x4_fmadd(r, p, r2), wasm_f32x4_splat(1.0f));
+    const v128_t two_n = wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_trunc_sat_f32x4(n), wasm_i32x4_splat(127)), 23);
+    y = wasm_f32x4_mul(y, two_n);
+    return wasm_v128_andnot(y, underflow);
+}
+
+#endif

@@ -1,0 +1,135 @@
+/* sdpa.c: the context and the customSdpa entry points:
+ * check (contract/) -> reserve scratch -> run a kernel (kernels/) on the pool. */
+#include "internal.h"
+#include "contract/check.h"
+#include "kernels/kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char * const status_codes[] = {
+    "OK", "E_ARG", "E_RANK", "E_DIMS", "E_DTYPE", "E_BATCH", "E_HEADS", "E_HEAD_DIM",
+    "E_KV_LEN", "E_START_POS", "E_CAPACITY", "E_MASK_DTYPE", "E_MASK_SHAPE",
+    "E_MASK_CAUSAL", "E_DROPOUT", "E_SCALE", "E_DISPOSED", "E_OOM",
+};
+
+const char * sdpa_status_code(sdpa_status status) {
+    if ((unsigned)status < sizeof status_codes / sizeof status_codes[0]) return status_codes[status];
+    return "E_UNKNOWN";
+}
+
+sdpa_status sdpa_fail(sdpa_ctx * ctx, sdpa_status status, const char * fmt, ...) {
+    if (ctx) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+void sdpa_clear_error(sdpa_ctx * ctx) { ctx->last_error[0] = '\0'; }
+
+sdpa_ctx * sdpa_ctx_create(int32_t n_threads, sdpa_status * status) {
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > SDPA_MAX_THREADS) n_threads = SDPA_MAX_THREADS;
+    sdpa_ctx * ctx = calloc(1, sizeof *ctx);
+    if (ctx) ctx->pool = sdpa_pool_create(n_threads);
+    if (!ctx || !ctx->pool) {
+        free(ctx);
+        if (status) *status = SDPA_E_OOM;
+        return NULL;
+    }
+    ctx->n_threads = sdpa_pool_threads(ctx->pool);
+    if (status) *status = SDPA_OK;
+    return ctx;
+}
+
+void sdpa_ctx_free(sdpa_ctx * ctx) {
+    if (!ctx) return;
+    sdpa_pool_free(ctx->pool);
+    free(ctx->scratch);
+    free(ctx);
+}
+
+int32_t sdpa_ctx_threads(const sdpa_ctx * ctx) { return ctx ? ctx->n_threads : 0; }
+
+const char * sdpa_ctx_last_error(const sdpa_ctx * ctx) {
+    return ctx ? ctx->last_error : "sdpa: the context is NULL";
+}
+
+void sdpa_ctx_use_reference(sdpa_ctx * ctx, int32_t on) {
+    if (ctx) ctx->use_reference = on != 0;
+}
+
+sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, size_t bytes) {
+    if (bytes <= ctx->scratch_bytes) return SDPA_OK;
+    void * grown = malloc(bytes);  /* contents need not survive: scratch only */
+    if (!grown)
+        return sdpa_fail(ctx, SDPA_E_OOM, "sdpa: cannot allocate %zu bytes of scratch memory", bytes);
+    free(ctx->scratch);
+    ctx->scratch = grown;
+    ctx->scratch_bytes = bytes;
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_ctx_reserve(sdpa_ctx * ctx, size_t bytes) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status s = sdpa_scratch_reserve(ctx, bytes);
+    if (s == SDPA_OK) sdpa_clear_error(ctx);
+    return s;
+}
+
+size_t sdpa_problem_workspace(int32_t n_threads, const sdpa_problem * p) {
+    size_t flash = sdpa_flash_workspace(n_threads, p);
+    size_t ref = sdpa_reference_workspace(n_threads, p);
+    return flash > ref ? flash : ref;
+}
+
+size_t sdpa_workspace_size(const sdpa_ctx * ctx, int32_t batch, int32_t q_len, int32_t q_heads,
+                           int32_t kv_heads, int32_t head_dim, int32_t n_keys) {
+    if (!ctx || batch <= 0 || q_len <= 0 || q_heads <= 0 || kv_heads <= 0 || head_dim <= 0 ||
+        n_keys <= 0 || q_heads % kv_heads != 0)
+        return 0;
+    sdpa_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = batch; p.q_len = q_len; p.q_heads = q_heads; p.kv_heads = kv_heads;
+    p.head_dim = head_dim; p.group = q_heads / kv_heads; p.n_keys = n_keys;
+    return sdpa_problem_workspace(ctx->n_threads, &p);
+}
+
+void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p) {
+    if (ctx->use_reference) sdpa_reference_run(ctx->pool, p, ctx->scratch);
+    else sdpa_flash_run(ctx->pool, p, ctx->scratch);
+}
+
+static sdpa_status custom(sdpa_ctx * ctx, const char * fn, int32_t force_reference,
+                          const sdpa_tensor * query, const sdpa_tensor * key,
+                          const sdpa_tensor * value, const sdpa_tensor * mask,
+                          const sdpa_options * options, sdpa_tensor * out) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_problem p;
+    sdpa_status s = sdpa_check_custom(ctx, fn, query, key, value, mask, options, out, &p);
+    if (s == SDPA_OK) s = sdpa_scratch_reserve(ctx, sdpa_problem_workspace(ctx->n_threads, &p));
+    if (s != SDPA_OK) return s;
+    const int32_t saved = ctx->use_reference;
+    ctx->use_reference = saved || force_reference;
+    sdpa_run_problem(ctx, &p);
+    ctx->use_reference = saved;
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_custom(sdpa_ctx * ctx, const sdpa_tensor * query, const sdpa_tensor * key,
+                        const sdpa_tensor * value, const sdpa_tensor * mask,
+                        const sdpa_options * options, sdpa_tensor * out) {
+    return custom(ctx, "customSdpa", 0, query, key, value, mask, options, out);
+}
+
+sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,
+                                  const sdpa_tensor * key, const sdpa_tensor * value,
+                                  const sdpa_tensor * mask, const sdpa_options * options,
+                                  sdpa_tensor * out) {
+    return custom(ctx, "customSdpa", 1, query, key, value, mask, options, out);
+}

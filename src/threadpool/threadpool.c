@@ -1,0 +1,126 @@
+/* threadpool.c: persistent futex-based pool (see threadpool.h). The pattern
+ * follows ggml's pool and shared/TOOLCHAIN.md section 3: a generation counter
+ * wakes workers, a `remaining` counter wakes the caller. */
+#define _GNU_SOURCE
+#include "threadpool/threadpool.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#ifdef __EMSCRIPTEN__
+#include <emscripten/threading.h>
+#include <math.h>
+static void futex_wait(atomic_int * addr, int expected) {
+    emscripten_futex_wait((void *)addr, (uint32_t)expected, INFINITY);
+}
+static void futex_wake_all(atomic_int * addr) { emscripten_futex_wake((void *)addr, INT_MAX); }
+#else
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static void futex_wait(atomic_int * addr, int expected) {
+    syscall(SYS_futex, (int *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+static void futex_wake_all(atomic_int * addr) {
+    syscall(SYS_futex, (int *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+#endif
+
+/* Spin this many loads before sleeping: short, because a 2-core machine may
+ * be busy with other work and a long spin would steal the core we wait on. */
+#define SPIN_ITERS 2000
+
+typedef struct worker {
+    sdpa_pool * pool;
+    int32_t     index;
+    pthread_t   thread;
+} worker;
+
+struct sdpa_pool {
+    int32_t        n_threads;     /* caller + started workers */
+    worker *       workers;       /* n_threads - 1 entries used */
+    atomic_int     generation;    /* bumped once per job (and to quit) */
+    atomic_int     remaining;     /* workers still inside the current job */
+    atomic_int     next_unit;
+    atomic_int     quit;
+    int            start_generation;
+    /* the current job */
+    sdpa_task_fn   fn;
+    void *         arg;
+    int32_t        n_units;
+};
+
+static void run_units(sdpa_pool * pool, int32_t thread) {
+    for (;;) {
+        int32_t unit = atomic_fetch_add_explicit(&pool->next_unit, 1, memory_order_relaxed);
+        if (unit >= pool->n_units) return;
+        pool->fn(pool->arg, unit, thread);
+    }
+}
+
+static void * worker_main(void * p) {
+    worker * self = p;
+    sdpa_pool * pool = self->pool;
+    int seen = pool->start_generation;
+    for (;;) {
+        int gen;
+        for (int s = 0; (gen = atomic_load(&pool->generation)) == seen && s < SPIN_ITERS; s++) {}
+        while ((gen = atomic_load(&pool->generation)) == seen) futex_wait(&pool->generation, seen);
+        seen = gen;
+        if (atomic_load(&pool->quit)) return NULL;
+        run_units(pool, self->index);
+        if (atomic_fetch_sub(&pool->remaining, 1) == 1) futex_wake_all(&pool->remaining);
+    }
+}
+
+sdpa_pool * sdpa_pool_create(int32_t n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    sdpa_pool * pool = calloc(1, sizeof *pool);
+    if (!pool) return NULL;
+    pool->workers = calloc((size_t)n_threads, sizeof(worker));
+    if (!pool->workers) { free(pool); return NULL; }
+    pool->start_generation = atomic_load(&pool->generation);
+    pool->n_threads = 1;
+    for (int32_t i = 1; i < n_threads; i++) {
+        worker * w = &pool->workers[i - 1];
+        w->pool = pool;
+        w->index = i;
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) break;  /* run with fewer */
+        pool->n_threads = i + 1;
+    }
+    return pool;
+}
+
+int32_t sdpa_pool_threads(const sdpa_pool * pool) { return pool ? pool->n_threads : 1; }
+
+void sdpa_pool_run(sdpa_pool * pool, sdpa_task_fn fn, void * arg, int32_t n_units) {
+    if (n_units <= 0) return;
+    pool->fn = fn;
+    pool->arg = arg;
+    pool->n_units = n_units;
+    atomic_store(&pool->next_unit, 0);
+    int helpers = pool->n_threads - 1;
+    if (helpers == 0 || n_units == 1) {  /* nothing to share: skip the wake-up */
+        run_units(pool, 0);
+        return;
+    }
+    atomic_store(&pool->remaining, helpers);
+    atomic_fetch_add(&pool->generation, 1);
+    futex_wake_all(&pool->generation);
+    run_units(pool, 0);
+    int r;
+    for (int s = 0; (r = atomic_load(&pool->remaining)) != 0 && s < SPIN_ITERS; s++) {}
+    while ((r = atomic_load(&pool->remaining)) != 0) futex_wait(&pool->remaining, r);
+}
+
+void sdpa_pool_free(sdpa_pool * pool) {
+    if (!pool) return;
+    atomic_store(&pool->quit, 1);
+    atomic_fetch_add(&pool->generation, 1);
+    futex_wake_all(&pool->generation);
+    for (int32_t i = 1; i < pool->n_threads; i++) pthread_join(pool->workers[i - 1].thread, NULL);
+    free(pool->workers);
+    free(pool);
+}

@@ -1,0 +1,22 @@
+/* exports.c: the wasm-only layer. The public functions of sdpa.h are
+ * exported as they are (EXPORTED_FUNCTIONS); this file only pins the struct
+ * layout the JS wrapper writes into memory, so a change breaks the build
+ * instead of silently corrupting calls. */
+#include "sdpa.h"
+
+#include <assert.h>
+#include <stddef.h>
+
+static_assert(sizeof(void *) == 4, "the JS wrapper assumes wasm32");
+static_assert(sizeof(sdpa_tensor) == 32, "sdpa_tensor layout");
+static_assert(offsetof(sdpa_tensor, data) == 0, "sdpa_tensor.data");
+static_assert(offsetof(sdpa_tensor, len) == 4, "sdpa_tensor.len");
+static_assert(offsetof(sdpa_tensor, dtype) == 8, "sdpa_tensor.dtype");
+static_assert(offsetof(sdpa_tensor, rank) == 12, "sdpa_tensor.rank");
+static_assert(offsetof(sdpa_tensor, dims) == 16, "sdpa_tensor.dims");
+static_assert(sizeof(sdpa_options) == 24, "sdpa_options layout");
+static_assert(offsetof(sdpa_options, start_pos) == 0, "sdpa_options.start_pos");
+static_assert(offsetof(sdpa_options, is_causal) == 8, "sdpa_options.is_causal");
+static_assert(offsetof(sdpa_options, has_scale) == 12, "sdpa_options.has_scale");
+static_assert(offsetof(sdpa_options, scale) == 16, "sdpa_options.scale");
+static_assert(offsetof(sdpa_options, dropout_p) == 20, "sdpa_options.dropout_p");
