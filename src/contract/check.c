@@ -118,7 +118,7 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
                                    const sdpa_tensor * k, const sdpa_tensor * v,
                                    const sdpa_kv_cache * cache, const sdpa_tensor * mask,
                                    const sdpa_options * o, const sdpa_tensor * out,
-                                   sdpa_problem * p) {
+                                   bool check_room, sdpa_problem * p) {
     const bool has_mask = present(mask);
     if (!o) o = &default_options;
 
@@ -211,7 +211,7 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     /* E_START_POS */
     if (o->start_pos < 0)
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: startPos is %lld; expected a non-negative integer", fn, (long long)o->start_pos);
-    if (!has_mask && o->start_pos > (int64_t)kt - Sq)
+    if (check_room && !has_mask && o->start_pos > (int64_t)kt - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
                          "%s: startPos %lld + query length %d = %lld exceeds the %d rows of %s; without a mask, startPos + Sq must be <= Skv",
                          fn, (long long)o->start_pos, Sq, (long long)o->start_pos + Sq, kt, kname);
@@ -261,15 +261,15 @@ sdpa_status sdpa_check_custom(sdpa_ctx * ctx, const char * fn, const sdpa_tensor
                               const sdpa_tensor * key, const sdpa_tensor * value,
                               const sdpa_tensor * mask, const sdpa_options * options,
                               const sdpa_tensor * out, sdpa_problem * problem) {
-    return check_attention(ctx, fn, query, key, value, NULL, mask, options, out, problem);
+    return check_attention(ctx, fn, query, key, value, NULL, mask, options, out, true, problem);
 }
 
 sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                     const sdpa_tensor * query, const sdpa_tensor * mask,
                                     const sdpa_options * options, const sdpa_tensor * out,
-                                    sdpa_problem * problem) {
+                                    bool check_room, sdpa_problem * problem) {
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
-    return check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, problem);
+    return check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, check_room, problem);
 }
 
 /* Rows [start, start+length) of a cache: shared by update and read. */

@@ -13,11 +13,13 @@ sdpa_status sdpa_check_custom(sdpa_ctx * ctx, const char * fn, const sdpa_tensor
                               const sdpa_tensor * mask, const sdpa_options * options,
                               const sdpa_tensor * out, sdpa_problem * problem);
 
-/* attend over a cache: query, mask, options -> out (Skv = maxSeqLen). */
+/* attend over a cache: query, mask, options -> out (Skv = maxSeqLen).
+ * check_room = false skips `startPos + Sq <= maxSeqLen` (a step checks it as
+ * the update's E_CAPACITY instead). */
 sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                     const sdpa_tensor * query, const sdpa_tensor * mask,
                                     const sdpa_options * options, const sdpa_tensor * out,
-                                    sdpa_problem * problem);
+                                    bool check_room, sdpa_problem * problem);
 
 /* update_cache: key, value [B, Snew, Hkv, D] at start_pos. */
 sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,

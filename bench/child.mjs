@@ -1,0 +1,119 @@
+// One benchmark process for one thread count (forked by bench/run.mjs, which
+// passes a JSON config as argv[2] and gets the results back over IPC).
+// Everything measured here shares the thread count: the limits, sdpa-wasm and
+// onnxruntime-web (whose thread count is fixed per process).
+import os from 'node:os';
+import { measureLimits } from './limits.mjs';
+import { SHAPES, work, checkRows } from './shapes.mjs';
+import { randomF32, referenceRows, compareRows, timeIt, fmtMs } from './util.mjs';
+import { naiveDecode } from './naive.mjs';
+
+const cfg = JSON.parse(process.argv[2]);
+const T = cfg.threads;
+const log = (m) => process.send({ type: 'log', text: `[${T}t] ${m}` });
+const errMsg = (e) => (e && e.stack ? String(e.message || e).split('\n')[0].slice(0, 400) : String(e));
+
+const TIMING = cfg.quick
+  ? {
+      sdpa: { warmup: 5, warmupMs: 100, iters: 30, minIters: 5, budgetMs: 250 },
+      ort: { warmup: 2, warmupMs: 50, iters: 10, minIters: 3, budgetMs: 400 },
+      naive: { warmup: 1, warmupMs: 0, iters: 5, minIters: 2, budgetMs: 300 },
+    }
+  : {
+      sdpa: { warmup: 20, warmupMs: 600, iters: 400, minIters: 30, budgetMs: 1500 },
+      ort: { warmup: 5, warmupMs: 400, iters: 100, minIters: 10, budgetMs: 2000 },
+      naive: { warmup: 3, warmupMs: 300, iters: 30, minIters: 5, budgetMs: 1500 },
+    };
+
+async function main() {
+  const result = { threads: T, limits: null, sdpaInfo: null, ortVersion: null, rows: [], errors: [], loadavg: [os.loadavg()] };
+  const fail = (where, e) => { const text = `${where}: ${errMsg(e)}`; result.errors.push(text); log(`ERROR ${text}`); };
+
+  try {
+    result.limits = await measureLimits({ threads: T, bytes: cfg.quick ? 64 << 20 : 256 << 20, reps: cfg.quick ? 3 : 11, madReps: cfg.quick ? 3 : 7, log });
+  } catch (e) { fail('limits', e); }
+
+  let sdpa = null, ort = null;
+  try {
+    const { createSdpaPeer } = await import('./sdpa-peer.mjs');
+    sdpa = await createSdpaPeer({ threads: T });
+    result.sdpaInfo = sdpa.info;
+    if (sdpa.info.threads !== T) fail('sdpa-wasm', new Error(`asked for ${T} threads, got ${JSON.stringify(sdpa.info)}`));
+  } catch (e) { fail('sdpa-wasm (createSdpa)', e); }
+  try {
+    const { createOrtPeer } = await import('./ort.mjs');
+    ort = await createOrtPeer({ threads: T });
+    result.ortVersion = ort.version;
+  } catch (e) { fail('onnxruntime-web (init)', e); }
+
+  const shapes = SHAPES.filter((s) => cfg.shapes.includes(s.id));
+  for (const s of shapes) {
+    const seed = [...s.id].reduce((a, c) => (a * 31 + c.charCodeAt(0)) >>> 0, 7);
+    const data = {
+      q: randomF32(s.Sq * s.Hq * s.D, seed + 1),
+      k: randomF32(s.keys * s.Hkv * s.D, seed + 2),
+      v: randomF32(s.keys * s.Hkv * s.D, seed + 3),
+    };
+    const rows = checkRows(s);
+    const ref = referenceRows({ q: data.q, k: data.k, v: data.v, Hq: s.Hq, Hkv: s.Hkv, D: s.D, sp: s.past, causal: s.causal, nKeys: s.keys, rows });
+    const check = (got) => compareRows(got, ref, rows, s.Hq * s.D);
+    const row = { id: s.id, threads: T, shape: s, work: work(s) };
+    const outputs = {};
+    const mismatch = (peer, c) => { if (!c.ok) fail(`${peer} ${s.id}`, new Error(`output differs from the float64 reference: max |Δ| ${c.maxAbs.toExponential(2)}, relative ${c.relErr.toExponential(2)}`)); };
+
+    if (sdpa) {
+      try {
+        const r = await sdpa.runShape(s, data, TIMING.sdpa, check);
+        outputs.sdpa = r.output; delete r.output;
+        row.sdpa = r;
+        mismatch('sdpa-wasm', r.check);
+        if (!r.rotationConsistent) fail(`sdpa-wasm ${s.id}`, new Error('two caches with the same data gave different outputs'));
+        log(`${s.id.padEnd(10)} sdpa-wasm  ${fmtMs(r.time.median)} ms (${r.time.n} calls, ${r.caches} caches)`);
+      } catch (e) { fail(`sdpa-wasm ${s.id}`, e); row.sdpa = { error: errMsg(e) }; }
+    }
+
+    if (cfg.naive && s.kind === 'decode') {
+      try {
+        const qv = data.q;
+        let output = null;
+        output = naiveDecode(qv, data.k, data.v, s.keys, s.Hq, s.Hkv, s.D);
+        const c = check(output);
+        mismatch('naive-js', c);
+        const t = await timeIt(() => { output = naiveDecode(qv, data.k, data.v, s.keys, s.Hq, s.Hkv, s.D); }, TIMING.naive);
+        delete t.samples;
+        row.naive = { time: t, check: c };
+        log(`${s.id.padEnd(10)} naive-js   ${fmtMs(t.median)} ms (${t.n} calls)`);
+      } catch (e) { fail(`naive-js ${s.id}`, e); row.naive = { error: errMsg(e) }; }
+    }
+
+    if (ort) {
+      for (const op of ['gqa', 'attn']) {
+        const name = op === 'gqa' ? 'ort GroupQueryAttention' : 'ort Attention-23';
+        try {
+          const r = await ort.runOp(op, s, data, TIMING.ort, check);
+          outputs[op] = r.output; delete r.output;
+          mismatch(name, r.check);
+          if (r.profileError) fail(`${name} ${s.id} (profile)`, new Error(r.profileError));
+          row[op] = r;
+          log(`${s.id.padEnd(10)} ${name.padEnd(24)} op ${fmtMs(r.op?.median)} ms, run ${fmtMs(r.run.median)} ms`);
+        } catch (e) { fail(`${name} ${s.id}`, e); row[op] = { error: errMsg(e) }; }
+      }
+    }
+
+    // ORT's output against ours, on every row (not only the reference rows)
+    const all = [...Array(s.Sq).keys()];
+    for (const op of ['gqa', 'attn']) {
+      if (outputs.sdpa && outputs[op]) row[op].vsSdpa = compareRows(outputs[op], outputs.sdpa, all, s.Hq * s.D);
+    }
+    result.rows.push(row);
+  }
+
+  if (sdpa) sdpa.dispose();
+  result.loadavg.push(os.loadavg());
+  return result;
+}
+
+main().then(
+  (r) => { process.send({ type: 'result', data: r }, () => process.exit(0)); },
+  (e) => { process.send({ type: 'fatal', text: e && e.stack ? e.stack : String(e) }, () => process.exit(1)); },
+);

@@ -1,0 +1,212 @@
+/*
+ * limits.c: the machine's limits as wasm code sees them, measured by the
+ * benchmark in the same run as the kernels (bench/run.mjs, issue 4).
+ *
+ *  - limits_read: streaming-read bandwidth. Sums a large float array (much
+ *    larger than the last-level cache) with SIMD128 loads into 8 independent
+ *    accumulators, split over `nthreads` threads (contiguous slices). The sum
+ *    is returned so nothing can be optimised away.
+ *  - limits_madd: SIMD f32 multiply+add peak. Each thread runs `chains`
+ *    independent dependency chains acc = acc * m + a (f32x4 mul then add:
+ *    8 FLOP per chain per iteration), enough chains to hide the latency of
+ *    mul + add on the pipes V8 uses. Several chain counts are built; the
+ *    benchmark keeps the fastest.
+ *
+ * Threads are created per call (pthread_create + join). The calls run for
+ * tens of milliseconds, so the ~40 us creation cost is noise; the pool is
+ * prewarmed through PTHREAD_POOL_SIZE (see bench/build-limits.mjs).
+ *
+ * Built by bench/build-limits.mjs with emcc -O3 -msimd128 -pthread.
+ */
+#include <emscripten.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <wasm_simd128.h>
+
+#define LIMITS_MAX_THREADS 8
+
+/* ---------------------------------------------------------------- memory */
+
+EMSCRIPTEN_KEEPALIVE void * limits_alloc(size_t bytes) {
+    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
+EMSCRIPTEN_KEEPALIVE void limits_free(void * p) { free(p); }
+
+/* Writes every element so that all pages are committed before timing. */
+EMSCRIPTEN_KEEPALIVE void limits_fill(float * p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = (float)(i & 1023) * 0x1p-10f;
+}
+
+/* ------------------------------------------------------------ read bandwidth */
+
+/* n is a multiple of 32 floats (128 bytes). */
+static float read_sum(const float * p, size_t n) {
+    v128_t va0 = wasm_f32x4_splat(0.0f), va1 = va0, va2 = va0, va3 = va0;
+    v128_t va4 = va0, va5 = va0, va6 = va0, va7 = va0;
+    for (size_t i = 0; i < n; i += 32) {
+        va0 = wasm_f32x4_add(va0, wasm_v128_load(p + i));
+        va1 = wasm_f32x4_add(va1, wasm_v128_load(p + i + 4));
+        va2 = wasm_f32x4_add(va2, wasm_v128_load(p + i + 8));
+        va3 = wasm_f32x4_add(va3, wasm_v128_load(p + i + 12));
+        va4 = wasm_f32x4_add(va4, wasm_v128_load(p + i + 16));
+        va5 = wasm_f32x4_add(va5, wasm_v128_load(p + i + 20));
+        va6 = wasm_f32x4_add(va6, wasm_v128_load(p + i + 24));
+        va7 = wasm_f32x4_add(va7, wasm_v128_load(p + i + 28));
+    }
+    va0 = wasm_f32x4_add(wasm_f32x4_add(va0, va1), wasm_f32x4_add(va2, va3));
+    va4 = wasm_f32x4_add(wasm_f32x4_add(va4, va5), wasm_f32x4_add(va6, va7));
+    va0 = wasm_f32x4_add(va0, va4);
+    return wasm_f32x4_extract_lane(va0, 0) + wasm_f32x4_extract_lane(va0, 1) +
+           wasm_f32x4_extract_lane(va0, 2) + wasm_f32x4_extract_lane(va0, 3);
+}
+
+typedef struct read_job {
+    const float * p;
+    size_t n;
+    float sum;
+} read_job;
+
+static void * read_thread(void * arg) {
+    read_job * job = (read_job *)arg;
+    job->sum = read_sum(job->p, job->n);
+    return NULL;
+}
+
+/* Sums p[0..n) (n a multiple of 32 * nthreads) over nthreads threads.
+ * Returns the sum, or NaN-free -1e30 when a thread could not be started. */
+EMSCRIPTEN_KEEPALIVE double limits_read(const float * p, size_t n, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    if (nthreads > LIMITS_MAX_THREADS) nthreads = LIMITS_MAX_THREADS;
+    read_job jobs[LIMITS_MAX_THREADS];
+    pthread_t th[LIMITS_MAX_THREADS];
+    int started[LIMITS_MAX_THREADS] = {0};
+    size_t slice = (n / (size_t)nthreads) & ~(size_t)31;
+    for (int t = 0; t < nthreads; t++) {
+        jobs[t].p = p + (size_t)t * slice;
+        jobs[t].n = slice;
+        jobs[t].sum = 0.0f;
+    }
+    for (int t = 1; t < nthreads; t++)
+        started[t] = pthread_create(&th[t], NULL, read_thread, &jobs[t]) == 0;
+    read_thread(&jobs[0]);
+    double total = jobs[0].sum;
+    for (int t = 1; t < nthreads; t++) {
+        if (started[t]) {
+            pthread_join(th[t], NULL);
+            total += jobs[t].sum;
+        } else {
+            return -1e30; /* the JS side treats this as an error */
+        }
+    }
+    return total;
+}
+
+/* ------------------------------------------------------ multiply+add peak */
+
+#define MADD_STEP(v) v = wasm_f32x4_add(wasm_f32x4_mul(v, vm), va)
+
+static float madd8(int iters, float seed) {
+    const v128_t vm = wasm_f32x4_splat(0.999f + seed * 0x1p-30f);
+    const v128_t va = wasm_f32x4_splat(1e-3f);
+    v128_t v0 = wasm_f32x4_splat(seed), v1 = wasm_f32x4_splat(seed + 1), v2 = wasm_f32x4_splat(seed + 2),
+           v3 = wasm_f32x4_splat(seed + 3), v4 = wasm_f32x4_splat(seed + 4), v5 = wasm_f32x4_splat(seed + 5),
+           v6 = wasm_f32x4_splat(seed + 6), v7 = wasm_f32x4_splat(seed + 7);
+    for (int i = 0; i < iters; i++) {
+        MADD_STEP(v0); MADD_STEP(v1); MADD_STEP(v2); MADD_STEP(v3);
+        MADD_STEP(v4); MADD_STEP(v5); MADD_STEP(v6); MADD_STEP(v7);
+    }
+    v0 = wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_add(v0, v1), wasm_f32x4_add(v2, v3)),
+                        wasm_f32x4_add(wasm_f32x4_add(v4, v5), wasm_f32x4_add(v6, v7)));
+    return wasm_f32x4_extract_lane(v0, 0) + wasm_f32x4_extract_lane(v0, 3);
+}
+
+static float madd12(int iters, float seed) {
+    const v128_t vm = wasm_f32x4_splat(0.999f + seed * 0x1p-30f);
+    const v128_t va = wasm_f32x4_splat(1e-3f);
+    v128_t v0 = wasm_f32x4_splat(seed), v1 = wasm_f32x4_splat(seed + 1), v2 = wasm_f32x4_splat(seed + 2),
+           v3 = wasm_f32x4_splat(seed + 3), v4 = wasm_f32x4_splat(seed + 4), v5 = wasm_f32x4_splat(seed + 5),
+           v6 = wasm_f32x4_splat(seed + 6), v7 = wasm_f32x4_splat(seed + 7), v8 = wasm_f32x4_splat(seed + 8),
+           v9 = wasm_f32x4_splat(seed + 9), v10 = wasm_f32x4_splat(seed + 10), v11 = wasm_f32x4_splat(seed + 11);
+    for (int i = 0; i < iters; i++) {
+        MADD_STEP(v0); MADD_STEP(v1); MADD_STEP(v2); MADD_STEP(v3);
+        MADD_STEP(v4); MADD_STEP(v5); MADD_STEP(v6); MADD_STEP(v7);
+        MADD_STEP(v8); MADD_STEP(v9); MADD_STEP(v10); MADD_STEP(v11);
+    }
+    v0 = wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_add(v0, v1), wasm_f32x4_add(v2, v3)),
+                        wasm_f32x4_add(wasm_f32x4_add(v4, v5), wasm_f32x4_add(v6, v7)));
+    v8 = wasm_f32x4_add(wasm_f32x4_add(v8, v9), wasm_f32x4_add(v10, v11));
+    v0 = wasm_f32x4_add(v0, v8);
+    return wasm_f32x4_extract_lane(v0, 0) + wasm_f32x4_extract_lane(v0, 3);
+}
+
+static float madd14(int iters, float seed) {
+    const v128_t vm = wasm_f32x4_splat(0.999f + seed * 0x1p-30f);
+    const v128_t va = wasm_f32x4_splat(1e-3f);
+    v128_t v0 = wasm_f32x4_splat(seed), v1 = wasm_f32x4_splat(seed + 1), v2 = wasm_f32x4_splat(seed + 2),
+           v3 = wasm_f32x4_splat(seed + 3), v4 = wasm_f32x4_splat(seed + 4), v5 = wasm_f32x4_splat(seed + 5),
+           v6 = wasm_f32x4_splat(seed + 6), v7 = wasm_f32x4_splat(seed + 7), v8 = wasm_f32x4_splat(seed + 8),
+           v9 = wasm_f32x4_splat(seed + 9), v10 = wasm_f32x4_splat(seed + 10), v11 = wasm_f32x4_splat(seed + 11),
+           v12 = wasm_f32x4_splat(seed + 12), v13 = wasm_f32x4_splat(seed + 13);
+    for (int i = 0; i < iters; i++) {
+        MADD_STEP(v0); MADD_STEP(v1); MADD_STEP(v2); MADD_STEP(v3);
+        MADD_STEP(v4); MADD_STEP(v5); MADD_STEP(v6); MADD_STEP(v7);
+        MADD_STEP(v8); MADD_STEP(v9); MADD_STEP(v10); MADD_STEP(v11);
+        MADD_STEP(v12); MADD_STEP(v13);
+    }
+    v0 = wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_add(v0, v1), wasm_f32x4_add(v2, v3)),
+                        wasm_f32x4_add(wasm_f32x4_add(v4, v5), wasm_f32x4_add(v6, v7)));
+    v8 = wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_add(v8, v9), wasm_f32x4_add(v10, v11)),
+                        wasm_f32x4_add(v12, v13));
+    v0 = wasm_f32x4_add(v0, v8);
+    return wasm_f32x4_extract_lane(v0, 0) + wasm_f32x4_extract_lane(v0, 3);
+}
+
+typedef struct madd_job {
+    int chains;
+    int iters;
+    float seed;
+    float out;
+} madd_job;
+
+static void * madd_thread(void * arg) {
+    madd_job * job = (madd_job *)arg;
+    switch (job->chains) {
+        case 8: job->out = madd8(job->iters, job->seed); break;
+        case 12: job->out = madd12(job->iters, job->seed); break;
+        default: job->out = madd14(job->iters, job->seed); break;
+    }
+    return NULL;
+}
+
+/* Runs `iters` iterations of `chains` (8, 12 or 14) mul+add chains on each of
+ * nthreads threads: FLOP = nthreads * iters * chains * 8. Returns a checksum,
+ * or -1e30 when a thread could not be started. */
+EMSCRIPTEN_KEEPALIVE double limits_madd(int chains, int iters, int nthreads, float seed) {
+    if (nthreads < 1) nthreads = 1;
+    if (nthreads > LIMITS_MAX_THREADS) nthreads = LIMITS_MAX_THREADS;
+    madd_job jobs[LIMITS_MAX_THREADS];
+    pthread_t th[LIMITS_MAX_THREADS];
+    int started[LIMITS_MAX_THREADS] = {0};
+    for (int t = 0; t < nthreads; t++) {
+        jobs[t].chains = chains;
+        jobs[t].iters = iters;
+        jobs[t].seed = seed + (float)t;
+        jobs[t].out = 0.0f;
+    }
+    for (int t = 1; t < nthreads; t++)
+        started[t] = pthread_create(&th[t], NULL, madd_thread, &jobs[t]) == 0;
+    madd_thread(&jobs[0]);
+    double total = jobs[0].out;
+    for (int t = 1; t < nthreads; t++) {
+        if (started[t]) {
+            pthread_join(th[t], NULL);
+            total += jobs[t].out;
+        } else {
+            return -1e30;
+        }
+    }
+    return total;
+}

@@ -1,0 +1,213 @@
+#!/usr/bin/env node
+// sdpa-wasm benchmark (issue 4): sdpa-wasm vs onnxruntime-web vs naive JS vs
+// the machine's limits, in one run, per thread count.
+//
+//   npm run bench                 full run, table on stdout (~5 min on 2 vCPU)
+//   npm run bench -- --json       one JSON object on stdout (progress on stderr)
+//   npm run bench -- --quick      smoke run for CI (< 1 min): few shapes, few calls
+//   options: --threads=1,2  --shapes=A-2048,D-0+128  --no-naive  --no-build
+//
+// Exit status: 0 unless something crashed or an output did not match the
+// float64 reference (or sdpa-wasm's output, for ORT). Times never fail the run.
+import { fork, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { SHAPES, QUICK_IDS, bound } from './shapes.mjs';
+import { ensureLimitsBuilt } from './build-limits.mjs';
+import { fmtMs, fmtX } from './util.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '..');
+
+const argv = process.argv.slice(2);
+const flag = (name) => argv.includes(`--${name}`);
+const opt = (name) => { const a = argv.find((x) => x.startsWith(`--${name}=`)); return a ? a.slice(name.length + 3) : undefined; };
+const known = ['json', 'quick', 'no-naive', 'no-build', 'help', 'threads', 'shapes'];
+for (const a of argv) {
+  const name = a.replace(/^--/, '').split('=')[0];
+  if (!a.startsWith('--') || !known.includes(name)) { console.error(`bench: unknown argument ${a} (known: ${known.map((k) => '--' + k).join(' ')})`); process.exit(2); }
+}
+if (flag('help')) { console.log(fs.readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 12).join('\n')); process.exit(0); }
+
+const quick = flag('quick');
+const json = flag('json');
+const threadList = (opt('threads') || '1,2').split(',').map(Number);
+const shapeIds = opt('shapes') ? opt('shapes').split(',') : quick ? QUICK_IDS : SHAPES.map((s) => s.id);
+for (const id of shapeIds) if (!SHAPES.some((s) => s.id === id)) { console.error(`bench: unknown shape ${id} (known: ${SHAPES.map((s) => s.id).join(' ')})`); process.exit(2); }
+if (threadList.some((t) => !Number.isInteger(t) || t < 1 || t > 16)) { console.error('bench: --threads takes positive integers, e.g. --threads=1,2'); process.exit(2); }
+
+const err = (m) => process.stderr.write(m + '\n');
+
+function ensureWasmBuilt() {
+  const need = ['dist/sdpa-simd-threads.mjs', 'dist/sdpa-simd-threads.wasm'].map((f) => path.join(root, f));
+  if (need.every((f) => fs.existsSync(f)) || flag('no-build')) return;
+  const pkg = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'));
+  const script = pkg.scripts?.['build:wasm'] ? 'build:wasm' : pkg.scripts?.build ? 'build' : null;
+  if (!script) return;
+  err(`bench: dist/ is missing, running npm run ${script}`);
+  const r = spawnSync('npm', ['run', script], { cwd: root, stdio: ['ignore', 2, 2] });
+  if (r.status !== 0) err(`bench: npm run ${script} failed (exit ${r.status}); sdpa-wasm will be reported as unavailable`);
+}
+
+function runChild(threads) {
+  return new Promise((resolve) => {
+    const cfg = { threads, quick, shapes: shapeIds, naive: !flag('no-naive') && threads === Math.min(...threadList) };
+    const child = fork(path.join(here, 'child.mjs'), [JSON.stringify(cfg)], { cwd: root, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
+    // ORT prints through the child's stdout: keep it off ours (our stdout is the table / JSON)
+    child.stdout.on('data', (d) => process.stderr.write(d));
+    child.stderr.on('data', (d) => process.stderr.write(String(d).slice(0, 4000)));
+    let result = null, fatal = null;
+    child.on('message', (m) => {
+      if (m.type === 'log') err(m.text);
+      else if (m.type === 'result') result = m.data;
+      else if (m.type === 'fatal') fatal = m.text;
+    });
+    child.on('exit', (code, signal) => {
+      if (!result) result = { threads, rows: [], errors: [`child process for ${threads} thread(s) crashed (exit ${code}${signal ? ', ' + signal : ''})${fatal ? ': ' + fatal : ''}`] };
+      resolve(result);
+    });
+  });
+}
+
+// ------------------------------------------------------------------ ratios
+const med = (x) => (x && Number.isFinite(x.median) ? x.median : null);
+function enrich(row, limits, naiveRow) {
+  const t = med(row.sdpa?.time);
+  row.bound = limits ? bound(row.shape, limits) : null;
+  const naive = med((row.naive || naiveRow)?.time);
+  const gqaOp = med(row.gqa?.op), attnOp = med(row.attn?.op);
+  const gqaRun = med(row.gqa?.run), attnRun = med(row.attn?.run);
+  const ortBestOp = [gqaOp, attnOp].filter((x) => x != null).reduce((a, b) => Math.min(a, b), Infinity);
+  const div = (a, b) => (a != null && b != null && Number.isFinite(a) && Number.isFinite(b) && b > 0 ? a / b : null);
+  row.ratios = {
+    toBound: div(t, row.bound?.ms),                 // sdpa / bound (≥ 1 unless caches help)
+    toComputeBound: div(t, row.bound?.flopMs),
+    gqaOpOverSdpa: div(gqaOp, t), gqaRunOverSdpa: div(gqaRun, t),   // > 1: sdpa faster
+    attnOpOverSdpa: div(attnOp, t), attnRunOverSdpa: div(attnRun, t),
+    ortBestOpOverSdpa: div(ortBestOp, t),
+    naiveOverSdpa: div(naive, t),
+  };
+  if (t != null) {
+    row.sdpa.GBs = row.work.kvBytes / (t * 1e6);
+    row.sdpa.GFLOPs = row.work.flops / (t * 1e6);
+  }
+  row.naiveFromThreads = row.naive ? row.threads : naiveRow ? naiveRow.threads : null;
+}
+
+function targets(byThreads) {
+  const out = [];
+  const rowsOf = (T) => byThreads.get(T)?.rows || [];
+  for (const [T] of byThreads) {
+    for (const r of rowsOf(T)) {
+      const s = r.shape;
+      if (s.kind === 'decode' && s.keys >= 2048) {
+        out.push({ target: `decode ${r.id} ${T}t: ≤ 1.5× bound`, value: r.ratios.toBound, limit: 1.5, met: r.ratios.toBound != null && r.ratios.toBound <= 1.5 });
+        out.push({ target: `decode ${r.id} ${T}t: ≥ 5× faster than ORT's fastest op`, value: r.ratios.ortBestOpOverSdpa, limit: 5, met: r.ratios.ortBestOpOverSdpa != null && r.ratios.ortBestOpOverSdpa >= 5 });
+      }
+      if (s.kind === 'prefill') {
+        out.push({ target: `prefill ${r.id} ${T}t: ≤ 2× compute bound`, value: r.ratios.toComputeBound, limit: 2, met: r.ratios.toComputeBound != null && r.ratios.toComputeBound <= 2 });
+        out.push({ target: `prefill ${r.id} ${T}t: ≥ 1.3× faster than ORT's fastest op`, value: r.ratios.ortBestOpOverSdpa, limit: 1.3, met: r.ratios.ortBestOpOverSdpa != null && r.ratios.ortBestOpOverSdpa >= 1.3 });
+      }
+    }
+  }
+  if (byThreads.has(1) && byThreads.has(2)) {
+    for (const id of ['A-8192', 'MQA-8192']) {
+      const a = rowsOf(1).find((r) => r.id === id), b = rowsOf(2).find((r) => r.id === id);
+      if (!a || !b) continue;
+      const v = med(a.sdpa?.time) && med(b.sdpa?.time) ? med(a.sdpa.time) / med(b.sdpa.time) : null;
+      out.push({ target: `${id}: 2 threads ≥ 1.6× faster than 1`, value: v, limit: 1.6, met: v != null && v >= 1.6 });
+    }
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------ output
+function table(res) {
+  const L = [];
+  L.push(`sdpa-wasm benchmark  ${res.meta.date}  ${res.meta.cpu} (${res.meta.cores} vCPU)  node ${res.meta.node}  onnxruntime-web ${res.meta.ortVersion ?? '-'}${quick ? '  [--quick]' : ''}`);
+  L.push(`load average at start ${res.meta.loadavgStart.map((x) => x.toFixed(2)).join(' ')}, end ${res.meta.loadavgEnd.map((x) => x.toFixed(2)).join(' ')} (the machine is shared: other load skews everything)`);
+  for (const c of res.runs) {
+    const lim = c.limits;
+    L.push('');
+    L.push(`== ${c.threads} thread${c.threads > 1 ? 's' : ''}  sdpa-wasm ${c.sdpaInfo ? `${c.sdpaInfo.build}, ${c.sdpaInfo.threads}t` : 'unavailable'}` +
+      (lim ? `  limits: read ${lim.bwGBs.toFixed(1)} GB/s (${lim.bw.min.toFixed(1)}–${lim.bw.max.toFixed(1)}), mul+add ${lim.peakGFLOPs.toFixed(1)} GFLOP/s (${lim.peak.min.toFixed(1)}–${lim.peak.max.toFixed(1)})` : '  limits: -'));
+    const head = ['shape', 'Hq/Hkv/D', 'keys', 'sdpa ms', '(min–max)', 'GB/s', 'GFLOP/s', 'bound', '×bnd', 'GQA op', 'GQA run', 'Attn op', 'Attn run', 'naive', '÷GQA', '÷Attn', '÷naive', 'check'];
+    const rows = [head];
+    for (const r of c.rows) {
+      const s = r.shape, t = r.sdpa?.time;
+      const okAll = ['sdpa', 'gqa', 'attn', 'naive'].every((p) => !r[p] || (!r[p].error && (!r[p].check || r[p].check.ok))) &&
+        ['gqa', 'attn'].every((p) => !r[p]?.vsSdpa || r[p].vsSdpa.ok);
+      const naiveT = r.naive?.time ?? r.naiveShared?.time;
+      rows.push([
+        r.id, `${s.Hq}/${s.Hkv}/${s.D}`, String(s.kind === 'prefill' ? `${s.past}+${s.Sq}` : s.keys),
+        r.sdpa?.error ? 'ERROR' : fmtMs(t?.median), t ? `${fmtMs(t.min)}–${fmtMs(t.max)}` : '',
+        r.sdpa?.GBs ? r.sdpa.GBs.toFixed(1) : '-', r.sdpa?.GFLOPs ? r.sdpa.GFLOPs.toFixed(1) : '-',
+        r.bound ? `${fmtMs(r.bound.ms)}${r.bound.by === 'memory' ? 'm' : 'c'}` : '-', fmtX(r.ratios.toBound),
+        r.gqa?.error ? 'ERROR' : fmtMs(r.gqa?.op?.median), r.gqa?.error ? '' : fmtMs(r.gqa?.run?.median),
+        r.attn?.error ? 'ERROR' : fmtMs(r.attn?.op?.median), r.attn?.error ? '' : fmtMs(r.attn?.run?.median),
+        fmtMs(naiveT?.median),
+        fmtX(r.ratios.gqaOpOverSdpa), fmtX(r.ratios.attnOpOverSdpa), fmtX(r.ratios.naiveOverSdpa),
+        okAll ? 'ok' : 'MISMATCH',
+      ]);
+    }
+    const w = head.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
+    for (const r of rows) L.push(r.map((x, i) => (i < 1 ? x.padEnd(w[i]) : x.padStart(w[i]))).join('  '));
+  }
+  L.push('');
+  L.push('Columns: times are the median over many calls after warm-up (min–max for sdpa-wasm), in ms. GB/s = KV bytes / time, GFLOP/s = FLOPs / time.');
+  L.push('bound = max(KV bytes / read bandwidth, FLOPs / mul+add peak) with the same thread count (m: memory-bound, c: compute-bound); ×bnd = sdpa / bound.');
+  L.push('GQA/Attn op = ORT profiler kernel time of GroupQueryAttention / Attention-23; run = session.run end to end. ÷X = X time / sdpa time (> 1: sdpa faster; ORT by op time).');
+  L.push('naive = plain float32 JS, single thread, decode shapes only. check = every peer equals the float64 reference and ORT equals sdpa-wasm.');
+  if (res.targets.length) {
+    L.push('');
+    L.push('Targets (issue 4):');
+    for (const t of res.targets) L.push(`  ${t.met ? 'MET    ' : 'NOT MET'}  ${t.target}: ${t.value == null ? 'n/a' : t.value.toFixed(2) + '×'}`);
+  }
+  if (res.errors.length) {
+    L.push('');
+    L.push('Errors:');
+    for (const e of res.errors) L.push(`  ${e}`);
+  }
+  return L.join('\n');
+}
+
+// ------------------------------------------------------------------ main
+const t0 = Date.now();
+const loadavgStart = os.loadavg();
+const errors = [];
+try { ensureLimitsBuilt({ log: err }); } catch (e) { errors.push(`limits build: ${e.message.split('\n')[0]}`); }
+ensureWasmBuilt();
+
+const runs = [];
+for (const T of threadList) {
+  err(`bench: ${T} thread(s), shapes ${shapeIds.join(' ')}${quick ? ' (quick)' : ''}`);
+  runs.push(await runChild(T));
+}
+const naiveRows = new Map();
+for (const c of runs) for (const r of c.rows) if (r.naive) naiveRows.set(r.id, r);
+for (const c of runs) {
+  for (const r of c.rows) {
+    const nr = r.naive ? null : naiveRows.get(r.id);
+    if (nr) r.naiveShared = { time: nr.naive.time, fromThreads: nr.threads };
+    enrich(r, c.limits, nr ? nr.naive && nr : null);
+    if (nr) r.ratios.naiveOverSdpa = med(r.sdpa?.time) ? med(nr.naive.time) / med(r.sdpa.time) : null;
+  }
+  errors.push(...c.errors);
+}
+const byThreads = new Map(runs.map((c) => [c.threads, c]));
+const res = {
+  meta: {
+    date: new Date().toISOString(), quick, node: process.version, cpu: os.cpus()[0]?.model?.trim() ?? '?', cores: os.cpus().length,
+    memGiB: +(os.totalmem() / 2 ** 30).toFixed(1), ortVersion: runs.find((c) => c.ortVersion)?.ortVersion ?? null,
+    sdpaInfo: runs.map((c) => c.sdpaInfo), loadavgStart, loadavgEnd: os.loadavg(), seconds: (Date.now() - t0) / 1000,
+  },
+  runs,
+  targets: targets(byThreads),
+  errors,
+};
+if (json) process.stdout.write(JSON.stringify(res) + '\n');
+else console.log(table(res));
+err(`bench: done in ${res.meta.seconds.toFixed(0)} s, ${errors.length} error(s)`);
+process.exit(errors.length ? 1 : 0);

@@ -1,0 +1,55 @@
+// sdpa-wasm measured the way a decode loop uses it: cache.attend with heap
+// tensors (sdpa.allocTensor) for q and out, over a KV cache filled with seeded
+// random data. The timed call is attend only (the cache already holds the new
+// token's K/V, as after cache.update).
+//
+// Several caches of the same shape are used in rotation so that the KV data of
+// one call is not still in the last-level cache from the previous call (as in a
+// model, where every layer has its own cache): at least ROTATE_BYTES in all.
+import { createSdpa } from '../js/index.js';
+import { timeIt, compareRows } from './util.mjs';
+import { work } from './shapes.mjs';
+
+export const ROTATE_BYTES = 96 << 20;  // 3× the 32 MiB L3 of the reference machine
+
+export async function createSdpaPeer({ threads }) {
+  const sdpa = await createSdpa({ threads });
+
+  async function runShape(s, data, timing, check) {
+    const { Hq, Hkv, D, Sq, keys } = s;
+    const { kvBytes } = work(s);
+    const nCaches = Math.max(1, Math.min(64, Math.ceil(ROTATE_BYTES / kvBytes)));
+    const caches = [];
+    let q, out;
+    try {
+      const k = { data: data.k, dims: [1, keys, Hkv, D] };
+      const v = { data: data.v, dims: [1, keys, Hkv, D] };
+      for (let i = 0; i < nCaches; i++) {
+        const c = sdpa.createKVCache({ batch: 1, maxSeqLen: keys, numKvHeads: Hkv, headDim: D });
+        caches.push(c);
+        c.update(k, v, 0);
+      }
+      q = sdpa.allocTensor('float32', [1, Sq, Hq, D]);
+      out = sdpa.allocTensor('float32', [1, Sq, Hq, D]);
+      q.data.set(data.q);
+      const opts = { startPos: s.past, isCausal: s.causal, out };
+      caches[0].attend(q, opts);
+      const output = Float32Array.from(out.data);
+      const verdict = check(output);
+      // every rotated cache must give the same answer (they hold the same data)
+      caches[nCaches - 1].attend(q, opts);
+      const same = compareRows(out.data, output, [...Array(Sq).keys()], Hq * D, 0);
+      const memBefore = q.data.buffer.byteLength;
+      const r = await timeIt((i) => { caches[i % nCaches].attend(q, opts); }, timing);
+      const memAfter = q.data.buffer.byteLength;
+      delete r.samples;
+      return { time: r, check: verdict, rotationConsistent: same.ok, caches: nCaches, heapGrewDuringTiming: memAfter !== memBefore, output };
+    } finally {
+      for (const c of caches) c.dispose();
+      if (q) q.dispose();
+      if (out) out.dispose();
+    }
+  }
+
+  return { info: sdpa.info, runShape, dispose: () => sdpa.dispose() };
+}

@@ -1,0 +1,116 @@
+// Shared helpers for the benchmark: timing, statistics, seeded data, float64 reference.
+import { performance } from 'node:perf_hooks';
+
+export const now = () => performance.now();
+
+export function stats(samples) {
+  const s = Float64Array.from(samples).sort();
+  const n = s.length;
+  const median = n === 0 ? NaN : n % 2 ? s[(n - 1) / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  return { median, min: s[0], max: s[n - 1], n };
+}
+
+/**
+ * Times fn() (sync or async). Warm-up: at least `warmup` calls and `warmupMs`
+ * milliseconds (so that V8's optimizing tier has compiled the hot code). Then
+ * up to `iters` timed calls, stopping early after `budgetMs` (but never with
+ * fewer than `minIters` samples). Returns { median, min, max, n } in ms.
+ */
+export async function timeIt(fn, { warmup = 10, warmupMs = 300, iters = 50, minIters = 5, budgetMs = 2000, before } = {}) {
+  const isAsync = fn.constructor.name === 'AsyncFunction';
+  let t0 = now();
+  for (let i = 0; i < warmup || now() - t0 < warmupMs; i++) {
+    if (before) before(i);
+    if (isAsync) await fn(i); else fn(i);
+    if (i > 100000) break;
+  }
+  const samples = [];
+  t0 = now();
+  for (let i = 0; i < iters; i++) {
+    if (before) before(i);
+    const a = now();
+    if (isAsync) await fn(i); else fn(i);
+    samples.push(now() - a);
+    if (samples.length >= minIters && now() - t0 > budgetMs) break;
+  }
+  return { ...stats(samples), samples };
+}
+
+// mulberry32: small seeded PRNG; uniform floats in [-1, 1).
+export function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 2147483648 - 1;
+  };
+}
+
+export function randomF32(n, seed) {
+  const r = rng(seed);
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i++) a[i] = r();
+  return a;
+}
+
+/**
+ * Float64 reference of attention for selected query rows.
+ * q: [Sq, Hq, D] (batch 1), k/v: [N, Hkv, D] (token-major, as fed to cache.update);
+ * query row i sits at position sp + i; causal: keys t <= sp + i; keys < nKeys.
+ * Returns Float64Array [rows.length, Hq, D].
+ */
+export function referenceRows({ q, k, v, Hq, Hkv, D, sp, causal, nKeys, rows }) {
+  const r = Hq / Hkv;
+  const scale = 1 / Math.sqrt(D);
+  const out = new Float64Array(rows.length * Hq * D);
+  const s = new Float64Array(nKeys);
+  rows.forEach((i, ri) => {
+    const last = causal ? Math.min(nKeys - 1, sp + i) : nKeys - 1;
+    for (let h = 0; h < Hq; h++) {
+      const hk = Math.floor(h / r);
+      const qo = (i * Hq + h) * D;
+      let m = -Infinity;
+      for (let t = 0; t <= last; t++) {
+        const ko = (t * Hkv + hk) * D;
+        let dot = 0;
+        for (let d = 0; d < D; d++) dot += q[qo + d] * k[ko + d];
+        s[t] = dot * scale;
+        if (s[t] > m) m = s[t];
+      }
+      let sum = 0;
+      for (let t = 0; t <= last; t++) { s[t] = Math.exp(s[t] - m); sum += s[t]; }
+      const oo = (ri * Hq + h) * D;
+      for (let t = 0; t <= last; t++) {
+        const w = s[t] / sum, vo = (t * Hkv + hk) * D;
+        for (let d = 0; d < D; d++) out[oo + d] += w * v[vo + d];
+      }
+    }
+  });
+  return out;
+}
+
+/**
+ * Compares `got` ([Sq, Hq, D] float32, full output) on the reference rows.
+ * Returns { ok, maxAbs, relErr } with relErr = maxAbs / max|ref|.
+ */
+export function compareRows(got, ref, rows, rowLen, tol = 2e-4) {
+  let maxAbs = 0, maxRef = 0;
+  let bad = !got || got.length < (Math.max(...rows) + 1) * rowLen;
+  if (!bad) {
+    rows.forEach((i, ri) => {
+      for (let j = 0; j < rowLen; j++) {
+        const a = got[i * rowLen + j], b = ref[ri * rowLen + j];
+        const d = Math.abs(a - b);
+        if (!(d <= maxAbs)) maxAbs = Number.isNaN(d) ? Infinity : Math.max(maxAbs, d);
+        if (Math.abs(b) > maxRef) maxRef = Math.abs(b);
+      }
+    });
+  }
+  const relErr = bad ? Infinity : maxAbs / (maxRef || 1);
+  return { ok: relErr <= tol, maxAbs: bad ? Infinity : maxAbs, relErr };
+}
+
+export const fmtMs = (x) => (x == null || !Number.isFinite(x) ? '-' : x < 1 ? x.toFixed(3) : x < 10 ? x.toFixed(2) : x < 100 ? x.toFixed(1) : x.toFixed(0));
+export const fmtX = (x) => (x == null || !Number.isFinite(x) ? '-' : x < 10 ? x.toFixed(2) + '×' : x.toFixed(1) + '×');

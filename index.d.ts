@@ -1,0 +1,173 @@
+// Types for sdpa-wasm: scaled dot-product attention with a KV cache as
+// WebAssembly (SIMD128 + pthreads). Semantics: CONTRACT.md; API: issue 3.
+
+/** Error codes, in the order that decides which one is reported (CONTRACT.md section 2). */
+export type SdpaErrorCode =
+  | 'E_ARG' | 'E_RANK' | 'E_DIMS' | 'E_DTYPE' | 'E_BATCH' | 'E_HEADS' | 'E_HEAD_DIM'
+  | 'E_KV_LEN' | 'E_START_POS' | 'E_CAPACITY' | 'E_MASK_DTYPE' | 'E_MASK_SHAPE'
+  | 'E_MASK_CAUSAL' | 'E_DROPOUT' | 'E_SCALE' | 'E_DISPOSED' | 'E_OOM'
+  /** Not a contract rule: the package's wasm/glue files are missing or broken. */
+  | 'E_LOAD';
+
+export class SdpaError extends Error {
+  constructor(code: SdpaErrorCode, message: string, options?: { cause?: unknown; status?: number });
+  readonly name: 'SdpaError';
+  readonly code: SdpaErrorCode;
+  /** The C status number, when the error came back from the C core. */
+  readonly status?: number;
+}
+
+/** `float32` ↔ Float32Array; `bool` ↔ Uint8Array (masks only; non-zero = attend). */
+export type DType = 'float32' | 'bool';
+
+/** A dense row-major tensor. `dtype`, when given, must agree with `data`'s type. */
+export interface Tensor<D extends Float32Array | Uint8Array = Float32Array> {
+  data: D;
+  dims: readonly number[];
+  dtype?: DType;
+}
+export type FloatTensor = Tensor<Float32Array> | HeapTensor<Float32Array>;
+export type MaskTensor = Tensor<Float32Array> | Tensor<Uint8Array> | HeapTensor<Float32Array> | HeapTensor<Uint8Array>;
+
+/** What the attention calls return when no `out` is given. */
+export interface OutputTensor {
+  data: Float32Array;
+  dims: number[];
+  dtype: 'float32';
+}
+
+/**
+ * A tensor whose storage is in the wasm heap. `data` is a live view of wasm
+ * memory, re-derived after memory growth: read it again after any call
+ * rather than keeping it. Reading `data` after dispose() is E_DISPOSED.
+ */
+export class HeapTensor<D extends Float32Array | Uint8Array = Float32Array> {
+  private constructor();
+  readonly data: D;
+  readonly dims: readonly number[];
+  readonly dtype: DType;
+  /** Element count. */
+  readonly length: number;
+  readonly disposed: boolean;
+  /** Frees the memory; a second call is a no-op. */
+  dispose(): void;
+}
+
+export interface CreateSdpaOptions {
+  /**
+   * Threads in all (the calling thread included). 'auto' (default) = the
+   * available cores, at most 8. Only the 'simd-threads' build has threads.
+   */
+  threads?: number | 'auto';
+  /**
+   * Force a build instead of choosing: 'simd-threads' (SIMD128 + pthreads;
+   * needs Node or a crossOriginIsolated page) or 'simd' (one thread).
+   * Default: 'simd-threads' in Node and in crossOriginIsolated pages,
+   * otherwise 'simd' with one console.warn saying why.
+   */
+  build?: 'simd-threads' | 'simd';
+}
+
+export interface SdpaInfo {
+  readonly build: 'simd-threads' | 'simd';
+  readonly threads: number;
+  readonly version: string;
+}
+
+/** Options of customSdpa and KVCache.attend. */
+export interface CustomSdpaOptions {
+  /** Absolute position of query row 0 (default 0). Without a mask, keys 0 .. startPos+Sq-1 are read. */
+  startPos?: number;
+  /** [Sq, N] float32 (additive, not scaled) or bool (true = attend); N ≤ Skv keys are read. */
+  attnMask?: MaskTensor | null;
+  /** Must be 0 (there is no dropout). */
+  dropoutP?: number;
+  /** Key t is masked for query row i when t > startPos + i. Not together with attnMask. */
+  isCausal?: boolean;
+  /** Finite and > 0; default 1/sqrt(D). */
+  scale?: number | null;
+  /** [B, Sq, Hq, D] float32; written and returned. Heap tensors are written in place. */
+  out?: FloatTensor;
+}
+
+/** KVCache.step options: attend's options without startPos. */
+export type StepOptions = Omit<CustomSdpaOptions, 'startPos'>;
+
+export interface ScaledDotProductAttentionOptions {
+  /** Rank 1-4, broadcastable to [B, Hq, L, S]; float32 (additive) or bool (true = attend). */
+  attnMask?: MaskTensor | null;
+  /** Must be 0. */
+  dropoutP?: number;
+  /** Top-left causal: row i sees keys 0..i. Not together with attnMask. */
+  isCausal?: boolean;
+  /** Any finite number; default 1/sqrt(E). */
+  scale?: number | null;
+  /** Query heads may be a multiple of key/value heads (query head h uses floor(h·Hk/Hq)). */
+  enableGqa?: boolean;
+}
+
+export interface AttentionPlan {
+  route: 'custom' | 'general';
+  /** One human-readable reason per fast-op condition that fails; [] for 'custom'. */
+  reasons: string[];
+}
+
+export interface KVCacheOptions {
+  batch?: number;
+  maxSeqLen: number;
+  numKvHeads: number;
+  headDim: number;
+  dtype?: 'float32';
+}
+
+/** K and V for [batch, maxSeqLen, numKvHeads, headDim], allocated once in the wasm heap. */
+export class KVCache {
+  private constructor();
+  readonly batch: number;
+  readonly maxSeqLen: number;
+  readonly numKvHeads: number;
+  readonly headDim: number;
+  readonly dtype: 'float32';
+  readonly disposed: boolean;
+  /** Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1. */
+  update(k: FloatTensor, v: FloatTensor, startPos: number): void;
+  /** customSdpa(q, K, V, opts) over the whole cache (Skv = maxSeqLen). */
+  attend<O extends FloatTensor>(q: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
+  attend(q: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
+  /** update(k, v, startPos) then attend(q, { startPos, ...opts }); q and k have the same length. */
+  step<O extends FloatTensor>(q: FloatTensor, k: FloatTensor, v: FloatTensor, startPos: number, opts: StepOptions & { out: O }): O;
+  step(q: FloatTensor, k: FloatTensor, v: FloatTensor, startPos: number, opts?: StepOptions): OutputTensor;
+  /** Copies of rows start .. start+length-1, each [B, length, Hkv, D]. */
+  read(start: number, length: number): { k: OutputTensor; v: OutputTensor };
+  /** Frees the storage; a second call is a no-op. */
+  dispose(): void;
+}
+
+export interface Sdpa {
+  readonly info: SdpaInfo;
+  readonly disposed: boolean;
+  /** ExecuTorch custom_sdpa on [B, S, H, D] tensors; returns [B, Sq, Hq, D]. */
+  customSdpa<O extends FloatTensor>(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
+  customSdpa(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
+  createKVCache(options: KVCacheOptions): KVCache;
+  /** A zero-filled heap tensor. */
+  allocTensor(dtype: 'float32', dims: readonly number[]): HeapTensor<Float32Array>;
+  allocTensor(dtype: 'bool', dims: readonly number[]): HeapTensor<Uint8Array>;
+  /** torch.nn.functional.scaled_dot_product_attention on [B, H, S, D]; returns [B, Hq, L, Ev]. */
+  scaledDotProductAttention(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts?: ScaledDotProductAttentionOptions): OutputTensor;
+  /** Throws what scaledDotProductAttention would throw; otherwise the route it takes. */
+  planAttention(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts?: ScaledDotProductAttentionOptions): AttentionPlan;
+  /** Frees every cache and heap tensor made here, the context, and ends the worker threads. */
+  dispose(): void;
+}
+
+export function createSdpa(options?: CreateSdpaOptions): Promise<Sdpa>;
+
+export function isHeapTensor(x: unknown): x is HeapTensor<Float32Array | Uint8Array>;
+
+/** Error codes indexed by C status number (index 0 is 'OK'). */
+export const STATUS_CODES: readonly string[];
+export const E_LOAD: 'E_LOAD';
+export const VERSION: string;
+/** Test-only internals key (unstable). */
+export const INTERNALS: unique symbol;

@@ -1,0 +1,72 @@
+// heap.js: heap tensors, i.e. tensors whose storage lives in the wasm heap.
+//
+// A heap tensor's `data` is a live view of wasm memory. Memory growth replaces
+// the memory's buffer object, so the view is re-derived whenever the buffer
+// object changed since the last access, and is never handed out stale.
+// Pointers at or above 2 GiB come back from wasm as negative i32 and are kept
+// here as unsigned numbers (`>>> 0`).
+
+import { fail } from './errors.js';
+
+/** Internal state of every live or disposed heap tensor, keyed by the tensor. */
+const STATE = new WeakMap();
+
+/** @returns the internal state ({ rt, ptr, n, bytes, dtype, dims, disposed }) or undefined. */
+export function heapState(t) {
+  return t !== null && typeof t === 'object' ? STATE.get(t) : undefined;
+}
+
+export function isHeapTensor(t) {
+  return heapState(t) !== undefined;
+}
+
+export const DTYPE_BYTES = Object.freeze({ float32: 4, bool: 1 });
+
+export class HeapTensor {
+  /**
+   * Made by sdpa.allocTensor; not meant to be constructed directly.
+   * @param {object} rt the runtime that owns the memory (buffer(), releaseTensor())
+   * @param {number} ptr unsigned byte address in wasm memory
+   * @param {number[]} dims
+   * @param {'float32'|'bool'} dtype
+   */
+  constructor(rt, ptr, dims, dtype) {
+    const n = dims.reduce((a, b) => a * b, 1);
+    STATE.set(this, {
+      rt, ptr: ptr >>> 0, n, bytes: n * DTYPE_BYTES[dtype], dtype,
+      dims: Object.freeze(dims.slice()), disposed: false, view: null, buffer: null,
+    });
+  }
+
+  /** A typed array over the tensor's wasm memory (Float32Array, or Uint8Array for 'bool'). */
+  get data() {
+    const s = STATE.get(this);
+    if (s.disposed) {
+      throw fail('E_DISPOSED', `HeapTensor.data: this heap tensor (${s.dtype} [${s.dims.join(', ')}]) was disposed`);
+    }
+    const buffer = s.rt.buffer();
+    if (buffer !== s.buffer) {
+      s.view = s.dtype === 'bool' ? new Uint8Array(buffer, s.ptr, s.n) : new Float32Array(buffer, s.ptr, s.n);
+      s.buffer = buffer;
+    }
+    return s.view;
+  }
+
+  get dims() { return STATE.get(this).dims; }
+  get dtype() { return STATE.get(this).dtype; }
+  /** Element count. */
+  get length() { return STATE.get(this).n; }
+  get disposed() { return STATE.get(this).disposed; }
+
+  /** Frees the wasm memory. A second call is a no-op. */
+  dispose() {
+    const s = STATE.get(this);
+    if (s.disposed) return;
+    s.disposed = true;
+    s.view = null;
+    s.buffer = null;
+    s.rt.releaseTensor(this, s.ptr);
+  }
+
+  get [Symbol.toStringTag]() { return 'HeapTensor'; }
+}

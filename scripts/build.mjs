@@ -1,0 +1,249 @@
+#!/usr/bin/env node
+// npm run build [-- options]: builds whatever is missing or stale, with CMake.
+//
+//   native  build/native  static lib + tests/c (gcc/cc, -O2 -Werror)
+//   asan    build/asan    the same with clang ASan + UBSan (SDPA_SANITIZE=ON)
+//   fuzz    build/fuzz    tests/fuzz/fuzz_sdpa.c as a libFuzzer target (clang, SDPA_FUZZ=ON)
+//   wasm    build/wasm    emcmake: dist/sdpa-simd{,-threads}.* + Node-run wasm tests
+//
+// Options: --native --asan --fuzz --wasm (subset; default all), --force (wipe
+// and rebuild), --quiet (one line per step, output only on failure),
+// --no-install (never apt-get/npm install what is missing), -jN.
+// Up-to-date trees cost one no-op `cmake --build` each (< 1 s).
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+export const TARGETS = ['native', 'asan', 'fuzz', 'wasm'];
+const EMSDK_NODE_PATH = '/usr/share/nodejs';   // Debian's acorn, needed by emcc -O1+ (TOOLCHAIN 1.1)
+
+export function log(msg) { process.stdout.write(`${msg}\n`); }
+
+/** Environment for every build/test child: NODE_PATH for emcc, no colour noise. */
+export function buildEnv(extra = {}) {
+  const env = { ...process.env, ...extra };
+  const parts = (env.NODE_PATH || '').split(path.delimiter).filter(Boolean);
+  if (!parts.includes(EMSDK_NODE_PATH)) parts.push(EMSDK_NODE_PATH);
+  env.NODE_PATH = parts.join(path.delimiter);
+  env.CLICOLOR_FORCE = '0';
+  return env;
+}
+
+/**
+ * Runs a command; streams its output (or captures it when quiet). Kills the
+ * whole process group on timeout. Resolves {code, signal, timedOut, out}.
+ */
+export function run(cmd, args, { cwd = ROOT, env = buildEnv(), quiet = false, timeoutMs = 0, echo = true } = {}) {
+  if (echo) log(`$ ${[cmd, ...args].map(a => (/[\s"'|&;<>()$]/.test(a) ? JSON.stringify(a) : a)).join(' ')}`);
+  return new Promise((resolve) => {
+    let out = '';
+    let timedOut = false;
+    const child = spawn(cmd, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const onData = (stream) => (chunk) => {
+      const s = chunk.toString();
+      out += s;
+      if (out.length > 4e6) out = out.slice(-2e6);   // keep the tail only
+      if (!quiet) stream.write(s);
+    };
+    child.stdout.on('data', onData(process.stdout));
+    child.stderr.on('data', onData(process.stderr));
+    let timer = null;
+    if (timeoutMs > 0) {
+      timer = setTimeout(() => {
+        timedOut = true;
+        try { process.kill(-child.pid, 'SIGKILL'); } catch { /* already gone */ }
+      }, timeoutMs);
+    }
+    child.on('error', (err) => {
+      if (timer) clearTimeout(timer);
+      resolve({ code: 127, signal: null, timedOut, out: `${out}\n${cmd}: ${err.message}\n` });
+    });
+    child.on('close', (code, signal) => {
+      if (timer) clearTimeout(timer);
+      resolve({ code: code ?? 1, signal, timedOut, out });
+    });
+  });
+}
+
+export function which(cmd) {
+  const r = spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : null;
+}
+
+export function tail(text, lines = 60) {
+  return text.split('\n').slice(-lines).join('\n');
+}
+
+// ------------------------------------------------------------------ prerequisites
+// What each build needs, as [check, Debian package]. `npm test` and
+// `npm run build` install missing ones when running as root (as CI does).
+const CLANG_RT = () => fs.existsSync('/usr/lib/llvm-14/lib/clang') &&
+  spawnSync('sh', ['-c', 'ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a'], { stdio: 'ignore' }).status === 0;
+const TOOLS = {
+  cmake: [() => which('cmake'), 'cmake'],
+  ninja: [() => which('ninja'), 'ninja-build'],
+  cc: [() => which('cc') || which('gcc'), 'gcc'],
+  clang: [() => which('clang'), 'clang'],
+  lld: [() => which('ld.lld') || which('lld'), 'lld'],
+  simde: [() => fs.existsSync('/usr/include/simde/wasm/simd128.h'), 'libsimde-dev'],
+  clangrt: [CLANG_RT, 'libclang-rt-14-dev'],
+  emcc: [() => which('emcc') && which('emcmake'), 'emscripten'],
+  chromium: [() => which('chromium') || fs.existsSync('/usr/bin/chromium'), 'chromium'],
+};
+const NEEDS = {
+  native: ['cmake', 'ninja', 'cc', 'simde'],
+  asan: ['cmake', 'ninja', 'clang', 'simde', 'clangrt'],
+  fuzz: ['cmake', 'ninja', 'clang', 'simde', 'clangrt'],
+  wasm: ['cmake', 'ninja', 'emcc'],
+  browser: ['chromium'],
+};
+const OPTIONAL = new Set(['ninja']);
+let aptUpdated = false;
+
+/** Installs the Debian packages `names` needs (root only). Returns the tools still missing. */
+export async function ensureTools(names, { install = true, quiet = false } = {}) {
+  const want = [...new Set(names.flatMap(n => NEEDS[n] || [n]))];
+  const missing = want.filter(t => !TOOLS[t][0]());
+  if (!missing.length) return [];
+  const pkgs = [...new Set(missing.map(t => TOOLS[t][1]))];
+  const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+  if (install && isRoot && which('apt-get')) {
+    log(`setup: installing missing ${pkgs.join(' ')} (apt-get)`);
+    const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+    if (!aptUpdated) {
+      const u = await run('apt-get', ['update', '-qq'], { env, quiet: true, echo: !quiet, timeoutMs: 300e3 });
+      if (u.code !== 0) log(tail(u.out, 20));
+      aptUpdated = true;
+    }
+    const r = await run('apt-get', ['install', '-y', '-qq', ...pkgs], { env, quiet: true, echo: !quiet, timeoutMs: 900e3 });
+    if (r.code !== 0) log(tail(r.out, 30));
+  }
+  const still = want.filter(t => !TOOLS[t][0]() && !OPTIONAL.has(t));
+  if (still.length) {
+    const hint = [...new Set(still.map(t => TOOLS[t][1]))].join(' ');
+    log(`setup: missing ${still.join(', ')}: install with  sudo apt-get install -y ${hint}`);
+  }
+  return still;
+}
+
+/** Runs `npm ci` when node_modules is missing (the JS and browser suites need it). */
+export async function ensureNodeModules({ install = true } = {}) {
+  if (fs.existsSync(path.join(ROOT, 'node_modules', 'uvu'))) return true;
+  if (!install) { log('setup: node_modules missing: run  npm ci'); return false; }
+  log('setup: node_modules missing, running npm ci');
+  const cmd = fs.existsSync(path.join(ROOT, 'package-lock.json')) ? 'ci' : 'install';
+  const r = await run('npm', [cmd, '--no-audit', '--no-fund'], { quiet: true, timeoutMs: 600e3 });
+  if (r.code !== 0) { log(tail(r.out, 30)); return false; }
+  return true;
+}
+
+// ------------------------------------------------------------------ builds
+function hasFiles(dir, re) {
+  const abs = path.join(ROOT, dir);
+  if (!fs.existsSync(abs)) return false;
+  const walk = (d) => fs.readdirSync(d, { withFileTypes: true }).some(e =>
+    e.isDirectory() ? walk(path.join(d, e.name)) : re.test(e.name));
+  return walk(abs);
+}
+export const hasCSources = () => hasFiles('src', /\.c$/);
+
+function cacheValue(dir, key) {
+  const f = path.join(dir, 'CMakeCache.txt');
+  if (!fs.existsSync(f)) return null;
+  const m = fs.readFileSync(f, 'utf8').match(new RegExp(`^${key}:[A-Z]+=(.*)$`, 'm'));
+  return m ? m[1] : null;
+}
+
+const CONFIG = {
+  native: { dir: 'build/native', cc: null, defs: [] },
+  asan: { dir: 'build/asan', cc: 'clang', defs: ['-DSDPA_SANITIZE=ON'] },
+  fuzz: { dir: 'build/fuzz', cc: 'clang', defs: ['-DSDPA_FUZZ=ON', '-DSDPA_BUILD_TESTS=OFF'] },
+  wasm: { dir: 'build/wasm', cc: null, defs: [], emcmake: true },
+};
+
+/**
+ * Builds one target. Returns {name, status: 'ok'|'skipped'|'failed', reason, seconds}.
+ */
+export async function buildOne(name, { force = false, quiet = false, install = true, jobs = 2 } = {}) {
+  const t0 = Date.now();
+  const done = (status, reason = '') => ({ name, status, reason, seconds: (Date.now() - t0) / 1000 });
+  const cfg = CONFIG[name];
+  if (!cfg) return done('failed', `unknown build target ${name}`);
+  if (!hasCSources()) return done('skipped', 'no C sources under src/ yet');
+  if (name === 'fuzz' && !fs.existsSync(path.join(ROOT, 'tests/fuzz/fuzz_sdpa.c')))
+    return done('skipped', 'tests/fuzz/fuzz_sdpa.c does not exist yet');
+  const missing = await ensureTools([name], { install, quiet });
+  if (missing.length) return done('failed', `missing tools: ${missing.join(', ')}`);
+
+  const dir = path.join(ROOT, cfg.dir);
+  const generator = which('ninja') ? 'Ninja' : 'Unix Makefiles';
+  const cachedGen = cacheValue(dir, 'CMAKE_GENERATOR');
+  if (force || (cachedGen && cachedGen !== generator)) {
+    log(`build ${name}: removing ${cfg.dir}`);
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  const env = buildEnv(cfg.cc ? { CC: which(cfg.cc) || cfg.cc } : {});
+  const step = async (what, cmd, args, timeoutMs) => {
+    if (quiet) log(`build ${name}: ${what}`);
+    const r = await run(cmd, args, { env, quiet, timeoutMs, echo: !quiet });
+    if (r.code !== 0 || r.timedOut) {
+      if (quiet) log(tail(r.out, 80));
+      return `${what} failed${r.timedOut ? ' (timeout)' : ''}`;
+    }
+    return null;
+  };
+  if (!fs.existsSync(path.join(dir, 'CMakeCache.txt'))) {
+    const args = ['-S', ROOT, '-B', dir, '-G', generator, ...cfg.defs];
+    const err = cfg.emcmake
+      ? await step('configure (emcmake cmake)', 'emcmake', ['cmake', ...args], 300e3)
+      : await step('configure (cmake)', 'cmake', args, 300e3);
+    if (err) {
+      fs.rmSync(path.join(dir, 'CMakeCache.txt'), { force: true });   // reconfigure next time
+      return done('failed', err);
+    }
+  }
+  const err = await step(`cmake --build ${cfg.dir}`, 'cmake', ['--build', dir, '-j', String(jobs)], 1800e3);
+  if (err) return done('failed', err);
+  return done('ok');
+}
+
+/** Builds several targets in order; returns a map name -> result. */
+export async function build(names, opts = {}) {
+  const results = {};
+  for (const n of names) {
+    const r = await buildOne(n, opts);
+    results[n] = r;
+    const why = r.reason ? `: ${r.reason}` : '';
+    log(`build ${n}: ${r.status}${why} (${r.seconds.toFixed(1)} s)`);
+  }
+  return results;
+}
+
+async function main(argv) {
+  const opts = { force: false, quiet: false, install: true, jobs: Number(process.env.SDPA_BUILD_JOBS) || 2 };
+  const names = [];
+  for (const a of argv) {
+    if (a === '--force') opts.force = true;
+    else if (a === '--quiet' || a === '-q') opts.quiet = true;
+    else if (a === '--no-install') opts.install = false;
+    else if (/^-j\d+$/.test(a)) opts.jobs = Number(a.slice(2));
+    else if (a.startsWith('--') && TARGETS.includes(a.slice(2))) names.push(a.slice(2));
+    else if (a === '--all') names.push(...TARGETS);
+    else if (a === '-h' || a === '--help') {
+      log('usage: node scripts/build.mjs [--native] [--asan] [--fuzz] [--wasm] [--force] [--quiet] [--no-install] [-jN]');
+      return 0;
+    } else { log(`build: unknown option ${a}`); return 2; }
+  }
+  const list = names.length ? [...new Set(names)] : TARGETS;
+  log(`build: ${list.join(', ')}${opts.force ? ' (forced)' : ''}`);
+  const results = await build(list, opts);
+  const failed = Object.values(results).filter(r => r.status === 'failed');
+  if (results.wasm && results.wasm.status === 'ok') log(`build: wasm modules in ${path.join(ROOT, 'dist')}`);
+  return failed.length ? 1 : 0;
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  process.exitCode = await main(process.argv.slice(2));
+}

@@ -1,0 +1,219 @@
+#!/usr/bin/env node
+// npm test [-- options]: builds what is missing, runs every test suite with a
+// timeout, and ends with ONE line `N passed, N failed` over all suites.
+//
+// Suites (in order):      counts
+//   native   ctest build/native                  ctest's tests
+//   asan     ctest build/asan (ASan + UBSan)     ctest's tests
+//   fuzz     build/fuzz/fuzz_sdpa, 30 s          1
+//   wasm     ctest build/wasm (Node, pthreads)   ctest's tests
+//   uvu      node scripts/run-uvu.mjs tests/js   uvu's tests
+//   browser  node tests/browser/run.mjs          its own `N passed, N failed` line
+//   bench    npm run bench -- --quick            1
+// A suite whose files do not exist yet is skipped with a note. A build that
+// fails, or a suite that crashes or times out, counts as at least 1 failed.
+//
+// Options: --only=a,b  --skip=a,b  --no-build (use what is built)  --force
+// (rebuild from scratch)  --no-install  --fuzz-time=S  --list
+// Env: SDPA_TEST_TIMEOUT_SCALE=2 multiplies every timeout.
+import fs from 'node:fs';
+import path from 'node:path';
+import {
+  ROOT, log, run, buildEnv, buildOne, ensureTools, ensureNodeModules, hasCSources,
+} from './build.mjs';
+
+const FUZZ_ASAN_OPTIONS = ['allocator_may_return_null=1', 'detect_leaks=1', process.env.ASAN_OPTIONS].filter(Boolean).join(':');
+const SUITES = ['native', 'asan', 'fuzz', 'wasm', 'uvu', 'browser', 'bench'];
+const SCALE = Number(process.env.SDPA_TEST_TIMEOUT_SCALE) || 1;
+const MIN = 60e3;
+const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, wasm: 20 * MIN, uvu: 10 * MIN, browser: 5 * MIN, bench: 10 * MIN };
+
+const opts = { only: null, skip: new Set(), build: true, force: false, install: true, fuzzTime: 30 };
+for (const a of process.argv.slice(2)) {
+  const [k, v = ''] = a.split('=');
+  if (k === '--only') opts.only = new Set(v.split(',').filter(Boolean));
+  else if (k === '--skip') v.split(',').filter(Boolean).forEach(s => opts.skip.add(s));
+  else if (k === '--no-build') opts.build = false;
+  else if (k === '--force') opts.force = true;
+  else if (k === '--no-install') opts.install = false;
+  else if (k === '--fuzz-time') opts.fuzzTime = Number(v) || 30;
+  else if (k === '--list') { log(SUITES.join('\n')); process.exit(0); }
+  else if (k === '-h' || k === '--help') {
+    log('usage: npm test -- [--only=native,asan,fuzz,wasm,uvu,browser,bench] [--skip=...] [--no-build] [--force] [--no-install] [--fuzz-time=S]');
+    process.exit(0);
+  } else if (SUITES.includes(k.replace(/^--/, ''))) {
+    opts.only ??= new Set(); opts.only.add(k.replace(/^--/, ''));
+  } else { log(`test-all: unknown option ${a}`); process.exit(2); }
+}
+for (const s of [...(opts.only || []), ...opts.skip]) {
+  if (!SUITES.includes(s)) { log(`test-all: unknown suite ${s} (have: ${SUITES.join(', ')})`); process.exit(2); }
+}
+const selected = SUITES.filter(s => (!opts.only || opts.only.has(s)) && !opts.skip.has(s));
+
+const exists = (p) => fs.existsSync(path.join(ROOT, p));
+const listFiles = (dir, re) => {
+  const abs = path.join(ROOT, dir);
+  if (!fs.existsSync(abs)) return [];
+  const out = [];
+  const walk = (d) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      if (e.isDirectory()) { if (e.name !== 'node_modules') walk(path.join(d, e.name)); }
+      else if (re.test(e.name)) out.push(path.join(d, e.name));
+    }
+  };
+  walk(abs);
+  return out;
+};
+const hasCTests = () => listFiles('tests/c', /^test_.*\.c$/).length > 0;
+const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
+
+// ------------------------------------------------------------------ parsing
+function parseCtest(out) {
+  const m = [...out.matchAll(/(\d+)% tests passed, (\d+) tests? failed out of (\d+)/g)].pop();
+  if (!m) return null;
+  const failed = Number(m[2]), total = Number(m[3]);
+  return { passed: total - failed, failed };
+}
+function parsePlain(out) {   // last `N passed, N failed` line, with an optional "word:" prefix
+  const m = [...out.matchAll(/^(?:[\w-]+:\s*)?(\d+) passed, (\d+) failed\b/gm)].pop();
+  return m ? { passed: Number(m[1]), failed: Number(m[2]) } : null;
+}
+
+// ------------------------------------------------------------------ builds (once each)
+const builds = {};
+async function needBuild(name) {
+  if (!opts.build) return { status: 'ok' };
+  if (!builds[name]) {
+    log(`\n--- build ${name}`);
+    builds[name] = await buildOne(name, { force: opts.force, quiet: true, install: opts.install });
+    const r = builds[name];
+    log(`build ${name}: ${r.status}${r.reason ? `: ${r.reason}` : ''} (${r.seconds.toFixed(1)} s)`);
+  }
+  return builds[name];
+}
+
+// ------------------------------------------------------------------ suites
+// Each returns {passed, failed, note} or {skip: 'reason'}.
+async function ctestSuite(name, dir) {
+  if (!hasCSources()) return { skip: 'no C sources under src/ yet' };
+  const b = await needBuild(name);
+  if (b.status === 'skipped') return { skip: b.reason };
+  if (b.status !== 'ok') return { passed: 0, failed: 1, note: `build failed: ${b.reason}` };
+  if (!hasCTests()) return { skip: 'no tests/c/test_*.c yet (library built)' };
+  if (!exists(`${dir}/CTestTestfile.cmake`)) return { passed: 0, failed: 1, note: `${dir} is not built (drop --no-build)` };
+  const perTest = Math.round(TIMEOUT[name] * SCALE / 1000 / 2);
+  const r = await run('ctest', ['--test-dir', path.join(ROOT, dir), '--output-on-failure', '-j2', '--timeout', String(perTest)],
+    { timeoutMs: TIMEOUT[name] * SCALE });
+  return fromResult(r, parseCtest(r.out));
+}
+
+function fromResult(r, counts) {
+  let { passed = 0, failed = 0 } = counts || {};
+  let note = '';
+  if (r.timedOut) note = `timed out, killed`;
+  else if (r.signal) note = `killed by ${r.signal}`;
+  else if (r.code !== 0) note = `exit code ${r.code}`;
+  if (!counts && !note) note = 'printed no counts';
+  if ((r.code !== 0 || r.timedOut || !counts) && failed === 0) failed = 1;
+  return { passed, failed, note };
+}
+
+const SUITE_FN = {
+  native: () => ctestSuite('native', 'build/native'),
+  asan: () => ctestSuite('asan', 'build/asan'),
+
+  async fuzz() {
+    if (!exists('tests/fuzz/fuzz_sdpa.c')) return { skip: 'tests/fuzz/fuzz_sdpa.c does not exist yet' };
+    if (!hasCSources()) return { skip: 'no C sources under src/ yet' };
+    const b = await needBuild('fuzz');
+    if (b.status === 'skipped') return { skip: b.reason };
+    if (b.status !== 'ok') return { passed: 0, failed: 1, note: `build failed: ${b.reason}` };
+    const exe = path.join(ROOT, 'build/fuzz/fuzz_sdpa');
+    if (!fs.existsSync(exe)) return { passed: 0, failed: 1, note: 'build/fuzz/fuzz_sdpa missing' };
+    // allocator_may_return_null: an absurd size must make the library return
+    // E_OOM (CONTRACT), not make ASan abort with allocation-size-too-big.
+    // New inputs go to build/fuzz/corpus (first dir); the checked-in seeds are read only.
+    const work = path.join(ROOT, 'build/fuzz/corpus');
+    const artifacts = path.join(ROOT, 'build/fuzz/artifacts');
+    fs.mkdirSync(work, { recursive: true });
+    fs.mkdirSync(artifacts, { recursive: true });
+    const dirs = [work];
+    if (exists('tests/fuzz/corpus')) dirs.push(path.join(ROOT, 'tests/fuzz/corpus'));
+    const r = await run(exe, [`-max_total_time=${opts.fuzzTime}`, '-seed=1', '-timeout=25', '-rss_limit_mb=4096',
+      '-print_final_stats=1', `-artifact_prefix=${artifacts}/`, ...dirs],
+    { timeoutMs: TIMEOUT.fuzz * SCALE, quiet: true, env: buildEnv({ ASAN_OPTIONS: FUZZ_ASAN_OPTIONS }) });
+    // libFuzzer is chatty (one line per new unit): print the head and the tail.
+    const lines = r.out.split('\n');
+    log(lines.length > 60 ? [...lines.slice(0, 15), `... (${lines.length - 55} lines) ...`, ...lines.slice(-40)].join('\n') : r.out);
+    const ok = r.code === 0 && !r.timedOut;
+    return { passed: ok ? 1 : 0, failed: ok ? 0 : 1, note: ok ? '' : `fuzzer exit ${r.code}${r.timedOut ? ', timed out' : ''}; artifacts in build/fuzz/artifacts` };
+  },
+
+  wasm: () => ctestSuite('wasm', 'build/wasm'),
+
+  async uvu() {
+    if (listFiles('tests/js', /\.[mc]?js$/).length === 0) return { skip: 'no tests/js/*.js yet' };
+    if (!(await ensureNodeModules({ install: opts.install }))) return { passed: 0, failed: 1, note: 'node_modules missing' };
+    if (hasCSources()) {
+      const b = await needBuild('wasm');
+      if (b.status === 'failed') return { passed: 0, failed: 1, note: `wasm build failed: ${b.reason}` };
+    }
+    const r = await run(process.execPath, [path.join(ROOT, 'scripts/run-uvu.mjs'), 'tests/js'], { timeoutMs: TIMEOUT.uvu * SCALE });
+    return fromResult(r, parsePlain(r.out));
+  },
+
+  async browser() {
+    if (!exists('tests/browser/run.mjs')) return { skip: 'tests/browser/run.mjs does not exist yet' };
+    if (!(await ensureNodeModules({ install: opts.install }))) return { passed: 0, failed: 1, note: 'node_modules missing' };
+    const missing = await ensureTools(['browser'], { install: opts.install });
+    if (missing.length) return { passed: 0, failed: 1, note: 'chromium missing' };
+    if (hasCSources()) {
+      const b = await needBuild('wasm');
+      if (b.status === 'failed') return { passed: 0, failed: 1, note: `wasm build failed: ${b.reason}` };
+    }
+    const r = await run(process.execPath, [path.join(ROOT, 'tests/browser/run.mjs')], { timeoutMs: TIMEOUT.browser * SCALE });
+    return fromResult(r, parsePlain(r.out));
+  },
+
+  async bench() {
+    if (!pkg.scripts || !pkg.scripts.bench) return { skip: 'no "bench" script in package.json yet' };
+    if (hasCSources()) {
+      const b = await needBuild('wasm');
+      if (b.status === 'failed') return { passed: 0, failed: 1, note: `wasm build failed: ${b.reason}` };
+    }
+    const r = await run('npm', ['run', '--silent', 'bench', '--', '--quick'], { timeoutMs: TIMEOUT.bench * SCALE });
+    const ok = r.code === 0 && !r.timedOut;
+    return { passed: ok ? 1 : 0, failed: ok ? 0 : 1, note: ok ? '' : (r.timedOut ? 'timed out, killed' : `exit code ${r.code}`) };
+  },
+};
+
+// ------------------------------------------------------------------ main
+const t0 = Date.now();
+const results = [];
+log(`test-all: suites ${selected.join(', ')}`);
+for (const name of selected) {
+  log(`\n=== ${name}`);
+  const s0 = Date.now();
+  let res;
+  try {
+    res = await SUITE_FN[name]();
+  } catch (err) {
+    res = { passed: 0, failed: 1, note: `runner error: ${err && err.stack ? err.stack : err}` };
+  }
+  res.seconds = (Date.now() - s0) / 1000;
+  results.push({ name, ...res });
+  if (res.skip) log(`=== ${name}: skipped (${res.skip})`);
+  else log(`=== ${name}: ${res.passed} passed, ${res.failed} failed${res.note ? ` [${res.note}]` : ''} (${res.seconds.toFixed(1)} s)`);
+}
+
+let passed = 0, failed = 0;
+log('\n=== summary');
+for (const r of results) {
+  const what = r.skip ? `skipped: ${r.skip}` : `${r.passed} passed, ${r.failed} failed${r.note ? ` [${r.note}]` : ''}`;
+  log(`  ${r.name.padEnd(8)} ${what}`);
+  if (!r.skip) { passed += r.passed; failed += r.failed; }
+}
+log(`  total time ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+if (results.every(r => r.skip)) log('  (every suite was skipped: nothing to test yet)');
+log(`${passed} passed, ${failed} failed`);
+process.exitCode = failed ? 1 : 0;

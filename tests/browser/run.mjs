@@ -1,0 +1,289 @@
+#!/usr/bin/env node
+// Browser tests of the demo page (web/) in real headless Chromium via puppeteer-core.
+//
+//   node tests/browser/run.mjs [--pkg-dir DIR] [--only NAME]
+//
+// Starts two in-process servers (scripts/serve.mjs): one with COOP/COEP (cross-origin
+// isolated → threads build), one without (→ single-thread build); drives the page
+// through its URL parameters and controls, reads window.__demo, saves screenshots to
+// artifacts/, and ends with one line `N passed, N failed` (exit 1 on any failure).
+// Env: CHROMIUM_PATH (default /usr/bin/chromium), BROWSER_TEST_TIMEOUT_MS (whole run,
+// default 240000).
+
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import puppeteer from 'puppeteer-core';
+import { serve } from '../../scripts/serve.mjs';
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const ARTIFACTS = path.join(REPO, 'artifacts');
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+const TOTAL_TIMEOUT = Number(process.env.BROWSER_TEST_TIMEOUT_MS) || 240_000;
+const RUN_TIMEOUT = 90_000; // one decode run on a loaded 2-core machine
+
+const args = process.argv.slice(2);
+const argVal = (name) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : undefined;
+};
+const pkgDir = argVal('--pkg-dir') ? path.resolve(argVal('--pkg-dir')) : REPO;
+const only = argVal('--only');
+
+let passed = 0, failed = 0;
+let browser = null, userDataDir = null;
+const servers = [];
+
+function finish(code) {
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(code);
+}
+async function cleanup() {
+  try {
+    await Promise.race([browser?.close(), new Promise((r) => setTimeout(r, 5000))]);
+  } catch { /* ignore */ }
+  try {
+    browser?.process()?.kill('SIGKILL');
+  } catch { /* ignore */ }
+  for (const s of servers) {
+    s.close();
+    s.closeAllConnections?.();
+  }
+  if (userDataDir) fs.rmSync(userDataDir, { recursive: true, force: true });
+}
+
+// A hang must fail the run, never block CI.
+const watchdog = setTimeout(async () => {
+  console.error(`browser tests: whole run exceeded ${TOTAL_TIMEOUT} ms; aborting`);
+  failed++;
+  await cleanup();
+  finish(1);
+}, TOTAL_TIMEOUT);
+watchdog.unref();
+
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+/** Opens `url` in a fresh browser context; collects console errors, page errors and failed requests. */
+async function openPage(url) {
+  const context = await browser.createBrowserContext();
+  const page = await context.newPage();
+  const problems = [], logs = [];
+  page.on('console', (m) => {
+    logs.push(`[${m.type()}] ${m.text()}`);
+    if (m.type() === 'error') problems.push(`console error: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('requestfailed', (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
+  page.on('response', (r) => {
+    if (r.status() >= 400) problems.push(`HTTP ${r.status()}: ${r.url()}`);
+  });
+  // Workers' console output (the library's fallback warning lands there).
+  page.on('workercreated', (w) => {
+    w.on?.('console', (m) => {
+      logs.push(`[worker ${m.type()}] ${m.text()}`);
+      if (m.type() === 'error') problems.push(`worker console error: ${m.text()}`);
+    });
+  });
+  await page.setViewport({ width: 1000, height: 900 });
+  page.setDefaultTimeout(RUN_TIMEOUT);
+  await page.goto(url, { waitUntil: 'load', timeout: 30_000 });
+  return { page, context, problems, logs };
+}
+
+async function waitForEnd(page, statuses = ['done', 'stopped', 'error']) {
+  await page.waitForFunction(
+    (s) => window.__demo && s.includes(window.__demo.status),
+    { timeout: RUN_TIMEOUT, polling: 100 },
+    statuses,
+  );
+  return page.evaluate(() => {
+    const d = window.__demo;
+    return { ...d, points: d.points.slice(), nPoints: d.points.length };
+  });
+}
+
+/** Counts canvas pixels in the plot's line colour: proof that the plot was drawn, not just filled. */
+async function plotInk(page) {
+  return page.evaluate(() => {
+    const c = document.getElementById('plot');
+    const g = c.getContext('2d');
+    const { data } = g.getImageData(0, 0, c.width, c.height);
+    let n = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      const [r, gg, b, a] = [data[i], data[i + 1], data[i + 2], data[i + 3]];
+      if (a > 100 && b > 120 && b > r + 60 && b > gg + 20) n++;
+    }
+    return n;
+  });
+}
+
+const text = (page, sel) => page.$eval(sel, (e) => e.textContent);
+
+function checkRun(d, { build, minChecks = 2 }) {
+  assert(d.status === 'done', `status ${d.status}${d.error ? `: ${d.error.code} ${d.error.message}` : ''}`);
+  assert(d.build === build, `build ${d.build}, expected ${build}`);
+  const cfg = d.config;
+  const decoded = cfg.ctx - Math.min(cfg.prompt, cfg.ctx);
+  assert(d.length === cfg.ctx, `context length ${d.length}, expected ${cfg.ctx}`);
+  assert(d.nPoints === decoded, `plot has ${d.nPoints} points, expected ${decoded}`);
+  assert(d.points.every(([x, y], i) => x === Math.min(cfg.prompt, cfg.ctx) + i + 1 && Number.isFinite(y) && y >= 0), 'points are not [length, ms] in order');
+  assert(typeof d.maxError === 'number' && d.maxError < 1e-4, `max error ${d.maxError} (need < 1e-4)`);
+  assert(d.checks >= minChecks, `only ${d.checks} correctness checks`);
+  assert(d.kvBytes === 2 * cfg.layers * cfg.ctx * cfg.hkv * cfg.d * 4, `kvBytes ${d.kvBytes}`);
+  assert(d.error === null, `error ${JSON.stringify(d.error)}`);
+}
+
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+let iso, noIso;
+
+test('isolated: threads build, correct, plotted', async () => {
+  const { page, context, problems } = await openPage(`${iso.url}?preset=llama3.2-1b&layers=2&ctx=384&prompt=128&threads=2&autostart=1`);
+  try {
+    const d = await waitForEnd(page);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'demo-isolated.png'), fullPage: true }); // before the asserts: kept for debugging
+    assert(d.crossOriginIsolated === true, 'crossOriginIsolated is not true');
+    checkRun(d, { build: 'simd-threads', minChecks: 5 });
+    assert(d.threads >= 2, `threads ${d.threads}, expected >= 2`);
+    assert((await text(page, '#build-badge')).includes('simd-threads'), 'build badge does not name simd-threads');
+    assert((await text(page, '#check-badge')).includes('✓'), 'correctness badge not green');
+    assert(/\d/.test(await text(page, '#s-ms')) && /\d/.test(await text(page, '#s-tps')) && /MiB|KiB/.test(await text(page, '#s-mem')), 'stats not filled');
+    const ink = await plotInk(page);
+    assert(ink > 200, `plot line barely drawn (${ink} pixels)`);
+    assert(problems.length === 0, problems.join('\n'));
+    return `${d.build}, ${d.threads} threads, ${d.nPoints} points, ${d.checks} checks, max err ${d.maxError.toExponential(2)}, plot ink ${ink}px`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('no COOP/COEP: single-thread build, says so, correct', async () => {
+  const { page, context, problems } = await openPage(`${noIso.url}?preset=qwen2-0.5b&layers=2&ctx=300&prompt=64&autostart=1`);
+  try {
+    const d = await waitForEnd(page);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'demo-no-isolation.png'), fullPage: true }); // before the asserts: kept for debugging
+    assert(d.crossOriginIsolated === false, 'crossOriginIsolated should be false without COOP/COEP');
+    checkRun(d, { build: 'simd', minChecks: 4 });
+    const badge = await text(page, '#build-badge');
+    const reason = await text(page, '#build-reason');
+    assert(/single-thread/.test(badge), `build badge "${badge}" does not say single-thread`);
+    assert(/not cross-origin isolated/.test(reason) && /single-thread/.test(reason), `build reason "${reason}" does not explain the fallback`);
+    assert((await plotInk(page)) > 200, 'plot not drawn');
+    assert(problems.length === 0, problems.join('\n'));
+    return `${d.build}, ${d.nPoints} points, ${d.checks} checks, max err ${d.maxError.toExponential(2)}; "${reason.slice(0, 70)}…"`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('invalid custom shape (Hq=6, Hkv=4) shows the SdpaError; page recovers', async () => {
+  const { page, context, problems } = await openPage(`${iso.url}?preset=custom&hq=6&hkv=4&d=64&layers=2&ctx=256&autostart=1`);
+  try {
+    const d = await waitForEnd(page);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'demo-error.png'), fullPage: true }); // before the asserts: kept for debugging
+    assert(d.status === 'error', `status ${d.status}, expected error`);
+    assert(d.error && d.error.name === 'SdpaError' && d.error.code === 'E_HEADS', `error ${JSON.stringify(d.error)}`);
+    const shown = await page.$eval('#error', (e) => (e.hidden ? '' : e.textContent));
+    assert(shown.includes('SdpaError') && shown.includes('E_HEADS') && shown.includes(d.error.message), `error panel shows "${shown}"`);
+    // The page is not stuck: pick a preset with the controls and run again.
+    await page.select('#preset', 'qwen2-0.5b');
+    for (const [sel, v] of [['#layers', '1'], ['#ctx', '200'], ['#prompt', '32']]) {
+      await page.$eval(sel, (e) => (e.value = ''));
+      await page.type(sel, v);
+    }
+    await page.click('#start');
+    await page.waitForFunction(() => window.__demo.runs === 2, { timeout: 5000 });
+    const d2 = await waitForEnd(page);
+    checkRun(d2, { build: 'simd-threads', minChecks: 3 });
+    assert(d2.config.hq === 14 && d2.config.hkv === 2 && d2.config.layers === 1, `controls not used: ${JSON.stringify(d2.config)}`);
+    assert(await page.$eval('#error', (e) => e.hidden), 'old error still shown');
+    assert(problems.length === 0, problems.join('\n'));
+    return `"${shown.slice(0, 110)}…"; rerun via controls ok (max err ${d2.maxError.toExponential(2)})`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('cache too large → E_OOM message, not a frozen page', async () => {
+  // 1 layer × 4M tokens × 8 heads × 128 × 4 B × 2 ≈ 31 GiB: more than any wasm32 heap.
+  const { page, context, problems } = await openPage(`${iso.url}?preset=llama3-8b&layers=1&ctx=4000000&autostart=1`);
+  try {
+    const d = await waitForEnd(page);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'demo-oom.png'), fullPage: true }); // before the asserts: kept for debugging
+    assert(d.status === 'error' && d.error?.code === 'E_OOM', `status ${d.status}, error ${JSON.stringify(d.error)}`);
+    const shown = await page.$eval('#error', (e) => (e.hidden ? '' : e.textContent));
+    assert(shown.includes('E_OOM'), `error panel shows "${shown}"`);
+    const responsive = await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => r(true))));
+    assert(responsive, 'page not responsive');
+    assert(problems.length === 0, problems.join('\n'));
+    return `"${shown.slice(0, 110)}…"`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('Stop ends a long run promptly', async () => {
+  const { page, context, problems } = await openPage(`${iso.url}?preset=qwen2-0.5b&layers=1&ctx=20000&prompt=16&threads=2&autostart=1`);
+  try {
+    await page.waitForFunction(() => window.__demo.points.length >= 30, { timeout: RUN_TIMEOUT, polling: 100 });
+    const t0 = Date.now();
+    await page.click('#stop');
+    const d = await waitForEnd(page);
+    const ms = Date.now() - t0; // < 4 s: the worker honoured 'stop' (the page's own fallback ends it at 5 s)
+    await page.screenshot({ path: path.join(ARTIFACTS, 'demo-stopped.png'), fullPage: true }); // before the asserts: kept for debugging
+    assert(d.status === 'stopped', `status ${d.status}`);
+    assert(d.length < d.config.ctx, `ran to the end (${d.length})`);
+    assert(ms < 4000, `stop took ${ms} ms`);
+    assert(d.maxError === null || d.maxError < 1e-4, `max error ${d.maxError}`);
+    assert(!(await page.$eval('#start', (e) => e.disabled)), 'Start not re-enabled');
+    assert(problems.length === 0, problems.join('\n'));
+    return `stopped at ${d.length} tokens after ${ms} ms`;
+  } finally {
+    await context.close();
+  }
+});
+
+try {
+  if (!fs.existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM} (apt-get install -y chromium, or set CHROMIUM_PATH)`);
+  const need = ['js/index.js', 'dist/sdpa-simd-threads.mjs', 'dist/sdpa-simd.mjs'].filter((f) => !fs.existsSync(path.join(pkgDir, f)));
+  if (need.length && pkgDir === REPO) throw new Error(`package not built: ${need.join(', ')} missing (run \`npm run build\`)`);
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  iso = await serve({ port: 0, isolation: true, pkgDir });
+  noIso = await serve({ port: 0, isolation: false, pkgDir });
+  servers.push(iso, noIso);
+  userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sdpa-chromium-'));
+  browser = await puppeteer.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    userDataDir,
+    protocolTimeout: 60_000,
+    timeout: 30_000,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-quic'],
+  });
+  console.log(`browser tests: ${await browser.version()}; servers ${iso.url} (COOP/COEP) and ${noIso.url} (none)`);
+} catch (e) {
+  console.error(`browser tests: setup failed: ${e.message}`);
+  failed++;
+  await cleanup();
+  finish(1);
+}
+
+for (const t of tests) {
+  if (only && !t.name.includes(only)) continue;
+  const t0 = Date.now();
+  try {
+    const note = await t.fn();
+    passed++;
+    console.log(`ok   ${t.name} (${Date.now() - t0} ms)${note ? `: ${note}` : ''}`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${t.name} (${Date.now() - t0} ms)\n     ${String(e.message).split('\n').join('\n     ')}`);
+  }
+}
+await cleanup();
+finish(failed ? 1 : 0);

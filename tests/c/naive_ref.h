@@ -1,0 +1,45 @@
+/*
+ * naive_ref.h: the tests' own float64 implementation of CONTRACT.md section 1
+ * (customSdpa), written from the contract text, independent of src/.
+ *
+ *   hk = floor(h / r)                       r = Hq / Hkv
+ *   N  = mask ? mask cols : sp + Sq         only keys t < N exist
+ *   score[t] = s * dot(q[b,i,h,:], k[b,t,hk,:])   s = scale or 1/sqrt(D)
+ *   score[t] += mask[i, t]   (float: additive, unscaled; bool: 0 -> -inf)
+ *   score[t] = -inf if causal and t > sp + i
+ *   out[b,i,h,:] = sum_t softmax(score)[t] * v[b,t,hk,:]; all -inf -> zeros
+ *
+ * Three passes per row (scores + max, exp + sum, weighted sum of V), all in
+ * double. Deliberately simple and slow. No validation beyond what is needed
+ * not to read out of bounds (returns -1 then).
+ */
+#ifndef SDPA_NAIVE_REF_H
+#define SDPA_NAIVE_REF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { NAIVE_MASK_NONE = 0, NAIVE_MASK_FLOAT = 1, NAIVE_MASK_BOOL = 2 };
+
+typedef struct naive_params {
+    int32_t B, Sq, Skv, Hq, Hkv, D;  ///< q/out [B,Sq,Hq,D], k/v [B,Skv,Hkv,D]
+    int32_t mask_kind;               ///< NAIVE_MASK_*
+    const void * mask;               ///< [Sq, mask_cols] float or uint8
+    int32_t mask_cols;               ///< N when a mask is given
+    int64_t start_pos;
+    int32_t is_causal;
+    int32_t has_scale;
+    double scale;
+} naive_params;
+
+/// out: [B, Sq, Hq, D] doubles; q dense [B, Sq, Hq, D], k and v dense
+/// [B, Skv, Hkv, D]. Returns 0, or -1 if the parameters would make it read out
+/// of bounds (N > Skv, Hq % Hkv != 0, non-positive sizes, negative start_pos).
+int naive_sdpa(const naive_params * p, const float * q, const float * k, const float * v,
+               double * out);
+
+/// Computes a single output row out[b, i, h, :] (D doubles); same rules.
+int naive_sdpa_row(const naive_params * p, const float * q, const float * k, const float * v,
+                   int32_t b, int32_t i, int32_t h, double * out_row);
+
+#endif /* SDPA_NAIVE_REF_H */

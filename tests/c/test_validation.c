@@ -1,0 +1,1018 @@
+/*
+ * test_validation.c: every rule of CONTRACT.md section 2 that applies to the
+ * C API, for sdpa_custom, sdpa_custom_reference and the KV-cache entry points.
+ *
+ * For each broken rule the call must
+ *   - return the rule's status (the first in table order when several are broken),
+ *   - leave a non-empty sdpa_ctx_last_error naming the argument,
+ *   - leave every buffer it was given (output, inputs, the cache storage)
+ *     byte-for-byte unchanged (sentinel pattern + memcmp),
+ *   - never read past a buffer (buffers are allocated at exactly the claimed
+ *     length, so ASan catches over-reads).
+ * A later valid call must succeed and clear the message.
+ *
+ * Where the contract leaves two codes plausible (e.g. out batch: E_DIMS "out
+ * dims" or E_BATCH "out batch"), both are accepted and the one returned is
+ * printed with SDPA_TEST_VERBOSE=1.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <inttypes.h>
+
+#include "sdpa.h"
+#include "testutil.h"
+
+static sdpa_ctx * g_ctx;
+static int g_verbose;
+static long g_cases;
+
+/* ---- tracked buffers: snapshot before a call, memcmp after ------------- */
+
+#define MAX_TRACK 12
+typedef struct tracked {
+    void * ptr;
+    size_t bytes;
+    unsigned char * snap;
+    const char * name;
+} tracked;
+
+typedef struct tracker {
+    tracked t[MAX_TRACK];
+    int n;
+} tracker;
+
+static void track(tracker * tr, void * ptr, size_t bytes, const char * name) {
+    if (!ptr || tr->n >= MAX_TRACK) return;
+    tr->t[tr->n].ptr = ptr;
+    tr->t[tr->n].bytes = bytes;
+    tr->t[tr->n].snap = NULL;
+    tr->t[tr->n].name = name;
+    tr->n++;
+}
+
+static void snapshot(tracker * tr) {
+    for (int i = 0; i < tr->n; i++) {
+        free(tr->t[i].snap);
+        tr->t[i].snap = tu_malloc(tr->t[i].bytes);
+        memcpy(tr->t[i].snap, tr->t[i].ptr, tr->t[i].bytes);
+    }
+}
+
+static void check_unchanged(tracker * tr, const char * desc) {
+    for (int i = 0; i < tr->n; i++) {
+        int same = memcmp(tr->t[i].snap, tr->t[i].ptr, tr->t[i].bytes) == 0;
+        TU_CHECK(same, "%s: buffer '%s' was modified by a rejected call", desc, tr->t[i].name);
+    }
+}
+
+static void tracker_free(tracker * tr) {
+    for (int i = 0; i < tr->n; i++) free(tr->t[i].snap);
+    tr->n = 0;
+}
+
+static void fill_pattern(void * p, size_t bytes, unsigned seed) {
+    unsigned char * c = p;
+    for (size_t i = 0; i < bytes; i++) c[i] = (unsigned char)(0xA5u ^ (seed * 31u + (unsigned)i * 7u));
+}
+
+static void fill_random(float * p, size_t n, tu_rng * rng) {
+    for (size_t i = 0; i < n; i++) p[i] = tu_rng_uniform(rng, -1.0f, 1.0f);
+}
+
+/* Any of the '|'-separated keywords occurs in msg (case-insensitive). */
+static int names_any(const char * msg, const char * keywords) {
+    if (!keywords || !keywords[0]) return 1;
+    char buf[256];
+    const char * p = keywords;
+    while (*p) {
+        const char * bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len >= sizeof buf) len = sizeof buf - 1;
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        if (tu_contains_ci(msg, buf)) return 1;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+/* Checks status (want, or alt when alt != SDPA_OK), message and buffers. */
+static void verify(sdpa_ctx * ctx, tracker * tr, const char * desc, sdpa_status got, sdpa_status want,
+                   sdpa_status alt, const char * keywords) {
+    g_cases++;
+    int ok = got == want || (alt != SDPA_OK && got == alt);
+    if (alt != SDPA_OK)
+        TU_CHECK(ok, "%s: expected %s (or %s), got %s ('%s')", desc, sdpa_status_code(want),
+                 sdpa_status_code(alt), sdpa_status_code(got), ctx ? sdpa_ctx_last_error(ctx) : "");
+    else
+        TU_CHECK(ok, "%s: expected %s, got %s ('%s')", desc, sdpa_status_code(want), sdpa_status_code(got),
+                 ctx ? sdpa_ctx_last_error(ctx) : "");
+    if (ctx && got != SDPA_OK) {
+        const char * msg = sdpa_ctx_last_error(ctx);
+        TU_CHECK(msg && msg[0], "%s: empty last_error after %s", desc, sdpa_status_code(got));
+        if (msg && msg[0] && ok)
+            TU_CHECK(names_any(msg, keywords), "%s: message does not name '%s': '%s'", desc, keywords, msg);
+        if (g_verbose) printf("  %-58s %-14s %s\n", desc, sdpa_status_code(got), msg ? msg : "(null)");
+    } else if (g_verbose) {
+        printf("  %-58s %-14s\n", desc, sdpa_status_code(got));
+    }
+    check_unchanged(tr, desc);
+}
+
+/* ---- sdpa_custom fixture ---------------------------------------------- */
+
+enum { FB = 2, FSQ = 3, FSKV = 8, FHQ = 4, FHKV = 2, FD = 5, FSP = 2, FN = 6 };
+
+typedef struct fx {
+    float * q, * k, * v, * out, * fmask, * extra;
+    uint8_t * bmask;
+    sdpa_tensor tq, tk, tv, tm, to;
+    sdpa_options opt;
+    const sdpa_tensor * pq, * pk, * pv, * pm;
+    const sdpa_options * popt;
+    sdpa_tensor * po;
+    tracker tr;
+} fx;
+
+static void fx_init(fx * f, int mask_kind /* 0 none, 1 float, 2 bool */) {
+    memset(f, 0, sizeof *f);
+    tu_rng rng;
+    tu_rng_seed(&rng, 42);
+    size_t nq = (size_t)FB * FSQ * FHQ * FD, nkv = (size_t)FB * FSKV * FHKV * FD;
+    f->q = tu_malloc(nq * 4);
+    f->k = tu_malloc(nkv * 4);
+    f->v = tu_malloc(nkv * 4);
+    f->out = tu_malloc(nq * 4);
+    f->fmask = tu_malloc((size_t)FSQ * FN * 4);
+    f->bmask = tu_malloc((size_t)FSQ * FN);
+    fill_random(f->q, nq, &rng);
+    fill_random(f->k, nkv, &rng);
+    fill_random(f->v, nkv, &rng);
+    fill_random(f->fmask, (size_t)FSQ * FN, &rng);
+    for (int i = 0; i < FSQ * FN; i++) f->bmask[i] = (uint8_t)(i % 3 != 0);
+    fill_pattern(f->out, nq * 4, 1);
+    f->tq = tu_tensor4(f->q, SDPA_DTYPE_FLOAT32, FB, FSQ, FHQ, FD);
+    f->tk = tu_tensor4(f->k, SDPA_DTYPE_FLOAT32, FB, FSKV, FHKV, FD);
+    f->tv = tu_tensor4(f->v, SDPA_DTYPE_FLOAT32, FB, FSKV, FHKV, FD);
+    f->to = tu_tensor4(f->out, SDPA_DTYPE_FLOAT32, FB, FSQ, FHQ, FD);
+    if (mask_kind == 2) f->tm = tu_tensor2(f->bmask, SDPA_DTYPE_BOOL, FSQ, FN);
+    else f->tm = tu_tensor2(f->fmask, SDPA_DTYPE_FLOAT32, FSQ, FN);
+    f->opt.start_pos = FSP;
+    f->pq = &f->tq;
+    f->pk = &f->tk;
+    f->pv = &f->tv;
+    f->pm = mask_kind ? &f->tm : NULL;
+    f->popt = &f->opt;
+    f->po = &f->to;
+    track(&f->tr, f->q, nq * 4, "query");
+    track(&f->tr, f->k, nkv * 4, "key");
+    track(&f->tr, f->v, nkv * 4, "value");
+    track(&f->tr, f->out, nq * 4, "out");
+    track(&f->tr, f->fmask, (size_t)FSQ * FN * 4, "mask(float)");
+    track(&f->tr, f->bmask, (size_t)FSQ * FN, "mask(bool)");
+}
+
+static void fx_free(fx * f) {
+    free(f->q);
+    free(f->k);
+    free(f->v);
+    free(f->out);
+    free(f->fmask);
+    free(f->bmask);
+    free(f->extra);
+    tracker_free(&f->tr);
+}
+
+/* Replaces a tensor's buffer by one of exactly `len` elements (so a library
+   that trusts dims over len reads out of bounds under ASan). */
+static void fx_resize(fx * f, sdpa_tensor * t, size_t len, const char * name) {
+    free(f->extra);
+    size_t esz = t->dtype == SDPA_DTYPE_BOOL ? 1 : 4;
+    f->extra = tu_malloc(len * esz + 1);
+    fill_pattern(f->extra, len * esz, 7);
+    t->data = f->extra;
+    t->len = len;
+    track(&f->tr, f->extra, len * esz, name);
+}
+
+static void fx_expect(fx * f, const char * desc, sdpa_status want, sdpa_status alt, const char * kw) {
+    char d2[200];
+    snapshot(&f->tr);
+    sdpa_status st = sdpa_custom(g_ctx, f->pq, f->pk, f->pv, f->pm, f->popt, f->po);
+    snprintf(d2, sizeof d2, "sdpa_custom: %s", desc);
+    verify(g_ctx, &f->tr, d2, st, want, alt, kw);
+    snapshot(&f->tr);
+    st = sdpa_custom_reference(g_ctx, f->pq, f->pk, f->pv, f->pm, f->popt, f->po);
+    snprintf(d2, sizeof d2, "sdpa_custom_reference: %s", desc);
+    verify(g_ctx, &f->tr, d2, st, want, alt, kw);
+}
+
+/* V(desc, mask_kind, want, alt, keywords, mutation...) */
+#define V(desc, mk, want, alt, kw, ...) \
+    do {                                \
+        fx f;                           \
+        fx_init(&f, mk);                \
+        __VA_ARGS__;                    \
+        fx_expect(&f, desc, want, alt, kw); \
+        fx_free(&f);                    \
+    } while (0)
+
+#define OK_ SDPA_OK
+
+static void test_custom_baseline(void) {
+    /* the fixture itself is valid (all three mask kinds) */
+    for (int mk = 0; mk < 3; mk++) {
+        fx f;
+        fx_init(&f, mk);
+        sdpa_status st = sdpa_custom(g_ctx, f.pq, f.pk, f.pv, f.pm, f.popt, f.po);
+        TU_CHECK(st == SDPA_OK, "baseline (mask kind %d) rejected: %s %s", mk, sdpa_status_code(st),
+                 sdpa_ctx_last_error(g_ctx));
+        TU_CHECK(sdpa_ctx_last_error(g_ctx)[0] == 0, "last_error not empty after success");
+        fx_free(&f);
+    }
+}
+
+static void test_custom_rules(void) {
+    const size_t nq = (size_t)FB * FSQ * FHQ * FD, nkv = (size_t)FB * FSKV * FHKV * FD;
+    (void)nkv;
+
+    /* E_ARG: missing required pointers, out aliasing an input */
+    V("query NULL", 0, SDPA_E_ARG, OK_, "query", f.pq = NULL);
+    V("key NULL", 0, SDPA_E_ARG, OK_, "key", f.pk = NULL);
+    V("value NULL", 0, SDPA_E_ARG, OK_, "value", f.pv = NULL);
+    V("out NULL", 0, SDPA_E_ARG, OK_, "out", f.po = NULL);
+    V("query data NULL", 0, SDPA_E_ARG, OK_, "query", f.tq.data = NULL);
+    V("key data NULL", 0, SDPA_E_ARG, OK_, "key", f.tk.data = NULL);
+    V("value data NULL", 0, SDPA_E_ARG, OK_, "value", f.tv.data = NULL);
+    V("out data NULL", 0, SDPA_E_ARG, OK_, "out", f.to.data = NULL);
+    V("out == query", 0, SDPA_E_ARG, OK_, "out", f.to.data = f.q);
+    V("out == key (same size view)", 0, SDPA_E_ARG, OK_, "out", f.to.data = f.k);
+    V("out == value", 0, SDPA_E_ARG, OK_, "out", f.to.data = f.v);
+    V("out overlaps the end of key", 0, SDPA_E_ARG, OK_, "out", {
+        free(f.extra);
+        size_t nk = (size_t)FB * FSKV * FHKV * FD;
+        f.extra = tu_malloc((nk + nq) * 4);
+        fill_pattern(f.extra, (nk + nq) * 4, 3);
+        memcpy(f.extra, f.k, nk * 4);
+        f.tk.data = f.extra;
+        f.to.data = f.extra + nk - 1;
+        track(&f.tr, f.extra, (nk + nq) * 4, "key+out region");
+    });
+    V("out overlaps the start of value", 0, SDPA_E_ARG, OK_, "out", {
+        free(f.extra);
+        size_t nv = (size_t)FB * FSKV * FHKV * FD;
+        f.extra = tu_malloc((nv + nq) * 4);
+        fill_pattern(f.extra, (nv + nq) * 4, 4);
+        f.to.data = f.extra;
+        f.tv.data = f.extra + nq - 1;
+        track(&f.tr, f.extra, (nv + nq) * 4, "out+value region");
+    });
+    V("out overlaps the float mask", 1, SDPA_E_ARG, OK_, "out|mask", {
+        free(f.extra);
+        size_t nm = (size_t)FSQ * FN;
+        f.extra = tu_malloc((nm + nq) * 4);
+        fill_pattern(f.extra, (nm + nq) * 4, 5);
+        f.tm.data = f.extra;
+        f.to.data = f.extra + 2;
+        track(&f.tr, f.extra, (nm + nq) * 4, "mask+out region");
+    });
+    V("out overlaps the bool mask", 2, SDPA_E_ARG, OK_, "out|mask", {
+        free(f.extra);
+        size_t nm = (size_t)FSQ * FN;
+        f.extra = tu_malloc(nm + nq * 4);
+        fill_pattern(f.extra, nm + nq * 4, 6);
+        f.tm.data = f.extra;
+        f.to.data = (float *)(void *)((unsigned char *)f.extra + 4);
+        track(&f.tr, f.extra, nm + nq * 4, "mask+out region");
+    });
+
+    /* E_RANK */
+    V("query rank 3", 0, SDPA_E_RANK, OK_, "query", f.tq.rank = 3; f.tq.len = FB * FSQ * FHQ);
+    V("query rank 5", 0, SDPA_E_RANK, OK_, "query", f.tq.rank = 5);
+    V("query rank 0", 0, SDPA_E_RANK, OK_, "query", f.tq.rank = 0; f.tq.len = 1);
+    V("query rank -1", 0, SDPA_E_RANK, OK_, "query", f.tq.rank = -1);
+    V("key rank 3", 0, SDPA_E_RANK, OK_, "key", f.tk.rank = 3);
+    V("value rank 2", 0, SDPA_E_RANK, OK_, "value", f.tv.rank = 2);
+    V("value rank 1000000", 0, SDPA_E_RANK, OK_, "value", f.tv.rank = 1000000);
+    V("out rank 3", 0, SDPA_E_RANK, SDPA_E_DIMS, "out", f.to.rank = 3);
+    V("float mask rank 1", 1, SDPA_E_RANK, OK_, "mask", f.tm.rank = 1; f.tm.dims[0] = FSQ * FN);
+    V("float mask rank 3", 1, SDPA_E_RANK, OK_, "mask", f.tm.rank = 3; f.tm.dims[2] = 1);
+    V("bool mask rank 4", 2, SDPA_E_RANK, OK_, "mask", f.tm.rank = 4; f.tm.dims[2] = 1; f.tm.dims[3] = 1);
+
+    /* E_DIMS: non-positive dims, len != product, out dims */
+    V("query Sq = 0", 0, SDPA_E_DIMS, OK_, "query", f.tq.dims[1] = 0; f.tq.len = 0);
+    V("query B = 0", 0, SDPA_E_DIMS, OK_, "query", f.tq.dims[0] = 0; f.tq.len = 0);
+    V("query D = 0 (k, v too)", 0, SDPA_E_DIMS, OK_, "query", f.tq.dims[3] = 0; f.tq.len = 0;
+      f.tk.dims[3] = 0; f.tk.len = 0; f.tv.dims[3] = 0; f.tv.len = 0);
+    V("query Sq = -1", 0, SDPA_E_DIMS, OK_, "query", f.tq.dims[1] = -1);
+    V("key Skv = 0 (value too)", 0, SDPA_E_DIMS, OK_, "key", f.tk.dims[1] = 0; f.tk.len = 0;
+      f.tv.dims[1] = 0; f.tv.len = 0);
+    V("key Skv = INT32_MIN", 0, SDPA_E_DIMS, OK_, "key", f.tk.dims[1] = INT32_MIN);
+    V("query len = product - 1", 0, SDPA_E_DIMS, OK_, "query", fx_resize(&f, &f.tq, nq - 1, "query(short)"));
+    V("query len = product + 1", 0, SDPA_E_DIMS, OK_, "query", fx_resize(&f, &f.tq, nq + 1, "query(long)"));
+    V("key len = product - 1", 0, SDPA_E_DIMS, OK_, "key", fx_resize(&f, &f.tk, nkv - 1, "key(short)"));
+    V("value len = 1", 0, SDPA_E_DIMS, OK_, "value", fx_resize(&f, &f.tv, 1, "value(short)"));
+    V("out len = product - 1", 0, SDPA_E_DIMS, OK_, "out", fx_resize(&f, &f.to, nq - 1, "out(short)"));
+    V("float mask len = product - 1", 1, SDPA_E_DIMS, OK_, "mask",
+      fx_resize(&f, &f.tm, (size_t)FSQ * FN - 1, "mask(short)"));
+    V("bool mask len = product + 5", 2, SDPA_E_DIMS, OK_, "mask",
+      fx_resize(&f, &f.tm, (size_t)FSQ * FN + 5, "mask(long)"));
+    V("query dims 65536^4 (product wraps to 0 in 64 bits), len 0", 0, SDPA_E_DIMS, OK_, "query",
+      f.tq.dims[0] = 65536; f.tq.dims[1] = 65536; f.tq.dims[2] = 65536; f.tq.dims[3] = 65536; f.tq.len = 0);
+    V("key dims 65536^4, len 0", 0, SDPA_E_DIMS, OK_, "key",
+      f.tk.dims[0] = 65536; f.tk.dims[1] = 65536; f.tk.dims[2] = 65536; f.tk.dims[3] = 65536; f.tk.len = 0);
+    V("query dims INT32_MAX^4, len 1", 0, SDPA_E_DIMS, OK_, "query",
+      f.tq.dims[0] = INT32_MAX; f.tq.dims[1] = INT32_MAX; f.tq.dims[2] = INT32_MAX; f.tq.dims[3] = INT32_MAX;
+      fx_resize(&f, &f.tq, 1, "query(tiny)"));
+    V("query dims 2^16 x 2^16 x 1 x 1 (product 2^32, len 0)", 0, SDPA_E_DIMS, OK_, "query",
+      f.tq.dims[0] = 65536; f.tq.dims[1] = 65536; f.tq.dims[2] = 1; f.tq.dims[3] = 1; f.tq.len = 0);
+    V("out Sq + 1", 0, SDPA_E_DIMS, OK_, "out", f.to.dims[1] = FSQ + 1; fx_resize(&f, &f.to, nq / FSQ * (FSQ + 1), "out(big)"));
+    V("out D - 1", 0, SDPA_E_DIMS, OK_, "out", f.to.dims[3] = FD - 1; fx_resize(&f, &f.to, nq / FD * (FD - 1), "out(small)"));
+    V("out heads = Hkv (not Hq)", 0, SDPA_E_DIMS, OK_, "out", f.to.dims[2] = FHKV; fx_resize(&f, &f.to, nq / FHQ * FHKV, "out(small)"));
+    V("out batch 1", 0, SDPA_E_DIMS, SDPA_E_BATCH, "out", f.to.dims[0] = 1; fx_resize(&f, &f.to, nq / FB, "out(small)"));
+    V("mask cols 0", 1, SDPA_E_DIMS, SDPA_E_MASK_SHAPE, "mask", f.tm.dims[1] = 0; f.tm.len = 0);
+    V("mask rows -3", 1, SDPA_E_DIMS, SDPA_E_MASK_SHAPE, "mask", f.tm.dims[0] = -3; f.tm.dims[1] = -FN);
+
+    /* E_DTYPE */
+    V("query dtype float16", 0, SDPA_E_DTYPE, OK_, "query|dtype", f.tq.dtype = SDPA_DTYPE_FLOAT16);
+    V("query dtype bool", 0, SDPA_E_DTYPE, OK_, "query|dtype", f.tq.dtype = SDPA_DTYPE_BOOL);
+    V("query dtype 0", 0, SDPA_E_DTYPE, OK_, "query|dtype", f.tq.dtype = 0);
+    V("key dtype 99", 0, SDPA_E_DTYPE, OK_, "key|dtype", f.tk.dtype = 99);
+    V("value dtype float16", 0, SDPA_E_DTYPE, OK_, "value|dtype", f.tv.dtype = SDPA_DTYPE_FLOAT16);
+    V("out dtype bool", 0, SDPA_E_DTYPE, OK_, "out|dtype", f.to.dtype = SDPA_DTYPE_BOOL);
+    V("out dtype -1", 0, SDPA_E_DTYPE, OK_, "out|dtype", f.to.dtype = -1);
+
+    /* E_BATCH */
+    V("key batch 1", 0, SDPA_E_BATCH, OK_, "key|batch", f.tk.dims[0] = 1; f.tk.len = nkv / FB);
+    V("value batch 1", 0, SDPA_E_BATCH, OK_, "value|batch", f.tv.dims[0] = 1; f.tv.len = nkv / FB);
+    V("key and value batch 1", 0, SDPA_E_BATCH, OK_, "key|value|batch", f.tk.dims[0] = 1; f.tk.len = nkv / FB;
+      f.tv.dims[0] = 1; f.tv.len = nkv / FB);
+
+    /* E_HEADS */
+    V("Hkv 3 does not divide Hq 4", 0, SDPA_E_HEADS, OK_, "head",
+      fx_resize(&f, &f.tk, (size_t)FB * FSKV * 3 * FD, "key(3 heads)"); f.tk.dims[2] = 3;
+      f.tv.dims[2] = 3; f.tv.data = f.extra; f.tv.len = f.tk.len);
+    V("Hkv 8 > Hq 4", 0, SDPA_E_HEADS, OK_, "head",
+      fx_resize(&f, &f.tk, (size_t)FB * FSKV * 8 * FD, "key(8 heads)"); f.tk.dims[2] = 8;
+      f.tv.dims[2] = 8; f.tv.data = f.extra; f.tv.len = f.tk.len);
+    V("key heads 2, value heads 1", 0, SDPA_E_HEADS, OK_, "head|value",
+      f.tv.dims[2] = 1; f.tv.len = nkv / 2);
+    V("query heads 0", 0, SDPA_E_HEADS, OK_, "head", f.tq.dims[2] = 0; f.tq.len = 0; f.to.dims[2] = 0; f.to.len = 0);
+    V("key and value heads 0", 0, SDPA_E_HEADS, OK_, "head", f.tk.dims[2] = 0; f.tk.len = 0; f.tv.dims[2] = 0;
+      f.tv.len = 0);
+
+    /* E_HEAD_DIM */
+    V("key D 4, value D 5", 0, SDPA_E_HEAD_DIM, OK_, "head|dim|key", f.tk.dims[3] = 4; f.tk.len = nkv / 5 * 4);
+    V("value D 4", 0, SDPA_E_HEAD_DIM, OK_, "head|dim|value", f.tv.dims[3] = 4; f.tv.len = nkv / 5 * 4);
+    V("key and value D 4, query 5", 0, SDPA_E_HEAD_DIM, OK_, "head|dim", f.tk.dims[3] = 4; f.tk.len = nkv / 5 * 4;
+      f.tv.dims[3] = 4; f.tv.len = nkv / 5 * 4);
+
+    /* E_KV_LEN */
+    V("value Skv 4 vs key 8", 0, SDPA_E_KV_LEN, OK_, "value|key|length|len", f.tv.dims[1] = 4; f.tv.len = nkv / 2);
+    V("key Skv 4 vs value 8 (mask)", 1, SDPA_E_KV_LEN, OK_, "value|key|length|len", f.tk.dims[1] = 4;
+      f.tk.len = nkv / 2; f.tm.dims[1] = 4; f.tm.len = FSQ * 4);
+
+    /* E_START_POS */
+    V("start_pos -1", 0, SDPA_E_START_POS, OK_, "start", f.opt.start_pos = -1);
+    V("start_pos INT64_MIN", 0, SDPA_E_START_POS, OK_, "start", f.opt.start_pos = INT64_MIN);
+    V("start_pos -1 with a mask", 1, SDPA_E_START_POS, OK_, "start", f.opt.start_pos = -1);
+    V("start_pos + Sq = Skv + 1", 0, SDPA_E_START_POS, OK_, "start", f.opt.start_pos = FSKV - FSQ + 1);
+    V("start_pos + Sq > Skv, causal", 0, SDPA_E_START_POS, OK_, "start", f.opt.start_pos = FSKV;
+      f.opt.is_causal = 1);
+    V("start_pos INT64_MAX (sp + Sq overflows)", 0, SDPA_E_START_POS, OK_, "start", f.opt.start_pos = INT64_MAX);
+    V("start_pos 2^32 + 1 (truncates to 1 in 32 bits)", 0, SDPA_E_START_POS, OK_, "start",
+      f.opt.start_pos = (INT64_C(1) << 32) + 1);
+    V("start_pos 2^31 (negative in 32 bits)", 0, SDPA_E_START_POS, OK_, "start", f.opt.start_pos = INT64_C(1) << 31);
+    V("Sq > Skv without a mask", 0, SDPA_E_START_POS, OK_, "start", {
+        /* query and out [B, 9, Hq, D] over Skv 8, start_pos 0 */
+        free(f.extra);
+        size_t n9 = (size_t)FB * 9 * FHQ * FD;
+        f.extra = tu_malloc(n9 * 2 * 4);
+        fill_pattern(f.extra, n9 * 2 * 4, 8);
+        f.opt.start_pos = 0;
+        f.tq = tu_tensor4(f.extra, SDPA_DTYPE_FLOAT32, FB, 9, FHQ, FD);
+        f.to = tu_tensor4(f.extra + n9, SDPA_DTYPE_FLOAT32, FB, 9, FHQ, FD);
+        track(&f.tr, f.extra, n9 * 2 * 4, "query+out (Sq 9)");
+    });
+
+    /* E_MASK_DTYPE */
+    V("mask dtype float16", 1, SDPA_E_MASK_DTYPE, OK_, "mask", f.tm.dtype = SDPA_DTYPE_FLOAT16);
+    V("mask dtype 0", 1, SDPA_E_MASK_DTYPE, OK_, "mask", f.tm.dtype = 0);
+    V("mask dtype 77", 2, SDPA_E_MASK_DTYPE, OK_, "mask", f.tm.dtype = 77);
+
+    /* E_MASK_SHAPE */
+    V("mask rows Sq + 1", 1, SDPA_E_MASK_SHAPE, OK_, "mask", fx_resize(&f, &f.tm, (size_t)(FSQ + 1) * FN, "mask");
+      f.tm.dims[0] = FSQ + 1);
+    V("mask rows 1 (no broadcasting)", 1, SDPA_E_MASK_SHAPE, OK_, "mask", f.tm.dims[0] = 1; f.tm.len = FN);
+    V("mask cols Skv + 1", 1, SDPA_E_MASK_SHAPE, OK_, "mask", fx_resize(&f, &f.tm, (size_t)FSQ * (FSKV + 1), "mask");
+      f.tm.dims[1] = FSKV + 1);
+    V("bool mask cols Skv + 1", 2, SDPA_E_MASK_SHAPE, OK_, "mask",
+      fx_resize(&f, &f.tm, (size_t)FSQ * (FSKV + 1), "mask"); f.tm.dims[1] = FSKV + 1);
+    V("mask [Sq*N, 1]", 1, SDPA_E_MASK_SHAPE, OK_, "mask", f.tm.dims[0] = FSQ * FN; f.tm.dims[1] = 1);
+
+    /* E_MASK_CAUSAL */
+    V("float mask with is_causal", 1, SDPA_E_MASK_CAUSAL, OK_, "causal|mask", f.opt.is_causal = 1);
+    V("bool mask with is_causal", 2, SDPA_E_MASK_CAUSAL, OK_, "causal|mask", f.opt.is_causal = 1);
+
+    /* E_DROPOUT */
+    V("dropout 0.1", 0, SDPA_E_DROPOUT, OK_, "dropout", f.opt.dropout_p = 0.1f);
+    V("dropout 1", 0, SDPA_E_DROPOUT, OK_, "dropout", f.opt.dropout_p = 1.0f);
+    V("dropout -0.5", 0, SDPA_E_DROPOUT, OK_, "dropout", f.opt.dropout_p = -0.5f);
+    V("dropout NaN", 0, SDPA_E_DROPOUT, OK_, "dropout", f.opt.dropout_p = NAN);
+    V("dropout denormal", 0, SDPA_E_DROPOUT, OK_, "dropout", f.opt.dropout_p = 1e-45f);
+
+    /* E_SCALE */
+    V("scale NaN", 0, SDPA_E_SCALE, OK_, "scale", f.opt.has_scale = 1; f.opt.scale = NAN);
+    V("scale +inf", 0, SDPA_E_SCALE, OK_, "scale", f.opt.has_scale = 1; f.opt.scale = INFINITY);
+    V("scale -inf", 0, SDPA_E_SCALE, OK_, "scale", f.opt.has_scale = 1; f.opt.scale = -INFINITY);
+    V("scale 0", 0, SDPA_E_SCALE, OK_, "scale", f.opt.has_scale = 1; f.opt.scale = 0.0f);
+    V("scale -0", 0, SDPA_E_SCALE, OK_, "scale", f.opt.has_scale = 1; f.opt.scale = -0.0f);
+    V("scale -1", 0, SDPA_E_SCALE, OK_, "scale", f.opt.has_scale = 1; f.opt.scale = -1.0f);
+    V("scale -FLT_MIN", 1, SDPA_E_SCALE, OK_, "scale", f.opt.has_scale = 1; f.opt.scale = -FLT_MIN);
+
+    /* first rule in table order wins */
+    V("order: query NULL + scale NaN", 0, SDPA_E_ARG, OK_, "query", f.pq = NULL; f.opt.has_scale = 1;
+      f.opt.scale = NAN);
+    V("order: out aliases query + query rank 3", 0, SDPA_E_ARG, OK_, "out", f.to.data = f.q; f.tq.rank = 3);
+    V("order: rank (key 3) + dims (query len)", 0, SDPA_E_RANK, OK_, "key", f.tk.rank = 3; f.tq.len = 1);
+    V("order: dims (value len) + dtype (key)", 0, SDPA_E_DIMS, OK_, "value", f.tv.len = 1; f.tk.dtype = 99);
+    V("order: dims (out D) + batch (key)", 0, SDPA_E_DIMS, OK_, "out", f.to.dims[3] = 1;
+      f.to.len = nq / FD; f.tk.dims[0] = 1; f.tk.len = nkv / FB);
+    V("order: dtype (value) + batch (key)", 0, SDPA_E_DTYPE, OK_, "value|dtype", f.tv.dtype = 3;
+      f.tk.dims[0] = 1; f.tk.len = nkv / FB);
+    V("order: batch (value) + heads (key 3)", 0, SDPA_E_BATCH, OK_, "value|batch", f.tv.dims[0] = 1;
+      f.tv.len = nkv / FB; f.tk.dims[2] = 1; f.tk.len = nkv / 2);
+    V("order: heads (k 1 != v 2) + head dim (v)", 0, SDPA_E_HEADS, OK_, "head", f.tk.dims[2] = 1;
+      f.tk.len = nkv / 2; f.tv.dims[3] = 1; f.tv.len = nkv / 5);
+    V("order: head dim (k) + kv len (v)", 0, SDPA_E_HEAD_DIM, OK_, "head|dim", f.tk.dims[3] = 1;
+      f.tk.len = nkv / 5; f.tv.dims[1] = 4; f.tv.len = nkv / 2);
+    V("order: kv len + start_pos -1", 0, SDPA_E_KV_LEN, OK_, "value|key|len", f.tv.dims[1] = 4;
+      f.tv.len = nkv / 2; f.opt.start_pos = -1);
+    V("order: start_pos -1 + mask dtype", 1, SDPA_E_START_POS, OK_, "start", f.opt.start_pos = -1;
+      f.tm.dtype = 0);
+    V("order: start_pos > Skv + mask causal? (no mask) + dropout", 0, SDPA_E_START_POS, OK_, "start",
+      f.opt.start_pos = 100; f.opt.dropout_p = 0.5f);
+    V("order: mask dtype + mask shape", 1, SDPA_E_MASK_DTYPE, OK_, "mask", f.tm.dtype = 9; f.tm.dims[0] = 1;
+      f.tm.len = FN);
+    V("order: mask shape + causal", 1, SDPA_E_MASK_SHAPE, OK_, "mask", f.tm.dims[0] = 1; f.tm.len = FN;
+      f.opt.is_causal = 1);
+    V("order: mask causal + dropout", 2, SDPA_E_MASK_CAUSAL, OK_, "causal|mask", f.opt.is_causal = 1;
+      f.opt.dropout_p = 0.5f);
+    V("order: dropout + scale", 0, SDPA_E_DROPOUT, OK_, "dropout", f.opt.dropout_p = 0.5f; f.opt.has_scale = 1;
+      f.opt.scale = -1.0f);
+    V("order: everything broken", 1, SDPA_E_ARG, OK_, "", f.tv.data = NULL; f.tq.rank = 7; f.tk.dtype = 0;
+      f.opt.start_pos = -5; f.opt.dropout_p = NAN; f.opt.has_scale = 1; f.opt.scale = 0; f.opt.is_causal = 1);
+
+    /* NULL context: E_ARG, nothing touched */
+    {
+        fx f;
+        fx_init(&f, 0);
+        snapshot(&f.tr);
+        sdpa_status st = sdpa_custom(NULL, f.pq, f.pk, f.pv, f.pm, f.popt, f.po);
+        verify(NULL, &f.tr, "sdpa_custom: ctx NULL", st, SDPA_E_ARG, OK_, "");
+        st = sdpa_custom_reference(NULL, f.pq, f.pk, f.pv, f.pm, f.popt, f.po);
+        verify(NULL, &f.tr, "sdpa_custom_reference: ctx NULL", st, SDPA_E_ARG, OK_, "");
+        fx_free(&f);
+    }
+
+    /* Things that are NOT errors */
+    V("scale given but has_scale 0 (ignored)", 0, SDPA_OK, OK_, "", f.opt.scale = NAN; f.tr.n = 3);
+    V("mask: startPos far beyond Skv (ignored)", 1, SDPA_OK, OK_, "", f.opt.start_pos = INT64_C(1) << 40; f.tr.n = 3);
+    V("mask: Sq > Skv", 1, SDPA_OK, OK_, "", {
+        /* query Sq 9 > Skv 8 is fine with a [9, N] mask */
+        free(f.extra);
+        f.extra = tu_malloc((size_t)FB * 9 * FHQ * FD * 4 * 2 + (size_t)9 * FN * 4);
+        float * q9 = f.extra;
+        float * o9 = q9 + (size_t)FB * 9 * FHQ * FD;
+        float * m9 = o9 + (size_t)FB * 9 * FHQ * FD;
+        for (size_t i = 0; i < (size_t)FB * 9 * FHQ * FD; i++) q9[i] = 0.25f;
+        for (size_t i = 0; i < (size_t)9 * FN; i++) m9[i] = 0.0f;
+        f.tq = tu_tensor4(q9, SDPA_DTYPE_FLOAT32, FB, 9, FHQ, FD);
+        f.to = tu_tensor4(o9, SDPA_DTYPE_FLOAT32, FB, 9, FHQ, FD);
+        f.tm = tu_tensor2(m9, SDPA_DTYPE_FLOAT32, 9, FN);
+        f.tr.n = 0; /* output is written on success: nothing to compare */
+    });
+    V("dropout -0.0 equals 0", 0, SDPA_OK, OK_, "", f.opt.dropout_p = -0.0f; f.tr.n = 3);
+    V("smallest positive scale", 0, SDPA_OK, OK_, "", f.opt.has_scale = 1; f.opt.scale = 1e-45f; f.tr.n = 3);
+    V("largest finite scale", 0, SDPA_OK, OK_, "", f.opt.has_scale = 1; f.opt.scale = FLT_MAX; f.tr.n = 3);
+    V("start_pos + Sq == Skv exactly", 0, SDPA_OK, OK_, "", f.opt.start_pos = FSKV - FSQ; f.tr.n = 3);
+    V("mask N == Skv", 1, SDPA_OK, OK_, "", fx_resize(&f, &f.tm, (size_t)FSQ * FSKV, "mask");
+      memset(f.extra, 0, (size_t)FSQ * FSKV * 4); f.tm.dims[1] = FSKV; f.tr.n = 3);
+    V("MQA: key/value heads 1", 0, SDPA_OK, OK_, "", f.tk.dims[2] = 1; f.tk.len = nkv / 2; f.tv.dims[2] = 1;
+      f.tv.len = nkv / 2; f.tr.n = 3);
+}
+
+/* ---- KV cache ---------------------------------------------------------- */
+
+enum { CB = 2, CMAX = 16, CHKV = 2, CD = 5, CHQ = 4, CFILL = 10 };
+
+typedef struct cx {
+    sdpa_kv_cache * cache;
+    float * q, * k, * v, * out, * mask, * kout, * vout, * extra;
+    sdpa_tensor tq, tk, tv, tm, to, tko, tvo;
+    sdpa_options opt;
+    const sdpa_tensor * pq, * pk, * pv, * pm;
+    const sdpa_options * popt;
+    sdpa_tensor * po, * pko, * pvo;
+    int32_t read_start, read_len, upd_pos;
+    tracker tr;
+} cx;
+
+static size_t cache_floats(void) {
+    return (size_t)CB * CHKV * CMAX * CD;
+}
+
+/* A cache with rows 0..CFILL-1 written; a step of S rows at start_pos CFILL. */
+static int cx_init(cx * c, int S, int with_mask) {
+    memset(c, 0, sizeof *c);
+    tu_rng rng;
+    tu_rng_seed(&rng, 99);
+    sdpa_status st = sdpa_kv_cache_create(g_ctx, CB, CMAX, CHKV, CD, SDPA_DTYPE_FLOAT32, &c->cache);
+    if (!TU_CHECK(st == SDPA_OK && c->cache, "cache create: %s %s", sdpa_status_code(st), sdpa_ctx_last_error(g_ctx)))
+        return 0;
+    /* fill all of it (also rows past CFILL) so that any write shows */
+    size_t nfill = (size_t)CB * CMAX * CHKV * CD;
+    float * kf = tu_malloc(nfill * 4), * vf = tu_malloc(nfill * 4);
+    fill_random(kf, nfill, &rng);
+    fill_random(vf, nfill, &rng);
+    sdpa_tensor a = tu_tensor4(kf, SDPA_DTYPE_FLOAT32, CB, CMAX, CHKV, CD);
+    sdpa_tensor b = tu_tensor4(vf, SDPA_DTYPE_FLOAT32, CB, CMAX, CHKV, CD);
+    st = sdpa_kv_cache_update(g_ctx, c->cache, &a, &b, 0);
+    TU_CHECK(st == SDPA_OK, "cache fill: %s %s", sdpa_status_code(st), sdpa_ctx_last_error(g_ctx));
+    free(kf);
+    free(vf);
+
+    size_t nq = (size_t)CB * S * CHQ * CD, nkv = (size_t)CB * S * CHKV * CD;
+    c->q = tu_malloc(nq * 4);
+    c->out = tu_malloc(nq * 4);
+    c->k = tu_malloc(nkv * 4);
+    c->v = tu_malloc(nkv * 4);
+    c->mask = tu_malloc((size_t)S * (CFILL + S) * 4);
+    size_t nr = (size_t)CB * 3 * CHKV * CD;
+    c->kout = tu_malloc(nr * 4);
+    c->vout = tu_malloc(nr * 4);
+    fill_random(c->q, nq, &rng);
+    fill_random(c->k, nkv, &rng);
+    fill_random(c->v, nkv, &rng);
+    for (size_t i = 0; i < (size_t)S * (CFILL + S); i++) c->mask[i] = 0.0f;
+    fill_pattern(c->out, nq * 4, 11);
+    fill_pattern(c->kout, nr * 4, 12);
+    fill_pattern(c->vout, nr * 4, 13);
+    c->tq = tu_tensor4(c->q, SDPA_DTYPE_FLOAT32, CB, S, CHQ, CD);
+    c->to = tu_tensor4(c->out, SDPA_DTYPE_FLOAT32, CB, S, CHQ, CD);
+    c->tk = tu_tensor4(c->k, SDPA_DTYPE_FLOAT32, CB, S, CHKV, CD);
+    c->tv = tu_tensor4(c->v, SDPA_DTYPE_FLOAT32, CB, S, CHKV, CD);
+    c->tm = tu_tensor2(c->mask, SDPA_DTYPE_FLOAT32, S, CFILL + S);
+    c->tko = tu_tensor4(c->kout, SDPA_DTYPE_FLOAT32, CB, 3, CHKV, CD);
+    c->tvo = tu_tensor4(c->vout, SDPA_DTYPE_FLOAT32, CB, 3, CHKV, CD);
+    c->opt.start_pos = CFILL;
+    c->opt.is_causal = with_mask ? 0 : 1;
+    c->pq = &c->tq;
+    c->pk = &c->tk;
+    c->pv = &c->tv;
+    c->pm = with_mask ? &c->tm : NULL;
+    c->popt = &c->opt;
+    c->po = &c->to;
+    c->pko = &c->tko;
+    c->pvo = &c->tvo;
+    c->read_start = 4;
+    c->read_len = 3;
+    c->upd_pos = CFILL;
+    track(&c->tr, sdpa_kv_cache_data(c->cache, 0), cache_floats() * 4, "cache K");
+    track(&c->tr, sdpa_kv_cache_data(c->cache, 1), cache_floats() * 4, "cache V");
+    track(&c->tr, c->q, nq * 4, "query");
+    track(&c->tr, c->out, nq * 4, "out");
+    track(&c->tr, c->k, nkv * 4, "key");
+    track(&c->tr, c->v, nkv * 4, "value");
+    track(&c->tr, c->kout, nr * 4, "key_out");
+    track(&c->tr, c->vout, nr * 4, "value_out");
+    track(&c->tr, c->mask, (size_t)S * (CFILL + S) * 4, "mask");
+    return 1;
+}
+
+static void cx_free(cx * c) {
+    sdpa_kv_cache_free(c->cache);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->out);
+    free(c->mask);
+    free(c->kout);
+    free(c->vout);
+    free(c->extra);
+    tracker_free(&c->tr);
+}
+
+enum { OP_UPDATE = 1, OP_ATTEND = 2, OP_STEP = 4, OP_READ = 8 };
+static const char * op_name(int op) {
+    return op == OP_UPDATE ? "update" : op == OP_ATTEND ? "attend" : op == OP_STEP ? "step" : "read";
+}
+
+static void cx_expect(cx * c, int ops, const char * desc, sdpa_status want, sdpa_status alt, const char * kw) {
+    for (int op = 1; op <= OP_READ; op <<= 1) {
+        if (!(ops & op)) continue;
+        char d2[200];
+        snprintf(d2, sizeof d2, "kv_cache_%s: %s", op_name(op), desc);
+        snapshot(&c->tr);
+        sdpa_status st = SDPA_OK;
+        switch (op) {
+        case OP_UPDATE: st = sdpa_kv_cache_update(g_ctx, c->cache, c->pk, c->pv, c->upd_pos); break;
+        case OP_ATTEND: st = sdpa_kv_cache_attend(g_ctx, c->cache, c->pq, c->pm, c->popt, c->po); break;
+        case OP_STEP: st = sdpa_kv_cache_step(g_ctx, c->cache, c->pq, c->pk, c->pv, c->pm, c->popt, c->po); break;
+        default: st = sdpa_kv_cache_read(g_ctx, c->cache, c->read_start, c->read_len, c->pko, c->pvo); break;
+        }
+        verify(g_ctx, &c->tr, d2, st, want, alt, kw);
+    }
+}
+
+#define C(ops, desc, S, mk, want, alt, kw, ...) \
+    do {                                        \
+        cx c;                                   \
+        if (cx_init(&c, S, mk)) {               \
+            __VA_ARGS__;                        \
+            cx_expect(&c, ops, desc, want, alt, kw); \
+        }                                       \
+        cx_free(&c);                            \
+    } while (0)
+
+static void test_cache_create(void) {
+    struct {
+        const char * desc;
+        int32_t b, s, h, d, dt;
+        sdpa_status want, alt;
+        const char * kw;
+    } cases[] = {
+        {"batch 0", 0, 16, 2, 5, 1, SDPA_E_DIMS, OK_, "batch"},
+        {"batch -1", -1, 16, 2, 5, 1, SDPA_E_DIMS, OK_, "batch"},
+        {"max_seq_len 0", 1, 0, 2, 5, 1, SDPA_E_DIMS, OK_, "seq|len"},
+        {"max_seq_len INT32_MIN", 1, INT32_MIN, 2, 5, 1, SDPA_E_DIMS, OK_, "seq|len"},
+        {"head_dim 0", 1, 16, 2, 0, 1, SDPA_E_DIMS, OK_, "dim"},
+        {"kv_heads 0", 1, 16, 0, 5, 1, SDPA_E_HEADS, OK_, "head"},
+        {"kv_heads -2", 1, 16, -2, 5, 1, SDPA_E_DIMS, SDPA_E_HEADS, "head"},
+        {"dtype float16", 1, 16, 2, 5, SDPA_DTYPE_FLOAT16, SDPA_E_DTYPE, OK_, "dtype|type"},
+        {"dtype bool", 1, 16, 2, 5, SDPA_DTYPE_BOOL, SDPA_E_DTYPE, OK_, "dtype|type"},
+        {"dtype 0", 1, 16, 2, 5, 0, SDPA_E_DTYPE, OK_, "dtype|type"},
+        {"order: batch 0 + dtype 0", 0, 16, 2, 5, 0, SDPA_E_DIMS, OK_, "batch"},
+        {"order: dtype 0 + kv_heads 0", 1, 16, 0, 5, 0, SDPA_E_DTYPE, OK_, "dtype|type"},
+        {"8 GiB per tensor (> 4 GiB)", 1, 1 << 20, 32, 64, 1, SDPA_E_OOM, OK_, "cache|memory|bytes|alloc|large|big"},
+        {"5 GiB per tensor (> 4 GiB)", 5, 1 << 20, 16, 16, 1, SDPA_E_OOM, OK_, "cache|memory|bytes|alloc|large|big"},
+        {"INT32_MAX^4 floats (overflows 64 bits)", INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, 1, SDPA_E_OOM, OK_,
+         "cache|memory|bytes|alloc|large|big"},
+        {"2^16 x 2^16 x 2^16 x 2^14 floats (x4 bytes wraps to 0)", 65536, 65536, 65536, 16384, 1, SDPA_E_OOM, OK_,
+         "cache|memory|bytes|alloc|large|big"},
+        {"2^62 bytes per tensor", 1 << 30, 1 << 30, 1, 1, 1, SDPA_E_OOM, OK_, "cache|memory|bytes|alloc|large|big"},
+    };
+    tracker none = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char d2[160];
+        snprintf(d2, sizeof d2, "kv_cache_create: %s", cases[i].desc);
+        sdpa_kv_cache * kc = NULL;
+        sdpa_status st = sdpa_kv_cache_create(g_ctx, cases[i].b, cases[i].s, cases[i].h, cases[i].d, cases[i].dt, &kc);
+        verify(g_ctx, &none, d2, st, cases[i].want, cases[i].alt, cases[i].kw);
+        TU_CHECK(kc == NULL, "%s: *out_cache set on failure", d2);
+        if (kc) sdpa_kv_cache_free(kc);
+    }
+    sdpa_status st = sdpa_kv_cache_create(g_ctx, 1, 4, 1, 4, SDPA_DTYPE_FLOAT32, NULL);
+    verify(g_ctx, &none, "kv_cache_create: out_cache NULL", st, SDPA_E_ARG, OK_, "cache|out");
+    sdpa_kv_cache * kc = NULL;
+    st = sdpa_kv_cache_create(NULL, 1, 4, 1, 4, SDPA_DTYPE_FLOAT32, &kc);
+    verify(NULL, &none, "kv_cache_create: ctx NULL", st, SDPA_E_ARG, OK_, "");
+    TU_CHECK(kc == NULL, "kv_cache_create with ctx NULL set *out_cache");
+    if (kc) sdpa_kv_cache_free(kc);
+
+    /* a valid cache: zero-filled, shape reported */
+    st = sdpa_kv_cache_create(g_ctx, 2, 7, 3, 5, SDPA_DTYPE_FLOAT32, &kc);
+    if (TU_CHECK(st == SDPA_OK && kc, "kv_cache_create 2x7x3x5: %s %s", sdpa_status_code(st), sdpa_ctx_last_error(g_ctx))) {
+        TU_CHECK(sdpa_ctx_last_error(g_ctx)[0] == 0, "last_error not empty after cache create");
+        int32_t b = 0, s = 0, h = 0, d = 0;
+        sdpa_kv_cache_shape(kc, &b, &s, &h, &d);
+        TU_CHECK(b == 2 && s == 7 && h == 3 && d == 5, "kv_cache_shape = %d %d %d %d", b, s, h, d);
+        sdpa_kv_cache_shape(kc, NULL, NULL, NULL, NULL);
+        const float * kd = sdpa_kv_cache_data(kc, 0), * vd = sdpa_kv_cache_data(kc, 1);
+        int zero = kd && vd;
+        for (size_t i = 0; zero && i < (size_t)2 * 7 * 3 * 5; i++) zero = kd[i] == 0.0f && vd[i] == 0.0f;
+        TU_CHECK(zero, "new cache is not zero-filled");
+        sdpa_kv_cache_free(kc);
+    }
+    sdpa_kv_cache_free(NULL);
+}
+
+static void test_cache_rules(void) {
+    const int S = 2;
+    const size_t nkv = (size_t)CB * S * CHKV * CD;
+    const size_t nq = (size_t)CB * S * CHQ * CD;
+    (void)nq;
+    const int UPD = OP_UPDATE | OP_STEP, ATT = OP_ATTEND | OP_STEP, ALL3 = OP_UPDATE | OP_ATTEND | OP_STEP;
+
+    /* baseline valid for every op, with and without a mask */
+    for (int mk = 0; mk < 2; mk++) {
+        cx c;
+        if (cx_init(&c, S, mk)) {
+            sdpa_status st = sdpa_kv_cache_update(g_ctx, c.cache, c.pk, c.pv, c.upd_pos);
+            TU_CHECK(st == SDPA_OK, "cache baseline update: %s %s", sdpa_status_code(st), sdpa_ctx_last_error(g_ctx));
+            st = sdpa_kv_cache_attend(g_ctx, c.cache, c.pq, c.pm, c.popt, c.po);
+            TU_CHECK(st == SDPA_OK, "cache baseline attend: %s %s", sdpa_status_code(st), sdpa_ctx_last_error(g_ctx));
+            st = sdpa_kv_cache_step(g_ctx, c.cache, c.pq, c.pk, c.pv, c.pm, c.popt, c.po);
+            TU_CHECK(st == SDPA_OK, "cache baseline step: %s %s", sdpa_status_code(st), sdpa_ctx_last_error(g_ctx));
+            st = sdpa_kv_cache_read(g_ctx, c.cache, c.read_start, c.read_len, c.pko, c.pvo);
+            TU_CHECK(st == SDPA_OK, "cache baseline read: %s %s", sdpa_status_code(st), sdpa_ctx_last_error(g_ctx));
+        }
+        cx_free(&c);
+    }
+
+    /* E_ARG */
+    C(ALL3 | OP_READ, "cache NULL", S, 0, SDPA_E_ARG, OK_, "cache", {
+        sdpa_kv_cache_free(c.cache);
+        c.cache = NULL;
+        /* the first two tracked buffers were the cache storage */
+        memmove(&c.tr.t[0], &c.tr.t[2], (size_t)(c.tr.n - 2) * sizeof(tracked));
+        c.tr.n -= 2;
+    });
+    C(UPD, "key NULL", S, 0, SDPA_E_ARG, OK_, "key", c.pk = NULL);
+    C(UPD, "value NULL", S, 0, SDPA_E_ARG, OK_, "value", c.pv = NULL);
+    C(UPD, "key data NULL", S, 0, SDPA_E_ARG, OK_, "key", c.tk.data = NULL);
+    C(ATT, "query NULL", S, 0, SDPA_E_ARG, OK_, "query", c.pq = NULL);
+    C(ATT, "out NULL", S, 0, SDPA_E_ARG, OK_, "out", c.po = NULL);
+    C(ATT, "out data NULL", S, 1, SDPA_E_ARG, OK_, "out", c.to.data = NULL);
+    C(ATT, "out == query", S, 0, SDPA_E_ARG, OK_, "out", c.to.data = c.q);
+    C(OP_STEP, "out == key", S, 0, SDPA_E_ARG, SDPA_E_DIMS, "out", {
+        /* key is smaller than out: give key a buffer as large as out */
+        free(c.extra);
+        size_t n = (size_t)CB * S * CHQ * CD;
+        c.extra = tu_malloc(n * 4);
+        fill_random(c.extra, n, &(tu_rng){7});
+        c.tk.data = c.extra;
+        c.to.data = c.extra;
+        track(&c.tr, c.extra, n * 4, "key/out");
+    });
+    C(OP_READ, "key_out NULL", S, 0, SDPA_E_ARG, OK_, "key", c.pko = NULL);
+    C(OP_READ, "value_out data NULL", S, 0, SDPA_E_ARG, OK_, "value", c.tvo.data = NULL);
+    C(OP_READ, "key_out == value_out", S, 0, SDPA_E_ARG, OK_, "out|key|value", c.tvo.data = c.kout);
+
+    /* E_RANK */
+    C(UPD, "key rank 3", S, 0, SDPA_E_RANK, OK_, "key", c.tk.rank = 3);
+    C(ATT, "query rank 5", S, 0, SDPA_E_RANK, OK_, "query", c.tq.rank = 5);
+    C(ATT, "mask rank 1", S, 1, SDPA_E_RANK, OK_, "mask", c.tm.rank = 1; c.tm.dims[0] = (int32_t)c.tm.len);
+    C(OP_READ, "key_out rank 3", S, 0, SDPA_E_RANK, SDPA_E_DIMS, "key", c.tko.rank = 3);
+
+    /* E_DIMS */
+    C(UPD, "key Snew 0", S, 0, SDPA_E_DIMS, OK_, "key", c.tk.dims[1] = 0; c.tk.len = 0; c.tv.dims[1] = 0; c.tv.len = 0);
+    C(UPD, "key len = product - 1", S, 0, SDPA_E_DIMS, OK_, "key", {
+        free(c.extra);
+        c.extra = tu_malloc((nkv - 1) * 4);
+        fill_random(c.extra, nkv - 1, &(tu_rng){8});
+        c.tk.data = c.extra;
+        c.tk.len = nkv - 1;
+    });
+    C(UPD, "value len = product + 1", S, 0, SDPA_E_DIMS, OK_, "value", {
+        free(c.extra);
+        c.extra = tu_malloc((nkv + 1) * 4);
+        fill_random(c.extra, nkv + 1, &(tu_rng){9});
+        c.tv.data = c.extra;
+        c.tv.len = nkv + 1;
+    });
+    C(UPD, "key dims 65536^4, len 0", S, 0, SDPA_E_DIMS, OK_, "key", c.tk.dims[0] = 65536; c.tk.dims[1] = 65536;
+      c.tk.dims[2] = 65536; c.tk.dims[3] = 65536; c.tk.len = 0);
+    C(ATT, "query Sq 0", S, 0, SDPA_E_DIMS, OK_, "query", c.tq.dims[1] = 0; c.tq.len = 0);
+    C(ATT, "out D 4", S, 0, SDPA_E_DIMS, OK_, "out", c.to.dims[3] = 4; c.to.len = c.to.len / 5 * 4);
+    C(OP_STEP, "query length 1, key length 2", S, 0, SDPA_E_DIMS, OK_, "query|key|length|len",
+      c.tq.dims[1] = 1; c.tq.len /= 2; c.to.dims[1] = 1; c.to.len /= 2);
+    C(OP_STEP, "query length 2, key length 1", S, 1, SDPA_E_DIMS, OK_, "query|key|length|len",
+      c.tk.dims[1] = 1; c.tk.len /= 2; c.tv.dims[1] = 1; c.tv.len /= 2);
+    C(OP_READ, "length 0", S, 0, SDPA_E_DIMS, OK_, "len", c.read_len = 0);
+    C(OP_READ, "length -1", S, 0, SDPA_E_DIMS, OK_, "len", c.read_len = -1);
+    C(OP_READ, "key_out dims [B, 2, H, D] for length 3", S, 0, SDPA_E_DIMS, OK_, "key|out", c.tko.dims[1] = 2;
+      c.tko.len = (size_t)CB * 2 * CHKV * CD);
+    C(OP_READ, "value_out len = product - 1", S, 0, SDPA_E_DIMS, OK_, "value|out", {
+        free(c.extra);
+        size_t n = (size_t)CB * 3 * CHKV * CD - 1;
+        c.extra = tu_malloc(n * 4);
+        fill_pattern(c.extra, n * 4, 21);
+        c.tvo.data = c.extra;
+        c.tvo.len = n;
+        track(&c.tr, c.extra, n * 4, "value_out(short)");
+    });
+    C(OP_READ, "key_out heads 1", S, 0, SDPA_E_DIMS, SDPA_E_HEADS, "key|out|head", c.tko.dims[2] = 1;
+      c.tko.len /= 2);
+
+    /* E_DTYPE */
+    C(UPD, "key dtype float16", S, 0, SDPA_E_DTYPE, OK_, "key|dtype", c.tk.dtype = SDPA_DTYPE_FLOAT16);
+    C(UPD, "value dtype bool", S, 0, SDPA_E_DTYPE, OK_, "value|dtype", c.tv.dtype = SDPA_DTYPE_BOOL);
+    C(ATT, "query dtype 0", S, 0, SDPA_E_DTYPE, OK_, "query|dtype", c.tq.dtype = 0);
+    C(ATT, "out dtype float16", S, 0, SDPA_E_DTYPE, OK_, "out|dtype", c.to.dtype = SDPA_DTYPE_FLOAT16);
+    C(OP_READ, "key_out dtype bool", S, 0, SDPA_E_DTYPE, OK_, "key|dtype", c.tko.dtype = SDPA_DTYPE_BOOL);
+
+    /* E_BATCH */
+    C(UPD, "key batch 1 (cache batch 2)", S, 0, SDPA_E_BATCH, SDPA_E_DIMS, "key|batch", c.tk.dims[0] = 1;
+      c.tk.len /= 2; c.tv.dims[0] = 1; c.tv.len /= 2);
+    C(ATT, "query batch 1 (cache batch 2)", S, 0, SDPA_E_BATCH, OK_, "query|batch|cache", c.tq.dims[0] = 1;
+      c.tq.len /= 2; c.to.dims[0] = 1; c.to.len /= 2);
+    C(OP_READ, "key_out batch 1", S, 0, SDPA_E_DIMS, SDPA_E_BATCH, "key|out|batch", c.tko.dims[0] = 1;
+      c.tko.len /= 2);
+
+    /* E_HEADS */
+    C(UPD, "key heads 1 (cache 2)", S, 0, SDPA_E_HEADS, SDPA_E_DIMS, "head", c.tk.dims[2] = 1; c.tk.len /= 2;
+      c.tv.dims[2] = 1; c.tv.len /= 2);
+    C(UPD, "value heads 1, key heads 2", S, 0, SDPA_E_HEADS, SDPA_E_DIMS, "head|value", c.tv.dims[2] = 1;
+      c.tv.len /= 2);
+    C(ATT, "query heads 3 (not a multiple of 2)", S, 0, SDPA_E_HEADS, OK_, "head", c.tq.dims[2] = 3;
+      c.tq.len = c.tq.len / 4 * 3; c.to.dims[2] = 3; c.to.len = c.to.len / 4 * 3);
+    C(ATT, "query heads 1 (< cache kv heads 2)", S, 0, SDPA_E_HEADS, OK_, "head", c.tq.dims[2] = 1;
+      c.tq.len /= 4; c.to.dims[2] = 1; c.to.len /= 4);
+
+    /* E_HEAD_DIM */
+    C(UPD, "key D 4 (cache 5)", S, 0, SDPA_E_HEAD_DIM, SDPA_E_DIMS, "dim|key", c.tk.dims[3] = 4;
+      c.tk.len = c.tk.len / 5 * 4; c.tv.dims[3] = 4; c.tv.len = c.tv.len / 5 * 4);
+    C(ATT, "query D 4 (cache 5)", S, 0, SDPA_E_HEAD_DIM, OK_, "dim|query", c.tq.dims[3] = 4;
+      c.tq.len = c.tq.len / 5 * 4; c.to.dims[3] = 4; c.to.len = c.to.len / 5 * 4);
+
+    /* E_KV_LEN */
+    C(UPD, "key Snew 2, value Snew 1", S, 0, SDPA_E_KV_LEN, OK_, "value|key|len", c.tv.dims[1] = 1; c.tv.len /= 2);
+
+    /* E_START_POS */
+    C(OP_UPDATE, "update start_pos -1", S, 0, SDPA_E_START_POS, OK_, "start", c.upd_pos = -1);
+    C(OP_UPDATE, "update start_pos INT32_MIN", S, 0, SDPA_E_START_POS, OK_, "start", c.upd_pos = INT32_MIN);
+    C(ATT, "start_pos -1", S, 0, SDPA_E_START_POS, OK_, "start", c.opt.start_pos = -1);
+    C(ATT, "start_pos INT64_MIN (mask)", S, 1, SDPA_E_START_POS, OK_, "start", c.opt.start_pos = INT64_MIN);
+    C(OP_ATTEND, "attend start_pos + Sq > max_seq_len", S, 0, SDPA_E_START_POS, OK_, "start",
+      c.opt.start_pos = CMAX - S + 1);
+    C(OP_ATTEND, "attend start_pos INT64_MAX", S, 0, SDPA_E_START_POS, OK_, "start", c.opt.start_pos = INT64_MAX);
+    C(OP_ATTEND, "attend start_pos 2^32 (truncates to 0)", S, 0, SDPA_E_START_POS, OK_, "start",
+      c.opt.start_pos = INT64_C(1) << 32);
+    C(OP_READ, "read start -1", S, 0, SDPA_E_START_POS, OK_, "start", c.read_start = -1);
+    C(OP_READ, "read start INT32_MIN", S, 0, SDPA_E_START_POS, OK_, "start", c.read_start = INT32_MIN);
+
+    /* E_CAPACITY */
+    C(OP_UPDATE, "update start_pos + Snew = max + 1", S, 0, SDPA_E_CAPACITY, OK_, "capacity|max|seq",
+      c.upd_pos = CMAX - S + 1);
+    C(OP_UPDATE, "update start_pos = max", S, 0, SDPA_E_CAPACITY, OK_, "capacity|max|seq", c.upd_pos = CMAX);
+    C(OP_UPDATE, "update start_pos INT32_MAX (sp + Snew overflows int32)", S, 0, SDPA_E_CAPACITY, OK_,
+      "capacity|max|seq", c.upd_pos = INT32_MAX);
+    C(OP_STEP, "step start_pos + S = max + 1 (mask)", S, 1, SDPA_E_CAPACITY, OK_, "capacity|max|seq",
+      c.opt.start_pos = CMAX - S + 1);
+    C(OP_STEP, "step start_pos + S = max + 1 (causal)", S, 0, SDPA_E_START_POS, SDPA_E_CAPACITY,
+      "capacity|max|seq|start", c.opt.start_pos = CMAX - S + 1);
+    C(OP_STEP, "step start_pos 2^32 (truncates to 0)", S, 0, SDPA_E_START_POS, SDPA_E_CAPACITY,
+      "capacity|max|seq|start", c.opt.start_pos = INT64_C(1) << 32);
+    C(OP_STEP, "step start_pos 2^32 with mask", S, 1, SDPA_E_CAPACITY, SDPA_E_START_POS,
+      "capacity|max|seq|start", c.opt.start_pos = INT64_C(1) << 32);
+    C(OP_READ, "read start + length = max + 1", S, 0, SDPA_E_CAPACITY, OK_, "capacity|max|seq",
+      c.read_start = CMAX - 2);
+    C(OP_READ, "read start INT32_MAX (overflows)", S, 0, SDPA_E_CAPACITY, OK_, "capacity|max|seq",
+      c.read_start = INT32_MAX);
+
+    /* E_MASK_DTYPE, E_MASK_SHAPE, E_MASK_CAUSAL */
+    C(ATT, "mask dtype float16", S, 1, SDPA_E_MASK_DTYPE, OK_, "mask", c.tm.dtype = SDPA_DTYPE_FLOAT16);
+    C(ATT, "mask rows 1 for Sq 2", S, 1, SDPA_E_MASK_SHAPE, OK_, "mask", c.tm.dims[0] = 1;
+      c.tm.len = c.tm.len / 2);
+    C(ATT, "mask cols max_seq_len + 1", S, 1, SDPA_E_MASK_SHAPE, OK_, "mask", {
+        free(c.extra);
+        size_t n = (size_t)S * (CMAX + 1);
+        c.extra = tu_malloc(n * 4);
+        memset(c.extra, 0, n * 4);
+        c.tm = tu_tensor2(c.extra, SDPA_DTYPE_FLOAT32, S, CMAX + 1);
+    });
+    C(ATT, "mask with is_causal", S, 1, SDPA_E_MASK_CAUSAL, OK_, "causal|mask", c.opt.is_causal = 1);
+
+    /* E_DROPOUT, E_SCALE: the attend half fails, so a step must not update */
+    C(ATT, "dropout 0.25", S, 0, SDPA_E_DROPOUT, OK_, "dropout", c.opt.dropout_p = 0.25f);
+    C(ATT, "scale NaN", S, 0, SDPA_E_SCALE, OK_, "scale", c.opt.has_scale = 1; c.opt.scale = NAN);
+    C(ATT, "scale -2", S, 1, SDPA_E_SCALE, OK_, "scale", c.opt.has_scale = 1; c.opt.scale = -2.0f);
+    C(ATT, "scale 0", S, 0, SDPA_E_SCALE, OK_, "scale", c.opt.has_scale = 1; c.opt.scale = 0.0f);
+    C(ATT, "scale inf", S, 0, SDPA_E_SCALE, OK_, "scale", c.opt.has_scale = 1; c.opt.scale = INFINITY);
+
+    /* step: update half broken, attend half fine -> out untouched */
+    C(OP_STEP, "step key dtype float16 (attend half valid)", S, 0, SDPA_E_DTYPE, OK_, "key|dtype",
+      c.tk.dtype = SDPA_DTYPE_FLOAT16);
+    /* order inside step: rank of key before scale of attend */
+    C(OP_STEP, "order: key rank 3 + scale NaN", S, 0, SDPA_E_RANK, OK_, "key", c.tk.rank = 3; c.opt.has_scale = 1;
+      c.opt.scale = NAN);
+    C(OP_STEP, "order: query dtype + key batch", S, 0, SDPA_E_DTYPE, OK_, "query|dtype", c.tq.dtype = 0;
+      c.tk.dims[0] = 1; c.tk.len /= 2);
+    C(OP_STEP, "order: value heads + dropout", S, 0, SDPA_E_HEADS, SDPA_E_DIMS, "head|value", c.tv.dims[2] = 1;
+      c.tv.len /= 2; c.opt.dropout_p = 1.0f);
+    C(OP_STEP, "order: q/k length mismatch (E_DIMS) + dropout", S, 0, SDPA_E_DIMS, OK_, "query|key|length|len",
+      c.tq.dims[1] = 1; c.tq.len /= 2; c.to.dims[1] = 1; c.to.len /= 2; c.opt.dropout_p = 0.5f);
+    C(OP_STEP, "order: out aliases key (E_ARG) + scale NaN", S, 0, SDPA_E_ARG, OK_, "out", {
+        free(c.extra);
+        size_t n = (size_t)CB * S * CHQ * CD;
+        c.extra = tu_malloc(n * 4);
+        fill_random(c.extra, n, &(tu_rng){10});
+        c.tk.data = c.extra;
+        c.to.data = c.extra;
+        track(&c.tr, c.extra, n * 4, "key/out");
+        c.opt.has_scale = 1;
+        c.opt.scale = NAN;
+    });
+
+    /* ctx NULL */
+    {
+        cx c;
+        if (cx_init(&c, S, 0)) {
+            snapshot(&c.tr);
+            verify(NULL, &c.tr, "kv_cache_update: ctx NULL", sdpa_kv_cache_update(NULL, c.cache, c.pk, c.pv, 0),
+                   SDPA_E_ARG, OK_, "");
+            verify(NULL, &c.tr, "kv_cache_attend: ctx NULL",
+                   sdpa_kv_cache_attend(NULL, c.cache, c.pq, c.pm, c.popt, c.po), SDPA_E_ARG, OK_, "");
+            verify(NULL, &c.tr, "kv_cache_step: ctx NULL",
+                   sdpa_kv_cache_step(NULL, c.cache, c.pq, c.pk, c.pv, c.pm, c.popt, c.po), SDPA_E_ARG, OK_, "");
+            verify(NULL, &c.tr, "kv_cache_read: ctx NULL", sdpa_kv_cache_read(NULL, c.cache, 0, 3, c.pko, c.pvo),
+                   SDPA_E_ARG, OK_, "");
+        }
+        cx_free(&c);
+    }
+}
+
+static void test_misc(void) {
+    /* status codes */
+    static const char * const names[] = {"OK", "E_ARG", "E_RANK", "E_DIMS", "E_DTYPE", "E_BATCH", "E_HEADS",
+                                         "E_HEAD_DIM", "E_KV_LEN", "E_START_POS", "E_CAPACITY", "E_MASK_DTYPE",
+                                         "E_MASK_SHAPE", "E_MASK_CAUSAL", "E_DROPOUT", "E_SCALE", "E_DISPOSED",
+                                         "E_OOM"};
+    for (int i = 0; i <= 17; i++) {
+        const char * s = sdpa_status_code((sdpa_status)i);
+        TU_CHECK(s && strcmp(s, names[i]) == 0, "sdpa_status_code(%d) = '%s', want '%s'", i, s ? s : "(null)",
+                 names[i]);
+    }
+    const char * u = sdpa_status_code((sdpa_status)18);
+    TU_CHECK(u && strcmp(u, "E_UNKNOWN") == 0, "sdpa_status_code(18) = '%s'", u ? u : "(null)");
+    u = sdpa_status_code((sdpa_status)-1);
+    TU_CHECK(u && strcmp(u, "E_UNKNOWN") == 0, "sdpa_status_code(-1) = '%s'", u ? u : "(null)");
+
+    /* thread count clamping */
+    sdpa_status st = SDPA_E_ARG;
+    sdpa_ctx * c0 = sdpa_ctx_create(0, &st);
+    TU_CHECK(c0 && st == SDPA_OK && sdpa_ctx_threads(c0) == 1, "ctx_create(0): clamp to 1 thread");
+    sdpa_ctx_free(c0);
+    c0 = sdpa_ctx_create(-7, NULL);
+    TU_CHECK(c0 && sdpa_ctx_threads(c0) == 1, "ctx_create(-7, NULL status): clamp to 1 thread");
+    if (c0) TU_CHECK(sdpa_ctx_last_error(c0) && sdpa_ctx_last_error(c0)[0] == 0, "new ctx: last_error not empty");
+    sdpa_ctx_free(c0);
+    sdpa_ctx_free(NULL);
+
+    /* workspace / reserve */
+    TU_CHECK(sdpa_workspace_size(g_ctx, 0, 1, 8, 2, 64, 100) == 0, "workspace_size(batch 0) != 0");
+    TU_CHECK(sdpa_workspace_size(g_ctx, 1, 1, 6, 4, 64, 100) == 0, "workspace_size(6 heads over 4) != 0");
+    TU_CHECK(sdpa_workspace_size(g_ctx, 1, -1, 8, 2, 64, 100) == 0, "workspace_size(q_len -1) != 0");
+    TU_CHECK(sdpa_workspace_size(g_ctx, 1, 1, 8, 2, 0, 100) == 0, "workspace_size(head_dim 0) != 0");
+    size_t ws = sdpa_workspace_size(g_ctx, 1, 1, 32, 8, 128, 4096);
+    st = sdpa_ctx_reserve(g_ctx, ws);
+    TU_CHECK(st == SDPA_OK, "ctx_reserve(%zu) = %s", ws, sdpa_status_code(st));
+    st = sdpa_ctx_reserve(g_ctx, 0);
+    TU_CHECK(st == SDPA_OK, "ctx_reserve(0) = %s", sdpa_status_code(st));
+    tracker none = {0};
+    st = sdpa_ctx_reserve(g_ctx, SIZE_MAX);
+    verify(g_ctx, &none, "ctx_reserve(SIZE_MAX)", st, SDPA_E_OOM, OK_, "");
+    st = sdpa_ctx_reserve(g_ctx, SIZE_MAX - 15);
+    verify(g_ctx, &none, "ctx_reserve(SIZE_MAX - 15)", st, SDPA_E_OOM, OK_, "");
+    st = sdpa_ctx_reserve(NULL, 16);
+    TU_CHECK(st == SDPA_E_ARG, "ctx_reserve(NULL ctx) = %s", sdpa_status_code(st));
+
+    /* a failure followed by a success clears the message */
+    fx f;
+    fx_init(&f, 0);
+    f.opt.has_scale = 1;
+    f.opt.scale = -1.0f;
+    st = sdpa_custom(g_ctx, f.pq, f.pk, f.pv, f.pm, f.popt, f.po);
+    TU_CHECK(st == SDPA_E_SCALE && sdpa_ctx_last_error(g_ctx)[0], "scale -1 not rejected");
+    f.opt.scale = 1.0f;
+    st = sdpa_custom(g_ctx, f.pq, f.pk, f.pv, f.pm, f.popt, f.po);
+    TU_CHECK(st == SDPA_OK && sdpa_ctx_last_error(g_ctx)[0] == 0, "success after failure: %s, last_error '%s'",
+             sdpa_status_code(st), sdpa_ctx_last_error(g_ctx));
+    fx_free(&f);
+
+    /* errors are per context */
+    sdpa_ctx * other = sdpa_ctx_create(1, NULL);
+    fx_init(&f, 0);
+    f.opt.dropout_p = 0.5f;
+    st = sdpa_custom(other, f.pq, f.pk, f.pv, f.pm, f.popt, f.po);
+    TU_CHECK(st == SDPA_E_DROPOUT, "dropout on other ctx: %s", sdpa_status_code(st));
+    TU_CHECK(sdpa_ctx_last_error(g_ctx)[0] == 0, "an error on one context shows on another: '%s'",
+             sdpa_ctx_last_error(g_ctx));
+    fx_free(&f);
+    sdpa_ctx_free(other);
+}
+
+int main(void) {
+    double t0 = tu_seconds();
+    const char * vb = getenv("SDPA_TEST_VERBOSE");
+    g_verbose = vb && vb[0] && strcmp(vb, "0") != 0;
+    sdpa_status st = SDPA_E_ARG;
+    g_ctx = sdpa_ctx_create(2, &st);
+    if (!g_ctx || st != SDPA_OK) {
+        printf("FATAL: sdpa_ctx_create(2) failed: %s\n", sdpa_status_code(st));
+        return 1;
+    }
+    test_misc();
+    test_custom_baseline();
+    test_custom_rules();
+    test_cache_create();
+    test_cache_rules();
+    printf("  %ld rejected-call cases, %.2f s\n", g_cases, tu_seconds() - t0);
+    sdpa_ctx_free(g_ctx);
+    return tu_summary("test_validation");
+}

@@ -1,0 +1,725 @@
+/*
+ * fuzz_sdpa.c: libFuzzer target over the C entry points of include/sdpa.h.
+ *
+ * Build (the project's CMake does this):
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude \
+ *         tests/fuzz/fuzz_sdpa.c <library sources> -lm -o fuzz_sdpa
+ *   ./fuzz_sdpa -max_total_time=30 tests/fuzz/corpus
+ * Without libFuzzer (-DSDPA_FUZZ_STANDALONE): `fuzz_sdpa FILE...` replays
+ * inputs, `fuzz_sdpa -random N [SEED]` runs N pseudo-random inputs.
+ *
+ * Each input drives one of: sdpa_custom, sdpa_custom_reference, or a short
+ * sequence of KV-cache operations (create / update / attend / step / read).
+ * The input chooses dims (small, 0, negative, huge), ranks, dtypes, the
+ * claimed buffer lengths (sometimes not the product of the dims: the library
+ * must reject, never read past), NULL pointers, out aliasing an input,
+ * startPos (negative, huge, past the end), masks (float / bool / bad dtype,
+ * any shape), causal with a mask, dropout, scale (NaN, inf, 0, negative).
+ * Every buffer is allocated at exactly its claimed byte size, so ASan
+ * reports any over-read.
+ *
+ * Oracles (abort() on violation, so libFuzzer reports the input):
+ *   - the status is SDPA_OK exactly when the fuzzer's own model of
+ *     CONTRACT.md section 2 says the call is valid;
+ *   - a rejected call leaves the output, read-back buffers and the cache
+ *     storage byte-for-byte unchanged and sets a non-empty last error;
+ *   - an accepted call matches the float64 reference (tests/c/naive_ref.c)
+ *     on a few output rows, |got - ref| <= 1e-5 (1 + max|ref|), when the
+ *     inputs are tame (data from bytes, exact small logits);
+ *   - cache reads return exactly what was written (zeros elsewhere).
+ * Everything is freed before returning (leak detection is on).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <inttypes.h>
+
+#include "sdpa.h"
+
+/* The reference is compiled into this translation unit so the target builds
+   from one source file plus the library. */
+#include "../c/naive_ref.c"
+
+/* ---- input reader ------------------------------------------------------ */
+
+typedef struct rd {
+    const uint8_t * p;
+    size_t n;
+} rd;
+
+static uint8_t u8(rd * r) {
+    if (r->n == 0) return 0;
+    r->n--;
+    return *r->p++;
+}
+
+static uint32_t u32(rd * r) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v = (v << 8) | u8(r);
+    return v;
+}
+
+/* 1 with probability about 1/den (never once the input is exhausted) */
+static int rare(rd * r, int den) {
+    return u8(r) % den == (unsigned)den - 1;
+}
+
+#define FAILF(...)                                        \
+    do {                                                  \
+        fprintf(stderr, "fuzz_sdpa: " __VA_ARGS__);       \
+        fprintf(stderr, "\n");                            \
+        abort();                                          \
+    } while (0)
+
+/* ---- limits ------------------------------------------------------------ */
+
+#define MAX_ALLOC_ELEMS (1u << 16)  /* never allocate more than this per tensor */
+
+static sdpa_ctx * g_ctx;
+
+/* How much of the input space reached the library and the checks (printed by
+   the standalone driver). */
+static struct {
+    long calls, accepted, rejected, rows_compared, caches;
+} g_stats;
+
+/* A dim: usually the intended value, sometimes broken. */
+static int32_t fuzz_dim(rd * r, int32_t want) {
+    uint8_t m = u8(r);
+    if (m < 250) return want;
+    switch (m % 10) {
+    case 0: return 0;
+    case 1: return -1;
+    case 2: return INT32_MIN;
+    case 3: return INT32_MAX;
+    case 4: return 65536;
+    case 5: return want + 1;
+    case 6: return want > 1 ? want - 1 : 2;
+    case 7: return 1 << 20;
+    case 8: return -want;
+    default: return (int32_t)(u8(r) % 9);
+    }
+}
+
+static size_t elem_size(int32_t dtype) {
+    return dtype == SDPA_DTYPE_FLOAT32 ? 4 : dtype == SDPA_DTYPE_FLOAT16 ? 2 : 1;
+}
+
+/* product of the first `rank` dims; -1 if some dim <= 0, -2 on overflow past 2^62 */
+static int64_t dims_product(const sdpa_tensor * t) {
+    if (t->rank < 0 || t->rank > 4) return -3;
+    int64_t p = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dims[i] <= 0) return -1;
+        if (p > (INT64_C(1) << 62) / t->dims[i]) return -2;
+        p *= t->dims[i];
+    }
+    return p;
+}
+
+typedef struct ftensor {
+    sdpa_tensor t;
+    void * buf;     /* owned allocation (may be NULL) */
+    size_t bytes;   /* size of buf */
+    int present;    /* 0: pass a NULL tensor pointer */
+} ftensor;
+
+enum { FILL_QK = 0, FILL_V = 1, FILL_MASK = 2 };
+
+static float val_from_byte(uint8_t b, int kind) {
+    if (kind == FILL_QK) return (float)(int8_t)b / 128.0f;       /* [-1, 1), exact products */
+    if (kind == FILL_V) return (float)(int8_t)b / 16.0f;         /* [-8, 8) */
+    switch (b % 8) {                                              /* float mask entries */
+    case 0: return -INFINITY;
+    case 1: return -2.0f;
+    case 2: return 0.5f;
+    case 3: return -0.5f;
+    case 4: return 1.25f;
+    default: return 0.0f;
+    }
+}
+
+/*
+ * Builds a tensor meant to be [d0, d1, d2, d3] (rank 4) or [d0, d1] (rank 2)
+ * with dtype `dtype`, then lets the input break rank, dims, dtype, length,
+ * data pointer. The buffer holds exactly `len` elements of the dtype's size.
+ */
+static void make_tensor(rd * r, ftensor * ft, int rank, const int32_t * want, int32_t dtype, int kind) {
+    memset(ft, 0, sizeof *ft);
+    ft->present = !rare(r, 64);
+    ft->t.rank = rank;
+    if (rare(r, 48)) {
+        static const int32_t ranks[] = {0, 1, 2, 3, 4, 5, -1, 1000};
+        ft->t.rank = ranks[u8(r) % 8];
+    }
+    for (int i = 0; i < 4; i++) ft->t.dims[i] = i < rank ? fuzz_dim(r, want[i]) : (int32_t)(u8(r) % 3);
+    ft->t.dtype = dtype;
+    if (rare(r, 48)) {
+        static const int32_t dts[] = {0, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_BOOL, SDPA_DTYPE_FLOAT16, 99, -1};
+        ft->t.dtype = dts[u8(r) % 6];
+    }
+    int64_t prod = dims_product(&ft->t);
+    size_t len;
+    if (prod >= 0 && prod <= (int64_t)MAX_ALLOC_ELEMS) {
+        len = (size_t)prod;
+        if (rare(r, 40)) {
+            switch (u8(r) % 4) {
+            case 0: len = len ? len - 1 : 1; break;
+            case 1: len = len + 1; break;
+            case 2: len = 0; break;
+            default: len = u8(r); break;
+            }
+        }
+    } else {
+        len = u8(r) % 64;  /* cannot hold the claimed dims: must be rejected */
+    }
+    ft->t.len = len;
+    size_t es = elem_size(ft->t.dtype);
+    ft->bytes = len * es;
+    ft->buf = malloc(ft->bytes ? ft->bytes : 1);
+    if (!ft->buf) FAILF("host malloc failed");
+    if (ft->t.dtype == SDPA_DTYPE_FLOAT32) {
+        float * f = ft->buf;
+        for (size_t i = 0; i < len; i++) f[i] = val_from_byte(u8(r), kind);
+    } else {
+        uint8_t * b = ft->buf;
+        for (size_t i = 0; i < ft->bytes; i++) b[i] = (uint8_t)(u8(r) % 4 != 0);
+    }
+    ft->t.data = rare(r, 64) ? NULL : ft->buf;
+}
+
+static void free_tensor(ftensor * ft) {
+    free(ft->buf);
+    ft->buf = NULL;
+}
+
+static const sdpa_tensor * tp(const ftensor * ft) {
+    return ft->present ? &ft->t : NULL;
+}
+
+/* ---- options ----------------------------------------------------------- */
+
+typedef struct fopts {
+    sdpa_options o;
+    int present;
+    int tame;  /* scale is default or a small power of two: outputs are compared */
+} fopts;
+
+static void make_opts(rd * r, fopts * fo, int32_t Sq, int32_t Skv) {
+    memset(fo, 0, sizeof *fo);
+    fo->present = !rare(r, 16);
+    uint8_t m = u8(r);
+    int64_t room = (int64_t)Skv - Sq;
+    switch (m % 32) {
+    case 0: fo->o.start_pos = 0; break;
+    case 1: fo->o.start_pos = room; break;
+    case 2: fo->o.start_pos = room + 1; break;
+    case 3: fo->o.start_pos = -1; break;
+    case 4: fo->o.start_pos = INT64_MIN; break;
+    case 5: fo->o.start_pos = INT64_MAX; break;
+    case 6: fo->o.start_pos = (INT64_C(1) << 32) + (int64_t)(u8(r) % 4); break;
+    case 7: fo->o.start_pos = INT64_C(1) << 31; break;
+    case 8: fo->o.start_pos = INT32_MAX; break;
+    default: fo->o.start_pos = room > 0 ? (int64_t)(u32(r) % (uint64_t)(room + 1)) : 0; break;
+    }
+    fo->o.is_causal = u8(r) % 2;
+    fo->tame = 1;
+    if (u8(r) % 4 == 3) {
+        fo->o.has_scale = 1;
+        uint8_t s = u8(r);
+        static const float pow2[] = {1.0f, 0.125f, 0.25f, 0.5f, 0.0625f};
+        switch (s % 16) {
+        case 8: fo->o.scale = NAN; break;
+        case 9: fo->o.scale = INFINITY; break;
+        case 10: fo->o.scale = -INFINITY; break;
+        case 11: fo->o.scale = 0.0f; break;
+        case 12: fo->o.scale = -0.0f; break;
+        case 13: fo->o.scale = -1.0f; break;
+        case 14: fo->o.scale = FLT_MAX; fo->tame = 0; break;
+        case 15: fo->o.scale = 1e-45f; break;
+        default: fo->o.scale = pow2[s % 5]; break;
+        }
+    } else if (u8(r) % 8 == 7) {
+        fo->o.scale = NAN;  /* ignored: has_scale == 0 */
+    }
+    fo->o.dropout_p = 0.0f;
+    if (rare(r, 24)) {
+        static const float dps[] = {0.1f, 1.0f, -0.5f, NAN, -0.0f, 1e-45f};
+        fo->o.dropout_p = dps[u8(r) % 6];
+    }
+}
+
+static int scale_ok(const sdpa_options * o) {
+    return !o->has_scale || (isfinite(o->scale) && o->scale > 0.0f);
+}
+
+/* ---- the model of section 2 -------------------------------------------- */
+
+static int t4_ok(const sdpa_tensor * t) {
+    return t && t->data && t->rank == 4 && t->dtype == SDPA_DTYPE_FLOAT32 && dims_product(t) >= 0 &&
+           (uint64_t)dims_product(t) == (uint64_t)t->len;
+}
+
+static int ranges_overlap(const void * a, size_t an, const void * b, size_t bn) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return an && bn && x < y + bn && y < x + an;
+}
+
+static size_t tbytes(const sdpa_tensor * t) {
+    return t->len * elem_size(t->dtype);
+}
+
+/* customSdpa validity over explicit K/V geometry (B, Skv, Hkv, D). */
+static int model_attend(const sdpa_tensor * q, int32_t B, int32_t Skv, int32_t Hkv, int32_t D,
+                        const sdpa_tensor * mask, const sdpa_options * o, const sdpa_tensor * out) {
+    if (!t4_ok(q) || !t4_ok(out)) return 0;
+    const int has_mask = mask && mask->data;
+    if (has_mask) {
+        if (mask->rank != 2 || dims_product(mask) < 0 || (uint64_t)dims_product(mask) != (uint64_t)mask->len) return 0;
+        if (mask->dtype != SDPA_DTYPE_FLOAT32 && mask->dtype != SDPA_DTYPE_BOOL) return 0;
+        if (mask->dims[0] != q->dims[1] || mask->dims[1] > Skv) return 0;
+        if (ranges_overlap(out->data, tbytes(out), mask->data, tbytes(mask))) return 0;
+    }
+    if (ranges_overlap(out->data, tbytes(out), q->data, tbytes(q))) return 0;
+    for (int i = 0; i < 4; i++)
+        if (out->dims[i] != q->dims[i]) return 0;
+    if (q->dims[0] != B) return 0;
+    if (Hkv <= 0 || q->dims[2] % Hkv != 0) return 0;
+    if (q->dims[3] != D) return 0;
+    int64_t sp = o ? o->start_pos : 0;
+    if (sp < 0) return 0;
+    if (!has_mask && sp > (int64_t)Skv - q->dims[1]) return 0;
+    if (has_mask && o && o->is_causal) return 0;
+    if (o && o->dropout_p != 0.0f) return 0;
+    if (o && !scale_ok(o)) return 0;
+    return 1;
+}
+
+static int model_custom(const sdpa_tensor * q, const sdpa_tensor * k, const sdpa_tensor * v,
+                        const sdpa_tensor * mask, const sdpa_options * o, const sdpa_tensor * out) {
+    if (!t4_ok(k) || !t4_ok(v) || !out || !out->data) return 0;
+    for (int i = 0; i < 4; i++)
+        if (k->dims[i] != v->dims[i]) return 0;
+    if (ranges_overlap(out->data, tbytes(out), k->data, tbytes(k))) return 0;
+    if (ranges_overlap(out->data, tbytes(out), v->data, tbytes(v))) return 0;
+    return model_attend(q, k->dims[0], k->dims[1], k->dims[2], k->dims[3], mask, o, out);
+}
+
+/* ---- checking results -------------------------------------------------- */
+
+static void check_rows(const char * what, const sdpa_tensor * q, const float * kbuf, const float * vbuf,
+                       int32_t Skv, int32_t Hkv, const sdpa_tensor * mask, const sdpa_options * o,
+                       const float * out, rd * r) {
+    naive_params np;
+    memset(&np, 0, sizeof np);
+    np.B = q->dims[0];
+    np.Sq = q->dims[1];
+    np.Hq = q->dims[2];
+    np.D = q->dims[3];
+    np.Skv = Skv;
+    np.Hkv = Hkv;
+    const int has_mask = mask && mask->data;
+    if (has_mask) {
+        np.mask_kind = mask->dtype == SDPA_DTYPE_BOOL ? NAIVE_MASK_BOOL : NAIVE_MASK_FLOAT;
+        np.mask = mask->data;
+        np.mask_cols = mask->dims[1];
+    }
+    np.start_pos = o ? o->start_pos : 0;
+    np.is_causal = o ? o->is_causal : 0;
+    np.has_scale = o ? o->has_scale : 0;
+    np.scale = o ? (double)o->scale : 0.0;
+    double * ref = malloc(sizeof(double) * (size_t)np.D);
+    if (!ref) FAILF("host malloc failed");
+    for (int n = 0; n < 4; n++) {
+        int32_t b = (int32_t)(u8(r) % (uint32_t)np.B);
+        int32_t i = (int32_t)(u8(r) % (uint32_t)np.Sq);
+        int32_t h = (int32_t)(u8(r) % (uint32_t)np.Hq);
+        if (naive_sdpa_row(&np, q->data, kbuf, vbuf, b, i, h, ref) != 0)
+            FAILF("%s: reference rejected an accepted call", what);
+        const float * got = out + (((size_t)b * np.Sq + (size_t)i) * np.Hq + (size_t)h) * np.D;
+        double mx = 0.0;
+        for (int32_t d = 0; d < np.D; d++) mx = fabs(ref[d]) > mx ? fabs(ref[d]) : mx;
+        for (int32_t d = 0; d < np.D; d++) {
+            double err = fabs((double)got[d] - ref[d]);
+            if (d == 0) g_stats.rows_compared++;
+            if (!(err <= 1e-5 * (1.0 + mx)))
+                FAILF("%s: out[b=%d, i=%d, h=%d, d=%d] = %.9g, reference %.9g (B=%d Sq=%d Hq=%d D=%d Skv=%d "
+                      "Hkv=%d mask=%d N=%d sp=%" PRId64 " causal=%d scale=%d/%g)",
+                      what, b, i, h, d, (double)got[d], ref[d], np.B, np.Sq, np.Hq, np.D, np.Skv, np.Hkv,
+                      np.mask_kind, np.mask_cols, np.start_pos, np.is_causal, np.has_scale, np.scale);
+        }
+    }
+    free(ref);
+}
+
+static void check_rejected(const char * what, sdpa_status st, const void * before, const void * after, size_t bytes) {
+    if (st == SDPA_OK) return;
+    const char * msg = sdpa_ctx_last_error(g_ctx);
+    if (!msg || !msg[0]) FAILF("%s: rejected with %s but last_error is empty", what, sdpa_status_code(st));
+    if (bytes && memcmp(before, after, bytes) != 0)
+        FAILF("%s: rejected with %s (%s) but a buffer was modified", what, sdpa_status_code(st), msg);
+}
+
+static void expect_model(const char * what, sdpa_status st, int valid) {
+    g_stats.calls++;
+    if (st == SDPA_OK) g_stats.accepted++;
+    else g_stats.rejected++;
+    if (valid && st != SDPA_OK)
+        FAILF("%s: valid call rejected with %s: %s", what, sdpa_status_code(st), sdpa_ctx_last_error(g_ctx));
+    if (!valid && st == SDPA_OK) FAILF("%s: invalid call accepted", what);
+    const int is_custom = strncmp(what, "sdpa_custom", 11) == 0;  /* no cache: E_CAPACITY cannot apply */
+    if (st != SDPA_OK && ((int)st < 1 || (int)st > 17 || st == SDPA_E_DISPOSED || (is_custom && st == SDPA_E_CAPACITY)))
+        FAILF("%s: unexpected status %d", what, (int)st);
+}
+
+/* ---- sdpa_custom / sdpa_custom_reference -------------------------------- */
+
+static void fuzz_custom(rd * r, int use_reference) {
+    /* intended geometry */
+    int32_t B = 1 + u8(r) % 3, Sq = 1 + u8(r) % 9, Hkv = 1 + u8(r) % 3, ratio = 1 + u8(r) % 4;
+    int32_t D = 1 + u8(r) % 40, Skv = 1 + u8(r) % 40;
+    if (rare(r, 8)) {
+        D = 64 + u8(r) % 200;  /* wide heads, one of each else */
+        B = 1;
+        Hkv = 1;
+    }
+    int32_t Hq = Hkv * ratio;
+    int32_t qd[4] = {B, Sq, Hq, D}, kd[4] = {B, Skv, Hkv, D};
+    ftensor q, k, v, m, out;
+    make_tensor(r, &q, 4, qd, SDPA_DTYPE_FLOAT32, FILL_QK);
+    make_tensor(r, &k, 4, kd, SDPA_DTYPE_FLOAT32, FILL_QK);
+    make_tensor(r, &v, 4, kd, SDPA_DTYPE_FLOAT32, FILL_V);
+    uint8_t mk = u8(r) % 4;  /* 0, 1: none; 2: float; 3: bool */
+    int32_t N = Skv - (int32_t)(u8(r) % (uint32_t)Skv);
+    int32_t md[2] = {Sq, N};
+    make_tensor(r, &m, 2, md, mk == 3 ? SDPA_DTYPE_BOOL : SDPA_DTYPE_FLOAT32, FILL_MASK);
+    const sdpa_tensor * pm = tp(&m);
+    if (mk < 2) {
+        /* no mask: a NULL pointer, or a tensor whose data is NULL */
+        if (rare(r, 2)) m.t.data = NULL;
+        else pm = NULL;
+    }
+    make_tensor(r, &out, 4, qd, SDPA_DTYPE_FLOAT32, FILL_V);
+    uint8_t alias = u8(r);
+    if (alias >= 250) {
+        /* out aliases an input (same start) */
+        ftensor * src = alias % 3 == 0 ? &q : alias % 3 == 1 ? &k : &v;
+        if (src->t.data && out.t.data) out.t.data = src->t.data;
+    }
+    fopts fo;
+    make_opts(r, &fo, Sq, Skv);
+    const sdpa_options * po = fo.present ? &fo.o : NULL;
+
+    const sdpa_tensor * pq = tp(&q), * pk = tp(&k), * pv = tp(&v);
+    sdpa_tensor * pout = out.present ? &out.t : NULL;
+    int valid = pq && pk && pv && pout && model_custom(pq, pk, pv, pm, po, pout);
+
+    /* snapshot what the call may not touch when it fails: all buffers */
+    size_t tot = q.bytes + k.bytes + v.bytes + m.bytes + out.bytes;
+    uint8_t * before = malloc(tot + 1), * after = malloc(tot + 1);
+    if (!before || !after) FAILF("host malloc failed");
+    ftensor * all[5] = {&q, &k, &v, &m, &out};
+    size_t at = 0;
+    for (int i = 0; i < 5; i++) {
+        memcpy(before + at, all[i]->buf, all[i]->bytes);
+        at += all[i]->bytes;
+    }
+    sdpa_status st = use_reference ? sdpa_custom_reference(g_ctx, pq, pk, pv, pm, po, pout)
+                                   : sdpa_custom(g_ctx, pq, pk, pv, pm, po, pout);
+    at = 0;
+    for (int i = 0; i < 5; i++) {
+        memcpy(after + at, all[i]->buf, all[i]->bytes);
+        at += all[i]->bytes;
+    }
+    const char * what = use_reference ? "sdpa_custom_reference" : "sdpa_custom";
+    expect_model(what, st, valid);
+    check_rejected(what, st, before, after, tot);
+    if (st == SDPA_OK) {
+        /* inputs are read-only */
+        if (memcmp(before, after, q.bytes + k.bytes + v.bytes + m.bytes) != 0) FAILF("%s modified an input", what);
+        if (sdpa_ctx_last_error(g_ctx)[0]) FAILF("%s: last_error not cleared on success", what);
+        if (fo.tame)
+            check_rows(what, pq, k.t.data, v.t.data, pk->dims[1], pk->dims[2], pm, po, out.t.data, r);
+    }
+    free(before);
+    free(after);
+    for (int i = 0; i < 5; i++) free_tensor(all[i]);
+}
+
+/* ---- KV cache ----------------------------------------------------------- */
+
+typedef struct fcache {
+    sdpa_kv_cache * c;
+    int32_t B, S, H, D;
+    float * hk, * hv;  /* host copy [B, S, H, D], zeros where never written */
+} fcache;
+
+static size_t cache_elems(const fcache * fc) {
+    return (size_t)fc->B * fc->S * fc->H * fc->D;
+}
+
+static int cache_same_as_host(const fcache * fc) {
+    for (int w = 0; w < 2; w++) {
+        const float * st = sdpa_kv_cache_data(fc->c, w);
+        const float * h = w ? fc->hv : fc->hk;
+        for (int32_t b = 0; b < fc->B; b++)
+            for (int32_t hh = 0; hh < fc->H; hh++)
+                for (int32_t t = 0; t < fc->S; t++)
+                    if (memcmp(st + (((size_t)b * fc->H + hh) * fc->S + t) * fc->D,
+                               h + (((size_t)b * fc->S + t) * fc->H + hh) * fc->D, (size_t)fc->D * 4) != 0)
+                        return 0;
+    }
+    return 1;
+}
+
+static int model_update(const fcache * fc, const sdpa_tensor * k, const sdpa_tensor * v, int64_t sp) {
+    if (!t4_ok(k) || !t4_ok(v)) return 0;
+    for (int i = 0; i < 4; i++)
+        if (k->dims[i] != v->dims[i]) return 0;
+    if (k->dims[0] != fc->B || k->dims[2] != fc->H || k->dims[3] != fc->D) return 0;
+    if (sp < 0 || sp > (int64_t)fc->S - k->dims[1]) return 0;
+    return 1;
+}
+
+static void host_write(fcache * fc, const sdpa_tensor * k, const sdpa_tensor * v, int64_t sp) {
+    size_t row = (size_t)fc->H * fc->D;
+    int32_t n = k->dims[1];
+    for (int32_t b = 0; b < fc->B; b++) {
+        memcpy(fc->hk + ((size_t)b * fc->S + (size_t)sp) * row, (const float *)k->data + (size_t)b * n * row,
+               (size_t)n * row * 4);
+        memcpy(fc->hv + ((size_t)b * fc->S + (size_t)sp) * row, (const float *)v->data + (size_t)b * n * row,
+               (size_t)n * row * 4);
+    }
+}
+
+/* Geometry for create: small valid, broken, or far too large (> 4 GiB per tensor). */
+static void cache_geometry(rd * r, int32_t * g, int * expect) {
+    g[0] = 1 + u8(r) % 2;
+    g[1] = 1 + u8(r) % 24;
+    g[2] = 1 + u8(r) % 3;
+    g[3] = 1 + u8(r) % 20;
+    *expect = SDPA_OK;
+    uint8_t m = u8(r);
+    if (m < 220) return;
+    if (m < 240) {
+        int which = u8(r) % 4;
+        static const int32_t bad[] = {0, -1, INT32_MIN, -7};
+        g[which] = bad[u8(r) % 4];
+        *expect = (which == 2 && g[2] == 0) ? SDPA_E_HEADS : SDPA_E_DIMS;
+        if (which == 2 && g[2] < 0) *expect = -1; /* E_DIMS or E_HEADS */
+        return;
+    }
+    /* huge: bytes per tensor >= 2^35, or the product overflows 64 bits */
+    static const int32_t big[] = {INT32_MAX, 1 << 20, 65536, 1 << 30, 1 << 24};
+    g[u8(r) % 4] = big[u8(r) % 5];
+    g[u8(r) % 4] = big[u8(r) % 5];
+    double bytes = 4.0 * (double)g[0] * g[1] * g[2] * g[3];
+    if (bytes < 34359738368.0) g[1] = INT32_MAX, g[3] = 1 << 20;
+    *expect = SDPA_E_OOM;
+}
+
+static void fuzz_cache(rd * r) {
+    int32_t g[4];
+    int expect;
+    cache_geometry(r, g, &expect);
+    int32_t dtype = rare(r, 32) ? SDPA_DTYPE_FLOAT16 : SDPA_DTYPE_FLOAT32;
+    fcache fc;
+    memset(&fc, 0, sizeof fc);
+    sdpa_status st = sdpa_kv_cache_create(g_ctx, g[0], g[1], g[2], g[3], dtype, &fc.c);
+    if (expect == SDPA_OK && dtype != SDPA_DTYPE_FLOAT32) expect = SDPA_E_DTYPE;
+    if (expect == SDPA_OK) {
+        if (st != SDPA_OK || !fc.c)
+            FAILF("kv_cache_create(%d, %d, %d, %d) failed: %s %s", g[0], g[1], g[2], g[3], sdpa_status_code(st),
+                  sdpa_ctx_last_error(g_ctx));
+    } else {
+        if (st == SDPA_OK || fc.c) FAILF("kv_cache_create(%d, %d, %d, %d, dtype %d) accepted", g[0], g[1], g[2], g[3], dtype);
+        if (expect > 0 && dtype == SDPA_DTYPE_FLOAT32 && st != (sdpa_status)expect)
+            FAILF("kv_cache_create(%d, %d, %d, %d): %s, expected %s", g[0], g[1], g[2], g[3], sdpa_status_code(st),
+                  sdpa_status_code((sdpa_status)expect));
+        if (!sdpa_ctx_last_error(g_ctx)[0]) FAILF("kv_cache_create rejected without a message");
+        return;
+    }
+    g_stats.caches++;
+    fc.B = g[0];
+    fc.S = g[1];
+    fc.H = g[2];
+    fc.D = g[3];
+    fc.hk = calloc(cache_elems(&fc), 4);
+    fc.hv = calloc(cache_elems(&fc), 4);
+    if (!fc.hk || !fc.hv) FAILF("host malloc failed");
+    if (!cache_same_as_host(&fc)) FAILF("new cache is not zero-filled");
+
+    int ops = 1 + u8(r) % 8;
+    for (int op = 0; op < ops && r->n > 0; op++) {
+        uint8_t kind = u8(r) % 4;
+        int32_t Sn = 1 + u8(r) % 6;
+        int32_t ratio = 1 + u8(r) % 3;
+        int32_t kd[4] = {fc.B, Sn, fc.H, fc.D};
+        int32_t qd[4] = {fc.B, Sn, fc.H * ratio, fc.D};
+        if (kind == 3) {
+            /* read */
+            int32_t start = (int32_t)(u8(r) % (uint32_t)(fc.S + 2)) - (rare(r, 16) ? 3 : 0);
+            int32_t len = 1 + (int32_t)(u8(r) % (uint32_t)(fc.S + 1));
+            if (rare(r, 16)) len = (int32_t)(u8(r) % 3) - 1;
+            if (rare(r, 32)) start = INT32_MAX;
+            int32_t od[4] = {fc.B, len, fc.H, fc.D};
+            ftensor ko, vo;
+            make_tensor(r, &ko, 4, od, SDPA_DTYPE_FLOAT32, FILL_V);
+            make_tensor(r, &vo, 4, od, SDPA_DTYPE_FLOAT32, FILL_V);
+            int valid = ko.present && vo.present && t4_ok(&ko.t) && t4_ok(&vo.t) && start >= 0 && len > 0 &&
+                        (int64_t)start + len <= fc.S;
+            for (int i = 0; i < 4 && valid; i++) valid = ko.t.dims[i] == od[i] && vo.t.dims[i] == od[i];
+            size_t tot = ko.bytes + vo.bytes;
+            uint8_t * before = malloc(tot + 1), * after = malloc(tot + 1);
+            if (!before || !after) FAILF("host malloc failed");
+            memcpy(before, ko.buf, ko.bytes);
+            memcpy(before + ko.bytes, vo.buf, vo.bytes);
+            st = sdpa_kv_cache_read(g_ctx, fc.c, start, len, ko.present ? &ko.t : NULL, vo.present ? &vo.t : NULL);
+            memcpy(after, ko.buf, ko.bytes);
+            memcpy(after + ko.bytes, vo.buf, vo.bytes);
+            expect_model("kv_cache_read", st, valid);
+            check_rejected("kv_cache_read", st, before, after, tot);
+            if (st == SDPA_OK) {
+                size_t row = (size_t)fc.H * fc.D;
+                for (int32_t b = 0; b < fc.B; b++) {
+                    size_t src = ((size_t)b * fc.S + (size_t)start) * row, dst = (size_t)b * len * row;
+                    if (memcmp((float *)ko.t.data + dst, fc.hk + src, (size_t)len * row * 4) != 0 ||
+                        memcmp((float *)vo.t.data + dst, fc.hv + src, (size_t)len * row * 4) != 0)
+                        FAILF("kv_cache_read(%d, %d) returned other data than was written", start, len);
+                }
+            }
+            free(before);
+            free(after);
+            free_tensor(&ko);
+            free_tensor(&vo);
+            continue;
+        }
+        ftensor q, k, v, m, out;
+        make_tensor(r, &k, 4, kd, SDPA_DTYPE_FLOAT32, FILL_QK);
+        make_tensor(r, &v, 4, kd, SDPA_DTYPE_FLOAT32, FILL_V);
+        make_tensor(r, &q, 4, qd, SDPA_DTYPE_FLOAT32, FILL_QK);
+        make_tensor(r, &out, 4, qd, SDPA_DTYPE_FLOAT32, FILL_V);
+        uint8_t mk = u8(r) % 3;  /* 0 none, 1 float, 2 bool */
+        int32_t md[2] = {Sn, 1 + (int32_t)(u8(r) % (uint32_t)fc.S)};
+        make_tensor(r, &m, 2, md, mk == 2 ? SDPA_DTYPE_BOOL : SDPA_DTYPE_FLOAT32, FILL_MASK);
+        const sdpa_tensor * pm = mk ? &m.t : NULL;
+        fopts fo;
+        make_opts(r, &fo, Sn, fc.S);
+        const sdpa_options * po = fo.present ? &fo.o : NULL;
+        int64_t sp = po ? po->start_pos : 0;
+        int32_t upd_sp = (int32_t)(sp >= INT32_MIN && sp <= INT32_MAX ? sp : -1);
+
+        int valid;
+        const char * what;
+        size_t tot = out.bytes;
+        uint8_t * before = malloc(tot + 1), * after = malloc(tot + 1);
+        if (!before || !after) FAILF("host malloc failed");
+        memcpy(before, out.buf, out.bytes);
+        if (kind == 0) {
+            what = "kv_cache_update";
+            valid = k.present && v.present && model_update(&fc, &k.t, &v.t, upd_sp);
+            st = sdpa_kv_cache_update(g_ctx, fc.c, tp(&k), tp(&v), upd_sp);
+            if (st == SDPA_OK) host_write(&fc, &k.t, &v.t, upd_sp);
+        } else if (kind == 1) {
+            what = "kv_cache_attend";
+            valid = q.present && out.present && model_attend(&q.t, fc.B, fc.S, fc.H, fc.D, pm, po, &out.t);
+            st = sdpa_kv_cache_attend(g_ctx, fc.c, tp(&q), pm, po, out.present ? &out.t : NULL);
+        } else {
+            what = "kv_cache_step";
+            if (rare(r, 8) && out.t.data && k.t.data) out.t.data = k.t.data;  /* out aliases key */
+            valid = q.present && k.present && v.present && out.present &&
+                    model_update(&fc, &k.t, &v.t, sp) && model_attend(&q.t, fc.B, fc.S, fc.H, fc.D, pm, po, &out.t) &&
+                    q.t.dims[1] == k.t.dims[1] &&
+                    !ranges_overlap(out.t.data, tbytes(&out.t), k.t.data, tbytes(&k.t)) &&
+                    !ranges_overlap(out.t.data, tbytes(&out.t), v.t.data, tbytes(&v.t));
+            st = sdpa_kv_cache_step(g_ctx, fc.c, tp(&q), tp(&k), tp(&v), pm, po, out.present ? &out.t : NULL);
+            if (st == SDPA_OK) host_write(&fc, &k.t, &v.t, sp);
+        }
+        memcpy(after, out.buf, out.bytes);
+        expect_model(what, st, valid);
+        check_rejected(what, st, before, after, tot);
+        if (!cache_same_as_host(&fc))
+            FAILF("%s (%s): cache storage differs from what was written", what, sdpa_status_code(st));
+        if (st == SDPA_OK && kind != 0 && fo.tame)
+            check_rows(what, &q.t, fc.hk, fc.hv, fc.S, fc.H, pm, po, out.t.data, r);
+        free(before);
+        free(after);
+        free_tensor(&q);
+        free_tensor(&k);
+        free_tensor(&v);
+        free_tensor(&m);
+        free_tensor(&out);
+    }
+    sdpa_kv_cache_free(fc.c);
+    free(fc.hk);
+    free(fc.hv);
+}
+
+/* ---- entry ------------------------------------------------------------- */
+
+int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
+    if (!g_ctx) {
+        sdpa_status st = SDPA_E_ARG;
+        g_ctx = sdpa_ctx_create(2, &st);
+        if (!g_ctx) FAILF("sdpa_ctx_create(2) failed: %s", sdpa_status_code(st));
+    }
+    rd r = {data, size};
+    uint8_t what = u8(&r);
+    switch (what % 8) {
+    case 0: case 1: case 2: fuzz_custom(&r, 0); break;
+    case 3: fuzz_custom(&r, 1); break;
+    case 4: case 5: case 6: fuzz_cache(&r); break;
+    default:
+        /* a couple of calls in a row on the same context (scratch reuse) */
+        fuzz_custom(&r, 0);
+        fuzz_cache(&r);
+        fuzz_custom(&r, u8(&r) % 2);
+        break;
+    }
+    return 0;
+}
+
+#ifdef SDPA_FUZZ_STANDALONE
+/* Replays files, or runs pseudo-random inputs: fuzz_sdpa -random N [SEED]. */
+int main(int argc, char ** argv) {
+    if (argc >= 3 && strcmp(argv[1], "-random") == 0) {
+        long n = atol(argv[2]);
+        uint64_t s = argc >= 4 ? strtoull(argv[3], NULL, 10) : 1;
+        uint8_t buf[4096];
+        for (long i = 0; i < n; i++) {
+            size_t len = 0;
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            len = (size_t)((s >> 33) % sizeof buf);
+            for (size_t j = 0; j < len; j++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                buf[j] = (uint8_t)(s >> 56);
+            }
+            LLVMFuzzerTestOneInput(buf, len);
+        }
+        printf("fuzz_sdpa: %ld random inputs ok\n", n);
+    } else {
+        for (int a = 1; a < argc; a++) {
+            FILE * f = fopen(argv[a], "rb");
+            if (!f) {
+                fprintf(stderr, "cannot open %s\n", argv[a]);
+                return 2;
+            }
+            static uint8_t buf[1 << 20];
+            size_t len = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+            LLVMFuzzerTestOneInput(buf, len);
+        }
+        printf("fuzz_sdpa: %d files ok\n", argc - 1);
+    }
+    printf("fuzz_sdpa: %ld calls (%ld accepted, %ld rejected), %ld caches, %ld output rows compared\n",
+           g_stats.calls, g_stats.accepted, g_stats.rejected, g_stats.caches, g_stats.rows_compared);
+    sdpa_ctx_free(g_ctx);
+    g_ctx = NULL;
+    return 0;
+}
+#endif

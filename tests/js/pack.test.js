@@ -1,0 +1,81 @@
+// pack.test.js: the published package works. `npm pack`, install the
+// tarball into a temporary project, import 'sdpa-wasm' there and run a decode
+// step (in a child Node process, which must also exit on its own).
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+let tmp;
+test.before(() => { tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sdpa-pack-')); });
+test.after(() => { if (tmp) fs.rmSync(tmp, { recursive: true, force: true }); });
+
+function sh(cmd, args, cwd, timeout = 120000) {
+  const r = spawnSync(cmd, args, { cwd, encoding: 'utf8', timeout, env: { ...process.env, npm_config_update_notifier: 'false' } });
+  if (r.error) throw r.error;
+  assert.is(r.status, 0, `${cmd} ${args.join(' ')} failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
+  return r.stdout;
+}
+
+test('npm pack ships js/, index.d.ts and dist/ (and nothing from tests/ or src/)', () => {
+  const out = sh(npm, ['pack', '--json', '--ignore-scripts', '--pack-destination', tmp], ROOT);
+  const info = JSON.parse(out.slice(out.indexOf('[')))[0];
+  const files = info.files.map((f) => f.path);
+  for (const f of ['package.json', 'index.d.ts', 'js/index.js', 'js/loader.js', 'dist/package.json',
+    'dist/sdpa-simd-threads.mjs', 'dist/sdpa-simd-threads.wasm', 'dist/sdpa-simd-threads.worker.js',
+    'dist/sdpa-simd.mjs', 'dist/sdpa-simd.wasm']) {
+    assert.ok(files.includes(f), `${f} is in the tarball (${files.join(', ')})`);
+  }
+  assert.ok(!files.some((f) => /^(tests|src|include|build)\//.test(f)), `no tests/src/build in ${files.join(', ')}`);
+  assert.ok(fs.existsSync(path.join(tmp, info.filename)));
+});
+
+test('install the tarball in a temporary project, import it, run a decode step', () => {
+  const tgz = fs.readdirSync(tmp).find((f) => f.endsWith('.tgz'));
+  assert.ok(tgz, 'tarball from the previous test');
+  const app = path.join(tmp, 'app');
+  fs.mkdirSync(app);
+  fs.writeFileSync(path.join(app, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', private: true, type: 'module' }));
+  sh(npm, ['install', '--no-audit', '--no-fund', '--offline', '--ignore-scripts', path.join(tmp, tgz)], app);
+  fs.writeFileSync(path.join(app, 'smoke.mjs'), `
+import { createSdpa, SdpaError } from 'sdpa-wasm';
+const sdpa = await createSdpa();
+const H = 4, Hkv = 2, D = 8;
+const cache = sdpa.createKVCache({ maxSeqLen: 16, numKvHeads: Hkv, headDim: D });
+const q = { data: new Float32Array(H * D).fill(0.1), dims: [1, 1, H, D] };
+let out;
+for (let pos = 0; pos < 3; pos++) {
+  const k = { data: new Float32Array(Hkv * D).fill(pos), dims: [1, 1, Hkv, D] };
+  const v = { data: new Float32Array(Hkv * D).fill(pos + 1), dims: [1, 1, Hkv, D] };
+  out = cache.step(q, k, v, pos, { isCausal: true });
+}
+// reference: scores 0.1*D*pos/sqrt(D) for pos 0..2, values pos+1
+const s = [0, 1, 2].map((p) => 0.1 * D * p / Math.sqrt(D));
+const m = Math.max(...s), w = s.map((x) => Math.exp(x - m)), z = w.reduce((a, b) => a + b);
+const want = w.reduce((a, x, p) => a + x * (p + 1), 0) / z;
+const err = Math.max(...out.data.map((x) => Math.abs(x - want)));
+let typed = false;
+try { cache.step(q, q, q, 3); } catch (e) { typed = e instanceof SdpaError && e.code === 'E_HEADS'; }
+console.log(JSON.stringify({ build: sdpa.info.build, threads: sdpa.info.threads, err, typed, dims: out.dims }));
+sdpa.dispose();
+`);
+  const r = spawnSync(process.execPath, ['smoke.mjs'], { cwd: app, encoding: 'utf8', timeout: 60000 });
+  assert.is(r.error, undefined, r.error && r.error.message);
+  assert.is(r.status, 0, `smoke.mjs: ${r.stdout}\n${r.stderr}`);
+  const res = JSON.parse(r.stdout.trim().split('\n').pop());
+  assert.is(res.build, 'simd-threads');
+  assert.equal(res.dims, [1, 1, 4, 8]);
+  assert.ok(res.err <= 1e-5 * 4, `decode step error ${res.err}`);
+  assert.ok(res.typed, 'SdpaError from the installed package');
+  assert.ok(fs.existsSync(path.join(app, 'node_modules', 'sdpa-wasm', 'index.d.ts')));
+  // the exports map is enforced: deep imports of dist/ are not public
+  const deep = spawnSync(process.execPath, ['--input-type=module', '-e', "import('sdpa-wasm/dist/sdpa-simd.mjs').then(() => console.log('open'), (e) => console.log(e.code))"], { cwd: app, encoding: 'utf8', timeout: 30000 });
+  assert.ok(deep.stdout.includes('ERR_PACKAGE_PATH_NOT_EXPORTED'), deep.stdout + deep.stderr);
+});
+
+test.run();

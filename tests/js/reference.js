@@ -1,0 +1,108 @@
+// reference.js: float64 reference attention, written from CONTRACT.md
+// (sections 1 and 4), independently of js/. Plain loops, no shortcuts.
+
+/** customSdpa semantics, layout [B, S, H, D]. Returns a Float64Array [B, Sq, Hq, D]. */
+export function refCustomSdpa(query, key, value, opts = {}) {
+  const [B, Sq, Hq, D] = query.dims;
+  const [, Skv, Hkv] = key.dims;
+  const sp = opts.startPos ?? 0;
+  const mask = opts.attnMask ?? null;
+  const scale = opts.scale ?? 1 / Math.sqrt(D);
+  const r = Hq / Hkv;
+  const N = mask ? mask.dims[1] : sp + Sq;
+  if (N > Skv) throw new Error('reference: N > Skv');
+  const isBool = mask ? mask.data instanceof Uint8Array : false;
+  const at = (t, b, s, h, d) => t.data[((b * t.dims[1] + s) * t.dims[2] + h) * t.dims[3] + d];
+  const out = new Float64Array(B * Sq * Hq * D);
+  for (let b = 0; b < B; b++) {
+    for (let i = 0; i < Sq; i++) {
+      for (let h = 0; h < Hq; h++) {
+        const hk = Math.floor(h / r);
+        const score = [];
+        for (let t = 0; t < N; t++) {
+          if (opts.isCausal && t > sp + i) { score.push(-Infinity); continue; }
+          let dot = 0;
+          for (let d = 0; d < D; d++) dot += at(query, b, i, h, d) * at(key, b, t, hk, d);
+          let s = scale * dot;
+          if (mask) {
+            const m = mask.data[i * N + t];
+            s = isBool ? (m ? s : -Infinity) : s + m;
+          }
+          score.push(s);
+        }
+        let mx = -Infinity;
+        for (const x of score) mx = Math.max(mx, x);
+        const o = ((b * Sq + i) * Hq + h) * D;
+        if (mx === -Infinity) continue; // fully masked: zeros
+        const p = score.map((s) => Math.exp(s - mx));
+        const sum = p.reduce((a, x) => a + x, 0);
+        for (let d = 0; d < D; d++) {
+          let acc = 0;
+          for (let t = 0; t < N; t++) acc += p[t] * at(value, b, t, hk, d);
+          out[o + d] = acc / sum;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+/**
+ * torch.nn.functional.scaled_dot_product_attention, layout [B, H, S, D],
+ * done the "math backend" way: repeat_interleave K/V heads, expand batches,
+ * materialize the broadcast mask and the tril causal mask. Fully masked rows
+ * are zeros. Returns a Float64Array [B, Hq, L, Ev].
+ */
+export function refTorchSdpa(query, key, value, opts = {}) {
+  const [B, Hq, L, E] = query.dims;
+  const [Bk, Hk, S] = key.dims;
+  const [Bv, Hv, , Ev] = value.dims;
+  const scale = opts.scale ?? 1 / Math.sqrt(E);
+  // repeat_interleave: key head of query head h
+  const repeatInterleave = (H) => {
+    const map = [];
+    for (let x = 0; x < H; x++) for (let j = 0; j < Hq / H; j++) map.push(x);
+    return map;
+  };
+  const kHead = repeatInterleave(Hk), vHead = repeatInterleave(Hv);
+  const kx = (b, h, t, e) => key.data[(((Bk === 1 ? 0 : b) * Hk + kHead[h]) * S + t) * E + e];
+  const vx = (b, h, t, e) => value.data[(((Bv === 1 ? 0 : b) * Hv + vHead[h]) * S + t) * Ev + e];
+  // materialized mask [B, Hq, L, S] (additive float64)
+  const full = new Float64Array(B * Hq * L * S);
+  if (opts.attnMask) {
+    const m = opts.attnMask, md = m.dims, isBool = m.data instanceof Uint8Array;
+    const idx = [0, 0, 0, 0];
+    for (let b = 0; b < B; b++) for (let h = 0; h < Hq; h++) for (let i = 0; i < L; i++) for (let t = 0; t < S; t++) {
+      idx[0] = b; idx[1] = h; idx[2] = i; idx[3] = t;
+      const src = idx.slice(4 - md.length);
+      let flat = 0;
+      for (let j = 0; j < md.length; j++) flat = flat * md[j] + (md[j] === 1 ? 0 : src[j]);
+      const val = m.data[flat];
+      full[((b * Hq + h) * L + i) * S + t] = isBool ? (val ? 0 : -Infinity) : val;
+    }
+  }
+  if (opts.isCausal) {
+    for (let x = 0; x < B * Hq; x++) for (let i = 0; i < L; i++) for (let t = i + 1; t < S; t++) full[(x * L + i) * S + t] = -Infinity;
+  }
+  const out = new Float64Array(B * Hq * L * Ev);
+  for (let b = 0; b < B; b++) for (let h = 0; h < Hq; h++) for (let i = 0; i < L; i++) {
+    const sc = new Float64Array(S);
+    for (let t = 0; t < S; t++) {
+      let dot = 0;
+      for (let e = 0; e < E; e++) dot += query.data[((b * Hq + h) * L + i) * E + e] * kx(b, h, t, e);
+      sc[t] = dot * scale + full[((b * Hq + h) * L + i) * S + t];
+    }
+    let mx = -Infinity;
+    for (const s of sc) mx = Math.max(mx, s);
+    if (mx === -Infinity) continue;
+    let sum = 0;
+    const p = sc.map((s) => Math.exp(s - mx));
+    for (const x of p) sum += x;
+    for (let e = 0; e < Ev; e++) {
+      let acc = 0;
+      for (let t = 0; t < S; t++) acc += p[t] * vx(b, h, t, e);
+      out[((b * Hq + h) * L + i) * Ev + e] = acc / sum;
+    }
+  }
+  return out;
+}

@@ -1,0 +1,350 @@
+// validation.test.js: one test per rule of CONTRACT.md section 2 (plus the
+// cache rules of section 3 and the section-4 variants). Every case checks
+// the code, that the message names the argument, and that nothing was
+// written: `out` and the cache are unchanged.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { createSdpa, SdpaError, INTERNALS } from '../../js/index.js';
+import { rng, randTensor, expectError, expectReject } from './helpers.js';
+
+let sdpa, cache, cacheSnapshot, heapOut;
+const rand = rng(7);
+// customSdpa geometry: B=1 Sq=2 Hq=4 Skv=6 Hkv=2 D=8
+const Q = randTensor(rand, [1, 2, 4, 8]);
+const K = randTensor(rand, [1, 6, 2, 8]);
+const V = randTensor(rand, [1, 6, 2, 8]);
+const q = () => ({ data: Q.data.slice(), dims: Q.dims.slice() });
+const k = () => ({ data: K.data.slice(), dims: K.dims.slice() });
+const v = () => ({ data: V.data.slice(), dims: V.dims.slice() });
+const t = (dims, fill = 0.5) => ({ data: new Float32Array(dims.reduce((a, b) => a * b, 1)).fill(fill), dims });
+let sentinelOut;
+const freshOut = () => { sentinelOut = { data: new Float32Array(64).fill(7), dims: [1, 2, 4, 8] }; return sentinelOut; };
+// cache geometry: B=1 maxSeqLen=8 Hkv=2 D=8, rows 0..3 filled
+const CK = randTensor(rand, [1, 4, 2, 8]);
+const CV = randTensor(rand, [1, 4, 2, 8]);
+const cq = (S = 1) => t([1, S, 4, 8], 0.25);
+const ckv = (S = 1) => t([1, S, 2, 8], 0.75);
+
+test.before(async () => {
+  sdpa = await createSdpa({ threads: 1 });
+  cache = sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8 });
+  cache.update(CK, CV, 0);
+  cacheSnapshot = cache.read(0, 8);
+  heapOut = sdpa.allocTensor('float32', [1, 1, 4, 8]);
+  heapOut.data.fill(9);
+});
+test.after(() => { sdpa.dispose(); });
+
+/** Runs each case: [label, fn, code, [regex...]]; then checks that nothing was written. */
+function runCases(code, cases) {
+  for (const [label, fn, names] of cases) {
+    freshOut();
+    expectError(fn, code, names, label);
+    assert.ok(sentinelOut.data.every((x) => x === 7), `${label}: out was written`);
+    assert.ok(heapOut.data.every((x) => x === 9), `${label}: heap out was written`);
+    const now = cache.read(0, 8);
+    assert.equal(now.k.data, cacheSnapshot.k.data, `${label}: cache keys changed`);
+    assert.equal(now.v.data, cacheSnapshot.v.data, `${label}: cache values changed`);
+  }
+}
+
+test('SdpaError: subclass of Error, name, code; C status for what JS missed', () => {
+  const e = new SdpaError('E_ARG', 'x');
+  assert.ok(e instanceof Error);
+  assert.is(e.name, 'SdpaError');
+  assert.is(e.code, 'E_ARG');
+  // A call that reaches C with a wrong element count (bypassing JS checks):
+  const { M, core } = sdpa[INTERNALS];
+  const qp = M._malloc(64 * 4), kp = M._malloc(96 * 4), op = M._malloc(64 * 4);
+  try {
+    core.writeTensor(0, qp, 63, 'float32', [1, 2, 4, 8]); // len lies
+    core.writeTensor(32, kp, 96, 'float32', [1, 6, 2, 8]);
+    core.writeTensor(64, kp, 96, 'float32', [1, 6, 2, 8]);
+    core.writeTensor(128, op, 64, 'float32', [1, 2, 4, 8]);
+    core.writeOptions(0, false, null);
+    const st = M._sdpa_custom(core.ctx, core.slot('q'), core.slot('k'), core.slot('v'), 0, core.slot('opts'), core.slot('out'));
+    assert.is(st, 3);
+    const err = expectError(() => core.check(st, 'customSdpa'), 'E_DIMS', [/^customSdpa: /]);
+    assert.ok(err.message.length > 'customSdpa: '.length + 10, err.message);
+    assert.is(err.status, 3);
+  } finally { M._free(qp); M._free(kp); M._free(op); }
+});
+
+test('E_ARG: missing arguments, wrong JS types, unknown options, out aliasing an input', async () => {
+  const qq = q();
+  const hq = sdpa.allocTensor('float32', [1, 2, 4, 8]);
+  runCases('E_ARG', [
+    ['missing query', () => sdpa.customSdpa(undefined, k(), v(), { out: sentinelOut }), [/query/]],
+    ['missing key', () => sdpa.customSdpa(q(), undefined, v(), { out: sentinelOut }), [/key/]],
+    ['missing value', () => sdpa.customSdpa(q(), k(), null, { out: sentinelOut }), [/value/]],
+    ['unknown option', () => sdpa.customSdpa(q(), k(), v(), { is_causal: true, out: sentinelOut }), [/is_causal/, /isCausal/]],
+    ['startPos string', () => sdpa.customSdpa(q(), k(), v(), { startPos: '1', out: sentinelOut }), [/startPos/]],
+    ['isCausal non-boolean', () => sdpa.customSdpa(q(), k(), v(), { isCausal: 1, out: sentinelOut }), [/isCausal/]],
+    ['scale string', () => sdpa.customSdpa(q(), k(), v(), { scale: '0.5', out: sentinelOut }), [/scale/]],
+    ['dropoutP string', () => sdpa.customSdpa(q(), k(), v(), { dropoutP: '0', out: sentinelOut }), [/dropoutP/]],
+    ['options not an object', () => sdpa.customSdpa(q(), k(), v(), 5), [/options/]],
+    ['data a string', () => sdpa.customSdpa({ data: 'abc', dims: [1, 2, 4, 8] }, k(), v(), { out: sentinelOut }), [/query\.data/]],
+    ['dims missing', () => sdpa.customSdpa({ data: Q.data }, k(), v(), { out: sentinelOut }), [/query\.dims/]],
+    ['dims with a string', () => sdpa.customSdpa(q(), { data: K.data, dims: ['1', 6, 2, 8] }, v(), { out: sentinelOut }), [/key\.dims\[0\]/]],
+    ['bare typed array as tensor', () => sdpa.customSdpa(Q.data, k(), v(), { out: sentinelOut }), [/query/]],
+    ['dtype not a string', () => sdpa.customSdpa({ ...q(), dtype: 1 }, k(), v(), { out: sentinelOut }), [/query\.dtype/]],
+    ['out aliases query', () => sdpa.customSdpa(qq, k(), v(), { out: { data: qq.data, dims: [1, 2, 4, 8] } }), [/out/, /query/]],
+    ['out overlaps key', () => { const kk = k(); return sdpa.customSdpa(q(), kk, v(), { out: { data: new Float32Array(kk.data.buffer, 32, 64), dims: [1, 2, 4, 8] } }); }, [/out/, /key/]],
+    ['heap out is heap query', () => sdpa.customSdpa(hq, k(), v(), { out: hq }), [/out/, /query/]],
+    ['update without startPos', () => cache.update(ckv(), ckv()), [/startPos/]],
+    ['update startPos string', () => cache.update(ckv(), ckv(), '4'), [/startPos/]],
+    ['step with startPos option', () => cache.step(cq(), ckv(), ckv(), 4, { startPos: 4, out: heapOut }), [/startPos/]],
+    ['step unknown option', () => cache.step(cq(), ckv(), ckv(), 4, { causal: true, out: heapOut }), [/causal/]],
+    ['attend unknown option', () => cache.attend(cq(), { startPos: 3, enableGqa: true, out: heapOut }), [/enableGqa/]],
+    ['attend out aliases q', () => { const hq1 = heapOut; return cache.attend(hq1, { startPos: 3, out: hq1 }); }, [/out/, /q/]],
+    ['read start string', () => cache.read('0', 1), [/start/]],
+    ['read without length', () => cache.read(0), [/length/]],
+    ['createKVCache without options', () => sdpa.createKVCache(), [/maxSeqLen/]],
+    ['createKVCache missing headDim', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2 }), [/headDim/]],
+    ['createKVCache string size', () => sdpa.createKVCache({ maxSeqLen: '8', numKvHeads: 2, headDim: 8 }), [/maxSeqLen/]],
+    ['createKVCache unknown field', () => sdpa.createKVCache({ max_seq_len: 8, maxSeqLen: 8, numKvHeads: 2, headDim: 8 }), [/max_seq_len/]],
+    ['allocTensor without dtype', () => sdpa.allocTensor(undefined, [2]), [/dtype/]],
+    ['allocTensor dims not an array', () => sdpa.allocTensor('float32', 4), [/dims/]],
+    ['torch unknown option', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { enable_gqa: true }), [/enable_gqa/, /enableGqa/]],
+    ['torch enableGqa non-boolean', () => sdpa.planAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { enableGqa: 'yes' }), [/enableGqa/]],
+  ]);
+  assert.equal(qq.data, Q.data, 'aliased query unchanged');
+  hq.dispose();
+  await expectReject(createSdpa({ threds: 2 }), 'E_ARG', [/threds/]);
+  await expectReject(createSdpa({ threads: 0 }), 'E_ARG', [/threads/]);
+  await expectReject(createSdpa({ build: 'wasm64' }), 'E_ARG', [/build/]);
+  await expectReject(createSdpa({ build: 'simd', threads: 2 }), 'E_ARG', [/threads/]);
+});
+
+test('E_RANK: q/k/v not 4-D, mask not 2-D (section 4: ranks 1-4)', () => {
+  runCases('E_RANK', [
+    ['query 3-D', () => sdpa.customSdpa({ data: Q.data, dims: [2, 4, 8] }, k(), v(), { out: sentinelOut }), [/query/, /rank 3/]],
+    ['key 5-D', () => sdpa.customSdpa(q(), { data: K.data, dims: [1, 1, 6, 2, 8] }, v(), { out: sentinelOut }), [/key/]],
+    ['value 2-D', () => sdpa.customSdpa(q(), k(), { data: V.data, dims: [12, 8] }, { out: sentinelOut }), [/value/]],
+    ['mask 3-D', () => sdpa.customSdpa(q(), k(), v(), { attnMask: t([1, 2, 6], 0), out: sentinelOut }), [/attnMask/]],
+    ['mask 1-D', () => sdpa.customSdpa(q(), k(), v(), { attnMask: t([12], 0), out: sentinelOut }), [/attnMask/]],
+    ['update k 3-D', () => cache.update({ data: new Float32Array(16), dims: [1, 2, 8] }, ckv(), 4), [/\bk\b/]],
+    ['attend q 3-D', () => cache.attend({ data: new Float32Array(32), dims: [1, 4, 8] }, { startPos: 3, out: heapOut }), [/\bq\b/]],
+    ['torch query 3-D', () => sdpa.scaledDotProductAttention(t([2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4])), [/query/]],
+    ['torch mask 5-D', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { attnMask: t([1, 1, 1, 2, 2], 0) }), [/attnMask/]],
+    ['allocTensor rank 0', () => sdpa.allocTensor('float32', []), [/dims/]],
+  ]);
+});
+
+test('E_DIMS: non-positive or non-integer dims, data length, out dims, step lengths', () => {
+  runCases('E_DIMS', [
+    ['Sq = 0', () => sdpa.customSdpa({ data: new Float32Array(0), dims: [1, 0, 4, 8] }, k(), v(), { out: sentinelOut }), [/query\.dims\[1\]/]],
+    ['D = 1.5', () => sdpa.customSdpa(q(), { data: K.data, dims: [1, 6, 2, 1.5] }, v(), { out: sentinelOut }), [/key\.dims\[3\]/]],
+    ['negative batch', () => sdpa.customSdpa(q(), k(), { data: V.data, dims: [-1, 6, 2, 8] }, { out: sentinelOut }), [/value\.dims\[0\]/]],
+    ['data length', () => sdpa.customSdpa({ data: Q.data.subarray(1), dims: [1, 2, 4, 8] }, k(), v(), { out: sentinelOut }), [/query\.data/, /63/, /64/]],
+    ['out dims', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float32Array(64).fill(7), dims: [1, 4, 2, 8] } }), [/out/]],
+    ['out rank', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float32Array(64), dims: [2, 4, 8] } }), [/out/]],
+    ['mask length', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Float32Array(11), dims: [2, 6] }, out: sentinelOut }), [/attnMask/]],
+    ['mask dim 0', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Float32Array(0), dims: [2, 0] }, out: sentinelOut }), [/attnMask/]],
+    ['update length', () => cache.update({ data: new Float32Array(15), dims: [1, 1, 2, 8] }, ckv(), 4), [/\bk\.data/]],
+    ['step q and k lengths differ', () => cache.step(cq(2), ckv(1), ckv(1), 4), [/\bq\b/, /\bk\b/]],
+    ['read length 0', () => cache.read(0, 0), [/length/]],
+    ['read length 1.5', () => cache.read(0, 1.5), [/length/]],
+    ['createKVCache maxSeqLen 0', () => sdpa.createKVCache({ maxSeqLen: 0, numKvHeads: 2, headDim: 8 }), [/maxSeqLen/]],
+    ['createKVCache headDim 2.5', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 2.5 }), [/headDim/]],
+    ['createKVCache batch -1', () => sdpa.createKVCache({ batch: -1, maxSeqLen: 8, numKvHeads: 2, headDim: 8 }), [/batch/]],
+    ['allocTensor dim 0', () => sdpa.allocTensor('float32', [2, 0]), [/dims\[1\]/]],
+    ['torch L = 0', () => sdpa.scaledDotProductAttention({ data: new Float32Array(0), dims: [1, 2, 0, 4] }, t([1, 2, 2, 4]), t([1, 2, 2, 4])), [/query/]],
+  ]);
+});
+
+test('E_DTYPE: q/k/v/out not float32, dtype field contradicting data, cache/alloc dtype', () => {
+  runCases('E_DTYPE', [
+    ['query Float64Array', () => sdpa.customSdpa({ data: new Float64Array(64), dims: [1, 2, 4, 8] }, k(), v(), { out: sentinelOut }), [/query/, /Float64Array/]],
+    ['key plain Array', () => sdpa.customSdpa(q(), { data: Array.from(K.data), dims: [1, 6, 2, 8] }, v(), { out: sentinelOut }), [/key/, /Array/]],
+    ['value bool', () => sdpa.customSdpa(q(), k(), { data: new Uint8Array(96), dims: [1, 6, 2, 8] }, { out: sentinelOut }), [/value/]],
+    ['dtype contradicts data', () => sdpa.customSdpa({ ...q(), dtype: 'float16' }, k(), v(), { out: sentinelOut }), [/query\.dtype/, /float16/]],
+    ['out Float64Array', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float64Array(64), dims: [1, 2, 4, 8] } }), [/out/]],
+    ['out bool heap tensor', () => { const b = sdpa.allocTensor('bool', [1, 2, 4, 8]); try { return sdpa.customSdpa(q(), k(), v(), { out: b }); } finally { b.dispose(); } }, [/out/]],
+    ['update k Int32Array', () => cache.update({ data: new Int32Array(16), dims: [1, 1, 2, 8] }, ckv(), 4), [/\bk\b/]],
+    ['cache dtype float16', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8, dtype: 'float16' }), [/dtype/, /float16/]],
+    ['allocTensor float16', () => sdpa.allocTensor('float16', [4]), [/dtype/]],
+    ['torch key Int16Array', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), { data: new Int16Array(16), dims: [1, 2, 2, 4] }, t([1, 2, 2, 4])), [/key/]],
+  ]);
+});
+
+test('E_BATCH: key/value/out batch differs from query (no broadcast in the fast op)', () => {
+  runCases('E_BATCH', [
+    ['key batch', () => sdpa.customSdpa(q(), t([2, 6, 2, 8]), v(), { out: sentinelOut }), [/key/, /batch/]],
+    ['value batch', () => sdpa.customSdpa(q(), k(), t([2, 6, 2, 8]), { out: sentinelOut }), [/value/, /batch/]],
+    ['out batch', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float32Array(128), dims: [2, 2, 4, 8] } }), [/out/, /batch/]],
+    ['update k batch', () => cache.update(t([2, 1, 2, 8]), t([2, 1, 2, 8]), 4), [/\bk\b/, /batch/]],
+    ['attend q batch', () => cache.attend(t([2, 1, 4, 8]), { startPos: 3 }), [/\bq\b/, /batch/]],
+    ['torch key batch 3 vs 2', () => sdpa.scaledDotProductAttention(t([2, 2, 2, 4]), t([3, 2, 2, 4]), t([2, 2, 2, 4])), [/key/, /batch/]],
+  ]);
+});
+
+test('E_HEADS: zero heads, Hkv > Hq, Hq % Hkv, key heads != value heads', () => {
+  const e = expectError(() => sdpa.customSdpa(t([1, 2, 8, 8]), t([1, 6, 3, 8]), t([1, 6, 3, 8]), { out: { data: new Float32Array(128), dims: [1, 2, 8, 8] } }), 'E_HEADS');
+  assert.is(e.message, 'customSdpa: key has 3 heads but query has 8; query heads must be a multiple of key heads (GQA)');
+  runCases('E_HEADS', [
+    ['GQA 8/3', () => sdpa.customSdpa(t([1, 2, 8, 8]), t([1, 6, 3, 8]), t([1, 6, 3, 8])), [/key has 3 heads/]],
+    ['Hkv > Hq', () => sdpa.customSdpa(q(), t([1, 6, 8, 8]), t([1, 6, 8, 8]), { out: sentinelOut }), [/key/]],
+    ['key heads != value heads', () => sdpa.customSdpa(q(), k(), t([1, 6, 4, 8]), { out: sentinelOut }), [/value/]],
+    ['query with 0 heads', () => sdpa.customSdpa({ data: new Float32Array(0), dims: [1, 2, 0, 8] }, k(), v()), [/query/, /0 heads/]],
+    ['query and out with 0 heads', () => sdpa.customSdpa({ data: new Float32Array(0), dims: [1, 2, 0, 8] }, k(), v(), { out: { data: new Float32Array(0), dims: [1, 2, 0, 8] } }), [/0 heads/]],
+    ['key with 0 heads', () => sdpa.customSdpa(q(), { data: new Float32Array(0), dims: [1, 6, 0, 8] }, v(), { out: sentinelOut }), [/key/]],
+    ['cache numKvHeads 0', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 0, headDim: 8 }), [/numKvHeads/]],
+    ['update k heads', () => cache.update(t([1, 1, 4, 8]), t([1, 1, 4, 8]), 4), [/\bk\b/, /numKvHeads/]],
+    ['attend q 3 heads over 2', () => cache.attend(t([1, 1, 3, 8]), { startPos: 3 }), [/\bq\b/]],
+    ['torch 4 over 2 without enableGqa', () => sdpa.scaledDotProductAttention(t([1, 4, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4])), [/key/, /enableGqa/]],
+    ['torch 4 over 3 with enableGqa', () => sdpa.scaledDotProductAttention(t([1, 4, 2, 4]), t([1, 3, 2, 4]), t([1, 3, 2, 4]), { enableGqa: true }), [/key/]],
+  ]);
+});
+
+test('E_HEAD_DIM: query, key and value head dims differ', () => {
+  runCases('E_HEAD_DIM', [
+    ['key D', () => sdpa.customSdpa(q(), t([1, 6, 2, 4]), v(), { out: sentinelOut }), [/key/, /head dim/]],
+    ['value D', () => sdpa.customSdpa(q(), k(), t([1, 6, 2, 16]), { out: sentinelOut }), [/value/]],
+    ['update k D', () => cache.update(t([1, 1, 2, 4]), t([1, 1, 2, 4]), 4), [/\bk\b/, /headDim/]],
+    ['attend q D', () => cache.attend(t([1, 1, 4, 4]), { startPos: 3 }), [/\bq\b/]],
+    ['torch key E', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 8]), t([1, 2, 2, 4])), [/key/]],
+  ]);
+});
+
+test('E_KV_LEN: key and value sequence lengths differ', () => {
+  runCases('E_KV_LEN', [
+    ['customSdpa', () => sdpa.customSdpa(q(), k(), t([1, 5, 2, 8]), { out: sentinelOut }), [/value/, /5/]],
+    ['update', () => cache.update(ckv(2), ckv(1), 4), [/\bv\b/]],
+    ['step', () => cache.step(cq(1), ckv(1), ckv(2), 4, { out: heapOut }), [/\bv\b/]],
+    ['torch', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 3, 4]), t([1, 2, 2, 4])), [/value/]],
+  ]);
+});
+
+test('E_START_POS: not a non-negative integer; startPos + Sq > Skv without a mask', () => {
+  runCases('E_START_POS', [
+    ['negative', () => sdpa.customSdpa(q(), k(), v(), { startPos: -1, out: sentinelOut }), [/startPos/]],
+    ['fractional', () => sdpa.customSdpa(q(), k(), v(), { startPos: 1.5, out: sentinelOut }), [/startPos/]],
+    ['NaN', () => sdpa.customSdpa(q(), k(), v(), { startPos: NaN, out: sentinelOut }), [/startPos/]],
+    ['past the keys', () => sdpa.customSdpa(q(), k(), v(), { startPos: 5, out: sentinelOut }), [/startPos/, /6/]],
+    ['update negative', () => cache.update(ckv(), ckv(), -2), [/startPos/]],
+    ['attend past maxSeqLen', () => cache.attend(cq(2), { startPos: 7 }), [/startPos/]],
+    ['step fractional', () => cache.step(cq(), ckv(), ckv(), 0.5, { out: heapOut }), [/startPos/]],
+    ['read negative start', () => cache.read(-1, 1), [/start/]],
+  ]);
+  // With a mask startPos has no effect, so it may exceed Skv.
+  const out = sdpa.customSdpa(q(), k(), v(), { startPos: 100, attnMask: t([2, 6], 0) });
+  assert.is(out.data.length, 64);
+});
+
+test('E_CAPACITY: cache writes and reads past maxSeqLen', () => {
+  runCases('E_CAPACITY', [
+    ['update past the end', () => cache.update(ckv(2), ckv(2), 7), [/startPos/, /maxSeqLen/]],
+    ['step past the end', () => cache.step(cq(3), ckv(3), ckv(3), 6, { isCausal: true }), [/maxSeqLen/]],
+    ['step past the end with a mask', () => cache.step(cq(1), ckv(1), ckv(1), 8, { attnMask: t([1, 8], 0) }), [/maxSeqLen/]],
+    ['read past the end', () => cache.read(6, 3), [/start/, /maxSeqLen/]],
+  ]);
+});
+
+test('E_MASK_DTYPE: mask not float32 or bool', () => {
+  runCases('E_MASK_DTYPE', [
+    ['Float64Array', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Float64Array(12), dims: [2, 6] }, out: sentinelOut }), [/attnMask/]],
+    ['Int32Array', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Int32Array(12), dims: [2, 6] }, out: sentinelOut }), [/attnMask/]],
+    ['plain Array', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Array(12).fill(0), dims: [2, 6] }, out: sentinelOut }), [/attnMask/]],
+    ['attend Int8Array', () => cache.attend(cq(), { attnMask: { data: new Int8Array(4), dims: [1, 4] }, out: heapOut }), [/attnMask/]],
+    ['torch Uint16Array', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { attnMask: { data: new Uint16Array(4), dims: [2, 2] } }), [/attnMask/]],
+  ]);
+});
+
+test('E_MASK_SHAPE: mask not exactly [Sq, N] with N <= Skv; section 4: not broadcastable', () => {
+  runCases('E_MASK_SHAPE', [
+    ['rows != Sq', () => sdpa.customSdpa(q(), k(), v(), { attnMask: t([3, 6], 0), out: sentinelOut }), [/attnMask/]],
+    ['N > Skv', () => sdpa.customSdpa(q(), k(), v(), { attnMask: t([2, 7], 0), out: sentinelOut }), [/attnMask/]],
+    ['broadcast row', () => sdpa.customSdpa(q(), k(), v(), { attnMask: t([1, 6], 0), out: sentinelOut }), [/attnMask/]],
+    ['attend N > maxSeqLen', () => cache.attend(cq(), { attnMask: t([1, 9], 0), out: heapOut }), [/attnMask/]],
+    ['step rows != Sq', () => cache.step(cq(), ckv(), ckv(), 4, { attnMask: t([2, 5], 0), out: heapOut }), [/attnMask/]],
+    ['torch [3, S] vs L = 2', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { attnMask: t([3, 2], 0) }), [/attnMask/]],
+    ['torch heads 3 vs 2', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { attnMask: t([3, 2, 2], 0) }), [/attnMask/]],
+  ]);
+});
+
+test('E_MASK_CAUSAL: a mask together with isCausal', () => {
+  runCases('E_MASK_CAUSAL', [
+    ['customSdpa', () => sdpa.customSdpa(q(), k(), v(), { attnMask: t([2, 6], 0), isCausal: true, out: sentinelOut }), [/attnMask/, /isCausal/]],
+    ['attend', () => cache.attend(cq(), { attnMask: t([1, 4], 0), isCausal: true, out: heapOut }), [/isCausal/]],
+    ['step', () => cache.step(cq(), ckv(), ckv(), 4, { attnMask: t([1, 5], 0), isCausal: true, out: heapOut }), [/isCausal/]],
+    ['torch', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { attnMask: t([2, 2], 0), isCausal: true }), [/isCausal/]],
+  ]);
+});
+
+test('E_DROPOUT: dropoutP not 0', () => {
+  runCases('E_DROPOUT', [
+    ['0.1', () => sdpa.customSdpa(q(), k(), v(), { dropoutP: 0.1, out: sentinelOut }), [/dropoutP/]],
+    ['NaN', () => sdpa.customSdpa(q(), k(), v(), { dropoutP: NaN, out: sentinelOut }), [/dropoutP/]],
+    ['step', () => cache.step(cq(), ckv(), ckv(), 4, { dropoutP: 0.5, out: heapOut }), [/dropoutP/]],
+    ['torch 0.5', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { dropoutP: 0.5 }), [/dropoutP/]],
+  ]);
+  assert.is(sdpa.customSdpa(q(), k(), v(), { dropoutP: 0 }).data.length, 64, 'dropoutP: 0 is accepted');
+});
+
+test('E_SCALE: not finite > 0 (section 4: not finite)', () => {
+  runCases('E_SCALE', [
+    ['0', () => sdpa.customSdpa(q(), k(), v(), { scale: 0, out: sentinelOut }), [/scale/]],
+    ['negative', () => sdpa.customSdpa(q(), k(), v(), { scale: -1, out: sentinelOut }), [/scale/]],
+    ['Infinity', () => sdpa.customSdpa(q(), k(), v(), { scale: Infinity, out: sentinelOut }), [/scale/]],
+    ['NaN', () => sdpa.customSdpa(q(), k(), v(), { scale: NaN, out: sentinelOut }), [/scale/]],
+    ['float32 overflow', () => sdpa.customSdpa(q(), k(), v(), { scale: 1e39, out: sentinelOut }), [/scale/]],
+    ['attend 0', () => cache.attend(cq(), { startPos: 3, scale: 0, out: heapOut }), [/scale/]],
+    ['torch Infinity', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { scale: Infinity }), [/scale/]],
+    ['torch NaN', () => sdpa.planAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { scale: NaN }), [/scale/]],
+  ]);
+});
+
+test('E_DISPOSED: heap tensors, caches and instances; second dispose is a no-op', async () => {
+  const ht = sdpa.allocTensor('float32', [1, 1, 4, 8]);
+  ht.dispose();
+  ht.dispose();
+  assert.ok(ht.disposed);
+  const c2 = sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8 });
+  c2.dispose();
+  c2.dispose();
+  runCases('E_DISPOSED', [
+    ['reading .data', () => ht.data, [/disposed/]],
+    ['disposed q', () => cache.attend(ht, { startPos: 3, out: heapOut }), [/\bq\b/, /disposed/]],
+    ['disposed out', () => sdpa.customSdpa(t([1, 1, 4, 8]), k(), v(), { out: ht }), [/out/]],
+    ['cache update', () => c2.update(ckv(), ckv(), 0), [/cache/]],
+    ['cache attend', () => c2.attend(cq(), { startPos: 0 }), [/cache/]],
+    ['cache step', () => c2.step(cq(), ckv(), ckv(), 0), [/cache/]],
+    ['cache read', () => c2.read(0, 1), [/cache/]],
+  ]);
+  const other = await createSdpa({ threads: 1 });
+  const oc = other.createKVCache({ maxSeqLen: 4, numKvHeads: 1, headDim: 4 });
+  const ot = other.allocTensor('float32', [4]);
+  other.dispose();
+  other.dispose();
+  assert.ok(other.disposed && oc.disposed && ot.disposed, 'dispose() disposes caches and heap tensors');
+  expectError(() => other.customSdpa(t([1, 1, 1, 4]), t([1, 1, 1, 4]), t([1, 1, 1, 4])), 'E_DISPOSED', [/instance/]);
+  expectError(() => other.createKVCache({ maxSeqLen: 4, numKvHeads: 1, headDim: 4 }), 'E_DISPOSED');
+  expectError(() => other.allocTensor('float32', [4]), 'E_DISPOSED');
+  expectError(() => other.scaledDotProductAttention(t([1, 1, 1, 4]), t([1, 1, 1, 4]), t([1, 1, 1, 4])), 'E_DISPOSED');
+  expectError(() => other.planAttention(t([1, 1, 1, 4]), t([1, 1, 1, 4]), t([1, 1, 1, 4])), 'E_DISPOSED');
+  expectError(() => oc.step(t([1, 1, 1, 4]), t([1, 1, 1, 4]), t([1, 1, 1, 4]), 0), 'E_DISPOSED');
+  expectError(() => ot.data, 'E_DISPOSED');
+});
+
+test('E_OOM: more than the heap can hold; nothing half-made is left', () => {
+  runCases('E_OOM', [
+    ['cache of 2 x 32 GiB', () => sdpa.createKVCache({ maxSeqLen: 1 << 20, numKvHeads: 64, headDim: 128 }), [/cache/]],
+    ['tensor of 16 GiB', () => sdpa.allocTensor('float32', [1 << 22, 1024]), [/allocTensor/]],
+  ]);
+});
+
+test('several broken rules: the first in table order is reported', () => {
+  expectError(() => sdpa.customSdpa({ data: Q.data, dims: [2, 4, 8] }, k(), v(), { dropoutP: 0.5 }), 'E_RANK');
+  expectError(() => sdpa.customSdpa(q(), t([1, 6, 3, 8]), t([1, 6, 3, 8]), { scale: 0, is_causal: 1 }), 'E_ARG');
+  expectError(() => sdpa.customSdpa(q(), t([1, 6, 3, 8]), t([1, 6, 3, 8]), { scale: 0 }), 'E_HEADS');
+  expectError(() => sdpa.customSdpa(q(), t([2, 6, 2, 4]), v(), { scale: 0 }), 'E_BATCH');
+  expectError(() => sdpa.customSdpa(q(), k(), v(), { startPos: 5, attnMask: t([2, 7], 0), isCausal: true }), 'E_MASK_SHAPE');
+  expectError(() => sdpa.customSdpa(q(), k(), v(), { startPos: -1, attnMask: { data: new Int8Array(12), dims: [2, 6] } }), 'E_START_POS');
+  expectError(() => cache.step(cq(2), ckv(1), ckv(1), 9, {}), 'E_DIMS');
+  expectError(() => cache.update(t([1, 1, 3, 8]), t([1, 1, 3, 4]), 8), 'E_HEADS');
+  expectError(() => sdpa.customSdpa({ data: new Float32Array(0), dims: [1, 2, 0, 8] }, k(), v(), { out: freshOut() }), 'E_DIMS', [/out/]);
+  expectError(() => sdpa.customSdpa(q(), { data: new Float32Array(0), dims: [1, 6, 0, 8] }, t([2, 6, 2, 8])), 'E_BATCH', [/value/]);
+});
+
+test.run();

@@ -1,0 +1,87 @@
+// Seeded data and the plain float64 reference used by the demo's correctness badge.
+// Pure functions, no dependencies: importable from the worker and from Node.
+
+const KIND = { q: 1, k: 2, v: 3 };
+
+/** 32-bit mix of (seed, layer, pos, kind): every row has its own reproducible stream. */
+function rowSeed(seed, layer, pos, kind) {
+  let h = (seed ^ 0x9e3779b9) >>> 0;
+  for (const x of [layer, pos, KIND[kind]]) {
+    h = Math.imul(h ^ x, 0x85ebca6b) >>> 0;
+    h = (h ^ (h >>> 13)) >>> 0;
+    h = Math.imul(h, 0xc2b2ae35) >>> 0;
+    h = (h ^ (h >>> 16)) >>> 0;
+  }
+  return h;
+}
+
+/**
+ * Fills dst[offset .. offset+n-1] with the row of `kind` ('q' | 'k' | 'v') at
+ * position `pos` of `layer`: uniform in [-1, 1) for k and v, [-2, 2) for q
+ * (so that the softmax is not flat). Deterministic: the same arguments give the
+ * same float32 values, which is how the reference rebuilds what the cache holds.
+ */
+export function fillRow(dst, offset, n, seed, layer, pos, kind) {
+  let a = rowSeed(seed, layer, pos, kind);
+  const amp = kind === 'q' ? 4 : 2;
+  for (let i = 0; i < n; i++) {
+    // mulberry32
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    const u = ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    dst[offset + i] = (u - 0.5) * amp;
+  }
+}
+
+/**
+ * Plain three-pass attention in float64 for one query row of one layer:
+ * q [Hq*D] at position `pos`, keys/values 0 .. nKeys-1 regenerated with fillRow,
+ * GQA head mapping hk = floor(h / (Hq/Hkv)), scale 1/sqrt(D).
+ * Returns max |out - reference| over the row (Infinity if `out` holds NaN).
+ */
+export function attentionRef64({ seed, layer, hq, hkv, d, q, out, nKeys }) {
+  const r = hq / hkv;
+  const scale = 1 / Math.sqrt(d);
+  const row = new Float32Array(hkv * d);
+  const scores = new Float64Array(nKeys * hq);
+  // pass 1: scores
+  for (let t = 0; t < nKeys; t++) {
+    fillRow(row, 0, hkv * d, seed, layer, t, 'k');
+    for (let h = 0; h < hq; h++) {
+      const kOff = Math.floor(h / r) * d;
+      const qOff = h * d;
+      let s = 0;
+      for (let j = 0; j < d; j++) s += q[qOff + j] * row[kOff + j];
+      scores[t * hq + h] = s * scale;
+    }
+  }
+  // pass 2: softmax weights
+  const max = new Float64Array(hq).fill(-Infinity);
+  for (let t = 0; t < nKeys; t++) for (let h = 0; h < hq; h++) max[h] = Math.max(max[h], scores[t * hq + h]);
+  const sum = new Float64Array(hq);
+  for (let t = 0; t < nKeys; t++) {
+    for (let h = 0; h < hq; h++) {
+      const p = Math.exp(scores[t * hq + h] - max[h]);
+      scores[t * hq + h] = p;
+      sum[h] += p;
+    }
+  }
+  // pass 3: weighted values
+  const acc = new Float64Array(hq * d);
+  for (let t = 0; t < nKeys; t++) {
+    fillRow(row, 0, hkv * d, seed, layer, t, 'v');
+    for (let h = 0; h < hq; h++) {
+      const p = scores[t * hq + h] / sum[h];
+      const vOff = Math.floor(h / r) * d;
+      const aOff = h * d;
+      for (let j = 0; j < d; j++) acc[aOff + j] += p * row[vOff + j];
+    }
+  }
+  let err = 0;
+  for (let i = 0; i < hq * d; i++) {
+    const e = Math.abs(out[i] - acc[i]);
+    if (!(e <= err)) err = Number.isNaN(e) ? Infinity : e;
+  }
+  return err;
+}

@@ -1,0 +1,223 @@
+// Module Web Worker: runs the decode loop with sdpa-wasm so the page stays responsive.
+//
+// Protocol (page → worker):
+//   { type: 'start', config: { pkgUrl, hq, hkv, d, layers, ctx, prompt, threads, seed, checkEvery } }
+//   { type: 'stop' }
+// (worker → page):
+//   { type: 'ready', info, crossOriginIsolated, sharedArrayBuffer, reason, warnings }
+//   { type: 'alloc', kvBytes }
+//   { type: 'prefill', tokens, ms }
+//   { type: 'progress', length, target, points: [[length, ms], ...], lastMs }
+//   { type: 'check', length, layer, row, error, maxError, checks }
+//   { type: 'done' | 'stopped', length }
+//   { type: 'error', error: { name, code, message, stage } }
+// After done/stopped/error the worker has disposed everything; the page terminates it.
+
+import { attentionRef64, fillRow } from './reference.js';
+
+let stopRequested = false;
+let running = false;
+
+self.onmessage = (ev) => {
+  const msg = ev.data || {};
+  if (msg.type === 'stop') {
+    stopRequested = true;
+    if (!running) post({ type: 'stopped', length: 0 });
+  } else if (msg.type === 'start') {
+    if (running) return;
+    running = true;
+    stopRequested = false;
+    run(msg.config).finally(() => {
+      running = false;
+    });
+  }
+};
+
+function post(msg) {
+  self.postMessage(msg);
+}
+
+function errorInfo(e, stage) {
+  if (e && typeof e === 'object') {
+    return {
+      name: e.name || 'Error',
+      code: typeof e.code === 'string' ? e.code : null,
+      message: String(e.message ?? e),
+      stage,
+    };
+  }
+  return { name: 'Error', code: null, message: String(e), stage };
+}
+
+// Lets 'stop' messages in between steps (a MessageChannel hop is not throttled like setTimeout).
+const yieldChannel = new MessageChannel();
+const yieldQueue = [];
+yieldChannel.port1.onmessage = () => yieldQueue.shift()?.();
+function yieldToEventLoop() {
+  return new Promise((resolve) => {
+    yieldQueue.push(resolve);
+    yieldChannel.port2.postMessage(0);
+  });
+}
+
+function whyBuild(info, isolated, hasSab, warnings) {
+  const warned = warnings.length ? ` (sdpa-wasm: "${warnings[0]}")` : '';
+  if (info.build === 'simd-threads') {
+    return `cross-origin isolated (COOP/COEP headers) → SharedArrayBuffer available → SIMD128 + pthreads build, ${info.threads} thread${info.threads === 1 ? '' : 's'}`;
+  }
+  if (!isolated) {
+    return `not cross-origin isolated (no COOP/COEP headers) → no SharedArrayBuffer → single-thread SIMD128 build${warned}`;
+  }
+  if (!hasSab) return `SharedArrayBuffer unavailable → single-thread SIMD128 build${warned}`;
+  return `single-thread SIMD128 build${warned}`;
+}
+
+async function run(cfg) {
+  let stage = 'load';
+  let sdpa = null;
+  try {
+    const { hq, hkv, d, layers, ctx, seed } = cfg;
+    const prompt = Math.max(1, Math.min(cfg.prompt, ctx));
+    const checkEvery = Math.max(1, cfg.checkEvery || Math.max(64, Math.ceil(ctx / 32)));
+
+    const mod = await import(cfg.pkgUrl);
+    stage = 'createSdpa';
+    // Capture the package's one-time fallback warning so the page can show *why*.
+    const warnings = [];
+    const origWarn = console.warn;
+    console.warn = (...args) => {
+      warnings.push(args.map(String).join(' '));
+      origWarn.apply(console, args);
+    };
+    try {
+      sdpa = await mod.createSdpa({ threads: cfg.threads });
+    } finally {
+      console.warn = origWarn;
+    }
+    const info = { ...sdpa.info };
+    const isolated = !!self.crossOriginIsolated;
+    const hasSab = typeof SharedArrayBuffer !== 'undefined';
+    post({
+      type: 'ready',
+      info,
+      crossOriginIsolated: isolated,
+      sharedArrayBuffer: hasSab,
+      reason: whyBuild(info, isolated, hasSab, warnings),
+      warnings,
+    });
+
+    // One cache per layer, allocated at full capacity up front.
+    stage = 'createKVCache';
+    const caches = [];
+    for (let l = 0; l < layers; l++) {
+      caches.push(sdpa.createKVCache({ batch: 1, maxSeqLen: ctx, numKvHeads: hkv, headDim: d }));
+    }
+    post({ type: 'alloc', kvBytes: 2 * layers * ctx * hkv * d * 4 });
+
+    let maxError = 0;
+    let checks = 0;
+    const check = (layer, qRow, outRow, pos, causalRow) => {
+      const err = attentionRef64({ seed, layer, pos, hq, hkv, d, q: qRow, out: outRow, nKeys: causalRow + 1 });
+      maxError = Math.max(maxError, err);
+      checks++;
+      post({ type: 'check', length: pos + 1, layer, row: pos, error: err, maxError, checks });
+    };
+
+    // ---- prefill: the prompt in one causal step per layer ----
+    // One set of prompt-sized heap tensors, refilled per layer (only the steps are timed).
+    stage = 'prefill';
+    {
+      const q = sdpa.allocTensor('float32', [1, prompt, hq, d]);
+      const k = sdpa.allocTensor('float32', [1, prompt, hkv, d]);
+      const v = sdpa.allocTensor('float32', [1, prompt, hkv, d]);
+      const out = sdpa.allocTensor('float32', [1, prompt, hq, d]);
+      let ms = 0;
+      for (let l = 0; l < layers; l++) {
+        const qd = q.data, kd = k.data, vd = v.data;
+        for (let t = 0; t < prompt; t++) {
+          fillRow(qd, t * hq * d, hq * d, seed, l, t, 'q');
+          fillRow(kd, t * hkv * d, hkv * d, seed, l, t, 'k');
+          fillRow(vd, t * hkv * d, hkv * d, seed, l, t, 'v');
+        }
+        const t0 = performance.now();
+        caches[l].step(q, k, v, 0, { isCausal: true, out });
+        ms += performance.now() - t0;
+        if (l === 0) {
+          // First and last prompt rows (causal: row t sees keys 0..t).
+          for (const t of prompt > 1 ? [0, prompt - 1] : [0]) {
+            check(0, q.data.subarray(t * hq * d, (t + 1) * hq * d), out.data.subarray(t * hq * d, (t + 1) * hq * d), t, t);
+          }
+        }
+        await yieldToEventLoop(); // lets a 'stop' in
+        if (stopRequested) break;
+      }
+      for (const t of [q, k, v, out]) t.dispose();
+      post({ type: 'prefill', tokens: prompt, ms });
+    }
+    post({ type: 'progress', length: prompt, target: ctx, points: [], lastMs: null });
+
+    // ---- decode: one token at a time, cache.step on every layer ----
+    stage = 'decode';
+    const qs = [], ks = [], vs = [], outs = [];
+    for (let l = 0; l < layers; l++) {
+      qs.push(sdpa.allocTensor('float32', [1, 1, hq, d]));
+      ks.push(sdpa.allocTensor('float32', [1, 1, hkv, d]));
+      vs.push(sdpa.allocTensor('float32', [1, 1, hkv, d]));
+      outs.push(sdpa.allocTensor('float32', [1, 1, hq, d]));
+    }
+    let pending = [];
+    let lastPost = performance.now();
+    let lastYield = lastPost;
+    let lastCheckPos = prompt - 1;
+    let lastMs = null;
+    let pos = prompt;
+    for (; pos < ctx; pos++) {
+      if (stopRequested) break;
+      // New token's q/k/v for every layer (not timed).
+      for (let l = 0; l < layers; l++) {
+        fillRow(qs[l].data, 0, hq * d, seed, l, pos, 'q');
+        fillRow(ks[l].data, 0, hkv * d, seed, l, pos, 'k');
+        fillRow(vs[l].data, 0, hkv * d, seed, l, pos, 'v');
+      }
+      const t0 = performance.now();
+      for (let l = 0; l < layers; l++) {
+        caches[l].step(qs[l], ks[l], vs[l], pos, { out: outs[l] });
+      }
+      const t1 = performance.now();
+      lastMs = t1 - t0;
+      pending.push([pos + 1, lastMs]);
+
+      if (pos - lastCheckPos >= checkEvery || pos === ctx - 1) {
+        const layer = checks % layers;
+        check(layer, qs[layer].data, outs[layer].data, pos, pos);
+        lastCheckPos = pos;
+      }
+      const now = performance.now();
+      if (now - lastPost > 50 || pos === ctx - 1) {
+        post({ type: 'progress', length: pos + 1, target: ctx, points: pending, lastMs });
+        pending = [];
+        lastPost = now;
+      }
+      if (now - lastYield > 16) {
+        await yieldToEventLoop();
+        lastYield = performance.now();
+      }
+    }
+    if (pending.length) post({ type: 'progress', length: pos, target: ctx, points: pending, lastMs });
+    stage = 'dispose';
+    sdpa.dispose();
+    sdpa = null;
+    post({ type: stopRequested && pos < ctx ? 'stopped' : 'done', length: pos, maxError, checks });
+  } catch (e) {
+    try {
+      sdpa?.dispose();
+    } catch {
+      /* already reporting the first error */
+    }
+    post({ type: 'error', error: errorInfo(e, stage) });
+  }
+}
+
+self.addEventListener('unhandledrejection', (ev) => {
+  post({ type: 'error', error: errorInfo(ev.reason, 'worker') });
+});
