@@ -30,7 +30,7 @@ async function main() {
   const fail = (where, e) => { const text = `${where}: ${errMsg(e)}`; result.errors.push(text); log(`ERROR ${text}`); };
 
   try {
-    result.limits = await measureLimits({ threads: T, bytes: cfg.quick ? 64 << 20 : 256 << 20, reps: cfg.quick ? 3 : 11, madReps: cfg.quick ? 3 : 7, log });
+    result.limits = await measureLimits({ threads: T, bytes: cfg.quick ? 64 << 20 : 256 << 20, reps: cfg.quick ? 3 : 11, madReps: cfg.quick ? 3 : 7, madIters: cfg.quick ? 5_000_000 : 20_000_000, log });
   } catch (e) { fail('limits', e); }
 
   let sdpa = null, ort = null;

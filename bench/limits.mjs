@@ -10,7 +10,7 @@ import { now, stats } from './util.mjs';
  * `alsoSingle`). Returns { threads, bwGBs, peakGFLOPs, ..., detail }.
  * bytes: size of the streamed array (>= 256 MiB for the full run).
  */
-export async function measureLimits({ threads = 1, bytes = 256 << 20, reps = 7, madReps = 7, log = () => {} } = {}) {
+export async function measureLimits({ threads = 1, bytes = 256 << 20, reps = 7, madReps = 7, madIters = 20_000_000, log = () => {} } = {}) {
   ensureLimitsBuilt({ log });
   const { default: createLimitsModule } = await import(pathToFileURL(limitsMjs).href);
   // at least one pool worker: with PTHREAD_POOL_SIZE = 0 the 3.1.6 glue never resolves the factory
@@ -41,7 +41,7 @@ export async function measureLimits({ threads = 1, bytes = 256 << 20, reps = 7, 
       let best = null;
       for (const chains of [8, 12, 14]) {
         for (let i = 0; i < 40; i++) M._limits_madd(chains, 2000, nt, 0.5);   // tier-up
-        const iters = 2_000_000; // 2M iters * chains * 8 FLOP: ~0.1 s per thread
+        const iters = madIters; // 20M iters * 12 chains * 8 FLOP: ~40 ms per thread at ~47 GFLOP/s
         const g = [];
         for (let r = 0; r < madReps; r++) {
           const t = now();

@@ -154,6 +154,11 @@ sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,
                                   const sdpa_tensor * mask, const sdpa_options * options,
                                   sdpa_tensor * out);
 
+/// Largest K (or V) buffer of one cache, in bytes, on every build: wasm32
+/// cannot hold one allocation of 2 GiB, and native builds keep the same limit
+/// so that both behave alike. A larger cache is E_OOM.
+#define SDPA_MAX_CACHE_BYTES ((uint64_t)0x7FFFFFFF)
+
 /// Allocates a zero-filled cache for [batch, max_seq_len, kv_heads, head_dim]
 /// keys and as many values, and reserves scratch for attending over it.
 /// dtype must be SDPA_DTYPE_FLOAT32. E_ARG (NULL out), E_DIMS, E_HEADS,

@@ -31,6 +31,21 @@ export function buildEnv(extra = {}) {
   return env;
 }
 
+// Children run in their own process group (so a timeout can kill the whole
+// tree); forward Ctrl-C / SIGTERM to them so nothing is left running.
+const active = new Set();
+let handlersInstalled = false;
+function installSignalHandlers() {
+  if (handlersInstalled) return;
+  handlersInstalled = true;
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+    process.on(sig, () => {
+      for (const pid of active) { try { process.kill(-pid, 'SIGKILL'); } catch { /* gone */ } }
+      process.exit(130);
+    });
+  }
+}
+
 /**
  * Runs a command; streams its output (or captures it when quiet). Kills the
  * whole process group on timeout. Resolves {code, signal, timedOut, out}.
@@ -40,7 +55,9 @@ export function run(cmd, args, { cwd = ROOT, env = buildEnv(), quiet = false, ti
   return new Promise((resolve) => {
     let out = '';
     let timedOut = false;
+    installSignalHandlers();
     const child = spawn(cmd, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    if (child.pid) active.add(child.pid);
     const onData = (stream) => (chunk) => {
       const s = chunk.toString();
       out += s;
@@ -58,10 +75,12 @@ export function run(cmd, args, { cwd = ROOT, env = buildEnv(), quiet = false, ti
     }
     child.on('error', (err) => {
       if (timer) clearTimeout(timer);
+      active.delete(child.pid);
       resolve({ code: 127, signal: null, timedOut, out: `${out}\n${cmd}: ${err.message}\n` });
     });
     child.on('close', (code, signal) => {
       if (timer) clearTimeout(timer);
+      active.delete(child.pid);
       resolve({ code: code ?? 1, signal, timedOut, out });
     });
   });

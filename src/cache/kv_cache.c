@@ -18,10 +18,15 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
     if (!ctx) return SDPA_E_ARG;
     sdpa_status s = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, dtype, out_cache);
     if (s != SDPA_OK) return s;
-    const uint64_t elems = (uint64_t)batch * (uint64_t)kv_heads * (uint64_t)max_seq_len * (uint64_t)head_dim;
-    if (elems > (uint64_t)SIZE_MAX / sizeof(float) || elems * sizeof(float) > (uint64_t)PTRDIFF_MAX)
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: the cache needs 2 x %llu bytes, more than this address space can hold",
-                         fn, (unsigned long long)(elems * sizeof(float)));
+    /* each factor < 2^31: check after every product so nothing wraps */
+    const uint64_t limit = SDPA_MAX_CACHE_BYTES / sizeof(float);
+    uint64_t elems = (uint64_t)batch * (uint64_t)kv_heads;
+    if (elems <= limit) elems *= (uint64_t)max_seq_len;
+    if (elems <= limit) elems *= (uint64_t)head_dim;
+    if (elems > limit)
+        return sdpa_fail(ctx, SDPA_E_OOM, "%s: the cache needs 2 x %llu x %d x %d x %d floats; each of K and V must fit in %llu bytes",
+                         fn, (unsigned long long)batch, max_seq_len, kv_heads, head_dim,
+                         (unsigned long long)SDPA_MAX_CACHE_BYTES);
     const size_t bytes = (size_t)elems * sizeof(float);
     sdpa_kv_cache * c = calloc(1, sizeof *c);
     float * k = calloc(1, bytes), * v = NULL;

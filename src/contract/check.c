@@ -213,8 +213,8 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: startPos is %lld; expected a non-negative integer", fn, (long long)o->start_pos);
     if (check_room && !has_mask && o->start_pos > (int64_t)kt - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
-                         "%s: startPos %lld + query length %d = %lld exceeds the %d rows of %s; without a mask, startPos + Sq must be <= Skv",
-                         fn, (long long)o->start_pos, Sq, (long long)o->start_pos + Sq, kt, kname);
+                         "%s: startPos %lld + query length %d exceeds the %d rows of %s; without a mask, startPos + Sq must be <= Skv",
+                         fn, (long long)o->start_pos, Sq, kt, kname);
 
     /* E_MASK_DTYPE, E_MASK_SHAPE */
     if (has_mask) {
@@ -232,7 +232,9 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     /* valid: describe the problem */
     p->batch = B; p->q_len = Sq; p->q_heads = Hq; p->kv_heads = kh; p->head_dim = D;
     p->group = Hq / kh;
-    p->n_keys = has_mask ? mask->dims[1] : (int32_t)(o->start_pos + Sq);
+    /* (in a step, startPos may still be out of room here: the update half
+     * reports it; keep the arithmetic defined either way) */
+    p->n_keys = has_mask ? mask->dims[1] : o->start_pos > (int64_t)kt - Sq ? kt : (int32_t)(o->start_pos + Sq);
     p->start_pos = o->start_pos;
     p->is_causal = o->is_causal;
     p->scale = o->has_scale ? o->scale : (float)(1.0 / sqrt((double)D));
@@ -279,19 +281,26 @@ static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cac
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: %s is %lld; expected a non-negative integer", fn, what, (long long)start);
     if (start > (int64_t)cache->max_seq_len - length)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
-                         "%s: rows %lld .. %lld are past the cache's maxSeqLen %d; %s + length must be <= maxSeqLen",
-                         fn, (long long)start, (long long)(start + length - 1), cache->max_seq_len, what);
+                         "%s: %s %lld + length %lld is past the cache's maxSeqLen %d; %s + length must be <= maxSeqLen",
+                         fn, what, (long long)start, (long long)length, cache->max_seq_len, what);
     return SDPA_OK;
 }
 
-/* key/value-shaped tensors against the cache geometry; `seq` is their row count. */
+/* key/value-shaped tensors against the cache geometry. want_rows >= 0: both
+ * must have exactly that many rows (E_DIMS; cache.read's outputs). */
 static sdpa_status check_kv_pair(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                  const sdpa_tensor * k, const char * kname,
-                                 const sdpa_tensor * v, const char * vname) {
+                                 const sdpa_tensor * v, const char * vname, int64_t want_rows) {
     TRY(check_rank(ctx, fn, kname, k, 4));
     TRY(check_rank(ctx, fn, vname, v, 4));
     TRY(check_dims(ctx, fn, kname, k, 2));
     TRY(check_dims(ctx, fn, vname, v, 2));
+    if (want_rows >= 0) {
+        if (k->dims[1] != want_rows)
+            return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s has %d rows but %lld were asked for", fn, kname, k->dims[1], (long long)want_rows);
+        if (v->dims[1] != want_rows)
+            return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s has %d rows but %lld were asked for", fn, vname, v->dims[1], (long long)want_rows);
+    }
     TRY(check_float32(ctx, fn, kname, k));
     TRY(check_float32(ctx, fn, vname, v));
     const sdpa_tensor * both[2] = { k, v };
@@ -316,7 +325,7 @@ sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
     if (!present(key)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: key is missing", fn);
     if (!present(value)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value is missing", fn);
-    TRY(check_kv_pair(ctx, fn, cache, key, "key", value, "value"));
+    TRY(check_kv_pair(ctx, fn, cache, key, "key", value, "value", -1));
     return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos");
 }
 
@@ -334,11 +343,11 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
         ranges_overlap(value_out->data, claimed_bytes(value_out), cache->k, cache_bytes) ||
         ranges_overlap(value_out->data, claimed_bytes(value_out), cache->v, cache_bytes))
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: key_out and value_out must not overlap each other or the cache", fn);
+    TRY(check_rank(ctx, fn, "key_out", key_out, 4));
+    TRY(check_rank(ctx, fn, "value_out", value_out, 4));
     if (length <= 0)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
-    TRY(check_kv_pair(ctx, fn, cache, key_out, "key_out", value_out, "value_out"));
-    if (key_out->dims[1] != length)
-        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: key_out has %d rows but %lld were asked for", fn, key_out->dims[1], (long long)length);
+    TRY(check_kv_pair(ctx, fn, cache, key_out, "key_out", value_out, "value_out", length));
     return check_rows(ctx, fn, cache, start, length, "start");
 }
 
