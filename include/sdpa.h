@@ -19,7 +19,9 @@
  *   score[t] = scale * dot(q[b,i,h,:], k[b,t,hk,:]) + mask[i,t]   (t < N)
  *   score[t] = -inf if is_causal and t > sp + i
  *   out[b,i,h,:] = sum_t softmax(score)[t] * v[b,t,hk,:]
- *   A row whose every score is -inf writes zeros (never NaN).
+ *   A row whose every score is -inf writes zeros (never NaN). NaN or Inf in
+ *   the data is computed through, not scanned for (a NaN score makes its row
+ *   NaN; a non-finite V row at a masked key may or may not reach the output).
  *   scale defaults to 1/sqrt(D). The mask is added unscaled.
  *
  * Ownership: every buffer is owned by the caller; no function keeps a pointer
@@ -111,8 +113,10 @@ typedef struct sdpa_kv_cache sdpa_kv_cache;
 
 /// Creates a context with `n_threads` threads in all (the calling thread is
 /// one of them; n_threads - 1 workers are started now and live until
-/// sdpa_ctx_free). n_threads is clamped to [1, SDPA_MAX_THREADS]. Returns NULL
-/// when memory or threads cannot be had (*status says which when non-NULL).
+/// sdpa_ctx_free). n_threads is clamped to [1, SDPA_MAX_THREADS]. If the
+/// platform refuses some threads (wasm: the pthread pool is exhausted), the
+/// context runs with fewer: sdpa_ctx_threads() says how many. Returns NULL
+/// (and *status = SDPA_E_OOM when status is non-NULL) only when memory runs out.
 #define SDPA_MAX_THREADS 64
 sdpa_ctx * sdpa_ctx_create(int32_t n_threads, sdpa_status * status);
 
@@ -189,8 +193,10 @@ sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache,
                                  const sdpa_options * options, sdpa_tensor * out);
 
 /// update(key, value, options->start_pos) then attend (ExecuTorch
-/// sdpa_with_kv_cache). Both halves are checked before anything is written;
-/// query and key lengths must match (E_DIMS).
+/// sdpa_with_kv_cache). Both halves are checked before anything is written,
+/// and the lowest status among all their rules is reported; query and key
+/// lengths must match (E_DIMS); writing past maxSeqLen is E_CAPACITY.
+/// Inputs and outputs must not lie inside the cache's own storage (E_ARG).
 sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache,
                                const sdpa_tensor * query, const sdpa_tensor * key,
                                const sdpa_tensor * value, const sdpa_tensor * mask,

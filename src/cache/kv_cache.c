@@ -3,13 +3,11 @@
  * contiguously; updates and reads convert from/to [B, S, Hkv, D]. */
 #include "internal.h"
 #include "contract/check.h"
+#include "kernels/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Keys per head-row block a cache reserves scratch for: a decode or a
- * prefill of this many new tokens over a full cache. */
-#define RESERVE_Q_LEN 1
 
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
                                  int32_t kv_heads, int32_t head_dim, int32_t dtype,
@@ -37,12 +35,10 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
     }
     c->batch = batch; c->max_seq_len = max_seq_len; c->kv_heads = kv_heads; c->head_dim = head_dim;
     c->k = k; c->v = v;
-    /* Scratch for a decode step over the full cache with up to 8 query heads
-     * per KV head, so the first step does not allocate. Failure is not fatal:
-     * the first attend would try again and report E_OOM then. */
-    const int32_t per_kv = 8;
-    size_t ws = sdpa_workspace_size(ctx, batch, RESERVE_Q_LEN, kv_heads * per_kv, kv_heads, head_dim, max_seq_len);
-    (void)sdpa_scratch_reserve(ctx, ws);
+    /* Scratch for any attend over this head_dim, so no step allocates.
+     * Failure is not fatal: the first attend would try again and report
+     * E_OOM then. */
+    (void)sdpa_scratch_reserve(ctx, sdpa_flash_workspace_bound(ctx->n_threads, head_dim));
     sdpa_clear_error(ctx);
     *out_cache = c;
     return SDPA_OK;

@@ -41,6 +41,16 @@ static bool overlaps(const sdpa_tensor * out, const sdpa_tensor * in) {
     return ranges_overlap(out->data, claimed_bytes(out), in->data, claimed_bytes(in));
 }
 
+static uint64_t cache_bytes(const sdpa_kv_cache * c) {
+    return (uint64_t)c->batch * (uint64_t)c->kv_heads * (uint64_t)c->max_seq_len * (uint64_t)c->head_dim * 4u;
+}
+
+/* Does t's claimed span overlap the cache's K or V storage? */
+static bool in_cache(const sdpa_kv_cache * c, const sdpa_tensor * t) {
+    return present(t) && (ranges_overlap(t->data, claimed_bytes(t), c->k, cache_bytes(c)) ||
+                          ranges_overlap(t->data, claimed_bytes(t), c->v, cache_bytes(c)));
+}
+
 /* Product of dims as an element count, or 0 when it overflows what a buffer
  * of this dtype can hold in this address space. dims must be >= 0. */
 static bool dims_product(const sdpa_tensor * t, uint64_t * product) {
@@ -132,13 +142,10 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     TRY(check_options_arg(ctx, fn, o));
     if (overlaps(out, q) || (!cache && (overlaps(out, k) || overlaps(out, v))) || overlaps(out, mask))
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with an input; it must not overlap query, key, value or attnMask", fn);
-    if (cache) {
-        uint64_t cache_bytes = (uint64_t)cache->batch * (uint64_t)cache->kv_heads *
-                               (uint64_t)cache->max_seq_len * (uint64_t)cache->head_dim * 4u;
-        if (ranges_overlap(out->data, claimed_bytes(out), cache->k, cache_bytes) ||
-            ranges_overlap(out->data, claimed_bytes(out), cache->v, cache_bytes))
-            return sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with the cache", fn);
-    }
+    if (cache && in_cache(cache, out))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: out lies inside the cache's own storage; pass a separate buffer", fn);
+    if (cache && in_cache(cache, q))  /* a step would overwrite it before reading it */
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: query lies inside the cache's own storage; pass a separate buffer", fn);
 
     /* E_RANK */
     TRY(check_rank(ctx, fn, "query", q, 4));
@@ -165,6 +172,13 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
                              "%s: out dims are [%d, %d, %d, %d] but the output is [%d, %d, %d, %d]", fn,
                              out->dims[0], out->dims[1], out->dims[2], out->dims[3], q->dims[0],
                              q->dims[1], q->dims[2], q->dims[3]);
+
+    {   /* kernels count query rows in int32 (only reachable natively: > 8 GiB) */
+        int64_t rows = (int64_t)q->dims[0] * q->dims[1];  /* < 2^62 */
+        if (rows > INT32_MAX || rows * (q->dims[2] > 0 ? q->dims[2] : 1) > INT32_MAX)
+            return sdpa_fail(ctx, SDPA_E_DIMS, "%s: query [%d, %d, %d, %d] has more than %d rows (B * Sq * Hq)",
+                             fn, q->dims[0], q->dims[1], q->dims[2], q->dims[3], INT32_MAX);
+    }
 
     /* E_DTYPE */
     TRY(check_float32(ctx, fn, "query", q));
@@ -325,6 +339,9 @@ sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
     if (!present(key)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: key is missing", fn);
     if (!present(value)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value is missing", fn);
+    if (in_cache(cache, key) || in_cache(cache, value))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: %s lies inside the cache's own storage; pass a separate buffer",
+                         fn, in_cache(cache, key) ? "key" : "value");
     TRY(check_kv_pair(ctx, fn, cache, key, "key", value, "value", -1));
     return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos");
 }
@@ -335,13 +352,7 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
     if (!present(key_out)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: key_out is missing", fn);
     if (!present(value_out)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value_out is missing", fn);
-    uint64_t cache_bytes = (uint64_t)cache->batch * (uint64_t)cache->kv_heads *
-                           (uint64_t)cache->max_seq_len * (uint64_t)cache->head_dim * 4u;
-    if (overlaps(key_out, value_out) ||
-        ranges_overlap(key_out->data, claimed_bytes(key_out), cache->k, cache_bytes) ||
-        ranges_overlap(key_out->data, claimed_bytes(key_out), cache->v, cache_bytes) ||
-        ranges_overlap(value_out->data, claimed_bytes(value_out), cache->k, cache_bytes) ||
-        ranges_overlap(value_out->data, claimed_bytes(value_out), cache->v, cache_bytes))
+    if (overlaps(key_out, value_out) || in_cache(cache, key_out) || in_cache(cache, value_out))
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: key_out and value_out must not overlap each other or the cache", fn);
     TRY(check_rank(ctx, fn, "key_out", key_out, 4));
     TRY(check_rank(ctx, fn, "value_out", value_out, 4));

@@ -12,6 +12,8 @@ void sdpa_reference_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch
 /* Flash attention: key tiles, online softmax, GQA row blocks, split-KV for
  * decode; SIMD128 microkernels. */
 size_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p);
+/* Upper bound of sdpa_flash_workspace over every problem with this head_dim. */
+size_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim);
 void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch);
 
 #endif

@@ -38,11 +38,13 @@ static void reference_row(void * arg, int32_t unit, int32_t thread) {
     float * out = p->out + (size_t)unit * D;
 
     double max = -INFINITY;
+    int32_t visible = 0;  /* scores that are not -inf (NaN counts: it is computed through) */
     for (int32_t t = 0; t < N; t++) {
         double s = score(p, b, i, h, t);
-        if (s > max) max = s;
+        if (s != -INFINITY) visible++;
+        if (s > max || isnan(s)) max = s;
     }
-    if (max == -INFINITY) {  /* fully masked row: zeros, not NaN */
+    if (!visible) {  /* fully masked row: zeros, not NaN */
         for (int32_t d = 0; d < D; d++) out[d] = 0.0f;
         return;
     }

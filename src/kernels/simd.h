@@ -30,14 +30,18 @@ static inline float f32x4_hmax(v128_t v) {
 }
 
 /* exp(x) for x <= 0 (softmax after subtracting the max), -inf -> 0.
- * Cephes expf: x = n*ln2 + r with |r| <= ln2/2, degree-6 polynomial,
- * scaled by 2^n built in the exponent bits. Relative error ~2 ulp; inputs
- * below -87.33 (where 2^n would be subnormal) give 0. NaN stays NaN. */
+ * Cephes expf: x = n*ln2 + r with |r| <= ln2/2, degree-6 polynomial, times
+ * 2^n built in the exponent bits. n is rounded with the 1.5*2^23 "magic"
+ * add, whose low mantissa bits then hold n as an integer (cheaper in V8
+ * than nearest + trunc_sat). Relative error ~2 ulp; inputs below -87.33
+ * (where 2^n would be subnormal) give 0. NaN stays NaN. */
 static inline v128_t f32x4_exp_nonpositive(v128_t x) {
     const v128_t lowest = wasm_f32x4_splat(-87.3365478515625f);  /* -126 ln 2 */
+    const v128_t magic = wasm_f32x4_splat(12582912.0f);            /* 1.5 * 2^23 */
     const v128_t underflow = wasm_f32x4_lt(x, lowest);
-    x = wasm_f32x4_pmax(x, lowest);  /* pmax keeps x when x is NaN */
-    const v128_t n = wasm_f32x4_nearest(wasm_f32x4_mul(x, wasm_f32x4_splat(1.44269504088896341f)));
+    x = wasm_f32x4_pmax(lowest, x);  /* pmax(a, b) = a < b ? b : a: keeps a NaN x */
+    const v128_t biased = wasm_f32x4_add(wasm_f32x4_mul(x, wasm_f32x4_splat(1.44269504088896341f)), magic);
+    const v128_t n = wasm_f32x4_sub(biased, magic);
     v128_t r = wasm_f32x4_sub(x, wasm_f32x4_mul(n, wasm_f32x4_splat(0.693359375f)));
     r = wasm_f32x4_sub(r, wasm_f32x4_mul(n, wasm_f32x4_splat(-2.12194440e-4f)));
     v128_t p = wasm_f32x4_splat(1.9875691500e-4f);
@@ -48,7 +52,8 @@ static inline v128_t f32x4_exp_nonpositive(v128_t x) {
     p = f32x4_fmadd(wasm_f32x4_splat(5.0000001201e-1f), p, r);
     const v128_t r2 = wasm_f32x4_mul(r, r);
     v128_t y = wasm_f32x4_add(f32x4_fmadd(r, p, r2), wasm_f32x4_splat(1.0f));
-    const v128_t two_n = wasm_i32x4_shl(wasm_i32x4_add(wasm_i32x4_trunc_sat_f32x4(n), wasm_i32x4_splat(127)), 23);
+    /* biased's bits are 0x4B400000 + n; shifting by 23 drops the 0x4B4 part */
+    const v128_t two_n = wasm_i32x4_add(wasm_i32x4_shl(biased, 23), wasm_i32x4_splat(127 << 23));
     y = wasm_f32x4_mul(y, two_n);
     return wasm_v128_andnot(y, underflow);
 }
