@@ -142,6 +142,11 @@ size_t sdpa_workspace_size(const sdpa_ctx * ctx, int32_t batch, int32_t q_len,
 /// Grows the context's scratch to at least `bytes` (never shrinks).
 sdpa_status sdpa_ctx_reserve(sdpa_ctx * ctx, size_t bytes);
 
+/// Bytes of scratch the context holds now. The compute calls allocate only
+/// by growing this, so an unchanged value across calls means they allocated
+/// nothing (the no-allocation guarantee of a decode loop is tested this way).
+size_t sdpa_ctx_scratch_bytes(const sdpa_ctx * ctx);
+
 /// customSdpa on caller buffers. q/k/v/out: float32 rank 4 as above. mask:
 /// NULL or a tensor with data == NULL for none. options: NULL = defaults
 /// (start_pos 0, not causal, default scale, no dropout). `out` must not

@@ -81,6 +81,8 @@ sdpa_status sdpa_ctx_reserve(sdpa_ctx * ctx, size_t bytes) {
     return s;
 }
 
+size_t sdpa_ctx_scratch_bytes(const sdpa_ctx * ctx) { return ctx ? ctx->scratch_bytes : 0; }
+
 size_t sdpa_problem_workspace(int32_t n_threads, const sdpa_problem * p) {
     size_t flash = sdpa_flash_workspace(n_threads, p);
     size_t ref = sdpa_reference_workspace(n_threads, p);
