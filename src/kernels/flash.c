@@ -18,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "kernels/simd.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #define BLOCK_ROWS 8
@@ -37,6 +38,7 @@ typedef struct flash_plan {
     size_t thread_bytes;   /* per-thread scratch, ALIGN multiple */
     char * scratch;        /* [n_threads][thread_bytes] then partials */
     float * partials;      /* [unit][BLOCK_ROWS][2 + dim_pad] */
+    atomic_int * done;     /* [group]: chunks finished; the last one merges */
 } flash_plan;
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
@@ -79,7 +81,8 @@ static size_t compute_units(const flash_plan * f) {
 
 static size_t workspace_bytes(const flash_plan * f, int32_t n_threads) {
     size_t bytes = ALIGN + (size_t)n_threads * f->thread_bytes;
-    if (f->chunks > 1) bytes += compute_units(f) * partial_floats(f) * sizeof(float);
+    if (f->chunks > 1)
+        bytes += compute_units(f) * partial_floats(f) * sizeof(float) + SPLIT_MAX_UNITS * sizeof(atomic_int);
     return bytes;
 }
 
@@ -94,7 +97,8 @@ size_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p) {
 size_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim) {
     const int32_t dim_pad = head_dim + (4 - head_dim % 4) % 4;
     return ALIGN + (size_t)n_threads * thread_bytes(dim_pad) +
-           (size_t)SPLIT_MAX_UNITS * CHUNK_MAX_COUNT * partial_floats_for(dim_pad) * sizeof(float);
+           (size_t)SPLIT_MAX_UNITS * CHUNK_MAX_COUNT * partial_floats_for(dim_pad) * sizeof(float) +
+           SPLIT_MAX_UNITS * sizeof(atomic_int);
 }
 
 /* ---- microkernels ------------------------------------------------------ */
@@ -374,15 +378,24 @@ static float * row_out(const sdpa_problem * p, int32_t b, int32_t hk, int32_t ro
     return p->out + (((size_t)b * p->q_len + i) * p->q_heads + h) * p->head_dim;
 }
 
-/* unit -> (b, hk, block, chunk), chunk fastest */
+/* group (= unit / chunks) -> (b, hk, block). Blocks go last-first: under a
+ * causal mask the late rows see the most keys, and handing out the biggest
+ * work first balances the threads. */
+static void group_coords(const flash_plan * f, int32_t group, int32_t * b, int32_t * hk, int32_t * blk) {
+    *blk = f->blocks - 1 - group % f->blocks;
+    *hk = (group / f->blocks) % f->p->kv_heads;
+    *b = group / f->blocks / f->p->kv_heads;
+}
+
+static void merge_group(const flash_plan * f, int32_t group);
+
+/* unit -> (group, chunk), chunk fastest */
 static void compute_unit(void * arg, int32_t unit, int32_t thread) {
     const flash_plan * f = arg;
     const sdpa_problem * p = f->p;
-    const int32_t chunk = unit % f->chunks;
-    int32_t rest = unit / f->chunks;
-    const int32_t blk = rest % f->blocks;
-    rest /= f->blocks;
-    const int32_t hk = rest % p->kv_heads, b = rest / p->kv_heads;
+    const int32_t chunk = unit % f->chunks, group = unit / f->chunks;
+    int32_t b, hk, blk;
+    group_coords(f, group, &b, &hk, &blk);
     block_state st;
     block_setup(f, &st, f->scratch + (size_t)thread * f->thread_bytes, b, hk, blk);
     const size_t off = (size_t)b * p->kv.stride_b + (size_t)hk * p->kv.stride_h;
@@ -410,19 +423,22 @@ static void compute_unit(void * arg, int32_t unit, int32_t thread) {
         px[1] = st.l[x];
         memcpy(px + 2, st.acc + (size_t)x * Dp, sizeof(float) * (size_t)Dp);
     }
+    /* The last chunk of the group to finish merges it (acq_rel: it sees every
+     * other chunk's partials). No second pass over the pool is needed. */
+    if (atomic_fetch_add_explicit(&f->done[group], 1, memory_order_acq_rel) == f->chunks - 1)
+        merge_group(f, group);
 }
 
-/* unit -> (b, hk, block): merges the chunks' partials in chunk order. */
-static void merge_unit(void * arg, int32_t unit, int32_t thread) {
-    (void)thread;
-    const flash_plan * f = arg;
+/* Merges a group's chunk partials in chunk order (so the result does not
+ * depend on which thread merges). */
+static void merge_group(const flash_plan * f, int32_t group) {
     const sdpa_problem * p = f->p;
-    const int32_t blk = unit % f->blocks, hk = (unit / f->blocks) % p->kv_heads;
-    const int32_t b = unit / f->blocks / p->kv_heads;
+    int32_t b, hk, blk;
+    group_coords(f, group, &b, &hk, &blk);
     const int32_t D = p->head_dim, Dp = f->dim_pad;
     const int32_t row0 = blk * BLOCK_ROWS;
     const int32_t n = f->rows - row0 < BLOCK_ROWS ? f->rows - row0 : BLOCK_ROWS;
-    const float * parts = f->partials + (size_t)unit * f->chunks * partial_floats(f);
+    const float * parts = f->partials + (size_t)group * f->chunks * partial_floats(f);
     for (int32_t x = 0; x < n; x++) {
         /* chunks with l == 0 saw nothing; the others are combined at their common max */
         float m = -INFINITY;
@@ -454,7 +470,8 @@ void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch) {
     make_plan(&f, p);
     f.scratch = (char *)(((uintptr_t)scratch + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
     f.partials = (float *)(f.scratch + (size_t)sdpa_pool_threads(pool) * f.thread_bytes);
-    sdpa_pool_run(pool, compute_unit, &f, (int32_t)compute_units(&f));
+    f.done = (atomic_int *)(f.partials + (f.chunks > 1 ? compute_units(&f) * partial_floats(&f) : 0));
     if (f.chunks > 1)
-        sdpa_pool_run(pool, merge_unit, &f, p->batch * p->kv_heads * f.blocks);
+        for (int32_t g = 0; g < p->batch * p->kv_heads * f.blocks; g++) atomic_init(&f.done[g], 0);
+    sdpa_pool_run(pool, compute_unit, &f, (int32_t)compute_units(&f));
 }
