@@ -103,7 +103,9 @@ async function main() {
     // ORT's output against ours, on every row (not only the reference rows)
     const all = [...Array(s.Sq).keys()];
     for (const op of ['gqa', 'attn']) {
-      if (outputs.sdpa && outputs[op]) row[op].vsSdpa = compareRows(outputs[op], outputs.sdpa, all, s.Hq * s.D);
+      if (!outputs.sdpa || !outputs[op]) continue;
+      row[op].vsSdpa = compareRows(outputs[op], outputs.sdpa, all, s.Hq * s.D);
+      if (!row[op].vsSdpa.ok) fail(`ort ${op} ${s.id}`, new Error(`output differs from sdpa-wasm's: max |Δ| ${row[op].vsSdpa.maxAbs.toExponential(2)}, relative ${row[op].vsSdpa.relErr.toExponential(2)}`));
     }
     result.rows.push(row);
   }

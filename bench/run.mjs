@@ -2,10 +2,11 @@
 // sdpa-wasm benchmark (issue 4): sdpa-wasm vs onnxruntime-web vs naive JS vs
 // the machine's limits, in one run, per thread count.
 //
-//   npm run bench                 full run, table on stdout (~5 min on 2 vCPU)
-//   npm run bench -- --json       one JSON object on stdout (progress on stderr)
+//   npm run bench                 full run, table on stdout (about 3–4 min on 2 vCPU)
+//   npm run -s bench -- --json    one JSON object on stdout (progress on stderr; -s keeps npm's banner off stdout)
 //   npm run bench -- --quick      smoke run for CI (< 1 min): few shapes, few calls
 //   options: --threads=1,2  --shapes=A-2048,D-0+128  --no-naive  --no-build
+//            --render=run.json  prints the table of a saved --json run
 //
 // Exit status: 0 unless something crashed or an output did not match the
 // float64 reference (or sdpa-wasm's output, for ORT). Times never fail the run.
@@ -24,12 +25,12 @@ const root = path.resolve(here, '..');
 const argv = process.argv.slice(2);
 const flag = (name) => argv.includes(`--${name}`);
 const opt = (name) => { const a = argv.find((x) => x.startsWith(`--${name}=`)); return a ? a.slice(name.length + 3) : undefined; };
-const known = ['json', 'quick', 'no-naive', 'no-build', 'help', 'threads', 'shapes'];
+const known = ['json', 'quick', 'no-naive', 'no-build', 'help', 'threads', 'shapes', 'render'];
 for (const a of argv) {
   const name = a.replace(/^--/, '').split('=')[0];
   if (!a.startsWith('--') || !known.includes(name)) { console.error(`bench: unknown argument ${a} (known: ${known.map((k) => '--' + k).join(' ')})`); process.exit(2); }
 }
-if (flag('help')) { console.log(fs.readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 12).join('\n')); process.exit(0); }
+if (flag('help')) { console.log(fs.readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 13).join('\n')); process.exit(0); }
 
 const quick = flag('quick');
 const json = flag('json');
@@ -126,7 +127,7 @@ function targets(byThreads) {
 // ------------------------------------------------------------------ output
 function table(res) {
   const L = [];
-  L.push(`sdpa-wasm benchmark  ${res.meta.date}  ${res.meta.cpu} (${res.meta.cores} vCPU)  node ${res.meta.node}  onnxruntime-web ${res.meta.ortVersion ?? '-'}${quick ? '  [--quick]' : ''}`);
+  L.push(`sdpa-wasm benchmark  ${res.meta.date}  commit ${res.meta.commit ?? '?'}  ${res.meta.cpu} (${res.meta.cores} vCPU)  node ${res.meta.node}  onnxruntime-web ${res.meta.ortVersion ?? '-'}${res.meta.quick ? '  [--quick]' : ''}`);
   L.push(`load average at start ${res.meta.loadavgStart.map((x) => x.toFixed(2)).join(' ')}, end ${res.meta.loadavgEnd.map((x) => x.toFixed(2)).join(' ')} (the machine is shared: other load skews everything)`);
   for (const c of res.runs) {
     const lim = c.limits;
@@ -174,7 +175,15 @@ function table(res) {
 }
 
 // ------------------------------------------------------------------ main
+if (opt('render')) {
+  console.log(table(JSON.parse(fs.readFileSync(opt('render'), 'utf8'))));
+  process.exit(0);
+}
 const t0 = Date.now();
+const startDate = new Date().toISOString();
+const git = (...a) => { const r = spawnSync('git', a, { cwd: root, encoding: 'utf8' }); return r.status === 0 ? r.stdout.trim() : null; };
+const commit = git('rev-parse', '--short', 'HEAD');
+const dirty = commit ? (git('status', '--porcelain', '--', 'src', 'js', 'include', 'CMakeLists.txt') || '') !== '' : null;
 const loadavgStart = os.loadavg();
 const errors = [];
 try { ensureLimitsBuilt({ log: err }); } catch (e) { errors.push(`limits build: ${e.message.split('\n')[0]}`); }
@@ -199,7 +208,7 @@ for (const c of runs) {
 const byThreads = new Map(runs.map((c) => [c.threads, c]));
 const res = {
   meta: {
-    date: new Date().toISOString(), quick, node: process.version, cpu: os.cpus()[0]?.model?.trim() ?? '?', cores: os.cpus().length,
+    date: startDate, commit: commit ? commit + (dirty ? '+local changes' : '') : null, quick, node: process.version, cpu: os.cpus()[0]?.model?.trim() ?? '?', cores: os.cpus().length,
     memGiB: +(os.totalmem() / 2 ** 30).toFixed(1), ortVersion: runs.find((c) => c.ortVersion)?.ortVersion ?? null,
     sdpaInfo: runs.map((c) => c.sdpaInfo), loadavgStart, loadavgEnd: os.loadavg(), seconds: (Date.now() - t0) / 1000,
   },

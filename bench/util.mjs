@@ -12,28 +12,30 @@ export function stats(samples) {
 
 /**
  * Times fn() (sync or async). Warm-up: at least `warmup` calls and `warmupMs`
- * milliseconds (so that V8's optimizing tier has compiled the hot code). Then
- * up to `iters` timed calls, stopping early after `budgetMs` (but never with
- * fewer than `minIters` samples). Returns { median, min, max, n } in ms.
+ * milliseconds (so that V8's optimizing tier has compiled the hot code), but
+ * for slow calls (≥ 2 calls taking over 4× warmupMs) no more than that. Then up
+ * to `iters` timed calls, stopping after `budgetMs` once `minIters` samples are
+ * in, and after 4× budgetMs once 3 are in. Returns { median, min, max, n,
+ * warmup, samples } in ms.
  */
-export async function timeIt(fn, { warmup = 10, warmupMs = 300, iters = 50, minIters = 5, budgetMs = 2000, before } = {}) {
+export async function timeIt(fn, { warmup = 10, warmupMs = 300, iters = 50, minIters = 5, budgetMs = 2000 } = {}) {
   const isAsync = fn.constructor.name === 'AsyncFunction';
   let t0 = now();
-  for (let i = 0; i < warmup || now() - t0 < warmupMs; i++) {
-    if (before) before(i);
-    if (isAsync) await fn(i); else fn(i);
-    if (i > 100000) break;
+  let w = 0;
+  for (; w < warmup || now() - t0 < warmupMs; w++) {
+    if (w >= 2 && now() - t0 > 4 * warmupMs) break;
+    if (isAsync) await fn(w); else fn(w);
   }
   const samples = [];
   t0 = now();
   for (let i = 0; i < iters; i++) {
-    if (before) before(i);
     const a = now();
-    if (isAsync) await fn(i); else fn(i);
+    if (isAsync) await fn(w + i); else fn(w + i);
     samples.push(now() - a);
-    if (samples.length >= minIters && now() - t0 > budgetMs) break;
+    const el = now() - t0;
+    if ((samples.length >= minIters && el > budgetMs) || (samples.length >= 3 && el > 4 * budgetMs)) break;
   }
-  return { ...stats(samples), samples };
+  return { ...stats(samples), warmup: w, samples };
 }
 
 // mulberry32: small seeded PRNG; uniform floats in [-1, 1).
