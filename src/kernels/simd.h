@@ -39,7 +39,7 @@ static inline v128_t f32x4_exp_nonpositive(v128_t x) {
     const v128_t lowest = wasm_f32x4_splat(-87.3365478515625f);  /* -126 ln 2 */
     const v128_t magic = wasm_f32x4_splat(12582912.0f);            /* 1.5 * 2^23 */
     const v128_t underflow = wasm_f32x4_lt(x, lowest);
-    x = wasm_f32x4_pmax(lowest, x);  /* pmax(a, b) = a < b ? b : a: keeps a NaN x */
+    x = wasm_f32x4_pmax(x, lowest);  /* pmax(a, b) = a < b ? b : a: a NaN x stays NaN */
     const v128_t biased = wasm_f32x4_add(wasm_f32x4_mul(x, wasm_f32x4_splat(1.44269504088896341f)), magic);
     const v128_t n = wasm_f32x4_sub(biased, magic);
     v128_t r = wasm_f32x4_sub(x, wasm_f32x4_mul(n, wasm_f32x4_splat(0.693359375f)));

@@ -44,10 +44,12 @@ static void naive_row(const naive_params * p, const float * q, const float * k, 
         }
         if (p->is_causal && t > p->start_pos + i) sc = -INFINITY;
         score[t] = sc;
-        if (sc > maxs) maxs = sc;
+        /* a NaN score is visible (CONTRACT.md section 5: computed through):
+           it becomes the max and stays there, so the whole row is NaN */
+        if (isnan(sc) || (!isnan(maxs) && sc > maxs)) maxs = sc;
     }
     for (int32_t d = 0; d < D; d++) out_row[d] = 0.0;
-    if (maxs == -INFINITY) return; /* fully masked row: zeros */
+    if (maxs == -INFINITY) return; /* fully masked row (every score -inf): zeros */
 
     /* pass 2: exp and sum */
     double sum = 0.0;
@@ -57,7 +59,8 @@ static void naive_row(const naive_params * p, const float * q, const float * k, 
         sum += e;
     }
 
-    /* pass 3: weighted sum of V */
+    /* pass 3: weighted sum of V (a weight that is exactly 0 skips its V row,
+       so a non-finite V row at a masked key never reaches the output) */
     for (int64_t t = 0; t < n_keys; t++) {
         if (score[t] == 0.0) continue;
         const double w = score[t] / sum;

@@ -9,6 +9,12 @@
  *   score[t] = -inf if causal and t > sp + i
  *   out[b,i,h,:] = sum_t softmax(score)[t] * v[b,t,hk,:]; all -inf -> zeros
  *
+ * Non-finite data is computed through (CONTRACT.md section 5): a NaN score
+ * counts as visible, not masked, so a row with any NaN score is NaN in every
+ * element (a row whose every score is NaN too: NaN, not zeros); a +inf score
+ * gives inf - inf = NaN, also a NaN row. Only a row whose every score is -inf
+ * outputs zeros. (A float mask entry of -inf added to a NaN score is NaN.)
+ *
  * Three passes per row (scores + max, exp + sum, weighted sum of V), all in
  * double. Deliberately simple and slow. No validation beyond what is needed
  * not to read out of bounds (returns -1 then).

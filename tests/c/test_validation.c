@@ -749,6 +749,36 @@ static void test_cache_rules(void) {
         c.to.data = c.extra;
         track(&c.tr, c.extra, n * 4, "key/out");
     });
+    /* inputs / outputs inside the cache's own storage (sdpa_kv_cache_data):
+       E_ARG, nothing written (the cache storage is tracked). A cache's K or V
+       holds CB * CHKV * CMAX * CD = 320 floats; key/value are 40, query/out 80. */
+#define KDATA(c_) sdpa_kv_cache_data((c_).cache, 0)
+#define VDATA(c_) sdpa_kv_cache_data((c_).cache, 1)
+    C(UPD, "key = cache K storage", S, 0, SDPA_E_ARG, OK_, "storage|cache", c.tk.data = KDATA(c));
+    C(UPD, "key inside cache K (offset 17 floats)", S, 0, SDPA_E_ARG, OK_, "storage|cache", c.tk.data = KDATA(c) + 17);
+    C(UPD, "key = last 40 floats of cache V", S, 0, SDPA_E_ARG, OK_, "storage|cache", c.tk.data = VDATA(c) + 280);
+    C(UPD, "value = cache K storage", S, 0, SDPA_E_ARG, OK_, "storage|cache", c.tv.data = KDATA(c));
+    C(UPD, "value inside cache V (offset 3 floats)", S, 0, SDPA_E_ARG, OK_, "storage|cache", c.tv.data = VDATA(c) + 3);
+    C(UPD, "value = cache V rows being written (start_pos row)", S, 0, SDPA_E_ARG, OK_, "storage|cache",
+      c.tv.data = VDATA(c) + (size_t)CFILL * CD);
+    C(UPD, "key and value both inside the cache", S, 1, SDPA_E_ARG, OK_, "storage|cache", c.tk.data = KDATA(c) + 40;
+      c.tv.data = VDATA(c) + 40);
+    C(ATT, "query = cache K storage", S, 0, SDPA_E_ARG, OK_, "storage|cache", c.tq.data = KDATA(c));
+    C(ATT, "query = last 80 floats of cache V", S, 1, SDPA_E_ARG, OK_, "storage|cache", c.tq.data = VDATA(c) + 240);
+    C(ATT, "out = cache V storage", S, 0, SDPA_E_ARG, OK_, "storage|cache|out", c.to.data = VDATA(c));
+    C(ATT, "out inside cache K (offset 1 float)", S, 1, SDPA_E_ARG, OK_, "storage|cache|out", c.to.data = KDATA(c) + 1);
+    C(OP_STEP, "step: query and out inside the cache, key and value too", S, 0, SDPA_E_ARG, OK_, "storage|cache",
+      c.tq.data = KDATA(c); c.to.data = KDATA(c) + 80; c.tk.data = VDATA(c); c.tv.data = VDATA(c) + 40);
+    C(UPD, "order: key inside cache + key rank 3", S, 0, SDPA_E_ARG, OK_, "storage|cache", c.tk.data = KDATA(c);
+      c.tk.rank = 3);
+    C(OP_STEP, "order: value inside cache + scale NaN", S, 0, SDPA_E_ARG, OK_, "storage|cache",
+      c.tv.data = VDATA(c) + 8; c.opt.has_scale = 1; c.opt.scale = NAN);
+    C(OP_STEP, "order: query inside cache + key dtype float16", S, 0, SDPA_E_ARG, OK_, "storage|cache",
+      c.tq.data = VDATA(c) + 100; c.tk.dtype = SDPA_DTYPE_FLOAT16);
+    C(OP_READ, "key_out inside cache K", S, 0, SDPA_E_ARG, OK_, "cache|storage|overlap", c.tko.data = KDATA(c) + 5);
+    C(OP_READ, "value_out = cache V storage", S, 0, SDPA_E_ARG, OK_, "cache|storage|overlap", c.tvo.data = VDATA(c));
+#undef KDATA
+#undef VDATA
     C(OP_READ, "key_out NULL", S, 0, SDPA_E_ARG, OK_, "key", c.pko = NULL);
     C(OP_READ, "value_out data NULL", S, 0, SDPA_E_ARG, OK_, "value", c.tvo.data = NULL);
     C(OP_READ, "key_out == value_out", S, 0, SDPA_E_ARG, OK_, "out|key|value", c.tvo.data = c.kout);
@@ -858,6 +888,10 @@ static void test_cache_rules(void) {
       "capacity|max|seq|start", c.opt.start_pos = CMAX - S + 1);
     C(OP_STEP, "step start_pos 2^32 (truncates to 0)", S, 0, SDPA_E_START_POS, SDPA_E_CAPACITY,
       "capacity|max|seq|start", c.opt.start_pos = INT64_C(1) << 32);
+    C(OP_STEP, "step start_pos INT64_MAX (causal)", S, 0, SDPA_E_START_POS, SDPA_E_CAPACITY,
+      "capacity|max|seq|start", c.opt.start_pos = INT64_MAX);
+    C(OP_STEP, "step start_pos INT64_MAX with mask", S, 1, SDPA_E_CAPACITY, SDPA_E_START_POS,
+      "capacity|max|seq|start", c.opt.start_pos = INT64_MAX);
     C(OP_STEP, "step start_pos 2^32 with mask", S, 1, SDPA_E_CAPACITY, SDPA_E_START_POS,
       "capacity|max|seq|start", c.opt.start_pos = INT64_C(1) << 32);
     C(OP_READ, "read start + length = max + 1", S, 0, SDPA_E_CAPACITY, OK_, "capacity|max|seq",

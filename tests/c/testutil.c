@@ -190,6 +190,12 @@ int tu_full(void) {
     return tu_env_flag("SDPA_TEST_FULL");
 }
 
+uint64_t tu_base_seed(uint64_t dflt) {
+    const char * v = getenv("SDPA_TEST_SEED");
+    if (v && v[0]) return strtoull(v, NULL, 10);
+    return dflt;
+}
+
 double tu_seconds(void) {
     struct timespec ts;
     if (timespec_get(&ts, TIME_UTC) == TIME_UTC) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;

@@ -79,6 +79,10 @@ int tu_quick(void);
 /// Non-zero when SDPA_TEST_FULL is set (more random cases).
 int tu_full(void);
 
+/// Base seed for the random sweeps: `dflt`, or SDPA_TEST_SEED when set (to
+/// explore other combinations; failures print the case's own seed).
+uint64_t tu_base_seed(uint64_t dflt);
+
 /// Seconds since an arbitrary origin (clock(), CPU time: portable C11).
 double tu_seconds(void);
 

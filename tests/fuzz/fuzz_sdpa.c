@@ -27,6 +27,13 @@
  *     on a few output rows, |got - ref| <= 1e-5 (1 + max|ref|), when the
  *     inputs are tame (data from bytes, exact small logits);
  *   - cache reads return exactly what was written (zeros elsewhere).
+ * NaN / Inf injection (about 1 input in 8 per call): NaN, +inf, -inf written
+ * into a few elements of q and/or k (custom and cache calls), or NaN into v
+ * when every key t < N is visible to every row (no mask, not causal: a
+ * non-finite V row at a masked key may or may not reach the output, sdpa.h).
+ * CONTRACT.md section 5: computed through, so the compared rows must be NaN
+ * exactly where the float64 reference is NaN (naive_ref.c: a NaN score is
+ * visible, +inf - +inf is NaN), inf where it is inf, and close elsewhere.
  * Everything is freed before returning (leak detection is on).
  */
 #include <float.h>
@@ -83,7 +90,7 @@ static sdpa_ctx * g_ctx;
 /* How much of the input space reached the library and the checks (printed by
    the standalone driver). */
 static struct {
-    long calls, accepted, rejected, rows_compared, caches;
+    long calls, accepted, rejected, rows_compared, caches, injected, nan_rows;
 } g_stats;
 
 /* A dim: usually the intended value, sometimes broken. */
@@ -341,11 +348,14 @@ static void check_rows(const char * what, const sdpa_tensor * q, const float * k
             FAILF("%s: reference rejected an accepted call", what);
         const float * got = out + (((size_t)b * np.Sq + (size_t)i) * np.Hq + (size_t)h) * np.D;
         double mx = 0.0;
-        for (int32_t d = 0; d < np.D; d++) mx = fabs(ref[d]) > mx ? fabs(ref[d]) : mx;
+        for (int32_t d = 0; d < np.D; d++) mx = isfinite(ref[d]) && fabs(ref[d]) > mx ? fabs(ref[d]) : mx;
+        if (isnan(ref[0])) g_stats.nan_rows++;
         for (int32_t d = 0; d < np.D; d++) {
             double err = fabs((double)got[d] - ref[d]);
             if (d == 0) g_stats.rows_compared++;
-            if (!(err <= 1e-5 * (1.0 + mx)))
+            /* NaN exactly where the reference is NaN (computed through), inf where it is inf */
+            int ok = isnan(ref[d]) ? isnan(got[d]) : isinf(ref[d]) ? (double)got[d] == ref[d] : err <= 1e-5 * (1.0 + mx);
+            if (!ok)
                 FAILF("%s: out[b=%d, i=%d, h=%d, d=%d] = %.9g, reference %.9g (B=%d Sq=%d Hq=%d D=%d Skv=%d "
                       "Hkv=%d mask=%d N=%d sp=%" PRId64 " causal=%d scale=%d/%g)",
                       what, b, i, h, d, (double)got[d], ref[d], np.B, np.Sq, np.Hq, np.D, np.Skv, np.Hkv,
@@ -373,6 +383,43 @@ static void expect_model(const char * what, sdpa_status st, int valid) {
     const int is_custom = strncmp(what, "sdpa_custom", 11) == 0;  /* no cache: E_CAPACITY cannot apply */
     if (st != SDPA_OK && ((int)st < 1 || (int)st > 17 || st == SDPA_E_DISPOSED || (is_custom && st == SDPA_E_CAPACITY)))
         FAILF("%s: unexpected status %d", what, (int)st);
+}
+
+/* ---- NaN / Inf injection ----------------------------------------------- */
+
+/* Writes 1..3 non-finite values (NaN, +inf, -inf, -NaN; NaN only when
+   nan_only) at input-chosen places of a float32 tensor's buffer. */
+static void inject_nonfinite(rd * r, ftensor * ft, int nan_only) {
+    if (ft->t.dtype != SDPA_DTYPE_FLOAT32 || ft->bytes < sizeof(float)) return;
+    static const float vals[] = {NAN, INFINITY, -INFINITY, -NAN};
+    const size_t n = ft->bytes / sizeof(float);
+    const int count = 1 + u8(r) % 3;
+    for (int i = 0; i < count; i++) {
+        const size_t at = u32(r) % n;
+        ((float *)ft->buf)[at] = nan_only ? NAN : vals[u8(r) % 4];
+    }
+    g_stats.injected++;
+}
+
+/* About 1 call in 8: non-finite values into q and/or k; when every key is
+   visible to every row (no mask, not causal), sometimes NaN into v instead.
+   Not with a subnormal scale: the kernel scales q before the dot product, so
+   q * scale may round to 0 and 0 * inf = NaN where scale * (q . k) is -inf. */
+static int subnormal_scale(const sdpa_options * o) {
+    return o && o->has_scale && fabsf(o->scale) < FLT_MIN;
+}
+
+/* Returns 1 when something was injected. */
+static int maybe_inject(rd * r, const sdpa_options * o, ftensor * q, ftensor * k, ftensor * v, int all_keys_visible) {
+    const uint8_t m = u8(r);
+    if (m < 224 || subnormal_scale(o)) return 0;
+    if (all_keys_visible && v && (m & 4)) {
+        inject_nonfinite(r, v, 1);
+        return 1;
+    }
+    if (q && (m & 1)) inject_nonfinite(r, q, 0);
+    if (k && ((m & 2) || !(m & 1) || !q)) inject_nonfinite(r, k, 0);
+    return 1;
 }
 
 /* ---- sdpa_custom / sdpa_custom_reference -------------------------------- */
@@ -415,6 +462,7 @@ static void fuzz_custom(rd * r, int use_reference) {
 
     const sdpa_tensor * pq = tp(&q), * pk = tp(&k), * pv = tp(&v);
     sdpa_tensor * pout = out.present ? &out.t : NULL;
+    maybe_inject(r, po, &q, &k, &v, (!pm || !pm->data) && (!po || !po->is_causal));
     int valid = pq && pk && pv && pout && model_custom(pq, pk, pv, pm, po, pout);
 
     /* snapshot what the call may not touch when it fails: all buffers */
@@ -454,6 +502,7 @@ static void fuzz_custom(rd * r, int use_reference) {
 typedef struct fcache {
     sdpa_kv_cache * c;
     int32_t B, S, H, D;
+    int nonfinite;     /* non-finite keys may be stored (see maybe_inject) */
     float * hk, * hv;  /* host copy [B, S, H, D], zeros where never written */
 } fcache;
 
@@ -611,6 +660,9 @@ static void fuzz_cache(rd * r) {
         const sdpa_options * po = fo.present ? &fo.o : NULL;
         int64_t sp = po ? po->start_pos : 0;
         int32_t upd_sp = (int32_t)(sp >= INT32_MIN && sp <= INT32_MAX ? sp : -1);
+        /* q and k only: a NaN V row stays in the cache, where later causal or
+           masked calls may not attend it */
+        fc.nonfinite |= maybe_inject(r, po, &q, &k, NULL, 0);
 
         int valid;
         const char * what;
@@ -643,7 +695,7 @@ static void fuzz_cache(rd * r) {
         check_rejected(what, st, before, after, tot);
         if (!cache_same_as_host(&fc))
             FAILF("%s (%s): cache storage differs from what was written", what, sdpa_status_code(st));
-        if (st == SDPA_OK && kind != 0 && fo.tame)
+        if (st == SDPA_OK && kind != 0 && fo.tame && !(fc.nonfinite && subnormal_scale(po)))
             check_rows(what, &q.t, fc.hk, fc.hv, fc.S, fc.H, pm, po, out.t.data, r);
         free(before);
         free(after);
@@ -716,8 +768,10 @@ int main(int argc, char ** argv) {
         }
         printf("fuzz_sdpa: %d files ok\n", argc - 1);
     }
-    printf("fuzz_sdpa: %ld calls (%ld accepted, %ld rejected), %ld caches, %ld output rows compared\n",
-           g_stats.calls, g_stats.accepted, g_stats.rejected, g_stats.caches, g_stats.rows_compared);
+    printf("fuzz_sdpa: %ld calls (%ld accepted, %ld rejected), %ld caches, %ld output rows compared "
+           "(%ld of them NaN), %ld non-finite injections\n",
+           g_stats.calls, g_stats.accepted, g_stats.rejected, g_stats.caches, g_stats.rows_compared,
+           g_stats.nan_rows, g_stats.injected);
     sdpa_ctx_free(g_ctx);
     g_ctx = NULL;
     return 0;
