@@ -53,6 +53,7 @@ export class HeapTensor<D extends Float32Array | Uint8Array = Float32Array> {
   dispose(): void;
 }
 
+/** Options are plain objects; an unknown name (a typo such as `is_causal`) is E_ARG. */
 export interface CreateSdpaOptions {
   /**
    * Threads in all (the calling thread included). 'auto' (default) = the
@@ -120,7 +121,11 @@ export interface KVCacheOptions {
   dtype?: 'float32';
 }
 
-/** K and V for [batch, maxSeqLen, numKvHeads, headDim], allocated once in the wasm heap. */
+/**
+ * K and V for [batch, maxSeqLen, numKvHeads, headDim], allocated once in the
+ * wasm heap. No input or `out` of its calls may lie inside the cache's own
+ * storage (E_ARG).
+ */
 export class KVCache {
   private constructor();
   readonly batch: number;

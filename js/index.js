@@ -79,8 +79,8 @@ function makeInstance(core, info) {
     if (core.disposed) ck.add('E_DISPOSED', 'this sdpa instance was disposed');
   };
 
-  function customSdpa(query, key, value, opts) {
-    const fn = 'customSdpa';
+  /** customSdpa, with `fn` naming the public function in messages. */
+  function runCustom(fn, query, key, value, opts) {
     const ck = new Checks(fn);
     const o = readOptions(ck, opts, CUSTOM_OPTIONS);
     const sp = checkStartPos(ck, o.startPos, 'startPos');
@@ -89,6 +89,10 @@ function makeInstance(core, info) {
     ck.done();
     return core.runAttention(fn, P, sp, [['q', P.Q], ['k', P.K], ['v', P.V]], (a) =>
       M._sdpa_custom(core.ctx, a.q, a.k, a.v, a.mask, a.opts, a.out));
+  }
+
+  function customSdpa(query, key, value, opts) {
+    return runCustom('customSdpa', query, key, value, opts);
   }
 
   function createKVCache(config) {
@@ -148,7 +152,7 @@ function makeInstance(core, info) {
     return core.allocTensor(fn, dtype, arr);
   }
 
-  const torch = makeTorchEntry({ rt: core, checkAlive: (ck) => core.checkAlive(ck), customSdpa });
+  const torch = makeTorchEntry({ rt: core, checkAlive: (ck) => core.checkAlive(ck), runCustom });
 
   function dispose() {
     if (core.disposed) return;

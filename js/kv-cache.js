@@ -6,7 +6,7 @@
 
 import {
   Checks, readOptions, checkStartPos, checkSize, checkAttention, checkCacheWrite,
-  CUSTOM_OPTIONS, STEP_OPTIONS, structural,
+  CUSTOM_OPTIONS, STEP_OPTIONS, structural, regionOf, overlaps,
 } from './validate.js';
 import { SLOT } from './runtime.js';
 
@@ -48,19 +48,35 @@ export class KVCache {
     return this.#disposed || this.#core.disposed ? [] : this.#storage;
   }
 
+  /**
+   * E_ARG for an input inside the cache's own storage (include/sdpa.h): a
+   * write would change it before it is read. (`out` there is checked as
+   * aliasing by checkAttention.)
+   */
+  #checkOutside(ck, descs) {
+    const regions = this.#regions();
+    for (const d of descs) {
+      const r = regionOf(d);
+      if (r && regions.some((c) => overlaps(r, c.region))) {
+        ck.add('E_ARG', `${d.name} lies inside the cache's own storage; pass a separate buffer`);
+        return;
+      }
+    }
+  }
+
   /** Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1. */
   update(k, v, startPos) {
     const fn = 'KVCache.update';
     const ck = new Checks(fn);
     const sp = checkStartPos(ck, startPos, 'startPos', { required: true });
     const W = checkCacheWrite(ck, this.#geo, k, v, sp);
+    this.#checkOutside(ck, [W.K, W.V]);
     this.#checkAlive(ck);
     ck.done();
     const c = this.#core;
     const tmp = [];
     try {
-      const kp = c.place(W.K, tmp, fn);
-      const vp = c.place(W.V, tmp, fn);
+      const [kp, vp] = c.placeAll([W.K, W.V], tmp, fn);
       c.writeTensor(SLOT.k, kp, prod(W.K.dims), 'float32', W.K.dims);
       c.writeTensor(SLOT.v, vp, prod(W.V.dims), 'float32', W.V.dims);
       c.check(c.M._sdpa_kv_cache_update(c.ctx, this.#ptr, c.slot('k'), c.slot('v'), sp), fn);
@@ -78,6 +94,7 @@ export class KVCache {
     const P = checkAttention(ck, this.#core, {
       q, names: { q: 'q' }, o, cache: this.#geo, startPos: sp, extraInputs: this.#regions(),
     });
+    this.#checkOutside(ck, [P.Q, P.M]);
     this.#checkAlive(ck);
     ck.done();
     const c = this.#core;
@@ -89,10 +106,11 @@ export class KVCache {
   step(q, k, v, startPos, opts) {
     const fn = 'KVCache.step';
     const ck = new Checks(fn);
-    const o = readOptions(ck, opts, STEP_OPTIONS);
-    if (opts && typeof opts === 'object' && Object.prototype.hasOwnProperty.call(opts, 'startPos')) {
-      ck.add('E_ARG', `startPos is step's 4th argument, not an option`);
+    if (opts && typeof opts === 'object' && 'startPos' in opts &&
+        (Object.prototype.hasOwnProperty.call(opts, 'startPos') || !('startPos' in Object.prototype))) {
+      ck.add('E_ARG', `startPos is step's 4th argument, not an option (step(q, k, v, startPos, opts))`);
     }
+    const o = readOptions(ck, opts, STEP_OPTIONS);
     const sp = checkStartPos(ck, startPos, 'startPos', { required: true });
     const W = checkCacheWrite(ck, this.#geo, k, v, sp);
     const P = checkAttention(ck, this.#core, {
@@ -102,6 +120,7 @@ export class KVCache {
     if (P.Q && P.Q.rank === 4 && structural(P.Q) && W.K && W.K.rank === 4 && structural(W.K) && P.Q.dims[1] !== W.Snew) {
       ck.add('E_DIMS', `q has ${P.Q.dims[1]} rows but k has ${W.Snew}; a step attends exactly the rows it writes`);
     }
+    this.#checkOutside(ck, [P.Q, W.K, W.V, P.M]);
     this.#checkAlive(ck);
     ck.done();
     const c = this.#core;

@@ -17,6 +17,7 @@ const BUILDS = {
   'simd-threads': {
     glue: '../dist/sdpa-simd-threads.mjs',
     wasm: '../dist/sdpa-simd-threads.wasm',
+    worker: '../dist/sdpa-simd-threads.worker.js',
     threaded: true,
     // Literal specifiers so that bundlers can see the files.
     importGlue: () => import('../dist/sdpa-simd-threads.mjs'),
@@ -114,8 +115,17 @@ export async function loadBuild({ build, threads, reason }) {
     print: (s) => console.log(s),
     printErr: (s) => { logs.push(String(s)); if (logs.length > 20) logs.shift(); },
   };
+  const workerUrl = spec.worker ? new URL(spec.worker, import.meta.url) : null;
+  const workerPath = workerUrl ? displayPath(workerUrl) : null;
   if (isNode) {
     const fs = await nodeModule('fs');
+    if (workerUrl) {
+      try {
+        await fs.promises.access(workerUrl, fs.constants.R_OK);
+      } catch (e) {
+        throw broken(`cannot read ${workerPath}: ${e && (e.code || e.message)}`, e);
+      }
+    }
     let bytes;
     try {
       bytes = await fs.promises.readFile(wasmUrl);
@@ -128,7 +138,7 @@ export async function loadBuild({ build, threads, reason }) {
     moduleArg.wasmBinary = bytes;
   }
 
-  let M;
+  let M, watch = null;
   try {
     // The 3.1.6 Node glue adds process 'uncaughtException' / 'unhandledRejection'
     // handlers (one pair per instance, never removed; they rethrow and keep the
@@ -136,9 +146,19 @@ export async function loadBuild({ build, threads, reason }) {
     const added = isNode ? snapshotListeners() : null;
     const pending = factory(moduleArg);
     if (added) added.restore();
-    M = await pending;
+    // The pool's workers exist now. If one cannot load (a missing or broken
+    // worker file), the glue would throw from its 'error' handler (a crash in
+    // Node) and its promise would never settle (a hang): watch them instead.
+    if (spec.threaded) watch = watchWorkers(moduleArg);
+    M = await (watch ? Promise.race([pending, watch.failed]) : pending);
+    if (watch) watch.loaded();
   } catch (e) {
+    if (watch) watch.stop();
     try { moduleArg.PThread && moduleArg.PThread.terminateAllThreads(); } catch { /* best effort */ }
+    if (watch && watch.failedWith === e) {
+      const why = e && e.message ? e.message : (e && e.type) || 'it did not load';
+      throw broken(`the worker ${workerPath} failed to load: ${why}`, e);
+    }
     const msg = e && e.message ? e.message : String(e);
     const extra = logs.filter((l) => !msg.includes(l) && !/Build with -s ASSERTIONS/.test(l)).slice(-2);
     const detail = extra.length ? ` (${extra.join(' | ')})` : '';
@@ -149,6 +169,56 @@ export async function loadBuild({ build, threads, reason }) {
   // From now on C stderr goes to the console.
   moduleArg.printErr = M.printErr = (s) => console.error(s);
   return { M, build, wasmPath };
+}
+
+/**
+ * Watches the pthread pool's workers while the module loads: an 'error' from
+ * any of them rejects `failed` instead of reaching the glue's handler (which
+ * throws). Once loaded, the glue's own handling is put back.
+ */
+function watchWorkers(moduleArg) {
+  const P = moduleArg.PThread;
+  const workers = P && Array.isArray(P.unusedWorkers) ? [...P.unusedWorkers] : [];
+  let reject;
+  const failed = new Promise((_, rej) => { reject = rej; });
+  failed.catch(() => {}); // (settled or not, never an unhandled rejection)
+  const w8 = { failed, failedWith: undefined };
+  const onError = (e) => {
+    if (w8.failedWith !== undefined) return;
+    w8.failedWith = e === undefined ? null : e;
+    reject(w8.failedWith);
+  };
+  const glue = new Map();
+  for (const w of workers) {
+    // The glue assigns worker.onerror (and in Node calls it from an 'error'
+    // listener): keep its handler aside while loading.
+    Object.defineProperty(w, 'onerror', {
+      configurable: true,
+      enumerable: true,
+      get: () => onError,
+      set: (fn) => { glue.set(w, fn); },
+    });
+    if (typeof w.on === 'function') w.on('error', onError);
+    else if (typeof w.addEventListener === 'function') w.addEventListener('error', onError);
+  }
+  const detach = () => {
+    for (const w of workers) {
+      delete w.onerror;
+      if (typeof w.off === 'function') w.off('error', onError);
+      else if (typeof w.removeEventListener === 'function') w.removeEventListener('error', onError);
+    }
+  };
+  w8.loaded = () => {
+    detach();
+    for (const [w, fn] of glue) w.onerror = fn;
+  };
+  w8.stop = () => {
+    // Keep a listener so that late 'error' events cannot crash a Node process.
+    for (const w of workers) {
+      try { w.terminate(); } catch { /* gone */ }
+    }
+  };
+  return w8;
 }
 
 const GLUE_EVENTS = ['uncaughtException', 'unhandledRejection'];

@@ -86,6 +86,8 @@ export class Core {
     if (status === 0) return;
     const code = codeOfStatus(status);
     let msg = this.ctx ? this.readCString(this.M._sdpa_ctx_last_error(this.ctx)) : '';
+    // C names its own function ("cache.step: ..."); the message names the public one once.
+    msg = msg.replace(/^[A-Za-z_][\w.]*: /, '');
     if (!msg) msg = `the C core returned ${code} (status ${status})`;
     throw new SdpaError(code, `${fn}: ${msg}`, { status });
   }
@@ -118,52 +120,57 @@ export class Core {
   // -- placing tensors in wasm memory --------------------------------------
 
   /**
-   * Address of an input tensor in wasm memory: heap tensors of this
-   * instance and views of its memory as they are, everything else copied
-   * into a temporary (pushed on `tmp`).
+   * The address of a tensor that already lives in this instance's memory (a
+   * heap tensor of this instance, or a view of its current buffer), else -1.
+   * Resolve it before any malloc: growth replaces the buffer, and in the
+   * single-thread build it DETACHES views of the old one.
    */
-  place(d, tmp, fn) {
+  addressOf(d) {
     if (d.heap && d.heap.rt === this) return d.heap.ptr;
     const data = d.heap ? d.t.data : d.data;
-    if (data.buffer === this.currentBuffer()) return data.byteOffset;
-    const bytes = data.byteLength;
-    const p = this.malloc(bytes, fn, `a temporary copy of ${d.name}`);
-    tmp.push(p);
-    this.views().u8.set(new Uint8Array(data.buffer, data.byteOffset, bytes), p);
-    return p;
+    return data.buffer === this.currentBuffer() ? data.byteOffset : -1;
   }
 
   /**
-   * Where the output goes: `out` (heap: in place; plain: a temporary that is
-   * copied back after success) or a new Float32Array.
+   * Addresses in wasm memory of `descs` (null → 0): tensors already there are
+   * used as they are (all resolved first), everything else is copied into a
+   * temporary (pushed on `tmp`).
    */
-  placeOut(d, n, tmp, fn) {
-    if (d) {
-      if (d.heap && d.heap.rt === this) return { ptr: d.heap.ptr, target: null, result: null };
+  placeAll(descs, tmp, fn) {
+    const addrs = descs.map((d) => (d ? this.addressOf(d) : 0));
+    descs.forEach((d, i) => {
+      if (!d || addrs[i] !== -1) return;
       const data = d.heap ? d.t.data : d.data;
-      if (data.buffer === this.currentBuffer()) return { ptr: data.byteOffset, target: null, result: null };
-      const p = this.malloc(n * 4, fn, 'a temporary output');
+      const bytes = data.byteLength;
+      const p = this.malloc(bytes, fn, `a temporary copy of ${d.name}`);
       tmp.push(p);
-      return { ptr: p, target: data, result: null };
-    }
-    const p = this.malloc(n * 4, fn, 'a temporary output');
-    tmp.push(p);
-    const result = new Float32Array(n);
-    return { ptr: p, target: result, result };
+      this.views().u8.set(new Uint8Array(data.buffer, data.byteOffset, bytes), p);
+      addrs[i] = p;
+    });
+    return addrs;
   }
 
   /**
    * One attention call: places inputs, writes structs, invokes C, copies the
    * output back. `inputs`: [[slotName, descriptor], ...]; `P` from
    * checkAttention; `invoke(addr)` gets slot addresses and returns a status.
+   * The output goes to `out` in place when it lives in wasm memory, else to a
+   * temporary copied into `out` (or a new Float32Array) after success.
    */
   runAttention(fn, P, startPos, inputs, invoke) {
     const tmp = [];
     try {
       const n = prod(P.Q.dims);
-      const ptrs = inputs.map(([, d]) => this.place(d, tmp, fn));
-      const mp = P.M ? this.place(P.M, tmp, fn) : 0;
-      const out = this.placeOut(P.O, n, tmp, fn);
+      // Every address inside wasm memory first (out included), then temporaries.
+      const outAddr = P.O ? this.addressOf(P.O) : -1;
+      const [mp, ...ptrs] = this.placeAll([P.M, ...inputs.map(([, d]) => d)], tmp, fn);
+      const out = { ptr: outAddr, target: null, result: null };
+      if (outAddr === -1) {
+        out.ptr = this.malloc(n * 4, fn, 'a temporary output');
+        tmp.push(out.ptr);
+        // (a heap tensor of another instance or a plain array: not this memory, never detached by our growth)
+        out.target = P.O ? (P.O.heap ? P.O.t.data : P.O.data) : (out.result = new Float32Array(n));
+      }
       inputs.forEach(([slot, d], i) => this.writeTensor(SLOT[slot], ptrs[i], prod(d.dims), d.dtype, d.dims));
       if (P.M) this.writeTensor(SLOT.mask, mp, prod(P.M.dims), P.M.dtype, P.M.dims);
       this.writeTensor(SLOT.out, out.ptr, n, 'float32', P.Q.dims);

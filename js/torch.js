@@ -147,7 +147,7 @@ export function generalAttention(g, q, k, v, mask) {
       for (let i = 0; i < L; i++) {
         const qBase = ((b * Hq + h) * L + i) * E;
         const mBase = ms ? b * ms[0] + h * ms[1] + i * ms[2] : 0;
-        let mx = -Infinity;
+        let mx = -Infinity, nan = false;
         for (let t = 0; t < S; t++) {
           let sc;
           if (isCausal && t > i) sc = -Infinity;
@@ -162,9 +162,11 @@ export function generalAttention(g, q, k, v, mask) {
             }
           }
           scores[t] = sc;
-          if (!(sc <= mx)) mx = sc; // NaN propagates (computed through)
+          if (sc > mx) mx = sc;
+          else if (sc !== sc) nan = true; // (a later -inf must not hide it)
         }
         const oBase = ((b * Hq + h) * L + i) * Ev;
+        if (nan) { out.fill(NaN, oBase, oBase + Ev); continue; } // NaN is computed through: softmax of a NaN row
         if (mx === -Infinity) continue; // fully masked row: zeros
         accv.fill(0);
         let sum = 0;
@@ -184,7 +186,7 @@ export function generalAttention(g, q, k, v, mask) {
 
 /**
  * The two public entries, bound to an instance.
- * @param {object} host { rt, assertAlive(ck), customSdpa }
+ * @param {object} host { rt, checkAlive(ck), runCustom(fn, q, k, v, opts) }
  */
 export function makeTorchEntry(host) {
   function check(fn, q, k, v, opts) {
@@ -215,7 +217,7 @@ export function makeTorchEntry(host) {
       const opts2 = { isCausal: g.isCausal };
       if (g.scale !== null && g.scale !== undefined) opts2.scale = g.scale;
       if (md) opts2.attnMask = { data: md, dims: [L, S] };
-      const r = host.customSdpa(
+      const r = host.runCustom('scaledDotProductAttention',
         { data: q2, dims: [B, L, Hq, E] }, { data: k2, dims: [B, S, Hk, E] }, { data: v2, dims: [B, S, Hk, E] }, opts2,
       );
       return { data: swapAxes12(r.data, B, L, Hq, E), dims, dtype: 'float32' };

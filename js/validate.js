@@ -32,6 +32,8 @@ export class Checks {
 // Small helpers
 
 const tagOf = (x) => Object.prototype.toString.call(x).slice(8, -1);
+/** 'a Float32Array', 'an Int32Array'. */
+const article = (word) => `${/^[AEIOU]/.test(word) ? 'an' : 'a'} ${word}`;
 
 /** Short description of a JS value for messages. */
 export function describeValue(x) {
@@ -40,9 +42,9 @@ export function describeValue(x) {
   if (typeof x === 'string') return `the string ${JSON.stringify(x.length > 20 ? x.slice(0, 20) + '…' : x)}`;
   if (typeof x === 'number' || typeof x === 'boolean' || typeof x === 'bigint') return `${typeof x} ${String(x)}${typeof x === 'bigint' ? 'n' : ''}`;
   if (Array.isArray(x)) return `an Array of length ${x.length}`;
-  if (ArrayBuffer.isView(x)) return `a ${tagOf(x)}`;
+  if (ArrayBuffer.isView(x)) return article(tagOf(x));
   if (typeof x === 'function') return 'a function';
-  return `an object (${tagOf(x)})`;
+  return tagOf(x) === 'Object' ? 'an object' : `${article(tagOf(x))} object`;
 }
 
 const fmtDims = (dims) => `[${dims.join(', ')}]`;
@@ -57,16 +59,21 @@ function suggest(name, allowed) {
 
 /**
  * Reads an options object: undefined/null = {}, unknown names are E_ARG.
- * Values that are `undefined` count as absent.
+ * Values that are `undefined` count as absent. Inherited enumerable names
+ * count too (as `opts.name` would read them), so none is dropped silently,
+ * except what sits on Object.prototype itself; a Map, Date, ... (whose
+ * entries are not properties) is E_ARG.
  */
 export function readOptions(ck, opts, allowed, argName = 'options') {
-  if (opts === undefined || opts === null) return {};
-  if (typeof opts !== 'object' || Array.isArray(opts) || ArrayBuffer.isView(opts)) {
-    ck.add('E_ARG', `${argName} must be an object, got ${describeValue(opts)}`);
-    return {};
+  if (opts === undefined || opts === null) return Object.create(null);
+  if (typeof opts !== 'object' || tagOf(opts) !== 'Object') {
+    ck.add('E_ARG', `${argName} must be a plain object, got ${describeValue(opts)}`);
+    return Object.create(null);
   }
-  const out = {};
-  for (const key of Object.keys(opts)) {
+  const out = Object.create(null); // (so that nothing is read from Object.prototype)
+  for (const key in opts) {
+    // (enumerable junk that a script added to Object.prototype is not an option)
+    if (!Object.prototype.hasOwnProperty.call(opts, key) && key in Object.prototype) continue;
     if (!allowed.includes(key)) {
       ck.add('E_ARG', `unknown option '${key}'${suggest(key, allowed)}; the options are ${allowed.join(', ')}`);
       continue;
@@ -193,7 +200,7 @@ export function inspectTensor(ck, name, t, role) {
       d.len = data.length;
       if (tag === 'Float32Array') inferred = 'float32';
       else if (tag === 'Uint8Array') inferred = 'bool';
-      else ck.add(dtypeCode, `${name}.data is a ${tag}; expected ${wanted}`);
+      else ck.add(dtypeCode, `${name}.data is ${article(tag)}; expected ${wanted}`);
       if (inferred) d.data = data;
     } else {
       ck.add('E_ARG', `${name}.data must be a typed array, got ${describeValue(data)}`);
@@ -203,7 +210,7 @@ export function inspectTensor(ck, name, t, role) {
     if (dt !== undefined && dt !== null) {
       if (typeof dt !== 'string') ck.add('E_ARG', `${name}.dtype must be a string, got ${describeValue(dt)}`);
       else if (inferred && dt !== inferred) {
-        ck.add('E_DTYPE', `${name}.dtype is '${dt}' but its data is a ${tagOf(data)} ('${inferred}')`);
+        ck.add('E_DTYPE', `${name}.dtype is '${dt}' but its data is ${article(tagOf(data))} ('${inferred}')`);
         inferred = null;
       }
     }
@@ -256,30 +263,33 @@ export function structural(d) {
 
 /**
  * Memory region of a tensor for aliasing checks: { space, start, end }.
- * Heap tensors and views of the runtime's current buffer live in `rt`'s space.
+ * `space` is an ArrayBuffer, or a runtime (an instance's wasm memory: heap
+ * tensors, cache storage) that stands for its current buffer.
  */
-export function regionOf(d, rt) {
+export function regionOf(d) {
   if (!d) return null;
   if (d.heap) {
+    if (d.heap.disposed) return null; // its memory may belong to someone else now: E_DISPOSED says it
     return { space: d.heap.rt, start: d.heap.ptr, end: d.heap.ptr + d.heap.bytes };
   }
   if (!d.data) return null;
-  const buf = d.data.buffer;
-  const space = rt && buf === rt.currentBuffer() ? rt : buf;
-  return { space, start: d.data.byteOffset, end: d.data.byteOffset + d.data.byteLength };
+  return { space: d.data.buffer, start: d.data.byteOffset, end: d.data.byteOffset + d.data.byteLength };
 }
 
+/** The buffer a region's space stands for (any instance's memory, not just ours). */
+const bufferOf = (space) => (space && typeof space.currentBuffer === 'function' ? space.currentBuffer() : space);
+
 export function overlaps(a, b) {
-  return !!a && !!b && a.space === b.space && a.start < b.end && b.start < a.end;
+  return !!a && !!b && bufferOf(a.space) === bufferOf(b.space) && a.start < b.end && b.start < a.end;
 }
 
 /** E_ARG when `out` shares memory with any of `inputs` (descriptors or raw regions). */
-export function checkAliasing(ck, outDesc, inputs, rt) {
-  const o = regionOf(outDesc, rt);
+export function checkAliasing(ck, outDesc, inputs) {
+  const o = regionOf(outDesc);
   if (!o) return;
   for (const x of inputs) {
     if (!x) continue;
-    const r = x.region ? x.region : regionOf(x, rt);
+    const r = x.region ? x.region : regionOf(x);
     if (overlaps(o, r)) {
       ck.add('E_ARG', `${outDesc.name} shares memory with ${x.name}; out must not overlap any input`);
       return;
@@ -364,7 +374,7 @@ export function checkAttention(ck, rt, a) {
     const inputs = [Q, M];
     if (!cache) inputs.push(K, V);
     if (a.extraInputs) inputs.push(...a.extraInputs);
-    checkAliasing(ck, O, inputs, rt);
+    checkAliasing(ck, O, inputs);
   }
 
   let Sq = 0, Skv = 0;

@@ -5,6 +5,7 @@ import * as assert from 'uvu/assert';
 import { createSdpa, INTERNALS } from '../../js/index.js';
 import { heapState } from '../../js/heap.js';
 import { rng, randTensor, assertClose, expectError, sameBits } from './helpers.js';
+import { refCustomSdpa } from './reference.js';
 
 const GiB = 1024 ** 3, MiB = 1024 ** 2;
 let sdpa, M, core;
@@ -22,7 +23,7 @@ function probe() {
 }
 
 /** Counts the JS-side malloc calls made while fn runs. */
-function countMallocs(fn) {
+function countMallocs(M, fn) {
   const real = M._malloc;
   let n = 0;
   M._malloc = (size) => { n++; return real(size); };
@@ -30,30 +31,130 @@ function countMallocs(fn) {
   return n;
 }
 
-test('a decode step with heap tensors copies and allocates nothing (10,000 steps)', () => {
-  const rand = rng(1);
-  const maxSeqLen = 128, Hq = 8, Hkv = 2, D = 64;
-  const cache = sdpa.createKVCache({ maxSeqLen, numKvHeads: Hkv, headDim: D });
-  const hq = sdpa.allocTensor('float32', [1, 1, Hq, D]), ho = sdpa.allocTensor('float32', [1, 1, Hq, D]);
-  const hk = sdpa.allocTensor('float32', [1, 1, Hkv, D]), hv = sdpa.allocTensor('float32', [1, 1, Hkv, D]);
-  hq.data.set(randTensor(rand, [Hq * D]).data);
-  hk.data.set(randTensor(rand, [Hkv * D]).data);
-  hv.data.set(randTensor(rand, [Hkv * D]).data);
-  cache.step(hq, hk, hv, 0, { isCausal: true, out: ho }); // warm-up
-  cache.attend(hq, { startPos: 0, isCausal: true, out: ho });
-  const bytes0 = core.heapBytes(), probe0 = probe();
-  const calls = countMallocs(() => {
-    for (let i = 0; i < 10000; i++) {
-      const sp = i % maxSeqLen;
-      if (i % 2) cache.step(hq, hk, hv, sp, { isCausal: true, out: ho });
-      else cache.attend(hq, { startPos: sp, isCausal: true, out: ho });
-    }
-  });
-  assert.is(calls, 0, 'no malloc from JS');
-  assert.is(core.heapBytes(), bytes0, 'heap size unchanged');
-  assert.equal(probe(), probe0, 'malloc state unchanged');
-  assert.ok(ho.data.every(Number.isFinite));
-  for (const t of [hq, hk, hv, ho]) t.dispose();
+/**
+ * Takes every free byte of the wasm heap (growing it to its 4 GiB maximum;
+ * the pages are never touched), so that ANY later malloc, from JS or from C,
+ * fails. Returns a function that gives it all back.
+ */
+function exhaustHeap(M) {
+  const held = [];
+  for (let size = 1 << 30; size >= 8;) {
+    const p = M._malloc(size) >>> 0;
+    if (p) held.push(p); else size >>>= 1;
+  }
+  assert.is(M._malloc(8), 0, 'the heap is exhausted');
+  return () => { for (const p of held) M._free(p); };
+}
+
+test('a decode step with heap tensors copies and allocates nothing (10,000 steps)', async () => {
+  // A fresh instance: the heap is exhausted below, so a step that allocated
+  // anything (a JS temporary, or C scratch/malloc, even one freed again
+  // within the step) would fail with E_OOM instead of passing unnoticed.
+  const lean = await createSdpa({ threads: 2 });
+  const { M, core } = lean[INTERNALS];
+  try {
+    const rand = rng(1);
+    const maxSeqLen = 128, Hq = 8, Hkv = 2, D = 64;
+    const cache = lean.createKVCache({ maxSeqLen, numKvHeads: Hkv, headDim: D });
+    const hq = lean.allocTensor('float32', [1, 1, Hq, D]), ho = lean.allocTensor('float32', [1, 1, Hq, D]);
+    const hk = lean.allocTensor('float32', [1, 1, Hkv, D]), hv = lean.allocTensor('float32', [1, 1, Hkv, D]);
+    hq.data.set(randTensor(rand, [Hq * D]).data);
+    hk.data.set(randTensor(rand, [Hkv * D]).data);
+    hv.data.set(randTensor(rand, [Hkv * D]).data);
+    cache.step(hq, hk, hv, 0, { isCausal: true, out: ho }); // warm-up
+    cache.attend(hq, { startPos: 0, isCausal: true, out: ho });
+    const release = exhaustHeap(M);
+    const bytes0 = core.heapBytes();
+    let calls;
+    try {
+      // The check works: anything that needs memory now fails.
+      expectError(() => lean.customSdpa(hq, randTensor(rand, [1, 4, Hkv, D]), randTensor(rand, [1, 4, Hkv, D]), { out: ho }), 'E_OOM', [/temporary/]);
+      calls = countMallocs(M, () => {
+        for (let i = 0; i < 10000; i++) {
+          const sp = i % maxSeqLen;
+          if (i % 2) cache.step(hq, hk, hv, sp, { isCausal: true, out: ho });
+          else cache.attend(hq, { startPos: sp, isCausal: true, out: ho });
+        }
+      });
+    } finally { release(); }
+    assert.is(calls, 0, 'no malloc from JS');
+    assert.is(core.heapBytes(), bytes0, 'heap size unchanged');
+    // the last step (sp = 9999 % 128 = 15) computed the right thing
+    const got = Float32Array.from(ho.data);
+    const all = cache.read(0, 16);
+    const want = lean.customSdpa({ data: Float32Array.from(hq.data), dims: hq.dims }, all.k, all.v, { startPos: 15, isCausal: true });
+    assert.ok(sameBits(got, want.data), 'the last step equals customSdpa over the cache rows');
+    for (const t of [hq, hk, hv, ho]) t.dispose();
+    cache.dispose();
+  } finally { lean.dispose(); }
+});
+
+test('plain views of wasm memory survive growth caused by a temporary (single-thread build)', async () => {
+  // In the single-thread build memory growth DETACHES the old buffer, so a
+  // view of wasm memory given as a plain tensor must be resolved to its
+  // address before any temporary is allocated.
+  const single = await createSdpa({ build: 'simd' });
+  const { core } = single[INTERNALS];
+  try {
+    const rand = rng(6);
+    const Hq = 2, D = 8, S = 1 << 22; // k and v: 128 MiB each, more than the 64 MiB heap has free
+    const q = randTensor(rand, [1, 1, Hq, D]);
+    const k = { data: new Float32Array(S * D), dims: [1, S, 1, D] };
+    const v = { data: new Float32Array(S * D), dims: [1, S, 1, D] };
+    for (let i = 0; i < 8 * D; i++) { k.data[i] = rand() - 0.5; v.data[i] = rand() - 0.5; }
+    const N = 6;
+    const hm = single.allocTensor('bool', [1, N]);
+    hm.data.set([1, 0, 1, 1, 0, 1]);
+    const ho = single.allocTensor('float32', [1, 1, Hq, D]);
+    ho.data.fill(7);
+    const bytes0 = core.heapBytes();
+    const mask = { data: hm.data, dims: [1, N] }, out = { data: ho.data, dims: [1, 1, Hq, D] };
+    const r = single.customSdpa(q, k, v, { attnMask: mask, out });
+    assert.ok(core.heapBytes() > bytes0, 'memory grew during the call');
+    assert.ok(r === out, 'out is returned');
+    const small = (t) => ({ data: t.data.slice(0, N * D), dims: [1, N, 1, D] });
+    const want = refCustomSdpa(q, small(k), small(v), { attnMask: { data: Uint8Array.from(hm.data), dims: [1, N] } });
+    assertClose(ho.data, want, 'result written through the view of wasm memory');
+    hm.dispose(); ho.dispose();
+  } finally { single.dispose(); }
+});
+
+test('a failure reported by C frees every temporary and writes nothing', () => {
+  const rand = rng(8);
+  const q = randTensor(rand, [1, 3, 4, 8]), k = randTensor(rand, [1, 5, 2, 8]), v = randTensor(rand, [1, 5, 2, 8]);
+  const mask = { data: new Float32Array(15), dims: [3, 5] };
+  const cache = sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8 });
+  const kv1 = randTensor(rand, [1, 3, 2, 8]);
+  cache.update(kv1, kv1, 0);
+  const before = cache.read(0, 8);
+  const out = { data: new Float32Array(96).fill(7), dims: [1, 3, 4, 8] };
+  const tq = randTensor(rand, [1, 4, 2, 4]), tk = randTensor(rand, [1, 2, 4, 4]); // [B, H, S, E]: a custom-route call
+  /** Makes the C entry `name` fail with E_OOM (status 17) for the duration of fn. */
+  const failing = (name, fn) => {
+    const real = M[name];
+    M[name] = () => 17;
+    try { return fn(); } finally { M[name] = real; }
+  };
+  assert.is(sdpa.planAttention(tq, tk, tk, { enableGqa: true, attnMask: { data: new Float32Array(8), dims: [2, 4] } }).route, 'custom');
+  const probe0 = probe();
+  const cases = [
+    ['_sdpa_custom', 'customSdpa', () => sdpa.customSdpa(q, k, v, { attnMask: mask, out })],
+    ['_sdpa_custom', 'scaledDotProductAttention', () => sdpa.scaledDotProductAttention(tq, tk, tk, { enableGqa: true, attnMask: { data: new Float32Array(8), dims: [2, 4] } })],
+    ['_sdpa_kv_cache_update', 'KVCache.update', () => cache.update(kv1, kv1, 3)],
+    ['_sdpa_kv_cache_attend', 'KVCache.attend', () => cache.attend(q, { startPos: 2, isCausal: true, out })],
+    ['_sdpa_kv_cache_step', 'KVCache.step', () => cache.step(q, randTensor(rand, [1, 3, 2, 8]), randTensor(rand, [1, 3, 2, 8]), 3, { out })],
+    ['_sdpa_kv_cache_read', 'KVCache.read', () => cache.read(1, 4)],
+    ['_sdpa_kv_cache_create', 'createKVCache', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8 })],
+  ];
+  for (const [entry, fn, call] of cases) {
+    const err = failing(entry, () => expectError(call, 'E_OOM', [], fn));
+    assert.ok(err.message.startsWith(`${fn}: `), `${fn}: message names the public function: ${err.message}`);
+    assert.is(err.status, 17);
+    assert.equal(probe(), probe0, `${fn}: every temporary freed`);
+    assert.ok(out.data.every((x) => x === 7), `${fn}: out unchanged`);
+  }
+  const after = cache.read(0, 8);
+  assert.ok(sameBits(after.k.data, before.k.data) && sameBits(after.v.data, before.v.data), 'cache unchanged');
   cache.dispose();
 });
 

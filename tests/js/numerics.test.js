@@ -121,10 +121,49 @@ test('fully masked rows give zeros, never NaN', () => {
   assert.ok(!b.data.some(Number.isNaN));
 });
 
+/** Like check(), where NaN in the reference must be NaN in the result (and only there). */
+function checkNonFinite(label, q, k, v, opts) {
+  const got = sdpa.customSdpa(q, k, v, opts).data;
+  const ref = refCustomSdpa(q, k, v, opts);
+  const nanAt = [];
+  for (let i = 0; i < ref.length; i++) {
+    assert.is(Number.isNaN(got[i]), Number.isNaN(ref[i]), `${label}: [${i}] got ${got[i]}, reference ${ref[i]}`);
+    if (Number.isNaN(ref[i])) { nanAt.push(i); got[i] = 0; ref[i] = 0; }
+  }
+  assertClose(got, ref, label);
+  return nanAt.length;
+}
+
+test('NaN or Inf in q or k is computed through (a NaN score makes its row NaN), as in the reference', () => {
+  const rand = rng(13);
+  const q = randTensor(rand, [1, 3, 2, 8]), k = randTensor(rand, [1, 5, 1, 8]), v = randTensor(rand, [1, 5, 1, 8]);
+  const with_ = (t, at, x) => { const c = { data: t.data.slice(), dims: t.dims }; c.data[at] = x; return c; };
+  let nans = 0;
+  nans += checkNonFinite('NaN in key row 1', q, with_(k, 8, NaN), v, { startPos: 2 });
+  nans += checkNonFinite('NaN in key row 4, causal (only row 2 sees it)', q, with_(k, 32, NaN), v, { startPos: 2, isCausal: true });
+  nans += checkNonFinite('NaN in query row 1, head 0', with_(q, 16, NaN), k, v, { startPos: 2 });
+  nans += checkNonFinite('+Inf in key row 0', q, with_(k, 3, Infinity), v, { startPos: 2 });
+  nans += checkNonFinite('-Inf in key row 3', q, with_(k, 25, -Infinity), v, { startPos: 2 });
+  assert.ok(nans > 0, 'some rows are NaN');
+});
+
 test('large logits stay finite (stable softmax)', () => {
   const rand = rng(99);
   const q = randTensor(rand, [1, 4, 2, 16], 30), k = randTensor(rand, [1, 9, 2, 16], 30), v = randTensor(rand, [1, 9, 2, 16]);
   check('large logits', q, k, v, { startPos: 5, isCausal: true });
+});
+
+test('allocTensor gives zero-filled memory, also where a disposed tensor was', () => {
+  for (let i = 0; i < 3; i++) {
+    const a = sdpa.allocTensor('float32', [1, 3, 4, 16]);
+    assert.ok(a.data.every((x) => x === 0), 'float32 zeros');
+    a.data.fill(5);
+    a.dispose();
+    const b = sdpa.allocTensor('bool', [3, 7]);
+    assert.ok(b.data.every((x) => x === 0), 'bool zeros');
+    b.data.fill(1);
+    b.dispose();
+  }
 });
 
 test('heap tensors, plain arrays and `out` give the same bits', () => {

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { createSdpa, VERSION } from '../../js/index.js';
+import { createSdpa, VERSION, INTERNALS } from '../../js/index.js';
 import { rng, randTensor, sameBits, expectReject } from './helpers.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -44,6 +44,17 @@ test('info: build, threads, version', () => {
   assert.equal(single.info, { build: 'simd', threads: 1, version: VERSION });
   const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
   assert.is(VERSION, pkg.version, 'js/version.js matches package.json');
+});
+
+test('after loading, the pool workers have the glue\'s own error handler back', () => {
+  const P = two[INTERNALS].M.PThread;
+  const workers = [...P.unusedWorkers, ...P.runningWorkers];
+  assert.ok(workers.length >= 1);
+  for (const w of workers) {
+    const d = Object.getOwnPropertyDescriptor(w, 'onerror');
+    assert.ok(d && typeof d.value === 'function', 'a plain onerror function (not the load-time watcher)');
+    assert.is(w.listenerCount('error'), 1, 'only the glue\'s error listener');
+  }
 });
 
 test("threads: 'auto' uses the available cores, capped at 8", async () => {
@@ -87,8 +98,9 @@ test('the single-thread build gives the same answer as the threaded build', () =
 /** A copy of the package (js/ + dist/) in a temp dir, with `mutate(distDir)` applied. */
 function brokenCopy(mutate) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sdpa-broken-'));
-  fs.cpSync(path.join(ROOT, 'js'), path.join(dir, 'js'), { recursive: true });
-  fs.cpSync(path.join(ROOT, 'dist'), path.join(dir, 'dist'), { recursive: true });
+  fs.cpSync(path.join(ROOT, 'js'), path.join(dir, 'js'), { recursive: true, dereference: true });
+  // dereference: a symlinked dist/ must be copied, never written through
+  fs.cpSync(path.join(ROOT, 'dist'), path.join(dir, 'dist'), { recursive: true, dereference: true });
   fs.writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ type: 'module' }));
   mutate(path.join(dir, 'dist'));
   return dir;
@@ -114,6 +126,73 @@ test('a broken install is E_LOAD naming the file, never a silent fallback', asyn
     }
   } finally {
     for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+  }
+});
+
+test('a missing or broken worker file is E_LOAD naming it: no crash, no hang (child process)', () => {
+  const dirs = [];
+  try {
+    const cases = [
+      ['missing worker', (d) => fs.rmSync(path.join(d, 'sdpa-simd-threads.worker.js'))],
+      ['worker with a syntax error', (d) => fs.writeFileSync(path.join(d, 'sdpa-simd-threads.worker.js'), 'garbage(')],
+      ['worker that throws', (d) => fs.writeFileSync(path.join(d, 'sdpa-simd-threads.worker.js'), 'throw new Error("broken worker")')],
+    ];
+    for (const [label, mutate] of cases) {
+      const dir = brokenCopy(mutate);
+      dirs.push(dir);
+      const url = new URL(`file://${path.join(dir, 'js', 'index.js')}`).href;
+      const r = runNode(`
+        import { createSdpa } from ${JSON.stringify(url)};
+        try { const s = await createSdpa({ threads: 2 }); console.log(JSON.stringify({ ok: s.info })); s.dispose(); }
+        catch (e) { console.log(JSON.stringify({ name: e.name, code: e.code, message: e.message })); }`, 20000);
+      assert.is(r.error, undefined, `${label}: ${r.error && r.error.message} (hung?)`);
+      assert.is(r.status, 0, `${label}: the process crashed (${r.status}): ${r.stderr.slice(-400)}`);
+      const res = JSON.parse(r.stdout.trim().split('\n').pop());
+      assert.is(res.code, 'E_LOAD', `${label}: ${r.stdout}`);
+      assert.is(res.name, 'SdpaError');
+      assert.match(res.message, /sdpa-simd-threads\.worker\.js/, label);
+    }
+  } finally {
+    for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+  }
+});
+
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+
+test('in a browser too: a missing worker file is E_LOAD, not a page that waits forever', async () => {
+  if (!fs.existsSync(CHROMIUM)) { console.log(`  (skipped: no Chromium at ${CHROMIUM})`); return; }
+  const { default: puppeteer } = await import('puppeteer-core');
+  const http = await import('node:http');
+  const dir = brokenCopy((d) => fs.rmSync(path.join(d, 'sdpa-simd-threads.worker.js')));
+  fs.writeFileSync(path.join(dir, 'index.html'), `<!doctype html><script type="module">
+    import { createSdpa } from './js/index.js';
+    createSdpa({ threads: 2 }).then((s) => { window.__r = { ok: s.info }; s.dispose(); },
+      (e) => { window.__r = { name: e.name, code: e.code, message: e.message }; });
+  </script>`);
+  const types = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.wasm': 'application/wasm' };
+  const server = http.createServer((req, res) => {
+    const file = path.join(dir, decodeURIComponent(new URL(req.url, 'http://x').pathname));
+    res.setHeader('Cross-Origin-Opener-Policy', 'same-origin'); // isolated: the threads build is chosen
+    res.setHeader('Cross-Origin-Embedder-Policy', 'require-corp');
+    fs.readFile(file, (err, data) => {
+      if (err || !file.startsWith(dir)) { res.writeHead(404); res.end(); return; }
+      res.writeHead(200, { 'Content-Type': types[path.extname(file)] || 'application/octet-stream' });
+      res.end(data);
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  const browser = await puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
+  try {
+    const page = await browser.newPage();
+    await page.goto(`http://127.0.0.1:${server.address().port}/index.html`);
+    const r = await page.waitForFunction(() => window.__r, { timeout: 20000 }).then((h) => h.jsonValue());
+    assert.is(r.code, 'E_LOAD', JSON.stringify(r));
+    assert.is(r.name, 'SdpaError');
+    assert.match(r.message, /sdpa-simd-threads\.worker\.js/);
+  } finally {
+    await browser.close();
+    server.close();
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });
 

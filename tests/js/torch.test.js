@@ -118,6 +118,25 @@ test('fully masked rows give zeros on both routes', () => {
   assert.ok(!c.data.some(Number.isNaN) && !g.data.some(Number.isNaN));
 });
 
+test('general route: NaN in the data is computed through (the row is NaN, not dropped)', () => {
+  const q = T([1, 2, 3, 4]), k = T([1, 1, 5, 4]), v = T([1, 1, 5, 6]); // Ev != E: general
+  k.data[4] = NaN; // key 1 of the only key head
+  const plan = sdpa.planAttention(q, k, v, {});
+  assert.is(plan.route, 'general');
+  const out = sdpa.scaledDotProductAttention(q, k, v, {});
+  assert.ok(out.data.every(Number.isNaN), `every row sees key 1: ${out.data.slice(0, 6)}`);
+  const c = sdpa.scaledDotProductAttention(q, k, v, { isCausal: true }); // L 3 < S 5: row 0 sees key 0 only
+  for (let h = 0; h < 2; h++) {
+    const row = (i) => c.data.subarray((h * 3 + i) * 6, (h * 3 + i + 1) * 6);
+    assert.ok(row(0).every(Number.isFinite), `head ${h} row 0 does not see key 1: ${row(0)}`);
+    // row 1: keys 0, 1 (NaN), then masked keys; a later -inf must not turn it into a fully masked (zero) row
+    assert.ok(row(1).every(Number.isNaN) && row(2).every(Number.isNaN), `head ${h} rows 1, 2: ${row(1)} | ${row(2)}`);
+  }
+  k.data[0] = NaN; // key 0: row 0's only visible key is NaN, which is not "fully masked"
+  const d = sdpa.scaledDotProductAttention(q, k, v, { isCausal: true });
+  assert.ok(d.data.every(Number.isNaN), `${d.data.slice(0, 6)}`);
+});
+
 test('heap tensors work as inputs of the PyTorch-style entry', () => {
   const q = T([1, 2, 4, 8]), k = T([1, 2, 4, 8]), v = T([1, 2, 4, 8]);
   const hq = sdpa.allocTensor('float32', q.dims);

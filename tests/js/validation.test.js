@@ -35,11 +35,33 @@ test.before(async () => {
 });
 test.after(() => { sdpa.dispose(); });
 
+/** The public function names a message may start with. */
+const FN_PREFIX = /^(customSdpa|scaledDotProductAttention|planAttention|createKVCache|allocTensor|createSdpa|KVCache\.(update|attend|step|read)|HeapTensor\.data): \S/;
+
+/**
+ * Calls fn() while counting every call into wasm that could write memory or
+ * compute (the sdpa_* entry points, malloc). A rule caught in JS, before
+ * wasm, makes none: the C layer's own checks must not be what catches it.
+ */
+function countWasmCalls(fn) {
+  const { M } = sdpa[INTERNALS];
+  const names = Object.keys(M).filter((n) => /^_sdpa_(custom|kv_cache_(create|update|attend|step|read))/.test(n) || n === '_malloc');
+  const real = new Map(names.map((n) => [n, M[n]]));
+  const called = [];
+  for (const n of names) M[n] = (...a) => { called.push(n); return real.get(n)(...a); };
+  try { fn(); } finally { for (const [n, f] of real) M[n] = f; }
+  return called;
+}
+
 /** Runs each case: [label, fn, code, [regex...]]; then checks that nothing was written. */
 function runCases(code, cases) {
   for (const [label, fn, names] of cases) {
     freshOut();
-    expectError(fn, code, names, label);
+    let err;
+    const called = countWasmCalls(() => { err = expectError(fn, code, names, label); });
+    assert.ok(FN_PREFIX.test(err.message), `${label}: the message starts with the function's name: ${err.message}`);
+    assert.not.match(err.message, /^([\w.]+): \1:/, `${label}: the function is named once: ${err.message}`);
+    if (code !== 'E_OOM') assert.equal(called, [], `${label}: rejected in JS before any wasm call`);
     assert.ok(sentinelOut.data.every((x) => x === 7), `${label}: out was written`);
     assert.ok(heapOut.data.every((x) => x === 9), `${label}: heap out was written`);
     const now = cache.read(0, 8);
@@ -64,7 +86,8 @@ test('SdpaError: subclass of Error, name, code; C status for what JS missed', ()
     core.writeOptions(0, false, null);
     const st = M._sdpa_custom(core.ctx, core.slot('q'), core.slot('k'), core.slot('v'), 0, core.slot('opts'), core.slot('out'));
     assert.is(st, 3);
-    const err = expectError(() => core.check(st, 'customSdpa'), 'E_DIMS', [/^customSdpa: /]);
+    const err = expectError(() => core.check(st, 'customSdpa'), 'E_DIMS', [/^customSdpa: /, /63/, /64/]);
+    assert.not.match(err.message, /customSdpa: customSdpa/, `the function is named once: ${err.message}`);
     assert.ok(err.message.length > 'customSdpa: '.length + 10, err.message);
     assert.is(err.status, 3);
   } finally { M._free(qp); M._free(kp); M._free(op); }
@@ -93,7 +116,10 @@ test('E_ARG: missing arguments, wrong JS types, unknown options, out aliasing an
     ['heap out is heap query', () => sdpa.customSdpa(hq, k(), v(), { out: hq }), [/out/, /query/]],
     ['update without startPos', () => cache.update(ckv(), ckv()), [/startPos/]],
     ['update startPos string', () => cache.update(ckv(), ckv(), '4'), [/startPos/]],
-    ['step with startPos option', () => cache.step(cq(), ckv(), ckv(), 4, { startPos: 4, out: heapOut }), [/startPos/]],
+    ['step with startPos option', () => cache.step(cq(), ckv(), ckv(), 4, { startPos: 4, out: heapOut }), [/startPos/, /4th argument/]],
+    ['options a Map', () => sdpa.customSdpa(q(), k(), v(), new Map([['isCausal', true]])), [/options/, /Map/]],
+    ['inherited unknown option', () => sdpa.customSdpa(q(), k(), v(), Object.assign(Object.create({ is_causal: true }), { out: sentinelOut })), [/is_causal/]],
+    ['createKVCache options a Map', () => sdpa.createKVCache(new Map([['maxSeqLen', 8], ['numKvHeads', 2], ['headDim', 8]])), [/Map/]],
     ['step unknown option', () => cache.step(cq(), ckv(), ckv(), 4, { causal: true, out: heapOut }), [/causal/]],
     ['attend unknown option', () => cache.attend(cq(), { startPos: 3, enableGqa: true, out: heapOut }), [/enableGqa/]],
     ['attend out aliases q', () => { const hq1 = heapOut; return cache.attend(hq1, { startPos: 3, out: hq1 }); }, [/out/, /q/]],
@@ -111,9 +137,65 @@ test('E_ARG: missing arguments, wrong JS types, unknown options, out aliasing an
   assert.equal(qq.data, Q.data, 'aliased query unchanged');
   hq.dispose();
   await expectReject(createSdpa({ threds: 2 }), 'E_ARG', [/threds/]);
+  await expectReject(createSdpa(new Map([['threads', 1]])), 'E_ARG', [/options/]);
   await expectReject(createSdpa({ threads: 0 }), 'E_ARG', [/threads/]);
   await expectReject(createSdpa({ build: 'wasm64' }), 'E_ARG', [/build/]);
   await expectReject(createSdpa({ build: 'simd', threads: 2 }), 'E_ARG', [/threads/]);
+});
+
+test('options: inherited names count (not Object.prototype junk); a heap tensor of another instance aliasing out is E_ARG', async () => {
+  // An option inherited from a prototype is read, not silently dropped.
+  const a = sdpa.customSdpa(q(), k(), v(), Object.create({ isCausal: true }));
+  const b = sdpa.customSdpa(q(), k(), v(), { isCausal: true });
+  const c = sdpa.customSdpa(q(), k(), v(), {});
+  assert.equal(a.data, b.data);
+  assert.not.equal(a.data, c.data);
+  // Enumerable properties some script put on Object.prototype are neither options nor unknown names.
+  Object.prototype.polluted = 1; // eslint-disable-line no-extend-native
+  Object.prototype.isCausal = true; // eslint-disable-line no-extend-native
+  try {
+    assert.equal(sdpa.customSdpa(q(), k(), v(), {}).data, c.data);
+    assert.equal(sdpa.customSdpa(q(), k(), v(), { isCausal: true }).data, b.data);
+  } finally { delete Object.prototype.polluted; delete Object.prototype.isCausal; }
+  const other = await createSdpa({ threads: 1 });
+  try {
+    const ot = other.allocTensor('float32', [1, 2, 4, 8]);
+    ot.data.set(Q.data);
+    runCases('E_ARG', [
+      ['heap tensor of another instance as query, its view as out', () => sdpa.customSdpa(ot, k(), v(), { out: { data: ot.data, dims: [1, 2, 4, 8] } }), [/out/, /query/]],
+      ['view of another instance as query, the heap tensor as out', () => sdpa.customSdpa({ data: ot.data, dims: [1, 2, 4, 8] }, k(), v(), { out: ot }), [/out/, /query/]],
+    ]);
+    assert.equal(ot.data, Q.data, 'unchanged');
+  } finally { other.dispose(); }
+});
+
+/** A Float32Array over the cache's key storage, [B, Hkv, maxSeqLen, D] (found by its contents: row 0 then row 1 of head 0). */
+function cacheKeyView(n) {
+  const { core } = sdpa[INTERNALS];
+  const f32 = new Float32Array(core.currentBuffer());
+  const first = CK.data.subarray(0, 8);
+  for (let i = 0; i + 8 <= f32.length; i++) {
+    if (f32[i] !== first[0]) continue;
+    let j = 1;
+    while (j < 8 && f32[i + j] === first[j]) j++;
+    if (j === 8 && f32[i + 8] === CK.data[16]) return new Float32Array(core.currentBuffer(), i * 4, n); // row 1, head 0
+  }
+  throw new Error('cache storage not found');
+}
+
+test('E_ARG: out, or an input, inside the cache storage (caught in JS, cache unchanged)', () => {
+  const view = cacheKeyView(32);
+  const inCache = (dims) => ({ data: view.subarray(0, dims.reduce((a, b) => a * b, 1)), dims });
+  runCases('E_ARG', [
+    ['attend out overlaps the cache', () => cache.attend(cq(), { startPos: 3, out: { data: view, dims: [1, 1, 4, 8] } }), [/out/, /cache/]],
+    ['step out overlaps the cache', () => cache.step(cq(), ckv(), ckv(), 4, { out: { data: view, dims: [1, 1, 4, 8] } }), [/out/, /cache/]],
+    // include/sdpa.h: inputs must not lie inside the cache's own storage either
+    ['attend q inside the cache', () => cache.attend(inCache([1, 1, 4, 8]), { startPos: 3, out: heapOut }), [/\bq\b/, /cache/]],
+    ['step q inside the cache', () => cache.step(inCache([1, 1, 4, 8]), ckv(), ckv(), 4, { out: heapOut }), [/\bq\b/, /cache/]],
+    ['step k inside the cache', () => cache.step(cq(), inCache([1, 1, 2, 8]), ckv(), 4, { out: heapOut }), [/\bk\b/, /cache/]],
+    ['update v inside the cache', () => cache.update(ckv(), inCache([1, 1, 2, 8]), 4), [/\bv\b/, /cache/]],
+    ['attend mask inside the cache', () => cache.attend(cq(), { attnMask: inCache([1, 4]), out: heapOut }), [/attnMask/, /cache/]],
+  ]);
 });
 
 test('E_RANK: q/k/v not 4-D, mask not 2-D (section 4: ranks 1-4)', () => {
@@ -154,18 +236,21 @@ test('E_DIMS: non-positive or non-integer dims, data length, out dims, step leng
 });
 
 test('E_DTYPE: q/k/v/out not float32, dtype field contradicting data, cache/alloc dtype', () => {
+  const boolOut = sdpa.allocTensor('bool', [1, 2, 4, 8]);
   runCases('E_DTYPE', [
     ['query Float64Array', () => sdpa.customSdpa({ data: new Float64Array(64), dims: [1, 2, 4, 8] }, k(), v(), { out: sentinelOut }), [/query/, /Float64Array/]],
     ['key plain Array', () => sdpa.customSdpa(q(), { data: Array.from(K.data), dims: [1, 6, 2, 8] }, v(), { out: sentinelOut }), [/key/, /Array/]],
     ['value bool', () => sdpa.customSdpa(q(), k(), { data: new Uint8Array(96), dims: [1, 6, 2, 8] }, { out: sentinelOut }), [/value/]],
     ['dtype contradicts data', () => sdpa.customSdpa({ ...q(), dtype: 'float16' }, k(), v(), { out: sentinelOut }), [/query\.dtype/, /float16/]],
     ['out Float64Array', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float64Array(64), dims: [1, 2, 4, 8] } }), [/out/]],
-    ['out bool heap tensor', () => { const b = sdpa.allocTensor('bool', [1, 2, 4, 8]); try { return sdpa.customSdpa(q(), k(), v(), { out: b }); } finally { b.dispose(); } }, [/out/]],
+    ['out bool heap tensor', () => sdpa.customSdpa(q(), k(), v(), { out: boolOut }), [/out/]],
     ['update k Int32Array', () => cache.update({ data: new Int32Array(16), dims: [1, 1, 2, 8] }, ckv(), 4), [/\bk\b/]],
     ['cache dtype float16', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8, dtype: 'float16' }), [/dtype/, /float16/]],
     ['allocTensor float16', () => sdpa.allocTensor('float16', [4]), [/dtype/]],
     ['torch key Int16Array', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), { data: new Int16Array(16), dims: [1, 2, 2, 4] }, t([1, 2, 2, 4])), [/key/]],
+    ['mask dtype field contradicts its data', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Float32Array(12), dims: [2, 6], dtype: 'bool' }, out: sentinelOut }), [/attnMask\.dtype/]],
   ]);
+  boolOut.dispose();
 });
 
 test('E_BATCH: key/value/out batch differs from query (no broadcast in the fast op)', () => {
@@ -303,6 +388,8 @@ test('E_DISPOSED: heap tensors, caches and instances; second dispose is a no-op'
   const c2 = sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8 });
   c2.dispose();
   c2.dispose();
+  const tk = sdpa.allocTensor('float32', [1, 2, 2, 4]), tm = sdpa.allocTensor('bool', [2, 2]), tv = sdpa.allocTensor('float32', [1, 1, 2, 8]);
+  tk.dispose(); tm.dispose(); tv.dispose();
   runCases('E_DISPOSED', [
     ['reading .data', () => ht.data, [/disposed/]],
     ['disposed q', () => cache.attend(ht, { startPos: 3, out: heapOut }), [/\bq\b/, /disposed/]],
@@ -311,6 +398,11 @@ test('E_DISPOSED: heap tensors, caches and instances; second dispose is a no-op'
     ['cache attend', () => c2.attend(cq(), { startPos: 0 }), [/cache/]],
     ['cache step', () => c2.step(cq(), ckv(), ckv(), 0), [/cache/]],
     ['cache read', () => c2.read(0, 1), [/cache/]],
+    ['disposed mask', () => sdpa.customSdpa(q(), k(), v(), { attnMask: tm, out: sentinelOut }), [/attnMask/]],
+    ['torch disposed key', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), tk, t([1, 2, 2, 4])), [/^scaledDotProductAttention: key/]],
+    ['torch disposed value', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), tk), [/value/]],
+    ['plan with a disposed mask', () => sdpa.planAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { attnMask: tm }), [/attnMask/]],
+    ['update disposed v', () => cache.update(ckv(), tv, 4), [/\bv\b/]],
   ]);
   const other = await createSdpa({ threads: 1 });
   const oc = other.createKVCache({ maxSeqLen: 4, numKvHeads: 1, headDim: 4 });
