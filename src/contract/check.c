@@ -146,6 +146,8 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: out lies inside the cache's own storage; pass a separate buffer", fn);
     if (cache && in_cache(cache, q))  /* a step would overwrite it before reading it */
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: query lies inside the cache's own storage; pass a separate buffer", fn);
+    if (cache && in_cache(cache, mask))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: attnMask lies inside the cache's own storage; pass a separate buffer", fn);
 
     /* E_RANK */
     TRY(check_rank(ctx, fn, "query", q, 4));
