@@ -8,9 +8,11 @@
  * max m and sum l, rescale on a new max), then acc += p * V (each V row
  * loaded once per 4 rows). When there are few blocks in all (decode), the
  * keys are also cut into chunks so that threads share even B = Hkv = 1; each
- * chunk leaves a partial (m, l, acc) and a second pass merges them in chunk
- * order. Chunking depends only on the problem, never on the thread count, so
- * the result is bit-identical for any number of threads.
+ * chunk leaves a partial (m, l, acc), and the last chunk of a block to finish
+ * merges them in chunk order. Chunking depends only on the problem, never on
+ * the thread count, so the result is bit-identical for any number of threads.
+ * While a tile's scores are computed, its V rows are touched so that their
+ * DRAM reads overlap with compute (see touch_row).
  *
  * Non-finite inputs are computed through: a NaN score makes its row NaN. A
  * row "sees nothing" (and outputs zeros) exactly when its sum l is 0.
