@@ -98,6 +98,27 @@ test('GQA 8/4, 14/7, 32/8 and MQA 8/1 (prefill and decode)', () => {
   }
 });
 
+test('Llama-3-8B decode step: Hq 32, Hkv 8, D 128 over 4096 cached tokens, through the cache', () => {
+  // Issue 2's acceptance case: a real decode step from the built dist/ files.
+  const rand = rng(4096);
+  const Hq = 32, Hkv = 8, D = 128, cached = 4096;
+  const k = randTensor(rand, [1, cached + 1, Hkv, D]);
+  const v = randTensor(rand, [1, cached + 1, Hkv, D]);
+  const cache = sdpa.createKVCache({ maxSeqLen: cached + 1, numKvHeads: Hkv, headDim: D });
+  try {
+    const rows = (t, a, b) => ({ data: t.data.subarray(a * Hkv * D, b * Hkv * D), dims: [1, b - a, Hkv, D] });
+    cache.update(rows(k, 0, cached), rows(v, 0, cached), 0);           // the prompt, already cached
+    const q = sdpa.allocTensor('float32', [1, 1, Hq, D]);
+    const out = sdpa.allocTensor('float32', [1, 1, Hq, D]);
+    q.data.set(randTensor(rand, [1, 1, Hq, D]).data);
+    cache.step(q, rows(k, cached, cached + 1), rows(v, cached, cached + 1), cached, { isCausal: true, out });
+    assertClose(out.data, refCustomSdpa({ data: q.data.slice(), dims: q.dims }, k, v, { startPos: cached, isCausal: true }), 'decode 32/8/128 @4096');
+    q.dispose(); out.dispose();
+  } finally {
+    cache.dispose();
+  }
+});
+
 test('634-token prefill with D = 128', () => {
   const rand = rng(634);
   const S = 634, Hq = 4, Hkv = 2, D = 128;
