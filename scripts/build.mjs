@@ -6,7 +6,7 @@
 //   fuzz    build/fuzz    tests/fuzz/fuzz_sdpa.c as a libFuzzer target (clang, SDPA_FUZZ=ON)
 //   wasm    build/wasm    emcmake: dist/sdpa-simd{,-threads}.* + Node-run wasm tests
 //
-// Options: --native --asan --fuzz --wasm (subset; default all), --force (wipe
+// Options: --native --asan --fuzz --tsan --wasm (subset; default all), --force (wipe
 // and rebuild), --quiet (one line per step, output only on failure),
 // --no-install (never apt-get/npm install what is missing), -jN.
 // Up-to-date trees cost one no-op `cmake --build` each (< 1 s).
@@ -16,7 +16,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-export const TARGETS = ['native', 'asan', 'fuzz', 'wasm'];
+export const TARGETS = ['native', 'asan', 'fuzz', 'tsan', 'wasm'];
 const EMSDK_NODE_PATH = '/usr/share/nodejs';   // Debian's acorn, needed by emcc -O1+ (TOOLCHAIN 1.1)
 
 export function log(msg) { process.stdout.write(`${msg}\n`); }
@@ -115,6 +115,7 @@ const NEEDS = {
   native: ['cmake', 'ninja', 'cc', 'simde'],
   asan: ['cmake', 'ninja', 'clang', 'simde', 'clangrt'],
   fuzz: ['cmake', 'ninja', 'clang', 'simde', 'clangrt'],
+  tsan: ['cmake', 'ninja', 'clang', 'simde', 'clangrt'],
   wasm: ['cmake', 'ninja', 'emcc'],
   browser: ['chromium'],
 };
@@ -179,6 +180,7 @@ const CONFIG = {
   native: { dir: 'build/native', cc: null, defs: [] },
   asan: { dir: 'build/asan', cc: 'clang', defs: ['-DSDPA_SANITIZE=ON'] },
   fuzz: { dir: 'build/fuzz', cc: 'clang', defs: ['-DSDPA_FUZZ=ON', '-DSDPA_BUILD_TESTS=OFF'] },
+  tsan: { dir: 'build/tsan', cc: 'clang', defs: ['-DSDPA_TSAN=ON'] },
   wasm: { dir: 'build/wasm', cc: null, defs: [], emcmake: true },
 };
 
@@ -251,7 +253,7 @@ async function main(argv) {
     else if (a.startsWith('--') && TARGETS.includes(a.slice(2))) names.push(a.slice(2));
     else if (a === '--all') names.push(...TARGETS);
     else if (a === '-h' || a === '--help') {
-      log('usage: node scripts/build.mjs [--native] [--asan] [--fuzz] [--wasm] [--force] [--quiet] [--no-install] [-jN]');
+      log('usage: node scripts/build.mjs [--native] [--asan] [--fuzz] [--tsan] [--wasm] [--force] [--quiet] [--no-install] [-jN]');
       return 0;
     } else { log(`build: unknown option ${a}`); return 2; }
   }

@@ -6,6 +6,7 @@
 //   native   ctest build/native                  ctest's tests
 //   asan     ctest build/asan (ASan + UBSan)     ctest's tests
 //   fuzz     build/fuzz/fuzz_sdpa, 30 s          1
+//   tsan     ctest build/tsan (ThreadSanitizer)  ctest's tests (cache, hotpath: 1-4 threads)
 //   wasm     ctest build/wasm (Node, pthreads)   ctest's tests
 //   uvu      node scripts/run-uvu.mjs tests/js   uvu's tests
 //   browser  node tests/browser/run.mjs          its own `N passed, N failed` line
@@ -23,10 +24,10 @@ import {
 } from './build.mjs';
 
 const FUZZ_ASAN_OPTIONS = ['allocator_may_return_null=1', 'detect_leaks=1', process.env.ASAN_OPTIONS].filter(Boolean).join(':');
-const SUITES = ['native', 'asan', 'fuzz', 'wasm', 'uvu', 'browser', 'bench'];
+const SUITES = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'uvu', 'browser', 'bench'];
 const SCALE = Number(process.env.SDPA_TEST_TIMEOUT_SCALE) || 1;
 const MIN = 60e3;
-const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, wasm: 20 * MIN, uvu: 10 * MIN, browser: 5 * MIN, bench: 10 * MIN };
+const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, uvu: 10 * MIN, browser: 5 * MIN, bench: 10 * MIN };
 
 const opts = { only: null, skip: new Set(), build: true, force: false, install: true, fuzzTime: 30 };
 for (const a of process.argv.slice(2)) {
@@ -94,7 +95,7 @@ async function needBuild(name) {
 
 // ------------------------------------------------------------------ suites
 // Each returns {passed, failed, note} or {skip: 'reason'}.
-async function ctestSuite(name, dir) {
+async function ctestSuite(name, dir, extra = []) {
   if (!hasCSources()) return { skip: 'no C sources under src/ yet' };
   const b = await needBuild(name);
   if (b.status === 'skipped') return { skip: b.reason };
@@ -102,7 +103,7 @@ async function ctestSuite(name, dir) {
   if (!hasCTests()) return { skip: 'no tests/c/test_*.c yet (library built)' };
   if (!exists(`${dir}/CTestTestfile.cmake`)) return { passed: 0, failed: 1, note: `${dir} is not built (drop --no-build)` };
   const perTest = Math.round(TIMEOUT[name] * SCALE / 1000 / 2);
-  const r = await run('ctest', ['--test-dir', path.join(ROOT, dir), '--output-on-failure', '-j2', '--timeout', String(perTest)],
+  const r = await run('ctest', ['--test-dir', path.join(ROOT, dir), '--output-on-failure', '-j2', '--timeout', String(perTest), ...extra],
     { timeoutMs: TIMEOUT[name] * SCALE });
   return fromResult(r, parseCtest(r.out));
 }
@@ -121,6 +122,9 @@ function fromResult(r, counts) {
 const SUITE_FN = {
   native: () => ctestSuite('native', 'build/native'),
   asan: () => ctestSuite('asan', 'build/asan'),
+  // ThreadSanitizer on the tests that run many threaded calls (the pool, the
+  // split-KV merge by the last chunk, 1-4 threads); the rest add only time.
+  tsan: () => ctestSuite('tsan', 'build/tsan', ['-R', 'test_(hotpath|cache)']),
 
   async fuzz() {
     if (!exists('tests/fuzz/fuzz_sdpa.c')) return { skip: 'tests/fuzz/fuzz_sdpa.c does not exist yet' };
