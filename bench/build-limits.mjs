@@ -45,7 +45,7 @@ export function ensureLimitsBuilt({ force = false, log = (m) => process.stderr.w
     '-o', limitsMjs,
   ];
   log(`bench: building limits (emcc ${args.slice(1).join(' ')})`);
-  const env = { ...process.env, NODE_PATH: process.env.NODE_PATH || '/usr/share/nodejs' };
+  const env = { ...process.env, NODE_PATH: [process.env.NODE_PATH, '/usr/share/nodejs'].filter(Boolean).join(':') };
   const r = spawnSync('emcc', args, { env, encoding: 'utf8' });
   if (r.error || r.status !== 0) {
     throw new Error(`emcc failed for bench/limits.c (${r.error ? r.error.message : 'exit ' + r.status}):\n${r.stderr}`);

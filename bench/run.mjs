@@ -163,7 +163,7 @@ function table(res) {
   L.push('naive = plain float32 JS, single thread, decode shapes only. check = every peer equals the float64 reference and ORT equals sdpa-wasm.');
   if (res.targets.length) {
     L.push('');
-    L.push('Targets (issue 4):');
+    L.push(res.meta.quick ? 'Targets (issue 4) — --quick: few calls, short limit probes; indicative only, not a verdict:' : 'Targets (issue 4):');
     for (const t of res.targets) L.push(`  ${t.met ? 'MET    ' : 'NOT MET'}  ${t.target}: ${t.value == null ? 'n/a' : t.value.toFixed(2) + '×'}`);
   }
   if (res.errors.length) {

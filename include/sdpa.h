@@ -1,7 +1,7 @@
 /*
  * sdpa.h: scaled dot-product attention with a KV cache (ExecuTorch
  * `llama::custom_sdpa` semantics, hardened). The contract is
- * shared/CONTRACT.md; this header states how it maps onto C.
+ * docs/CONTRACT.md; this header states how it maps onto C.
  *
  * Notation: B batch, Sq query length, Skv key/value length, Hq query heads,
  * Hkv key/value heads, D head dim, sp start position, r = Hq / Hkv.

@@ -22,7 +22,9 @@ export { SdpaError, STATUS_CODES, E_LOAD, KVCache, HeapTensor, isHeapTensor, VER
 /** Key of the (unstable, test-only) internals: sdpa[INTERNALS] = { M, core }. */
 export const INTERNALS = Symbol.for('sdpa-wasm.internals');
 
-/** The largest single allocation wasm32 malloc can make (< 2 GiB). */
+/** The largest single allocation wasm32 malloc can make (< 2 GiB). A little
+ * below C's SDPA_MAX_CACHE_BYTES (2^31 - 1), which leaves no room for malloc's
+ * own header: JS refuses first, with the clearer message. */
 const MAX_ALLOC = 0x7fff0000;
 
 /**
@@ -59,7 +61,7 @@ export async function createSdpa(options) {
     core.views().i32[statusAt >>> 2] = 0;
     const ctx = M._sdpa_ctx_create(n, statusAt) >>> 0;
     if (!ctx) {
-      const st = core.views().i32[statusAt >>> 2] || 17;
+      const st = core.views().i32[statusAt >>> 2] || STATUS_CODES.indexOf('E_OOM');
       throw new SdpaError(STATUS_CODES[st] || 'E_OOM', `createSdpa: sdpa_ctx_create(${n}) failed with ${STATUS_CODES[st] || st} (could not get memory or ${n - 1} worker threads)`);
     }
     core.ctx = ctx;

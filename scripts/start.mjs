@@ -19,11 +19,15 @@ const NEEDED = [
 ];
 
 const missing = NEEDED.filter((f) => !fs.existsSync(path.join(REPO, f)));
-if (missing.some((f) => f.startsWith('dist/'))) {
+// With emscripten at hand, always let the build bring dist/ up to date (a
+// no-op in about a second when nothing changed), so a C edit is never served stale.
+const haveEmcc = spawnSync('sh', ['-c', 'command -v emcc'], { stdio: 'ignore' }).status === 0;
+if (missing.some((f) => f.startsWith('dist/')) || haveEmcc) {
   // Only the wasm is needed to serve the page: prefer the wasm-only build script when there is one.
   const scripts = JSON.parse(fs.readFileSync(path.join(REPO, 'package.json'), 'utf8')).scripts || {};
   const script = scripts['build:wasm'] ? 'build:wasm' : 'build';
-  console.log(`start: ${missing.join(', ')} missing; running \`npm run ${script}\` first`);
+  console.log(missing.length ? `start: ${missing.join(', ')} missing; running \`npm run ${script}\` first`
+    : `start: bringing dist/ up to date (\`npm run ${script}\`)`);
   const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
   const r = spawnSync(npm, ['run', script], { cwd: REPO, stdio: 'inherit' });
   if (r.status !== 0) {

@@ -19,7 +19,7 @@ struct sdpa_ctx {
     sdpa_pool * pool;
     int32_t     n_threads;
     int32_t     use_reference;
-    void *      scratch;        /* 64-byte aligned, owned */
+    void *      scratch;        /* owned; kernels align inside it */
     size_t      scratch_bytes;
     char        last_error[SDPA_ERROR_CAP];
 };

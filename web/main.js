@@ -270,6 +270,7 @@ function onWorkerMessage(m) {
         version: m.info.version,
         crossOriginIsolated: m.crossOriginIsolated,
         reason: m.reason,
+        warnings: m.warnings,
       });
       const threaded = m.info.build === 'simd-threads';
       setBuild(

@@ -36,7 +36,7 @@ let browser = null, userDataDir = null;
 const servers = [];
 
 function finish(code) {
-  console.log(`${passed} passed, ${failed} failed`);
+  console.log(`browser: ${passed} passed, ${failed} failed`);
   process.exit(code);
 }
 async function cleanup() {
@@ -172,6 +172,9 @@ test('no COOP/COEP: single-thread build, says so, correct', async () => {
     const reason = await text(page, '#build-reason');
     assert(/single-thread/.test(badge), `build badge "${badge}" does not say single-thread`);
     assert(/not cross-origin isolated/.test(reason) && /single-thread/.test(reason), `build reason "${reason}" does not explain the fallback`);
+    // The package itself says why, in exactly one console.warn (issue 3).
+    assert(Array.isArray(d.warnings) && d.warnings.length === 1 && /single-thread/.test(d.warnings[0]) && /crossOriginIsolated/.test(d.warnings[0]),
+      `expected one console.warn from sdpa-wasm naming the reason, got ${JSON.stringify(d.warnings)}`);
     assert((await plotInk(page)) > 200, 'plot not drawn');
     assert(problems.length === 0, problems.join('\n'));
     return `${d.build}, ${d.nPoints} points, ${d.checks} checks, max err ${d.maxError.toExponential(2)}; "${reason.slice(0, 70)}…"`;
