@@ -140,8 +140,14 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     }
     if (!present(out)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out is missing", fn);
     TRY(check_options_arg(ctx, fn, o));
-    if (overlaps(out, q) || (!cache && (overlaps(out, k) || overlaps(out, v))) || overlaps(out, mask))
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with an input; it must not overlap query, key, value or attnMask", fn);
+    {
+        const char * shared = overlaps(out, q) ? "query"
+                             : !cache && overlaps(out, k) ? "key"
+                             : !cache && overlaps(out, v) ? "value"
+                             : overlaps(out, mask) ? "attnMask" : NULL;
+        if (shared)
+            return sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with %s; outputs must not overlap inputs", fn, shared);
+    }
     if (cache && in_cache(cache, out))
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: out lies inside the cache's own storage; pass a separate buffer", fn);
     if (cache && in_cache(cache, q))  /* a step would overwrite it before reading it */
