@@ -359,6 +359,13 @@ if (self.crossOriginIsolated) {
   setBuild('build: simd-threads (expected)', 'info', 'cross-origin isolated (COOP/COEP headers) → SharedArrayBuffer available → the SIMD128 + pthreads build will run');
 } else {
   setBuild('build: simd (expected)', 'warn', 'not cross-origin isolated (no COOP/COEP headers) → no SharedArrayBuffer → the single-thread SIMD128 build will run (serve with `npm start` for threads)');
+  // Only one thread can run here: say so in the control instead of offering more.
+  const one = document.createElement('option');
+  one.value = '1';
+  one.textContent = '1 (single-thread build)';
+  el.threads.replaceChildren(one);
+  el.threads.value = '1';
+  el.threads.disabled = true;
 }
 render();
 if (params.get('autostart') === '1') start();
