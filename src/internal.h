@@ -66,9 +66,12 @@ void sdpa_clear_error(sdpa_ctx * ctx);
 /* Ensures the context's scratch holds `bytes` (grows, never shrinks). */
 sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, size_t bytes);
 
-/* Runs a validated problem (reference or fast path, per ctx). The caller has
- * reserved sdpa_problem_workspace() bytes. */
-void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p);
-size_t sdpa_problem_workspace(int32_t n_threads, const sdpa_problem * p);
+/* Grows the scratch to what a validated problem needs (E_OOM). Entry points
+ * call it before writing anything, so a failure leaves every buffer as it was. */
+sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const sdpa_problem * p);
+
+/* Runs a reserved problem: the scalar reference when `reference` or the
+ * context's switch says so, else the flash kernel. Clears the last error. */
+void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference);
 
 #endif

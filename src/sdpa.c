@@ -83,10 +83,14 @@ sdpa_status sdpa_ctx_reserve(sdpa_ctx * ctx, size_t bytes) {
 
 size_t sdpa_ctx_scratch_bytes(const sdpa_ctx * ctx) { return ctx ? ctx->scratch_bytes : 0; }
 
-size_t sdpa_problem_workspace(int32_t n_threads, const sdpa_problem * p) {
+static size_t problem_workspace(int32_t n_threads, const sdpa_problem * p) {
     size_t flash = sdpa_flash_workspace(n_threads, p);
     size_t ref = sdpa_reference_workspace(n_threads, p);
     return flash > ref ? flash : ref;
+}
+
+sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const sdpa_problem * p) {
+    return sdpa_scratch_reserve(ctx, problem_workspace(ctx->n_threads, p));
 }
 
 size_t sdpa_workspace_size(const sdpa_ctx * ctx, int32_t batch, int32_t q_len, int32_t q_heads,
@@ -98,40 +102,37 @@ size_t sdpa_workspace_size(const sdpa_ctx * ctx, int32_t batch, int32_t q_len, i
     memset(&p, 0, sizeof p);
     p.batch = batch; p.q_len = q_len; p.q_heads = q_heads; p.kv_heads = kv_heads;
     p.head_dim = head_dim; p.group = q_heads / kv_heads; p.n_keys = n_keys;
-    return sdpa_problem_workspace(ctx->n_threads, &p);
+    return problem_workspace(ctx->n_threads, &p);
 }
 
-void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p) {
-    if (ctx->use_reference) sdpa_reference_run(ctx->pool, p, ctx->scratch);
+void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference) {
+    if (reference || ctx->use_reference) sdpa_reference_run(ctx->pool, p, ctx->scratch);
     else sdpa_flash_run(ctx->pool, p, ctx->scratch);
+    sdpa_clear_error(ctx);
 }
 
-static sdpa_status custom(sdpa_ctx * ctx, const char * fn, int32_t force_reference,
+static sdpa_status custom(sdpa_ctx * ctx, const char * fn, bool reference,
                           const sdpa_tensor * query, const sdpa_tensor * key,
                           const sdpa_tensor * value, const sdpa_tensor * mask,
                           const sdpa_options * options, sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
     sdpa_status s = sdpa_check_custom(ctx, fn, query, key, value, mask, options, out, &p);
-    if (s == SDPA_OK) s = sdpa_scratch_reserve(ctx, sdpa_problem_workspace(ctx->n_threads, &p));
+    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, &p);
     if (s != SDPA_OK) return s;
-    const int32_t saved = ctx->use_reference;
-    ctx->use_reference = saved || force_reference;
-    sdpa_run_problem(ctx, &p);
-    ctx->use_reference = saved;
-    sdpa_clear_error(ctx);
+    sdpa_run_problem(ctx, &p, reference);
     return SDPA_OK;
 }
 
 sdpa_status sdpa_custom(sdpa_ctx * ctx, const sdpa_tensor * query, const sdpa_tensor * key,
                         const sdpa_tensor * value, const sdpa_tensor * mask,
                         const sdpa_options * options, sdpa_tensor * out) {
-    return custom(ctx, "customSdpa", 0, query, key, value, mask, options, out);
+    return custom(ctx, "customSdpa", false, query, key, value, mask, options, out);
 }
 
 sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,
                                   const sdpa_tensor * key, const sdpa_tensor * value,
                                   const sdpa_tensor * mask, const sdpa_options * options,
                                   sdpa_tensor * out) {
-    return custom(ctx, "customSdpa", 1, query, key, value, mask, options, out);
+    return custom(ctx, "customSdpa", true, query, key, value, mask, options, out);
 }

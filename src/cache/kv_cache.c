@@ -89,73 +89,31 @@ sdpa_status sdpa_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sd
     return SDPA_OK;
 }
 
-static sdpa_status attend(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache,
-                          const sdpa_tensor * query, const sdpa_tensor * mask,
-                          const sdpa_options * options, sdpa_tensor * out, sdpa_problem * p) {
-    sdpa_status s = sdpa_check_cache_attend(ctx, fn, cache, query, mask, options, out, true, p);
-    if (s == SDPA_OK) s = sdpa_scratch_reserve(ctx, sdpa_problem_workspace(ctx->n_threads, p));
-    return s;
-}
-
 sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
                                  const sdpa_tensor * mask, const sdpa_options * options,
                                  sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
-    sdpa_status s = attend(ctx, "cache.attend", cache, query, mask, options, out, &p);
+    sdpa_status s = sdpa_check_cache_attend(ctx, "cache.attend", cache, query, mask, options, out, true, &p);
+    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, &p);
     if (s != SDPA_OK) return s;
-    sdpa_run_problem(ctx, &p);
-    sdpa_clear_error(ctx);
+    sdpa_run_problem(ctx, &p, false);
     return SDPA_OK;
-}
-
-/* The lowest status among the candidates wins (CONTRACT.md: the first rule
- * in the table's order), with its message. */
-typedef struct first_failure {
-    sdpa_status status;
-    char message[SDPA_ERROR_CAP];
-} first_failure;
-
-static void keep_first(first_failure * f, const sdpa_ctx * ctx, sdpa_status s) {
-    if (s == SDPA_OK || (f->status != SDPA_OK && f->status <= s)) return;
-    f->status = s;
-    memcpy(f->message, ctx->last_error, sizeof f->message);
-}
-
-static bool spans_overlap(const sdpa_tensor * a, const sdpa_tensor * b) {
-    const uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b->data;
-    const uint64_t an = (uint64_t)a->len * 4u, bn = (uint64_t)b->len * 4u;
-    return an && bn && a0 < b0 + bn && b0 < a0 + an;
 }
 
 sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
                                const sdpa_tensor * key, const sdpa_tensor * value,
                                const sdpa_tensor * mask, const sdpa_options * options,
                                sdpa_tensor * out) {
-    static const char fn[] = "cache.step";
     if (!ctx) return SDPA_E_ARG;
-    const int64_t start_pos = options ? options->start_pos : 0;
-    first_failure first = { SDPA_OK, "" };
-    /* every rule of both halves, before anything is written */
-    keep_first(&first, ctx, sdpa_check_cache_update(ctx, fn, cache, key, value, start_pos));
     sdpa_problem p;
-    keep_first(&first, ctx, sdpa_check_cache_attend(ctx, fn, cache, query, mask, options, out, false, &p));
-    const bool have = query && query->data && key && key->data && value && value->data && out && out->data;
-    if (have && (spans_overlap(out, key) || spans_overlap(out, value)))
-        keep_first(&first, ctx, sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with the new key or value; it must not overlap an input", fn));
-    if (have && query->rank == 4 && key->rank == 4 && query->dims[1] != key->dims[1])
-        keep_first(&first, ctx, sdpa_fail(ctx, SDPA_E_DIMS, "%s: query has %d rows but key has %d; a step's query and key lengths must be equal",
-                                          fn, query->dims[1], key->dims[1]));
-    if (first.status != SDPA_OK) {
-        memcpy(ctx->last_error, first.message, sizeof first.message);
-        return first.status;
-    }
-    sdpa_status s = sdpa_scratch_reserve(ctx, sdpa_problem_workspace(ctx->n_threads, &p));
-    if (s != SDPA_OK) return s;
-    copy_rows(cache, cache->k, key->data, (int32_t)start_pos, key->dims[1], 1);
-    copy_rows(cache, cache->v, value->data, (int32_t)start_pos, key->dims[1], 1);
-    sdpa_run_problem(ctx, &p);
-    sdpa_clear_error(ctx);
+    sdpa_status s = sdpa_check_cache_step(ctx, "cache.step", cache, query, key, value, mask, options, out, &p);
+    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, &p);
+    if (s != SDPA_OK) return s;  /* nothing written yet */
+    const int32_t start_pos = (int32_t)p.start_pos;
+    copy_rows(cache, cache->k, key->data, start_pos, key->dims[1], 1);
+    copy_rows(cache, cache->v, value->data, start_pos, key->dims[1], 1);
+    sdpa_run_problem(ctx, &p, false);
     return SDPA_OK;
 }
 

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Rule order of the table; each pass below checks one rule for every argument. */
 
@@ -384,4 +385,38 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t bat
     if (kv_heads == 0)
         return sdpa_fail(ctx, SDPA_E_HEADS, "%s: numKvHeads is 0; expected a positive integer", fn);
     return SDPA_OK;
+}
+
+/* The lowest status among the candidates wins (the first rule in the table's
+ * order), with its message. */
+typedef struct first_failure {
+    sdpa_status status;
+    char message[SDPA_ERROR_CAP];
+} first_failure;
+
+static void keep_first(first_failure * f, const sdpa_ctx * ctx, sdpa_status s) {
+    if (s == SDPA_OK || (f->status != SDPA_OK && f->status <= s)) return;
+    f->status = s;
+    memcpy(f->message, ctx->last_error, sizeof f->message);
+}
+
+sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                  const sdpa_tensor * query, const sdpa_tensor * key,
+                                  const sdpa_tensor * value, const sdpa_tensor * mask,
+                                  const sdpa_options * options, const sdpa_tensor * out,
+                                  sdpa_problem * problem) {
+    const int64_t start_pos = options ? options->start_pos : 0;
+    first_failure first = { SDPA_OK, "" };
+    /* every rule of both halves and the step's own, before anything is written */
+    keep_first(&first, ctx, sdpa_check_cache_update(ctx, fn, cache, key, value, start_pos));
+    keep_first(&first, ctx, sdpa_check_cache_attend(ctx, fn, cache, query, mask, options, out, false, problem));
+    const bool have = present(query) && present(key) && present(value) && present(out);
+    if (have && (overlaps(out, key) || overlaps(out, value)))
+        keep_first(&first, ctx, sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with the new %s; outputs must not overlap inputs",
+                                          fn, overlaps(out, key) ? "key" : "value"));
+    if (have && query->rank == 4 && key->rank == 4 && query->dims[1] != key->dims[1])
+        keep_first(&first, ctx, sdpa_fail(ctx, SDPA_E_DIMS, "%s: query has %d rows but key has %d; a step's query and key lengths must be equal",
+                                          fn, query->dims[1], key->dims[1]));
+    if (first.status != SDPA_OK) memcpy(ctx->last_error, first.message, sizeof first.message);
+    return first.status;
 }

@@ -21,6 +21,15 @@ sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_
                                     const sdpa_options * options, const sdpa_tensor * out,
                                     bool check_room, sdpa_problem * problem);
 
+/* sdpa_with_kv_cache: every rule of update and attend plus the step's own
+ * (query and key lengths equal, out apart from the new key/value); the lowest
+ * status wins. `startPos + Sq <= maxSeqLen` is the update's E_CAPACITY. */
+sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                  const sdpa_tensor * query, const sdpa_tensor * key,
+                                  const sdpa_tensor * value, const sdpa_tensor * mask,
+                                  const sdpa_options * options, const sdpa_tensor * out,
+                                  sdpa_problem * problem);
+
 /* update_cache: key, value [B, Snew, Hkv, D] at start_pos. */
 sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                     const sdpa_tensor * key, const sdpa_tensor * value,

@@ -51,26 +51,26 @@ static size_t thread_bytes(int32_t dim_pad) {
                                      (size_t)BLOCK_ROWS * TILE_KEYS + 2 * BLOCK_ROWS + 4));
 }
 
+static int32_t ceil_div(int32_t a, int32_t b) { return a / b + (a % b != 0); }
+static int32_t pad4(int32_t d) { return ceil_div(d, 4) * 4; }
+
 static size_t partial_floats_for(int32_t dim_pad) { return (size_t)BLOCK_ROWS * (2 + (size_t)dim_pad); }
 
-/* Validated problems have B * Sq * Hq * D <= SIZE_MAX / 4 and, by the check
- * in contract/, B * Sq * Hq <= INT32_MAX, so these int32 products hold. */
+/* Validated problems have n_keys >= 1, B * Sq * Hq * D <= SIZE_MAX / 4 and,
+ * by the check in contract/, B * Sq * Hq <= INT32_MAX, so these int32
+ * products hold and every count below is >= 1. */
 static void make_plan(flash_plan * f, const sdpa_problem * p) {
     f->p = p;
     f->rows = p->q_len * p->group;
-    f->blocks = f->rows / BLOCK_ROWS + (f->rows % BLOCK_ROWS != 0);
-    f->dim_pad = p->head_dim + (4 - p->head_dim % 4) % 4;
+    f->blocks = ceil_div(f->rows, BLOCK_ROWS);
+    f->dim_pad = pad4(p->head_dim);
     int32_t chunks = 1;
     if ((int64_t)p->batch * p->kv_heads * f->blocks <= SPLIT_MAX_UNITS) {
-        chunks = p->n_keys / CHUNK_MIN_KEYS + (p->n_keys % CHUNK_MIN_KEYS != 0);
+        chunks = ceil_div(p->n_keys, CHUNK_MIN_KEYS);
         if (chunks > CHUNK_MAX_COUNT) chunks = CHUNK_MAX_COUNT;
-        if (chunks < 1) chunks = 1;
     }
-    int32_t per = p->n_keys / chunks + (p->n_keys % chunks != 0);
-    per = (per / TILE_KEYS + (per % TILE_KEYS != 0)) * TILE_KEYS;
-    f->chunk_keys = per;
-    f->chunks = p->n_keys / per + (p->n_keys % per != 0);
-    if (f->chunks < 1) f->chunks = 1;
+    f->chunk_keys = ceil_div(ceil_div(p->n_keys, chunks), TILE_KEYS) * TILE_KEYS;
+    f->chunks = ceil_div(p->n_keys, f->chunk_keys);
     f->thread_bytes = thread_bytes(f->dim_pad);
 }
 
@@ -97,7 +97,7 @@ size_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p) {
 /* Splits happen only for <= SPLIT_MAX_UNITS units of <= CHUNK_MAX_COUNT
  * chunks, so this bounds the workspace of every problem with this D. */
 size_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim) {
-    const int32_t dim_pad = head_dim + (4 - head_dim % 4) % 4;
+    const int32_t dim_pad = pad4(head_dim);
     return ALIGN + (size_t)n_threads * thread_bytes(dim_pad) +
            (size_t)SPLIT_MAX_UNITS * CHUNK_MAX_COUNT * partial_floats_for(dim_pad) * sizeof(float) +
            SPLIT_MAX_UNITS * sizeof(atomic_int);
