@@ -63,6 +63,22 @@ static float read_sum(const float * p, size_t n) {
            wasm_f32x4_extract_lane(va0, 2) + wasm_f32x4_extract_lane(va0, 3);
 }
 
+/* Runs fn(job 0) on this thread and fn(job t) on nthreads - 1 new threads
+ * (jobs are `size` bytes apart); joins every started thread. Returns 0 when a
+ * thread could not be started (the measurement is then void). */
+static int run_threads(void * (*fn)(void *), void * jobs, size_t size, int nthreads) {
+    pthread_t th[LIMITS_MAX_THREADS];
+    int started[LIMITS_MAX_THREADS] = {0}, all = 1;
+    for (int t = 1; t < nthreads; t++) {
+        started[t] = pthread_create(&th[t], NULL, fn, (char *)jobs + (size_t)t * size) == 0;
+        all &= started[t];
+    }
+    fn(jobs);
+    for (int t = 1; t < nthreads; t++)
+        if (started[t]) pthread_join(th[t], NULL);
+    return all;
+}
+
 typedef struct read_job {
     const float * p;
     size_t n;
@@ -81,26 +97,15 @@ EMSCRIPTEN_KEEPALIVE double limits_read(const float * p, size_t n, int nthreads)
     if (nthreads < 1) nthreads = 1;
     if (nthreads > LIMITS_MAX_THREADS) nthreads = LIMITS_MAX_THREADS;
     read_job jobs[LIMITS_MAX_THREADS];
-    pthread_t th[LIMITS_MAX_THREADS];
-    int started[LIMITS_MAX_THREADS] = {0};
     size_t slice = (n / (size_t)nthreads) & ~(size_t)31;
     for (int t = 0; t < nthreads; t++) {
         jobs[t].p = p + (size_t)t * slice;
         jobs[t].n = slice;
         jobs[t].sum = 0.0f;
     }
-    for (int t = 1; t < nthreads; t++)
-        started[t] = pthread_create(&th[t], NULL, read_thread, &jobs[t]) == 0;
-    read_thread(&jobs[0]);
-    double total = jobs[0].sum;
-    for (int t = 1; t < nthreads; t++) {
-        if (started[t]) {
-            pthread_join(th[t], NULL);
-            total += jobs[t].sum;
-        } else {
-            return -1e30; /* the JS side treats this as an error */
-        }
-    }
+    if (!run_threads(read_thread, jobs, sizeof jobs[0], nthreads)) return -1e30; /* JS: an error */
+    double total = 0.0;
+    for (int t = 0; t < nthreads; t++) total += jobs[t].sum;
     return total;
 }
 
@@ -188,25 +193,14 @@ EMSCRIPTEN_KEEPALIVE double limits_madd(int chains, int iters, int nthreads, flo
     if (nthreads < 1) nthreads = 1;
     if (nthreads > LIMITS_MAX_THREADS) nthreads = LIMITS_MAX_THREADS;
     madd_job jobs[LIMITS_MAX_THREADS];
-    pthread_t th[LIMITS_MAX_THREADS];
-    int started[LIMITS_MAX_THREADS] = {0};
     for (int t = 0; t < nthreads; t++) {
         jobs[t].chains = chains;
         jobs[t].iters = iters;
         jobs[t].seed = seed + (float)t;
         jobs[t].out = 0.0f;
     }
-    for (int t = 1; t < nthreads; t++)
-        started[t] = pthread_create(&th[t], NULL, madd_thread, &jobs[t]) == 0;
-    madd_thread(&jobs[0]);
-    double total = jobs[0].out;
-    for (int t = 1; t < nthreads; t++) {
-        if (started[t]) {
-            pthread_join(th[t], NULL);
-            total += jobs[t].out;
-        } else {
-            return -1e30;
-        }
-    }
+    if (!run_threads(madd_thread, jobs, sizeof jobs[0], nthreads)) return -1e30;
+    double total = 0.0;
+    for (int t = 0; t < nthreads; t++) total += jobs[t].out;
     return total;
 }
