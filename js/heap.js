@@ -7,11 +7,15 @@
 // here as unsigned numbers (`>>> 0`).
 
 import { fail } from './errors.js';
+import { fmtDims } from './shape.js';
 
 /** Internal state of every live or disposed heap tensor, keyed by the tensor. */
 const STATE = new WeakMap();
 
-/** @returns the internal state ({ rt, ptr, n, bytes, dtype, dims, disposed }) or undefined. */
+/**
+ * @returns the internal state or undefined: { rt, ptr, n (element count),
+ *   dtype, dims (frozen), region (its bytes, for aliasing checks), disposed }
+ */
 export function heapState(t) {
   return t !== null && typeof t === 'object' ? STATE.get(t) : undefined;
 }
@@ -25,16 +29,17 @@ export const DTYPE_BYTES = Object.freeze({ float32: 4, bool: 1 });
 export class HeapTensor {
   /**
    * Made by sdpa.allocTensor; not meant to be constructed directly.
-   * @param {object} rt the runtime that owns the memory (buffer(), releaseTensor())
+   * @param {object} rt the runtime that owns the memory (currentBuffer(), releaseTensor())
    * @param {number} ptr unsigned byte address in wasm memory
-   * @param {number[]} dims
+   * @param {number[]} dims positive integers (checked by allocTensor)
    * @param {'float32'|'bool'} dtype
+   * @param {number} n element count, product(dims)
    */
-  constructor(rt, ptr, dims, dtype) {
-    const n = dims.reduce((a, b) => a * b, 1);
+  constructor(rt, ptr, dims, dtype, n) {
+    const start = ptr >>> 0;
     STATE.set(this, {
-      rt, ptr: ptr >>> 0, n, bytes: n * DTYPE_BYTES[dtype], dtype,
-      dims: Object.freeze(dims.slice()), disposed: false, view: null, buffer: null,
+      rt, ptr: start, n, dtype, dims: Object.freeze(dims.slice()), disposed: false, view: null, buffer: null,
+      region: Object.freeze({ space: rt, start, end: start + n * DTYPE_BYTES[dtype] }),
     });
   }
 
@@ -42,9 +47,9 @@ export class HeapTensor {
   get data() {
     const s = STATE.get(this);
     if (s.disposed) {
-      throw fail('E_DISPOSED', `HeapTensor.data: this heap tensor (${s.dtype} [${s.dims.join(', ')}]) was disposed`);
+      throw fail('E_DISPOSED', `HeapTensor.data: this heap tensor (${s.dtype} ${fmtDims(s.dims)}) was disposed`);
     }
-    const buffer = s.rt.buffer();
+    const buffer = s.rt.currentBuffer();
     if (buffer !== s.buffer) {
       s.view = s.dtype === 'bool' ? new Uint8Array(buffer, s.ptr, s.n) : new Float32Array(buffer, s.ptr, s.n);
       s.buffer = buffer;

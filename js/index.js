@@ -8,11 +8,12 @@
 
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
-  Checks, readOptions, checkStartPos, checkAttention, checkSize, describeValue, CUSTOM_OPTIONS,
+  Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkSize, describeValue,
+  readDims, checkDimValues, CUSTOM_OPTIONS,
 } from './validate.js';
 import { chooseBuild, loadBuild, unrefWorkers, availableCores, BUILD_NAMES, MAX_AUTO_THREADS, MAX_THREADS } from './loader.js';
-import { Core, SLOT, formatBytes } from './runtime.js';
-import { KVCache } from './kv-cache.js';
+import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
+import { KVCache, cacheBytes } from './kv-cache.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
 import { makeTorchEntry } from './torch.js';
 import { VERSION } from './version.js';
@@ -56,7 +57,7 @@ export async function createSdpa(options) {
   const { M } = await loadBuild({ build, threads: n, reason });
   const core = new Core(M);
   try {
-    core.scratch = core.malloc(256, 'createSdpa', 'the argument block');
+    core.scratch = core.malloc(SCRATCH_BYTES, 'createSdpa', 'the argument block');
     const statusAt = core.scratch + SLOT.ptr;
     core.views().i32[statusAt >>> 2] = 0;
     const ctx = M._sdpa_ctx_create(n, statusAt) >>> 0;
@@ -77,8 +78,10 @@ export async function createSdpa(options) {
 
 function makeInstance(core, info) {
   const M = core.M;
-  core.checkAlive = (ck) => {
-    if (core.disposed) ck.add('E_DISPOSED', 'this sdpa instance was disposed');
+  /** The C call of customSdpa (runAttention passes the mask slot, or 0). */
+  const callCustom = (mask) => {
+    const s = core.scratch;
+    return M._sdpa_custom(core.ctx, s + SLOT.q, s + SLOT.k, s + SLOT.v, mask, s + SLOT.opts, s + SLOT.out);
   };
 
   /** customSdpa, with `fn` naming the public function in messages. */
@@ -86,11 +89,13 @@ function makeInstance(core, info) {
     const ck = new Checks(fn);
     const o = readOptions(ck, opts, CUSTOM_OPTIONS);
     const sp = checkStartPos(ck, o.startPos, 'startPos');
-    const P = checkAttention(ck, core, { q: query, k: key, v: value, names: { q: 'query', k: 'key', v: 'value' }, o, cache: null, startPos: sp });
+    const Q = inspectTensor(ck, 'query', query, 'input');
+    const K = inspectTensor(ck, 'key', key, 'input');
+    const V = inspectTensor(ck, 'value', value, 'input');
+    const P = checkAttention(ck, o, sp, Q, K, V);
     core.checkAlive(ck);
     ck.done();
-    return core.runAttention(fn, P, sp, [['q', P.Q], ['k', P.K], ['v', P.V]], (a) =>
-      M._sdpa_custom(core.ctx, a.q, a.k, a.v, a.mask, a.opts, a.out));
+    return core.runAttention(fn, P, sp, K, V, callCustom);
   }
 
   function customSdpa(query, key, value, opts) {
@@ -100,19 +105,18 @@ function makeInstance(core, info) {
   function createKVCache(config) {
     const fn = 'createKVCache';
     const ck = new Checks(fn);
-    if (config === undefined || config === null) {
-      ck.add('E_ARG', 'the options { maxSeqLen, numKvHeads, headDim } are missing');
-    }
+    const given = config !== undefined && config !== null;
+    if (!given) ck.add('E_ARG', 'the options { maxSeqLen, numKvHeads, headDim } are missing');
     const o = readOptions(ck, config, ['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype']);
     const batch = checkSize(ck, o.batch, 'batch', { required: false, dflt: 1 });
-    const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: config !== undefined && config !== null });
-    const numKvHeads = checkSize(ck, o.numKvHeads, 'numKvHeads', { zeroCode: 'E_HEADS', required: config !== undefined && config !== null });
-    const headDim = checkSize(ck, o.headDim, 'headDim', { required: config !== undefined && config !== null });
+    const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: given });
+    const numKvHeads = checkSize(ck, o.numKvHeads, 'numKvHeads', { zeroCode: 'E_HEADS', required: given });
+    const headDim = checkSize(ck, o.headDim, 'headDim', { required: given });
     const dtype = o.dtype === undefined || o.dtype === null ? 'float32' : o.dtype;
     if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
     else if (dtype !== 'float32') ck.add('E_DTYPE', `dtype '${dtype}' is not supported; caches are 'float32'`);
     if (batch && maxSeqLen && numKvHeads && headDim) {
-      const bytes = batch * maxSeqLen * numKvHeads * headDim * 4;
+      const bytes = cacheBytes({ batch, maxSeqLen, numKvHeads, headDim });
       if (bytes > MAX_ALLOC) {
         ck.add('E_OOM', `a cache of [${batch}, ${maxSeqLen}, ${numKvHeads}, ${headDim}] needs 2 × ${formatBytes(bytes)}, more than the wasm heap can hold (one allocation < 2 GiB, 4 GiB in all)`);
       }
@@ -135,26 +139,15 @@ function makeInstance(core, info) {
     if (dtype === undefined || dtype === null) ck.add('E_ARG', `dtype is missing; expected 'float32' or 'bool'`);
     else if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
     else if (dtype !== 'float32' && dtype !== 'bool') ck.add('E_DTYPE', `dtype '${dtype}' is not supported; expected 'float32' or 'bool'`);
-    let arr = null;
-    if (dims === undefined || dims === null) ck.add('E_ARG', 'dims is missing; expected an array of positive integers');
-    else if (!Array.isArray(dims) && !ArrayBuffer.isView(dims)) ck.add('E_ARG', `dims must be an array of integers, got ${describeValue(dims)}`);
-    else {
-      arr = Array.from(dims);
-      const bad = arr.findIndex((x) => typeof x !== 'number');
-      if (bad >= 0) { ck.add('E_ARG', `dims[${bad}] must be a number, got ${describeValue(arr[bad])}`); arr = null; }
-      else if (arr.length === 0) { ck.add('E_RANK', 'dims is empty; expected rank 1 or more'); arr = null; }
-      else {
-        arr.forEach((x, i) => {
-          if (!(Number.isSafeInteger(x) && x > 0)) ck.add('E_DIMS', `dims[${i}] is ${x}; every dim must be a positive integer`);
-        });
-      }
-    }
+    const arr = readDims(ck, dims, null);
+    if (arr && arr.length === 0) ck.add('E_RANK', 'dims is empty; expected rank 1 or more');
+    else if (arr) checkDimValues(ck, arr, null);
     core.checkAlive(ck);
     ck.done();
     return core.allocTensor(fn, dtype, arr);
   }
 
-  const torch = makeTorchEntry({ rt: core, checkAlive: (ck) => core.checkAlive(ck), runCustom });
+  const torch = makeTorchEntry(core, runCustom);
 
   function dispose() {
     if (core.disposed) return;

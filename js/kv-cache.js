@@ -5,30 +5,45 @@
 // validate everything first, so a rejected call leaves the cache untouched.
 
 import {
-  Checks, readOptions, checkStartPos, checkSize, checkAttention, checkCacheWrite,
-  CUSTOM_OPTIONS, STEP_OPTIONS, structural, regionOf, overlaps,
+  Checks, readOptions, countsAsOption, checkStartPos, checkSize, inspectTensor, checkAttention,
+  checkCacheWrite, checkOutAliasing, cacheDescriptor, regionOf, overlaps, CUSTOM_OPTIONS, STEP_OPTIONS,
 } from './validate.js';
 import { SLOT } from './runtime.js';
+import { prod } from './shape.js';
 
-const prod = (dims) => dims.reduce((a, b) => a * b, 1);
+/** Bytes of each of K and V for a cache geometry { batch, maxSeqLen, numKvHeads, headDim }. */
+export const cacheBytes = (geo) => geo.batch * geo.maxSeqLen * geo.numKvHeads * geo.headDim * 4;
 
 export class KVCache {
   #core;
   #ptr;
   #geo;
+  #kv;
   #disposed = false;
   #storage;
+  #callAttend;
+  #callStep;
 
   /** Made by sdpa.createKVCache. */
   constructor(core, ptr, geo) {
     this.#core = core;
     this.#ptr = ptr;
     this.#geo = Object.freeze({ ...geo });
-    const bytes = prod([geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim]) * 4;
+    this.#kv = cacheDescriptor(geo);
+    const bytes = cacheBytes(geo);
     this.#storage = [0, 1].map((which) => {
       const start = core.M._sdpa_kv_cache_data(ptr, which) >>> 0;
-      return { name: which ? 'the cache values' : 'the cache keys', region: { space: core, start, end: start + bytes } };
+      return Object.freeze({ name: which ? 'the cache values' : 'the cache keys', region: { space: core, start, end: start + bytes } });
     });
+    // The C calls of attend and step, made once (runAttention passes the mask slot, or 0).
+    this.#callAttend = (mask) => {
+      const s = core.scratch;
+      return core.M._sdpa_kv_cache_attend(core.ctx, ptr, s + SLOT.q, mask, s + SLOT.opts, s + SLOT.out);
+    };
+    this.#callStep = (mask) => {
+      const s = core.scratch;
+      return core.M._sdpa_kv_cache_step(core.ctx, ptr, s + SLOT.q, s + SLOT.k, s + SLOT.v, mask, s + SLOT.opts, s + SLOT.out);
+    };
   }
 
   get batch() { return this.#geo.batch; }
@@ -43,21 +58,27 @@ export class KVCache {
     if (this.#disposed) ck.add('E_DISPOSED', 'this KV cache was disposed');
   }
 
-  /** The cache's K and V storage as aliasing regions. */
+  /** The cache's K and V storage ({ name, region }), none once disposed. */
   #regions() {
-    return this.#disposed || this.#core.disposed ? [] : this.#storage;
+    return this.#disposed || this.#core.disposed ? NONE : this.#storage;
+  }
+
+  /** E_ARG for `out` sharing memory with the cache's storage. */
+  #checkOutOutside(ck, O) {
+    const regions = this.#regions();
+    for (let i = 0; i < regions.length; i++) checkOutAliasing(ck, O, regions[i]);
   }
 
   /**
    * E_ARG for an input inside the cache's own storage (include/sdpa.h): a
-   * write would change it before it is read. (`out` there is checked as
-   * aliasing by checkAttention.)
+   * write would change it before it is read.
    */
-  #checkOutside(ck, descs) {
+  #checkInputOutside(ck, d) {
+    const r = regionOf(d);
+    if (!r) return;
     const regions = this.#regions();
-    for (const d of descs) {
-      const r = regionOf(d);
-      if (r && regions.some((c) => overlaps(r, c.region))) {
+    for (let i = 0; i < regions.length; i++) {
+      if (overlaps(r, regions[i].region)) {
         ck.add('E_ARG', `${d.name} lies inside the cache's own storage; pass a separate buffer`);
         return;
       }
@@ -68,20 +89,23 @@ export class KVCache {
   update(k, v, startPos) {
     const fn = 'KVCache.update';
     const ck = new Checks(fn);
-    const sp = checkStartPos(ck, startPos, 'startPos', { required: true });
+    const sp = checkStartPos(ck, startPos, 'startPos', true);
     const W = checkCacheWrite(ck, this.#geo, k, v, sp);
-    this.#checkOutside(ck, [W.K, W.V]);
+    this.#checkInputOutside(ck, W.K);
+    this.#checkInputOutside(ck, W.V);
     this.#checkAlive(ck);
     ck.done();
     const c = this.#core;
-    const tmp = [];
+    // Addresses inside wasm memory first, then temporaries (see Core.addressOf).
+    let kp = c.addressOf(W.K), vp = c.addressOf(W.V), tk = 0, tv = 0;
     try {
-      const [kp, vp] = c.placeAll([W.K, W.V], tmp, fn);
-      c.writeTensor(SLOT.k, kp, prod(W.K.dims), 'float32', W.K.dims);
-      c.writeTensor(SLOT.v, vp, prod(W.V.dims), 'float32', W.V.dims);
+      if (kp === -1) kp = tk = c.copyIn(W.K, fn);
+      if (vp === -1) vp = tv = c.copyIn(W.V, fn);
+      c.writeTensor(SLOT.k, kp, W.K.len, 'float32', W.K.dims);
+      c.writeTensor(SLOT.v, vp, W.V.len, 'float32', W.V.dims);
       c.check(c.M._sdpa_kv_cache_update(c.ctx, this.#ptr, c.slot('k'), c.slot('v'), sp), fn);
     } finally {
-      for (const p of tmp) c.free(p);
+      c.free(tk); c.free(tv);
     }
   }
 
@@ -91,48 +115,47 @@ export class KVCache {
     const ck = new Checks(fn);
     const o = readOptions(ck, opts, CUSTOM_OPTIONS);
     const sp = checkStartPos(ck, o.startPos, 'startPos');
-    const P = checkAttention(ck, this.#core, {
-      q, names: { q: 'q' }, o, cache: this.#geo, startPos: sp, extraInputs: this.#regions(),
-    });
-    this.#checkOutside(ck, [P.Q, P.M]);
+    const P = checkAttention(ck, o, sp, inspectTensor(ck, 'q', q, 'input'), this.#kv, this.#kv);
+    this.#checkOutOutside(ck, P.O);
+    this.#checkInputOutside(ck, P.Q);
+    this.#checkInputOutside(ck, P.M);
     this.#checkAlive(ck);
     ck.done();
-    const c = this.#core;
-    return c.runAttention(fn, P, sp, [['q', P.Q]], (a) =>
-      c.M._sdpa_kv_cache_attend(c.ctx, this.#ptr, a.q, a.mask, a.opts, a.out));
+    return this.#core.runAttention(fn, P, sp, null, null, this.#callAttend);
   }
 
   /** update(k, v, startPos) then attend(q, { startPos, ...opts }); checked as one call. */
   step(q, k, v, startPos, opts) {
     const fn = 'KVCache.step';
     const ck = new Checks(fn);
-    if (opts && typeof opts === 'object' && 'startPos' in opts &&
-        (Object.prototype.hasOwnProperty.call(opts, 'startPos') || !('startPos' in Object.prototype))) {
+    if (opts && typeof opts === 'object' && 'startPos' in opts && countsAsOption(opts, 'startPos')) {
       ck.add('E_ARG', `startPos is step's 4th argument, not an option (step(q, k, v, startPos, opts))`);
     }
     const o = readOptions(ck, opts, STEP_OPTIONS);
-    const sp = checkStartPos(ck, startPos, 'startPos', { required: true });
+    const sp = checkStartPos(ck, startPos, 'startPos', true);
     const W = checkCacheWrite(ck, this.#geo, k, v, sp);
-    const P = checkAttention(ck, this.#core, {
-      q, names: { q: 'q' }, o, cache: this.#geo, startPos: sp, skipStartPosBound: true,
-      extraInputs: [W.K, W.V, ...this.#regions()],
-    });
-    if (P.Q && P.Q.rank === 4 && structural(P.Q) && W.K && W.K.rank === 4 && structural(W.K) && P.Q.dims[1] !== W.Snew) {
-      ck.add('E_DIMS', `q has ${P.Q.dims[1]} rows but k has ${W.Snew}; a step attends exactly the rows it writes`);
+    // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
+    const P = checkAttention(ck, o, null, inspectTensor(ck, 'q', q, 'input'), this.#kv, this.#kv);
+    checkOutAliasing(ck, P.O, W.K);
+    checkOutAliasing(ck, P.O, W.V);
+    this.#checkOutOutside(ck, P.O);
+    if (P.Sq >= 0 && W.Snew >= 0 && P.Sq !== W.Snew) {
+      ck.add('E_DIMS', `q has ${P.Sq} rows but k has ${W.Snew}; a step attends exactly the rows it writes`);
     }
-    this.#checkOutside(ck, [P.Q, W.K, W.V, P.M]);
+    this.#checkInputOutside(ck, P.Q);
+    this.#checkInputOutside(ck, W.K);
+    this.#checkInputOutside(ck, W.V);
+    this.#checkInputOutside(ck, P.M);
     this.#checkAlive(ck);
     ck.done();
-    const c = this.#core;
-    return c.runAttention(fn, P, sp, [['q', P.Q], ['k', W.K], ['v', W.V]], (a) =>
-      c.M._sdpa_kv_cache_step(c.ctx, this.#ptr, a.q, a.k, a.v, a.mask, a.opts, a.out));
+    return this.#core.runAttention(fn, P, sp, W.K, W.V, this.#callStep);
   }
 
   /** Copies of rows start .. start+length-1: { k, v }, each [B, length, Hkv, D] float32. */
   read(start, length) {
     const fn = 'KVCache.read';
     const ck = new Checks(fn);
-    const s = checkStartPos(ck, start, 'start', { required: true });
+    const s = checkStartPos(ck, start, 'start', true);
     const n = checkSize(ck, length, 'length');
     if (s !== null && n !== null && s + n > this.#geo.maxSeqLen) {
       ck.add('E_CAPACITY', `reading ${n} rows at start ${s} needs ${s + n} rows but the cache holds maxSeqLen = ${this.#geo.maxSeqLen}`);
@@ -143,10 +166,10 @@ export class KVCache {
     const { batch, numKvHeads, headDim } = this.#geo;
     const dims = [batch, n, numKvHeads, headDim];
     const count = prod(dims);
-    const tmp = [];
+    let pk = 0, pv = 0;
     try {
-      const pk = c.malloc(count * 4, fn, 'a temporary copy of the keys'); tmp.push(pk);
-      const pv = c.malloc(count * 4, fn, 'a temporary copy of the values'); tmp.push(pv);
+      pk = c.malloc(count * 4, fn, 'a temporary copy of the keys');
+      pv = c.malloc(count * 4, fn, 'a temporary copy of the values');
       c.writeTensor(SLOT.q, pk, count, 'float32', dims);
       c.writeTensor(SLOT.k, pv, count, 'float32', dims);
       c.check(c.M._sdpa_kv_cache_read(c.ctx, this.#ptr, s, n, c.slot('q'), c.slot('k')), fn);
@@ -156,7 +179,7 @@ export class KVCache {
         v: { data: f32.slice(pv >>> 2, (pv >>> 2) + count), dims: dims.slice(), dtype: 'float32' },
       };
     } finally {
-      for (const p of tmp) c.free(p);
+      c.free(pk); c.free(pv);
     }
   }
 
@@ -170,3 +193,5 @@ export class KVCache {
 
   get [Symbol.toStringTag]() { return 'KVCache'; }
 }
+
+const NONE = Object.freeze([]);

@@ -2,22 +2,21 @@
 //
 // - Views are re-derived from the memory's CURRENT buffer (growth replaces it).
 // - All per-call argument structs live in ONE scratch block malloc'ed at
-//   creation (never per call): 5 sdpa_tensor, 1 sdpa_options, out-pointers.
+//   creation (never per call): 5 sdpa_tensor, 1 sdpa_options, an out-pointer.
 // - Plain typed arrays are copied into temporary heap buffers (freed in
 //   `finally`); heap tensors are passed by pointer, without a copy.
 // - A status returned by C becomes an SdpaError carrying the C message.
 
-import { SdpaError, codeOfStatus, fail } from './errors.js';
-import { heapState, HeapTensor, DTYPE_BYTES } from './heap.js';
+import { SdpaError, codeOfStatus } from './errors.js';
+import { HeapTensor, DTYPE_BYTES } from './heap.js';
+import { prod, fmtDims } from './shape.js';
 
 // Scratch layout (bytes). sdpa_tensor is 32 bytes on wasm32:
 // data@0 len@4 dtype@8 rank@12 dims@16..31; sdpa_options is 24 bytes:
 // start_pos@0 (int64) is_causal@8 has_scale@12 scale@16 dropout_p@20.
-export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, opts: 160, ptr: 184, shape: 192 });
-const SCRATCH_BYTES = 256;
-const DTYPE_ENUM = { float32: 1, bool: 2 };
-
-const prod = (dims) => dims.reduce((a, b) => a * b, 1);
+export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, opts: 160, ptr: 184 });
+export const SCRATCH_BYTES = 256;
+const DTYPE_ENUM = Object.freeze({ float32: 1, bool: 2 });
 
 export function formatBytes(n) {
   const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -25,6 +24,30 @@ export function formatBytes(n) {
   while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
   return `${Number.isInteger(n) ? n : n.toFixed(2)} ${u[i]}`;
 }
+
+/** Writes an sdpa_tensor at byte address `at` through the views `v`. */
+function putTensor(v, at, ptr, len, dtype, dims) {
+  const w = at >>> 2;
+  v.u32[w] = ptr >>> 0;
+  v.u32[w + 1] = len >>> 0;
+  v.i32[w + 2] = DTYPE_ENUM[dtype];
+  v.i32[w + 3] = dims.length;
+  for (let i = 0; i < 4; i++) v.i32[w + 4 + i] = i < dims.length ? dims[i] : 0;
+}
+
+/** Writes an sdpa_options at byte address `at` (dropout_p is always 0: JS rejects any other). */
+function putOptions(v, at, startPos, isCausal, scale) {
+  const w = at >>> 2;
+  const hasScale = scale !== null && scale !== undefined;
+  v.u32[w] = startPos % 0x100000000;
+  v.u32[w + 1] = Math.floor(startPos / 0x100000000);
+  v.i32[w + 2] = isCausal ? 1 : 0;
+  v.i32[w + 3] = hasScale ? 1 : 0;
+  v.f32[w + 4] = hasScale ? scale : 0;
+  v.f32[w + 5] = 0;
+}
+
+const decoder = new TextDecoder();
 
 export class Core {
   constructor(M) {
@@ -37,14 +60,18 @@ export class Core {
     this._buf = null;
   }
 
+  /** E_DISPOSED once the instance was disposed. */
+  checkAlive(ck) {
+    if (this.disposed) ck.add('E_DISPOSED', 'this sdpa instance was disposed');
+  }
+
   // -- memory views -------------------------------------------------------
 
+  /** The memory's buffer now (for a shared memory, reading it is not free: read it once per use). */
   currentBuffer() {
     const M = this.M;
     return M.wasmMemory ? M.wasmMemory.buffer : M.HEAPU8.buffer;
   }
-  /** For HeapTensor. */
-  buffer() { return this.currentBuffer(); }
 
   /** Typed views over the current buffer, rebuilt only when it changed. */
   views() {
@@ -78,7 +105,7 @@ export class Core {
     const u8 = this.views().u8;
     let end = p;
     while (end < u8.length && u8[end] !== 0) end++;
-    return new TextDecoder().decode(u8.slice(p, end));
+    return decoder.decode(u8.slice(p, end));
   }
 
   /** Throws the SdpaError for a non-zero C status. */
@@ -95,24 +122,11 @@ export class Core {
   // -- argument structs ---------------------------------------------------
 
   writeTensor(slot, ptr, len, dtype, dims) {
-    const v = this.views();
-    const w = (this.scratch + slot) >>> 2;
-    v.u32[w] = ptr >>> 0;
-    v.u32[w + 1] = len >>> 0;
-    v.i32[w + 2] = DTYPE_ENUM[dtype];
-    v.i32[w + 3] = dims.length;
-    for (let i = 0; i < 4; i++) v.i32[w + 4 + i] = i < dims.length ? dims[i] : 0;
+    putTensor(this.views(), this.scratch + slot, ptr, len, dtype, dims);
   }
 
-  writeOptions(startPos, isCausal, scale, dropoutP = 0) {
-    const v = this.views();
-    const w = (this.scratch + SLOT.opts) >>> 2;
-    v.u32[w] = startPos % 0x100000000;
-    v.u32[w + 1] = Math.floor(startPos / 0x100000000);
-    v.i32[w + 2] = isCausal ? 1 : 0;
-    v.i32[w + 3] = scale === null || scale === undefined ? 0 : 1;
-    v.f32[w + 4] = scale === null || scale === undefined ? 0 : scale;
-    v.f32[w + 5] = dropoutP;
+  writeOptions(startPos, isCausal, scale) {
+    putOptions(this.views(), this.scratch + SLOT.opts, startPos, isCausal, scale);
   }
 
   slot(name) { return this.scratch + SLOT[name]; }
@@ -131,74 +145,66 @@ export class Core {
     return data.buffer === this.currentBuffer() ? data.byteOffset : -1;
   }
 
-  /**
-   * Addresses in wasm memory of `descs` (null → 0): tensors already there are
-   * used as they are (all resolved first), everything else is copied into a
-   * temporary (pushed on `tmp`).
-   */
-  placeAll(descs, tmp, fn) {
-    const addrs = descs.map((d) => (d ? this.addressOf(d) : 0));
-    descs.forEach((d, i) => {
-      if (!d || addrs[i] !== -1) return;
-      const data = d.heap ? d.t.data : d.data;
-      const bytes = data.byteLength;
-      const p = this.malloc(bytes, fn, `a temporary copy of ${d.name}`);
-      tmp.push(p);
-      this.views().u8.set(new Uint8Array(data.buffer, data.byteOffset, bytes), p);
-      addrs[i] = p;
-    });
-    return addrs;
+  /** A temporary copy of a tensor that is not in this memory (the caller frees it). */
+  copyIn(d, fn) {
+    // (a heap tensor of another instance or a plain array: never detached by our growth)
+    const data = d.heap ? d.t.data : d.data;
+    const bytes = data.byteLength;
+    const p = this.malloc(bytes, fn, `a temporary copy of ${d.name}`);
+    this.views().u8.set(new Uint8Array(data.buffer, data.byteOffset, bytes), p);
+    return p;
   }
 
   /**
-   * One attention call: places inputs, writes structs, invokes C, copies the
-   * output back. `inputs`: [[slotName, descriptor], ...]; `P` from
-   * checkAttention; `invoke(addr)` gets slot addresses and returns a status.
+   * One attention call: places the inputs, writes the structs, invokes C,
+   * copies the output back. `P` from checkAttention (its Q, M, O and scalar
+   * options); `K`, `V` the key/value descriptors (null for a cache attend);
+   * `invoke(maskSlot)` calls C with the slot addresses and returns a status.
    * The output goes to `out` in place when it lives in wasm memory, else to a
    * temporary copied into `out` (or a new Float32Array) after success.
+   * With every tensor a heap tensor of this instance nothing is malloc'ed or copied.
    */
-  runAttention(fn, P, startPos, inputs, invoke) {
-    const tmp = [];
+  runAttention(fn, P, startPos, K, V, invoke) {
+    const { Q, M, O } = P;
+    const n = Q.len;
+    // Every address inside wasm memory first (out included), then temporaries.
+    let o = O ? this.addressOf(O) : -1;
+    let m = M ? this.addressOf(M) : 0;
+    let q = this.addressOf(Q);
+    let k = K ? this.addressOf(K) : 0;
+    let v = V ? this.addressOf(V) : 0;
+    let tm = 0, tq = 0, tk = 0, tv = 0, to = 0;
     try {
-      const n = prod(P.Q.dims);
-      // Every address inside wasm memory first (out included), then temporaries.
-      const outAddr = P.O ? this.addressOf(P.O) : -1;
-      const [mp, ...ptrs] = this.placeAll([P.M, ...inputs.map(([, d]) => d)], tmp, fn);
-      const out = { ptr: outAddr, target: null, result: null };
-      if (outAddr === -1) {
-        out.ptr = this.malloc(n * 4, fn, 'a temporary output');
-        tmp.push(out.ptr);
-        // (a heap tensor of another instance or a plain array: not this memory, never detached by our growth)
-        out.target = P.O ? (P.O.heap ? P.O.t.data : P.O.data) : (out.result = new Float32Array(n));
-      }
-      inputs.forEach(([slot, d], i) => this.writeTensor(SLOT[slot], ptrs[i], prod(d.dims), d.dtype, d.dims));
-      if (P.M) this.writeTensor(SLOT.mask, mp, prod(P.M.dims), P.M.dtype, P.M.dims);
-      this.writeTensor(SLOT.out, out.ptr, n, 'float32', P.Q.dims);
-      this.writeOptions(startPos, P.isCausal, P.scale, 0);
-      const status = invoke({
-        q: this.slot('q'), k: this.slot('k'), v: this.slot('v'),
-        mask: P.M ? this.slot('mask') : 0, opts: this.slot('opts'), out: this.slot('out'),
-      });
-      this.check(status, fn);
-      if (out.target) {
-        const f32 = this.views().f32;
-        const w = out.ptr >>> 2;
-        out.target.set(f32.subarray(w, w + n));
-      }
-      if (P.O) return P.O.t;
-      return { data: out.result, dims: P.Q.dims.slice(), dtype: 'float32' };
+      if (m === -1) m = tm = this.copyIn(M, fn);
+      if (q === -1) q = tq = this.copyIn(Q, fn);
+      if (k === -1) k = tk = this.copyIn(K, fn);
+      if (v === -1) v = tv = this.copyIn(V, fn);
+      if (o === -1) o = to = this.malloc(n * 4, fn, 'a temporary output');
+      const h = this.views(), s = this.scratch;
+      putTensor(h, s + SLOT.q, q, n, Q.dtype, Q.dims);
+      if (K) putTensor(h, s + SLOT.k, k, K.len, K.dtype, K.dims);
+      if (V) putTensor(h, s + SLOT.v, v, V.len, V.dtype, V.dims);
+      if (M) putTensor(h, s + SLOT.mask, m, M.len, M.dtype, M.dims);
+      putTensor(h, s + SLOT.out, o, n, 'float32', Q.dims);
+      putOptions(h, s + SLOT.opts, startPos, P.isCausal, P.scale);
+      this.check(invoke(M ? s + SLOT.mask : 0), fn);
+      if (to === 0) return O.t;
+      const f32 = this.views().f32, w = to >>> 2;
+      const result = O ? (O.heap ? O.t.data : O.data) : new Float32Array(n);
+      result.set(f32.subarray(w, w + n));
+      return O ? O.t : { data: result, dims: Q.dims.slice(), dtype: 'float32' };
     } finally {
-      for (const p of tmp) this.M._free(p);
+      this.free(tm); this.free(tq); this.free(tk); this.free(tv); this.free(to);
     }
   }
 
   // -- heap tensors -------------------------------------------------------
 
   allocTensor(fn, dtype, dims) {
-    const bytes = prod(dims) * DTYPE_BYTES[dtype];
-    const p = this.malloc(bytes, fn, `a ${dtype} tensor [${dims.join(', ')}]`);
+    const n = prod(dims), bytes = n * DTYPE_BYTES[dtype];
+    const p = this.malloc(bytes, fn, `a ${dtype} tensor ${fmtDims(dims)}`);
     this.views().u8.fill(0, p, p + bytes);
-    const t = new HeapTensor(this, p, dims, dtype);
+    const t = new HeapTensor(this, p, dims, dtype, n);
     this.tensors.add(t);
     return t;
   }
@@ -208,5 +214,3 @@ export class Core {
     if (this.tensors.delete(t) && !this.disposed) this.M._free(ptr);
   }
 }
-
-export { heapState, fail };

@@ -8,19 +8,19 @@
 // with fully masked rows giving zeros.
 
 import {
-  Checks, readOptions, inspectTensor, checkRank, checkDims, checkBool, checkScale,
-  checkDropout, checkDisposedTensors, structural,
+  Checks, readOptions, inspectTensor, checkRank, checkDims, checkBool, checkScale, fitsFastScale,
+  checkDropout, checkDisposed, checkMaskCausal, structural, RANK_4,
 } from './validate.js';
+import { fmtDims } from './shape.js';
 
 export const TORCH_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', 'scale', 'enableGqa']);
-
-const fmtDims = (dims) => `[${dims.join(', ')}]`;
+const MASK_RANKS = Object.freeze([1, 2, 3, 4]);
 
 /**
  * Every section-4 rule; adds violations to `ck`. Returns the call's geometry
- * (meaningful only when ck.ok).
+ * (meaningful only when nothing was added).
  */
-export function checkTorchCall(ck, rt, q, k, v, opts) {
+export function checkTorchCall(ck, q, k, v, opts) {
   const o = readOptions(ck, opts, TORCH_OPTIONS);
   const Q = inspectTensor(ck, 'query', q, 'input');
   const K = inspectTensor(ck, 'key', k, 'input');
@@ -28,14 +28,14 @@ export function checkTorchCall(ck, rt, q, k, v, opts) {
   const M = o.attnMask !== undefined && o.attnMask !== null ? inspectTensor(ck, 'attnMask', o.attnMask, 'mask') : null;
   const isCausal = checkBool(ck, o.isCausal, 'isCausal');
   const enableGqa = checkBool(ck, o.enableGqa, 'enableGqa');
-  const scale = checkScale(ck, o.scale, { positive: false });
+  const scale = checkScale(ck, o.scale, false);
   checkDropout(ck, o.dropoutP);
 
   const shape = '4-D [B, H, S, E] (PyTorch layout)';
-  const qr = checkRank(ck, Q, [4], shape);
-  const kr = checkRank(ck, K, [4], shape);
-  const vr = checkRank(ck, V, [4], shape);
-  const mr = M ? checkRank(ck, M, [1, 2, 3, 4], 'rank 1 to 4, broadcastable to [B, Hq, L, S]') : false;
+  const qr = checkRank(ck, Q, RANK_4, shape);
+  const kr = checkRank(ck, K, RANK_4, shape);
+  const vr = checkRank(ck, V, RANK_4, shape);
+  const mr = M ? checkRank(ck, M, MASK_RANKS, 'rank 1 to 4, broadcastable to [B, Hq, L, S]') : false;
   if (qr) checkDims(ck, Q, 1);
   if (kr) checkDims(ck, K, 1);
   if (vr) checkDims(ck, V, 1);
@@ -65,8 +65,11 @@ export function checkTorchCall(ck, rt, q, k, v, opts) {
       if (bad) ck.add('E_MASK_SHAPE', `attnMask has dims ${fmtDims(M.dims)}, which does not broadcast (right-aligned) to [B, Hq, L, S] = ${fmtDims(target)}`);
     }
   }
-  if (M && isCausal === true) ck.add('E_MASK_CAUSAL', `attnMask and isCausal: true were both given; pass one of them`);
-  checkDisposedTensors(ck, [Q, K, V, M]);
+  checkMaskCausal(ck, M, isCausal);
+  checkDisposed(ck, Q);
+  checkDisposed(ck, K);
+  checkDisposed(ck, V);
+  checkDisposed(ck, M);
   return g;
 }
 
@@ -98,9 +101,8 @@ export function routeReasons(g) {
   }
   if (isCausal && L > S) r.push(`isCausal with L = ${L} > S = ${S}; the fast op's causal mask needs L ≤ S`);
   if (!M && !isCausal && L !== S) r.push(`no mask and not causal with L = ${L} ≠ S = ${S}; without a mask the fast op reads only the first L keys`);
-  if (scale !== null && scale !== undefined) {
-    const f = Math.fround(scale);
-    if (!(f > 0 && Number.isFinite(f))) r.push(`scale ${scale} is not a float32 > 0; the fast op needs a positive scale`);
+  if (scale !== null && scale !== undefined && !fitsFastScale(scale)) {
+    r.push(`scale ${scale} is not a float32 > 0; the fast op needs a positive scale`);
   }
   return r;
 }
@@ -186,13 +188,14 @@ export function generalAttention(g, q, k, v, mask) {
 
 /**
  * The two public entries, bound to an instance.
- * @param {object} host { rt, checkAlive(ck), runCustom(fn, q, k, v, opts) }
+ * @param {object} core the instance's runtime (checkAlive)
+ * @param {Function} runCustom (fn, q, k, v, opts) => customSdpa's result, messages naming fn
  */
-export function makeTorchEntry(host) {
+export function makeTorchEntry(core, runCustom) {
   function check(fn, q, k, v, opts) {
     const ck = new Checks(fn);
-    const g = checkTorchCall(ck, host.rt, q, k, v, opts);
-    host.checkAlive(ck);
+    const g = checkTorchCall(ck, q, k, v, opts);
+    core.checkAlive(ck);
     ck.done();
     return g;
   }
@@ -217,7 +220,7 @@ export function makeTorchEntry(host) {
       const opts2 = { isCausal: g.isCausal };
       if (g.scale !== null && g.scale !== undefined) opts2.scale = g.scale;
       if (md) opts2.attnMask = { data: md, dims: [L, S] };
-      const r = host.runCustom('scaledDotProductAttention',
+      const r = runCustom('scaledDotProductAttention',
         { data: q2, dims: [B, L, Hq, E] }, { data: k2, dims: [B, S, Hk, E] }, { data: v2, dims: [B, S, Hk, E] }, opts2,
       );
       return { data: swapAxes12(r.data, B, L, Hq, E), dims, dtype: 'float32' };

@@ -8,6 +8,7 @@
 
 import { SdpaError, codeRank } from './errors.js';
 import { heapState } from './heap.js';
+import { prod, fmtDims } from './shape.js';
 
 // ---------------------------------------------------------------------------
 // Collecting checks
@@ -21,7 +22,6 @@ export class Checks {
   add(code, message) {
     if (this.first === null || codeRank(code) < codeRank(this.first.code)) this.first = { code, message };
   }
-  get ok() { return this.first === null; }
   /** Throws the highest-ranked violation, if any. */
   done() {
     if (this.first !== null) throw new SdpaError(this.first.code, `${this.fn}: ${this.first.message}`);
@@ -35,6 +35,8 @@ const tagOf = (x) => Object.prototype.toString.call(x).slice(8, -1);
 /** 'a Float32Array', 'an Int32Array'. */
 const article = (word) => `${/^[AEIOU]/.test(word) ? 'an' : 'a'} ${word}`;
 
+const isPosInt = (x) => Number.isSafeInteger(x) && x > 0;
+
 /** Short description of a JS value for messages. */
 export function describeValue(x) {
   if (x === null) return 'null';
@@ -47,10 +49,6 @@ export function describeValue(x) {
   return tagOf(x) === 'Object' ? 'an object' : `${article(tagOf(x))} object`;
 }
 
-const fmtDims = (dims) => `[${dims.join(', ')}]`;
-const prod = (dims) => dims.reduce((a, b) => a * b, 1);
-const isPosInt = (x) => Number.isSafeInteger(x) && x > 0;
-
 function suggest(name, allowed) {
   const norm = (s) => s.toLowerCase().replace(/[_\-\s]/g, '');
   const hit = allowed.find((a) => norm(a) === norm(name));
@@ -58,22 +56,46 @@ function suggest(name, allowed) {
 }
 
 /**
- * Reads an options object: undefined/null = {}, unknown names are E_ARG.
- * Values that are `undefined` count as absent. Inherited enumerable names
- * count too (as `opts.name` would read them), so none is dropped silently,
- * except what sits on Object.prototype itself; a Map, Date, ... (whose
- * entries are not properties) is E_ARG.
+ * Whether `key`, found by `for...in` on an options object, is one of its
+ * options: an own name, or an inherited one (as `opts.key` would read it)
+ * unless it sits on Object.prototype itself (enumerable junk some script
+ * added there is not an option).
  */
-export function readOptions(ck, opts, allowed, argName = 'options') {
-  if (opts === undefined || opts === null) return Object.create(null);
-  if (typeof opts !== 'object' || tagOf(opts) !== 'Object') {
-    ck.add('E_ARG', `${argName} must be a plain object, got ${describeValue(opts)}`);
-    return Object.create(null);
+export function countsAsOption(opts, key) {
+  return Object.prototype.hasOwnProperty.call(opts, key) || !(key in Object.prototype);
+}
+
+/** Prototype of readOptions' results: no Object.prototype in the chain, so nothing is read from it. */
+const NO_PROTO = Object.freeze(Object.create(null));
+
+/** An empty options result; the attention options are declared up front so every result has one shape. */
+function blankOptions() {
+  const o = Object.create(NO_PROTO);
+  o.startPos = undefined;
+  o.attnMask = undefined;
+  o.dropoutP = undefined;
+  o.isCausal = undefined;
+  o.scale = undefined;
+  o.out = undefined;
+  o.enableGqa = undefined;
+  return o;
+}
+
+/**
+ * Reads an options object: undefined/null = {}, unknown names are E_ARG.
+ * Values that are `undefined` count as absent. Inherited names count too
+ * (countsAsOption), so none is dropped silently; a Map, Date, ... (whose
+ * entries are not properties) is E_ARG. Absent options read as undefined.
+ */
+export function readOptions(ck, opts, allowed) {
+  const out = blankOptions();
+  if (opts === undefined || opts === null) return out;
+  if (typeof opts !== 'object' || Object.prototype.toString.call(opts) !== '[object Object]') {
+    ck.add('E_ARG', `options must be a plain object, got ${describeValue(opts)}`);
+    return out;
   }
-  const out = Object.create(null); // (so that nothing is read from Object.prototype)
   for (const key in opts) {
-    // (enumerable junk that a script added to Object.prototype is not an option)
-    if (!Object.prototype.hasOwnProperty.call(opts, key) && key in Object.prototype) continue;
+    if (!countsAsOption(opts, key)) continue;
     if (!allowed.includes(key)) {
       ck.add('E_ARG', `unknown option '${key}'${suggest(key, allowed)}; the options are ${allowed.join(', ')}`);
       continue;
@@ -83,11 +105,11 @@ export function readOptions(ck, opts, allowed, argName = 'options') {
   return out;
 }
 
-/** startPos-like: a non-negative integer. Returns the value or null when invalid. */
-export function checkStartPos(ck, value, name, { required = false, dflt = 0 } = {}) {
+/** startPos-like: a non-negative integer (absent: 0, or E_ARG when `required`). Returns the value or null when invalid. */
+export function checkStartPos(ck, value, name, required = false) {
   if (value === undefined || value === null) {
     if (required) { ck.add('E_ARG', `${name} is missing; expected a non-negative integer`); return null; }
-    return dflt;
+    return 0;
   }
   if (typeof value !== 'number') { ck.add('E_ARG', `${name} must be a number, got ${describeValue(value)}`); return null; }
   if (!Number.isSafeInteger(value) || value < 0) {
@@ -103,16 +125,21 @@ export function checkBool(ck, value, name, dflt = false) {
   return value;
 }
 
+/** The fast op's scale rule: finite and > 0 as a float32 (the kernel's type). */
+export function fitsFastScale(x) {
+  const f = Math.fround(x);
+  return Number.isFinite(f) && f > 0;
+}
+
 /**
  * scale: absent (undefined/null) → null. `positive`: the fast op's rule
- * (finite and > 0 as a float32); otherwise any finite number (section 4).
+ * (fitsFastScale); otherwise any finite number (section 4).
  */
-export function checkScale(ck, value, { positive = true } = {}) {
+export function checkScale(ck, value, positive) {
   if (value === undefined || value === null) return null;
   if (typeof value !== 'number') { ck.add('E_ARG', `scale must be a number, got ${describeValue(value)}`); return null; }
   if (positive) {
-    const f = Math.fround(value);
-    if (!(Number.isFinite(f) && f > 0)) {
+    if (!fitsFastScale(value)) {
       ck.add('E_SCALE', `scale is ${value}; expected a finite number > 0${Number.isFinite(value) && value > 0 ? ' that fits a float32' : ''}`);
       return null;
     }
@@ -145,6 +172,52 @@ export function checkSize(ck, value, name, { required = true, dflt, zeroCode = '
 }
 
 // ---------------------------------------------------------------------------
+// Dims
+
+/** How messages name a dims array: `query.dims`, or `dims` for allocTensor's own argument (name null). */
+const dimsLabel = (name) => (name === null ? 'dims' : `${name}.dims`);
+
+/**
+ * Reads a dims argument. Returns a copy as number[], or null after adding
+ * E_ARG: missing, not an array (or a typed array other than DataView), an
+ * element that is not a number. `name`: the tensor's, or null (see dimsLabel).
+ */
+export function readDims(ck, dims, name) {
+  if (dims === undefined || dims === null) {
+    ck.add('E_ARG', `${dimsLabel(name)} is missing; expected an array of positive integers`);
+    return null;
+  }
+  if (!(Array.isArray(dims) || (ArrayBuffer.isView(dims) && tagOf(dims) !== 'DataView'))) {
+    ck.add('E_ARG', `${dimsLabel(name)} must be an array of integers, got ${describeValue(dims)}`);
+    return null;
+  }
+  const arr = Array.from(dims);
+  for (let i = 0; i < arr.length; i++) {
+    if (typeof arr[i] !== 'number') {
+      ck.add('E_ARG', `${dimsLabel(name)}[${i}] must be a number, got ${describeValue(arr[i])}`);
+      return null;
+    }
+  }
+  return arr;
+}
+
+/**
+ * E_DIMS for every dim that is not a positive integer; a 0 at `headIndex`
+ * is E_HEADS instead. Returns true when every dim is a positive integer.
+ */
+export function checkDimValues(ck, dims, name, headIndex = -1) {
+  let ok = true;
+  for (let i = 0; i < dims.length; i++) {
+    const x = dims[i];
+    if (isPosInt(x)) continue;
+    ok = false;
+    if (x === 0 && i === headIndex) ck.add('E_HEADS', `${name} has 0 heads (dims ${fmtDims(dims)}); expected at least 1`);
+    else ck.add('E_DIMS', `${dimsLabel(name)}[${i}] is ${x}; every dim must be a positive integer`);
+  }
+  return ok;
+}
+
+// ---------------------------------------------------------------------------
 // Tensors
 
 /**
@@ -152,7 +225,8 @@ export function checkSize(ck, value, name, { required = true, dflt, zeroCode = '
  *   'input' - query/key/value (float32), 'out' (float32), 'mask' (float32 | bool).
  * Returns a descriptor or null when the argument is missing / not a tensor:
  *   { name, t, heap (internal heap state or null), data (typed array or null),
- *     dims (number[] or null), dtype ('float32'|'bool'|null), len, rank }
+ *     dims (number[] or null; a heap tensor's own frozen dims), dtype
+ *     ('float32'|'bool'|null), len, rank, whole (every dim a non-negative integer) }
  */
 export function inspectTensor(ck, name, t, role) {
   if (t === undefined || t === null) {
@@ -163,63 +237,62 @@ export function inspectTensor(ck, name, t, role) {
     ck.add('E_ARG', `${name} must be a tensor object { data, dims, dtype? }, got ${describeValue(t)}`);
     return null;
   }
-  const dtypeCode = role === 'mask' ? 'E_MASK_DTYPE' : 'E_DTYPE';
-  const wanted = role === 'mask' ? `float32 (Float32Array) or bool (Uint8Array)` : `float32 (Float32Array)`;
-  const d = { name, t, heap: null, data: null, dims: null, dtype: null, len: -1, rank: -1 };
-
+  const d = { name, t, heap: null, data: null, dims: null, dtype: null, len: -1, rank: -1, whole: false };
   const hs = heapState(t);
   if (hs) {
+    // Dims, dtype and length were checked by allocTensor.
     d.heap = hs;
-    d.dims = hs.dims.slice();
-    d.rank = d.dims.length;
+    d.dims = hs.dims;
+    d.rank = hs.dims.length;
     d.dtype = hs.dtype;
     d.len = hs.n;
+    d.whole = true;
   } else {
-    // dims
-    const dims = t.dims;
-    if (dims === undefined || dims === null) {
-      ck.add('E_ARG', `${name}.dims is missing; expected an array of positive integers`);
-    } else if (!(Array.isArray(dims) || (ArrayBuffer.isView(dims) && tagOf(dims) !== 'DataView'))) {
-      ck.add('E_ARG', `${name}.dims must be an array of integers, got ${describeValue(dims)}`);
-    } else {
-      const arr = Array.from(dims);
-      const bad = arr.findIndex((x) => typeof x !== 'number');
-      if (bad >= 0) ck.add('E_ARG', `${name}.dims[${bad}] must be a number, got ${describeValue(arr[bad])}`);
-      else { d.dims = arr; d.rank = arr.length; }
-    }
-    // data
-    const data = t.data;
-    let inferred = null;
-    if (data === undefined || data === null) {
-      ck.add('E_ARG', `${name}.data is missing; expected a ${role === 'mask' ? 'Float32Array or Uint8Array' : 'Float32Array'}`);
-    } else if (Array.isArray(data)) {
-      ck.add(dtypeCode, `${name}.data is a plain Array; expected ${wanted}`);
-      d.len = data.length;
-    } else if (ArrayBuffer.isView(data) && tagOf(data) !== 'DataView') {
-      const tag = tagOf(data);
-      d.len = data.length;
-      if (tag === 'Float32Array') inferred = 'float32';
-      else if (tag === 'Uint8Array') inferred = 'bool';
-      else ck.add(dtypeCode, `${name}.data is ${article(tag)}; expected ${wanted}`);
-      if (inferred) d.data = data;
-    } else {
-      ck.add('E_ARG', `${name}.data must be a typed array, got ${describeValue(data)}`);
-    }
-    // dtype field
-    const dt = t.dtype;
-    if (dt !== undefined && dt !== null) {
-      if (typeof dt !== 'string') ck.add('E_ARG', `${name}.dtype must be a string, got ${describeValue(dt)}`);
-      else if (inferred && dt !== inferred) {
-        ck.add('E_DTYPE', `${name}.dtype is '${dt}' but its data is ${article(tagOf(data))} ('${inferred}')`);
-        inferred = null;
-      }
-    }
-    d.dtype = inferred;
+    inspectPlain(ck, d, t, role);
   }
   if (d.dtype === 'bool' && role !== 'mask') {
     ck.add('E_DTYPE', `${name} is bool (Uint8Array); expected float32 (Float32Array)`);
   }
   return d;
+}
+
+/** inspectTensor for a plain { data, dims, dtype? } object: fills `d`. */
+function inspectPlain(ck, d, t, role) {
+  const name = d.name;
+  const dtypeCode = role === 'mask' ? 'E_MASK_DTYPE' : 'E_DTYPE';
+  const wanted = role === 'mask' ? `float32 (Float32Array) or bool (Uint8Array)` : `float32 (Float32Array)`;
+  const dims = readDims(ck, t.dims, name);
+  if (dims) {
+    d.dims = dims;
+    d.rank = dims.length;
+    d.whole = dims.every((x) => Number.isSafeInteger(x) && x >= 0);
+  }
+  const data = t.data;
+  let inferred = null;
+  if (data === undefined || data === null) {
+    ck.add('E_ARG', `${name}.data is missing; expected a ${role === 'mask' ? 'Float32Array or Uint8Array' : 'Float32Array'}`);
+  } else if (Array.isArray(data)) {
+    ck.add(dtypeCode, `${name}.data is a plain Array; expected ${wanted}`);
+    d.len = data.length;
+  } else if (ArrayBuffer.isView(data) && tagOf(data) !== 'DataView') {
+    const tag = tagOf(data);
+    d.len = data.length;
+    if (tag === 'Float32Array') inferred = 'float32';
+    else if (tag === 'Uint8Array') inferred = 'bool';
+    else ck.add(dtypeCode, `${name}.data is ${article(tag)}; expected ${wanted}`);
+    if (inferred) d.data = data;
+  } else {
+    ck.add('E_ARG', `${name}.data must be a typed array, got ${describeValue(data)}`);
+  }
+  const dt = t.dtype;
+  if (dt !== undefined && dt !== null) {
+    if (typeof dt !== 'string') ck.add('E_ARG', `${name}.dtype must be a string, got ${describeValue(dt)}`);
+    else if (inferred && dt !== inferred) {
+      ck.add('E_DTYPE', `${name}.dtype is '${dt}' but its data is ${article(tagOf(data))} ('${inferred}')`);
+      inferred = null;
+    }
+  }
+  d.dtype = inferred;
 }
 
 /** E_RANK unless the rank is one of `ranks`. Returns true when the rank fits. */
@@ -229,26 +302,22 @@ export function checkRank(ck, d, ranks, what) {
   ck.add('E_RANK', `${d.name} has rank ${d.rank} (dims ${fmtDims(d.dims)}); expected ${what}`);
   return false;
 }
+export const RANK_4 = Object.freeze([4]);
 
 /**
  * Every dim a positive integer (a 0 at `headIndex` is E_HEADS) and
- * len == product(dims). Sets and returns d.ok.
+ * len == product(dims). Returns true when both hold.
  */
 export function checkDims(ck, d, headIndex = -1) {
   if (!d || !d.dims) return false;
-  let ok = true;
-  d.dims.forEach((x, i) => {
-    if (isPosInt(x)) return;
-    ok = false;
-    if (x === 0 && i === headIndex) ck.add('E_HEADS', `${d.name} has 0 heads (dims ${fmtDims(d.dims)}); expected at least 1`);
-    else ck.add('E_DIMS', `${d.name}.dims[${i}] is ${x}; every dim must be a positive integer`);
-  });
-  if (ok && d.len >= 0 && d.len !== prod(d.dims)) {
-    ck.add('E_DIMS', `${d.name}.data has ${d.len} elements but dims ${fmtDims(d.dims)} need ${prod(d.dims)}`);
-    ok = false;
+  if (d.heap) return true; // checked by allocTensor; its length is the product by construction
+  if (!checkDimValues(ck, d.dims, d.name, headIndex)) return false;
+  const need = prod(d.dims);
+  if (d.len >= 0 && d.len !== need) {
+    ck.add('E_DIMS', `${d.name}.data has ${d.len} elements but dims ${fmtDims(d.dims)} need ${need}`);
+    return false;
   }
-  d.ok = ok;
-  return ok;
+  return true;
 }
 
 /**
@@ -258,7 +327,7 @@ export function checkDims(ck, d, headIndex = -1) {
  * E_BATCH, so the relational rules must still be looked at.
  */
 export function structural(d) {
-  return !!d && !!d.dims && d.dims.every((x) => Number.isSafeInteger(x) && x >= 0);
+  return d !== null && d.whole;
 }
 
 /**
@@ -268,10 +337,7 @@ export function structural(d) {
  */
 export function regionOf(d) {
   if (!d) return null;
-  if (d.heap) {
-    if (d.heap.disposed) return null; // its memory may belong to someone else now: E_DISPOSED says it
-    return { space: d.heap.rt, start: d.heap.ptr, end: d.heap.ptr + d.heap.bytes };
-  }
+  if (d.heap) return d.heap.disposed ? null : d.heap.region; // (disposed: its memory may be someone else's now; E_DISPOSED says it)
   if (!d.data) return null;
   return { space: d.data.buffer, start: d.data.byteOffset, end: d.data.byteOffset + d.data.byteLength };
 }
@@ -279,32 +345,27 @@ export function regionOf(d) {
 /** The buffer a region's space stands for (any instance's memory, not just ours). */
 const bufferOf = (space) => (space && typeof space.currentBuffer === 'function' ? space.currentBuffer() : space);
 
+/** Whether two regions share bytes (the buffers are looked up only when the ranges meet and the spaces differ). */
 export function overlaps(a, b) {
-  return !!a && !!b && bufferOf(a.space) === bufferOf(b.space) && a.start < b.end && b.start < a.end;
+  return !!a && !!b && a.start < b.end && b.start < a.end && (a.space === b.space || bufferOf(a.space) === bufferOf(b.space));
 }
 
-/** E_ARG when `out` shares memory with any of `inputs` (descriptors or raw regions). */
-export function checkAliasing(ck, outDesc, inputs) {
-  const o = regionOf(outDesc);
-  if (!o) return;
-  for (const x of inputs) {
-    if (!x) continue;
-    const r = x.region ? x.region : regionOf(x);
-    if (overlaps(o, r)) {
-      ck.add('E_ARG', `${outDesc.name} shares memory with ${x.name}; out must not overlap any input`);
-      return;
-    }
+/** E_ARG when `out` (a descriptor) shares memory with `x` (a descriptor, or { name, region }). */
+export function checkOutAliasing(ck, out, x) {
+  if (!out || !x) return;
+  if (overlaps(regionOf(out), x.region ? x.region : regionOf(x))) {
+    ck.add('E_ARG', `${out.name} shares memory with ${x.name}; out must not overlap any input`);
   }
 }
 
-/** E_DISPOSED for any disposed heap tensor among `descs`. */
-export function checkDisposedTensors(ck, descs) {
-  for (const d of descs) {
-    if (d && d.heap && d.heap.disposed) {
-      ck.add('E_DISPOSED', `${d.name} is a disposed heap tensor`);
-      return;
-    }
-  }
+/** E_DISPOSED when `d` is a disposed heap tensor. */
+export function checkDisposed(ck, d) {
+  if (d && d.heap && d.heap.disposed) ck.add('E_DISPOSED', `${d.name} is a disposed heap tensor`);
+}
+
+/** E_MASK_CAUSAL for a mask together with isCausal: true. */
+export function checkMaskCausal(ck, M, isCausal) {
+  if (M && isCausal === true) ck.add('E_MASK_CAUSAL', `attnMask and isCausal: true were both given; pass one of them`);
 }
 
 // ---------------------------------------------------------------------------
@@ -313,49 +374,52 @@ export function checkDisposedTensors(ck, descs) {
 export const CUSTOM_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'out']);
 export const STEP_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', 'scale', 'out']);
 
+const RANK_2 = Object.freeze([2]);
+const BSHD = '4-D [B, S, H, D]';
+
 /**
- * Checks the attention half of a call: query against key/value (real
- * tensors, or the cache's whole K/V when `cache` is given), the mask, out
- * and the scalar options. Adds violations to `ck`; returns the plan.
- *
- * @param {object} a
- *   q, k, v           raw tensor arguments (k, v ignored when `cache`)
- *   names             { q, k, v }
- *   o                 options already read with readOptions
- *   cache             null or { batch, maxSeqLen, numKvHeads, headDim }
- *   startPos          number (already checked) or null when invalid
- *   skipStartPosBound    true in a cache step (the update half reports capacity)
+ * The stand-in descriptor of a cache's whole K (and V) for checkAttention:
+ * dims [B, maxSeqLen, Hkv, D]. Made once per cache.
  */
-export function checkAttention(ck, rt, a) {
-  const { names, o, cache } = a;
-  const Q = inspectTensor(ck, names.q, a.q, 'input');
-  let K, V;
-  if (cache) {
-    const dims = [cache.batch, cache.maxSeqLen, cache.numKvHeads, cache.headDim];
-    K = { name: 'the cache', dims, rank: 4, dtype: 'float32', ok: true, virtual: true };
-    V = K;
-  } else {
-    K = inspectTensor(ck, names.k, a.k, 'input');
-    V = inspectTensor(ck, names.v, a.v, 'input');
-  }
+export function cacheDescriptor(geo) {
+  return Object.freeze({
+    name: 'the cache', dims: Object.freeze([geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim]),
+    rank: 4, dtype: 'float32', virtual: true,
+  });
+}
+
+/**
+ * Checks the attention half of a call: query against key/value, the mask,
+ * out and the scalar options. Adds violations to `ck`; returns the plan
+ * { Q, M, O, isCausal, scale, Sq } (Sq: the query length, -1 when unknown).
+ *
+ * @param {object} o          options already read with readOptions
+ * @param {number|null} startPos  already checked; null (invalid, or a cache step,
+ *                            whose write reports the bound as E_CAPACITY) skips
+ *                            the bound startPos + Sq <= Skv
+ * @param Q, K, V             descriptors from inspectTensor (or null); K and V
+ *                            are both the cache's cacheDescriptor for a cache
+ */
+export function checkAttention(ck, o, startPos, Q, K, V) {
+  const cache = K !== null && K.virtual === true;
   const M = o.attnMask !== undefined && o.attnMask !== null ? inspectTensor(ck, 'attnMask', o.attnMask, 'mask') : null;
   const O = o.out !== undefined && o.out !== null ? inspectTensor(ck, 'out', o.out, 'out') : null;
   const isCausal = checkBool(ck, o.isCausal, 'isCausal');
-  const scale = checkScale(ck, o.scale, { positive: true });
+  const scale = checkScale(ck, o.scale, true);
   checkDropout(ck, o.dropoutP);
 
   // E_RANK
-  const qr = checkRank(ck, Q, [4], '4-D [B, S, H, D]');
-  const kr = cache ? true : checkRank(ck, K, [4], '4-D [B, S, H, D]');
-  const vr = cache ? true : checkRank(ck, V, [4], '4-D [B, S, H, D]');
-  const mr = M ? checkRank(ck, M, [2], '2-D [Sq, N] (this op does not broadcast masks)') : false;
+  const qr = checkRank(ck, Q, RANK_4, BSHD);
+  const kr = cache || checkRank(ck, K, RANK_4, BSHD);
+  const vr = cache || checkRank(ck, V, RANK_4, BSHD);
+  const mr = M !== null && checkRank(ck, M, RANK_2, '2-D [Sq, N] (this op does not broadcast masks)');
 
   // E_DIMS (0 heads: E_HEADS)
   if (qr) checkDims(ck, Q, 2);
   if (!cache && kr) checkDims(ck, K, 2);
   if (!cache && vr) checkDims(ck, V, 2);
   const mok = mr && checkDims(ck, M, -1);
-  const qs = qr && structural(Q), ks = cache ? true : kr && structural(K), vs = cache ? true : vr && structural(V);
+  const qs = qr && structural(Q), ks = cache || (kr && structural(K)), vs = cache || (vr && structural(V));
   let ook = false;
   if (O && O.dims) {
     checkDims(ck, O, 2); // out's head count 0 is E_HEADS, as for query
@@ -369,20 +433,23 @@ export function checkAttention(ck, rt, a) {
     }
   }
 
-  // E_ARG: out aliasing an input
-  if (O) {
-    const inputs = [Q, M];
-    if (!cache) inputs.push(K, V);
-    if (a.extraInputs) inputs.push(...a.extraInputs);
-    checkAliasing(ck, O, inputs);
+  // E_ARG: out aliasing an input (the first one found is reported)
+  checkOutAliasing(ck, O, Q);
+  checkOutAliasing(ck, O, M);
+  if (!cache) {
+    checkOutAliasing(ck, O, K);
+    checkOutAliasing(ck, O, V);
   }
 
-  let Sq = 0, Skv = 0;
+  let Sq = -1;
   if (qs && ks && vs) {
-    const [B, sq, Hq, D] = Q.dims;
-    const [Bk, Sk, Hk, Dk] = K.dims;
-    const [Bv, Sv, Hv, Dv] = V.dims;
-    Sq = sq; Skv = Math.min(Sk, Sv);
+    // (indexing, not destructuring: array destructuring allocates an iterator here)
+    const qd = Q.dims, kd = K.dims, vd = V.dims;
+    const B = qd[0], Hq = qd[2], D = qd[3];
+    const Bk = kd[0], Sk = kd[1], Hk = kd[2], Dk = kd[3];
+    const Bv = vd[0], Sv = vd[1], Hv = vd[2], Dv = vd[3];
+    Sq = qd[1];
+    const Skv = Math.min(Sk, Sv);
     const kname = K.name, vname = V.name;
     // E_BATCH
     if (Bk !== B) ck.add('E_BATCH', `${kname} has batch ${Bk} but ${Q.name} has batch ${B}; batches must match (no broadcasting)`);
@@ -398,48 +465,55 @@ export function checkAttention(ck, rt, a) {
     // E_KV_LEN
     if (!cache && Sk !== Sv) ck.add('E_KV_LEN', `${kname} has sequence length ${Sk} but ${vname} has ${Sv}; they must be equal`);
     // E_START_POS (no mask: keys 0 .. sp+Sq-1 must exist)
-    if (!M && a.startPos !== null && !a.skipStartPosBound && a.startPos + Sq > Skv) {
-      ck.add('E_START_POS', `startPos ${a.startPos} + query length ${Sq} = ${a.startPos + Sq} exceeds the ${cache ? 'cache length maxSeqLen' : 'key/value length'} ${Skv}; without a mask the op reads keys 0 .. startPos+Sq-1`);
+    if (!M && startPos !== null && startPos + Sq > Skv) {
+      ck.add('E_START_POS', `startPos ${startPos} + query length ${Sq} = ${startPos + Sq} exceeds the ${cache ? 'cache length maxSeqLen' : 'key/value length'} ${Skv}; without a mask the op reads keys 0 .. startPos+Sq-1`);
     }
     // E_MASK_SHAPE
     if (M && mok && (M.dims[0] !== Sq || M.dims[1] > Skv)) {
       ck.add('E_MASK_SHAPE', `attnMask has dims ${fmtDims(M.dims)} but must be [Sq, N] = [${Sq}, N] with N ≤ ${Skv} (${cache ? 'maxSeqLen' : 'key length'}); this op does not broadcast masks`);
     }
   }
-  if (M && isCausal === true) ck.add('E_MASK_CAUSAL', `attnMask and isCausal: true were both given; pass one of them`);
+  checkMaskCausal(ck, M, isCausal);
 
-  checkDisposedTensors(ck, [Q, cache ? null : K, cache ? null : V, M, O]);
+  checkDisposed(ck, Q);
+  checkDisposed(ck, K);
+  checkDisposed(ck, V);
+  checkDisposed(ck, M);
+  checkDisposed(ck, O);
 
-  return { Q, K, V, M, O, isCausal, scale, Sq, Skv };
+  return { Q, M, O, isCausal, scale, Sq };
+}
+
+/** checkCacheWrite's geometry rules for one of k, v against the cache. */
+function checkWriteGeometry(ck, cache, d) {
+  const B = d.dims[0], H = d.dims[2], D = d.dims[3];
+  if (B !== cache.batch) ck.add('E_BATCH', `${d.name} has batch ${B} but the cache has batch ${cache.batch}`);
+  if (H !== cache.numKvHeads) ck.add('E_HEADS', `${d.name} has ${H} heads but the cache has numKvHeads = ${cache.numKvHeads}`);
+  if (D !== cache.headDim) ck.add('E_HEAD_DIM', `${d.name} has head dim ${D} but the cache has headDim = ${cache.headDim}`);
 }
 
 /**
  * Checks a cache write: k, v [B, Snew, Hkv, D] at startPos against the
- * cache geometry. Returns { K, V, Snew }.
+ * cache geometry. Returns { K, V, Snew } (Snew -1 when unknown).
  */
-export function checkCacheWrite(ck, cache, k, v, startPos, names = { k: 'k', v: 'v' }) {
-  const K = inspectTensor(ck, names.k, k, 'input');
-  const V = inspectTensor(ck, names.v, v, 'input');
-  const kr = checkRank(ck, K, [4], '4-D [B, Snew, Hkv, D]');
-  const vr = checkRank(ck, V, [4], '4-D [B, Snew, Hkv, D]');
+export function checkCacheWrite(ck, cache, k, v, startPos) {
+  const K = inspectTensor(ck, 'k', k, 'input');
+  const V = inspectTensor(ck, 'v', v, 'input');
+  const kr = checkRank(ck, K, RANK_4, '4-D [B, Snew, Hkv, D]');
+  const vr = checkRank(ck, V, RANK_4, '4-D [B, Snew, Hkv, D]');
   if (kr) checkDims(ck, K, 2);
   if (vr) checkDims(ck, V, 2);
-  let Snew = 0;
   const ks = kr && structural(K), vs = vr && structural(V);
-  for (const [d, ok] of [[K, ks], [V, vs]]) {
-    if (!ok) continue;
-    const [B, , H, D] = d.dims;
-    if (B !== cache.batch) ck.add('E_BATCH', `${d.name} has batch ${B} but the cache has batch ${cache.batch}`);
-    if (H !== cache.numKvHeads) ck.add('E_HEADS', `${d.name} has ${H} heads but the cache has numKvHeads = ${cache.numKvHeads}`);
-    if (D !== cache.headDim) ck.add('E_HEAD_DIM', `${d.name} has head dim ${D} but the cache has headDim = ${cache.headDim}`);
-  }
+  if (ks) checkWriteGeometry(ck, cache, K);
+  if (vs) checkWriteGeometry(ck, cache, V);
   if (ks && vs && K.dims[1] !== V.dims[1]) {
     ck.add('E_KV_LEN', `${K.name} has ${K.dims[1]} rows but ${V.name} has ${V.dims[1]}; they must be equal`);
   }
-  if (ks) Snew = K.dims[1];
+  const Snew = ks ? K.dims[1] : -1;
   if (ks && startPos !== null && startPos + Snew > cache.maxSeqLen) {
     ck.add('E_CAPACITY', `writing ${Snew} rows at startPos ${startPos} needs ${startPos + Snew} rows but the cache holds maxSeqLen = ${cache.maxSeqLen}`);
   }
-  checkDisposedTensors(ck, [K, V]);
+  checkDisposed(ck, K);
+  checkDisposed(ck, V);
   return { K, V, Snew };
 }

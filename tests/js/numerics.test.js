@@ -191,6 +191,7 @@ test('heap tensors, plain arrays and `out` give the same bits', () => {
   const rand = rng(5);
   const q = randTensor(rand, [1, 3, 4, 16]), k = randTensor(rand, [1, 7, 2, 16]), v = randTensor(rand, [1, 7, 2, 16]);
   const plain = sdpa.customSdpa(q, k, v, { startPos: 2, isCausal: true });
+  assertClose(plain.data, refCustomSdpa(q, k, v, { startPos: 2, isCausal: true }), 'plain vs reference');
   const hq = sdpa.allocTensor('float32', q.dims), hk = sdpa.allocTensor('float32', k.dims);
   const hv = sdpa.allocTensor('float32', v.dims), ho = sdpa.allocTensor('float32', q.dims);
   hq.data.set(q.data); hk.data.set(k.data); hv.data.set(v.data);

@@ -100,6 +100,8 @@ test('several failed conditions give one reason each', () => {
   const plan = sdpa.planAttention(T([2, 4, 6, 8]), T([1, 2, 3, 8]), T([1, 2, 3, 5]), { enableGqa: true, isCausal: true, scale: -1 });
   assert.is(plan.route, 'general');
   assert.is(plan.reasons.length, 5, plan.reasons.join(' | ')); // key batch, value batch, Ev, L > S causal, scale
+  const expected = [/^key batch 1 /, /^value batch 1 /, /^value head dim 5 /, /^isCausal with L = 6 > S = 3/, /^scale -1 /];
+  expected.forEach((re, i) => assert.match(plan.reasons[i], re, `reason ${i}: ${plan.reasons.join(' | ')}`));
 });
 
 test('fully masked rows give zeros on both routes', () => {
@@ -144,7 +146,19 @@ test('heap tensors work as inputs of the PyTorch-style entry', () => {
   const a = sdpa.scaledDotProductAttention(hq, k, v, { isCausal: true });
   const b = sdpa.scaledDotProductAttention(q, k, v, { isCausal: true });
   assert.equal(a.data, b.data);
-  hq.dispose();
+  assertClose(a.data, refTorchSdpa(q, k, v, { isCausal: true }), 'heap query, custom route');
+  // heap key, value and bool mask on both routes
+  const hk = sdpa.allocTensor('float32', k.dims), hv = sdpa.allocTensor('float32', [1, 2, 4, 3]), hm = sdpa.allocTensor('bool', [4, 4]);
+  hk.data.set(k.data);
+  const v3 = T([1, 2, 4, 3]);
+  hv.data.set(v3.data);
+  hm.data.set([1, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1, 1]);
+  const m = { data: Uint8Array.from(hm.data), dims: [4, 4] };
+  const c = run('heap key + heap mask (custom)', hq, hk, { data: v.data, dims: v.dims }, { attnMask: hm }, 'custom');
+  assertClose(c.data, refTorchSdpa(q, k, v, { attnMask: m }), 'heap key + mask vs reference on plain copies');
+  const g = run('heap value with Ev 3 (general)', hq, hk, hv, { attnMask: hm }, 'general', [/value head dim 3/]);
+  assertClose(g.data, refTorchSdpa(q, k, v3, { attnMask: m }), 'general route with heap inputs vs reference on plain copies');
+  for (const t of [hq, hk, hv, hm]) t.dispose();
 });
 
 test.run();

@@ -5,7 +5,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createSdpa, SdpaError, INTERNALS } from '../../js/index.js';
-import { rng, randTensor, expectError, expectReject } from './helpers.js';
+import { rng, randTensor, expectError, expectReject, sameBits, assertClose } from './helpers.js';
+import { refCustomSdpa } from './reference.js';
 
 let sdpa, cache, cacheSnapshot, heapOut;
 const rand = rng(7);
@@ -131,6 +132,7 @@ test('E_ARG: missing arguments, wrong JS types, unknown options, out aliasing an
     ['createKVCache unknown field', () => sdpa.createKVCache({ max_seq_len: 8, maxSeqLen: 8, numKvHeads: 2, headDim: 8 }), [/max_seq_len/]],
     ['allocTensor without dtype', () => sdpa.allocTensor(undefined, [2]), [/dtype/]],
     ['allocTensor dims not an array', () => sdpa.allocTensor('float32', 4), [/dims/]],
+    ['allocTensor dims a DataView', () => sdpa.allocTensor('float32', new DataView(new ArrayBuffer(8))), [/dims must be an array/, /DataView/]],
     ['torch unknown option', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { enable_gqa: true }), [/enable_gqa/, /enableGqa/]],
     ['torch enableGqa non-boolean', () => sdpa.planAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { enableGqa: 'yes' }), [/enableGqa/]],
   ]);
@@ -199,7 +201,10 @@ test('E_ARG: out, or an input, inside the cache storage (caught in JS, cache unc
 });
 
 test('E_RANK: q/k/v not 4-D, mask not 2-D (section 4: ranks 1-4)', () => {
+  const h1 = sdpa.allocTensor('float32', [64]), h3 = sdpa.allocTensor('float32', [1, 4, 8]);
   runCases('E_RANK', [
+    ['heap query 1-D', () => sdpa.customSdpa(h1, k(), v(), { out: sentinelOut }), [/query/, /rank 1/]],
+    ['heap q 3-D through the cache', () => cache.step(h3, ckv(), ckv(), 4, { out: heapOut }), [/\bq\b/, /rank 3/]],
     ['query 3-D', () => sdpa.customSdpa({ data: Q.data, dims: [2, 4, 8] }, k(), v(), { out: sentinelOut }), [/query/, /rank 3/]],
     ['key 5-D', () => sdpa.customSdpa(q(), { data: K.data, dims: [1, 1, 6, 2, 8] }, v(), { out: sentinelOut }), [/key/]],
     ['value 2-D', () => sdpa.customSdpa(q(), k(), { data: V.data, dims: [12, 8] }, { out: sentinelOut }), [/value/]],
@@ -211,9 +216,11 @@ test('E_RANK: q/k/v not 4-D, mask not 2-D (section 4: ranks 1-4)', () => {
     ['torch mask 5-D', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { attnMask: t([1, 1, 1, 2, 2], 0) }), [/attnMask/]],
     ['allocTensor rank 0', () => sdpa.allocTensor('float32', []), [/dims/]],
   ]);
+  h1.dispose(); h3.dispose();
 });
 
 test('E_DIMS: non-positive or non-integer dims, data length, out dims, step lengths', () => {
+  const heapOut2 = sdpa.allocTensor('float32', [1, 1, 4, 8]);
   runCases('E_DIMS', [
     ['Sq = 0', () => sdpa.customSdpa({ data: new Float32Array(0), dims: [1, 0, 4, 8] }, k(), v(), { out: sentinelOut }), [/query\.dims\[1\]/]],
     ['D = 1.5', () => sdpa.customSdpa(q(), { data: K.data, dims: [1, 6, 2, 1.5] }, v(), { out: sentinelOut }), [/key\.dims\[3\]/]],
@@ -221,6 +228,8 @@ test('E_DIMS: non-positive or non-integer dims, data length, out dims, step leng
     ['data length', () => sdpa.customSdpa({ data: Q.data.subarray(1), dims: [1, 2, 4, 8] }, k(), v(), { out: sentinelOut }), [/query\.data/, /63/, /64/]],
     ['out dims', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float32Array(64).fill(7), dims: [1, 4, 2, 8] } }), [/out/]],
     ['out rank', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float32Array(64), dims: [2, 4, 8] } }), [/out/]],
+    ['heap out of another shape', () => sdpa.customSdpa(q(), k(), v(), { out: heapOut }), [/out/, /\[1, 1, 4, 8\]/, /\[1, 2, 4, 8\]/]],
+    ['heap q and heap out: q rows vs k rows in a step', () => cache.step(heapOut, ckv(2), ckv(2), 4, { out: heapOut2 }), [/\bq has 1 rows\b/, /\bk has 2\b/]],
     ['mask length', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Float32Array(11), dims: [2, 6] }, out: sentinelOut }), [/attnMask/]],
     ['mask dim 0', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Float32Array(0), dims: [2, 0] }, out: sentinelOut }), [/attnMask/]],
     ['update length', () => cache.update({ data: new Float32Array(15), dims: [1, 1, 2, 8] }, ckv(), 4), [/\bk\.data/]],
@@ -233,6 +242,7 @@ test('E_DIMS: non-positive or non-integer dims, data length, out dims, step leng
     ['allocTensor dim 0', () => sdpa.allocTensor('float32', [2, 0]), [/dims\[1\]/]],
     ['torch L = 0', () => sdpa.scaledDotProductAttention({ data: new Float32Array(0), dims: [1, 2, 0, 4] }, t([1, 2, 2, 4]), t([1, 2, 2, 4])), [/query/]],
   ]);
+  heapOut2.dispose();
 });
 
 test('E_DTYPE: q/k/v/out not float32, dtype field contradicting data, cache/alloc dtype', () => {
@@ -313,8 +323,12 @@ test('E_START_POS: not a non-negative integer; startPos + Sq > Skv without a mas
     ['read negative start', () => cache.read(-1, 1), [/start/]],
   ]);
   // With a mask startPos has no effect, so it may exceed Skv.
-  const out = sdpa.customSdpa(q(), k(), v(), { startPos: 100, attnMask: t([2, 6], 0) });
-  assert.is(out.data.length, 64);
+  const mask = t([2, 6], 0);
+  for (let i = 0; i < 12; i++) mask.data[i] = i % 5 === 1 ? -Infinity : (i % 3) * 0.5;
+  const out = sdpa.customSdpa(q(), k(), v(), { startPos: 100, attnMask: mask });
+  assert.equal(out.dims, [1, 2, 4, 8]);
+  assert.ok(sameBits(out.data, sdpa.customSdpa(q(), k(), v(), { startPos: 0, attnMask: mask }).data), 'the same as at startPos 0');
+  assertClose(out.data, refCustomSdpa(q(), k(), v(), { attnMask: mask }), 'startPos 100 with a mask');
 });
 
 test('E_CAPACITY: cache writes and reads past maxSeqLen', () => {
@@ -364,7 +378,8 @@ test('E_DROPOUT: dropoutP not 0', () => {
     ['step', () => cache.step(cq(), ckv(), ckv(), 4, { dropoutP: 0.5, out: heapOut }), [/dropoutP/]],
     ['torch 0.5', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { dropoutP: 0.5 }), [/dropoutP/]],
   ]);
-  assert.is(sdpa.customSdpa(q(), k(), v(), { dropoutP: 0 }).data.length, 64, 'dropoutP: 0 is accepted');
+  const zero = sdpa.customSdpa(q(), k(), v(), { dropoutP: 0, isCausal: true });
+  assert.ok(sameBits(zero.data, sdpa.customSdpa(q(), k(), v(), { isCausal: true }).data), 'dropoutP: 0 is accepted and changes nothing');
 });
 
 test('E_SCALE: not finite > 0 (section 4: not finite)', () => {

@@ -1,0 +1,11 @@
+// shape.js: the dims helpers every module uses (one copy of each).
+
+/** Element count of a tensor with these dims (1 for []). */
+export function prod(dims) {
+  let n = 1;
+  for (let i = 0; i < dims.length; i++) n *= dims[i];
+  return n;
+}
+
+/** Dims as messages show them: `[1, 8, 64]`. */
+export const fmtDims = (dims) => `[${dims.join(', ')}]`;
