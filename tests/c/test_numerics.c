@@ -13,12 +13,14 @@
  * combinations are sampled with a seeded RNG (more with SDPA_TEST_FULL=1,
  * fewer with SDPA_TEST_QUICK=1).
  *
- * Every case checks:
- *   - status SDPA_OK and an empty sdpa_ctx_last_error;
+ * Every case checks (tu_custom_paths in testutil.c):
+ *   - status SDPA_OK and an empty sdpa_ctx_last_error, on every path;
  *   - fast path, 1 thread and 2 threads, within 1e-5 * (1 + max|ref|);
  *   - 1-thread and 2-thread fast results bit-identical;
- *   - library reference (both switches) within the same tolerance;
+ *   - library reference within the same tolerance: sdpa_custom_reference
+ *     always, the sdpa_ctx_use_reference switch every other case (cost);
  *   - every output element written (out starts as a NaN sentinel);
+ *   - fully masked rows exactly zero, on every path;
  *   - K/V rows >= N are never read (they hold NaN).
  */
 #include <math.h>
@@ -134,9 +136,36 @@ static void fill_mask(const tcase * tc, tu_rng * rng, void * mask) {
     }
 }
 
-static void fill_nan(float * p, size_t n) {
-    uint32_t bits = 0x7FC0DEADu;  /* quiet NaN sentinel */
-    for (size_t i = 0; i < n; i++) memcpy(&p[i], &bits, sizeof bits);
+/* A fully masked row of one output is exactly zero (not merely close to it):
+   one check per such row. */
+typedef struct masked_rows {
+    const tcase * tc;
+    const void * mask;
+} masked_rows;
+
+static void check_masked_rows(int path, const char * what, const float * out, const double * ref,
+                              const void * arg) {
+    (void)path;
+    (void)ref;
+    const masked_rows * mr = arg;
+    const tcase * tc = mr->tc;
+    const int32_t N = tc->mask_cols;
+    long bad = 0;
+    for (int32_t i = 0; i < tc->Sq && !bad; i++) {
+        int full = 1;
+        for (int32_t t = 0; t < N && full; t++) {
+            size_t at = (size_t)i * N + (size_t)t;
+            full = tc->mode == MODE_BMASK ? ((const uint8_t *)mr->mask)[at] == 0
+                                          : ((const float *)mr->mask)[at] == -INFINITY;
+        }
+        if (!full) continue;
+        for (int32_t b = 0; b < tc->B; b++)
+            for (size_t j = 0; j < (size_t)tc->Hq * tc->D; j++) {
+                size_t at = (((size_t)b * tc->Sq + (size_t)i) * tc->Hq) * tc->D + j;
+                if (out[at] != 0.0f) bad++;
+            }
+        TU_CHECK(bad == 0, "%s: fully masked row %d: %ld outputs not exactly 0", what, i, bad);
+    }
 }
 
 static void run_case(const tcase * tc, uint64_t seed) {
@@ -188,66 +217,11 @@ static void run_case(const tcase * tc, uint64_t seed) {
         .start_pos = tc->sp, .is_causal = tc->mode == MODE_CAUSAL, .has_scale = tc->has_scale,
         .scale = tc->scale, .dropout_p = 0.0f,
     };
-    const int32_t * dims = tq.dims;
-
-    /* fast path, 1 thread */
-    fill_nan(out1, nq);
-    sdpa_tensor to1 = tu_tensor4(out1, SDPA_DTYPE_FLOAT32, tc->B, tc->Sq, tc->Hq, tc->D);
-    sdpa_status st = sdpa_custom(g_ctx1, &tq, &tk, &tv, masked ? &tm : NULL, &opt, &to1);
-    if (TU_CHECK(st == SDPA_OK, "sdpa_custom (1 thread) returned %s: %s", sdpa_status_code(st),
-                 sdpa_ctx_last_error(g_ctx1))) {
-        TU_CHECK(sdpa_ctx_last_error(g_ctx1)[0] == 0, "last_error not empty after success: '%s'",
-                 sdpa_ctx_last_error(g_ctx1));
-        tu_close("fast 1 thread vs naive", out1, ref, nq, dims);
-    }
-
-    /* fast path, 2 threads */
-    fill_nan(out2, nq);
-    sdpa_tensor to2 = tu_tensor4(out2, SDPA_DTYPE_FLOAT32, tc->B, tc->Sq, tc->Hq, tc->D);
-    st = sdpa_custom(g_ctx2, &tq, &tk, &tv, masked ? &tm : NULL, &opt, &to2);
-    if (TU_CHECK(st == SDPA_OK, "sdpa_custom (2 threads) returned %s: %s", sdpa_status_code(st),
-                 sdpa_ctx_last_error(g_ctx2))) {
-        tu_close("fast 2 threads vs naive", out2, ref, nq, dims);
-        tu_identical("fast 1 thread vs 2 threads (bit-identical)", out1, out2, nq, dims);
-    }
-
-    /* library reference: sdpa_custom_reference on the 2-thread context */
-    fill_nan(outr, nq);
-    sdpa_tensor tor = tu_tensor4(outr, SDPA_DTYPE_FLOAT32, tc->B, tc->Sq, tc->Hq, tc->D);
-    st = sdpa_custom_reference(g_ctx2, &tq, &tk, &tv, masked ? &tm : NULL, &opt, &tor);
-    if (TU_CHECK(st == SDPA_OK, "sdpa_custom_reference returned %s: %s", sdpa_status_code(st),
-                 sdpa_ctx_last_error(g_ctx2)))
-        tu_close("library reference vs naive", outr, ref, nq, dims);
-
-    /* fully masked rows are exactly zero (not merely close to it) */
-    if (masked) {
-        long bad = 0;
-        for (int32_t i = 0; i < tc->Sq && !bad; i++) {
-            int full = 1;
-            for (int32_t t = 0; t < N && full; t++) {
-                size_t at = (size_t)i * N + (size_t)t;
-                full = tc->mode == MODE_BMASK ? ((uint8_t *)mask)[at] == 0 : ((float *)mask)[at] == -INFINITY;
-            }
-            if (!full) continue;
-            for (int32_t b = 0; b < tc->B; b++)
-                for (size_t j = 0; j < (size_t)tc->Hq * tc->D; j++) {
-                    size_t at = (((size_t)b * tc->Sq + (size_t)i) * tc->Hq) * tc->D + j;
-                    if (out1[at] != 0.0f || out2[at] != 0.0f || outr[at] != 0.0f) bad++;
-                }
-            TU_CHECK(bad == 0, "fully masked row %d: %ld outputs not exactly 0", i, bad);
-        }
-    }
-
-    /* library reference through the switch, every other case (cost) */
-    if (g_cases % 2 == 0) {
-        fill_nan(outr, nq);
-        sdpa_ctx_use_reference(g_ctx1, 1);
-        st = sdpa_custom(g_ctx1, &tq, &tk, &tv, masked ? &tm : NULL, &opt, &tor);
-        sdpa_ctx_use_reference(g_ctx1, 0);
-        if (TU_CHECK(st == SDPA_OK, "sdpa_custom with use_reference returned %s: %s", sdpa_status_code(st),
-                     sdpa_ctx_last_error(g_ctx1)))
-            tu_close("use_reference switch vs naive", outr, ref, nq, dims);
-    }
+    /* fast path 1 and 2 threads, sdpa_custom_reference, and (every other
+       case: cost) the reference switch; fully masked rows exactly zero */
+    masked_rows mr = {tc, mask};
+    tu_custom_paths(g_ctx1, g_ctx2, &tq, &tk, &tv, masked ? &tm : NULL, &opt, ref, out1, out2, outr,
+                    g_cases % 2 == 0, masked ? check_masked_rows : NULL, &mr);
 
 done:
     free(q);
@@ -635,15 +609,16 @@ static void test_null_options(void) {
     double * ref = tu_malloc(nq * 8);
     fill_qkv(&tc, &rng, q, k, v, tc.Sq);
     naive_params np = {.B = 1, .Sq = tc.Sq, .Skv = tc.Skv, .Hq = tc.Hq, .Hkv = tc.Hkv, .D = tc.D};
-    naive_sdpa(&np, q, k, v, ref);
+    const int nrc = naive_sdpa(&np, q, k, v, ref);
+    TU_CHECK(nrc == 0, "test bug: naive reference rejected the case");
     sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, 1, tc.Sq, tc.Hq, tc.D);
     sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, tc.Skv, tc.Hkv, tc.D);
     sdpa_tensor tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, tc.Skv, tc.Hkv, tc.D);
     sdpa_tensor to = tu_tensor4(o, SDPA_DTYPE_FLOAT32, 1, tc.Sq, tc.Hq, tc.D);
     /* a mask tensor whose data is NULL also means "no mask" */
     sdpa_tensor none = tu_tensor2(NULL, SDPA_DTYPE_FLOAT32, 0, 0);
-    for (int variant = 0; variant < 2; variant++) {
-        fill_nan(o, nq);
+    for (int variant = 0; variant < 2 && nrc == 0; variant++) {
+        tu_fill_nan(o, nq);
         sdpa_status st = sdpa_custom(g_ctx2, &tq, &tk, &tv, variant ? &none : NULL, NULL, &to);
         if (TU_CHECK(st == SDPA_OK, "options NULL (mask %s) returned %s: %s", variant ? "data NULL" : "NULL",
                      sdpa_status_code(st), sdpa_ctx_last_error(g_ctx2)))
@@ -680,6 +655,9 @@ static void test_repeatable(void) {
     sdpa_tensor t1 = tu_tensor4(o1, SDPA_DTYPE_FLOAT32, 1, tc.Sq, tc.Hq, tc.D);
     sdpa_tensor t2 = tu_tensor4(o2, SDPA_DTYPE_FLOAT32, 1, tc.Sq, tc.Hq, tc.D);
     sdpa_options opt = {.start_pos = tc.sp, .is_causal = 1};
+    /* different fills: two calls that wrote nothing are not "identical" */
+    tu_fill_nan(o1, nq);
+    memset(o2, 0, nq * 4);
     sdpa_status s1 = sdpa_custom(g_ctx2, &tq, &tk, &tv, NULL, &opt, &t1);
     sdpa_status s2 = sdpa_custom(g_ctx2, &tq, &tk, &tv, NULL, &opt, &t2);
     if (TU_CHECK(s1 == SDPA_OK && s2 == SDPA_OK, "repeat: %s / %s", sdpa_status_code(s1), sdpa_status_code(s2)))
@@ -697,15 +675,7 @@ int main(void) {
     const int quick = tu_quick(), full = tu_full();
     g_base = tu_base_seed(0) * 1000;
     g_seed += g_base * 100;
-    sdpa_status st1 = SDPA_E_ARG, st2 = SDPA_E_ARG;
-    g_ctx1 = sdpa_ctx_create(1, &st1);
-    g_ctx2 = sdpa_ctx_create(2, &st2);
-    if (!g_ctx1 || !g_ctx2 || st1 != SDPA_OK || st2 != SDPA_OK) {
-        printf("FATAL: sdpa_ctx_create failed (%s, %s)\n", sdpa_status_code(st1), sdpa_status_code(st2));
-        return 1;
-    }
-    TU_CHECK(sdpa_ctx_threads(g_ctx1) == 1, "ctx1 threads = %d", sdpa_ctx_threads(g_ctx1));
-    TU_CHECK(sdpa_ctx_threads(g_ctx2) == 2, "ctx2 threads = %d", sdpa_ctx_threads(g_ctx2));
+    if (!tu_ctx_pair(&g_ctx1, &g_ctx2)) return 1;
 
     /* Per-case cost caps (multiply-adds of one evaluation). */
     const double budget = quick ? 4e5 : full ? 3e7 : 3e6;

@@ -202,32 +202,107 @@ double tu_seconds(void) {
     return (double)clock() / (double)CLOCKS_PER_SEC;
 }
 
-sdpa_tensor tu_tensor4(void * data, int32_t dtype, int32_t d0, int32_t d1, int32_t d2, int32_t d3) {
+static sdpa_tensor tu_tensor(void * data, int32_t dtype, int32_t rank, const int32_t * dims) {
     sdpa_tensor t;
     memset(&t, 0, sizeof t);
     t.data = data;
     t.dtype = dtype;
-    t.rank = 4;
-    t.dims[0] = d0;
-    t.dims[1] = d1;
-    t.dims[2] = d2;
-    t.dims[3] = d3;
-    int64_t len = (int64_t)d0 * d1 * d2 * d3;
+    t.rank = rank;
+    int64_t len = 1;
+    for (int32_t i = 0; i < rank; i++) {
+        t.dims[i] = dims[i];
+        len *= dims[i];
+    }
     t.len = len > 0 ? (size_t)len : 0;
     return t;
 }
 
+sdpa_tensor tu_tensor4(void * data, int32_t dtype, int32_t d0, int32_t d1, int32_t d2, int32_t d3) {
+    const int32_t dims[4] = {d0, d1, d2, d3};
+    return tu_tensor(data, dtype, 4, dims);
+}
+
 sdpa_tensor tu_tensor2(void * data, int32_t dtype, int32_t d0, int32_t d1) {
-    sdpa_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dtype;
-    t.rank = 2;
-    t.dims[0] = d0;
-    t.dims[1] = d1;
-    int64_t len = (int64_t)d0 * d1;
-    t.len = len > 0 ? (size_t)len : 0;
-    return t;
+    const int32_t dims[2] = {d0, d1};
+    return tu_tensor(data, dtype, 2, dims);
+}
+
+void tu_fill_nan(float * p, size_t n) {
+    const uint32_t bits = 0x7FC0DEADu; /* quiet NaN */
+    for (size_t i = 0; i < n; i++) memcpy(&p[i], &bits, sizeof bits);
+}
+
+int tu_ctx_pair(sdpa_ctx ** one, sdpa_ctx ** two) {
+    sdpa_status s1 = SDPA_E_ARG, s2 = SDPA_E_ARG;
+    *one = sdpa_ctx_create(1, &s1);
+    *two = sdpa_ctx_create(2, &s2);
+    if (!*one || !*two || s1 != SDPA_OK || s2 != SDPA_OK) {
+        printf("FATAL: sdpa_ctx_create failed (%s, %s)\n", sdpa_status_code(s1), sdpa_status_code(s2));
+        fflush(stdout);
+        sdpa_ctx_free(*one);
+        sdpa_ctx_free(*two);
+        *one = *two = NULL;
+        return 0;
+    }
+    TU_CHECK(sdpa_ctx_threads(*one) == 1, "1-thread context runs %d threads", sdpa_ctx_threads(*one));
+    TU_CHECK(sdpa_ctx_threads(*two) == 2, "2-thread context runs %d threads", sdpa_ctx_threads(*two));
+    return 1;
+}
+
+void tu_dirty_error(sdpa_ctx * ctx) {
+    (void)sdpa_custom(ctx, NULL, NULL, NULL, NULL, NULL, NULL);
+}
+
+int tu_check_output(sdpa_ctx * ctx, sdpa_status st, const char * what, const float * out, const double * ref,
+                    size_t n, const int32_t * dims4) {
+    if (!TU_CHECK(st == SDPA_OK, "%s returned %s: %s", what, sdpa_status_code(st), sdpa_ctx_last_error(ctx)))
+        return 0;
+    TU_CHECK(sdpa_ctx_last_error(ctx)[0] == 0, "%s: last_error not empty after a success: '%s'", what,
+             sdpa_ctx_last_error(ctx));
+    tu_close(what, out, ref, n, dims4);
+    return 1;
+}
+
+void tu_custom_paths(sdpa_ctx * one, sdpa_ctx * two, const sdpa_tensor * query, const sdpa_tensor * key,
+                     const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
+                     const double * ref, float * out1, float * out2, float * outr, int with_switch,
+                     tu_path_check check, const void * arg) {
+    const int32_t * dims = query->dims;
+    const size_t n = (size_t)dims[0] * (size_t)dims[1] * (size_t)dims[2] * (size_t)dims[3];
+    sdpa_tensor to1 = tu_tensor4(out1, SDPA_DTYPE_FLOAT32, dims[0], dims[1], dims[2], dims[3]);
+    sdpa_tensor to2 = tu_tensor4(out2, SDPA_DTYPE_FLOAT32, dims[0], dims[1], dims[2], dims[3]);
+    sdpa_tensor tor = tu_tensor4(outr, SDPA_DTYPE_FLOAT32, dims[0], dims[1], dims[2], dims[3]);
+    const char * what;
+
+    what = "sdpa_custom (1 thread)";
+    tu_fill_nan(out1, n);
+    tu_dirty_error(one);
+    sdpa_status st = sdpa_custom(one, query, key, value, mask, options, &to1);
+    if (tu_check_output(one, st, what, out1, ref, n, dims) && check) check(TU_PATH_FAST1, what, out1, ref, arg);
+
+    what = "sdpa_custom (2 threads)";
+    tu_fill_nan(out2, n);
+    tu_dirty_error(two);
+    st = sdpa_custom(two, query, key, value, mask, options, &to2);
+    if (tu_check_output(two, st, what, out2, ref, n, dims)) {
+        tu_identical("sdpa_custom 1 vs 2 threads (bit-identical)", out1, out2, n, dims);
+        if (check) check(TU_PATH_FAST2, what, out2, ref, arg);
+    }
+
+    what = "sdpa_custom_reference";
+    tu_fill_nan(outr, n);
+    tu_dirty_error(two);
+    st = sdpa_custom_reference(two, query, key, value, mask, options, &tor);
+    if (tu_check_output(two, st, what, outr, ref, n, dims) && check) check(TU_PATH_REFERENCE, what, outr, ref, arg);
+
+    if (!with_switch) return;
+    what = "sdpa_custom with sdpa_ctx_use_reference";
+    tu_fill_nan(outr, n);
+    tu_dirty_error(one);
+    sdpa_ctx_use_reference(one, 1);
+    st = sdpa_custom(one, query, key, value, mask, options, &tor);
+    sdpa_ctx_use_reference(one, 0);
+    if (tu_check_output(one, st, what, outr, ref, n, dims) && check) check(TU_PATH_SWITCH, what, outr, ref, arg);
 }
 
 void * tu_malloc(size_t bytes) {
@@ -258,6 +333,21 @@ int tu_summary(const char * name) {
 #ifdef TU_ASAN
 const char * __asan_default_options(void);
 const char * __asan_default_options(void) {
+    return "allocator_may_return_null=1";
+}
+#endif
+
+/* The same under ThreadSanitizer (test_validation's ctx_reserve(SIZE_MAX)). */
+#if defined(__SANITIZE_THREAD__)
+#define TU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TU_TSAN 1
+#endif
+#endif
+#ifdef TU_TSAN
+const char * __tsan_default_options(void);
+const char * __tsan_default_options(void) {
     return "allocator_may_return_null=1";
 }
 #endif

@@ -6,7 +6,10 @@
  *   printing the first mismatch with its [b, s, h, d] indices;
  * - TU_CHECK(): a counted boolean check with a printf-style message;
  * - tu_summary(): the closing line "<name>: N checks, N failed" and the
- *   process exit status (non-zero when anything failed).
+ *   process exit status (non-zero when anything failed);
+ * - tu_ctx_pair(), tu_custom_paths(): the 1- and 2-thread contexts and the
+ *   run of one customSdpa call through every path (fast 1 and 2 threads,
+ *   sdpa_custom_reference, the reference switch) against a float64 reference.
  *
  * Plain C11, no platform calls: the same tests build natively and with emcc.
  * Implementation in testutil.c (linked into every test executable).
@@ -86,9 +89,52 @@ uint64_t tu_base_seed(uint64_t dflt);
 /// Seconds since an arbitrary origin (clock(), CPU time: portable C11).
 double tu_seconds(void);
 
-/// Fills a tensor descriptor.
+/// Fills a tensor descriptor (len = product of the dims, 0 when it is not positive).
 sdpa_tensor tu_tensor4(void * data, int32_t dtype, int32_t d0, int32_t d1, int32_t d2, int32_t d3);
 sdpa_tensor tu_tensor2(void * data, int32_t dtype, int32_t d0, int32_t d1);
+
+/// Fills n floats with a quiet-NaN sentinel (an output element a call should
+/// have written and did not then fails tu_close).
+void tu_fill_nan(float * p, size_t n);
+
+/// Creates the 1-thread and the 2-thread context most tests compare. On
+/// failure prints a FATAL line, frees what was made and returns 0; otherwise
+/// counts two checks (each context runs the threads it was asked for: the
+/// 1 vs 2 threads bit-identity checks mean nothing otherwise) and returns 1.
+int tu_ctx_pair(sdpa_ctx ** one, sdpa_ctx ** two);
+
+/// Leaves a message in sdpa_ctx_last_error(ctx) (a call rejected with
+/// E_ARG, nothing touched), so that a success after it has a message to clear
+/// (otherwise "last_error empty after a success" would hold trivially).
+void tu_dirty_error(sdpa_ctx * ctx);
+
+/// The verdict on one output of a call that should succeed: status SDPA_OK
+/// and an empty sdpa_ctx_last_error(ctx), then tu_close(what, out, ref, n,
+/// dims4). Returns 1 when the status was SDPA_OK (whatever the comparison).
+int tu_check_output(sdpa_ctx * ctx, sdpa_status st, const char * what, const float * out, const double * ref,
+                    size_t n, const int32_t * dims4);
+
+/// The ways into customSdpa's math that tu_custom_paths runs, in its order.
+enum { TU_PATH_FAST1 = 0, TU_PATH_FAST2 = 1, TU_PATH_REFERENCE = 2, TU_PATH_SWITCH = 3 };
+
+/// Extra checks on one output of tu_custom_paths (path: TU_PATH_*).
+typedef void (*tu_path_check)(int path, const char * what, const float * out, const double * ref,
+                              const void * arg);
+
+/// One customSdpa call (query, key, value, mask, options; output dims are the
+/// query's) run every way the library offers, each output checked with
+/// tu_check_output against ref (the tests' float64 reference):
+///   sdpa_custom on `one` into out1; on `two` into out2, which must also be
+///   bit-identical to out1; sdpa_custom_reference on `two` into outr; and,
+///   when with_switch, sdpa_custom on `one` with sdpa_ctx_use_reference into
+///   outr again.
+/// Every output starts as a NaN sentinel, every call follows tu_dirty_error.
+/// `check` (may be NULL) runs on each output whose call returned SDPA_OK,
+/// right after it was compared.
+void tu_custom_paths(sdpa_ctx * one, sdpa_ctx * two, const sdpa_tensor * query, const sdpa_tensor * key,
+                     const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
+                     const double * ref, float * out1, float * out2, float * outr, int with_switch,
+                     tu_path_check check, const void * arg);
 
 /// malloc that aborts the test (not the library) when the host is out of memory.
 void * tu_malloc(size_t bytes);

@@ -21,8 +21,10 @@
  * Oracles (abort() on violation, so libFuzzer reports the input):
  *   - the status is SDPA_OK exactly when the fuzzer's own model of
  *     CONTRACT.md section 2 says the call is valid;
- *   - a rejected call leaves the output, read-back buffers and the cache
- *     storage byte-for-byte unchanged and sets a non-empty last error;
+ *   - a rejected call leaves every buffer it was given (inputs, output,
+ *     read-back buffers) and the cache storage byte-for-byte unchanged and
+ *     sets a non-empty last error; an accepted one leaves its inputs
+ *     unchanged and (every entry point, cache create too) clears the error;
  *   - an accepted call matches the float64 reference (tests/c/naive_ref.c)
  *     on a few output rows, |got - ref| <= 1e-5 (1 + max|ref|), when the
  *     inputs are tame (data from bytes, exact small logits);
@@ -207,6 +209,22 @@ static const sdpa_tensor * tp(const ftensor * ft) {
     return ft->present ? &ft->t : NULL;
 }
 
+/* The n tensors' buffers, one after another, in a new allocation (to compare
+   before and after a call); *bytes is their total size. */
+static uint8_t * snapshot(ftensor * const * ts, int n, size_t * bytes) {
+    size_t tot = 0;
+    for (int i = 0; i < n; i++) tot += ts[i]->bytes;
+    uint8_t * copy = malloc(tot + 1);
+    if (!copy) FAILF("host malloc failed");
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(copy + at, ts[i]->buf, ts[i]->bytes);
+        at += ts[i]->bytes;
+    }
+    *bytes = tot;
+    return copy;
+}
+
 /* ---- options ----------------------------------------------------------- */
 
 typedef struct fopts {
@@ -380,6 +398,7 @@ static void expect_model(const char * what, sdpa_status st, int valid) {
     if (valid && st != SDPA_OK)
         FAILF("%s: valid call rejected with %s: %s", what, sdpa_status_code(st), sdpa_ctx_last_error(g_ctx));
     if (!valid && st == SDPA_OK) FAILF("%s: invalid call accepted", what);
+    if (st == SDPA_OK && sdpa_ctx_last_error(g_ctx)[0]) FAILF("%s: last_error not cleared on success", what);
     const int is_custom = strncmp(what, "sdpa_custom", 11) == 0;  /* no cache: E_CAPACITY cannot apply */
     if (st != SDPA_OK && ((int)st < 1 || (int)st > 17 || st == SDPA_E_DISPOSED || (is_custom && st == SDPA_E_CAPACITY)))
         FAILF("%s: unexpected status %d", what, (int)st);
@@ -465,30 +484,20 @@ static void fuzz_custom(rd * r, int use_reference) {
     maybe_inject(r, po, &q, &k, &v, (!pm || !pm->data) && (!po || !po->is_causal));
     int valid = pq && pk && pv && pout && model_custom(pq, pk, pv, pm, po, pout);
 
-    /* snapshot what the call may not touch when it fails: all buffers */
-    size_t tot = q.bytes + k.bytes + v.bytes + m.bytes + out.bytes;
-    uint8_t * before = malloc(tot + 1), * after = malloc(tot + 1);
-    if (!before || !after) FAILF("host malloc failed");
+    /* snapshot what the call may not touch when it fails: all buffers (the
+       output last, so that the inputs are a prefix) */
     ftensor * all[5] = {&q, &k, &v, &m, &out};
-    size_t at = 0;
-    for (int i = 0; i < 5; i++) {
-        memcpy(before + at, all[i]->buf, all[i]->bytes);
-        at += all[i]->bytes;
-    }
+    size_t tot;
+    uint8_t * before = snapshot(all, 5, &tot);
     sdpa_status st = use_reference ? sdpa_custom_reference(g_ctx, pq, pk, pv, pm, po, pout)
                                    : sdpa_custom(g_ctx, pq, pk, pv, pm, po, pout);
-    at = 0;
-    for (int i = 0; i < 5; i++) {
-        memcpy(after + at, all[i]->buf, all[i]->bytes);
-        at += all[i]->bytes;
-    }
+    uint8_t * after = snapshot(all, 5, &tot);
     const char * what = use_reference ? "sdpa_custom_reference" : "sdpa_custom";
     expect_model(what, st, valid);
     check_rejected(what, st, before, after, tot);
     if (st == SDPA_OK) {
         /* inputs are read-only */
-        if (memcmp(before, after, q.bytes + k.bytes + v.bytes + m.bytes) != 0) FAILF("%s modified an input", what);
-        if (sdpa_ctx_last_error(g_ctx)[0]) FAILF("%s: last_error not cleared on success", what);
+        if (memcmp(before, after, tot - out.bytes) != 0) FAILF("%s modified an input", what);
         if (fo.tame)
             check_rows(what, pq, k.t.data, v.t.data, pk->dims[1], pk->dims[2], pm, po, out.t.data, r);
     }
@@ -583,6 +592,7 @@ static void fuzz_cache(rd * r) {
         if (st != SDPA_OK || !fc.c)
             FAILF("kv_cache_create(%d, %d, %d, %d) failed: %s %s", g[0], g[1], g[2], g[3], sdpa_status_code(st),
                   sdpa_ctx_last_error(g_ctx));
+        if (sdpa_ctx_last_error(g_ctx)[0]) FAILF("kv_cache_create: last_error not cleared on success");
     } else {
         if (st == SDPA_OK || fc.c) FAILF("kv_cache_create(%d, %d, %d, %d, dtype %d) accepted", g[0], g[1], g[2], g[3], dtype);
         if (expect > 0 && dtype == SDPA_DTYPE_FLOAT32 && st != (sdpa_status)expect)
@@ -621,14 +631,11 @@ static void fuzz_cache(rd * r) {
             int valid = ko.present && vo.present && t4_ok(&ko.t) && t4_ok(&vo.t) && start >= 0 && len > 0 &&
                         (int64_t)start + len <= fc.S;
             for (int i = 0; i < 4 && valid; i++) valid = ko.t.dims[i] == od[i] && vo.t.dims[i] == od[i];
-            size_t tot = ko.bytes + vo.bytes;
-            uint8_t * before = malloc(tot + 1), * after = malloc(tot + 1);
-            if (!before || !after) FAILF("host malloc failed");
-            memcpy(before, ko.buf, ko.bytes);
-            memcpy(before + ko.bytes, vo.buf, vo.bytes);
+            ftensor * outs[2] = {&ko, &vo};
+            size_t tot;
+            uint8_t * before = snapshot(outs, 2, &tot);
             st = sdpa_kv_cache_read(g_ctx, fc.c, start, len, ko.present ? &ko.t : NULL, vo.present ? &vo.t : NULL);
-            memcpy(after, ko.buf, ko.bytes);
-            memcpy(after + ko.bytes, vo.buf, vo.bytes);
+            uint8_t * after = snapshot(outs, 2, &tot);
             expect_model("kv_cache_read", st, valid);
             check_rejected("kv_cache_read", st, before, after, tot);
             if (st == SDPA_OK) {
@@ -666,10 +673,10 @@ static void fuzz_cache(rd * r) {
 
         int valid;
         const char * what;
-        size_t tot = out.bytes;
-        uint8_t * before = malloc(tot + 1), * after = malloc(tot + 1);
-        if (!before || !after) FAILF("host malloc failed");
-        memcpy(before, out.buf, out.bytes);
+        /* every buffer, the output last (the inputs are a prefix) */
+        ftensor * all[5] = {&q, &k, &v, &m, &out};
+        size_t tot;
+        uint8_t * before = snapshot(all, 5, &tot);
         if (kind == 0) {
             what = "kv_cache_update";
             valid = k.present && v.present && model_update(&fc, &k.t, &v.t, upd_sp);
@@ -690,9 +697,10 @@ static void fuzz_cache(rd * r) {
             st = sdpa_kv_cache_step(g_ctx, fc.c, tp(&q), tp(&k), tp(&v), pm, po, out.present ? &out.t : NULL);
             if (st == SDPA_OK) host_write(&fc, &k.t, &v.t, sp);
         }
-        memcpy(after, out.buf, out.bytes);
+        uint8_t * after = snapshot(all, 5, &tot);
         expect_model(what, st, valid);
         check_rejected(what, st, before, after, tot);
+        if (st == SDPA_OK && memcmp(before, after, tot - out.bytes) != 0) FAILF("%s modified an input", what);
         if (!cache_same_as_host(&fc))
             FAILF("%s (%s): cache storage differs from what was written", what, sdpa_status_code(st));
         if (st == SDPA_OK && kind != 0 && fo.tame && !(fc.nonfinite && subnormal_scale(po)))
