@@ -11,7 +11,7 @@ import {
   Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkSize, describeValue,
   readDims, checkDimValues, CUSTOM_OPTIONS,
 } from './validate.js';
-import { chooseBuild, loadBuild, unrefWorkers, availableCores, BUILD_NAMES, MAX_AUTO_THREADS, MAX_THREADS } from './loader.js';
+import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
 import { KVCache, cacheBytes } from './kv-cache.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
@@ -30,11 +30,12 @@ const MAX_ALLOC = 0x7fff0000;
 
 /**
  * Loads the wasm build and makes an instance.
- * @param {{ threads?: number | 'auto', build?: 'simd-threads' | 'simd' }} [options]
+ * @param {{ threads?: number | 'auto', build?: 'simd-threads' | 'simd', wasmPaths?: string | URL | Record<string, string | URL>,
+ *   wasmBinary?: ArrayBuffer | Uint8Array, wasmModule?: WebAssembly.Module, initTimeout?: number }} [options]
  */
 export async function createSdpa(options) {
   const ck = new Checks('createSdpa');
-  const o = readOptions(ck, options, ['threads', 'build']);
+  const o = readOptions(ck, options, ['threads', 'build', 'wasmPaths', 'wasmBinary', 'wasmModule', 'initTimeout']);
   let threads = o.threads === undefined || o.threads === null ? 'auto' : o.threads;
   if (threads !== 'auto') {
     if (typeof threads !== 'number') ck.add('E_ARG', `threads must be a positive integer or 'auto', got ${describeValue(threads)}`);
@@ -47,14 +48,11 @@ export async function createSdpa(options) {
   if (forced === 'simd' && typeof threads === 'number' && threads > 1) {
     ck.add('E_ARG', `threads is ${threads} but build 'simd' is single-threaded; use build 'simd-threads' or threads: 1`);
   }
+  const load = checkLoadOptions(ck, o);
   ck.done();
 
-  const { build, reason } = chooseBuild(forced);
-  let n = 1;
-  if (build === 'simd-threads') {
-    n = threads === 'auto' ? Math.min(await availableCores(), MAX_AUTO_THREADS) : Math.min(threads, MAX_THREADS);
-  }
-  const { M } = await loadBuild({ build, threads: n, reason });
+  // threads above the available cores are clamped to them (one console.warn says so).
+  const { M, build, threads: n } = await loadSdpa({ forced, threads, load });
   const core = new Core(M);
   try {
     core.scratch = core.malloc(SCRATCH_BYTES, 'createSdpa', 'the argument block');

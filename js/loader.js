@@ -1,35 +1,53 @@
-// loader.js: pick a build, find its files next to this package, instantiate it.
+// loader.js: pick a build, locate its files, fetch and instantiate it.
 //
 // Builds (dist/, made by `npm run build`):
 //   simd-threads  SIMD128 + pthreads: Node, or a browser page/worker with crossOriginIsolated
+//                 files: sdpa-simd-threads.mjs (glue), .wasm, .worker.js (pthread worker script)
 //   simd          SIMD128, one thread: everywhere else (one console.warn says why)
-// Node reads the .wasm bytes from disk (the 3.1.6 glue would fetch() a path);
-// browsers let the glue fetch new URL('<name>.wasm', import.meta.url).
-// A missing or corrupt file and a failed instantiation are SdpaError E_LOAD
-// naming the file: never a silent switch to the other build.
+//                 files: sdpa-simd.mjs (glue), sdpa-simd.wasm
+//
+// Where the files are: by default next to this package, through literal
+// `new URL('../dist/<file>', import.meta.url)` (one per file, so that webpack 5,
+// Vite/Rollup and Parcel see each file and emit it as an asset); createSdpa's
+// `wasmPaths` (a URL prefix or a per-file map) overrides that, and
+// `wasmBinary` / `wasmModule` skip fetching the .wasm.
+//
+// How they load: the loader reads (Node: fs) or fetches (browsers) the .wasm
+// itself, so a failure names the URL really requested and its HTTP status; it
+// compiles it and hands the module to the glue (instantiateWasm). The glue is
+// imported by URL, never bundled (so it is downloaded once; bundlers do not
+// parse it). Cross-origin glue and worker scripts (a CDN) are fetched into
+// blob: URLs, because browsers refuse a cross-origin Worker script.
+// Every failure is SdpaError E_LOAD naming the file and the advice that fits
+// the cause, never a silent switch to the other build, and never a promise
+// left pending: `initTimeout` bounds the whole load.
 
 import { SdpaError, E_LOAD } from './errors.js';
+import { describeValue } from './validate.js';
 
 export const MAX_AUTO_THREADS = 8;
 export const MAX_THREADS = 64; // SDPA_MAX_THREADS in include/sdpa.h
+export const DEFAULT_INIT_TIMEOUT_MS = 30_000;
 
 const BUILDS = {
-  'simd-threads': {
-    glue: '../dist/sdpa-simd-threads.mjs',
-    wasm: '../dist/sdpa-simd-threads.wasm',
-    worker: '../dist/sdpa-simd-threads.worker.js',
-    threaded: true,
-    // Literal specifiers so that bundlers can see the files.
-    importGlue: () => import('../dist/sdpa-simd-threads.mjs'),
-  },
-  simd: {
-    glue: '../dist/sdpa-simd.mjs',
-    wasm: '../dist/sdpa-simd.wasm',
-    threaded: false,
-    importGlue: () => import('../dist/sdpa-simd.mjs'),
-  },
+  'simd-threads': { glue: 'sdpa-simd-threads.mjs', wasm: 'sdpa-simd-threads.wasm', worker: 'sdpa-simd-threads.worker.js', threaded: true },
+  simd: { glue: 'sdpa-simd.mjs', wasm: 'sdpa-simd.wasm', worker: null, threaded: false },
 };
 export const BUILD_NAMES = Object.freeze(Object.keys(BUILDS));
+/** The file names `wasmPaths` maps (also the package's `sdpa-wasm/dist/<name>` exports). */
+export const DIST_FILES = Object.freeze(['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm']);
+
+/** Where the package's own copy of `file` is. Literal URLs: bundlers rewrite each one to the emitted asset. */
+function packagedUrl(file) {
+  switch (file) {
+    case 'sdpa-simd-threads.mjs': return new URL('../dist/sdpa-simd-threads.mjs', import.meta.url);
+    case 'sdpa-simd-threads.wasm': return new URL('../dist/sdpa-simd-threads.wasm', import.meta.url);
+    case 'sdpa-simd-threads.worker.js': return new URL('../dist/sdpa-simd-threads.worker.js', import.meta.url);
+    case 'sdpa-simd.mjs': return new URL('../dist/sdpa-simd.mjs', import.meta.url);
+    case 'sdpa-simd.wasm': return new URL('../dist/sdpa-simd.wasm', import.meta.url);
+    default: throw new Error(`unknown file ${file}`);
+  }
+}
 
 export const isNode = typeof process === 'object' && process !== null &&
   typeof process.versions === 'object' && process.versions !== null && typeof process.versions.node === 'string';
@@ -55,11 +73,18 @@ export async function availableCores() {
   return Number.isInteger(n) && n > 0 ? n : 1;
 }
 
-let warned = false;
-function warnOnce(message) {
-  if (warned) return;
-  warned = true;
+const warned = new Set();
+function warnOnce(kind, message) {
+  if (warned.has(kind)) return;
+  warned.add(kind);
   console.warn(message);
+}
+
+const canThread = () => isNode || (globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function');
+function noThreadsWhy() {
+  return globalThis.crossOriginIsolated === false
+    ? 'crossOriginIsolated is false (serve the page with the headers Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp)'
+    : 'SharedArrayBuffer is not available';
 }
 
 /**
@@ -68,14 +93,104 @@ function warnOnce(message) {
  */
 export function chooseBuild(forced) {
   if (forced) return { build: forced, reason: null };
-  if (isNode) return { build: 'simd-threads', reason: null };
-  if (globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer === 'function') {
-    return { build: 'simd-threads', reason: null };
+  if (canThread()) return { build: 'simd-threads', reason: null };
+  return { build: 'simd', reason: `sdpa-wasm: using the single-thread SIMD build because ${noThreadsWhy()}; threads need SharedArrayBuffer` };
+}
+
+// ------------------------------------------------------------------ options
+
+const isUrl = (x) => typeof URL === 'function' && x instanceof URL;
+
+/**
+ * Checks createSdpa's loading options (wasmPaths, wasmBinary, wasmModule,
+ * initTimeout) into `ck`; returns them normalised.
+ */
+export function checkLoadOptions(ck, o) {
+  const r = { paths: null, binary: null, module: null, initTimeout: DEFAULT_INIT_TIMEOUT_MS };
+  const p = o.wasmPaths;
+  const pathValue = (v, name) => {
+    if (isUrl(v)) return v.href;
+    if (typeof v === 'string' && v.length > 0) return v;
+    ck.add('E_ARG', `${name} must be a URL or a non-empty string, got ${describeValue(v)}`);
+    return null;
+  };
+  if (p !== undefined && p !== null) {
+    if (typeof p === 'string' || isUrl(p)) {
+      const prefix = pathValue(p, 'wasmPaths');
+      if (prefix !== null) r.paths = { prefix, map: null };
+    } else if (typeof p === 'object' && Object.prototype.toString.call(p) === '[object Object]') {
+      const map = {};
+      for (const key of Object.keys(p)) {
+        if (!DIST_FILES.includes(key)) {
+          ck.add('E_ARG', `wasmPaths has the key '${key}'; the keys are the file names ${DIST_FILES.join(', ')}`);
+          continue;
+        }
+        if (p[key] === undefined) continue;
+        const v = pathValue(p[key], `wasmPaths['${key}']`);
+        if (v !== null) map[key] = v;
+      }
+      r.paths = { prefix: null, map };
+    } else {
+      ck.add('E_ARG', `wasmPaths must be a URL prefix (a string or URL ending in '/') or an object mapping file names (${DIST_FILES.join(', ')}) to URLs, got ${describeValue(p)}`);
+    }
   }
-  const why = globalThis.crossOriginIsolated === false
-    ? 'crossOriginIsolated is false (serve the page with the headers Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp)'
-    : 'SharedArrayBuffer is not available';
-  return { build: 'simd', reason: `sdpa-wasm: using the single-thread SIMD build because ${why}; threads need SharedArrayBuffer` };
+  const b = o.wasmBinary;
+  if (b !== undefined && b !== null) {
+    if (b instanceof ArrayBuffer) r.binary = new Uint8Array(b);
+    else if (ArrayBuffer.isView(b) && !(b instanceof DataView)) r.binary = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+    else ck.add('E_ARG', `wasmBinary must be an ArrayBuffer or a Uint8Array (the bytes of sdpa-simd.wasm or sdpa-simd-threads.wasm), got ${describeValue(b)}`);
+    if (r.binary && r.binary.byteLength === 0) { ck.add('E_ARG', 'wasmBinary is empty (0 bytes); expected the bytes of sdpa-simd.wasm or sdpa-simd-threads.wasm'); r.binary = null; }
+  }
+  const m = o.wasmModule;
+  if (m !== undefined && m !== null) {
+    if (typeof WebAssembly === 'object' && m instanceof WebAssembly.Module) r.module = m;
+    else ck.add('E_ARG', `wasmModule must be a WebAssembly.Module (compiled from sdpa-simd.wasm or sdpa-simd-threads.wasm), got ${describeValue(m)}`);
+  }
+  if (b !== undefined && b !== null && m !== undefined && m !== null) ck.add('E_ARG', 'wasmBinary and wasmModule are both given; pass one of them');
+  const t = o.initTimeout;
+  if (t !== undefined && t !== null) {
+    if (typeof t !== 'number') ck.add('E_ARG', `initTimeout must be a number of milliseconds, got ${describeValue(t)}`);
+    else if (!(t > 0)) ck.add('E_ARG', `initTimeout is ${t}; expected milliseconds > 0 (Infinity: no limit)`);
+    else r.initTimeout = t;
+  }
+  return r;
+}
+
+// ------------------------------------------------------------------ locations
+
+/** The base that relative wasmPaths resolve against (the document, else the worker script). */
+function browserBase() {
+  if (typeof document === 'object' && document && typeof document.baseURI === 'string') return document.baseURI;
+  if (typeof location === 'object' && location && typeof location.href === 'string') return location.href;
+  return undefined;
+}
+
+/** The URL of `file`: wasmPaths first, else the package's copy. Throws SdpaError. */
+function locate(file, paths, build) {
+  let s = null, from = null;
+  if (paths && paths.map && paths.map[file] !== undefined) { s = paths.map[file]; from = `wasmPaths['${file}']`; }
+  else if (paths && paths.prefix !== null) { s = paths.prefix + file; from = 'wasmPaths'; }
+  if (s === null) {
+    try {
+      return { url: packagedUrl(file), from: null };
+    } catch (e) {
+      throw new SdpaError(E_LOAD, `createSdpa: cannot locate ${file} (the '${build}' build): this bundle has no usable import.meta.url (${e && e.message}). ` +
+        `Serve the files of node_modules/sdpa-wasm/dist/ and pass createSdpa({ wasmPaths: '<their URL prefix>/' }), or bundle as an ES module (README, "Bundlers").`, { cause: e });
+    }
+  }
+  if (isNode) {
+    if (/^[a-z][a-z0-9+.-]*:/i.test(s) && !/^file:/i.test(s) && !/^[a-z]:[\\/]/i.test(s)) {
+      throw new SdpaError('E_ARG', `createSdpa: ${from} gives ${JSON.stringify(s)} for ${file}; in Node the files are read from disk: use a file: URL or a path`);
+    }
+    if (/^file:/i.test(s)) return { url: new URL(s), from };
+    const url = nodeBuiltin('url'), path = nodeBuiltin('path');
+    return { url: url.pathToFileURL(path.resolve(s)), from };
+  }
+  try {
+    return { url: new URL(s, browserBase()), from };
+  } catch (e) {
+    throw new SdpaError('E_ARG', `createSdpa: ${from} gives ${JSON.stringify(s)} for ${file}, which is not a valid URL (relative to ${browserBase()})`, { cause: e });
+  }
 }
 
 function displayPath(url) {
@@ -86,59 +201,264 @@ function displayPath(url) {
   return url.href;
 }
 
+const sameOrigin = (url) => {
+  if (url.protocol === 'blob:' || url.protocol === 'data:') return true;
+  try { return url.origin === globalThis.location.origin; } catch { return false; }
+};
+
+// ------------------------------------------------------------------ errors
+
+/** The advice for a file that is not where createSdpa looked. */
+function missingAdvice(loc) {
+  if (isNode) {
+    return loc.from
+      ? `check ${loc.from} (it must name the sdpa-wasm dist/ files)`
+      : 'the sdpa-wasm install looks broken: run `npm run build` in a checkout, or reinstall the package';
+  }
+  return loc.from
+    ? `check ${loc.from}: it must point at a copy of the files of node_modules/sdpa-wasm/dist/ (README, "Where the files live")`
+    : 'serve the files of node_modules/sdpa-wasm/dist/ at that URL, or tell createSdpa where they are with { wasmPaths: \'<URL prefix>/\' } ' +
+      '(a bundler that does not emit `new URL(..., import.meta.url)` assets needs that; README, "Bundlers")';
+}
+
+function networkAdvice(url) {
+  if (!sameOrigin(url)) {
+    return `the request to ${url.origin} failed without an HTTP response: a cross-origin URL needs CORS, so that server must send ` +
+      'Access-Control-Allow-Origin (and, on a cross-origin isolated page, Cross-Origin-Resource-Policy: cross-origin), or it is unreachable';
+  }
+  return 'the request failed without an HTTP response: the server is unreachable, or the request was blocked (a Content-Security-Policy, an extension)';
+}
+
+/** A browser fetch of `url` that turns every failure into E_LOAD naming the URL and the status. */
+async function fetchFile(loc, what, build) {
+  const href = loc.url.href;
+  let res;
+  try {
+    res = await fetch(href, { credentials: 'same-origin' });
+  } catch (e) {
+    throw loadError(build, `GET ${href} (${what}) failed`, `${e && e.message}; ${networkAdvice(loc.url)}`, e);
+  }
+  if (!res.ok) {
+    const advice = res.status === 404 || res.status === 410 ? missingAdvice(loc) : 'check that the server serves that URL';
+    throw loadError(build, `GET ${href} (${what}) returned HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''}`, advice);
+  }
+  return { bytes: new Uint8Array(await res.arrayBuffer()), type: res.headers.get('content-type') || '' };
+}
+
+/** After a browser load failure without a status: what a GET of `url` gives now (diagnosis only). */
+async function probe(url) {
+  if (isNode || url.protocol === 'blob:') return null;
+  try {
+    const res = await fetch(url.href, { credentials: 'same-origin' });
+    const type = res.headers.get('content-type') || '';
+    if (!res.ok) return { status: res.status, text: `HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''}` };
+    return { status: res.status, text: `HTTP ${res.status}, ${type || 'no content-type'}`, type };
+  } catch (e) {
+    return { status: 0, text: `no HTTP response (${e && e.message})` };
+  }
+}
+
+function loadError(build, what, advice, cause) {
+  return new SdpaError(E_LOAD, `createSdpa: ${what} (the '${build}' build): ${advice}.`, cause === undefined ? undefined : { cause });
+}
+
+// ------------------------------------------------------------------ loading
+
+const isThreadedModule = (mod) => WebAssembly.Module.imports(mod).some((d) => d.kind === 'memory');
+
 /**
  * Loads and instantiates a build.
- * @param {{ build: string, threads: number }} a  threads: total threads wanted (>= 1)
- * @returns {Promise<{ M: object, build: string, wasmPath: string }>}
+ * @param {object} a
+ *   forced      'simd-threads' | 'simd' | undefined
+ *   threads     'auto' or a positive integer (total threads asked)
+ *   load        checkLoadOptions' result
+ * @returns {Promise<{ M: object, build: string, threads: number }>}
  */
-export async function loadBuild({ build, threads, reason }) {
-  const spec = BUILDS[build];
-  if (reason) warnOnce(reason);
-  const glueUrl = new URL(spec.glue, import.meta.url);
-  const wasmUrl = new URL(spec.wasm, import.meta.url);
-  const gluePath = displayPath(glueUrl), wasmPath = displayPath(wasmUrl);
-  const broken = (what, cause) => new SdpaError(E_LOAD,
-    `createSdpa: ${what} (the '${build}' build). The sdpa-wasm install looks broken: run \`npm run build\` in a checkout, or reinstall the package.`,
-    { cause });
-
-  let factory;
-  try {
-    factory = (await spec.importGlue()).default;
-  } catch (e) {
-    throw broken(`cannot load ${gluePath}: ${e && e.message}`, e);
-  }
-  if (typeof factory !== 'function') throw broken(`${gluePath} does not export the module factory`);
-
-  const logs = [];
-  const moduleArg = {
-    sdpaWorkers: spec.threaded ? Math.max(0, threads - 1) : 0,
-    print: (s) => console.log(s),
-    printErr: (s) => { logs.push(String(s)); if (logs.length > 20) logs.shift(); },
+export async function loadSdpa({ forced, threads, load }) {
+  const state = { stage: 'starting', moduleArg: null, blobs: [], timer: null, build: forced || '' };
+  const cleanup = () => {
+    if (state.timer) clearTimeout(state.timer);
+    for (const b of state.blobs) URL.revokeObjectURL(b);
   };
-  const workerUrl = spec.worker ? new URL(spec.worker, import.meta.url) : null;
-  const workerPath = workerUrl ? displayPath(workerUrl) : null;
-  if (isNode) {
-    const fs = await nodeModule('fs');
-    if (workerUrl) {
-      try {
-        await fs.promises.access(workerUrl, fs.constants.R_OK);
-      } catch (e) {
-        throw broken(`cannot read ${workerPath}: ${e && (e.code || e.message)}`, e);
+  const limit = load.initTimeout;
+  const timeout = Number.isFinite(limit) && limit <= 0x7fffffff
+    ? new Promise((_, reject) => {
+      state.timer = setTimeout(() => {
+        state.timedOut = true;
+        terminate(state.moduleArg);
+        reject(new SdpaError(E_LOAD, `createSdpa: the '${state.build}' build did not load within ${limit} ms (initTimeout): ` +
+          `still ${state.stage}. Check that URL (the browser's network panel shows the requests), or raise initTimeout on a slow network.`));
+      }, limit);
+    })
+    : null;
+  try {
+    const work = loadInner({ forced, threads, load, state });
+    if (!timeout) return await work;
+    work.catch(() => {}); // (a late failure after the timeout is not an unhandled rejection)
+    return await Promise.race([work, timeout]);
+  } finally {
+    cleanup();
+  }
+}
+
+function terminate(moduleArg) {
+  try { moduleArg && moduleArg.PThread && moduleArg.PThread.terminateAllThreads(); } catch { /* best effort */ }
+}
+
+async function loadInner({ forced, threads, load, state }) {
+  // 1. The compiled module, when the caller gave one or its bytes: it decides the build.
+  let mod = load.module, given = null;
+  if (mod || load.binary) {
+    given = mod ? 'wasmModule' : 'wasmBinary';
+    if (!mod) {
+      if (!WebAssembly.validate(load.binary)) {
+        throw new SdpaError(E_LOAD, `createSdpa: wasmBinary (${load.binary.byteLength} bytes) is not a valid WebAssembly module: ` +
+          `pass the bytes of sdpa-simd.wasm or sdpa-simd-threads.wasm${isNode ? '' : ' (and a browser with WebAssembly SIMD)'}.`);
+      }
+      mod = await WebAssembly.compile(load.binary);
+    }
+    const kind = isThreadedModule(mod) ? 'simd-threads' : 'simd';
+    if (forced && forced !== kind) {
+      throw new SdpaError('E_ARG', `createSdpa: ${given} is the '${kind}' build's module (${BUILDS[kind].wasm}) but build is '${forced}'`);
+    }
+    if (kind === 'simd-threads' && !canThread()) {
+      throw new SdpaError(E_LOAD, `createSdpa: ${given} is the 'simd-threads' build, which needs SharedArrayBuffer, and ${noThreadsWhy()}; ` +
+        'pass the single-thread build (sdpa-simd.wasm) instead, or make the page cross-origin isolated.');
+    }
+    forced = kind;
+  }
+
+  // 2. The build and the thread count.
+  const { build, reason } = chooseBuild(forced);
+  state.build = build;
+  const spec = BUILDS[build];
+  if (spec.threaded && !canThread()) {
+    throw new SdpaError(E_LOAD, `createSdpa: build 'simd-threads' needs SharedArrayBuffer, and ${noThreadsWhy()}; ` +
+      'leave build unset to fall back to the single-thread build.');
+  }
+  const cores = await availableCores();
+  let n = 1;
+  if (spec.threaded) {
+    if (threads === 'auto') n = Math.min(cores, MAX_AUTO_THREADS);
+    else {
+      n = Math.min(threads, cores, MAX_THREADS);
+      if (n < threads) {
+        warnOnce(`clamp:${threads}:${n}`, `sdpa-wasm: threads: ${threads} was asked, but ${cores > MAX_THREADS ? `at most ${MAX_THREADS} are supported` : `only ${cores} cores are available`}; using ${n} threads`);
       }
     }
-    let bytes;
-    try {
-      bytes = await fs.promises.readFile(wasmUrl);
-    } catch (e) {
-      throw broken(`cannot read ${wasmPath}: ${e && (e.code || e.message)}`, e);
-    }
-    if (!WebAssembly.validate(bytes)) {
-      throw broken(`${wasmPath} is not a valid WebAssembly module (${bytes.length} bytes; corrupt or truncated file, or a runtime without SIMD${spec.threaded ? '/threads' : ''})`);
-    }
-    moduleArg.wasmBinary = bytes;
+  } else if (typeof threads === 'number' && threads > 1 && given) {
+    throw new SdpaError('E_ARG', `createSdpa: threads is ${threads} but ${given} is the single-thread 'simd' build; pass the 'simd-threads' build or threads: 1`);
+  }
+  if (reason) {
+    const ask = typeof threads === 'number' && threads > 1 ? ` (threads: ${threads} was asked; 1 thread runs)` : '';
+    warnOnce('fallback', reason + ask);
   }
 
+  // 3. Where the files are.
+  const glue = locate(spec.glue, load.paths, build);
+  const wasm = mod ? null : locate(spec.wasm, load.paths, build);
+  const worker = spec.threaded ? locate(spec.worker, load.paths, build) : null;
+
+  // 4. The wasm module (read or fetched here, so failures name the URL and status).
+  if (!mod) {
+    const where = displayPath(wasm.url);
+    let bytes;
+    state.stage = `fetching ${where}`;
+    if (isNode) {
+      const fs = await nodeModule('fs');
+      try {
+        bytes = await fs.promises.readFile(wasm.url);
+      } catch (e) {
+        throw loadError(build, `cannot read ${where}: ${e && (e.code || e.message)}`, missingAdvice(wasm), e);
+      }
+    } else {
+      bytes = (await fetchFile(wasm, 'the wasm module', build)).bytes;
+    }
+    if (!WebAssembly.validate(bytes)) {
+      const head = new TextDecoder().decode(bytes.subarray(0, 16)).replace(/\s+/g, ' ');
+      const html = /^\s*</.test(head) ? `; it starts with ${JSON.stringify(head)}: an HTML page (a server that answers unknown paths with index.html?)` : '';
+      throw loadError(build, `${where} is not a valid WebAssembly module (${bytes.length} bytes${html})`,
+        html ? missingAdvice(wasm) : `a corrupt or truncated file, or a runtime without WebAssembly SIMD${spec.threaded ? '/threads' : ''}; ${missingAdvice(wasm)}`);
+    }
+    state.stage = `compiling ${where}`;
+    try {
+      mod = await WebAssembly.compile(bytes);
+    } catch (e) {
+      throw loadError(build, `compiling ${where} failed: ${e && e.message}`, missingAdvice(wasm), e);
+    }
+    const kind = isThreadedModule(mod) ? 'simd-threads' : 'simd';
+    if (kind !== build) {
+      throw loadError(build, `${where} is the '${kind}' build's wasm, not the '${build}' build's`, missingAdvice(wasm));
+    }
+  }
+  const wasmName = wasm ? displayPath(wasm.url) : given;
+
+  // 5. The glue (and, for threads, the worker script): cross-origin ones as blob: URLs.
+  const glueWhere = displayPath(glue.url);
+  let glueHref = glue.url.href;
+  if (!isNode && !sameOrigin(glue.url)) {
+    state.stage = `fetching ${glueWhere}`;
+    const { bytes } = await fetchFile(glue, 'the JS glue', build);
+    glueHref = URL.createObjectURL(new Blob([bytes], { type: 'text/javascript' }));
+    state.blobs.push(glueHref);
+  }
+  let workerHref = null;
+  const workerWhere = worker ? displayPath(worker.url) : null;
+  if (worker) {
+    if (isNode) {
+      const fs = await nodeModule('fs');
+      try {
+        await fs.promises.access(worker.url, fs.constants.R_OK);
+      } catch (e) {
+        throw loadError(build, `cannot read ${workerWhere}: ${e && (e.code || e.message)}`, missingAdvice(worker), e);
+      }
+      workerHref = workerWhere;
+    } else if (!sameOrigin(worker.url)) {
+      state.stage = `fetching ${workerWhere}`;
+      const { bytes } = await fetchFile(worker, 'the pthread worker script', build);
+      workerHref = URL.createObjectURL(new Blob([bytes], { type: 'text/javascript' }));
+      state.blobs.push(workerHref);
+    } else {
+      workerHref = worker.url.href;
+    }
+  }
+
+  state.stage = `importing ${glueWhere}`;
+  let factory;
+  try {
+    factory = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueHref)).default;
+  } catch (e) {
+    const p = await probe(glue.url);
+    const advice = p && p.status !== 200 ? missingAdvice(glue)
+      : p && p.type && !/javascript|ecmascript/i.test(p.type) ? `the server sends it as ${p.type}; module scripts need a JavaScript MIME type (text/javascript)`
+        : missingAdvice(glue);
+    throw loadError(build, `cannot load ${glueWhere}${p ? ` (GET: ${p.text})` : ''}: ${e && e.message}`, advice, e);
+  }
+  if (typeof factory !== 'function') throw loadError(build, `${glueWhere} does not export the module factory`, missingAdvice(glue));
+
+  // 6. Instantiate: the glue gets the compiled module; pool workers get the worker URL and the glue URL.
+  const logs = [];
+  let failInstantiate;
+  const instantiateFailed = new Promise((_, rej) => { failInstantiate = rej; });
+  instantiateFailed.catch(() => {});
+  const moduleArg = {
+    sdpaWorkers: spec.threaded ? Math.max(0, n - 1) : 0,
+    print: (s) => console.log(s),
+    printErr: (s) => { logs.push(String(s)); if (logs.length > 20) logs.shift(); },
+    locateFile: (file) => (file === spec.worker ? workerHref : file === spec.wasm && wasm ? wasm.url.href : file),
+    instantiateWasm: (imports, receive) => {
+      WebAssembly.instantiate(mod, imports).then((inst) => receive(inst, mod), failInstantiate);
+      return {};
+    },
+  };
+  if (spec.threaded) moduleArg.mainScriptUrlOrBlob = glueHref;
+  state.moduleArg = moduleArg;
+
   let M, watch = null;
+  const nWorkers = spec.threaded ? Math.min(63, Math.max(1, n - 1)) : 0;
+  state.stage = spec.threaded
+    ? `starting ${nWorkers} pthread worker${nWorkers > 1 ? 's' : ''} from ${workerWhere}, which import${nWorkers > 1 ? '' : 's'} ${glueWhere}`
+    : `instantiating ${wasmName}`;
   try {
     // The 3.1.6 Node glue adds process 'uncaughtException' / 'unhandledRejection'
     // handlers (one pair per instance, never removed; they rethrow and keep the
@@ -147,34 +467,43 @@ export async function loadBuild({ build, threads, reason }) {
     const pending = factory(moduleArg);
     if (added) added.restore();
     // The pool's workers exist now. If one cannot load (a missing or broken
-    // worker file), the glue would throw from its 'error' handler (a crash in
-    // Node) and its promise would never settle (a hang): watch them instead.
+    // worker file or glue), the glue would throw from its 'error' handler (a
+    // crash in Node) or wait forever: watch them instead.
     if (spec.threaded) watch = watchWorkers(moduleArg);
-    M = await (watch ? Promise.race([pending, watch.failed]) : pending);
+    M = await Promise.race(watch ? [pending, instantiateFailed, watch.failed] : [pending, instantiateFailed]);
+    if (state.timedOut) throw new Error('timed out');
     if (watch) watch.loaded();
   } catch (e) {
     if (watch) watch.stop();
-    try { moduleArg.PThread && moduleArg.PThread.terminateAllThreads(); } catch { /* best effort */ }
+    terminate(moduleArg);
     if (watch && watch.failedWith === e) {
-      const why = e && e.message ? e.message : (e && e.type) || 'it did not load';
-      throw broken(`the worker ${workerPath} failed to load: ${why}`, e);
+      let why = e && (e.text || e.message) ? (e.text || e.message) : (e && e.type) || 'it did not load';
+      let advice = missingAdvice(worker);
+      if (!e || !e.text) {
+        const p = await probe(worker.url);
+        if (p) why += ` (GET ${worker.url.href}: ${p.text})`;
+      } else {
+        advice = `it could not import the glue ${glueWhere}: ${missingAdvice(glue)}`;
+      }
+      throw loadError(build, `the pthread worker ${workerWhere} failed to load: ${why}`, advice, e);
     }
     const msg = e && e.message ? e.message : String(e);
     const extra = logs.filter((l) => !msg.includes(l) && !/Build with -s ASSERTIONS/.test(l)).slice(-2);
     const detail = extra.length ? ` (${extra.join(' | ')})` : '';
-    let hint = '';
-    if (!isNode && spec.threaded && typeof SharedArrayBuffer !== 'function') hint = '; this build needs SharedArrayBuffer (a crossOriginIsolated page)';
-    throw broken(`instantiating ${wasmPath} failed: ${msg}${detail}${hint}`, e);
+    throw loadError(build, `instantiating ${wasmName} failed: ${msg}${detail}`,
+      given ? `check that ${given} comes from this version of sdpa-wasm` : missingAdvice(wasm), e);
   }
   // From now on C stderr goes to the console.
   moduleArg.printErr = M.printErr = (s) => console.error(s);
-  return { M, build, wasmPath };
+  return { M, build, threads: n };
 }
 
 /**
  * Watches the pthread pool's workers while the module loads: an 'error' from
- * any of them rejects `failed` instead of reaching the glue's handler (which
- * throws). Once loaded, the glue's own handling is put back.
+ * any of them, or a { cmd: 'sdpaLoadError' } message (the patched worker
+ * script's report of a failed glue import, scripts/wasm-patch.mjs), rejects
+ * `failed` instead of reaching the glue's handler (which throws). Once loaded,
+ * the glue's own handling is put back.
  */
 function watchWorkers(moduleArg) {
   const P = moduleArg.PThread;
@@ -188,6 +517,10 @@ function watchWorkers(moduleArg) {
     w8.failedWith = e === undefined ? null : e;
     reject(w8.failedWith);
   };
+  const onMessage = (m) => {
+    const d = typeof MessageEvent === 'function' && m instanceof MessageEvent ? m.data : m; // (Node passes the data)
+    if (d && d.cmd === 'sdpaLoadError') onError({ text: String(d.text) });
+  };
   const glue = new Map();
   for (const w of workers) {
     // The glue assigns worker.onerror (and in Node calls it from an 'error'
@@ -198,14 +531,14 @@ function watchWorkers(moduleArg) {
       get: () => onError,
       set: (fn) => { glue.set(w, fn); },
     });
-    if (typeof w.on === 'function') w.on('error', onError);
-    else if (typeof w.addEventListener === 'function') w.addEventListener('error', onError);
+    if (typeof w.on === 'function') { w.on('error', onError); w.on('message', onMessage); }
+    else if (typeof w.addEventListener === 'function') { w.addEventListener('error', onError); w.addEventListener('message', onMessage); }
   }
   const detach = () => {
     for (const w of workers) {
       delete w.onerror;
-      if (typeof w.off === 'function') w.off('error', onError);
-      else if (typeof w.removeEventListener === 'function') w.removeEventListener('error', onError);
+      if (typeof w.off === 'function') { w.off('error', onError); w.off('message', onMessage); }
+      else if (typeof w.removeEventListener === 'function') { w.removeEventListener('error', onError); w.removeEventListener('message', onMessage); }
     }
   };
   w8.loaded = () => {
