@@ -13,6 +13,42 @@ import { fmtDims } from './shape.js';
 const STATE = new WeakMap();
 
 /**
+ * Every buffer object that has ever backed an instance's memory -> that
+ * instance's runtime. Growth replaces the buffer (a shared one stays valid
+ * with its old length, a plain one is detached), so a view made before growth
+ * is still recognised as wasm memory, with the same aliasing rules. Filled by
+ * the runtime each time it reads its memory's buffer: every buffer a caller
+ * can get from this package passes through there first.
+ */
+const MEMORY_OWNER = new WeakMap();
+
+export function noteMemoryBuffer(buffer, rt) {
+  MEMORY_OWNER.set(buffer, rt);
+}
+
+/** The runtime whose wasm memory `buffer` is (or was), or undefined. */
+export function memoryOwner(buffer) {
+  return MEMORY_OWNER.get(buffer);
+}
+
+/** State of `t`, or E_ARG when a HeapTensor getter is called on something else (a Proxy, a copy). */
+function stateOf(t, what) {
+  const s = STATE.get(t);
+  if (s === undefined) throw fail('E_ARG', `HeapTensor.${what}: called on an object that is not a heap tensor`);
+  return s;
+}
+
+/** A fresh view of a live heap tensor's memory, from its state alone (no property of the tensor is read). */
+export function heapView(s) {
+  const buffer = s.rt.currentBuffer();
+  if (buffer !== s.buffer) {
+    s.view = s.dtype === 'bool' ? new Uint8Array(buffer, s.ptr, s.n) : new Float32Array(buffer, s.ptr, s.n);
+    s.buffer = buffer;
+  }
+  return s.view;
+}
+
+/**
  * @returns the internal state or undefined: { rt, ptr, n (element count),
  *   dtype, dims (frozen), region (its bytes, for aliasing checks), disposed }
  */
@@ -45,27 +81,22 @@ export class HeapTensor {
 
   /** A typed array over the tensor's wasm memory (Float32Array, or Uint8Array for 'bool'). */
   get data() {
-    const s = STATE.get(this);
+    const s = stateOf(this, 'data');
     if (s.disposed) {
       throw fail('E_DISPOSED', `HeapTensor.data: this heap tensor (${s.dtype} ${fmtDims(s.dims)}) was disposed`);
     }
-    const buffer = s.rt.currentBuffer();
-    if (buffer !== s.buffer) {
-      s.view = s.dtype === 'bool' ? new Uint8Array(buffer, s.ptr, s.n) : new Float32Array(buffer, s.ptr, s.n);
-      s.buffer = buffer;
-    }
-    return s.view;
+    return heapView(s);
   }
 
-  get dims() { return STATE.get(this).dims; }
-  get dtype() { return STATE.get(this).dtype; }
+  get dims() { return stateOf(this, 'dims').dims; }
+  get dtype() { return stateOf(this, 'dtype').dtype; }
   /** Element count. */
-  get length() { return STATE.get(this).n; }
-  get disposed() { return STATE.get(this).disposed; }
+  get length() { return stateOf(this, 'length').n; }
+  get disposed() { return stateOf(this, 'disposed').disposed; }
 
   /** Frees the wasm memory. A second call is a no-op. */
   dispose() {
-    const s = STATE.get(this);
+    const s = stateOf(this, 'dispose');
     if (s.disposed) return;
     s.disposed = true;
     s.view = null;

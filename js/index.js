@@ -9,7 +9,7 @@
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
   Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkSize, describeValue,
-  readDims, checkDimValues, CUSTOM_OPTIONS,
+  readDims, checkDimValues, checkLive, CUSTOM_OPTIONS,
 } from './validate.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
@@ -27,6 +27,8 @@ export const INTERNALS = Symbol.for('sdpa-wasm.internals');
  * below C's SDPA_MAX_CACHE_BYTES (2^31 - 1), which leaves no room for malloc's
  * own header: JS refuses first, with the clearer message. */
 const MAX_ALLOC = 0x7fff0000;
+
+const CACHE_OPTIONS = Object.freeze(['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype']);
 
 /**
  * Loads the wasm build and makes an instance.
@@ -85,13 +87,20 @@ function makeInstance(core, info) {
   /** customSdpa, with `fn` naming the public function in messages. */
   function runCustom(fn, query, key, value, opts) {
     const ck = new Checks(fn);
-    const o = readOptions(ck, opts, CUSTOM_OPTIONS);
-    const sp = checkStartPos(ck, o.startPos, 'startPos');
+    // snapshot: every caller value read once (validate.js, the snapshot rule)
     const Q = inspectTensor(ck, 'query', query, 'input');
     const K = inspectTensor(ck, 'key', key, 'input');
     const V = inspectTensor(ck, 'value', value, 'input');
-    const P = checkAttention(ck, o, sp, Q, K, V);
+    const o = readOptions(ck, opts, CUSTOM_OPTIONS);
+    // state, then the rules
     core.checkAlive(ck);
+    checkLive(ck, Q);
+    checkLive(ck, K);
+    checkLive(ck, V);
+    checkLive(ck, o.M);
+    checkLive(ck, o.O);
+    const sp = checkStartPos(ck, o.startPos, 'startPos');
+    const P = checkAttention(ck, o, sp, Q, K, V);
     ck.done();
     return core.runAttention(fn, P, sp, K, V, callCustom);
   }
@@ -105,7 +114,7 @@ function makeInstance(core, info) {
     const ck = new Checks(fn);
     const given = config !== undefined && config !== null;
     if (!given) ck.add('E_ARG', 'the options { maxSeqLen, numKvHeads, headDim } are missing');
-    const o = readOptions(ck, config, ['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype']);
+    const o = readOptions(ck, config, CACHE_OPTIONS);  // the snapshot
     const batch = checkSize(ck, o.batch, 'batch', { required: false, dflt: 1 });
     const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: given });
     const numKvHeads = checkSize(ck, o.numKvHeads, 'numKvHeads', { zeroCode: 'E_HEADS', required: given });
@@ -137,7 +146,7 @@ function makeInstance(core, info) {
     if (dtype === undefined || dtype === null) ck.add('E_ARG', `dtype is missing; expected 'float32' or 'bool'`);
     else if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
     else if (dtype !== 'float32' && dtype !== 'bool') ck.add('E_DTYPE', `dtype '${dtype}' is not supported; expected 'float32' or 'bool'`);
-    const arr = readDims(ck, dims, null);
+    const arr = readDims(ck, dims, null);  // the snapshot
     if (arr && arr.length === 0) ck.add('E_RANK', 'dims is empty; expected rank 1 or more');
     else if (arr) checkDimValues(ck, arr, null);
     core.checkAlive(ck);

@@ -2,11 +2,14 @@
 //
 // K and V are allocated once by the C core, at full capacity, in the wasm
 // heap (stored head-major [B, Hkv, maxSeqLen, D]). update / attend / step
-// validate everything first, so a rejected call leaves the cache untouched.
+// follow the snapshot rule (validate.js): read every argument once, check
+// liveness, validate, and only then touch wasm memory, so a rejected call
+// leaves the cache untouched. A view of the cache's storage is never a
+// valid argument (checkLive).
 
 import {
-  Checks, readOptions, countsAsOption, checkStartPos, checkSize, inspectTensor, checkAttention,
-  checkCacheWrite, checkOutAliasing, cacheDescriptor, regionOf, overlaps, CUSTOM_OPTIONS, STEP_OPTIONS,
+  Checks, readOptions, checkStartPos, checkSize, inspectTensor, checkAttention, checkLive,
+  checkCacheWrite, checkOutAliasing, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
 } from './validate.js';
 import { SLOT } from './runtime.js';
 import { prod } from './shape.js';
@@ -20,7 +23,6 @@ export class KVCache {
   #geo;
   #kv;
   #disposed = false;
-  #storage;
   #callAttend;
   #callStep;
 
@@ -31,10 +33,10 @@ export class KVCache {
     this.#geo = Object.freeze({ ...geo });
     this.#kv = cacheDescriptor(geo);
     const bytes = cacheBytes(geo);
-    this.#storage = [0, 1].map((which) => {
+    core.cacheStorage.set(this, Object.freeze([0, 1].map((which) => {
       const start = core.M._sdpa_kv_cache_data(ptr, which) >>> 0;
-      return Object.freeze({ name: which ? 'the cache values' : 'the cache keys', region: { space: core, start, end: start + bytes } });
-    });
+      return Object.freeze({ name: which ? 'the cache values' : 'the cache keys', region: Object.freeze({ space: core, start, end: start + bytes }) });
+    })));
     // The C calls of attend and step, made once (runAttention passes the mask slot, or 0).
     this.#callAttend = (mask) => {
       const s = core.scratch;
@@ -58,42 +60,19 @@ export class KVCache {
     if (this.#disposed) ck.add('E_DISPOSED', 'this KV cache was disposed');
   }
 
-  /** The cache's K and V storage ({ name, region }), none once disposed. */
-  #regions() {
-    return this.#disposed || this.#core.disposed ? NONE : this.#storage;
-  }
-
-  /** E_ARG for `out` sharing memory with the cache's storage. */
-  #checkOutOutside(ck, O) {
-    const regions = this.#regions();
-    for (let i = 0; i < regions.length; i++) checkOutAliasing(ck, O, regions[i]);
-  }
-
-  /**
-   * E_ARG for an input inside the cache's own storage (include/sdpa.h): a
-   * write would change it before it is read.
-   */
-  #checkInputOutside(ck, d) {
-    const r = regionOf(d);
-    if (!r) return;
-    const regions = this.#regions();
-    for (let i = 0; i < regions.length; i++) {
-      if (overlaps(r, regions[i].region)) {
-        ck.add('E_ARG', `${d.name} lies inside the cache's own storage; pass a separate buffer`);
-        return;
-      }
-    }
-  }
-
   /** Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1. */
   update(k, v, startPos) {
     const fn = 'KVCache.update';
     const ck = new Checks(fn);
-    const sp = checkStartPos(ck, startPos, 'startPos', true);
-    const W = checkCacheWrite(ck, this.#geo, k, v, sp);
-    this.#checkInputOutside(ck, W.K);
-    this.#checkInputOutside(ck, W.V);
+    // snapshot
+    const K = inspectTensor(ck, 'k', k, 'input');
+    const V = inspectTensor(ck, 'v', v, 'input');
+    // state, then the rules
     this.#checkAlive(ck);
+    checkLive(ck, K);
+    checkLive(ck, V);
+    const sp = checkStartPos(ck, startPos, 'startPos', true);
+    const W = checkCacheWrite(ck, this.#geo, K, V, sp);
     ck.done();
     const c = this.#core;
     // Addresses inside wasm memory first, then temporaries (see Core.addressOf).
@@ -113,13 +92,16 @@ export class KVCache {
   attend(q, opts) {
     const fn = 'KVCache.attend';
     const ck = new Checks(fn);
+    // snapshot
+    const Q = inspectTensor(ck, 'q', q, 'input');
     const o = readOptions(ck, opts, CUSTOM_OPTIONS);
-    const sp = checkStartPos(ck, o.startPos, 'startPos');
-    const P = checkAttention(ck, o, sp, inspectTensor(ck, 'q', q, 'input'), this.#kv, this.#kv);
-    this.#checkOutOutside(ck, P.O);
-    this.#checkInputOutside(ck, P.Q);
-    this.#checkInputOutside(ck, P.M);
+    // state, then the rules
     this.#checkAlive(ck);
+    checkLive(ck, Q);
+    checkLive(ck, o.M);
+    checkLive(ck, o.O);
+    const sp = checkStartPos(ck, o.startPos, 'startPos');
+    const P = checkAttention(ck, o, sp, Q, this.#kv, this.#kv);
     ck.done();
     return this.#core.runAttention(fn, P, sp, null, null, this.#callAttend);
   }
@@ -128,25 +110,27 @@ export class KVCache {
   step(q, k, v, startPos, opts) {
     const fn = 'KVCache.step';
     const ck = new Checks(fn);
-    if (opts && typeof opts === 'object' && 'startPos' in opts && countsAsOption(opts, 'startPos')) {
-      ck.add('E_ARG', `startPos is step's 4th argument, not an option (step(q, k, v, startPos, opts))`);
-    }
-    const o = readOptions(ck, opts, STEP_OPTIONS);
+    // snapshot
+    const Q = inspectTensor(ck, 'q', q, 'input');
+    const K = inspectTensor(ck, 'k', k, 'input');
+    const V = inspectTensor(ck, 'v', v, 'input');
+    const o = readOptions(ck, opts, STEP_OPTIONS, STEP_MISPLACED);
+    // state, then the rules
+    this.#checkAlive(ck);
+    checkLive(ck, Q);
+    checkLive(ck, K);
+    checkLive(ck, V);
+    checkLive(ck, o.M);
+    checkLive(ck, o.O);
     const sp = checkStartPos(ck, startPos, 'startPos', true);
-    const W = checkCacheWrite(ck, this.#geo, k, v, sp);
+    const W = checkCacheWrite(ck, this.#geo, K, V, sp);
     // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
-    const P = checkAttention(ck, o, null, inspectTensor(ck, 'q', q, 'input'), this.#kv, this.#kv);
+    const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
     checkOutAliasing(ck, P.O, W.K);
     checkOutAliasing(ck, P.O, W.V);
-    this.#checkOutOutside(ck, P.O);
     if (P.Sq >= 0 && W.Snew >= 0 && P.Sq !== W.Snew) {
       ck.add('E_DIMS', `q has ${P.Sq} rows but k has ${W.Snew}; a step attends exactly the rows it writes`);
     }
-    this.#checkInputOutside(ck, P.Q);
-    this.#checkInputOutside(ck, W.K);
-    this.#checkInputOutside(ck, W.V);
-    this.#checkInputOutside(ck, P.M);
-    this.#checkAlive(ck);
     ck.done();
     return this.#core.runAttention(fn, P, sp, W.K, W.V, this.#callStep);
   }
@@ -188,10 +172,11 @@ export class KVCache {
     if (this.#disposed) return;
     this.#disposed = true;
     const c = this.#core;
+    c.cacheStorage.delete(this);
     if (c.caches.delete(this)) c.M._sdpa_kv_cache_free(this.#ptr);
   }
 
   get [Symbol.toStringTag]() { return 'KVCache'; }
 }
 
-const NONE = Object.freeze([]);
+const STEP_MISPLACED = Object.freeze(['startPos']);

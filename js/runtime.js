@@ -8,8 +8,9 @@
 // - A status returned by C becomes an SdpaError carrying the C message.
 
 import { SdpaError, codeOfStatus } from './errors.js';
-import { HeapTensor, DTYPE_BYTES } from './heap.js';
+import { HeapTensor, DTYPE_BYTES, heapState, heapView, noteMemoryBuffer, memoryOwner } from './heap.js';
 import { prod, fmtDims } from './shape.js';
+import { typedArraySet } from './intrinsics.js';
 
 // Scratch layout (bytes). sdpa_tensor is 32 bytes on wasm32:
 // data@0 len@4 dtype@8 rank@12 dims@16..31; sdpa_options is 24 bytes:
@@ -57,7 +58,10 @@ export class Core {
     this.disposed = false;
     this.tensors = new Set();
     this.caches = new Set();
+    /** KV cache -> its storage regions [keys, values] ({ name, region }), for checkLive. */
+    this.cacheStorage = new Map();
     this._buf = null;
+    this._seen = null; // the last buffer recorded by noteMemoryBuffer
   }
 
   /** E_DISPOSED once the instance was disposed. */
@@ -67,10 +71,39 @@ export class Core {
 
   // -- memory views -------------------------------------------------------
 
-  /** The memory's buffer now (for a shared memory, reading it is not free: read it once per use). */
+  /**
+   * The memory's buffer now (for a shared memory, reading it is not free:
+   * read it once per use). Every buffer the package hands out comes from
+   * here, and is recorded as this memory's (memoryOwner) for good.
+   */
   currentBuffer() {
     const M = this.M;
-    return M.wasmMemory ? M.wasmMemory.buffer : M.HEAPU8.buffer;
+    const b = M.wasmMemory ? M.wasmMemory.buffer : M.HEAPU8.buffer;
+    if (b !== this._seen) {
+      this._seen = b;
+      noteMemoryBuffer(b, this);
+    }
+    return b;
+  }
+
+  /** The live heap tensor of this instance whose bytes hold [start, end), or null. */
+  tensorHolding(start, end) {
+    for (const t of this.tensors) {
+      const r = heapState(t).region;
+      if (r.start <= start && end <= r.end) return t;
+    }
+    return null;
+  }
+
+  /** The name of the KV cache storage that [start, end) overlaps ('the cache keys'), or null. */
+  cacheHolding(start, end) {
+    for (const regions of this.cacheStorage.values()) {
+      for (let i = 0; i < regions.length; i++) {
+        const r = regions[i].region;
+        if (start < r.end && r.start < end) return regions[i].name;
+      }
+    }
+    return null;
   }
 
   /** Typed views over the current buffer, rebuilt only when it changed. */
@@ -140,18 +173,19 @@ export class Core {
    * single-thread build it DETACHES views of the old one.
    */
   addressOf(d) {
-    if (d.heap && d.heap.rt === this) return d.heap.ptr;
-    const data = d.heap ? d.t.data : d.data;
-    return data.buffer === this.currentBuffer() ? data.byteOffset : -1;
+    if (d.heap) return d.heap.rt === this ? d.heap.ptr : -1;
+    // (a view of this memory, now or before growth: checkLive put it inside a live heap tensor)
+    return memoryOwner(d.buffer) === this ? d.byteOffset : -1;
   }
 
   /** A temporary copy of a tensor that is not in this memory (the caller frees it). */
   copyIn(d, fn) {
     // (a heap tensor of another instance or a plain array: never detached by our growth)
-    const data = d.heap ? d.t.data : d.data;
-    const bytes = data.byteLength;
+    const buffer = d.heap ? d.heap.rt.currentBuffer() : d.buffer;
+    const offset = d.heap ? d.heap.ptr : d.byteOffset;
+    const bytes = d.heap ? d.heap.region.end - d.heap.region.start : d.byteLength;
     const p = this.malloc(bytes, fn, `a temporary copy of ${d.name}`);
-    this.views().u8.set(new Uint8Array(data.buffer, data.byteOffset, bytes), p);
+    typedArraySet(this.views().u8, new Uint8Array(buffer, offset, bytes), p);
     return p;
   }
 
@@ -190,8 +224,8 @@ export class Core {
       this.check(invoke(M ? s + SLOT.mask : 0), fn);
       if (to === 0) return O.t;
       const f32 = this.views().f32, w = to >>> 2;
-      const result = O ? (O.heap ? O.t.data : O.data) : new Float32Array(n);
-      result.set(f32.subarray(w, w + n));
+      const result = O ? (O.heap ? heapView(O.heap) : O.data) : new Float32Array(n);
+      typedArraySet(result, f32.subarray(w, w + n));
       return O ? O.t : { data: result, dims: Q.dims.slice(), dtype: 'float32' };
     } finally {
       this.free(tm); this.free(tq); this.free(tk); this.free(tv); this.free(to);

@@ -9,7 +9,7 @@
 
 import {
   Checks, readOptions, inspectTensor, checkRank, checkDims, checkBool, checkScale, fitsFastScale,
-  checkDropout, checkDisposed, checkMaskCausal, structural, RANK_4,
+  checkDropout, checkLive, checkMaskCausal, structural, dataOf, RANK_4,
 } from './validate.js';
 import { fmtDims } from './shape.js';
 
@@ -18,14 +18,23 @@ const MASK_RANKS = Object.freeze([1, 2, 3, 4]);
 
 /**
  * Every section-4 rule; adds violations to `ck`. Returns the call's geometry
- * (meaningful only when nothing was added).
+ * (meaningful only when nothing was added), with the descriptors Q, K, V, M
+ * of the snapshot: the data the call computes on.
+ * `isAlive(ck)` adds the instance's own liveness check, after the snapshot.
  */
-export function checkTorchCall(ck, q, k, v, opts) {
-  const o = readOptions(ck, opts, TORCH_OPTIONS);
+export function checkTorchCall(ck, q, k, v, opts, isAlive) {
+  // snapshot
   const Q = inspectTensor(ck, 'query', q, 'input');
   const K = inspectTensor(ck, 'key', k, 'input');
   const V = inspectTensor(ck, 'value', v, 'input');
-  const M = o.attnMask !== undefined && o.attnMask !== null ? inspectTensor(ck, 'attnMask', o.attnMask, 'mask') : null;
+  const o = readOptions(ck, opts, TORCH_OPTIONS);
+  const M = o.M;
+  // state, then the rules
+  isAlive(ck);
+  checkLive(ck, Q);
+  checkLive(ck, K);
+  checkLive(ck, V);
+  checkLive(ck, M);
   const isCausal = checkBool(ck, o.isCausal, 'isCausal');
   const enableGqa = checkBool(ck, o.enableGqa, 'enableGqa');
   const scale = checkScale(ck, o.scale, false);
@@ -66,10 +75,6 @@ export function checkTorchCall(ck, q, k, v, opts) {
     }
   }
   checkMaskCausal(ck, M, isCausal);
-  checkDisposed(ck, Q);
-  checkDisposed(ck, K);
-  checkDisposed(ck, V);
-  checkDisposed(ck, M);
   return g;
 }
 
@@ -192,10 +197,10 @@ export function generalAttention(g, q, k, v, mask) {
  * @param {Function} runCustom (fn, q, k, v, opts) => customSdpa's result, messages naming fn
  */
 export function makeTorchEntry(core, runCustom) {
+  const isAlive = (ck) => core.checkAlive(ck);
   function check(fn, q, k, v, opts) {
     const ck = new Checks(fn);
-    const g = checkTorchCall(ck, q, k, v, opts);
-    core.checkAlive(ck);
+    const g = checkTorchCall(ck, q, k, v, opts, isAlive);
     ck.done();
     return g;
   }
@@ -209,8 +214,9 @@ export function makeTorchEntry(core, runCustom) {
   function scaledDotProductAttention(q, k, v, opts) {
     const g = check('scaledDotProductAttention', q, k, v, opts);
     const reasons = routeReasons(g);
-    const qd = q.data, kd = k.data, vd = v.data;
-    const md = g.M ? g.M.t.data : null;
+    // (the snapshot's data: the caller's objects are not read again)
+    const qd = dataOf(g.Q), kd = dataOf(g.K), vd = dataOf(g.V);
+    const md = g.M ? dataOf(g.M) : null;
     const dims = [g.B, g.Hq, g.L, g.Ev];
     if (reasons.length === 0) {
       const { B, Hq, L, E, Hk, S } = g;

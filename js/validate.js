@@ -5,10 +5,22 @@
 // contract table's order (ties: the first found, in argument order). Later
 // checks that depend on an earlier, failed one (e.g. head counts of a tensor
 // whose rank is wrong) are skipped; the earlier failure already outranks them.
+//
+// The snapshot rule (CONTRACT.md section 2): an entry point first reads every
+// value it takes from the caller exactly once (readOptions, inspectTensor,
+// readDims: the only functions here that touch caller objects), then checks
+// liveness and state (checkLive), then validates the snapshot. From the first
+// check until the call returns no caller code runs: getters, Proxy traps and
+// patched prototypes are never reached again, typed arrays are read through
+// the intrinsics captured at load (intrinsics.js).
 
 import { SdpaError, codeRank } from './errors.js';
-import { heapState } from './heap.js';
+import { heapState, heapView, memoryOwner } from './heap.js';
 import { prod, fmtDims } from './shape.js';
+import {
+  typedArrayTag, typedArrayLength, typedArrayBuffer, typedArrayByteOffset, typedArrayByteLength,
+  isView, isArray, hasOwn, getPrototypeOf, objectToString, ObjectPrototype, isDetached,
+} from './intrinsics.js';
 
 // ---------------------------------------------------------------------------
 // Collecting checks
@@ -31,22 +43,41 @@ export class Checks {
 // ---------------------------------------------------------------------------
 // Small helpers
 
-const tagOf = (x) => Object.prototype.toString.call(x).slice(8, -1);
 /** 'a Float32Array', 'an Int32Array'. */
 const article = (word) => `${/^[AEIOU]/.test(word) ? 'an' : 'a'} ${word}`;
 
 const isPosInt = (x) => Number.isSafeInteger(x) && x > 0;
+/** C keeps dims in int32 (include/sdpa.h). */
+const INT32_MAX = 0x7fffffff;
+/** Entries of a dims array read at most (no tensor here has rank > 4; allocTensor allows up to this). */
+export const MAX_RANK = 16;
 
-/** Short description of a JS value for messages. */
+/** The type of a view from its internal slots: 'Float32Array', ..., 'DataView'; undefined for a non-view. */
+const viewTag = (x) => typedArrayTag(x) ?? (isView(x) ? 'DataView' : undefined);
+
+/**
+ * Short description of a JS value for messages. Runs no caller code (no
+ * property of an object is read), so it is safe after the snapshot.
+ */
 export function describeValue(x) {
   if (x === null) return 'null';
   if (x === undefined) return 'undefined';
   if (typeof x === 'string') return `the string ${JSON.stringify(x.length > 20 ? x.slice(0, 20) + '…' : x)}`;
   if (typeof x === 'number' || typeof x === 'boolean' || typeof x === 'bigint') return `${typeof x} ${String(x)}${typeof x === 'bigint' ? 'n' : ''}`;
-  if (Array.isArray(x)) return `an Array of length ${x.length}`;
-  if (ArrayBuffer.isView(x)) return article(tagOf(x));
+  if (typeof x === 'symbol') return 'a symbol';
+  if (isArray(x)) return 'an Array';
+  const tag = viewTag(x);
+  if (tag) return article(tag);
   if (typeof x === 'function') return 'a function';
-  return tagOf(x) === 'Object' ? 'an object' : `${article(tagOf(x))} object`;
+  return 'an object';
+}
+
+/** describeValue naming the built-in class of an object too ('a Map object'); snapshot phase only (it reads Symbol.toStringTag). */
+function describeObject(x) {
+  const d = describeValue(x);
+  if (d !== 'an object') return d;
+  const tag = objectToString(x).slice(8, -1);
+  return tag === 'Object' ? d : `${article(tag)} object`;
 }
 
 function suggest(name, allowed) {
@@ -57,12 +88,27 @@ function suggest(name, allowed) {
 
 /**
  * Whether `key`, found by `for...in` on an options object, is one of its
- * options: an own name, or an inherited one (as `opts.key` would read it)
+ * names: an own name, or an inherited one (as `opts.key` would read it)
  * unless it sits on Object.prototype itself (enumerable junk some script
  * added there is not an option).
  */
-export function countsAsOption(opts, key) {
-  return Object.prototype.hasOwnProperty.call(opts, key) || !(key in Object.prototype);
+function countsAsOption(opts, key) {
+  return hasOwn(opts, key) || !(key in ObjectPrototype);
+}
+
+/**
+ * `opts[name]` as WebIDL reads a dictionary member ([[Get]]: own, inherited,
+ * accessor, enumerable or not), except a value that comes from
+ * Object.prototype itself (a polluted prototype is not an option).
+ */
+function getOption(opts, name) {
+  const value = opts[name];
+  if (value === undefined || !hasOwn(ObjectPrototype, name)) return value;
+  for (let o = opts; o !== null; o = getPrototypeOf(o)) {
+    if (o === ObjectPrototype) return undefined;
+    if (hasOwn(o, name)) return value;
+  }
+  return value;
 }
 
 /** Prototype of readOptions' results: no Object.prototype in the chain, so nothing is read from it. */
@@ -78,29 +124,58 @@ function blankOptions() {
   o.scale = undefined;
   o.out = undefined;
   o.enableGqa = undefined;
+  o.M = null; // attnMask's descriptor (inspectTensor), read with the options
+  o.O = null; // out's descriptor
   return o;
 }
 
 /**
- * Reads an options object: undefined/null = {}, unknown names are E_ARG.
- * Values that are `undefined` count as absent. Inherited names count too
- * (countsAsOption), so none is dropped silently; a Map, Date, ... (whose
- * entries are not properties) is E_ARG. Absent options read as undefined.
+ * Options whose value is a tensor: inspected (snapshotted) as they are read.
+ * CONTRACT.md section 2: tensors inside options are read with the options.
  */
-export function readOptions(ck, opts, allowed) {
+const TENSOR_OPTIONS = Object.freeze(Object.assign(Object.create(null), { attnMask: ['M', 'mask'], out: ['O', 'out'] }));
+
+/**
+ * Names that are not options of this call but of another argument: read
+ * like options so that an accessor or non-enumerable one is caught too.
+ */
+const MISPLACED = Object.freeze(Object.assign(Object.create(null), {
+  startPos: `startPos is step's 4th argument, not an option (step(q, k, v, startPos, opts))`,
+}));
+
+/**
+ * Reads an options object the way WebIDL reads a dictionary: undefined/null
+ * = {}; each allowed name once, through [[Get]] (inherited and accessor
+ * properties count, enumerable or not), in the order of `allowed`; then any
+ * other enumerable name (own, or inherited but not from Object.prototype) is
+ * E_ARG. `undefined` values count as absent. A Map, Date, ... (whose entries
+ * are not properties) is E_ARG. Tensor options (attnMask, out) are inspected
+ * here, so their `o.M` / `o.O` descriptors are part of the snapshot.
+ * `misplaced`: names to reject with their own message (MISPLACED).
+ */
+export function readOptions(ck, opts, allowed, misplaced = null) {
   const out = blankOptions();
   if (opts === undefined || opts === null) return out;
-  if (typeof opts !== 'object' || Object.prototype.toString.call(opts) !== '[object Object]') {
-    ck.add('E_ARG', `options must be a plain object, got ${describeValue(opts)}`);
+  if (typeof opts !== 'object' || isArray(opts) || isView(opts) || objectToString(opts) !== '[object Object]') {
+    ck.add('E_ARG', `options must be a plain object, got ${describeObject(opts)}`);
     return out;
   }
-  for (const key in opts) {
-    if (!countsAsOption(opts, key)) continue;
-    if (!allowed.includes(key)) {
-      ck.add('E_ARG', `unknown option '${key}'${suggest(key, allowed)}; the options are ${allowed.join(', ')}`);
-      continue;
+  for (let i = 0; i < allowed.length; i++) {
+    const name = allowed[i];
+    const value = getOption(opts, name);
+    if (value === undefined) continue;
+    out[name] = value;
+    const tensor = TENSOR_OPTIONS[name];
+    if (tensor !== undefined && value !== null) out[tensor[0]] = inspectTensor(ck, name, value, tensor[1]);
+  }
+  if (misplaced !== null) {
+    for (let i = 0; i < misplaced.length; i++) {
+      if (getOption(opts, misplaced[i]) !== undefined) ck.add('E_ARG', MISPLACED[misplaced[i]]);
     }
-    if (opts[key] !== undefined) out[key] = opts[key];
+  }
+  for (const key in opts) {
+    if (allowed.includes(key) || (misplaced !== null && misplaced.includes(key)) || !countsAsOption(opts, key)) continue;
+    ck.add('E_ARG', `unknown option '${key}'${suggest(key, allowed)}; the options are ${allowed.join(', ')}`);
   }
   return out;
 }
@@ -178,25 +253,35 @@ export function checkSize(ck, value, name, { required = true, dflt, zeroCode = '
 const dimsLabel = (name) => (name === null ? 'dims' : `${name}.dims`);
 
 /**
- * Reads a dims argument. Returns a copy as number[], or null after adding
- * E_ARG: missing, not an array (or a typed array other than DataView), an
- * element that is not a number. `name`: the tensor's, or null (see dimsLabel).
+ * Reads a dims argument (snapshot phase): `length` once, then each entry
+ * once (a typed array through its internal slots). Returns a copy as
+ * number[], or null after adding E_ARG (missing, not an array or a typed
+ * array other than DataView, an entry that is not a number) or E_RANK (more
+ * than MAX_RANK entries: none is read). `name`: the tensor's, or null (see dimsLabel).
  */
 export function readDims(ck, dims, name) {
   if (dims === undefined || dims === null) {
     ck.add('E_ARG', `${dimsLabel(name)} is missing; expected an array of positive integers`);
     return null;
   }
-  if (!(Array.isArray(dims) || (ArrayBuffer.isView(dims) && tagOf(dims) !== 'DataView'))) {
+  const typed = typedArrayTag(dims) !== undefined;
+  if (!typed && !isArray(dims)) {
     ck.add('E_ARG', `${dimsLabel(name)} must be an array of integers, got ${describeValue(dims)}`);
     return null;
   }
-  const arr = Array.from(dims);
-  for (let i = 0; i < arr.length; i++) {
-    if (typeof arr[i] !== 'number') {
-      ck.add('E_ARG', `${dimsLabel(name)}[${i}] must be a number, got ${describeValue(arr[i])}`);
+  const n = typed ? typedArrayLength(dims) : dims.length;
+  if (!(Number.isSafeInteger(n) && n >= 0 && n <= MAX_RANK)) {
+    ck.add('E_RANK', `${dimsLabel(name)} has ${typeof n === 'number' ? n : describeValue(n)} entries; a tensor has at most ${MAX_RANK} dims`);
+    return null;
+  }
+  const arr = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const x = dims[i];
+    if (typeof x !== 'number') {
+      ck.add('E_ARG', `${dimsLabel(name)}[${i}] must be a number, got ${describeValue(x)}`);
       return null;
     }
+    arr[i] = x;
   }
   return arr;
 }
@@ -209,9 +294,10 @@ export function checkDimValues(ck, dims, name, headIndex = -1) {
   let ok = true;
   for (let i = 0; i < dims.length; i++) {
     const x = dims[i];
-    if (isPosInt(x)) continue;
+    if (isPosInt(x) && x <= INT32_MAX) continue;
     ok = false;
     if (x === 0 && i === headIndex) ck.add('E_HEADS', `${name} has 0 heads (dims ${fmtDims(dims)}); expected at least 1`);
+    else if (isPosInt(x)) ck.add('E_DIMS', `${dimsLabel(name)}[${i}] is ${x}; a dim must be at most ${INT32_MAX} (2^31 - 1)`);
     else ck.add('E_DIMS', `${dimsLabel(name)}[${i}] is ${x}; every dim must be a positive integer`);
   }
   return ok;
@@ -233,14 +319,17 @@ export function inspectTensor(ck, name, t, role) {
     ck.add('E_ARG', `${name} is missing; expected a tensor { data, dims }`);
     return null;
   }
-  if (typeof t !== 'object' || Array.isArray(t) || ArrayBuffer.isView(t)) {
+  if (typeof t !== 'object' || isArray(t) || isView(t)) {
     ck.add('E_ARG', `${name} must be a tensor object { data, dims, dtype? }, got ${describeValue(t)}`);
     return null;
   }
-  const d = { name, t, heap: null, data: null, dims: null, dtype: null, len: -1, rank: -1, whole: false };
+  const d = {
+    name, t, heap: null, data: null, buffer: null, byteOffset: 0, byteLength: 0,
+    dims: null, dtype: null, len: -1, rank: -1, whole: false,
+  };
   const hs = heapState(t);
   if (hs) {
-    // Dims, dtype and length were checked by allocTensor.
+    // Dims, dtype and length were checked by allocTensor; no property of t is read.
     d.heap = hs;
     d.dims = hs.dims;
     d.rank = hs.dims.length;
@@ -256,43 +345,97 @@ export function inspectTensor(ck, name, t, role) {
   return d;
 }
 
-/** inspectTensor for a plain { data, dims, dtype? } object: fills `d`. */
+/**
+ * inspectTensor for a plain { data, dims, dtype? } object: reads `data`,
+ * `dims` and `dtype` once each, the typed array's geometry through its
+ * internal slots, and fills `d`.
+ */
 function inspectPlain(ck, d, t, role) {
   const name = d.name;
+  const data = t.data;
+  const rawDims = t.dims;
+  const dt = t.dtype;
   const dtypeCode = role === 'mask' ? 'E_MASK_DTYPE' : 'E_DTYPE';
   const wanted = role === 'mask' ? `float32 (Float32Array) or bool (Uint8Array)` : `float32 (Float32Array)`;
-  const dims = readDims(ck, t.dims, name);
+  const dims = readDims(ck, rawDims, name);
   if (dims) {
     d.dims = dims;
     d.rank = dims.length;
     d.whole = dims.every((x) => Number.isSafeInteger(x) && x >= 0);
   }
-  const data = t.data;
   let inferred = null;
+  const tag = data === undefined || data === null ? undefined : typedArrayTag(data);
   if (data === undefined || data === null) {
     ck.add('E_ARG', `${name}.data is missing; expected a ${role === 'mask' ? 'Float32Array or Uint8Array' : 'Float32Array'}`);
-  } else if (Array.isArray(data)) {
+  } else if (isArray(data)) {
     ck.add(dtypeCode, `${name}.data is a plain Array; expected ${wanted}`);
-    d.len = data.length;
-  } else if (ArrayBuffer.isView(data) && tagOf(data) !== 'DataView') {
-    const tag = tagOf(data);
-    d.len = data.length;
+  } else if (tag !== undefined) {
     if (tag === 'Float32Array') inferred = 'float32';
     else if (tag === 'Uint8Array') inferred = 'bool';
     else ck.add(dtypeCode, `${name}.data is ${article(tag)}; expected ${wanted}`);
-    if (inferred) d.data = data;
+    if (inferred) {
+      d.data = data;
+      d.buffer = typedArrayBuffer(data);
+      d.byteOffset = typedArrayByteOffset(data);
+      d.byteLength = typedArrayByteLength(data);
+      d.len = typedArrayLength(data);
+      if (d.len === 0 && isDetached(d.buffer)) {
+        ck.add('E_ARG', `${name}.data is a view of a detached ArrayBuffer (transferred, or replaced by memory growth); pass a live typed array`);
+      }
+    }
   } else {
     ck.add('E_ARG', `${name}.data must be a typed array, got ${describeValue(data)}`);
   }
-  const dt = t.dtype;
   if (dt !== undefined && dt !== null) {
     if (typeof dt !== 'string') ck.add('E_ARG', `${name}.dtype must be a string, got ${describeValue(dt)}`);
     else if (inferred && dt !== inferred) {
-      ck.add('E_DTYPE', `${name}.dtype is '${dt}' but its data is ${article(tagOf(data))} ('${inferred}')`);
+      ck.add('E_DTYPE', `${name}.dtype is '${dt}' but its data is ${article(tag)} ('${inferred}')`);
       inferred = null;
     }
   }
   d.dtype = inferred;
+}
+
+/** The typed array a descriptor computes on: the snapshot's, or a heap tensor's view made from its state. */
+export function dataOf(d) {
+  return d.heap ? heapView(d.heap) : d.data;
+}
+
+/**
+ * The state half of the snapshot rule, run after every read of a call and
+ * before validation: a disposed heap tensor is E_DISPOSED; a typed array
+ * detached or resized since it was read is E_ARG; a view of an instance's
+ * wasm memory (its buffer now or before growth) must lie inside one live heap
+ * tensor of that instance and outside every KV cache's storage (E_ARG):
+ * anywhere else it would alias the allocator's or the C core's own memory.
+ */
+export function checkLive(ck, d) {
+  if (d === null || d === undefined) return;
+  if (d.heap) {
+    if (d.heap.disposed) ck.add('E_DISPOSED', `${d.name} is a disposed heap tensor`);
+    return;
+  }
+  if (d.data === null) return;
+  if (d.byteLength !== 0 && typedArrayByteLength(d.data) !== d.byteLength) {
+    ck.add('E_ARG', isDetached(d.buffer)
+      ? `${d.name}.data was detached while the call read its arguments; pass a live typed array`
+      : `${d.name}.data changed size while the call read its arguments (a resizable buffer); pass a fixed typed array`);
+    return;
+  }
+  const rt = memoryOwner(d.buffer);
+  if (rt === undefined) return;
+  if (rt.disposed) {
+    ck.add('E_DISPOSED', `${d.name}.data is a view of the memory of a disposed sdpa instance`);
+    return;
+  }
+  const start = d.byteOffset, end = start + d.byteLength;
+  const cache = rt.cacheHolding(start, end);
+  if (cache !== null) {
+    ck.add('E_ARG', `${d.name} overlaps the storage of a KV cache (${cache}); pass a separate buffer`);
+    return;
+  }
+  if (d.byteLength === 0 || rt.tensorHolding(start, end) !== null) return;
+  ck.add('E_ARG', `${d.name}.data is a view of wasm memory (bytes ${start} .. ${end}) outside every heap tensor of its instance; pass a heap tensor or a view inside one`);
 }
 
 /** E_RANK unless the rank is one of `ranks`. Returns true when the rank fits. */
@@ -332,22 +475,21 @@ export function structural(d) {
 
 /**
  * Memory region of a tensor for aliasing checks: { space, start, end }.
- * `space` is an ArrayBuffer, or a runtime (an instance's wasm memory: heap
- * tensors, cache storage) that stands for its current buffer.
+ * `space` is an ArrayBuffer, or a runtime standing for its wasm memory
+ * (heap tensors, cache storage, and views of any buffer that memory ever
+ * had: see memoryOwner).
  */
 export function regionOf(d) {
   if (!d) return null;
   if (d.heap) return d.heap.disposed ? null : d.heap.region; // (disposed: its memory may be someone else's now; E_DISPOSED says it)
   if (!d.data) return null;
-  return { space: d.data.buffer, start: d.data.byteOffset, end: d.data.byteOffset + d.data.byteLength };
+  const space = memoryOwner(d.buffer) ?? d.buffer;
+  return { space, start: d.byteOffset, end: d.byteOffset + d.byteLength };
 }
 
-/** The buffer a region's space stands for (any instance's memory, not just ours). */
-const bufferOf = (space) => (space && typeof space.currentBuffer === 'function' ? space.currentBuffer() : space);
-
-/** Whether two regions share bytes (the buffers are looked up only when the ranges meet and the spaces differ). */
+/** Whether two regions share bytes. */
 export function overlaps(a, b) {
-  return !!a && !!b && a.start < b.end && b.start < a.end && (a.space === b.space || bufferOf(a.space) === bufferOf(b.space));
+  return !!a && !!b && a.space === b.space && a.start < b.end && b.start < a.end;
 }
 
 /** E_ARG when `out` (a descriptor) shares memory with `x` (a descriptor, or { name, region }). */
@@ -358,10 +500,6 @@ export function checkOutAliasing(ck, out, x) {
   }
 }
 
-/** E_DISPOSED when `d` is a disposed heap tensor. */
-export function checkDisposed(ck, d) {
-  if (d && d.heap && d.heap.disposed) ck.add('E_DISPOSED', `${d.name} is a disposed heap tensor`);
-}
 
 /** E_MASK_CAUSAL for a mask together with isCausal: true. */
 export function checkMaskCausal(ck, M, isCausal) {
@@ -393,7 +531,7 @@ export function cacheDescriptor(geo) {
  * out and the scalar options. Adds violations to `ck`; returns the plan
  * { Q, M, O, isCausal, scale, Sq } (Sq: the query length, -1 when unknown).
  *
- * @param {object} o          options already read with readOptions
+ * @param {object} o          options already read with readOptions (o.M, o.O: the mask and out descriptors)
  * @param {number|null} startPos  already checked; null (invalid, or a cache step,
  *                            whose write reports the bound as E_CAPACITY) skips
  *                            the bound startPos + Sq <= Skv
@@ -402,8 +540,7 @@ export function cacheDescriptor(geo) {
  */
 export function checkAttention(ck, o, startPos, Q, K, V) {
   const cache = K !== null && K.virtual === true;
-  const M = o.attnMask !== undefined && o.attnMask !== null ? inspectTensor(ck, 'attnMask', o.attnMask, 'mask') : null;
-  const O = o.out !== undefined && o.out !== null ? inspectTensor(ck, 'out', o.out, 'out') : null;
+  const M = o.M, O = o.O;
   const isCausal = checkBool(ck, o.isCausal, 'isCausal');
   const scale = checkScale(ck, o.scale, true);
   checkDropout(ck, o.dropoutP);
@@ -474,13 +611,6 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
     }
   }
   checkMaskCausal(ck, M, isCausal);
-
-  checkDisposed(ck, Q);
-  checkDisposed(ck, K);
-  checkDisposed(ck, V);
-  checkDisposed(ck, M);
-  checkDisposed(ck, O);
-
   return { Q, M, O, isCausal, scale, Sq };
 }
 
@@ -493,12 +623,10 @@ function checkWriteGeometry(ck, cache, d) {
 }
 
 /**
- * Checks a cache write: k, v [B, Snew, Hkv, D] at startPos against the
- * cache geometry. Returns { K, V, Snew } (Snew -1 when unknown).
+ * Checks a cache write: K, V (descriptors of k, v [B, Snew, Hkv, D]) at
+ * startPos against the cache geometry. Returns { K, V, Snew } (Snew -1 when unknown).
  */
-export function checkCacheWrite(ck, cache, k, v, startPos) {
-  const K = inspectTensor(ck, 'k', k, 'input');
-  const V = inspectTensor(ck, 'v', v, 'input');
+export function checkCacheWrite(ck, cache, K, V, startPos) {
   const kr = checkRank(ck, K, RANK_4, '4-D [B, Snew, Hkv, D]');
   const vr = checkRank(ck, V, RANK_4, '4-D [B, Snew, Hkv, D]');
   if (kr) checkDims(ck, K, 2);
@@ -513,7 +641,5 @@ export function checkCacheWrite(ck, cache, k, v, startPos) {
   if (ks && startPos !== null && startPos + Snew > cache.maxSeqLen) {
     ck.add('E_CAPACITY', `writing ${Snew} rows at startPos ${startPos} needs ${startPos + Snew} rows but the cache holds maxSeqLen = ${cache.maxSeqLen}`);
   }
-  checkDisposed(ck, K);
-  checkDisposed(ck, V);
   return { K, V, Snew };
 }
