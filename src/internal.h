@@ -12,8 +12,27 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #define SDPA_ERROR_CAP 512
+
+/* Byte counts computed from user dims are uint64_t and saturate at
+ * UINT64_MAX instead of wrapping (on wasm32 a size_t product of two dims
+ * wraps at 4 GiB). A count above SIZE_MAX does not fit this build's address
+ * space: callers turn it into E_OOM before anything is allocated or written. */
+static inline uint64_t sdpa_size_mul(uint64_t a, uint64_t b) {
+    return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+static inline uint64_t sdpa_size_add(uint64_t a, uint64_t b) {
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* The kernels index rows, keys and head-dim elements in int32 and step past
+ * a bound by less than this margin (SIMD strides, key tiles, chunk
+ * rounding), so contract/ keeps every such extent <= SDPA_INDEX_LIMIT. Only
+ * a native caller with > 8 GiB tensors can reach it: on wasm32 a 4 GiB
+ * address space keeps every extent below 2^30. */
+#define SDPA_INDEX_LIMIT (INT32_MAX - 65536)
 
 struct sdpa_ctx {
     sdpa_pool * pool;
@@ -63,12 +82,14 @@ sdpa_status sdpa_fail(sdpa_ctx * ctx, sdpa_status status, const char * fmt, ...)
     ;
 void sdpa_clear_error(sdpa_ctx * ctx);
 
-/* Ensures the context's scratch holds `bytes` (grows, never shrinks). */
-sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, size_t bytes);
+/* Ensures the context's scratch holds `bytes` (grows, never shrinks); E_OOM,
+ * with a message that starts with `fn`, when it cannot (bytes > SIZE_MAX
+ * included). */
+sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, const char * fn, uint64_t bytes);
 
 /* Grows the scratch to what a validated problem needs (E_OOM). Entry points
  * call it before writing anything, so a failure leaves every buffer as it was. */
-sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const sdpa_problem * p);
+sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const char * fn, const sdpa_problem * p);
 
 /* Runs a reserved problem: the scalar reference when `reference` or the
  * context's switch says so, else the flash kernel. Clears the last error. */

@@ -63,34 +63,46 @@ void sdpa_ctx_use_reference(sdpa_ctx * ctx, int32_t on) {
     if (ctx) ctx->use_reference = on != 0;
 }
 
-sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, size_t bytes) {
+sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, const char * fn, uint64_t bytes) {
     if (bytes <= ctx->scratch_bytes) return SDPA_OK;
-    void * grown = malloc(bytes);  /* contents need not survive: scratch only */
+    if (bytes > SIZE_MAX)
+        return sdpa_fail(ctx, SDPA_E_OOM,
+                         "%s: needs %llu bytes of scratch memory (%d threads); more than this build can address (%llu bytes)",
+                         fn, (unsigned long long)bytes, ctx->n_threads, (unsigned long long)SIZE_MAX);
+    void * grown = malloc((size_t)bytes);  /* contents need not survive: scratch only */
     if (!grown)
-        return sdpa_fail(ctx, SDPA_E_OOM, "sdpa: cannot allocate %zu bytes of scratch memory", bytes);
+        return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate %llu bytes of scratch memory (%d threads)",
+                         fn, (unsigned long long)bytes, ctx->n_threads);
     free(ctx->scratch);
     ctx->scratch = grown;
-    ctx->scratch_bytes = bytes;
+    ctx->scratch_bytes = (size_t)bytes;
     return SDPA_OK;
 }
 
 sdpa_status sdpa_ctx_reserve(sdpa_ctx * ctx, size_t bytes) {
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_scratch_reserve(ctx, bytes);
+    sdpa_status s = sdpa_scratch_reserve(ctx, "sdpa_ctx_reserve", bytes);
     if (s == SDPA_OK) sdpa_clear_error(ctx);
     return s;
 }
 
 size_t sdpa_ctx_scratch_bytes(const sdpa_ctx * ctx) { return ctx ? ctx->scratch_bytes : 0; }
 
-static size_t problem_workspace(int32_t n_threads, const sdpa_problem * p) {
-    size_t flash = sdpa_flash_workspace(n_threads, p);
-    size_t ref = sdpa_reference_workspace(n_threads, p);
+/* Either kernel may run a reserved problem (the reference switch), so the
+ * scratch holds the larger of the two. Saturating, see sdpa_size_mul. */
+static uint64_t problem_workspace(int32_t n_threads, const sdpa_problem * p) {
+    uint64_t flash = sdpa_flash_workspace(n_threads, p);
+    uint64_t ref = sdpa_reference_workspace(n_threads, p);
     return flash > ref ? flash : ref;
 }
 
-sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const sdpa_problem * p) {
-    return sdpa_scratch_reserve(ctx, problem_workspace(ctx->n_threads, p));
+sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const char * fn, const sdpa_problem * p) {
+    const uint64_t need = problem_workspace(ctx->n_threads, p);
+    if (need > SIZE_MAX)  /* say which shape asked for it */
+        return sdpa_fail(ctx, SDPA_E_OOM,
+                         "%s: head dim %d with %d threads needs %llu bytes of scratch memory; more than this build can address (%llu bytes)",
+                         fn, p->head_dim, ctx->n_threads, (unsigned long long)need, (unsigned long long)SIZE_MAX);
+    return sdpa_scratch_reserve(ctx, fn, need);
 }
 
 size_t sdpa_workspace_size(const sdpa_ctx * ctx, int32_t batch, int32_t q_len, int32_t q_heads,
@@ -98,11 +110,17 @@ size_t sdpa_workspace_size(const sdpa_ctx * ctx, int32_t batch, int32_t q_len, i
     if (!ctx || batch <= 0 || q_len <= 0 || q_heads <= 0 || kv_heads <= 0 || head_dim <= 0 ||
         n_keys <= 0 || q_heads % kv_heads != 0)
         return 0;
+    /* shapes every call rejects (E_DIMS: the kernels' int32 extents) */
+    const int64_t bq = (int64_t)batch * q_len;  /* < 2^62; times q_heads only once <= the limit */
+    if (bq > SDPA_INDEX_LIMIT || bq * q_heads > SDPA_INDEX_LIMIT || head_dim > SDPA_INDEX_LIMIT ||
+        n_keys > SDPA_INDEX_LIMIT)
+        return 0;
     sdpa_problem p;
     memset(&p, 0, sizeof p);
     p.batch = batch; p.q_len = q_len; p.q_heads = q_heads; p.kv_heads = kv_heads;
     p.head_dim = head_dim; p.group = q_heads / kv_heads; p.n_keys = n_keys;
-    return problem_workspace(ctx->n_threads, &p);
+    const uint64_t need = problem_workspace(ctx->n_threads, &p);
+    return need > SIZE_MAX ? SIZE_MAX : (size_t)need;  /* saturates: reserving SIZE_MAX is E_OOM */
 }
 
 void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference) {
@@ -118,7 +136,7 @@ static sdpa_status custom(sdpa_ctx * ctx, const char * fn, bool reference,
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
     sdpa_status s = sdpa_check_custom(ctx, fn, query, key, value, mask, options, out, &p);
-    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, &p);
+    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, fn, &p);
     if (s != SDPA_OK) return s;
     sdpa_run_problem(ctx, &p, reference);
     return SDPA_OK;

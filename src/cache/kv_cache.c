@@ -38,7 +38,7 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
     /* Scratch for any attend over this head_dim, so no step allocates.
      * Failure is not fatal: the first attend would try again and report
      * E_OOM then. */
-    (void)sdpa_scratch_reserve(ctx, sdpa_flash_workspace_bound(ctx->n_threads, head_dim));
+    (void)sdpa_scratch_reserve(ctx, fn, sdpa_flash_workspace_bound(ctx->n_threads, head_dim));
     sdpa_clear_error(ctx);
     *out_cache = c;
     return SDPA_OK;
@@ -64,7 +64,11 @@ float * sdpa_kv_cache_data(sdpa_kv_cache * cache, int32_t which) {
     return which == 0 ? cache->k : which == 1 ? cache->v : NULL;
 }
 
-/* [B, S, Hkv, D] rows <-> cache rows, for rows [start, start + len). */
+/* [B, S, Hkv, D] rows <-> cache rows, for rows [start, start + len).
+ * size_t cannot wrap here: every cache index is below the cache's element
+ * count (<= SDPA_MAX_CACHE_BYTES / 4, checked at creation) and every dense
+ * index below the tensor's validated length B * len * Hkv * D (contract/:
+ * <= SIZE_MAX / 4, and start + len <= maxSeqLen). */
 static void copy_rows(const sdpa_kv_cache * c, float * cache_side, float * dense, int32_t start,
                       int32_t len, int to_cache) {
     const size_t D = (size_t)c->head_dim, S = (size_t)c->max_seq_len, H = (size_t)c->kv_heads;
@@ -95,7 +99,7 @@ sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sd
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
     sdpa_status s = sdpa_check_cache_attend(ctx, "cache.attend", cache, query, mask, options, out, true, &p);
-    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, &p);
+    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, "cache.attend", &p);
     if (s != SDPA_OK) return s;
     sdpa_run_problem(ctx, &p, false);
     return SDPA_OK;
@@ -108,7 +112,7 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
     sdpa_status s = sdpa_check_cache_step(ctx, "cache.step", cache, query, key, value, mask, options, out, &p);
-    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, &p);
+    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, "cache.step", &p);
     if (s != SDPA_OK) return s;  /* nothing written yet */
     const int32_t start_pos = (int32_t)p.start_pos;
     copy_rows(cache, cache->k, key->data, start_pos, key->dims[1], 1);

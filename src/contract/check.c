@@ -26,10 +26,11 @@ static uint64_t elem_bytes(int32_t dtype) {
 
 static bool present(const sdpa_tensor * t) { return t && t->data; }
 
+/* Distances, not ends: a claimed size near UINT64_MAX must not wrap a0 + a_bytes. */
 static bool ranges_overlap(const void * a, uint64_t a_bytes, const void * b, uint64_t b_bytes) {
-    uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+    const uint64_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
     if (a_bytes == 0 || b_bytes == 0) return false;
-    return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+    return a0 >= b0 ? a0 - b0 < b_bytes : b0 - a0 < a_bytes;
 }
 
 static uint64_t claimed_bytes(const sdpa_tensor * t) {
@@ -42,6 +43,7 @@ static bool overlaps(const sdpa_tensor * out, const sdpa_tensor * in) {
     return ranges_overlap(out->data, claimed_bytes(out), in->data, claimed_bytes(in));
 }
 
+/* <= SDPA_MAX_CACHE_BYTES: creation refuses anything larger */
 static uint64_t cache_bytes(const sdpa_kv_cache * c) {
     return (uint64_t)c->batch * (uint64_t)c->kv_heads * (uint64_t)c->max_seq_len * (uint64_t)c->head_dim * 4u;
 }
@@ -182,11 +184,17 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
                              out->dims[0], out->dims[1], out->dims[2], out->dims[3], q->dims[0],
                              q->dims[1], q->dims[2], q->dims[3]);
 
-    {   /* kernels count query rows in int32 (only reachable natively: > 8 GiB) */
+    {   /* the kernels' int32 extents (internal.h; only reachable natively: > 8 GiB) */
         int64_t rows = (int64_t)q->dims[0] * q->dims[1];  /* < 2^62 */
-        if (rows > INT32_MAX || rows * (q->dims[2] > 0 ? q->dims[2] : 1) > INT32_MAX)
+        if (rows > SDPA_INDEX_LIMIT || rows * (q->dims[2] > 0 ? q->dims[2] : 1) > SDPA_INDEX_LIMIT)
             return sdpa_fail(ctx, SDPA_E_DIMS, "%s: query [%d, %d, %d, %d] has more than %d rows (B * Sq * Hq)",
-                             fn, q->dims[0], q->dims[1], q->dims[2], q->dims[3], INT32_MAX);
+                             fn, q->dims[0], q->dims[1], q->dims[2], q->dims[3], SDPA_INDEX_LIMIT);
+        if (q->dims[3] > SDPA_INDEX_LIMIT)
+            return sdpa_fail(ctx, SDPA_E_DIMS, "%s: query head dim is %d; at most %d is supported",
+                             fn, q->dims[3], SDPA_INDEX_LIMIT);
+        if (!cache && k->dims[1] > SDPA_INDEX_LIMIT)  /* a cache's maxSeqLen is far below (creation) */
+            return sdpa_fail(ctx, SDPA_E_DIMS, "%s: key has %d rows; at most %d are supported",
+                             fn, k->dims[1], SDPA_INDEX_LIMIT);
     }
 
     /* E_DTYPE */

@@ -16,11 +16,24 @@
  *
  * Non-finite inputs are computed through: a NaN score makes its row NaN. A
  * row "sees nothing" (and outputs zeros) exactly when its sum l is 0.
+ *
+ * Float32 range: a finished row is recomputed by the double-precision
+ * reference row (kernels.h) when the fast path may have left float range on
+ * the way to a finite answer: a score that is not finite before the mask
+ * (q.k overflowed, or inf * 0: scale = 1e30 with k = 0 is exactly 0), an
+ * output element that is not finite (the unnormalised p.V sum overflows for
+ * |v| near FLT_MAX although the convex combination does not), or l = 0 on a
+ * row whose float mask admits a key (mask + score overflowed to -inf). The
+ * test depends only on the data, so results stay bit-identical for any
+ * thread count; non-finite data ends up there too and gets the reference's
+ * NaN / Inf, as the contract asks. The reference row's D doubles live in the
+ * thread's q area, which is free once a block's keys are done.
  */
 #include "kernels/kernels.h"
 #include "kernels/simd.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define BLOCK_ROWS 8
@@ -37,28 +50,40 @@ typedef struct flash_plan {
     int32_t chunks;        /* key chunks per block (1 = no split) */
     int32_t chunk_keys;    /* keys per chunk, a multiple of TILE_KEYS */
     int32_t dim_pad;       /* D rounded up to 4 */
-    size_t thread_bytes;   /* per-thread scratch, ALIGN multiple */
+    uint64_t thread_bytes; /* per-thread scratch, ALIGN multiple (saturating) */
     char * scratch;        /* [n_threads][thread_bytes] then partials */
-    float * partials;      /* [unit][BLOCK_ROWS][2 + dim_pad] */
+    float * partials;      /* [unit][BLOCK_ROWS][PARTIAL_HEAD + dim_pad] */
     atomic_int * done;     /* [group]: chunks finished; the last one merges */
 } flash_plan;
 
-static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+/* Byte counts are uint64_t and saturate (internal.h): on wasm32 the size_t
+ * product of a thread count and a huge head dim would wrap. */
+static uint64_t align_up(uint64_t n) {
+    return n > UINT64_MAX - (ALIGN - 1) ? UINT64_MAX : (n + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
+}
 
-/* q (scaled), acc: BLOCK_ROWS x dim_pad; scores: BLOCK_ROWS x TILE_KEYS; m, l; sink */
-static size_t thread_bytes(int32_t dim_pad) {
-    return align_up(sizeof(float) * ((size_t)BLOCK_ROWS * (size_t)dim_pad * 2 +
-                                     (size_t)BLOCK_ROWS * TILE_KEYS + 2 * BLOCK_ROWS + 4));
+/* q, acc: BLOCK_ROWS x dim_pad; scores: BLOCK_ROWS x TILE_KEYS; m, l; sink.
+ * The q area also holds the reference row's D doubles (see the header). */
+_Static_assert(BLOCK_ROWS * sizeof(float) >= sizeof(double), "a reference row fits in the q area");
+static uint64_t thread_bytes(int32_t dim_pad) {
+    const uint64_t floats = sdpa_size_add(sdpa_size_mul((uint64_t)BLOCK_ROWS * 2, (uint64_t)dim_pad),
+                                          (uint64_t)BLOCK_ROWS * TILE_KEYS + 2 * BLOCK_ROWS + 4);
+    return align_up(sdpa_size_mul(floats, sizeof(float)));
 }
 
 static int32_t ceil_div(int32_t a, int32_t b) { return a / b + (a % b != 0); }
 static int32_t pad4(int32_t d) { return ceil_div(d, 4) * 4; }
 
-static size_t partial_floats_for(int32_t dim_pad) { return (size_t)BLOCK_ROWS * (2 + (size_t)dim_pad); }
+/* A row's partial: m, l, suspect (0 or 1: fall back to the reference), acc. */
+#define PARTIAL_HEAD 3
+static uint64_t partial_floats_for(int32_t dim_pad) {
+    return (uint64_t)BLOCK_ROWS * (PARTIAL_HEAD + (uint64_t)dim_pad);
+}
 
 /* Validated problems have n_keys >= 1, B * Sq * Hq * D <= SIZE_MAX / 4 and,
- * by the check in contract/, B * Sq * Hq <= INT32_MAX, so these int32
- * products hold and every count below is >= 1. */
+ * by the checks in contract/, B * Sq * Hq, D and n_keys <= SDPA_INDEX_LIMIT,
+ * so these int32 values (chunk_keys <= n_keys + 63 included) hold and every
+ * count below is >= 1. */
 static void make_plan(flash_plan * f, const sdpa_problem * p) {
     f->p = p;
     f->rows = p->q_len * p->group;
@@ -74,21 +99,27 @@ static void make_plan(flash_plan * f, const sdpa_problem * p) {
     f->thread_bytes = thread_bytes(f->dim_pad);
 }
 
-static size_t partial_floats(const flash_plan * f) { return partial_floats_for(f->dim_pad); }
+/* Run time only (the reserved workspace fits in size_t, so these do too). */
+static size_t partial_floats(const flash_plan * f) { return (size_t)partial_floats_for(f->dim_pad); }
 
-static size_t compute_units(const flash_plan * f) {
+/* <= INT32_MAX: (B * Hkv * blocks) <= B * Sq * Hq unsplit, <= 16 * 64 split */
+static int32_t compute_units(const flash_plan * f) {
     const sdpa_problem * p = f->p;
-    return (size_t)p->batch * p->kv_heads * f->blocks * f->chunks;
+    return p->batch * p->kv_heads * f->blocks * f->chunks;
 }
 
-static size_t workspace_bytes(const flash_plan * f, int32_t n_threads) {
-    size_t bytes = ALIGN + (size_t)n_threads * f->thread_bytes;
-    if (f->chunks > 1)
-        bytes += compute_units(f) * partial_floats(f) * sizeof(float) + SPLIT_MAX_UNITS * sizeof(atomic_int);
+static uint64_t split_bytes(uint64_t units, int32_t dim_pad) {
+    return sdpa_size_add(sdpa_size_mul(sdpa_size_mul(units, partial_floats_for(dim_pad)), sizeof(float)),
+                         SPLIT_MAX_UNITS * sizeof(atomic_int));
+}
+
+static uint64_t workspace_bytes(const flash_plan * f, int32_t n_threads) {
+    uint64_t bytes = sdpa_size_add(ALIGN, sdpa_size_mul((uint64_t)n_threads, f->thread_bytes));
+    if (f->chunks > 1) bytes = sdpa_size_add(bytes, split_bytes((uint64_t)compute_units(f), f->dim_pad));
     return bytes;
 }
 
-size_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p) {
+uint64_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p) {
     flash_plan f;
     make_plan(&f, p);
     return workspace_bytes(&f, n_threads);
@@ -96,11 +127,10 @@ size_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p) {
 
 /* Splits happen only for <= SPLIT_MAX_UNITS units of <= CHUNK_MAX_COUNT
  * chunks, so this bounds the workspace of every problem with this D. */
-size_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim) {
+uint64_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim) {
     const int32_t dim_pad = pad4(head_dim);
-    return ALIGN + (size_t)n_threads * thread_bytes(dim_pad) +
-           (size_t)SPLIT_MAX_UNITS * CHUNK_MAX_COUNT * partial_floats_for(dim_pad) * sizeof(float) +
-           SPLIT_MAX_UNITS * sizeof(atomic_int);
+    return sdpa_size_add(sdpa_size_add(ALIGN, sdpa_size_mul((uint64_t)n_threads, thread_bytes(dim_pad))),
+                         split_bytes((uint64_t)SPLIT_MAX_UNITS * CHUNK_MAX_COUNT, dim_pad));
 }
 
 /* ---- microkernels ------------------------------------------------------ */
@@ -250,7 +280,8 @@ typedef struct block_state {
     int32_t limit[BLOCK_ROWS];      /* keys t < limit exist for the row */
     const float * mask[BLOCK_ROWS]; /* row of a float mask, or NULL */
     const uint8_t * bmask[BLOCK_ROWS];
-    float * q;                      /* [BLOCK_ROWS][dim_pad], pre-scaled */
+    bool suspect[BLOCK_ROWS];       /* a score left float range: recompute the row */
+    float * q;                      /* [BLOCK_ROWS][dim_pad] */
     float * acc;                    /* [BLOCK_ROWS][dim_pad] */
     float * s;                      /* [BLOCK_ROWS][TILE_KEYS] */
     float * m;                      /* running max */
@@ -278,11 +309,13 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         st->limit[x] = 0;
         st->mask[x] = NULL;
         st->bmask[x] = NULL;
+        st->suspect[x] = false;
     }
     for (int32_t x = 0; x < st->n; x++) {
         const int32_t row = st->row0 + x, i = row / r, h = hk * r + row % r;
         const float * q = p->q + (((size_t)b * p->q_len + i) * p->q_heads + h) * D;
-        for (int32_t d = 0; d < D; d++) st->q[(size_t)x * Dp + d] = q[d] * p->scale;
+        /* unscaled: scale * q could overflow (or underflow) where scale * (q . k) does not */
+        memcpy(st->q + (size_t)x * Dp, q, sizeof(float) * (size_t)D);
         int64_t limit = p->n_keys;
         if (p->is_causal && p->start_pos + i + 1 < limit) limit = p->start_pos + i + 1;
         st->limit[x] = (int32_t)limit;
@@ -329,10 +362,27 @@ static void block_keys(const flash_plan * f, block_state * st, const float * kba
             }
             for (; t < nt; t++) s[t] = dot1(q, k + (size_t)t * ldk, D);
         }
-        /* 2. mask, then online softmax per row */
+        /* 2. scale, mask, then online softmax per row */
+        const v128_t vscale = wasm_f32x4_splat(p->scale), vinf = wasm_f32x4_splat(INFINITY);
         for (x = 0; x < n; x++) {
             float * s = st->s + (size_t)x * TILE_KEYS;
             const int32_t valid = st->limit[x] - ts < nt ? st->limit[x] - ts : nt;
+            {   /* scores [0, nt): those past a causal limit are checked too (harmless: a false
+                 * alarm costs a reference row, never a wrong one) */
+                v128_t finite = wasm_i32x4_splat(-1);
+                int32_t t = 0;
+                for (; t + 4 <= nt; t += 4) {
+                    const v128_t vs = wasm_f32x4_mul(wasm_v128_load(s + t), vscale);
+                    wasm_v128_store(s + t, vs);
+                    finite = wasm_v128_and(finite, wasm_f32x4_lt(wasm_f32x4_abs(vs), vinf));
+                }
+                bool all_finite = wasm_i32x4_all_true(finite);
+                for (; t < nt; t++) {
+                    s[t] *= p->scale;
+                    all_finite &= isfinite(s[t]) != 0;
+                }
+                if (!all_finite) st->suspect[x] = true;
+            }
             if (st->mask[x]) for (int32_t t = 0; t < valid; t++) s[t] += st->mask[x][ts + t];
             if (st->bmask[x]) for (int32_t t = 0; t < valid; t++) if (!st->bmask[x][ts + t]) s[t] = -INFINITY;
             for (int32_t t = valid < 0 ? 0 : valid; t < nt4; t++) s[t] = -INFINITY;
@@ -380,6 +430,46 @@ static float * row_out(const sdpa_problem * p, int32_t b, int32_t hk, int32_t ro
     return p->out + (((size_t)b * p->q_len + i) * p->q_heads + h) * p->head_dim;
 }
 
+/* ---- finishing a row --------------------------------------------------- */
+
+/* out[d] = acc[d] * inv for d < D (out may be acc); false when an element is
+ * not finite. */
+static bool store_row(float * out, const float * acc, float inv, int32_t D) {
+    const v128_t vinv = wasm_f32x4_splat(inv), vinf = wasm_f32x4_splat(INFINITY);
+    v128_t finite = wasm_i32x4_splat(-1);
+    int32_t d = 0;
+    for (; d + 4 <= D; d += 4) {
+        const v128_t o = wasm_f32x4_mul(wasm_v128_load(acc + d), vinv);
+        wasm_v128_store(out + d, o);
+        finite = wasm_v128_and(finite, wasm_f32x4_lt(wasm_f32x4_abs(o), vinf));
+    }
+    bool all_finite = wasm_i32x4_all_true(finite);
+    for (; d < D; d++) {
+        out[d] = acc[d] * inv;
+        all_finite &= isfinite(out[d]) != 0;
+    }
+    return all_finite;
+}
+
+/* l = 0 means "fully masked" unless a float mask admits a key (an entry that
+ * is not -inf) of query row i: then mask + score overflowed to -inf. Without
+ * a mask or with a bool mask, an admitted key has a finite score (else the
+ * row is suspect already), so l = 0 is real masking. */
+static bool float_mask_admits(const sdpa_problem * p, int32_t i) {
+    if (!p->mask || p->mask_dtype != SDPA_DTYPE_FLOAT32) return false;
+    const float * m = (const float *)p->mask + (size_t)i * p->mask_stride;
+    for (int32_t t = 0; t < p->n_keys; t++)
+        if (m[t] != -INFINITY) return true;
+    return false;
+}
+
+/* The double-precision reference for one flattened row, its D doubles in the
+ * thread's q area (free once the block's keys are done; see the header). */
+static void reference_fallback(const flash_plan * f, char * thread_scratch, int32_t b, int32_t hk, int32_t row) {
+    const sdpa_problem * p = f->p;
+    sdpa_reference_row(p, b, row / p->group, hk * p->group + row % p->group, (double *)thread_scratch);
+}
+
 /* group (= unit / chunks) -> (b, hk, block). Blocks go last-first: under a
  * causal mask the late rows see the most keys, and handing out the biggest
  * work first balances the threads. */
@@ -389,7 +479,7 @@ static void group_coords(const flash_plan * f, int32_t group, int32_t * b, int32
     *b = group / f->blocks / f->p->kv_heads;
 }
 
-static void merge_group(const flash_plan * f, int32_t group);
+static void merge_group(const flash_plan * f, int32_t group, char * thread_scratch);
 
 /* unit -> (group, chunk), chunk fastest */
 static void compute_unit(void * arg, int32_t unit, int32_t thread) {
@@ -398,42 +488,48 @@ static void compute_unit(void * arg, int32_t unit, int32_t thread) {
     const int32_t chunk = unit % f->chunks, group = unit / f->chunks;
     int32_t b, hk, blk;
     group_coords(f, group, &b, &hk, &blk);
+    char * scratch = f->scratch + (size_t)thread * (size_t)f->thread_bytes;
     block_state st;
-    block_setup(f, &st, f->scratch + (size_t)thread * f->thread_bytes, b, hk, blk);
+    block_setup(f, &st, scratch, b, hk, blk);
     const size_t off = (size_t)b * p->kv.stride_b + (size_t)hk * p->kv.stride_h;
     const int32_t t0 = chunk * f->chunk_keys;
-    const int32_t t1 = t0 + f->chunk_keys < p->n_keys ? t0 + f->chunk_keys : p->n_keys;
+    const int32_t t1 = f->chunk_keys < p->n_keys - t0 ? t0 + f->chunk_keys : p->n_keys;
     block_keys(f, &st, p->kv.k + off, p->kv.v + off, t0, t1);
     const int32_t D = p->head_dim, Dp = f->dim_pad;
     if (f->chunks == 1) {
         for (int32_t x = 0; x < st.n; x++) {
-            float * out = row_out(p, b, hk, st.row0 + x);
-            const float * acc = st.acc + (size_t)x * Dp;
-            if (st.l[x] == 0.0f) {  /* fully masked: zeros, not NaN */
-                for (int32_t d = 0; d < D; d++) out[d] = 0.0f;
-                continue;
+            const int32_t row = st.row0 + x;
+            float * out = row_out(p, b, hk, row);
+            bool exact;
+            if (st.suspect[x]) {
+                exact = false;
+            } else if (st.l[x] == 0.0f) {  /* fully masked: zeros, not NaN */
+                exact = !float_mask_admits(p, row / p->group);
+                if (exact) memset(out, 0, sizeof(float) * (size_t)D);
+            } else {
+                exact = store_row(out, st.acc + (size_t)x * Dp, 1.0f / st.l[x], D);
             }
-            const float inv = 1.0f / st.l[x];
-            for (int32_t d = 0; d < D; d++) out[d] = acc[d] * inv;
+            if (!exact) reference_fallback(f, scratch, b, hk, row);
         }
         return;
     }
     float * part = f->partials + (size_t)unit * partial_floats(f);
     for (int32_t x = 0; x < st.n; x++) {
-        float * px = part + (size_t)x * (2 + Dp);
+        float * px = part + (size_t)x * (PARTIAL_HEAD + Dp);
         px[0] = st.m[x];
         px[1] = st.l[x];
-        memcpy(px + 2, st.acc + (size_t)x * Dp, sizeof(float) * (size_t)Dp);
+        px[2] = st.suspect[x] ? 1.0f : 0.0f;
+        memcpy(px + PARTIAL_HEAD, st.acc + (size_t)x * Dp, sizeof(float) * (size_t)Dp);
     }
     /* The last chunk of the group to finish merges it (acq_rel: it sees every
      * other chunk's partials). No second pass over the pool is needed. */
     if (atomic_fetch_add_explicit(&f->done[group], 1, memory_order_acq_rel) == f->chunks - 1)
-        merge_group(f, group);
+        merge_group(f, group, scratch);
 }
 
 /* Merges a group's chunk partials in chunk order (so the result does not
  * depend on which thread merges). */
-static void merge_group(const flash_plan * f, int32_t group) {
+static void merge_group(const flash_plan * f, int32_t group, char * thread_scratch) {
     const sdpa_problem * p = f->p;
     int32_t b, hk, blk;
     group_coords(f, group, &b, &hk, &blk);
@@ -445,25 +541,33 @@ static void merge_group(const flash_plan * f, int32_t group) {
         /* chunks with l == 0 saw nothing; the others are combined at their common max */
         float m = -INFINITY;
         int32_t seen = 0;
+        bool suspect = false;
         for (int32_t c = 0; c < f->chunks; c++) {
-            const float * pc = parts + (size_t)c * partial_floats(f) + (size_t)x * (2 + Dp);
+            const float * pc = parts + (size_t)c * partial_floats(f) + (size_t)x * (PARTIAL_HEAD + Dp);
+            if (pc[2] != 0.0f) suspect = true;
             if (pc[1] == 0.0f) continue;
             seen++;
             if (pc[0] > m) m = pc[0];
         }
-        float * out = row_out(p, b, hk, row0 + x);
-        for (int32_t d = 0; d < D; d++) out[d] = 0.0f;
-        if (!seen) continue;  /* fully masked row: zeros */
-        float l = 0.0f;
-        for (int32_t c = 0; c < f->chunks; c++) {
-            const float * pc = parts + (size_t)c * partial_floats(f) + (size_t)x * (2 + Dp);
-            if (pc[1] == 0.0f) continue;
-            const float w = expf(pc[0] - m);
-            l += pc[1] * w;
-            for (int32_t d = 0; d < D; d++) out[d] += pc[2 + d] * w;
+        const int32_t row = row0 + x;
+        float * out = row_out(p, b, hk, row);
+        if (!suspect && !seen && !float_mask_admits(p, row / p->group)) {
+            memset(out, 0, sizeof(float) * (size_t)D);  /* fully masked row: zeros */
+            continue;
         }
-        const float inv = 1.0f / l;
-        for (int32_t d = 0; d < D; d++) out[d] *= inv;
+        if (!suspect && seen) {
+            for (int32_t d = 0; d < D; d++) out[d] = 0.0f;
+            float l = 0.0f;
+            for (int32_t c = 0; c < f->chunks; c++) {
+                const float * pc = parts + (size_t)c * partial_floats(f) + (size_t)x * (PARTIAL_HEAD + Dp);
+                if (pc[1] == 0.0f) continue;
+                const float w = expf(pc[0] - m);
+                l += pc[1] * w;
+                for (int32_t d = 0; d < D; d++) out[d] += pc[PARTIAL_HEAD + d] * w;
+            }
+            if (store_row(out, out, 1.0f / l, D)) continue;
+        }
+        reference_fallback(f, thread_scratch, b, hk, row);
     }
 }
 
@@ -471,9 +575,10 @@ void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch) {
     flash_plan f;
     make_plan(&f, p);
     f.scratch = (char *)(((uintptr_t)scratch + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
-    f.partials = (float *)(f.scratch + (size_t)sdpa_pool_threads(pool) * f.thread_bytes);
-    f.done = (atomic_int *)(f.partials + (f.chunks > 1 ? compute_units(&f) * partial_floats(&f) : 0));
+    /* the reserved workspace (workspace_bytes) fits in size_t, so these offsets do */
+    f.partials = (float *)(f.scratch + (size_t)sdpa_pool_threads(pool) * (size_t)f.thread_bytes);
+    f.done = (atomic_int *)(f.partials + (f.chunks > 1 ? (size_t)compute_units(&f) * partial_floats(&f) : 0));
     if (f.chunks > 1)
         for (int32_t g = 0; g < p->batch * p->kv_heads * f.blocks; g++) atomic_init(&f.done[g], 0);
-    sdpa_pool_run(pool, compute_unit, &f, (int32_t)compute_units(&f));
+    sdpa_pool_run(pool, compute_unit, &f, compute_units(&f));
 }

@@ -6,14 +6,19 @@
 
 /* Scalar reference: per query row three passes (max, sum, weighted values),
  * double accumulation. Deliberately simple; never optimised. */
-size_t sdpa_reference_workspace(int32_t n_threads, const sdpa_problem * p);
+uint64_t sdpa_reference_workspace(int32_t n_threads, const sdpa_problem * p);
 void sdpa_reference_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch);
+/* One output row out[b, i, h, :], computed as the reference does; acc: D
+ * doubles of scratch. Exact (to float rounding) for any finite input, and
+ * NaN / Inf through as the contract says for non-finite ones. */
+void sdpa_reference_row(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, double * acc);
 
 /* Flash attention: key tiles, online softmax, GQA row blocks, split-KV for
  * decode; SIMD128 microkernels. */
-size_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p);
+/* Workspace bytes (internal.h: saturating; above SIZE_MAX means E_OOM). */
+uint64_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p);
 /* Upper bound of sdpa_flash_workspace over every problem with this head_dim. */
-size_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim);
+uint64_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim);
 void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch);
 
 #endif

@@ -28,14 +28,9 @@ static double score(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, int
     return s;
 }
 
-static void reference_row(void * arg, int32_t unit, int32_t thread) {
-    const reference_job * job = arg;
-    const sdpa_problem * p = job->p;
+void sdpa_reference_row(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, double * acc) {
     const int32_t D = p->head_dim, N = p->n_keys;
-    const int32_t h = unit % p->q_heads, i = (unit / p->q_heads) % p->q_len;
-    const int32_t b = unit / p->q_heads / p->q_len;
-    double * acc = job->acc + (size_t)thread * D;
-    float * out = p->out + (size_t)unit * D;
+    float * out = p->out + (((size_t)b * p->q_len + i) * p->q_heads + h) * D;
 
     double max = -INFINITY;
     int32_t visible = 0;  /* scores that are not -inf (NaN counts: it is computed through) */
@@ -60,11 +55,19 @@ static void reference_row(void * arg, int32_t unit, int32_t thread) {
     for (int32_t d = 0; d < D; d++) out[d] = (float)acc[d];
 }
 
-size_t sdpa_reference_workspace(int32_t n_threads, const sdpa_problem * p) {
-    return (size_t)n_threads * (size_t)p->head_dim * sizeof(double);
+static void reference_unit(void * arg, int32_t unit, int32_t thread) {
+    const reference_job * job = arg;
+    const sdpa_problem * p = job->p;
+    const int32_t h = unit % p->q_heads, i = (unit / p->q_heads) % p->q_len;
+    const int32_t b = unit / p->q_heads / p->q_len;
+    sdpa_reference_row(p, b, i, h, job->acc + (size_t)thread * p->head_dim);
+}
+
+uint64_t sdpa_reference_workspace(int32_t n_threads, const sdpa_problem * p) {
+    return sdpa_size_mul(sdpa_size_mul((uint64_t)n_threads, (uint64_t)p->head_dim), sizeof(double));
 }
 
 void sdpa_reference_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch) {
     reference_job job = { p, scratch };
-    sdpa_pool_run(pool, reference_row, &job, p->batch * p->q_len * p->q_heads);
+    sdpa_pool_run(pool, reference_unit, &job, p->batch * p->q_len * p->q_heads);
 }
