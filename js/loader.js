@@ -194,6 +194,7 @@ function locate(file, paths, build) {
 }
 
 function displayPath(url) {
+  if (url.protocol === 'data:') return `${url.href.slice(0, url.href.indexOf(',') + 1)}… (a data: URL of ${url.href.length} characters, inlined by a bundler)`;
   if (isNode && url.protocol === 'file:') {
     const u = nodeBuiltin('url');
     if (u) return u.fileURLToPath(url);
@@ -201,8 +202,11 @@ function displayPath(url) {
   return url.href;
 }
 
+// A data: URL (a bundler inlines small assets) counts as foreign: a Worker
+// started from one has an opaque origin and cannot import the glue.
 const sameOrigin = (url) => {
-  if (url.protocol === 'blob:' || url.protocol === 'data:') return true;
+  if (url.protocol === 'blob:') return true;
+  if (url.protocol === 'data:') return false;
   try { return url.origin === globalThis.location.origin; } catch { return false; }
 };
 

@@ -14,6 +14,9 @@
 //   /dist/...    → <pkg-dir>/dist/ (glue, .wasm, pthread worker)
 // <pkg-dir> is the repository root by default; point it at an installed
 // node_modules/sdpa-wasm to try the page against a packed tarball.
+// --cors serves like a CDN: Access-Control-Allow-Origin: * and
+// Cross-Origin-Resource-Policy: cross-origin (pages on other origins, isolated
+// or not, may fetch and import the files).
 
 import http from 'node:http';
 import fs from 'node:fs';
@@ -76,9 +79,12 @@ export async function serve({
   webDir = path.join(REPO, 'web'),
   pkgDir = REPO,
   strictPort = false,
+  cors = false,
+  mounts: extraMounts = [],
   log = null,
 } = {}) {
   const mounts = [
+    ...extraMounts.map(([prefix, dir]) => [prefix.endsWith('/') ? prefix : `${prefix}/`, path.resolve(dir)]),
     ['/js/', path.resolve(pkgDir, 'js')],
     ['/dist/', path.resolve(pkgDir, 'dist')],
     ['/', path.resolve(webDir)],
@@ -89,6 +95,10 @@ export async function serve({
     baseHeaders['Cross-Origin-Embedder-Policy'] = 'require-corp';
     baseHeaders['Cross-Origin-Resource-Policy'] = 'same-origin';
   }
+  if (cors) {
+    baseHeaders['Access-Control-Allow-Origin'] = '*';
+    baseHeaders['Cross-Origin-Resource-Policy'] = 'cross-origin';
+  }
 
   const server = http.createServer((req, res) => {
     const send = (status, body, type = 'text/plain; charset=utf-8') => {
@@ -96,6 +106,10 @@ export async function serve({
       res.end(req.method === 'HEAD' ? undefined : body);
       if (log) log(`${status} ${req.method} ${req.url}`);
     };
+    if (cors && req.method === 'OPTIONS') {
+      res.writeHead(204, { ...baseHeaders, 'Access-Control-Allow-Methods': 'GET, HEAD', 'Access-Control-Allow-Headers': '*' });
+      return res.end();
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(405, 'method not allowed\n');
     let urlPath;
     try {
@@ -175,9 +189,10 @@ function parseArgs(argv) {
     else if (a === '--host') opts.host = val();
     else if (a === '--pkg-dir') opts.pkgDir = path.resolve(val());
     else if (a === '--strict-port') opts.strictPort = true;
+    else if (a === '--cors') opts.cors = true;
     else if (a === '--verbose') opts.log = (l) => console.log(l);
     else if (a === '-h' || a === '--help') {
-      console.log('usage: node scripts/serve.mjs [--port N] [--host H] [--no-isolation] [--pkg-dir DIR] [--strict-port] [--verbose]');
+      console.log('usage: node scripts/serve.mjs [--port N] [--host H] [--no-isolation] [--pkg-dir DIR] [--strict-port] [--cors] [--verbose]');
       process.exit(0);
     } else throw new Error(`unknown argument: ${a}`);
   }

@@ -1,0 +1,319 @@
+#!/usr/bin/env node
+// Bundler matrix: the package as a web developer gets it (the `npm pack`
+// tarball installed into a fresh project), built by Vite, webpack 5 and
+// esbuild, loaded through a same-origin import map and from a cross-origin
+// "CDN" (a second local server on another port, with CORS). Every page runs
+// decode steps in a module Worker in headless Chromium, once cross-origin
+// isolated (threads build) and once not (single-thread fallback), and is
+// checked against a float64 reference, with no console errors. Then pages
+// whose files are missing (404 wasm, 404 worker, missing glue, a worker that
+// never answers, an HTML page instead of wasm) must reject with E_LOAD naming
+// the URL really fetched, its HTTP status and the advice that fits, in bounded
+// time.
+//
+//   node tests/bundlers/run.mjs [--only=<substring>] [--keep]
+//
+// Ends with one line `bundlers: N passed, N failed` (exit 1 on any failure).
+// Needs dist/ built, node_modules (vite, webpack, esbuild, puppeteer-core) and
+// Chromium (CHROMIUM_PATH, default /usr/bin/chromium). --keep leaves the temp
+// project (its path is printed) for debugging.
+
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { serve } from '../../scripts/serve.mjs';
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const SRC = path.join(REPO, 'tests/bundlers/app');
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+const TOTAL_TIMEOUT = Number(process.env.BUNDLER_TEST_TIMEOUT_MS) || 240_000;
+const PAGE_TIMEOUT = Number(process.env.BUNDLER_PAGE_TIMEOUT_MS) || 45_000;
+const args = process.argv.slice(2);
+const only = (args.find((a) => a.startsWith('--only=')) || '').slice(7);
+const keep = args.includes('--keep');
+
+let passed = 0, failed = 0;
+let browser = null, tmp = null;
+const servers = [];
+const t0 = Date.now();
+const since = () => `${((Date.now() - t0) / 1000).toFixed(1)} s`;
+
+async function cleanup() {
+  try { await Promise.race([browser?.close(), new Promise((r) => setTimeout(r, 5000))]); } catch { /* ignore */ }
+  try { browser?.process()?.kill('SIGKILL'); } catch { /* ignore */ }
+  for (const s of servers) { s.close(); s.closeAllConnections?.(); }
+  if (tmp && !keep) fs.rmSync(tmp, { recursive: true, force: true });
+}
+function finish(code) {
+  console.log(`bundlers: ${passed} passed, ${failed} failed`);
+  process.exit(code);
+}
+const watchdog = setTimeout(async () => {
+  console.error(`bundler tests: whole run exceeded ${TOTAL_TIMEOUT} ms; aborting`);
+  failed++;
+  await cleanup();
+  finish(1);
+}, TOTAL_TIMEOUT);
+watchdog.unref();
+
+function sh(cmd, argv, cwd, timeout = 180_000) {
+  const r = spawnSync(cmd, argv, { cwd, encoding: 'utf8', timeout, env: { ...process.env, npm_config_update_notifier: 'false' } });
+  if (r.error) throw r.error;
+  if (r.status !== 0) throw new Error(`${cmd} ${argv.join(' ')} failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
+  return r.stdout;
+}
+
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+// ------------------------------------------------------------------ the project and its bundles
+const bundles = {};
+async function setup() {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sdpa-bundlers-'));
+  if (keep) console.log(`project: ${tmp}`);
+  const out = sh('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', tmp], REPO);
+  const tgz = path.join(tmp, JSON.parse(out.slice(out.indexOf('[')))[0].filename);
+  const app = path.join(tmp, 'app');
+  fs.mkdirSync(app);
+  fs.writeFileSync(path.join(app, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', private: true, type: 'module' }));
+  sh('npm', ['install', '--no-audit', '--no-fund', '--offline', '--ignore-scripts', tgz], app);
+  const src = path.join(app, 'src');
+  fs.cpSync(SRC, src, { recursive: true });
+  console.log(`setup: packed and installed ${path.basename(tgz)} (${since()})`);
+
+  // Vite: the recipe is nothing at all.
+  let t = Date.now();
+  const vite = await import('vite');
+  await vite.build({
+    configFile: false, root: src, base: './', logLevel: 'warn',
+    build: { outDir: path.join(app, 'out/vite'), emptyOutDir: true, rollupOptions: { input: path.join(src, 'index.html') } },
+  });
+  bundles.vite = Date.now() - t;
+
+  // webpack 5: the recipe is nothing at all (new URL(..., import.meta.url) assets are on by default).
+  t = Date.now();
+  const { default: webpack } = await import('webpack');
+  const stats = await new Promise((resolve, reject) => webpack({
+    mode: 'production', context: src, entry: './main.js', devtool: false, performance: { hints: false },
+    output: { path: path.join(app, 'out/webpack'), clean: true },
+  }, (err, s) => (err ? reject(err) : resolve(s))));
+  if (stats.hasErrors() || stats.hasWarnings()) {
+    throw new Error(`webpack: ${stats.toString({ all: false, errors: true, warnings: true })}`);
+  }
+  fs.writeFileSync(path.join(app, 'out/webpack/index.html'), fs.readFileSync(path.join(src, 'index.html'), 'utf8')
+    .replace('<script type="module" src="./main.js"></script>', '<script src="./main.js"></script>'));
+  bundles.webpack = Date.now() - t;
+
+  // esbuild: no asset handling for new URL(..., import.meta.url) (evanw/esbuild#795), and no
+  // Worker bundling: build the worker as its own entry, copy dist/ next to the bundle, and
+  // say where it is with wasmPaths (the README's recipe).
+  t = Date.now();
+  const esbuild = await import('esbuild');
+  const esOut = path.join(app, 'out/esbuild');
+  await esbuild.build({
+    entryPoints: [path.join(src, 'main.js'), path.join(src, 'worker.js')], bundle: true, format: 'esm',
+    outdir: esOut, logLevel: 'warning', absWorkingDir: app,
+  });
+  fs.cpSync(path.join(app, 'node_modules/sdpa-wasm/dist'), path.join(esOut, 'sdpa'), { recursive: true });
+  fs.copyFileSync(path.join(src, 'index.html'), path.join(esOut, 'index.html'));
+  bundles.esbuild = Date.now() - t;
+
+  // Import map (no build): the page maps 'sdpa-wasm' to the installed package.
+  const im = path.join(app, 'importmap');
+  fs.mkdirSync(im);
+  for (const f of ['importmap.html', 'worker-url.js', 'decode.js']) fs.copyFileSync(path.join(src, f), path.join(im, f));
+  fs.writeFileSync(path.join(im, 'silent-worker.js'), '// a pthread worker script that never answers\nself.onmessage = () => {};\n');
+
+  // A Vite build whose wasm assets went missing (a deploy that forgot them).
+  fs.cpSync(path.join(app, 'out/vite'), path.join(app, 'out/vite-broken'), { recursive: true });
+  for (const f of fs.readdirSync(path.join(app, 'out/vite-broken/assets'))) {
+    if (f.endsWith('.wasm')) fs.rmSync(path.join(app, 'out/vite-broken/assets', f));
+  }
+  console.log(`setup: bundles built: vite ${bundles.vite} ms, webpack ${bundles.webpack} ms, esbuild ${bundles.esbuild} ms (${since()})`);
+  return app;
+}
+
+// ------------------------------------------------------------------ pages
+async function openAndWait(url) {
+  const context = await browser.createBrowserContext();
+  const page = await context.newPage();
+  const problems = [], logs = [];
+  const onConsole = (where) => (m) => {
+    logs.push(`[${where}${m.type()}] ${m.text()}`);
+    if (m.type() === 'error') problems.push(`${where}console error: ${m.text()}`);
+  };
+  page.on('console', onConsole(''));
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('requestfailed', (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
+  page.on('response', (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()}: ${r.url()}`); });
+  page.on('workercreated', (w) => w.on?.('console', onConsole('worker ')));
+  try {
+    const start = Date.now();
+    await page.goto(url, { waitUntil: 'load', timeout: 30_000 });
+    let r;
+    try {
+      r = await page.waitForFunction(() => window.__result, { timeout: PAGE_TIMEOUT, polling: 50 }).then((h) => h.jsonValue());
+    } catch (e) {
+      throw new Error(`${e.message}; page log:\n${[...logs, ...problems].join('\n')}`);
+    }
+    return { r, problems, logs, ms: Date.now() - start };
+  } finally {
+    await context.close();
+  }
+}
+
+const rows = [];
+const row = (name, fn) => rows.push({ name, fn });
+const q = (opts) => (opts ? `opts=${encodeURIComponent(JSON.stringify(opts))}` : '');
+
+/** A page that must decode correctly, on the isolated or the plain site. */
+function decodeRow(label, pagePath, { opts = null, extra = '', iso }) {
+  row(`${label} | ${iso ? 'isolated: threads build' : 'not isolated: single-thread fallback'}`, async (S) => {
+    const base = iso ? S.iso : S.plain;
+    const query = [q(opts), extra(S)].filter(Boolean).join('&');
+    const { r, problems, logs, ms } = await openAndWait(`${base}${pagePath.slice(1)}${query ? `?${query}` : ''}`);
+    const say = () => `${JSON.stringify(r)}\n${logs.join('\n')}`;
+    assert(r.ok === true, `decode failed: ${say()}`);
+    assert(r.crossOriginIsolated === iso, `crossOriginIsolated ${r.crossOriginIsolated}`);
+    assert(r.info.build === (iso ? 'simd-threads' : 'simd'), `build ${r.info.build}: ${say()}`);
+    if (iso) assert(r.info.threads >= Math.min(2, S.cores), `threads ${r.info.threads} on ${S.cores} cores`);
+    else assert(r.info.threads === 1, `threads ${r.info.threads}`);
+    assert(r.steps > 0 && r.maxErr < 1e-5, `max error ${r.maxErr} vs the float64 reference`);
+    if (iso) assert(r.warnings.length === 0, `warnings ${JSON.stringify(r.warnings)}`);
+    else {
+      assert(r.warnings.length === 1 && /single-thread/.test(r.warnings[0]) && /crossOriginIsolated is false/.test(r.warnings[0]),
+        `expected one fallback console.warn, got ${JSON.stringify(r.warnings)}`);
+      if (opts && typeof opts.threads === 'number') {
+        assert(r.warnings[0].includes(`threads: ${opts.threads} was asked; 1 thread runs`), `warning does not say what was asked: ${r.warnings[0]}`);
+      }
+    }
+    assert(problems.length === 0, problems.join('\n'));
+    return `${r.info.build} x${r.info.threads}, ${r.steps} steps, max err ${r.maxErr.toExponential(1)}, load ${r.loadMs.toFixed(0)} ms, page ${ms} ms`;
+  });
+}
+
+/** A page that must fail with E_LOAD whose message matches every regex, within `bound` ms. */
+function failRow(label, pagePath, { opts, iso = true, must, bound = 10_000, extra = () => '', minMs = 0 }) {
+  row(`load failure: ${label}`, async (S) => {
+    const base = iso ? S.iso : S.plain;
+    const o = typeof opts === 'function' ? opts(S) : opts;
+    const query = [q(o), extra(S)].filter(Boolean).join('&');
+    const { r, logs, ms } = await openAndWait(`${base}${pagePath.slice(1)}${query ? `?${query}` : ''}`);
+    assert(r.ok === false, `expected a failure, got ${JSON.stringify(r)}`);
+    assert(r.error.name === 'SdpaError' && r.error.code === 'E_LOAD', `expected SdpaError E_LOAD, got ${JSON.stringify(r.error)}\n${logs.join('\n')}`);
+    for (const re of must(S)) assert(re.test(r.error.message), `message does not match ${re}: ${r.error.message}`);
+    assert(!/npm run build/.test(r.error.message), `browser advice should not say npm run build: ${r.error.message}`);
+    assert(r.ms <= bound && r.ms >= minMs, `rejected after ${r.ms.toFixed(0)} ms (expected ${minMs}..${bound})`);
+    return `${r.ms.toFixed(0)} ms: ${r.error.message.slice(0, 150)}…`;
+  });
+}
+
+const esc = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const noExtra = () => '';
+
+for (const iso of [true, false]) {
+  decodeRow('vite', '/out/vite/index.html', { iso, extra: noExtra });
+  decodeRow('webpack 5', '/out/webpack/index.html', { iso, extra: noExtra });
+  decodeRow('esbuild (dist/ copied, wasmPaths)', '/out/esbuild/index.html', { iso, opts: { wasmPaths: './sdpa/' }, extra: noExtra });
+  decodeRow('import map (same origin)', '/importmap/importmap.html', { iso, extra: noExtra });
+  decodeRow('CDN files via wasmPaths (cross-origin)', '/importmap/importmap.html', {
+    iso, extra: (S) => `opts=${encodeURIComponent(JSON.stringify({ wasmPaths: `${S.cdn}sdpa-wasm/dist/` }))}`,
+  });
+  decodeRow('CDN: package and files from another origin', '/importmap/importmap.html', {
+    iso, extra: (S) => `module=${encodeURIComponent(`${S.cdn}sdpa-wasm/js/index.js`)}`,
+  });
+}
+decodeRow('vite, threads: 4 asked', '/out/vite/index.html', { iso: false, opts: { threads: 4 }, extra: noExtra });
+
+const IM = '/importmap/importmap.html';
+failRow('404 wasm (wasmPaths map, threads build)', IM, {
+  opts: { wasmPaths: { 'sdpa-simd-threads.wasm': '/missing/sdpa-simd-threads.wasm' } },
+  must: (S) => [new RegExp(`GET ${esc(S.iso)}missing/sdpa-simd-threads\\.wasm`), /HTTP 404/, /check wasmPaths\['sdpa-simd-threads\.wasm'\]/],
+});
+failRow('404 wasm (single-thread build, not isolated)', IM, {
+  iso: false, opts: { wasmPaths: { 'sdpa-simd.wasm': '/missing/sdpa-simd.wasm' } },
+  must: (S) => [new RegExp(`GET ${esc(S.plain)}missing/sdpa-simd\\.wasm`), /HTTP 404/, /'simd' build/],
+});
+failRow('404 wasm: a Vite build deployed without its hashed .wasm asset', '/out/vite-broken/index.html', {
+  opts: null,
+  must: (S) => [new RegExp(`GET ${esc(S.iso)}out/vite-broken/assets/sdpa-simd-threads-[^ ]+\\.wasm`), /HTTP 404/, /serve the files of node_modules\/sdpa-wasm\/dist\//, /wasmPaths/],
+});
+failRow('an HTML page instead of the wasm (SPA fallback)', IM, {
+  opts: { wasmPaths: { 'sdpa-simd-threads.wasm': '/importmap/importmap.html' } },
+  must: () => [/importmap\.html is not a valid WebAssembly module/, /HTML page/],
+});
+failRow('404 worker script (same origin)', IM, {
+  opts: { wasmPaths: { 'sdpa-simd-threads.worker.js': '/missing/sdpa-simd-threads.worker.js' } },
+  must: (S) => [new RegExp(`pthread worker ${esc(S.iso)}missing/sdpa-simd-threads\\.worker\\.js failed to load`), /HTTP 404/],
+});
+failRow('404 worker script (cross-origin CDN)', IM, {
+  opts: (S) => ({ wasmPaths: { 'sdpa-simd-threads.worker.js': `${S.cdn}missing/sdpa-simd-threads.worker.js` } }),
+  must: (S) => [new RegExp(`GET ${esc(S.cdn)}missing/sdpa-simd-threads\\.worker\\.js`), /HTTP 404/],
+});
+failRow('missing glue', IM, {
+  opts: { wasmPaths: { 'sdpa-simd-threads.mjs': '/missing/sdpa-simd-threads.mjs' } },
+  must: (S) => [new RegExp(`cannot load ${esc(S.iso)}missing/sdpa-simd-threads\\.mjs`), /HTTP 404/],
+});
+failRow('missing glue (cross-origin CDN)', IM, {
+  iso: false, opts: (S) => ({ wasmPaths: { 'sdpa-simd.mjs': `${S.cdn}missing/sdpa-simd.mjs` } }),
+  must: (S) => [new RegExp(`GET ${esc(S.cdn)}missing/sdpa-simd\\.mjs`), /HTTP 404/],
+});
+failRow('a CDN without CORS headers', IM, {
+  opts: (S) => ({ wasmPaths: `${S.nocors}sdpa-wasm/dist/` }),
+  must: (S) => [new RegExp(`GET ${esc(S.nocors)}sdpa-wasm/dist/sdpa-simd-threads\\.wasm`), /Access-Control-Allow-Origin/],
+});
+failRow('a pthread worker that never answers: initTimeout', IM, {
+  opts: { initTimeout: 1500, wasmPaths: { 'sdpa-simd-threads.worker.js': '/importmap/silent-worker.js' } },
+  must: (S) => [/within 1500 ms \(initTimeout\)/, new RegExp(`${esc(S.iso)}importmap/silent-worker\\.js`)],
+  minMs: 1400, bound: 5000,
+});
+failRow("build: 'simd-threads' on a page without isolation", IM, {
+  iso: false, opts: { build: 'simd-threads' },
+  must: () => [/needs SharedArrayBuffer/, /Cross-Origin-Opener-Policy/],
+  bound: 2000,
+});
+
+// ------------------------------------------------------------------ main
+try {
+  assert(fs.existsSync(CHROMIUM), `no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
+  assert(fs.existsSync(path.join(REPO, 'dist/sdpa-simd-threads.wasm')), 'dist/ is not built (npm run build -- --wasm)');
+  const app = await setup();
+  const iso = await serve({ port: 0, webDir: app, pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: true });
+  const plain = await serve({ port: 0, webDir: app, pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: false });
+  const cdn = await serve({ port: 0, webDir: path.join(app, 'node_modules'), pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: false, cors: true });
+  const nocors = await serve({ port: 0, webDir: path.join(app, 'node_modules'), pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: false });
+  servers.push(iso, plain, cdn, nocors);
+  const { default: puppeteer } = await import('puppeteer-core');
+  browser = await puppeteer.launch({
+    executablePath: CHROMIUM, headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--disable-quic'],
+  });
+  const cores = await (async () => {
+    const p = await browser.newPage();
+    try { return await p.evaluate(() => navigator.hardwareConcurrency); } finally { await p.close(); }
+  })();
+  const S = { iso: iso.url, plain: plain.url, cdn: cdn.url, nocors: nocors.url, cores };
+  console.log(`servers: site ${iso.url} (COOP/COEP), ${plain.url} (none), CDN ${cdn.url} (CORS), ${nocors.url} (no CORS); ${(await browser.version())}`);
+  for (const { name, fn } of rows) {
+    if (only && !name.includes(only)) continue;
+    const s = Date.now();
+    try {
+      const note = await fn(S);
+      passed++;
+      console.log(`ok   ${name} (${Date.now() - s} ms): ${note}`);
+    } catch (e) {
+      failed++;
+      console.log(`FAIL ${name} (${Date.now() - s} ms): ${e && e.message}`);
+    }
+  }
+} catch (e) {
+  failed++;
+  console.log(`FAIL setup: ${e && e.stack ? e.stack : e}`);
+}
+console.log(`total ${since()}`);
+await cleanup();
+finish(failed ? 1 : 0);
