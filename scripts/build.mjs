@@ -8,7 +8,10 @@
 //
 // Options: --native --asan --fuzz --tsan --wasm (subset; default all), --force (wipe
 // and rebuild), --quiet (one line per step, output only on failure),
-// --no-install (never apt-get/npm install what is missing), -jN.
+// --no-install (never apt-get/npm install what is missing), -jN, --if-stale (wasm:
+// do nothing when every dist/ file is newer than everything it is built from;
+// what `npm pack`'s prepack runs, with --no-install: a lifecycle script never
+// installs system packages).
 // Up-to-date trees cost one no-op `cmake --build` each (< 1 s).
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -230,6 +233,40 @@ export async function buildOne(name, { force = false, quiet = false, install = t
   return done('ok');
 }
 
+// ------------------------------------------------------------------ dist/ staleness
+/** What dist/ is built from (a change to any of them makes it stale). */
+const WASM_INPUTS = ['src', 'include', 'CMakeLists.txt', 'scripts/node-esm-shim.js', 'scripts/wasm-post.js', 'scripts/wasm-patch.mjs'];
+export const DIST_FILES = ['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm', 'package.json'];
+
+function newestFile(rel) {
+  const abs = path.join(ROOT, rel);
+  if (!fs.existsSync(abs)) return null;
+  const st = fs.statSync(abs);
+  if (!st.isDirectory()) return { file: rel, mtime: st.mtimeMs };
+  let best = null;
+  for (const e of fs.readdirSync(abs)) {
+    const b = newestFile(path.join(rel, e));
+    if (b && (!best || b.mtime > best.mtime)) best = b;
+  }
+  return best;
+}
+
+/** { stale, reason }: is dist/ missing a file, or older than one of its inputs? */
+export function distStatus() {
+  let oldest = null;
+  for (const f of DIST_FILES) {
+    const abs = path.join(ROOT, 'dist', f);
+    if (!fs.existsSync(abs)) return { stale: true, reason: `dist/${f} is missing` };
+    const m = fs.statSync(abs).mtimeMs;
+    if (!oldest || m < oldest.mtime) oldest = { file: `dist/${f}`, mtime: m };
+  }
+  for (const rel of WASM_INPUTS) {
+    const n = newestFile(rel);
+    if (n && n.mtime > oldest.mtime) return { stale: true, reason: `${n.file} is newer than ${oldest.file}` };
+  }
+  return { stale: false, reason: `every dist/ file is newer than ${WASM_INPUTS.join(', ')}` };
+}
+
 /** Builds several targets in order; returns a map name -> result. */
 export async function build(names, opts = {}) {
   const results = {};
@@ -243,21 +280,30 @@ export async function build(names, opts = {}) {
 }
 
 async function main(argv) {
-  const opts = { force: false, quiet: false, install: true, jobs: Number(process.env.SDPA_BUILD_JOBS) || 2 };
+  const opts = { force: false, quiet: false, install: true, ifStale: false, jobs: Number(process.env.SDPA_BUILD_JOBS) || 2 };
   const names = [];
   for (const a of argv) {
     if (a === '--force') opts.force = true;
     else if (a === '--quiet' || a === '-q') opts.quiet = true;
     else if (a === '--no-install') opts.install = false;
+    else if (a === '--if-stale') opts.ifStale = true;
     else if (/^-j\d+$/.test(a)) opts.jobs = Number(a.slice(2));
     else if (a.startsWith('--') && TARGETS.includes(a.slice(2))) names.push(a.slice(2));
     else if (a === '--all') names.push(...TARGETS);
     else if (a === '-h' || a === '--help') {
-      log('usage: node scripts/build.mjs [--native] [--asan] [--fuzz] [--tsan] [--wasm] [--force] [--quiet] [--no-install] [-jN]');
+      log('usage: node scripts/build.mjs [--native] [--asan] [--fuzz] [--tsan] [--wasm] [--force] [--quiet] [--no-install] [--if-stale] [-jN]');
       return 0;
     } else { log(`build: unknown option ${a}`); return 2; }
   }
-  const list = names.length ? [...new Set(names)] : TARGETS;
+  let list = names.length ? [...new Set(names)] : TARGETS;
+  if (opts.ifStale && list.includes('wasm') && !opts.force) {
+    const st = distStatus();
+    if (!st.stale) {
+      log(`build wasm: dist/ is up to date (${st.reason}); not rebuilding`);
+      list = list.filter((n) => n !== 'wasm');
+      if (!list.length) return 0;
+    } else log(`build wasm: dist/ is stale (${st.reason})`);
+  }
   log(`build: ${list.join(', ')}${opts.force ? ' (forced)' : ''}`);
   const results = await build(list, opts);
   const failed = Object.values(results).filter(r => r.status === 'failed');

@@ -10,9 +10,14 @@
 //   wasm     ctest build/wasm (Node, pthreads)   ctest's tests
 //   uvu      node scripts/run-uvu.mjs tests/js   uvu's tests
 //   browser  node tests/browser/run.mjs          its own `N passed, N failed` line
+//   bundlers node tests/bundlers/run.mjs         the packed tarball under Vite, webpack, esbuild,
+//                                                an import map and a CDN, in Chromium: its own line
 //   bench    npm run bench -- --quick            1
 // A suite whose files do not exist yet is skipped with a note. A build that
 // fails, or a suite that crashes or times out, counts as at least 1 failed.
+// Before the first suite runs, every prerequisite of the selected suites is
+// checked and, when missing, installed (apt-get as root, npm ci): so that a
+// fresh machine passes first time whatever the order (uvu needs Chromium too).
 //
 // Options: --only=a,b  --skip=a,b  --no-build (use what is built)  --force
 // (rebuild from scratch)  --no-install  --fuzz-time=S  --list
@@ -24,10 +29,10 @@ import {
 } from './build.mjs';
 
 const FUZZ_ASAN_OPTIONS = ['allocator_may_return_null=1', 'detect_leaks=1', process.env.ASAN_OPTIONS].filter(Boolean).join(':');
-const SUITES = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'uvu', 'browser', 'bench'];
+const SUITES = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'uvu', 'browser', 'bundlers', 'bench'];
 const SCALE = Number(process.env.SDPA_TEST_TIMEOUT_SCALE) || 1;
 const MIN = 60e3;
-const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, uvu: 10 * MIN, browser: 5 * MIN, bench: 10 * MIN };
+const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, uvu: 10 * MIN, browser: 5 * MIN, bundlers: 5 * MIN, bench: 10 * MIN };
 
 const opts = { only: null, skip: new Set(), build: true, force: false, install: true, fuzzTime: 30 };
 for (const a of process.argv.slice(2)) {
@@ -40,7 +45,7 @@ for (const a of process.argv.slice(2)) {
   else if (k === '--fuzz-time') opts.fuzzTime = Number(v) || 30;
   else if (k === '--list') { log(SUITES.join('\n')); process.exit(0); }
   else if (k === '-h' || k === '--help') {
-    log('usage: npm test -- [--only=native,asan,fuzz,wasm,uvu,browser,bench] [--skip=...] [--no-build] [--force] [--no-install] [--fuzz-time=S]');
+    log('usage: npm test -- [--only=native,asan,fuzz,tsan,wasm,uvu,browser,bundlers,bench] [--skip=...] [--no-build] [--force] [--no-install] [--fuzz-time=S]');
     process.exit(0);
   } else if (SUITES.includes(k.replace(/^--/, ''))) {
     opts.only ??= new Set(); opts.only.add(k.replace(/^--/, ''));
@@ -179,6 +184,19 @@ const SUITE_FN = {
     return fromResult(r, parsePlain(r.out));
   },
 
+  async bundlers() {
+    if (!exists('tests/bundlers/run.mjs')) return { skip: 'tests/bundlers/run.mjs does not exist yet' };
+    if (!(await ensureNodeModules({ install: opts.install }))) return { passed: 0, failed: 1, note: 'node_modules missing' };
+    const missing = await ensureTools(['browser'], { install: opts.install });
+    if (missing.length) return { passed: 0, failed: 1, note: 'chromium missing' };
+    if (hasCSources()) {
+      const b = await needBuild('wasm');
+      if (b.status === 'failed') return { passed: 0, failed: 1, note: `wasm build failed: ${b.reason}` };
+    }
+    const r = await run(process.execPath, [path.join(ROOT, 'tests/bundlers/run.mjs')], { timeoutMs: TIMEOUT.bundlers * SCALE });
+    return fromResult(r, parsePlain(r.out));
+  },
+
   async bench() {
     if (!pkg.scripts || !pkg.scripts.bench) return { skip: 'no "bench" script in package.json yet' };
     if (hasCSources()) {
@@ -195,6 +213,24 @@ const SUITE_FN = {
 const t0 = Date.now();
 const results = [];
 log(`test-all: suites ${selected.join(', ')}`);
+
+// Prerequisites of every selected suite, before the first one runs.
+const BUILD_OF = { native: 'native', asan: 'asan', fuzz: 'fuzz', tsan: 'tsan', wasm: 'wasm', uvu: 'wasm', browser: 'wasm', bundlers: 'wasm', bench: 'wasm' };
+const CHROMIUM_SUITES = new Set(['uvu', 'browser', 'bundlers']);   // uvu: tests/js/threads.test.js opens Chromium too
+const NODE_SUITES = new Set(['uvu', 'browser', 'bundlers', 'bench']);
+{
+  const s0 = Date.now();
+  const tools = new Set();
+  for (const s of selected) {
+    if (opts.build && hasCSources() && BUILD_OF[s]) tools.add(BUILD_OF[s]);
+    if (CHROMIUM_SUITES.has(s)) tools.add('browser');
+  }
+  const needNode = selected.some((s) => NODE_SUITES.has(s));
+  log(`\n=== setup: checking ${[...tools, ...(needNode ? ['node_modules'] : [])].join(', ') || 'nothing'}`);
+  const missing = tools.size ? await ensureTools([...tools], { install: opts.install }) : [];
+  const nodeOk = needNode ? await ensureNodeModules({ install: opts.install }) : true;
+  log(`=== setup: ${missing.length || !nodeOk ? `still missing ${[...missing, ...(nodeOk ? [] : ['node_modules'])].join(', ')} (the suites that need them will fail)` : 'everything is there'} (${((Date.now() - s0) / 1000).toFixed(1)} s)`);
+}
 for (const name of selected) {
   log(`\n=== ${name}`);
   const s0 = Date.now();
