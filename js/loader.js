@@ -345,9 +345,16 @@ async function loadInner({ forced, threads, load, state }) {
   if (spec.threaded) {
     if (threads === 'auto') n = Math.min(cores, MAX_AUTO_THREADS);
     else {
-      n = Math.min(threads, cores, MAX_THREADS);
+      // Up to max(cores, 8) run as asked (more threads than cores only share
+      // them: slower, still correct); above that, clamped (threads: 1000 must not
+      // start 63 workers on 2 cores). Either way one console.warn says so.
+      const cap = Math.min(MAX_THREADS, Math.max(cores, MAX_AUTO_THREADS));
+      n = Math.min(threads, cap);
       if (n < threads) {
-        warnOnce(`clamp:${threads}:${n}`, `sdpa-wasm: threads: ${threads} was asked, but ${cores > MAX_THREADS ? `at most ${MAX_THREADS} are supported` : `only ${cores} cores are available`}; using ${n} threads`);
+        warnOnce(`clamp:${threads}:${n}`, `sdpa-wasm: threads: ${threads} was asked, but this machine has ${cores} cores; using ${n} threads ` +
+          `(at most the larger of the cores and ${MAX_AUTO_THREADS}, and ${MAX_THREADS})`);
+      } else if (n > cores) {
+        warnOnce(`share:${threads}:${cores}`, `sdpa-wasm: threads: ${threads} was asked on ${cores} cores: the threads share the cores, which is slower than threads: ${cores}`);
       }
     }
   } else if (typeof threads === 'number' && threads > 1 && given) {

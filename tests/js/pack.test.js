@@ -73,9 +73,27 @@ sdpa.dispose();
   assert.ok(res.err <= 1e-5 * 4, `decode step error ${res.err}`);
   assert.ok(res.typed, 'SdpaError from the installed package');
   assert.ok(fs.existsSync(path.join(app, 'node_modules', 'sdpa-wasm', 'index.d.ts')));
-  // the exports map is enforced: deep imports of dist/ are not public
-  const deep = spawnSync(process.execPath, ['--input-type=module', '-e', "import('sdpa-wasm/dist/sdpa-simd.mjs').then(() => console.log('open'), (e) => console.log(e.code))"], { cwd: app, encoding: 'utf8', timeout: 30000 });
-  assert.ok(deep.stdout.includes('ERR_PACKAGE_PATH_NOT_EXPORTED'), deep.stdout + deep.stderr);
+  // the exports map is enforced: the dist/ files are exported by name (for
+  // wasmPaths / wasmBinary recipes), nothing else is
+  const probe = (spec) => spawnSync(process.execPath, ['--input-type=module', '-e',
+    `try { console.log(import.meta.resolve(${JSON.stringify(spec)})); } catch (e) { console.log(e.code); }`], { cwd: app, encoding: 'utf8', timeout: 30000 }).stdout.trim();
+  for (const f of ['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm']) {
+    const u = probe(`sdpa-wasm/dist/${f}`);
+    assert.ok(u.endsWith(`/node_modules/sdpa-wasm/dist/${f}`), `sdpa-wasm/dist/${f} resolves: ${u}`);
+  }
+  for (const spec of ['sdpa-wasm/js/loader.js', 'sdpa-wasm/dist/package.json', 'sdpa-wasm/dist/other.wasm']) {
+    assert.is(probe(spec), 'ERR_PACKAGE_PATH_NOT_EXPORTED', spec);
+  }
+  // what ships reads right for someone who ran npm install
+  const pkgDir = path.join(app, 'node_modules', 'sdpa-wasm');
+  const readme = fs.readFileSync(path.join(pkgDir, 'README.md'), 'utf8');
+  for (const m of readme.matchAll(/\]\((?!https?:|#)([^)#\s]+)/g)) {
+    assert.ok(fs.existsSync(path.join(pkgDir, m[1])), `README links to ${m[1]}, which is not in the package`);
+  }
+  const shipped = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8'));
+  assert.ok(Array.isArray(shipped.keywords) && shipped.keywords.length >= 5, 'package.json has keywords');
+  const ex = spawnSync(process.execPath, [path.join(pkgDir, 'examples', 'decode-loop.mjs')], { cwd: app, encoding: 'utf8', timeout: 60000 });
+  assert.is(ex.status, 0, `the shipped example runs: ${ex.stdout}\n${ex.stderr}`);
 });
 
 test.run();
