@@ -5,8 +5,10 @@
 //   asan    build/asan    the same with clang ASan + UBSan (SDPA_SANITIZE=ON)
 //   fuzz    build/fuzz    tests/fuzz/fuzz_sdpa.c as a libFuzzer target (clang, SDPA_FUZZ=ON)
 //   wasm    build/wasm    emcmake: dist/sdpa-simd{,-threads}.* + Node-run wasm tests
+//   wasm-asan build/wasm-asan  the Node-run wasm tests + tests/fuzz/random_driver.c under
+//           emscripten ASan + UBSan (SDPA_WASM_SANITIZE=ON; builds no modules, leaves dist/ alone)
 //
-// Options: --native --asan --fuzz --tsan --wasm (subset; default all), --force (wipe
+// Options: --native --asan --fuzz --tsan --wasm --wasm-asan (subset; default all), --force (wipe
 // and rebuild), --quiet (one line per step, output only on failure),
 // --no-install (never apt-get/npm install what is missing), -jN, --if-stale (wasm:
 // do nothing when every dist/ file is newer than everything it is built from;
@@ -19,7 +21,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-export const TARGETS = ['native', 'asan', 'fuzz', 'tsan', 'wasm'];
+export const TARGETS = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'wasm-asan'];
 const EMSDK_NODE_PATH = '/usr/share/nodejs';   // Debian's acorn, needed by emcc -O1+ (TOOLCHAIN 1.1)
 
 export function log(msg) { process.stdout.write(`${msg}\n`); }
@@ -120,6 +122,7 @@ const NEEDS = {
   fuzz: ['cmake', 'ninja', 'clang', 'simde', 'clangrt'],
   tsan: ['cmake', 'ninja', 'clang', 'simde', 'clangrt'],
   wasm: ['cmake', 'ninja', 'emcc'],
+  'wasm-asan': ['cmake', 'ninja', 'emcc'],
   browser: ['chromium'],
 };
 const OPTIONAL = new Set(['ninja']);
@@ -185,6 +188,7 @@ const CONFIG = {
   fuzz: { dir: 'build/fuzz', cc: 'clang', defs: ['-DSDPA_FUZZ=ON', '-DSDPA_BUILD_TESTS=OFF'] },
   tsan: { dir: 'build/tsan', cc: 'clang', defs: ['-DSDPA_TSAN=ON'] },
   wasm: { dir: 'build/wasm', cc: null, defs: [], emcmake: true },
+  'wasm-asan': { dir: 'build/wasm-asan', cc: null, defs: ['-DSDPA_WASM_SANITIZE=ON'], emcmake: true },
 };
 
 /**
@@ -291,7 +295,7 @@ async function main(argv) {
     else if (a.startsWith('--') && TARGETS.includes(a.slice(2))) names.push(a.slice(2));
     else if (a === '--all') names.push(...TARGETS);
     else if (a === '-h' || a === '--help') {
-      log('usage: node scripts/build.mjs [--native] [--asan] [--fuzz] [--tsan] [--wasm] [--force] [--quiet] [--no-install] [--if-stale] [-jN]');
+      log('usage: node scripts/build.mjs [--native] [--asan] [--fuzz] [--tsan] [--wasm] [--wasm-asan] [--force] [--quiet] [--no-install] [--if-stale] [-jN]');
       return 0;
     } else { log(`build: unknown option ${a}`); return 2; }
   }

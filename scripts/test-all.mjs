@@ -8,6 +8,7 @@
 //   fuzz     build/fuzz/fuzz_sdpa, 30 s          1
 //   tsan     ctest build/tsan (ThreadSanitizer)  ctest's tests (cache, hotpath: 1-4 threads)
 //   wasm     ctest build/wasm (Node, pthreads)   ctest's tests
+//   wasm-asan ctest build/wasm-asan (wasm32 ASan + UBSan: tests/c + random_driver, ~2 min)  ctest's tests
 //   uvu      node scripts/run-uvu.mjs tests/js   uvu's tests
 //   browser  node tests/browser/run.mjs          its own `N passed, N failed` line
 //   bundlers node tests/bundlers/run.mjs         the packed tarball under Vite, webpack, esbuild,
@@ -29,10 +30,10 @@ import {
 } from './build.mjs';
 
 const FUZZ_ASAN_OPTIONS = ['allocator_may_return_null=1', 'detect_leaks=1', process.env.ASAN_OPTIONS].filter(Boolean).join(':');
-const SUITES = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'uvu', 'browser', 'bundlers', 'bench'];
+const SUITES = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'wasm-asan', 'uvu', 'browser', 'bundlers', 'bench'];
 const SCALE = Number(process.env.SDPA_TEST_TIMEOUT_SCALE) || 1;
 const MIN = 60e3;
-const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, uvu: 10 * MIN, browser: 5 * MIN, bundlers: 5 * MIN, bench: 10 * MIN };
+const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, 'wasm-asan': 10 * MIN, uvu: 10 * MIN, browser: 5 * MIN, bundlers: 5 * MIN, bench: 10 * MIN };
 
 const opts = { only: null, skip: new Set(), build: true, force: false, install: true, fuzzTime: 30 };
 for (const a of process.argv.slice(2)) {
@@ -45,7 +46,7 @@ for (const a of process.argv.slice(2)) {
   else if (k === '--fuzz-time') opts.fuzzTime = Number(v) || 30;
   else if (k === '--list') { log(SUITES.join('\n')); process.exit(0); }
   else if (k === '-h' || k === '--help') {
-    log('usage: npm test -- [--only=native,asan,fuzz,tsan,wasm,uvu,browser,bundlers,bench] [--skip=...] [--no-build] [--force] [--no-install] [--fuzz-time=S]');
+    log('usage: npm test -- [--only=native,asan,fuzz,tsan,wasm,wasm-asan,uvu,browser,bundlers,bench] [--skip=...] [--no-build] [--force] [--no-install] [--fuzz-time=S]');
     process.exit(0);
   } else if (SUITES.includes(k.replace(/^--/, ''))) {
     opts.only ??= new Set(); opts.only.add(k.replace(/^--/, ''));
@@ -159,6 +160,10 @@ const SUITE_FN = {
   },
 
   wasm: () => ctestSuite('wasm', 'build/wasm'),
+  // The same C tests inside wasm32 under emscripten's ASan + UBSan, where
+  // size_t is 32 bits, plus the fuzzer's body on seeded random inputs and
+  // large head dims x 1..8 threads (tests/fuzz/random_driver.c).
+  'wasm-asan': () => ctestSuite('wasm-asan', 'build/wasm-asan'),
 
   async uvu() {
     if (listFiles('tests/js', /\.[mc]?js$/).length === 0) return { skip: 'no tests/js/*.js yet' };
@@ -215,7 +220,7 @@ const results = [];
 log(`test-all: suites ${selected.join(', ')}`);
 
 // Prerequisites of every selected suite, before the first one runs.
-const BUILD_OF = { native: 'native', asan: 'asan', fuzz: 'fuzz', tsan: 'tsan', wasm: 'wasm', uvu: 'wasm', browser: 'wasm', bundlers: 'wasm', bench: 'wasm' };
+const BUILD_OF = { native: 'native', asan: 'asan', fuzz: 'fuzz', tsan: 'tsan', wasm: 'wasm', 'wasm-asan': 'wasm-asan', uvu: 'wasm', browser: 'wasm', bundlers: 'wasm', bench: 'wasm' };
 const CHROMIUM_SUITES = new Set(['uvu', 'browser', 'bundlers']);   // uvu: tests/js/threads.test.js opens Chromium too
 const NODE_SUITES = new Set(['uvu', 'browser', 'bundlers', 'bench']);
 {
