@@ -134,7 +134,9 @@ const char * sdpa_ctx_last_error(const sdpa_ctx * ctx);
 void sdpa_ctx_use_reference(sdpa_ctx * ctx, int32_t on);
 
 /// Scratch bytes a customSdpa-shaped call needs (q_len rows of q_heads over
-/// kv_heads, head_dim, attending up to n_keys keys). 0 on invalid sizes.
+/// kv_heads, head_dim, attending up to n_keys keys). 0 on invalid sizes;
+/// SIZE_MAX when the need does not fit this build's address space (computed
+/// without wrapping; such a call, or sdpa_ctx_reserve of it, is E_OOM).
 size_t sdpa_workspace_size(const sdpa_ctx * ctx, int32_t batch, int32_t q_len,
                            int32_t q_heads, int32_t kv_heads, int32_t head_dim,
                            int32_t n_keys);
