@@ -37,6 +37,7 @@ const keep = args.includes('--keep');
 let passed = 0, failed = 0;
 let browser = null, tmp = null;
 const servers = [];
+const devServers = [];
 const t0 = Date.now();
 const since = () => `${((Date.now() - t0) / 1000).toFixed(1)} s`;
 
@@ -44,6 +45,7 @@ async function cleanup() {
   try { await Promise.race([browser?.close(), new Promise((r) => setTimeout(r, 5000))]); } catch { /* ignore */ }
   try { browser?.process()?.kill('SIGKILL'); } catch { /* ignore */ }
   for (const s of servers) { s.close(); s.closeAllConnections?.(); }
+  for (const d of devServers) { try { await Promise.race([d.close(), new Promise((r) => setTimeout(r, 3000))]); } catch { /* ignore */ } }
   if (tmp && !keep) fs.rmSync(tmp, { recursive: true, force: true });
 }
 function finish(code) {
@@ -170,9 +172,9 @@ const row = (name, fn) => rows.push({ name, fn });
 const q = (opts) => (opts ? `opts=${encodeURIComponent(JSON.stringify(opts))}` : '');
 
 /** A page that must decode correctly, on the isolated or the plain site. */
-function decodeRow(label, pagePath, { opts = null, extra = '', iso }) {
+function decodeRow(label, pagePath, { opts = null, extra = '', iso, dev = false }) {
   row(`${label} | ${iso ? 'isolated: threads build' : 'not isolated: single-thread fallback'}`, async (S) => {
-    const base = iso ? S.iso : S.plain;
+    const base = dev ? (iso ? S.viteDevIso : S.viteDevPlain) : iso ? S.iso : S.plain;
     const query = [q(opts), extra(S)].filter(Boolean).join('&');
     const { r, problems, logs, ms } = await openAndWait(`${base}${pagePath.slice(1)}${query ? `?${query}` : ''}`);
     const say = () => `${JSON.stringify(r)}\n${logs.join('\n')}`;
@@ -216,6 +218,7 @@ const noExtra = () => '';
 
 for (const iso of [true, false]) {
   decodeRow('vite', '/out/vite/index.html', { iso, extra: noExtra });
+  decodeRow('vite dev server', '/index.html', { iso, extra: noExtra, dev: true });
   decodeRow('webpack 5', '/out/webpack/index.html', { iso, extra: noExtra });
   decodeRow('esbuild (dist/ copied, wasmPaths)', '/out/esbuild/index.html', { iso, opts: { wasmPaths: './sdpa/' }, extra: noExtra });
   decodeRow('import map (same origin)', '/importmap/importmap.html', { iso, extra: noExtra });
@@ -296,7 +299,17 @@ try {
     const p = await browser.newPage();
     try { return await p.evaluate(() => navigator.hardwareConcurrency); } finally { await p.close(); }
   })();
-  const S = { iso: iso.url, plain: plain.url, cdn: cdn.url, nocors: nocors.url, cores };
+  // Vite's dev server (the README's recipe: COOP/COEP in server.headers for threads)
+  const vite = await import('vite');
+  const devServer = async (headers) => {
+    const d = await vite.createServer({ configFile: false, root: path.join(app, 'src'), logLevel: 'warn', server: { port: 0, host: '127.0.0.1', headers } });
+    await d.listen();
+    devServers.push(d);
+    return d.resolvedUrls.local[0];
+  };
+  const viteDevIso = await devServer({ 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp' });
+  const viteDevPlain = await devServer({});
+  const S = { iso: iso.url, plain: plain.url, cdn: cdn.url, nocors: nocors.url, cores, viteDevIso, viteDevPlain };
   console.log(`servers: site ${iso.url} (COOP/COEP), ${plain.url} (none), CDN ${cdn.url} (CORS), ${nocors.url} (no CORS); ${(await browser.version())}`);
   for (const { name, fn } of rows) {
     if (only && !name.includes(only)) continue;
