@@ -58,6 +58,8 @@ export interface CreateSdpaOptions {
   /**
    * Threads in all (the calling thread included). 'auto' (default) = the
    * available cores, at most 8. Only the 'simd-threads' build has threads.
+   * A number above the cores runs as asked up to 8 (one console.warn); above
+   * the larger of the cores and 8 it is clamped to that (one console.warn).
    */
   threads?: number | 'auto';
   /**
@@ -67,7 +69,29 @@ export interface CreateSdpaOptions {
    * otherwise 'simd' with one console.warn saying why.
    */
   build?: 'simd-threads' | 'simd';
+  /**
+   * Where the dist/ files are, instead of next to the package: a URL prefix
+   * (file names are appended: end it with '/'), or a map from file names to
+   * URLs (files not in the map keep their default). Relative URLs resolve
+   * against the page (in a worker: its script). In Node: paths or file: URLs.
+   */
+  wasmPaths?: string | URL | Partial<Record<SdpaDistFile, string | URL>>;
+  /** The bytes of sdpa-simd.wasm or sdpa-simd-threads.wasm: nothing is fetched for the wasm; the bytes decide the build. */
+  wasmBinary?: ArrayBuffer | Uint8Array;
+  /** A compiled sdpa-simd(-threads).wasm: nothing is fetched or compiled for the wasm; the module decides the build. */
+  wasmModule?: WebAssembly.Module;
+  /**
+   * Milliseconds the whole load may take (default 30000; Infinity: no limit).
+   * Past it createSdpa rejects with E_LOAD naming what it was waiting for
+   * (e.g. a pthread worker that never starts).
+   */
+  initTimeout?: number;
 }
+
+/** The file names of dist/ (keys of wasmPaths; also exported as 'sdpa-wasm/dist/<name>'). */
+export type SdpaDistFile =
+  | 'sdpa-simd-threads.mjs' | 'sdpa-simd-threads.wasm' | 'sdpa-simd-threads.worker.js'
+  | 'sdpa-simd.mjs' | 'sdpa-simd.wasm';
 
 export interface SdpaInfo {
   readonly build: 'simd-threads' | 'simd';
