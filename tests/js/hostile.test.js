@@ -300,6 +300,35 @@ test('2: out as a lying typed array receives exactly the real output in its real
   assertCloseTo(plainCopy(o), REF, 'out with own methods');
 });
 
+test('2: a plain array claiming to be wasm memory at an address beyond it: no trap, the real contents', () => {
+  const s = s1;
+  const wasmBuffer = () => s[INTERNALS].M.wasmMemory.buffer; // (what a hostile caller can get: any view of a heap tensor has it)
+  const cache = filledCache(s);
+  const failures = [];
+  for (const how of ['subclass', 'own']) {
+    for (const at of [0xfffff000, 0x7ffffff0, 2 ** 32 - 4]) {
+      const lies = { buffer: wasmBuffer, byteOffset: at };
+      const cases = [
+        ['customSdpa query', () => s.customSdpa({ data: liar(Q0.data.slice(), lies, how).arr, dims: [1, 2, 2, 4] }, k(), v()), REF],
+        ['customSdpa out', () => s.customSdpa(q(), k(), v(), { out: { data: liar(new Float32Array(16), lies, how).arr, dims: [1, 2, 2, 4] } }), REF],
+        ['cache.attend q', () => cache.attend({ data: liar(Q0.data.slice(0, 8), lies, how).arr, dims: [1, 1, 2, 4] }, { startPos: 3 }), cacheRef(cache, { data: Q0.data.slice(0, 8), dims: [1, 1, 2, 4] }, { startPos: 3 })],
+        ['cache.update k', () => { cache.update({ data: liar(K0.data.slice(0, 4), lies, how).arr, dims: [1, 1, 1, 4] }, { data: V0.data.slice(0, 4), dims: [1, 1, 1, 4] }, 4); return { data: cache.read(4, 1).k.data }; }, K0.data.slice(0, 4)],
+      ];
+      for (const [label, fn, want] of cases) {
+        const r = attempt(fn);
+        const name = `${how}, byteOffset 0x${at.toString(16)}: ${label}`;
+        if (!r.ok) failures.push(`${name}: ${describeErr(r.err)}`);
+        else {
+          const m = attempt(() => assertCloseTo(r.value.data, want, ''));
+          if (!m.ok) failures.push(`${name}: wrong answer`);
+        }
+      }
+    }
+  }
+  cache.dispose();
+  assert.ok(failures.length === 0, `${failures.length} cases:\n  ${failures.join('\n  ')}`);
+});
+
 test('2: cache.update / step with lying k, v: the cache receives the real contents', () => {
   const s = s1;
   for (const how of ['subclass', 'own']) {
