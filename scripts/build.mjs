@@ -154,11 +154,18 @@ export async function ensureTools(names, { install = true, quiet = false } = {})
   return still;
 }
 
-/** Runs `npm ci` when node_modules is missing (the JS and browser suites need it). */
+/** The devDependencies not installed in node_modules/ (by name). */
+function missingDevDeps() {
+  const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
+  return Object.keys(pkg.devDependencies || {}).filter((n) => !fs.existsSync(path.join(ROOT, 'node_modules', n, 'package.json')));
+}
+
+/** Runs `npm ci` when a devDependency is not installed (the JS, browser and bundler suites need them). */
 export async function ensureNodeModules({ install = true } = {}) {
-  if (fs.existsSync(path.join(ROOT, 'node_modules', 'uvu'))) return true;
-  if (!install) { log('setup: node_modules missing: run  npm ci'); return false; }
-  log('setup: node_modules missing, running npm ci');
+  const gone = missingDevDeps();
+  if (!gone.length) return true;
+  if (!install) { log(`setup: node_modules lacks ${gone.join(', ')}: run  npm ci`); return false; }
+  log(`setup: node_modules lacks ${gone.join(', ')}, running npm ci`);
   const cmd = fs.existsSync(path.join(ROOT, 'package-lock.json')) ? 'ci' : 'install';
   const r = await run('npm', [cmd, '--no-audit', '--no-fund'], { quiet: true, timeoutMs: 600e3 });
   if (r.code !== 0) { log(tail(r.out, 30)); return false; }
