@@ -405,9 +405,13 @@ async function loadInner({ forced, threads, load, state }) {
   const wasmName = wasm ? displayPath(wasm.url) : given;
 
   // 5. The glue (and, for threads, the worker script): cross-origin ones as blob: URLs.
+  // The threads build's glue too: the main thread and every pool worker import
+  // it, and one blob: URL makes that one download (a Content-Security-Policy
+  // without blob: falls back to the URL below).
   const glueWhere = displayPath(glue.url);
   let glueHref = glue.url.href;
-  if (!isNode && !sameOrigin(glue.url)) {
+  const glueBlob = !isNode && (spec.threaded || !sameOrigin(glue.url));
+  if (glueBlob) {
     state.stage = `fetching ${glueWhere}`;
     const { bytes } = await fetchFile(glue, 'the JS glue', build);
     glueHref = URL.createObjectURL(new Blob([bytes], { type: 'text/javascript' }));
@@ -437,7 +441,13 @@ async function loadInner({ forced, threads, load, state }) {
   state.stage = `importing ${glueWhere}`;
   let factory;
   try {
-    factory = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueHref)).default;
+    try {
+      factory = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueHref)).default;
+    } catch (e) {
+      if (!glueBlob || !sameOrigin(glue.url)) throw e;
+      glueHref = glue.url.href; // a blob: import refused (CSP): the file itself
+      factory = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueHref)).default;
+    }
   } catch (e) {
     const p = await probe(glue.url);
     const advice = p && p.status !== 200 ? missingAdvice(glue)

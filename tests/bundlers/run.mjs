@@ -151,6 +151,15 @@ async function openAndWait(url) {
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
   page.on('requestfailed', (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
   page.on('response', (r) => { if (r.status() >= 400) problems.push(`HTTP ${r.status()}: ${r.url()}`); });
+  // network downloads of the glue and the wasm (page and workers; blob:/data: are not downloads)
+  const fetched = { mjs: [], wasm: [] };
+  const onRequest = (r) => {
+    const u = r.url();
+    if (!/^https?:/.test(u)) return;
+    const ext = new URL(u).pathname.split('.').pop();
+    if (ext in fetched) fetched[ext].push(u);
+  };
+  page.on('request', onRequest);
   page.on('workercreated', (w) => w.on?.('console', onConsole('worker ')));
   try {
     const start = Date.now();
@@ -161,7 +170,7 @@ async function openAndWait(url) {
     } catch (e) {
       throw new Error(`${e.message}; page log:\n${[...logs, ...problems].join('\n')}`);
     }
-    return { r, problems, logs, ms: Date.now() - start };
+    return { r, problems, logs, fetched, ms: Date.now() - start };
   } finally {
     await context.close();
   }
@@ -176,8 +185,13 @@ function decodeRow(label, pagePath, { opts = null, extra = '', iso, dev = false 
   row(`${label} | ${iso ? 'isolated: threads build' : 'not isolated: single-thread fallback'}`, async (S) => {
     const base = dev ? (iso ? S.viteDevIso : S.viteDevPlain) : iso ? S.iso : S.plain;
     const query = [q(opts), extra(S)].filter(Boolean).join('&');
-    const { r, problems, logs, ms } = await openAndWait(`${base}${pagePath.slice(1)}${query ? `?${query}` : ''}`);
+    const { r, problems, logs, fetched, ms } = await openAndWait(`${base}${pagePath.slice(1)}${query ? `?${query}` : ''}`);
     const say = () => `${JSON.stringify(r)}\n${logs.join('\n')}`;
+    // each file downloaded once: the glue is never both bundled and fetched, pool workers share it
+    if (!dev) {
+      assert(fetched.wasm.length === 1, `the wasm was downloaded ${fetched.wasm.length} times: ${fetched.wasm.join(', ')}`);
+      assert(fetched.mjs.length === 1, `the glue was downloaded ${fetched.mjs.length} times: ${fetched.mjs.join(', ')}`);
+    }
     assert(r.ok === true, `decode failed: ${say()}`);
     assert(r.crossOriginIsolated === iso, `crossOriginIsolated ${r.crossOriginIsolated}`);
     assert(r.info.build === (iso ? 'simd-threads' : 'simd'), `build ${r.info.build}: ${say()}`);
@@ -258,7 +272,11 @@ failRow('404 worker script (cross-origin CDN)', IM, {
 });
 failRow('missing glue', IM, {
   opts: { wasmPaths: { 'sdpa-simd-threads.mjs': '/missing/sdpa-simd-threads.mjs' } },
-  must: (S) => [new RegExp(`cannot load ${esc(S.iso)}missing/sdpa-simd-threads\\.mjs`), /HTTP 404/],
+  must: (S) => [new RegExp(`GET ${esc(S.iso)}missing/sdpa-simd-threads\\.mjs \\(the JS glue\\) returned HTTP 404`), /check wasmPaths\['sdpa-simd-threads\.mjs'\]/],
+});
+failRow('missing glue (single-thread build, imported by URL)', IM, {
+  iso: false, opts: { wasmPaths: { 'sdpa-simd.mjs': '/missing/sdpa-simd.mjs' } },
+  must: (S) => [new RegExp(`cannot load ${esc(S.plain)}missing/sdpa-simd\\.mjs \\(GET: HTTP 404 Not Found\\)`), /check wasmPaths\['sdpa-simd\.mjs'\]/],
 });
 failRow('missing glue (cross-origin CDN)', IM, {
   iso: false, opts: (S) => ({ wasmPaths: { 'sdpa-simd.mjs': `${S.cdn}missing/sdpa-simd.mjs` } }),
