@@ -12,7 +12,10 @@
  *   mask (optional)          [Sq, N]   float32 (additive) or uint8 bool
  *                                      (non-zero = attend, 0 = -inf); N <= Skv
  *   KV-cache update input    [B, Snew, Hkv, D]
- *   KV-cache storage         [B, Hkv, maxSeqLen, D] (head-major, internal)
+ *   KV-cache storage         paged (internal): pages of SDPA_PAGE_ROWS rows of
+ *                            one batch row and one KV head, K block then V
+ *                            block, each [SDPA_PAGE_ROWS, D], drawn from the
+ *                            context's page pool as rows are written
  *
  * Semantics, for every b, h, i (query row i sits at absolute position sp + i):
  *   hk = h / r;  N = mask ? mask.dims[1] : sp + Sq   (only keys t < N exist)
@@ -25,9 +28,12 @@
  *   scale defaults to 1/sqrt(D). The mask is added unscaled.
  *
  * Ownership: every buffer is owned by the caller; no function keeps a pointer
- * to a caller buffer after it returns. A context owns its thread pool and its
- * scratch memory; a KV cache owns its storage. Neither is thread-safe: one
- * call at a time per context (the context's pool runs the call's work).
+ * to a caller buffer after it returns. A context owns its thread pool, its
+ * scratch memory and the page pool of the caches it creates; a KV cache
+ * holds pages of that pool (shared with its forks; writes always take pages
+ * from it, whichever context runs the call) and must be freed before it.
+ * Neither is thread-safe: one call at a time per context and per cache (the
+ * context's pool runs the call's work).
  *
  * Errors: every entry point checks every rule of CONTRACT.md section 2
  * *before* writing anything and returns an sdpa_status; on failure the output
@@ -165,36 +171,60 @@ sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,
                                   const sdpa_tensor * mask, const sdpa_options * options,
                                   sdpa_tensor * out);
 
-/// Largest K (or V) buffer of one cache, in bytes, on every build: wasm32
-/// cannot hold one allocation of 2 GiB, and native builds keep the same limit
-/// so that both behave alike. A larger cache is E_OOM.
-#define SDPA_MAX_CACHE_BYTES ((uint64_t)0x7FFFFFFF)
+/// Token rows per cache page (per batch row and KV head). A multiple of the
+/// kernels' key tile, so a tile never spans two pages.
+#define SDPA_PAGE_ROWS 64
 
-/// Allocates a zero-filled cache for [batch, max_seq_len, kv_heads, head_dim]
-/// keys and as many values, and reserves scratch for attending over it.
+/// Largest single allocation of a cache, in bytes, on every build (a page,
+/// the page table): wasm32 cannot make one allocation of 2 GiB, and native
+/// builds keep the same limit so that both behave alike. Larger is E_OOM.
+/// A cache in all may be larger: pages are separate allocations.
+#define SDPA_MAX_PAGE_BYTES ((uint64_t)0x7FFFFFFF)
+
+/// Makes an empty cache for up to max_seq_len rows of (batch, kv_heads,
+/// head_dim) keys and as many values: a page table (one pointer per
+/// SDPA_PAGE_ROWS rows of max_seq_len, batch row and head) and no pages yet;
+/// reserves scratch for attending over it. Unwritten rows read as zeros.
 /// dtype must be SDPA_DTYPE_FLOAT32. E_ARG (NULL out), E_DIMS, E_HEADS,
 /// E_DTYPE, E_OOM.
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
                                  int32_t kv_heads, int32_t head_dim, int32_t dtype,
                                  sdpa_kv_cache ** out_cache);
 
+/// Returns its pages to the context's pool (those still shared with a fork
+/// stay with the fork). NULL is a no-op.
 void sdpa_kv_cache_free(sdpa_kv_cache * cache);
 
 /// Geometry of a cache (any pointer may be NULL).
 void sdpa_kv_cache_shape(const sdpa_kv_cache * cache, int32_t * batch, int32_t * max_seq_len,
                          int32_t * kv_heads, int32_t * head_dim);
 
-/// Base of the K (which = 0) or V (which = 1) storage, laid out
-/// [B, Hkv, maxSeqLen, D]. For zero-copy readers; owned by the cache.
-float * sdpa_kv_cache_data(sdpa_kv_cache * cache, int32_t which);
+/// Rows written: the highest written row + 1 (0 for a new cache; truncate
+/// lowers it). Writes may not start past it (no holes).
+int32_t sdpa_kv_cache_length(const sdpa_kv_cache * cache);
+
+/// Pages the cache holds (batch rows x heads x written pages), shared ones included.
+int32_t sdpa_kv_cache_pages(const sdpa_kv_cache * cache);
+
+/// The K (which = 0) or V (which = 1) block [SDPA_PAGE_ROWS, D] of page
+/// `page` (rows page*SDPA_PAGE_ROWS ..) of batch row b, KV head h; NULL when
+/// that page was never written (it reads as zeros) or out of range. For
+/// zero-copy readers and tests; owned by the pool, valid until the next
+/// write, truncate or free of this cache or of a fork sharing it.
+const float * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t h, int32_t page,
+                                 int32_t which);
 
 /// Writes k, v [B, Snew, Hkv, D] at rows start_pos .. start_pos+Snew-1
-/// (ExecuTorch update_cache). E_CAPACITY when start_pos + Snew > maxSeqLen.
+/// (ExecuTorch update_cache), taking pages as needed (a shared page is
+/// copied first). E_START_POS when start_pos > length (a hole), E_CAPACITY
+/// when start_pos + Snew > maxSeqLen, E_OOM when the pool cannot grow (the
+/// cache is then unchanged).
 sdpa_status sdpa_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache,
                                  const sdpa_tensor * key, const sdpa_tensor * value,
                                  int32_t start_pos);
 
-/// customSdpa(query, K, V, ...) with K, V the whole cache (Skv = maxSeqLen).
+/// customSdpa(query, K, V, ...) with K, V the whole cache (Skv = maxSeqLen;
+/// rows never written are zeros).
 sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache,
                                  const sdpa_tensor * query, const sdpa_tensor * mask,
                                  const sdpa_options * options, sdpa_tensor * out);
@@ -210,10 +240,44 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache,
                                const sdpa_options * options, sdpa_tensor * out);
 
 /// Copies rows start .. start+length-1 into key_out, value_out, each
-/// [B, length, Hkv, D] float32.
+/// [B, length, Hkv, D] float32 (rows never written are zeros).
 sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
                                int32_t start, int32_t length,
                                sdpa_tensor * key_out, sdpa_tensor * value_out);
+
+/// Keeps rows 0 .. length-1: whole pages past them go back to the pool, the
+/// rows past `length` in the last kept page become zeros (that page is
+/// copied first if shared). O(pages). E_START_POS (length < 0), E_CAPACITY
+/// (length > sdpa_kv_cache_length), E_OOM (a shared page could not be copied).
+sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t length);
+
+/// A new cache sharing every page of `cache`, copy-on-write: the first write
+/// into a shared page (by either cache) copies that page only. O(pages).
+sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
+                               sdpa_kv_cache ** out_cache);
+
+/// The context's page pool. On wasm32 this struct is 48 bytes: five int64
+/// at 0, 8, 16, 24, 32, then page_rows@40.
+typedef struct sdpa_memory_stats {
+    int64_t bytes_reserved;  ///< taken from the heap for pages (never given back)
+    int64_t bytes_in_use;    ///< pages held by caches (a 64-byte header each included)
+    int64_t bytes_free;      ///< free pages + reserved bytes not carved into pages yet
+    int64_t pages_in_use;
+    int64_t pages_free;      ///< on the free lists
+    int32_t page_rows;       ///< SDPA_PAGE_ROWS
+    int32_t unused;
+} sdpa_memory_stats;
+void sdpa_ctx_memory(const sdpa_ctx * ctx, sdpa_memory_stats * out);
+
+/// Grows the page pool until `bytes` are free for pages, so that writes up
+/// to that much allocate nothing. A double, so that JS passes any size.
+/// E_ARG (negative or NaN), E_OOM.
+sdpa_status sdpa_ctx_reserve_pages(sdpa_ctx * ctx, double bytes);
+
+/// Non-zero when the `bytes` bytes at p overlap the page pool's memory (any
+/// cache's storage). For the JS wrapper's messages. (No unbalanced square
+/// brackets in this header: CMake reads it as a list to find the exports.)
+int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,7 @@ import {
 } from './validate.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
-import { KVCache, cacheBytes } from './kv-cache.js';
+import { KVCache, PAGE_ROWS, pageBytes, tableBytes } from './kv-cache.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
 import { makeTorchEntry } from './torch.js';
 import { VERSION } from './version.js';
@@ -123,9 +123,11 @@ function makeInstance(core, info) {
     if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
     else if (dtype !== 'float32') ck.add('E_DTYPE', `dtype '${dtype}' is not supported; caches are 'float32'`);
     if (batch && maxSeqLen && numKvHeads && headDim) {
-      const bytes = cacheBytes({ batch, maxSeqLen, numKvHeads, headDim });
-      if (bytes > MAX_ALLOC) {
-        ck.add('E_OOM', `a cache of [${batch}, ${maxSeqLen}, ${numKvHeads}, ${headDim}] needs 2 × ${formatBytes(bytes)}, more than the wasm heap can hold (one allocation < 2 GiB, 4 GiB in all)`);
+      // Pages are allocated as rows are written; what must fit now is one page and the page table.
+      const geo = { batch, maxSeqLen, numKvHeads, headDim };
+      const page = pageBytes(geo), table = tableBytes(geo);
+      if (page > MAX_ALLOC || table > MAX_ALLOC) {
+        ck.add('E_OOM', `a cache of [${batch}, ${maxSeqLen}, ${numKvHeads}, ${headDim}] needs pages of ${formatBytes(page)} (${PAGE_ROWS} rows) and a page table of ${formatBytes(table)}; each must be one wasm allocation (< 2 GiB)`);
       }
     }
     core.checkAlive(ck);
@@ -168,11 +170,45 @@ function makeInstance(core, info) {
     if (M.PThread) M.PThread.terminateAllThreads();
   }
 
+  /** The page pool of this instance's caches (sdpa_memory_stats). */
+  function memory() {
+    const ck = new Checks('sdpa.memory');
+    core.checkAlive(ck);
+    ck.done();
+    const at = core.slot('stats');
+    M._sdpa_ctx_memory(core.ctx, at);
+    const u32 = core.views().u32, w = at >>> 2;
+    const i64 = (i) => u32[w + 2 * i] + u32[w + 2 * i + 1] * 0x100000000;
+    return {
+      pageRows: core.views().i32[w + 10],
+      bytesReserved: i64(0),
+      bytesInUse: i64(1),
+      bytesFree: i64(2),
+      pagesInUse: i64(3),
+      pagesFree: i64(4),
+    };
+  }
+
+  /** Grows the page pool until `bytes` are free for pages, so that writes up to that much allocate nothing. */
+  function reserve(bytes) {
+    const fn = 'sdpa.reserve';
+    const ck = new Checks(fn);
+    if (bytes === undefined || bytes === null) ck.add('E_ARG', 'bytes is missing; expected a non-negative number');
+    else if (typeof bytes !== 'number') ck.add('E_ARG', `bytes must be a number, got ${describeValue(bytes)}`);
+    else if (!(bytes >= 0) || !Number.isFinite(bytes)) ck.add('E_ARG', `bytes is ${bytes}; expected a finite non-negative number`);
+    else if (bytes > 0xffffffff) ck.add('E_OOM', `bytes is ${formatBytes(bytes)}; the wasm heap holds at most 4 GiB`);
+    core.checkAlive(ck);
+    ck.done();
+    core.check(M._sdpa_ctx_reserve_pages(core.ctx, bytes), fn);
+  }
+
   const sdpa = {
     info,
     customSdpa,
     createKVCache,
     allocTensor,
+    memory,
+    reserve,
     scaledDotProductAttention: torch.scaledDotProductAttention,
     planAttention: torch.planAttention,
     dispose,

@@ -1,21 +1,33 @@
-// kv-cache.js: the flat-memory KV cache (CONTRACT.md section 3).
+// kv-cache.js: the paged KV cache (CONTRACT.md section 3).
 //
-// K and V are allocated once by the C core, at full capacity, in the wasm
-// heap (stored head-major [B, Hkv, maxSeqLen, D]). update / attend / step
-// follow the snapshot rule (validate.js): read every argument once, check
-// liveness, validate, and only then touch wasm memory, so a rejected call
-// leaves the cache untouched. A view of the cache's storage is never a
-// valid argument (checkLive).
+// Storage lives in the C core: pages of PAGE_ROWS rows (per batch row and KV
+// head) drawn from the instance's page pool as rows are written; maxSeqLen is
+// a limit, not an allocation. `length` is the number of rows written; writes
+// may not leave a hole. fork() shares every page copy-on-write; truncate()
+// gives whole pages back. update / attend / step follow the snapshot rule
+// (validate.js): read every argument once, check liveness, validate, and only
+// then touch wasm memory, so a rejected call leaves the cache untouched. A
+// view of the cache's storage is never a valid argument (checkLive).
 
 import {
   Checks, readOptions, checkStartPos, checkSize, inspectTensor, checkAttention, checkLive,
-  checkCacheWrite, checkOutAliasing, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
+  checkCacheWrite, checkOutAliasing, cacheDescriptor, describeValue, CUSTOM_OPTIONS, STEP_OPTIONS,
 } from './validate.js';
 import { SLOT } from './runtime.js';
 import { prod } from './shape.js';
+import { typedArrayTag, isArray } from './intrinsics.js';
 
-/** Bytes of each of K and V for a cache geometry { batch, maxSeqLen, numKvHeads, headDim }. */
-export const cacheBytes = (geo) => geo.batch * geo.maxSeqLen * geo.numKvHeads * geo.headDim * 4;
+/** Token rows per page: SDPA_PAGE_ROWS in include/sdpa.h. */
+export const PAGE_ROWS = 64;
+
+/** Bytes of one page (its K and V blocks) for a cache geometry. */
+export const pageBytes = (geo) => 2 * PAGE_ROWS * geo.headDim * 4;
+
+/** Bytes of a cache's page table (one wasm32 pointer per page of maxSeqLen, batch row and head). */
+export const tableBytes = (geo) => geo.batch * geo.numKvHeads * Math.ceil(geo.maxSeqLen / PAGE_ROWS) * 4;
+
+/** step(q, k, v, opts): an options object in startPos's place (not a number) is the options. */
+const isOptionsLike = (x) => x !== null && typeof x === 'object' && !isArray(x) && typedArrayTag(x) === undefined;
 
 export class KVCache {
   #core;
@@ -26,17 +38,12 @@ export class KVCache {
   #callAttend;
   #callStep;
 
-  /** Made by sdpa.createKVCache. */
+  /** Made by sdpa.createKVCache and cache.fork. */
   constructor(core, ptr, geo) {
     this.#core = core;
     this.#ptr = ptr;
     this.#geo = Object.freeze({ ...geo });
     this.#kv = cacheDescriptor(geo);
-    const bytes = cacheBytes(geo);
-    core.cacheStorage.set(this, Object.freeze([0, 1].map((which) => {
-      const start = core.M._sdpa_kv_cache_data(ptr, which) >>> 0;
-      return Object.freeze({ name: which ? 'the cache values' : 'the cache keys', region: Object.freeze({ space: core, start, end: start + bytes }) });
-    })));
     // The C calls of attend and step, made once (runAttention passes the mask slot, or 0).
     this.#callAttend = (mask) => {
       const s = core.scratch;
@@ -55,12 +62,31 @@ export class KVCache {
   get dtype() { return 'float32'; }
   get disposed() { return this.#disposed; }
 
+  /** Rows written: the highest written row + 1 (0 once disposed). */
+  get length() {
+    return this.#alive() ? this.#core.M._sdpa_kv_cache_length(this.#ptr) : 0;
+  }
+
+  /** Bytes of storage this cache holds: its pages (shared ones included) and its page table. */
+  get bytes() {
+    if (!this.#alive()) return 0;
+    return this.#core.M._sdpa_kv_cache_pages(this.#ptr) * pageBytes(this.#geo) + tableBytes(this.#geo);
+  }
+
+  #alive() { return !this.#disposed && !this.#core.disposed; }
+
+  /** length, or Infinity once disposed (E_DISPOSED is what such a call reports, not a hole). */
+  #writtenOrUnknown() { return this.#alive() ? this.length : Infinity; }
+
   #checkAlive(ck) {
     this.#core.checkAlive(ck);
     if (this.#disposed) ck.add('E_DISPOSED', 'this KV cache was disposed');
   }
 
-  /** Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1. */
+  /**
+   * Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1
+   * (default startPos: length, i.e. append).
+   */
   update(k, v, startPos) {
     const fn = 'KVCache.update';
     const ck = new Checks(fn);
@@ -71,8 +97,9 @@ export class KVCache {
     this.#checkAlive(ck);
     checkLive(ck, K);
     checkLive(ck, V);
-    const sp = checkStartPos(ck, startPos, 'startPos', true);
-    const W = checkCacheWrite(ck, this.#geo, K, V, sp);
+    const length = this.#writtenOrUnknown();
+    const sp = startPos === undefined || startPos === null ? Math.min(length, 0x7fffffff) : checkStartPos(ck, startPos, 'startPos');
+    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length);
     ck.done();
     const c = this.#core;
     // Addresses inside wasm memory first, then temporaries (see Core.addressOf).
@@ -88,7 +115,10 @@ export class KVCache {
     }
   }
 
-  /** customSdpa(q, K, V, opts) over the whole cache (Skv = maxSeqLen). */
+  /**
+   * customSdpa(q, K, V, opts) over the cache (Skv = maxSeqLen; rows never
+   * written are zeros). Default startPos: length - Sq (q is the last Sq rows written).
+   */
   attend(q, opts) {
     const fn = 'KVCache.attend';
     const ck = new Checks(fn);
@@ -100,15 +130,39 @@ export class KVCache {
     checkLive(ck, Q);
     checkLive(ck, o.M);
     checkLive(ck, o.O);
-    const sp = checkStartPos(ck, o.startPos, 'startPos');
+    let sp;
+    if (o.startPos === undefined || o.startPos === null) sp = this.#impliedStart(ck, Q, o.M !== null);
+    else sp = checkStartPos(ck, o.startPos, 'startPos');
     const P = checkAttention(ck, o, sp, Q, this.#kv, this.#kv);
     ck.done();
     return this.#core.runAttention(fn, P, sp, null, null, this.#callAttend);
   }
 
-  /** update(k, v, startPos) then attend(q, { startPos, ...opts }); checked as one call. */
+  /**
+   * attend's startPos when none is given: q holds the last Sq rows written
+   * (with a mask startPos has no effect: 0 when fewer rows are written).
+   */
+  #impliedStart(ck, Q, masked) {
+    if (!Q || !Q.dims || Q.rank !== 4 || !Number.isSafeInteger(Q.dims[1])) return 0;
+    if (!this.#alive()) return 0;
+    const Sq = Q.dims[1], length = this.length;
+    if (Sq <= length) return length - Sq;
+    if (!masked) {
+      ck.add('E_START_POS', `q has ${Sq} rows but the cache holds only ${length} (cache.length); without startPos, q is taken as the last Sq rows written`);
+    }
+    return 0;
+  }
+
+  /**
+   * update(k, v, startPos) then attend(q, { startPos, ...opts }); checked as
+   * one call. step(q, k, v, opts) or startPos null/undefined: append at length.
+   */
   step(q, k, v, startPos, opts) {
     const fn = 'KVCache.step';
+    if (opts === undefined && isOptionsLike(startPos)) {
+      opts = startPos;
+      startPos = undefined;
+    }
     const ck = new Checks(fn);
     // snapshot
     const Q = inspectTensor(ck, 'q', q, 'input');
@@ -122,8 +176,9 @@ export class KVCache {
     checkLive(ck, V);
     checkLive(ck, o.M);
     checkLive(ck, o.O);
-    const sp = checkStartPos(ck, startPos, 'startPos', true);
-    const W = checkCacheWrite(ck, this.#geo, K, V, sp);
+    const length = this.#writtenOrUnknown();
+    const sp = startPos === undefined || startPos === null ? Math.min(length, 0x7fffffff) : checkStartPos(ck, startPos, 'startPos');
+    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length);
     // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
     const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
     checkOutAliasing(ck, P.O, W.K);
@@ -135,7 +190,7 @@ export class KVCache {
     return this.#core.runAttention(fn, P, sp, W.K, W.V, this.#callStep);
   }
 
-  /** Copies of rows start .. start+length-1: { k, v }, each [B, length, Hkv, D] float32. */
+  /** Copies of rows start .. start+length-1: { k, v }, each [B, length, Hkv, D] float32 (unwritten rows: zeros). */
   read(start, length) {
     const fn = 'KVCache.read';
     const ck = new Checks(fn);
@@ -167,12 +222,50 @@ export class KVCache {
     }
   }
 
-  /** Frees the storage. A second call is a no-op. */
+  /**
+   * Keeps rows 0 .. length-1 (rollback): whole pages past them go back to the
+   * pool; the rows past `length` read as zeros again. O(pages).
+   */
+  truncate(length) {
+    const fn = 'KVCache.truncate';
+    const ck = new Checks(fn);
+    this.#checkAlive(ck);
+    let n = null;
+    if (length === undefined || length === null) ck.add('E_ARG', 'length is missing; expected a non-negative integer');
+    else if (typeof length !== 'number') ck.add('E_ARG', `length must be a number, got ${describeValue(length)}`);
+    else if (!Number.isSafeInteger(length) || length < 0) ck.add('E_START_POS', `length is ${length}; expected a non-negative integer`);
+    else n = length;
+    const held = this.#writtenOrUnknown();
+    if (n !== null && n > held) ck.add('E_CAPACITY', `length ${n} is past the ${held} rows written (cache.length); truncate keeps rows 0 .. length-1 of those`);
+    ck.done();
+    const c = this.#core;
+    c.check(c.M._sdpa_kv_cache_truncate(c.ctx, this.#ptr, n), fn);
+  }
+
+  /**
+   * A new cache of this instance sharing every page of this one,
+   * copy-on-write: the first write into a shared page (by either) copies that
+   * page only. O(pages); dispose each cache on its own.
+   */
+  fork() {
+    const fn = 'KVCache.fork';
+    const ck = new Checks(fn);
+    this.#checkAlive(ck);
+    ck.done();
+    const c = this.#core;
+    const outAt = c.slot('ptr');
+    c.views().u32[outAt >>> 2] = 0;
+    c.check(c.M._sdpa_kv_cache_fork(c.ctx, this.#ptr, outAt), fn);
+    const twin = new KVCache(c, c.views().u32[outAt >>> 2], this.#geo);
+    c.caches.add(twin);
+    return twin;
+  }
+
+  /** Frees the storage (pages still shared with a fork stay with it). A second call is a no-op. */
   dispose() {
     if (this.#disposed) return;
     this.#disposed = true;
     const c = this.#core;
-    c.cacheStorage.delete(this);
     if (c.caches.delete(this)) c.M._sdpa_kv_cache_free(this.#ptr);
   }
 

@@ -14,8 +14,9 @@ import { typedArraySet } from './intrinsics.js';
 
 // Scratch layout (bytes). sdpa_tensor is 32 bytes on wasm32:
 // data@0 len@4 dtype@8 rank@12 dims@16..31; sdpa_options is 24 bytes:
-// start_pos@0 (int64) is_causal@8 has_scale@12 scale@16 dropout_p@20.
-export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, opts: 160, ptr: 184 });
+// start_pos@0 (int64) is_causal@8 has_scale@12 scale@16 dropout_p@20;
+// sdpa_memory_stats is 48 bytes: five int64 then page_rows@40.
+export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, opts: 160, ptr: 184, stats: 192 });
 export const SCRATCH_BYTES = 256;
 const DTYPE_ENUM = Object.freeze({ float32: 1, bool: 2 });
 
@@ -58,8 +59,6 @@ export class Core {
     this.disposed = false;
     this.tensors = new Set();
     this.caches = new Set();
-    /** KV cache -> its storage regions [keys, values] ({ name, region }), for checkLive. */
-    this.cacheStorage = new Map();
     this._buf = null;
     this._seen = null; // the last buffer recorded by noteMemoryBuffer
   }
@@ -95,15 +94,9 @@ export class Core {
     return null;
   }
 
-  /** The name of the KV cache storage that [start, end) overlaps ('the cache keys'), or null. */
+  /** 'its pages' when [start, end) overlaps the memory of this instance's KV cache pages, else null. */
   cacheHolding(start, end) {
-    for (const regions of this.cacheStorage.values()) {
-      for (let i = 0; i < regions.length; i++) {
-        const r = regions[i].region;
-        if (start < r.end && r.start < end) return regions[i].name;
-      }
-    }
-    return null;
+    return end > start && this.M._sdpa_ctx_owns_pages(this.ctx, start, end - start) ? 'its pages' : null;
   }
 
   /** Typed views over the current buffer, rebuilt only when it changed. */

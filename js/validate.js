@@ -624,9 +624,10 @@ function checkWriteGeometry(ck, cache, d) {
 
 /**
  * Checks a cache write: K, V (descriptors of k, v [B, Snew, Hkv, D]) at
- * startPos against the cache geometry. Returns { K, V, Snew } (Snew -1 when unknown).
+ * startPos against the cache geometry and its `length` (rows written: a
+ * write may not start past it). Returns { K, V, Snew } (Snew -1 when unknown).
  */
-export function checkCacheWrite(ck, cache, K, V, startPos) {
+export function checkCacheWrite(ck, cache, K, V, startPos, length) {
   const kr = checkRank(ck, K, RANK_4, '4-D [B, Snew, Hkv, D]');
   const vr = checkRank(ck, V, RANK_4, '4-D [B, Snew, Hkv, D]');
   if (kr) checkDims(ck, K, 2);
@@ -638,7 +639,9 @@ export function checkCacheWrite(ck, cache, K, V, startPos) {
     ck.add('E_KV_LEN', `${K.name} has ${K.dims[1]} rows but ${V.name} has ${V.dims[1]}; they must be equal`);
   }
   const Snew = ks ? K.dims[1] : -1;
-  if (ks && startPos !== null && startPos + Snew > cache.maxSeqLen) {
+  if (startPos !== null && startPos > length) {
+    ck.add('E_START_POS', `startPos ${startPos} is past the ${length} rows written (cache.length); a write must start at or before length (rows ${length} .. ${startPos - 1} would be a hole)`);
+  } else if (ks && startPos !== null && startPos + Snew > cache.maxSeqLen) {
     ck.add('E_CAPACITY', `writing ${Snew} rows at startPos ${startPos} needs ${startPos + Snew} rows but the cache holds maxSeqLen = ${cache.maxSeqLen}`);
   }
   return { K, V, Snew };

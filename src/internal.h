@@ -40,24 +40,55 @@ struct sdpa_ctx {
     int32_t     use_reference;
     void *      scratch;        /* owned; kernels align inside it */
     size_t      scratch_bytes;
+    struct sdpa_page_pool * pages;  /* every page of every cache of this context */
     char        last_error[SDPA_ERROR_CAP];
 };
 
+/* A paged KV cache (cache/kv_cache.c). Row t of batch row b and KV head h
+ * lives in page table[b * Hkv + h][t / SDPA_PAGE_ROWS], at row
+ * t % SDPA_PAGE_ROWS; a page is its K block [SDPA_PAGE_ROWS, D] then its V
+ * block [SDPA_PAGE_ROWS, D]. Unwritten pages are the pool's zero page. */
 struct sdpa_kv_cache {
+    sdpa_ctx * ctx;             /* owns the pages; outlives the cache */
     int32_t batch, max_seq_len, kv_heads, head_dim;
-    float * k;                  /* [B, Hkv, maxSeqLen, D] */
-    float * v;                  /* [B, Hkv, maxSeqLen, D] */
+    int32_t length;             /* rows written: the highest written row + 1 */
+    int32_t pages_per_head;     /* ceil(max_seq_len / SDPA_PAGE_ROWS) */
+    size_t  page_bytes;         /* K block + V block */
+    float ** table;             /* [B * Hkv][pages_per_head] */
 };
 
 /* Key/value source of an attention call: either caller tensors in
- * [B, Skv, Hkv, D] or a cache in [B, Hkv, maxSeqLen, D]. Strides in floats;
- * D is always contiguous. */
+ * [B, Skv, Hkv, D] (pages == NULL; strides in floats), or a paged cache
+ * (pages != NULL). D is always contiguous. Kernels find rows through
+ * sdpa_kv_key / sdpa_kv_value, and the rows of one key tile through the
+ * same calls at the tile's first key: a tile never spans two pages. */
 typedef struct sdpa_kv_view {
     const float * k;
     const float * v;
     int32_t batch, len, heads, dim;
     size_t stride_b, stride_t, stride_h;
+    float * const * pages;      /* the cache's table, or NULL */
+    int32_t pages_per_head;
 } sdpa_kv_view;
+
+/* Floats between consecutive key (or value) rows. */
+static inline size_t sdpa_kv_row_stride(const sdpa_kv_view * kv) {
+    return kv->pages ? (size_t)kv->dim : kv->stride_t;
+}
+
+static inline const float * sdpa_kv_row(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t, bool value) {
+    if (kv->pages) {
+        const float * page = kv->pages[((size_t)b * kv->heads + hk) * kv->pages_per_head + t / SDPA_PAGE_ROWS];
+        return page + ((value ? (size_t)SDPA_PAGE_ROWS : 0) + (size_t)(t % SDPA_PAGE_ROWS)) * kv->dim;
+    }
+    return (value ? kv->v : kv->k) + (size_t)b * kv->stride_b + (size_t)t * kv->stride_t + (size_t)hk * kv->stride_h;
+}
+static inline const float * sdpa_kv_key(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t) {
+    return sdpa_kv_row(kv, b, hk, t, false);
+}
+static inline const float * sdpa_kv_value(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t) {
+    return sdpa_kv_row(kv, b, hk, t, true);
+}
 
 /* A validated attention problem: everything a kernel needs, nothing to check. */
 typedef struct sdpa_problem {

@@ -3,6 +3,7 @@
 #include "internal.h"
 #include "contract/check.h"
 #include "kernels/kernels.h"
+#include "cache/page_pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,8 +36,10 @@ sdpa_ctx * sdpa_ctx_create(int32_t n_threads, sdpa_status * status) {
     if (n_threads < 1) n_threads = 1;
     if (n_threads > SDPA_MAX_THREADS) n_threads = SDPA_MAX_THREADS;
     sdpa_ctx * ctx = calloc(1, sizeof *ctx);
-    if (ctx) ctx->pool = sdpa_pool_create(n_threads);
+    if (ctx) ctx->pages = sdpa_page_pool_create();
+    if (ctx && ctx->pages) ctx->pool = sdpa_pool_create(n_threads);
     if (!ctx || !ctx->pool) {
+        if (ctx) sdpa_page_pool_free(ctx->pages);
         free(ctx);
         if (status) *status = SDPA_E_OOM;
         return NULL;
@@ -49,6 +52,7 @@ sdpa_ctx * sdpa_ctx_create(int32_t n_threads, sdpa_status * status) {
 void sdpa_ctx_free(sdpa_ctx * ctx) {
     if (!ctx) return;
     sdpa_pool_free(ctx->pool);
+    sdpa_page_pool_free(ctx->pages);
     free(ctx->scratch);
     free(ctx);
 }

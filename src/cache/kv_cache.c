@@ -1,13 +1,25 @@
-/* kv_cache.c: a KV cache at full capacity, stored head-major
- * [B, Hkv, maxSeqLen, D] so that attention streams each KV head's rows
- * contiguously; updates and reads convert from/to [B, S, Hkv, D]. */
+/* kv_cache.c: the paged KV cache (see internal.h for the layout).
+ *
+ * Storage is drawn from the context's page pool (cache/page_pool.c) as rows
+ * are written: a cache holds ceil(length / SDPA_PAGE_ROWS) pages per batch
+ * row and KV head, growth never copies a written row, and maxSeqLen is only a
+ * limit. Pages are shared after fork() and copied on the first write into a
+ * shared one. Every write first counts the pages it must take (fresh ones,
+ * copies of shared ones) and makes sure the pool has them: after that
+ * nothing can fail, so a rejected write (E_OOM included) changes nothing.
+ * Rows never written read as zeros (the pool's zero page), as the old
+ * zero-filled cache did. */
 #include "internal.h"
+#include "cache/page_pool.h"
 #include "contract/check.h"
 #include "kernels/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+static size_t head_count(const sdpa_kv_cache * c) { return (size_t)c->batch * (size_t)c->kv_heads; }
+static float ** head_pages(const sdpa_kv_cache * c, size_t head) { return c->table + head * (size_t)c->pages_per_head; }
+static size_t page_floats(const sdpa_kv_cache * c) { return (size_t)SDPA_PAGE_ROWS * (size_t)c->head_dim; }
 
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
                                  int32_t kv_heads, int32_t head_dim, int32_t dtype,
@@ -16,25 +28,30 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
     if (!ctx) return SDPA_E_ARG;
     sdpa_status s = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, dtype, out_cache);
     if (s != SDPA_OK) return s;
-    /* each factor < 2^31: check after every product so nothing wraps */
-    const uint64_t limit = SDPA_MAX_CACHE_BYTES / sizeof(float);
-    uint64_t elems = (uint64_t)batch * (uint64_t)kv_heads;
-    if (elems <= limit) elems *= (uint64_t)max_seq_len;
-    if (elems <= limit) elems *= (uint64_t)head_dim;
-    if (elems > limit)
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: the cache needs 2 x %llu x %d x %d x %d floats; each of K and V must fit in %llu bytes",
-                         fn, (unsigned long long)batch, max_seq_len, kv_heads, head_dim,
-                         (unsigned long long)SDPA_MAX_CACHE_BYTES);
-    const size_t bytes = (size_t)elems * sizeof(float);
+    /* a page: K and V blocks of SDPA_PAGE_ROWS rows; the table: one pointer per page of maxSeqLen */
+    const uint64_t page_bytes = sdpa_size_mul(2u * SDPA_PAGE_ROWS * sizeof(float), (uint64_t)head_dim);
+    const uint64_t pages_per_head = ((uint64_t)max_seq_len + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
+    const uint64_t table_bytes = sdpa_size_mul(sdpa_size_mul((uint64_t)batch * (uint64_t)kv_heads, pages_per_head), sizeof(float *));
+    if (page_bytes > SDPA_MAX_PAGE_BYTES || table_bytes > SDPA_MAX_PAGE_BYTES)
+        return sdpa_fail(ctx, SDPA_E_OOM,
+                         "%s: a page of %d rows x head dim %d needs %llu bytes and the page table %llu bytes; each must fit in %llu bytes",
+                         fn, SDPA_PAGE_ROWS, head_dim, (unsigned long long)page_bytes, (unsigned long long)table_bytes,
+                         (unsigned long long)SDPA_MAX_PAGE_BYTES);
     sdpa_kv_cache * c = calloc(1, sizeof *c);
-    float * k = calloc(1, bytes), * v = NULL;
-    if (k) v = calloc(1, bytes);
-    if (!c || !k || !v) {
-        free(c); free(k); free(v);
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate 2 x %zu bytes for the cache", fn, bytes);
+    float ** table = malloc((size_t)table_bytes);
+    if (!c || !table || !sdpa_page_pool_add_size(ctx->pages, (size_t)page_bytes)) {
+        free(c); free(table);
+        return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate the page table (%llu bytes) or the first page of %llu bytes",
+                         fn, (unsigned long long)table_bytes, (unsigned long long)page_bytes);
     }
+    c->ctx = ctx;
     c->batch = batch; c->max_seq_len = max_seq_len; c->kv_heads = kv_heads; c->head_dim = head_dim;
-    c->k = k; c->v = v;
+    c->length = 0;
+    c->pages_per_head = (int32_t)pages_per_head;
+    c->page_bytes = (size_t)page_bytes;
+    c->table = table;
+    float * zero = sdpa_page_pool_zero(ctx->pages, c->page_bytes);
+    for (size_t i = 0; i < head_count(c) * (size_t)c->pages_per_head; i++) table[i] = zero;
     /* Scratch for any attend over this head_dim, so no step allocates.
      * Failure is not fatal: the first attend would try again and report
      * E_OOM then. */
@@ -46,8 +63,9 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
 
 void sdpa_kv_cache_free(sdpa_kv_cache * cache) {
     if (!cache) return;
-    free(cache->k);
-    free(cache->v);
+    for (size_t i = 0; i < head_count(cache) * (size_t)cache->pages_per_head; i++)
+        sdpa_page_release(cache->ctx->pages, cache->table[i]);
+    free(cache->table);
     free(cache);
 }
 
@@ -59,36 +77,106 @@ void sdpa_kv_cache_shape(const sdpa_kv_cache * cache, int32_t * batch, int32_t *
     if (head_dim) *head_dim = cache ? cache->head_dim : 0;
 }
 
-float * sdpa_kv_cache_data(sdpa_kv_cache * cache, int32_t which) {
-    if (!cache) return NULL;
-    return which == 0 ? cache->k : which == 1 ? cache->v : NULL;
+int32_t sdpa_kv_cache_length(const sdpa_kv_cache * cache) { return cache ? cache->length : 0; }
+
+int32_t sdpa_kv_cache_pages(const sdpa_kv_cache * cache) {
+    if (!cache) return 0;
+    int32_t held = 0;
+    for (size_t i = 0; i < head_count(cache) * (size_t)cache->pages_per_head; i++)
+        held += !sdpa_page_is_zero(cache->table[i]);
+    return held;
+}
+
+const float * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t h, int32_t page, int32_t which) {
+    if (!cache || b < 0 || b >= cache->batch || h < 0 || h >= cache->kv_heads || page < 0 ||
+        page >= cache->pages_per_head || (which != 0 && which != 1))
+        return NULL;
+    const float * p = head_pages(cache, (size_t)b * cache->kv_heads + h)[page];
+    if (sdpa_page_is_zero(p)) return NULL;
+    return p + (which ? page_floats(cache) : 0);
+}
+
+/* Pages [first, last] of every head that a write into them must replace:
+ * the zero page (unwritten) or a page shared with a fork. */
+static uint64_t pages_to_replace(const sdpa_kv_cache * c, int32_t first, int32_t last) {
+    uint64_t n = 0;
+    for (size_t head = 0; head < head_count(c); head++) {
+        float ** pages = head_pages(c, head);
+        for (int32_t p = first; p <= last; p++) n += sdpa_page_is_zero(pages[p]) || sdpa_page_refs(pages[p]) > 1;
+    }
+    return n;
+}
+
+/* Makes pages [first, last] of every head private to this cache (a fresh
+ * zeroed page for an unwritten one, a copy for a shared one): E_OOM, with
+ * nothing changed, when the pool cannot supply them. */
+static sdpa_status own_pages(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t first, int32_t last) {
+    if (first > last) return SDPA_OK;
+    sdpa_page_pool * pool = c->ctx->pages;
+    const uint64_t need = pages_to_replace(c, first, last);
+    if (need == 0) return SDPA_OK;
+    if (!sdpa_page_pool_ensure(pool, c->page_bytes, need))
+        return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; the cache is unchanged",
+                         fn, (unsigned long long)need, c->page_bytes);
+    for (size_t head = 0; head < head_count(c); head++) {
+        float ** pages = head_pages(c, head);
+        for (int32_t p = first; p <= last; p++) {
+            float * old = pages[p];
+            const bool zero = sdpa_page_is_zero(old);
+            if (!zero && sdpa_page_refs(old) == 1) continue;
+            float * fresh = sdpa_page_pool_take(pool, c->page_bytes);  /* cannot fail after ensure */
+            if (zero) memset(fresh, 0, c->page_bytes);
+            else memcpy(fresh, old, c->page_bytes);
+            sdpa_page_release(pool, old);
+            pages[p] = fresh;
+        }
+    }
+    return SDPA_OK;
 }
 
 /* [B, S, Hkv, D] rows <-> cache rows, for rows [start, start + len).
- * size_t cannot wrap here: every cache index is below the cache's element
- * count (<= SDPA_MAX_CACHE_BYTES / 4, checked at creation) and every dense
- * index below the tensor's validated length B * len * Hkv * D (contract/:
- * <= SIZE_MAX / 4, and start + len <= maxSeqLen). */
-static void copy_rows(const sdpa_kv_cache * c, float * cache_side, float * dense, int32_t start,
-                      int32_t len, int to_cache) {
-    const size_t D = (size_t)c->head_dim, S = (size_t)c->max_seq_len, H = (size_t)c->kv_heads;
+ * size_t cannot wrap: every dense index is below the tensor's validated
+ * length B * len * Hkv * D (contract/: <= SIZE_MAX / 4), every page index
+ * below pages_per_head (start + len <= maxSeqLen). */
+static void copy_rows(const sdpa_kv_cache * c, const float * in_k, const float * in_v,
+                      float * out_k, float * out_v, int32_t start, int32_t len) {
+    const size_t D = (size_t)c->head_dim, H = (size_t)c->kv_heads, row_bytes = D * sizeof(float);
+    const bool to_cache = in_k != NULL;
     for (size_t b = 0; b < (size_t)c->batch; b++)
-        for (size_t t = 0; t < (size_t)len; t++)
-            for (size_t h = 0; h < H; h++) {
-                float * cs = cache_side + ((b * H + h) * S + (size_t)start + t) * D;
-                float * ds = dense + ((b * (size_t)len + t) * H + h) * D;
-                if (to_cache) memcpy(cs, ds, D * sizeof(float));
-                else memcpy(ds, cs, D * sizeof(float));
+        for (size_t h = 0; h < H; h++) {
+            float ** pages = head_pages(c, b * H + h);
+            for (size_t t = 0; t < (size_t)len; t++) {
+                const size_t pos = (size_t)start + t, dense = ((b * (size_t)len + t) * H + h) * D;
+                float * krow = pages[pos / SDPA_PAGE_ROWS] + (pos % SDPA_PAGE_ROWS) * D;
+                float * vrow = krow + page_floats(c);
+                if (to_cache) {
+                    memcpy(krow, in_k + dense, row_bytes);
+                    memcpy(vrow, in_v + dense, row_bytes);
+                } else {
+                    memcpy(out_k + dense, krow, row_bytes);
+                    memcpy(out_v + dense, vrow, row_bytes);
+                }
             }
+        }
+}
+
+/* Writes validated k, v at start: takes the pages first (E_OOM: unchanged). */
+static sdpa_status write_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, const sdpa_tensor * key,
+                              const sdpa_tensor * value, int32_t start) {
+    const int32_t len = key->dims[1];
+    sdpa_status s = own_pages(ctx, fn, c, start / SDPA_PAGE_ROWS, (start + len - 1) / SDPA_PAGE_ROWS);
+    if (s != SDPA_OK) return s;
+    copy_rows(c, key->data, value->data, NULL, NULL, start, len);
+    if (start + len > c->length) c->length = start + len;
+    return SDPA_OK;
 }
 
 sdpa_status sdpa_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
                                  const sdpa_tensor * value, int32_t start_pos) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_status s = sdpa_check_cache_update(ctx, "cache.update", cache, key, value, start_pos);
+    if (s == SDPA_OK) s = write_rows(ctx, "cache.update", cache, key, value, start_pos);
     if (s != SDPA_OK) return s;
-    copy_rows(cache, cache->k, key->data, start_pos, key->dims[1], 1);
-    copy_rows(cache, cache->v, value->data, start_pos, key->dims[1], 1);
     sdpa_clear_error(ctx);
     return SDPA_OK;
 }
@@ -113,10 +201,8 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
     sdpa_problem p;
     sdpa_status s = sdpa_check_cache_step(ctx, "cache.step", cache, query, key, value, mask, options, out, &p);
     if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, "cache.step", &p);
-    if (s != SDPA_OK) return s;  /* nothing written yet */
-    const int32_t start_pos = (int32_t)p.start_pos;
-    copy_rows(cache, cache->k, key->data, start_pos, key->dims[1], 1);
-    copy_rows(cache, cache->v, value->data, start_pos, key->dims[1], 1);
+    if (s == SDPA_OK) s = write_rows(ctx, "cache.step", cache, key, value, (int32_t)p.start_pos);
+    if (s != SDPA_OK) return s;  /* nothing written */
     sdpa_run_problem(ctx, &p, false);
     return SDPA_OK;
 }
@@ -126,8 +212,93 @@ sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
     if (!ctx) return SDPA_E_ARG;
     sdpa_status s = sdpa_check_cache_read(ctx, "cache.read", cache, start, length, key_out, value_out);
     if (s != SDPA_OK) return s;
-    copy_rows(cache, cache->k, key_out->data, start, length, 0);
-    copy_rows(cache, cache->v, value_out->data, start, length, 0);
+    copy_rows(cache, NULL, NULL, key_out->data, value_out->data, start, length);
     sdpa_clear_error(ctx);
     return SDPA_OK;
+}
+
+sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t length) {
+    static const char fn[] = "cache.truncate";
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status s = sdpa_check_cache_truncate(ctx, fn, cache, length);
+    if (s != SDPA_OK) return s;
+    const int32_t keep = (length + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;  /* pages with a kept row */
+    const int32_t tail = length % SDPA_PAGE_ROWS;  /* kept rows of the last kept page (0: it is full) */
+    /* the last kept page's rows past `length` become unwritten (zeros): make it private first */
+    if (tail != 0) {
+        s = own_pages(ctx, fn, cache, keep - 1, keep - 1);
+        if (s != SDPA_OK) return s;
+    }
+    sdpa_page_pool * pool = cache->ctx->pages;
+    float * zero = sdpa_page_pool_zero(pool, cache->page_bytes);
+    const size_t D = (size_t)cache->head_dim;
+    for (size_t head = 0; head < head_count(cache); head++) {
+        float ** pages = head_pages(cache, head);
+        for (int32_t p = keep; p < cache->pages_per_head; p++) {
+            if (pages[p] == zero) continue;
+            sdpa_page_release(pool, pages[p]);
+            pages[p] = zero;
+        }
+        if (tail != 0 && !sdpa_page_is_zero(pages[keep - 1])) {
+            float * page = pages[keep - 1];
+            const size_t rows = (size_t)(SDPA_PAGE_ROWS - tail);
+            memset(page + (size_t)tail * D, 0, rows * D * sizeof(float));
+            memset(page + page_floats(cache) + (size_t)tail * D, 0, rows * D * sizeof(float));
+        }
+    }
+    cache->length = length;
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
+    static const char fn[] = "cache.fork";
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status s = sdpa_check_cache_fork(ctx, fn, cache, out_cache);
+    if (s != SDPA_OK) return s;
+    const size_t entries = head_count(cache) * (size_t)cache->pages_per_head;
+    sdpa_kv_cache * c = malloc(sizeof *c);
+    float ** table = malloc(entries * sizeof *table);
+    if (!c || !table) {
+        free(c); free(table);
+        return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate a page table of %zu bytes", fn, entries * sizeof *table);
+    }
+    *c = *cache;
+    c->table = table;
+    for (size_t i = 0; i < entries; i++) {
+        table[i] = cache->table[i];
+        sdpa_page_retain(table[i]);  /* shared: the first write into it copies it */
+    }
+    *out_cache = c;
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
+}
+
+void sdpa_ctx_memory(const sdpa_ctx * ctx, sdpa_memory_stats * out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!ctx) return;
+    sdpa_page_stats st;
+    sdpa_page_pool_stats(ctx->pages, &st);
+    out->bytes_reserved = (int64_t)st.bytes_reserved;
+    out->bytes_in_use = (int64_t)st.bytes_in_use;
+    out->bytes_free = (int64_t)st.bytes_free;
+    out->pages_in_use = st.pages_in_use;
+    out->pages_free = st.pages_free;
+    out->page_rows = SDPA_PAGE_ROWS;
+}
+
+sdpa_status sdpa_ctx_reserve_pages(sdpa_ctx * ctx, double bytes) {
+    if (!ctx) return SDPA_E_ARG;
+    if (!(bytes >= 0) || bytes > (double)SIZE_MAX)
+        return sdpa_fail(ctx, bytes >= 0 ? SDPA_E_OOM : SDPA_E_ARG,
+                         "sdpa.reserve: %g bytes; expected a non-negative number that fits this build's address space", bytes);
+    if (!sdpa_page_pool_reserve(ctx->pages, (uint64_t)bytes))
+        return sdpa_fail(ctx, SDPA_E_OOM, "sdpa.reserve: the heap cannot give the page pool %.0f more free bytes", bytes);
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
+}
+
+int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) {
+    return ctx && bytes > 0 && sdpa_page_pool_overlaps(ctx->pages, p, (uint64_t)bytes);
 }

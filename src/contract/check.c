@@ -1,5 +1,6 @@
 /* check.c: CONTRACT.md section 2, rule by rule, in the table's order. */
 #include "contract/check.h"
+#include "cache/page_pool.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -43,15 +44,14 @@ static bool overlaps(const sdpa_tensor * out, const sdpa_tensor * in) {
     return ranges_overlap(out->data, claimed_bytes(out), in->data, claimed_bytes(in));
 }
 
-/* <= SDPA_MAX_CACHE_BYTES: creation refuses anything larger */
-static uint64_t cache_bytes(const sdpa_kv_cache * c) {
-    return (uint64_t)c->batch * (uint64_t)c->kv_heads * (uint64_t)c->max_seq_len * (uint64_t)c->head_dim * 4u;
-}
-
-/* Does t's claimed span overlap the cache's K or V storage? */
+/* Does t's claimed span overlap cache storage: any page of any cache of the
+ * context (a write may copy or take pages anywhere in the arena), or this
+ * cache's page table? */
 static bool in_cache(const sdpa_kv_cache * c, const sdpa_tensor * t) {
-    return present(t) && (ranges_overlap(t->data, claimed_bytes(t), c->k, cache_bytes(c)) ||
-                          ranges_overlap(t->data, claimed_bytes(t), c->v, cache_bytes(c)));
+    if (!present(t)) return false;
+    const uint64_t table_bytes = (uint64_t)c->batch * (uint64_t)c->kv_heads * (uint64_t)c->pages_per_head * sizeof(float *);
+    return sdpa_page_pool_overlaps(c->ctx->pages, t->data, claimed_bytes(t)) ||
+           ranges_overlap(t->data, claimed_bytes(t), c->table, table_bytes);
 }
 
 /* Product of dims as an element count, or 0 when it overflows what a buffer
@@ -277,11 +277,13 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     sdpa_kv_view * kv = &p->kv;
     kv->batch = B; kv->len = kt; kv->heads = kh; kv->dim = D;
     if (cache) {
-        kv->k = cache->k; kv->v = cache->v;
-        kv->stride_t = (size_t)D;
-        kv->stride_h = (size_t)kt * (size_t)D;
-        kv->stride_b = (size_t)kh * kv->stride_h;
+        kv->k = kv->v = NULL;
+        kv->stride_t = kv->stride_h = kv->stride_b = 0;
+        kv->pages = cache->table;
+        kv->pages_per_head = cache->pages_per_head;
     } else {
+        kv->pages = NULL;
+        kv->pages_per_head = 0;
         kv->k = k->data; kv->v = v->data;
         kv->stride_h = (size_t)D;
         kv->stride_t = (size_t)kh * (size_t)D;
@@ -305,11 +307,32 @@ sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_
     return check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, check_room, problem);
 }
 
-/* Rows [start, start+length) of a cache: shared by update and read. */
+sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, int64_t length) {
+    if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
+    if (length < 0)
+        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: length is %lld; expected a non-negative integer", fn, (long long)length);
+    if (length > cache->length)
+        return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: length %lld is past the %d rows written; truncate keeps rows 0 .. length-1 of those",
+                         fn, (long long)length, cache->length);
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_check_cache_fork(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, const void * out_cache) {
+    if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
+    if (!out_cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out_cache is missing", fn);
+    return SDPA_OK;
+}
+
+/* Rows [start, start+length) of a cache: shared by update (write: no hole
+ * may be left, start <= length) and read. */
 static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                              int64_t start, int64_t length, const char * what) {
+                              int64_t start, int64_t length, const char * what, bool write) {
     if (start < 0)
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: %s is %lld; expected a non-negative integer", fn, what, (long long)start);
+    if (write && start > cache->length)
+        return sdpa_fail(ctx, SDPA_E_START_POS,
+                         "%s: %s %lld is past the cache's length %d; a write must start at or before length (rows %d .. %lld would be a hole)",
+                         fn, what, (long long)start, cache->length, cache->length, (long long)start - 1);
     if (start > (int64_t)cache->max_seq_len - length)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
                          "%s: %s %lld + length %lld is past the cache's maxSeqLen %d; %s + length must be <= maxSeqLen",
@@ -360,7 +383,7 @@ sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: %s lies inside the cache's own storage; pass a separate buffer",
                          fn, in_cache(cache, key) ? "key" : "value");
     TRY(check_kv_pair(ctx, fn, cache, key, "key", value, "value", -1));
-    return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos");
+    return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos", true);
 }
 
 sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
@@ -376,7 +399,7 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
     if (length <= 0)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
     TRY(check_kv_pair(ctx, fn, cache, key_out, "key_out", value_out, "value_out", length));
-    return check_rows(ctx, fn, cache, start, length, "start");
+    return check_rows(ctx, fn, cache, start, length, "start", false);
 }
 
 sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,

@@ -40,6 +40,12 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
                                   int64_t start, int64_t length, const sdpa_tensor * key_out,
                                   const sdpa_tensor * value_out);
 
+/* truncate to `length` rows: 0 <= length <= cache->length. */
+sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, int64_t length);
+
+/* fork: a cache of this context and a place for the new one. */
+sdpa_status sdpa_check_cache_fork(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, const void * out_cache);
+
 /* cache geometry at creation. */
 sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,
                                     int32_t max_seq_len, int32_t kv_heads, int32_t head_dim,

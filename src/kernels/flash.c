@@ -42,6 +42,7 @@
 #define CHUNK_MIN_KEYS 256    /* ...into chunks of at least this many keys */
 #define CHUNK_MAX_COUNT 64    /* ...and at most this many chunks */
 #define ALIGN 64
+_Static_assert(SDPA_PAGE_ROWS % TILE_KEYS == 0, "a key tile never spans two cache pages");
 
 typedef struct flash_plan {
     const sdpa_problem * p;
@@ -326,12 +327,13 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
     }
 }
 
-/* Runs keys [t0, t1) through the block's online softmax. */
-static void block_keys(const flash_plan * f, block_state * st, const float * kbase,
-                       const float * vbase, int32_t t0, int32_t t1) {
+/* Runs keys [t0, t1) of KV head (b, hk) through the block's online softmax.
+ * t0 is a multiple of TILE_KEYS, so each tile lies inside one cache page. */
+static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_t hk,
+                       int32_t t0, int32_t t1) {
     const sdpa_problem * p = f->p;
     const int32_t D = p->head_dim, Dp = f->dim_pad, n = st->n;
-    const size_t ldk = p->kv.stride_t;
+    const size_t ldk = sdpa_kv_row_stride(&p->kv);
     int32_t end = 0;
     for (int32_t x = 0; x < n; x++) if (st->limit[x] > end) end = st->limit[x];
     if (t1 > end) t1 = end;  /* causal: tiles above the diagonal are skipped */
@@ -339,8 +341,8 @@ static void block_keys(const flash_plan * f, block_state * st, const float * kba
     for (int32_t ts = t0; ts < t1; ts += TILE_KEYS) {
         const int32_t nt = t1 - ts < TILE_KEYS ? t1 - ts : TILE_KEYS;
         const int32_t nt4 = (nt + 3) & ~3;
-        const float * k = kbase + (size_t)ts * ldk;
-        const float * v = vbase + (size_t)ts * ldk;
+        const float * k = sdpa_kv_key(&p->kv, b, hk, ts);    /* the tile loader */
+        const float * v = sdpa_kv_value(&p->kv, b, hk, ts);
         /* 1. scores s[x][t] = q_x . k_t; the V rows are touched meanwhile */
         int32_t x = 0;
         for (; x + 4 <= n; x += 4) {
@@ -491,10 +493,9 @@ static void compute_unit(void * arg, int32_t unit, int32_t thread) {
     char * scratch = f->scratch + (size_t)thread * (size_t)f->thread_bytes;
     block_state st;
     block_setup(f, &st, scratch, b, hk, blk);
-    const size_t off = (size_t)b * p->kv.stride_b + (size_t)hk * p->kv.stride_h;
     const int32_t t0 = chunk * f->chunk_keys;
     const int32_t t1 = f->chunk_keys < p->n_keys - t0 ? t0 + f->chunk_keys : p->n_keys;
-    block_keys(f, &st, p->kv.k + off, p->kv.v + off, t0, t1);
+    block_keys(f, &st, b, hk, t0, t1);
     const int32_t D = p->head_dim, Dp = f->dim_pad;
     if (f->chunks == 1) {
         for (int32_t x = 0; x < st.n; x++) {

@@ -13,7 +13,7 @@ static double score(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, int
     const int32_t D = p->head_dim, hk = h / p->group;
     if (p->is_causal && (int64_t)t > p->start_pos + i) return -INFINITY;
     const float * q = p->q + (((size_t)b * p->q_len + i) * p->q_heads + h) * D;
-    const float * k = p->kv.k + b * p->kv.stride_b + (size_t)t * p->kv.stride_t + hk * p->kv.stride_h;
+    const float * k = sdpa_kv_key(&p->kv, b, hk, t);
     double dot = 0.0;
     for (int32_t d = 0; d < D; d++) dot += (double)q[d] * (double)k[d];
     double s = (double)p->scale * dot;
@@ -49,7 +49,7 @@ void sdpa_reference_row(const sdpa_problem * p, int32_t b, int32_t i, int32_t h,
     const int32_t hk = h / p->group;
     for (int32_t t = 0; t < N; t++) {
         double w = exp(score(p, b, i, h, t) - max) / sum;
-        const float * v = p->kv.v + b * p->kv.stride_b + (size_t)t * p->kv.stride_t + hk * p->kv.stride_h;
+        const float * v = sdpa_kv_value(&p->kv, b, hk, t);
         for (int32_t d = 0; d < D; d++) acc[d] += w * (double)v[d];
     }
     for (int32_t d = 0; d < D; d++) out[d] = (float)acc[d];

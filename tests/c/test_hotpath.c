@@ -90,6 +90,27 @@ static void hp_run(const hp_case * hc, uint64_t seed) {
     }
     const size_t reserved = sdpa_ctx_scratch_bytes(ctx);
     TU_CHECK(reserved > 0, "kv_cache_create reserved no scratch");
+    {   /* write every row once (a write may not leave a hole, and the loop
+           below jumps around): the cache then holds all its pages, and the
+           page pool must not grow below */
+        const int32_t rows = SDPA_PAGE_ROWS;
+        const size_t nfill = (size_t)hc->B * rows * hc->Hkv * hc->D;
+        float * fk = tu_malloc(nfill * 4), * fv = tu_malloc(nfill * 4);
+        fill_normal(fk, nfill, &rng, 1.0f);
+        fill_normal(fv, nfill, &rng, 1.0f);
+        for (int32_t t = 0; t < hc->M && st == SDPA_OK; t += rows) {
+            const int32_t n = hc->M - t < rows ? hc->M - t : rows;
+            sdpa_tensor a = tu_tensor4(fk, SDPA_DTYPE_FLOAT32, hc->B, n, hc->Hkv, hc->D);
+            sdpa_tensor b = tu_tensor4(fv, SDPA_DTYPE_FLOAT32, hc->B, n, hc->Hkv, hc->D);
+            st = sdpa_kv_cache_update(ctx, cache, &a, &b, t);
+        }
+        TU_CHECK(st == SDPA_OK && sdpa_kv_cache_length(cache) == hc->M, "filling the cache: %s %s (length %d)",
+                 sdpa_status_code(st), sdpa_ctx_last_error(ctx), sdpa_kv_cache_length(cache));
+        free(fk);
+        free(fv);
+    }
+    sdpa_memory_stats pool_before;
+    sdpa_ctx_memory(ctx, &pool_before);
 
     /* start positions: fixed edges, the argmax of the workspace, a few random */
     int32_t sps[32];
@@ -177,6 +198,12 @@ static void hp_run(const hp_case * hc, uint64_t seed) {
         if (grown) break;
     }
     if (!grown) TU_CHECK(1, "no allocation");
+    sdpa_memory_stats pool_after;
+    sdpa_ctx_memory(ctx, &pool_after);
+    TU_CHECK(pool_after.bytes_reserved == pool_before.bytes_reserved && pool_after.pages_in_use == pool_before.pages_in_use,
+             "the page pool changed during the loop: reserved %lld -> %lld bytes, %lld -> %lld pages in use",
+             (long long)pool_before.bytes_reserved, (long long)pool_after.bytes_reserved,
+             (long long)pool_before.pages_in_use, (long long)pool_after.pages_in_use);
     free(q);
     free(k);
     free(v);

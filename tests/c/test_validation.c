@@ -530,10 +530,6 @@ typedef struct cx {
     tracker tr;
 } cx;
 
-static size_t cache_floats(void) {
-    return (size_t)CB * CHKV * CMAX * CD;
-}
-
 /* A cache with rows 0..CFILL-1 written; a step of S rows at start_pos CFILL. */
 static int cx_init(cx * c, int S, int with_mask) {
     memset(c, 0, sizeof *c);
@@ -590,8 +586,11 @@ static int cx_init(cx * c, int S, int with_mask) {
     c->read_start = 4;
     c->read_len = 3;
     c->upd_pos = CFILL;
-    track(&c->tr, sdpa_kv_cache_data(c->cache, 0), cache_floats() * 4, "cache K");
-    track(&c->tr, sdpa_kv_cache_data(c->cache, 1), cache_floats() * 4, "cache V");
+    /* every page of the (full) cache: its K block and V block, contiguous */
+    for (int32_t b = 0; b < CB; b++)
+        for (int32_t h = 0; h < CHKV; h++)
+            track(&c->tr, (void *)(uintptr_t)sdpa_kv_cache_page(c->cache, b, h, 0, 0),
+                  (size_t)2 * SDPA_PAGE_ROWS * CD * 4, "cache page");
     track(&c->tr, c->q, nq * 4, "query");
     track(&c->tr, c->out, nq * 4, "out");
     track(&c->tr, c->k, nkv * 4, "key");
@@ -667,8 +666,7 @@ static void test_cache_create(void) {
         {"dtype 0", 1, 16, 2, 5, 0, SDPA_E_DTYPE, OK_, "dtype|type"},
         {"order: batch 0 + dtype 0", 0, 16, 2, 5, 0, SDPA_E_DIMS, OK_, "batch"},
         {"order: dtype 0 + kv_heads 0", 1, 16, 0, 5, 0, SDPA_E_DTYPE, OK_, "dtype|type"},
-        {"8 GiB per tensor (> 4 GiB)", 1, 1 << 20, 32, 64, 1, SDPA_E_OOM, OK_, "cache|memory|bytes|alloc|large|big"},
-        {"5 GiB per tensor (> 4 GiB)", 5, 1 << 20, 16, 16, 1, SDPA_E_OOM, OK_, "cache|memory|bytes|alloc|large|big"},
+        {"a page of 2 x 64 x 2^23 floats (> 2 GiB)", 1, 64, 1, 1 << 23, 1, SDPA_E_OOM, OK_, "cache|memory|bytes|alloc|large|big|page"},
         {"INT32_MAX^4 floats (overflows 64 bits)", INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, 1, SDPA_E_OOM, OK_,
          "cache|memory|bytes|alloc|large|big"},
         {"2^16 x 2^16 x 2^16 x 2^14 floats (x4 bytes wraps to 0)", 65536, 65536, 65536, 16384, 1, SDPA_E_OOM, OK_,
@@ -701,10 +699,14 @@ static void test_cache_create(void) {
         sdpa_kv_cache_shape(kc, &b, &s, &h, &d);
         TU_CHECK(b == 2 && s == 7 && h == 3 && d == 5, "kv_cache_shape = %d %d %d %d", b, s, h, d);
         sdpa_kv_cache_shape(kc, NULL, NULL, NULL, NULL);
-        const float * kd = sdpa_kv_cache_data(kc, 0), * vd = sdpa_kv_cache_data(kc, 1);
-        int zero = kd && vd;
+        float * kd = tu_cache_dense(kc, 0), * vd = tu_cache_dense(kc, 1);
+        int zero = 1;
         for (size_t i = 0; zero && i < (size_t)2 * 7 * 3 * 5; i++) zero = kd[i] == 0.0f && vd[i] == 0.0f;
-        TU_CHECK(zero, "new cache is not zero-filled");
+        TU_CHECK(zero, "new cache does not read as zeros");
+        TU_CHECK(sdpa_kv_cache_length(kc) == 0 && sdpa_kv_cache_pages(kc) == 0, "new cache: length %d, pages %d",
+                 sdpa_kv_cache_length(kc), sdpa_kv_cache_pages(kc));
+        free(kd);
+        free(vd);
         sdpa_kv_cache_free(kc);
     }
     sdpa_kv_cache_free(NULL);
@@ -746,11 +748,12 @@ static void test_cache_rules(void) {
         c.to.data = c.extra;
         track(&c.tr, c.extra, n * 4, "key/out");
     });
-    /* inputs / outputs inside the cache's own storage (sdpa_kv_cache_data):
-       E_ARG, nothing written (the cache storage is tracked). A cache's K or V
-       holds CB * CHKV * CMAX * CD = 320 floats; key/value are 40, query/out 80. */
-#define KDATA(c_) sdpa_kv_cache_data((c_).cache, 0)
-#define VDATA(c_) sdpa_kv_cache_data((c_).cache, 1)
+    /* inputs / outputs inside the cache's own storage (its pages,
+       sdpa_kv_cache_page): E_ARG, nothing written (the pages are tracked).
+       A page's K or V block holds SDPA_PAGE_ROWS * CD = 320 floats; key/value
+       are 40, query/out 80. */
+#define KDATA(c_) ((float *)(uintptr_t)sdpa_kv_cache_page((c_).cache, 0, 0, 0, 0))
+#define VDATA(c_) ((float *)(uintptr_t)sdpa_kv_cache_page((c_).cache, 1, 1, 0, 1))
     C(UPD, "key = cache K storage", S, 0, SDPA_E_ARG, OK_, "storage|cache", c.tk.data = KDATA(c));
     C(UPD, "key inside cache K (offset 17 floats)", S, 0, SDPA_E_ARG, OK_, "storage|cache", c.tk.data = KDATA(c) + 17);
     C(UPD, "key = last 40 floats of cache V", S, 0, SDPA_E_ARG, OK_, "storage|cache", c.tk.data = VDATA(c) + 280);
@@ -877,8 +880,8 @@ static void test_cache_rules(void) {
     C(OP_UPDATE, "update start_pos + Snew = max + 1", S, 0, SDPA_E_CAPACITY, OK_, "capacity|max|seq",
       c.upd_pos = CMAX - S + 1);
     C(OP_UPDATE, "update start_pos = max", S, 0, SDPA_E_CAPACITY, OK_, "capacity|max|seq", c.upd_pos = CMAX);
-    C(OP_UPDATE, "update start_pos INT32_MAX (sp + Snew overflows int32)", S, 0, SDPA_E_CAPACITY, OK_,
-      "capacity|max|seq", c.upd_pos = INT32_MAX);
+    C(OP_UPDATE, "update start_pos INT32_MAX (a hole; sp + Snew overflows int32)", S, 0, SDPA_E_START_POS, OK_,
+      "hole|length", c.upd_pos = INT32_MAX);
     C(OP_STEP, "step start_pos + S = max + 1 (mask)", S, 1, SDPA_E_CAPACITY, OK_, "capacity|max|seq",
       c.opt.start_pos = CMAX - S + 1);
     C(OP_STEP, "step start_pos + S = max + 1 (causal)", S, 0, SDPA_E_START_POS, SDPA_E_CAPACITY,

@@ -351,3 +351,20 @@ const char * __tsan_default_options(void) {
     return "allocator_may_return_null=1";
 }
 #endif
+
+float * tu_cache_dense(const sdpa_kv_cache * c, int which) {
+    int32_t B, S, H, D;
+    sdpa_kv_cache_shape(c, &B, &S, &H, &D);
+    const size_t n = (size_t)B * H * S * D;
+    float * out = tu_malloc(n * sizeof(float) + 1);
+    memset(out, 0, n * sizeof(float));
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t h = 0; h < H; h++)
+            for (int32_t t0 = 0; t0 < S; t0 += SDPA_PAGE_ROWS) {
+                const float * page = sdpa_kv_cache_page(c, b, h, t0 / SDPA_PAGE_ROWS, which);
+                if (!page) continue;
+                const int32_t rows = S - t0 < SDPA_PAGE_ROWS ? S - t0 : SDPA_PAGE_ROWS;
+                memcpy(out + (((size_t)b * H + h) * S + t0) * D, page, (size_t)rows * D * sizeof(float));
+            }
+    return out;
+}

@@ -511,6 +511,7 @@ static void fuzz_custom(rd * r, int use_reference) {
 typedef struct fcache {
     sdpa_kv_cache * c;
     int32_t B, S, H, D;
+    int32_t length;    /* rows written (highest written row + 1): writes may not leave a hole */
     int nonfinite;     /* non-finite keys may be stored (see maybe_inject) */
     float * hk, * hv;  /* host copy [B, S, H, D], zeros where never written */
 } fcache;
@@ -519,16 +520,25 @@ static size_t cache_elems(const fcache * fc) {
     return (size_t)fc->B * fc->S * fc->H * fc->D;
 }
 
+/* The cache's pages (sdpa_kv_cache_page; an unwritten page reads as zeros)
+ * against the host copy, and its length against the model's. */
 static int cache_same_as_host(const fcache * fc) {
+    static const float zeros[64];
+    if (sdpa_kv_cache_length(fc->c) != fc->length) return 0;
     for (int w = 0; w < 2; w++) {
-        const float * st = sdpa_kv_cache_data(fc->c, w);
         const float * h = w ? fc->hv : fc->hk;
         for (int32_t b = 0; b < fc->B; b++)
             for (int32_t hh = 0; hh < fc->H; hh++)
-                for (int32_t t = 0; t < fc->S; t++)
-                    if (memcmp(st + (((size_t)b * fc->H + hh) * fc->S + t) * fc->D,
-                               h + (((size_t)b * fc->S + t) * fc->H + hh) * fc->D, (size_t)fc->D * 4) != 0)
+                for (int32_t t = 0; t < fc->S; t++) {
+                    const float * page = sdpa_kv_cache_page(fc->c, b, hh, t / SDPA_PAGE_ROWS, w);
+                    const float * host = h + (((size_t)b * fc->S + t) * fc->H + hh) * fc->D;
+                    if (!page) {
+                        for (int32_t d = 0; d < fc->D; d += 64)
+                            if (memcmp(host + d, zeros, (size_t)(fc->D - d < 64 ? fc->D - d : 64) * 4) != 0) return 0;
+                    } else if (memcmp(page + (size_t)(t % SDPA_PAGE_ROWS) * fc->D, host, (size_t)fc->D * 4) != 0) {
                         return 0;
+                    }
+                }
     }
     return 1;
 }
@@ -538,13 +548,14 @@ static int model_update(const fcache * fc, const sdpa_tensor * k, const sdpa_ten
     for (int i = 0; i < 4; i++)
         if (k->dims[i] != v->dims[i]) return 0;
     if (k->dims[0] != fc->B || k->dims[2] != fc->H || k->dims[3] != fc->D) return 0;
-    if (sp < 0 || sp > (int64_t)fc->S - k->dims[1]) return 0;
+    if (sp < 0 || sp > fc->length || sp > (int64_t)fc->S - k->dims[1]) return 0;
     return 1;
 }
 
 static void host_write(fcache * fc, const sdpa_tensor * k, const sdpa_tensor * v, int64_t sp) {
     size_t row = (size_t)fc->H * fc->D;
     int32_t n = k->dims[1];
+    if (sp + n > fc->length) fc->length = (int32_t)(sp + n);
     for (int32_t b = 0; b < fc->B; b++) {
         memcpy(fc->hk + ((size_t)b * fc->S + (size_t)sp) * row, (const float *)k->data + (size_t)b * n * row,
                (size_t)n * row * 4);
@@ -570,12 +581,14 @@ static void cache_geometry(rd * r, int32_t * g, int * expect) {
         if (which == 2 && g[2] < 0) *expect = -1; /* E_DIMS or E_HEADS */
         return;
     }
-    /* huge: bytes per tensor >= 2^35, or the product overflows 64 bits */
+    /* huge: a page (2 x SDPA_PAGE_ROWS x D floats) of >= 2^33 bytes, with
+       other sizes that may overflow 64 bits in the dense product (a paged
+       cache whose page and table fit is valid however large: not made here,
+       its table alone could take gigabytes) */
     static const int32_t big[] = {INT32_MAX, 1 << 20, 65536, 1 << 30, 1 << 24};
-    g[u8(r) % 4] = big[u8(r) % 5];
-    g[u8(r) % 4] = big[u8(r) % 5];
-    double bytes = 4.0 * (double)g[0] * g[1] * g[2] * g[3];
-    if (bytes < 34359738368.0) g[1] = INT32_MAX, g[3] = 1 << 20;
+    static const int32_t big_dim[] = {INT32_MAX, 1 << 30, 1 << 24};
+    g[u8(r) % 3] = big[u8(r) % 5];
+    g[3] = big_dim[u8(r) % 3];
     *expect = SDPA_E_OOM;
 }
 

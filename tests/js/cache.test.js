@@ -51,11 +51,14 @@ test('update + attend equals step; attend with a mask of N columns sees N keys',
   const c1 = sdpa.createKVCache({ maxSeqLen: 32, numKvHeads: 4, headDim: 16 });
   const c2 = sdpa.createKVCache({ maxSeqLen: 32, numKvHeads: 4, headDim: 16 });
   const k = randTensor(rand, [1, 10, 4, 16]), v = randTensor(rand, [1, 10, 4, 16]), q = randTensor(rand, [1, 10, 8, 16]);
+  // rows 0..2 written as zeros first: a write may not leave a hole (CONTRACT.md section 3)
+  const z = { data: new Float32Array(3 * 4 * 16), dims: [1, 3, 4, 16] };
+  c1.update(z, z, 0); c2.update(z, z, 0);
   c1.update(k, v, 3);
   const a = c1.attend(q, { startPos: 3, isCausal: true });
   const b = c2.step(q, k, v, 3, { isCausal: true });
   assert.ok(sameBits(a.data, b.data), 'update+attend == step');
-  // mask [Sq, 13]: rows 0..12 exist (0..2 are the zero-filled rows before startPos)
+  // mask [Sq, 13]: rows 0..12 exist (0..2 are the zero rows before startPos)
   const mask = { data: new Float32Array(10 * 13), dims: [10, 13] };
   for (let i = 0; i < 10; i++) for (let t = 0; t < 13; t++) mask.data[i * 13 + t] = t > 3 + i ? -Infinity : 0;
   const m = c1.attend(q, { attnMask: mask });
@@ -71,6 +74,8 @@ test('read returns what was written (ranges, batches, heap inputs)', () => {
   const fresh = cache.read(0, 16);
   assert.ok(fresh.k.data.every((x) => x === 0) && fresh.v.data.every((x) => x === 0), 'a new cache is zero-filled');
   const k = randTensor(rand, [3, 4, 2, 5]), v = randTensor(rand, [3, 4, 2, 5]);
+  const zeros = (n) => ({ data: new Float32Array(3 * n * 2 * 5), dims: [3, n, 2, 5] });
+  cache.update(zeros(6), zeros(6), 0);  // (no holes: rows 0..5 first)
   cache.update(k, v, 6);
   const r = cache.read(6, 4);
   assert.equal(r.k.dims, [3, 4, 2, 5]);
@@ -83,6 +88,7 @@ test('read returns what was written (ranges, batches, heap inputs)', () => {
   // heap tensors as update inputs
   const hk = sdpa.allocTensor('float32', [3, 1, 2, 5]), hv = sdpa.allocTensor('float32', [3, 1, 2, 5]);
   hk.data.fill(1.5); hv.data.fill(-2.5);
+  cache.update(zeros(5), zeros(5), 10);
   cache.update(hk, hv, 15);
   const last = cache.read(15, 1);
   assert.ok(last.k.data.every((x) => x === 1.5) && last.v.data.every((x) => x === -2.5));

@@ -61,8 +61,10 @@ test('a decode step with heap tensors copies and allocates nothing (10,000 steps
     hq.data.set(randTensor(rand, [Hq * D]).data);
     hk.data.set(randTensor(rand, [Hkv * D]).data);
     hv.data.set(randTensor(rand, [Hkv * D]).data);
-    cache.step(hq, hk, hv, 0, { isCausal: true, out: ho }); // warm-up
+    // warm-up: every row written once (the pool holds the cache's pages; writes never leave a hole)
+    for (let sp = 0; sp < maxSeqLen; sp++) cache.step(hq, hk, hv, sp, { isCausal: true, out: ho });
     cache.attend(hq, { startPos: 0, isCausal: true, out: ho });
+    const pool0 = lean.memory();
     const release = exhaustHeap(M);
     const bytes0 = core.heapBytes();
     let calls;
@@ -79,6 +81,7 @@ test('a decode step with heap tensors copies and allocates nothing (10,000 steps
     } finally { release(); }
     assert.is(calls, 0, 'no malloc from JS');
     assert.is(core.heapBytes(), bytes0, 'heap size unchanged');
+    assert.equal(lean.memory(), pool0, 'the page pool is unchanged (no page taken or freed)');
     // the last step (sp = 9999 % 128 = 15) computed the right thing
     const got = Float32Array.from(ho.data);
     const all = cache.read(0, 16);
@@ -190,7 +193,8 @@ test('memory growth keeps heap tensors and caches valid', () => {
 test('an impossible size is E_OOM, leaks nothing, and the next fitting allocation succeeds', () => {
   const bytes0 = core.heapBytes(), probe0 = probe();
   expectError(() => sdpa.allocTensor('float32', [3, 256 * MiB]), 'E_OOM', [/allocTensor/, /3 GiB/]); // malloc says no
-  expectError(() => sdpa.createKVCache({ maxSeqLen: 1 << 20, numKvHeads: 32, headDim: 128 }), 'E_OOM', [/createKVCache/]);
+  // a page of 2 x 64 rows x 2^22 floats is 2 GiB: one allocation cannot hold it
+  expectError(() => sdpa.createKVCache({ maxSeqLen: 64, numKvHeads: 1, headDim: 1 << 22 }), 'E_OOM', [/createKVCache/, /page/]);
   assert.is(core.heapBytes(), bytes0);
   assert.equal(probe(), probe0, 'malloc state unchanged');
   const t = sdpa.allocTensor('float32', [MiB]);
@@ -201,67 +205,96 @@ test('an impossible size is E_OOM, leaks nothing, and the next fitting allocatio
   t.dispose();
 });
 
-test('a 1 GiB cache works, pointers above 2 GiB work, a half-made cache is not kept', async () => {
+test('a cache of 1 GiB in all works, its pages lie above 2 GiB, and a write the pool cannot take is E_OOM with nothing changed', async () => {
   // A fresh instance, so that no free holes below 2 GiB are left by other tests.
   const big = await createSdpa();
   const { M, core } = big[INTERNALS];
+  const spacers = [];
   try {
     const sdpa = big;
     const rand = rng(3);
     const maxSeqLen = 262144, Hkv = 8, D = 64, Hq = 8;
-    const cache = sdpa.createKVCache({ maxSeqLen, numKvHeads: Hkv, headDim: D }); // 2 x 512 MiB
-    assert.ok(core.heapBytes() >= GiB);
-    // Everything allocated from now on lies above 2 GiB: a 1.1 GiB spacer (pages untouched).
-    const spacer = M._malloc(1.1 * GiB) >>> 0;
-    assert.ok(spacer !== 0, 'spacer');
-    // A few rows at both ends; their keys align with q so they dominate the softmax.
-    const q = { data: new Float32Array(Hq * D).fill(0.5), dims: [1, 1, Hq, D] };
-    const rows = [0, 1, 2, maxSeqLen - 3, maxSeqLen - 2, maxSeqLen - 1];
-    const written = [];
-    for (const r of rows) {
-      const k = randTensor(rand, [1, 1, Hkv, D], 0.2), v = randTensor(rand, [1, 1, Hkv, D]);
-      for (let i = 0; i < k.data.length; i++) k.data[i] += 1.5 + r % 3 * 0.1;
-      cache.update(k, v, r);
-      written.push({ k, v });
+    // Everything allocated from now on lies above 2 GiB: 2 GiB of spacers (pages untouched).
+    for (let i = 0; i < 2; i++) { const p = M._malloc(GiB) >>> 0; assert.ok(p !== 0, 'spacer'); spacers.push(p); }
+    const cache = sdpa.createKVCache({ maxSeqLen, numKvHeads: Hkv, headDim: D });
+    assert.is(cache.length, 0);
+    assert.ok(cache.bytes < MiB, `an empty cache holds only its page table (${cache.bytes} bytes)`);
+    // Write every row (1 GiB of K and V), in chunks, with a pattern the reference can follow.
+    const chunk = 8192;
+    const k = { data: new Float32Array(chunk * Hkv * D), dims: [1, chunk, Hkv, D] };
+    const v = { data: new Float32Array(chunk * Hkv * D), dims: [1, chunk, Hkv, D] };
+    const kAt = (t, h, d) => Math.sin(t * 0.001 + h + d * 0.1) * 0.5;
+    const vAt = (t, h, d) => Math.cos(t * 0.002 + h * 0.5 - d * 0.05);
+    for (let t0 = 0; t0 < maxSeqLen; t0 += chunk) {
+      for (let t = 0; t < chunk; t++) for (let h = 0; h < Hkv; h++) for (let d = 0; d < D; d++) {
+        k.data[(t * Hkv + h) * D + d] = kAt(t0 + t, h, d);
+        v.data[(t * Hkv + h) * D + d] = vAt(t0 + t, h, d);
+      }
+      cache.update(k, v);  // appends at cache.length
     }
+    assert.is(cache.length, maxSeqLen);
+    const pageBytes = 2 * 64 * D * 4, pages = Hkv * maxSeqLen / 64;
+    assert.is(cache.bytes, pages * pageBytes + Hkv * (maxSeqLen / 64) * 4, 'cache.bytes: every page and the table');
+    const mem = sdpa.memory();
+    assert.ok(mem.pagesInUse >= pages && mem.bytesInUse >= pages * pageBytes, `memory(): ${JSON.stringify(mem)}`);
+    const q = { data: new Float32Array(Hq * D).fill(0.5), dims: [1, 1, Hq, D] };
     const sp = maxSeqLen - 1;
     const got = cache.attend(q, { startPos: sp, isCausal: true });
-    // Reference: every other key is zero (score 0, value 0).
-    const ref = new Float64Array(Hq * D), s = 1 / Math.sqrt(D);
+    // float64 reference over all rows (GQA 1:1 here)
+    const ref = new Float64Array(Hq * D), s = 1 / Math.sqrt(D), scores = new Float64Array(maxSeqLen);
     for (let h = 0; h < Hq; h++) {
-      const sc = written.map(({ k }) => { let d = 0; for (let x = 0; x < D; x++) d += q.data[h * D + x] * k.data[h * D + x]; return s * d; });
-      const mx = Math.max(0, ...sc);
-      const p = sc.map((x) => Math.exp(x - mx));
-      const den = p.reduce((a, b) => a + b, 0) + (maxSeqLen - rows.length) * Math.exp(-mx);
-      for (let x = 0; x < D; x++) ref[h * D + x] = p.reduce((a, pi, i) => a + pi * written[i].v.data[h * D + x], 0) / den;
+      let mx = -Infinity;
+      for (let t = 0; t < maxSeqLen; t++) {
+        let dot = 0;
+        for (let d = 0; d < D; d++) dot += 0.5 * Math.fround(kAt(t, h, d));
+        scores[t] = s * dot;
+        if (scores[t] > mx) mx = scores[t];
+      }
+      let den = 0;
+      const acc = new Float64Array(D);
+      for (let t = 0; t < maxSeqLen; t++) {
+        const p = Math.exp(scores[t] - mx);
+        den += p;
+        for (let d = 0; d < D; d++) acc[d] += p * Math.fround(vAt(t, h, d));
+      }
+      for (let d = 0; d < D; d++) ref[h * D + d] = acc[d] / den;
     }
     assertClose(got.data, ref, '1 GiB cache decode');
     const tail = cache.read(maxSeqLen - 3, 3);
-    assert.ok(sameBits(tail.k.data.subarray(0, Hkv * D), written[3].k.data), 'read at the end');
+    assert.is(tail.k.data[0], Math.fround(kAt(maxSeqLen - 3, 0, 0)), 'read at the end');
 
-    try {
-      const hq = sdpa.allocTensor('float32', [1, 1, Hq, D]), ho = sdpa.allocTensor('float32', [1, 1, Hq, D]);
-      assert.ok(heapState(hq).ptr >= 2 * GiB && heapState(ho).ptr >= 2 * GiB, `pointers above 2 GiB (${heapState(hq).ptr})`);
-      hq.data.set(q.data);
-      assert.is(hq.data[Hq * D - 1], 0.5);
-      cache.attend(hq, { startPos: sp, isCausal: true, out: ho });
-      assert.ok(sameBits(ho.data, got.data), 'heap tensors above 2 GiB');
-      const pq = randTensor(rand, [1, 2, 2, 8]), pk = randTensor(rand, [1, 4, 1, 8]), pv = randTensor(rand, [1, 4, 1, 8]);
-      const plain = sdpa.customSdpa(pq, pk, pv, { startPos: 1, isCausal: true });
-      assertClose(plain.data, refCustomSdpa(pq, pk, pv, { startPos: 1, isCausal: true }), 'temporaries above 2 GiB');
-      // 2 x 1 GiB more does not fit under 4 GiB: E_OOM from C (K made, V not), nothing kept.
-      const bytes = core.heapBytes();
-      expectError(() => sdpa.createKVCache({ maxSeqLen: 1 << 20, numKvHeads: 4, headDim: 64 }), 'E_OOM', [/createKVCache/]);
-      assert.ok(core.heapBytes() <= 4 * GiB && core.heapBytes() >= bytes);
-      const fit = M._malloc(GiB) >>> 0; // fits only where the half-made K was freed
-      assert.ok(fit !== 0, 'the 1 GiB freed by the failed cache is reusable');
-      M._free(fit);
-      const t = sdpa.allocTensor('float32', [1024]);
-      t.dispose();
-      hq.dispose(); ho.dispose();
-    } finally { M._free(spacer); }
+    const hq = sdpa.allocTensor('float32', [1, 1, Hq, D]), ho = sdpa.allocTensor('float32', [1, 1, Hq, D]);
+    assert.ok(heapState(hq).ptr >= 2 * GiB && heapState(ho).ptr >= 2 * GiB, `pointers above 2 GiB (${heapState(hq).ptr})`);
+    hq.data.set(q.data);
+    cache.attend(hq, { startPos: sp, isCausal: true, out: ho });
+    assert.ok(sameBits(ho.data, got.data), 'heap tensors above 2 GiB');
+    // A second cache that cannot get its pages under 4 GiB: E_OOM from the pool, the cache unchanged.
+    const other = sdpa.createKVCache({ maxSeqLen: 1 << 20, numKvHeads: 4, headDim: 128 });
+    const wide = 1 << 19;  // rows 0 .. 2^19 - 1: 4 x 2^19 x 128 x 4 x 2 = 2 GiB of pages
+    const zk = sdpa.allocTensor('float32', [1, wide / 64, 4, 128]);  // (a heap tensor: no temporaries, the pool is what fails)
+    let t0 = 0, failed = null;
+    for (; t0 < wide && !failed; t0 += wide / 64) {
+      try { other.update(zk, zk); } catch (e) { failed = e; }
+    }
+    assert.ok(failed && failed.code === 'E_OOM', `the pool ran out: ${failed && failed.message}`);
+    assert.match(failed.message, /unchanged/);
+    const lengthAtFailure = other.length;
+    assert.is(lengthAtFailure, t0 - wide / 64, 'the failed write changed nothing: length is that of the writes before it');
+    other.dispose();
+    zk.dispose();
+    const after = sdpa.memory();
+    assert.ok(after.pagesFree > 0, 'disposing gave its pages back to the pool');
+    // the pages given back are reused: a new cache of the same page size takes them without growing the pool
+    const reuse = sdpa.createKVCache({ maxSeqLen: 256, numKvHeads: 4, headDim: 128 });
+    reuse.update({ data: new Float32Array(256 * 4 * 128), dims: [1, 256, 4, 128] }, { data: new Float32Array(256 * 4 * 128), dims: [1, 256, 4, 128] });
+    assert.is(sdpa.memory().bytesReserved, after.bytesReserved, 'no new pool memory for reused pages');
+    reuse.dispose();
+    hq.dispose(); ho.dispose();
     cache.dispose();
-  } finally { big.dispose(); }
+  } finally {
+    for (const p of spacers) M._free(p);
+    big.dispose();
+  }
 });
 
 test.run();

@@ -37,7 +37,7 @@ test.before(async () => {
 test.after(() => { sdpa.dispose(); });
 
 /** The public function names a message may start with. */
-const FN_PREFIX = /^(customSdpa|scaledDotProductAttention|planAttention|createKVCache|allocTensor|createSdpa|KVCache\.(update|attend|step|read)|HeapTensor\.data): \S/;
+const FN_PREFIX = /^(customSdpa|scaledDotProductAttention|planAttention|createKVCache|allocTensor|createSdpa|sdpa\.(memory|reserve)|KVCache\.(update|attend|step|read|truncate|fork)|HeapTensor\.data): \S/;
 
 /**
  * Calls fn() while counting every call into wasm that could write memory or
@@ -115,7 +115,6 @@ test('E_ARG: missing arguments, wrong JS types, unknown options, out aliasing an
     ['out aliases query', () => sdpa.customSdpa(qq, k(), v(), { out: { data: qq.data, dims: [1, 2, 4, 8] } }), [/out/, /query/]],
     ['out overlaps key', () => { const kk = k(); return sdpa.customSdpa(q(), kk, v(), { out: { data: new Float32Array(kk.data.buffer, 32, 64), dims: [1, 2, 4, 8] } }); }, [/out/, /key/]],
     ['heap out is heap query', () => sdpa.customSdpa(hq, k(), v(), { out: hq }), [/out/, /query/]],
-    ['update without startPos', () => cache.update(ckv(), ckv()), [/startPos/]],
     ['update startPos string', () => cache.update(ckv(), ckv(), '4'), [/startPos/]],
     ['step with startPos option', () => cache.step(cq(), ckv(), ckv(), 4, { startPos: 4, out: heapOut }), [/startPos/, /4th argument/]],
     ['options a Map', () => sdpa.customSdpa(q(), k(), v(), new Map([['isCausal', true]])), [/options/, /Map/]],
@@ -321,6 +320,11 @@ test('E_START_POS: not a non-negative integer; startPos + Sq > Skv without a mas
     ['attend past maxSeqLen', () => cache.attend(cq(2), { startPos: 7 }), [/startPos/]],
     ['step fractional', () => cache.step(cq(), ckv(), ckv(), 0.5, { out: heapOut }), [/startPos/]],
     ['read negative start', () => cache.read(-1, 1), [/start/]],
+    // the cache holds rows 0..3: a write may not leave a hole (CONTRACT.md section 3)
+    ['update leaving a hole', () => cache.update(ckv(), ckv(), 5), [/startPos 5/, /hole/, /length/]],
+    ['step leaving a hole', () => cache.step(cq(), ckv(), ckv(), 6, { isCausal: true, out: heapOut }), [/startPos 6/, /hole/]],
+    ['attend without startPos, q longer than the rows written', () => cache.attend(cq(5), { isCausal: true }), [/5 rows/, /cache\.length/]],
+    ['truncate negative', () => cache.truncate(-1), [/length/]],
   ]);
   // With a mask startPos has no effect, so it may exceed Skv.
   const mask = t([2, 6], 0);
@@ -333,9 +337,11 @@ test('E_START_POS: not a non-negative integer; startPos + Sq > Skv without a mas
 
 test('E_CAPACITY: cache writes and reads past maxSeqLen', () => {
   runCases('E_CAPACITY', [
-    ['update past the end', () => cache.update(ckv(2), ckv(2), 7), [/startPos/, /maxSeqLen/]],
-    ['step past the end', () => cache.step(cq(3), ckv(3), ckv(3), 6, { isCausal: true }), [/maxSeqLen/]],
-    ['step past the end with a mask', () => cache.step(cq(1), ckv(1), ckv(1), 8, { attnMask: t([1, 8], 0) }), [/maxSeqLen/]],
+    ['update past the end', () => cache.update(ckv(5), ckv(5), 4), [/startPos/, /maxSeqLen/]],
+    ['append past the end', () => cache.update(ckv(5), ckv(5)), [/startPos/, /maxSeqLen/]],
+    ['step past the end', () => cache.step(cq(5), ckv(5), ckv(5), 4, { isCausal: true }), [/maxSeqLen/]],
+    ['step past the end with a mask', () => cache.step(cq(5), ckv(5), ckv(5), 4, { attnMask: t([5, 8], 0) }), [/maxSeqLen/]],
+    ['truncate past the rows written', () => cache.truncate(5), [/length/, /4 rows written/]],
     ['read past the end', () => cache.read(6, 3), [/start/, /maxSeqLen/]],
   ]);
 });
@@ -436,7 +442,9 @@ test('E_DISPOSED: heap tensors, caches and instances; second dispose is a no-op'
 
 test('E_OOM: more than the heap can hold; nothing half-made is left', () => {
   runCases('E_OOM', [
-    ['cache of 2 x 32 GiB', () => sdpa.createKVCache({ maxSeqLen: 1 << 20, numKvHeads: 64, headDim: 128 }), [/cache/]],
+    ['cache whose page (2 x 64 rows x 2^22 floats) is 2 GiB', () => sdpa.createKVCache({ maxSeqLen: 64, numKvHeads: 1, headDim: 1 << 22 }), [/cache/, /page/]],
+    ['cache whose page table is 2 GiB', () => sdpa.createKVCache({ batch: 1 << 10, maxSeqLen: 1 << 30, numKvHeads: 1, headDim: 1 }), [/cache/, /table/]],
+    ['reserve more than the heap', () => sdpa.reserve(8 * 1024 ** 3), [/reserve/, /4 GiB/]],
     ['tensor of 16 GiB', () => sdpa.allocTensor('float32', [1 << 22, 1024]), [/allocTensor/]],
   ]);
 });

@@ -1,0 +1,69 @@
+/* page_pool.h: the pages of every KV cache of one context.
+ *
+ * A page holds SDPA_PAGE_ROWS token rows of one batch row and one KV head
+ * (its K block, then its V block; the layout inside is the cache's, see
+ * kv_cache.c). Pages are carved from an arena of a few large chunks malloc'ed
+ * on demand (or ahead of time by sdpa_ctx_reserve_pages), so a cache pays for
+ * the rows it holds, growth never copies rows, and a warm pool serves a
+ * decode loop without touching the heap. Pages are reference counted (a
+ * forked cache shares them; copy-on-write is the cache's job). A page freed
+ * by every holder goes to the free list of its size; an arena chunk is never
+ * given back (wasm memory cannot shrink anyway).
+ *
+ * Each page size also has one zero page: read-only, never taken, what an
+ * unwritten page of the table points to, so kernels read zeros there with no
+ * special case. Not thread-safe: only the calling thread takes and releases
+ * pages (kernels only read them).
+ */
+#ifndef SDPA_PAGE_POOL_H
+#define SDPA_PAGE_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sdpa_page_pool sdpa_page_pool;
+
+sdpa_page_pool * sdpa_page_pool_create(void);
+/* Frees every chunk (pages still held by caches become invalid). NULL is a no-op. */
+void sdpa_page_pool_free(sdpa_page_pool * pool);
+
+/* Registers the page size `bytes` (a multiple of 64) and makes its zero
+ * page; false when memory runs out. Idempotent. */
+bool sdpa_page_pool_add_size(sdpa_page_pool * pool, size_t bytes);
+
+/* The zero page of a registered size. */
+void * sdpa_page_pool_zero(const sdpa_page_pool * pool, size_t bytes);
+
+/* Makes sure `count` pages of a registered size can be taken without
+ * touching the heap (growing the arena if needed); false, with the pool as
+ * it was apart from what free memory it gained, when the heap cannot. */
+bool sdpa_page_pool_ensure(sdpa_page_pool * pool, size_t bytes, uint64_t count);
+
+/* Takes one page (reference count 1, contents undefined). Only after a
+ * successful ensure covering it; never fails then. */
+void * sdpa_page_pool_take(sdpa_page_pool * pool, size_t bytes);
+
+/* Reference counting; the zero page ignores both. Releasing the last
+ * reference returns the page to its free list. */
+void sdpa_page_retain(void * page);
+void sdpa_page_release(sdpa_page_pool * pool, void * page);
+int32_t sdpa_page_refs(const void * page);
+bool sdpa_page_is_zero(const void * page);
+
+/* Grows the arena so that `bytes` more are free for pages (E_OOM-style false). */
+bool sdpa_page_pool_reserve(sdpa_page_pool * pool, uint64_t bytes);
+
+/* Whether [p, p + bytes) overlaps the arena (any page of any cache). */
+bool sdpa_page_pool_overlaps(const sdpa_page_pool * pool, const void * p, uint64_t bytes);
+
+typedef struct sdpa_page_stats {
+    uint64_t bytes_reserved;  /* arena bytes taken from the heap */
+    uint64_t bytes_in_use;    /* pages held by caches (headers included) */
+    uint64_t bytes_free;      /* free pages + arena not carved yet */
+    int64_t  pages_in_use;
+    int64_t  pages_free;      /* pages on the free lists */
+} sdpa_page_stats;
+void sdpa_page_pool_stats(const sdpa_page_pool * pool, sdpa_page_stats * out);
+
+#endif
