@@ -236,6 +236,7 @@ function networkAdvice(url) {
 /** A browser fetch of `url` that turns every failure into E_LOAD naming the URL and the status. */
 async function fetchFile(loc, what, build) {
   const href = loc.url.href;
+  if (loc.url.protocol === 'data:') return { bytes: decodeDataUrl(href), type: '' }; // (no fetch: a CSP connect-src may forbid data:)
   let res;
   try {
     res = await fetch(href, { credentials: 'same-origin' });
@@ -247,6 +248,14 @@ async function fetchFile(loc, what, build) {
     throw loadError(build, `GET ${href} (${what}) returned HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''}`, advice);
   }
   return { bytes: new Uint8Array(await res.arrayBuffer()), type: res.headers.get('content-type') || '' };
+}
+
+/** The bytes of a data: URL (base64 or percent-encoded). */
+function decodeDataUrl(href) {
+  const comma = href.indexOf(',');
+  const meta = href.slice(5, comma), body = href.slice(comma + 1);
+  if (/;base64$/i.test(meta)) return Uint8Array.from(atob(decodeURIComponent(body)), (c) => c.charCodeAt(0));
+  return new TextEncoder().encode(decodeURIComponent(body));
 }
 
 /** After a browser load failure without a status: what a GET of `url` gives now (diagnosis only). */

@@ -70,6 +70,9 @@ function resolveFile(mounts, urlPath) {
  *   isolation  default true: send COOP same-origin + COEP require-corp
  *   webDir     default <repo>/web
  *   pkgDir     default <repo> (serves its js/ and dist/)
+ *   cors       default false: send Access-Control-Allow-Origin: * and CORP cross-origin (a CDN)
+ *   headers    more response headers (e.g. a Content-Security-Policy)
+ *   mounts     more [urlPrefix, dir] pairs, tried before the others
  *   log        function for one line per request (default none)
  */
 export async function serve({
@@ -80,6 +83,7 @@ export async function serve({
   pkgDir = REPO,
   strictPort = false,
   cors = false,
+  headers = {},
   mounts: extraMounts = [],
   log = null,
 } = {}) {
@@ -99,6 +103,7 @@ export async function serve({
     baseHeaders['Access-Control-Allow-Origin'] = '*';
     baseHeaders['Cross-Origin-Resource-Policy'] = 'cross-origin';
   }
+  Object.assign(baseHeaders, headers);
 
   const server = http.createServer((req, res) => {
     const send = (status, body, type = 'text/plain; charset=utf-8') => {
