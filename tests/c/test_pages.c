@@ -1,0 +1,209 @@
+/*
+ * test_pages.c: the paged KV cache's own operations in C (include/sdpa.h):
+ * length, no-hole writes, fork (copy-on-write), truncate, free order of
+ * forks, page counts and the pool's statistics, and random sequences of update / step / truncate / fork / free
+ * on several caches of one context, each checked after every operation
+ * against a host model of the rows (zeros where never written) and, for
+ * steps, against the float64 reference. Under ASan (and the wasm32 ASan
+ * build) this is what exercises the pages' reference counting. (A write the
+ * pool cannot take, E_OOM with nothing changed, is tested through the wasm
+ * heap in tests/js/memory.test.js: natively, overcommit lets malloc succeed.)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "naive_ref.h"
+#include "sdpa.h"
+#include "testutil.h"
+
+enum { B = 2, S = 200, H = 2, HQ = 4, D = 6, MAXC = 6 };
+
+typedef struct slot {
+    sdpa_kv_cache * c;
+    float * k, * v;   /* host [B, S, H, D] */
+    int32_t length;
+} slot;
+
+static sdpa_ctx * g_ctx;
+static tu_rng g_rng;
+
+static size_t n_floats(void) { return (size_t)B * S * H * D; }
+
+static void slot_new(slot * s) {
+    sdpa_status st = sdpa_kv_cache_create(g_ctx, B, S, H, D, SDPA_DTYPE_FLOAT32, &s->c);
+    TU_CHECK(st == SDPA_OK, "create: %s", sdpa_status_code(st));
+    s->k = calloc(n_floats(), 4);
+    s->v = calloc(n_floats(), 4);
+    s->length = 0;
+}
+
+static void slot_fork(slot * dst, const slot * src) {
+    sdpa_status st = sdpa_kv_cache_fork(g_ctx, src->c, &dst->c);
+    TU_CHECK(st == SDPA_OK, "fork: %s %s", sdpa_status_code(st), sdpa_ctx_last_error(g_ctx));
+    dst->k = malloc(n_floats() * 4);
+    dst->v = malloc(n_floats() * 4);
+    memcpy(dst->k, src->k, n_floats() * 4);
+    memcpy(dst->v, src->v, n_floats() * 4);
+    dst->length = src->length;
+}
+
+static void slot_free(slot * s) {
+    sdpa_kv_cache_free(s->c);
+    free(s->k);
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+static void host_write(slot * s, const float * k, const float * v, int32_t sp, int32_t n) {
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t t = 0; t < n; t++) {
+            memcpy(s->k + (((size_t)b * S + sp + t) * H) * D, k + (((size_t)b * n + t) * H) * D, (size_t)H * D * 4);
+            memcpy(s->v + (((size_t)b * S + sp + t) * H) * D, v + (((size_t)b * n + t) * H) * D, (size_t)H * D * 4);
+        }
+    if (sp + n > s->length) s->length = sp + n;
+}
+
+static void host_truncate(slot * s, int32_t n) {
+    for (int32_t b = 0; b < B; b++) {
+        memset(s->k + ((size_t)b * S + n) * H * D, 0, (size_t)(S - n) * H * D * 4);
+        memset(s->v + ((size_t)b * S + n) * H * D, 0, (size_t)(S - n) * H * D * 4);
+    }
+    s->length = n;
+}
+
+/* The cache's rows (sdpa_kv_cache_read of all of them) and length equal the host model. */
+static void expect_same(const slot * s, const char * what) {
+    float * k = malloc(n_floats() * 4), * v = malloc(n_floats() * 4);
+    sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, B, S, H, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, B, S, H, D);
+    sdpa_status st = sdpa_kv_cache_read(g_ctx, s->c, 0, S, &tk, &tv);
+    TU_CHECK(st == SDPA_OK, "%s: read: %s", what, sdpa_status_code(st));
+    TU_CHECK(memcmp(k, s->k, n_floats() * 4) == 0 && memcmp(v, s->v, n_floats() * 4) == 0, "%s: rows differ from the model", what);
+    TU_CHECK(sdpa_kv_cache_length(s->c) == s->length, "%s: length %d, model %d", what, sdpa_kv_cache_length(s->c), s->length);
+    free(k);
+    free(v);
+}
+
+static void random_rows(float * x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = tu_rng_uniform(&g_rng, -1.0f, 1.0f);
+}
+
+static void test_fork_and_truncate(void) {
+    snprintf(tu_context, sizeof tu_context, "fork and truncate");
+    sdpa_memory_stats m0, m1;
+    sdpa_ctx_memory(g_ctx, &m0);
+    TU_CHECK(m0.page_rows == SDPA_PAGE_ROWS, "page_rows %d", m0.page_rows);
+    slot base, a;
+    slot_new(&base);
+    const int32_t n = 150;  /* pages 0, 1, 2 of each of B * H heads */
+    float * k = malloc((size_t)B * n * H * D * 4), * v = malloc((size_t)B * n * H * D * 4);
+    random_rows(k, (size_t)B * n * H * D);
+    random_rows(v, (size_t)B * n * H * D);
+    sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, B, n, H, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, B, n, H, D);
+    TU_CHECK(sdpa_kv_cache_update(g_ctx, base.c, &tk, &tv, 0) == SDPA_OK, "update");
+    host_write(&base, k, v, 0, n);
+    TU_CHECK(sdpa_kv_cache_pages(base.c) == B * H * 3, "pages held: %d, expected %d", sdpa_kv_cache_pages(base.c), B * H * 3);
+    slot_fork(&a, &base);
+    sdpa_ctx_memory(g_ctx, &m1);
+    TU_CHECK(m1.pages_in_use - m0.pages_in_use == B * H * 3, "fork took pages: %lld", (long long)(m1.pages_in_use - m0.pages_in_use));
+    /* one row into page 1 of every head of the fork: B * H pages copied */
+    sdpa_tensor t1k = tu_tensor4(k, SDPA_DTYPE_FLOAT32, B, 1, H, D), t1v = tu_tensor4(v, SDPA_DTYPE_FLOAT32, B, 1, H, D);
+    TU_CHECK(sdpa_kv_cache_update(g_ctx, a.c, &t1k, &t1v, 70) == SDPA_OK, "update the fork");
+    host_write(&a, k, v, 70, 1);
+    sdpa_ctx_memory(g_ctx, &m1);
+    TU_CHECK(m1.pages_in_use - m0.pages_in_use == B * H * 4, "copy-on-write copied %lld pages, expected %d",
+             (long long)(m1.pages_in_use - m0.pages_in_use - B * H * 3), B * H);
+    expect_same(&base, "base after the fork's write");
+    expect_same(&a, "fork after its write");
+    /* truncate the base into a shared page: that page is copied before its tail is zeroed */
+    TU_CHECK(sdpa_kv_cache_truncate(g_ctx, base.c, 10) == SDPA_OK, "truncate");
+    host_truncate(&base, 10);
+    expect_same(&base, "base truncated to 10");
+    expect_same(&a, "fork after the base's truncate");
+    TU_CHECK(sdpa_kv_cache_truncate(g_ctx, base.c, 11) == SDPA_E_CAPACITY, "truncate past length");
+    TU_CHECK(sdpa_kv_cache_truncate(g_ctx, base.c, -1) == SDPA_E_START_POS, "truncate -1");
+    /* a hole is E_START_POS and changes nothing */
+    TU_CHECK(sdpa_kv_cache_update(g_ctx, base.c, &t1k, &t1v, 12) == SDPA_E_START_POS, "hole");
+    TU_CHECK(strstr(sdpa_ctx_last_error(g_ctx), "hole") != NULL, "hole message: %s", sdpa_ctx_last_error(g_ctx));
+    expect_same(&base, "base after a rejected hole");
+    slot_free(&base);  /* the fork keeps its pages */
+    expect_same(&a, "fork after the base was freed");
+    slot_free(&a);
+    sdpa_ctx_memory(g_ctx, &m1);
+    TU_CHECK(m1.pages_in_use == m0.pages_in_use, "pages in use %lld, expected %lld", (long long)m1.pages_in_use,
+             (long long)m0.pages_in_use);
+    TU_CHECK(m1.pages_free >= B * H * 4, "freed pages are on the free list: %lld", (long long)m1.pages_free);
+    free(k);
+    free(v);
+}
+
+static void test_random_ops(uint64_t seed) {
+    tu_rng_seed(&g_rng, seed);
+    slot s[MAXC];
+    memset(s, 0, sizeof s);
+    int live = 1;
+    slot_new(&s[0]);
+    const size_t maxq = (size_t)B * 8 * HQ * D, maxkv = (size_t)B * 70 * H * D;
+    float * q = malloc(maxq * 4), * k = malloc(maxkv * 4), * v = malloc(maxkv * 4), * o = malloc(maxq * 4);
+    double * ref = malloc(maxq * sizeof(double));
+    for (int i = 0; i < 120; i++) {
+        snprintf(tu_context, sizeof tu_context, "random ops seed %llu, op %d", (unsigned long long)seed, i);
+        slot * c = &s[tu_rng_int(&g_rng, 0, live - 1)];
+        const double r = tu_rng_unit(&g_rng);
+        if (r < 0.45) {
+            const int32_t n = tu_rng_int(&g_rng, 1, 8);
+            const int32_t sp = tu_rng_unit(&g_rng) < 0.7 ? c->length : tu_rng_int(&g_rng, 0, c->length);
+            if (sp + n > S) continue;
+            random_rows(q, (size_t)B * n * HQ * D);
+            random_rows(k, (size_t)B * n * H * D);
+            random_rows(v, (size_t)B * n * H * D);
+            sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, B, n, HQ, D), to = tu_tensor4(o, SDPA_DTYPE_FLOAT32, B, n, HQ, D);
+            sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, B, n, H, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, B, n, H, D);
+            sdpa_options opt = {.start_pos = sp, .is_causal = 1};
+            sdpa_status st = sdpa_kv_cache_step(g_ctx, c->c, &tq, &tk, &tv, NULL, &opt, &to);
+            if (!TU_CHECK(st == SDPA_OK, "step at %d: %s %s", sp, sdpa_status_code(st), sdpa_ctx_last_error(g_ctx))) break;
+            host_write(c, k, v, sp, n);
+            naive_params np = {.B = B, .Sq = n, .Skv = S, .Hq = HQ, .Hkv = H, .D = D, .start_pos = sp, .is_causal = 1};
+            TU_CHECK(naive_sdpa(&np, q, c->k, c->v, ref) == 0, "reference");
+            tu_close("step vs reference", o, ref, (size_t)B * n * HQ * D, tq.dims);
+        } else if (r < 0.6) {
+            const int32_t n = tu_rng_int(&g_rng, 1, 70);
+            if (c->length + n > S) continue;
+            random_rows(k, (size_t)B * n * H * D);
+            random_rows(v, (size_t)B * n * H * D);
+            sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, B, n, H, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, B, n, H, D);
+            TU_CHECK(sdpa_kv_cache_update(g_ctx, c->c, &tk, &tv, c->length) == SDPA_OK, "append %d rows", n);
+            host_write(c, k, v, c->length, n);
+        } else if (r < 0.72) {
+            const int32_t n = tu_rng_int(&g_rng, 0, c->length);
+            TU_CHECK(sdpa_kv_cache_truncate(g_ctx, c->c, n) == SDPA_OK, "truncate %d", n);
+            host_truncate(c, n);
+        } else if (r < 0.86 && live < MAXC) {
+            slot_fork(&s[live++], c);
+        } else if (live > 1) {
+            slot_free(c);
+            *c = s[--live];
+            memset(&s[live], 0, sizeof s[live]);
+        }
+        for (int x = 0; x < live; x++) expect_same(&s[x], "after the op");
+    }
+    for (int x = 0; x < live; x++) slot_free(&s[x]);
+    free(q); free(k); free(v); free(o); free(ref);
+}
+
+int main(void) {
+    double t0 = tu_seconds();
+    sdpa_status st;
+    g_ctx = sdpa_ctx_create(2, &st);
+    if (!TU_CHECK(g_ctx != NULL, "ctx: %s", sdpa_status_code(st))) return tu_summary("test_pages");
+    tu_rng_seed(&g_rng, 7);
+    test_fork_and_truncate();
+    for (uint64_t seed = 1; seed <= 6; seed++) test_random_ops(seed);
+    sdpa_memory_stats m;
+    sdpa_ctx_memory(g_ctx, &m);
+    TU_CHECK(m.pages_in_use == 0, "every page back: %lld in use", (long long)m.pages_in_use);
+    sdpa_ctx_free(g_ctx);
+    printf("  %.2f s\n", tu_seconds() - t0);
+    return tu_summary("test_pages");
+}
