@@ -96,4 +96,35 @@ sdpa.dispose();
   assert.is(ex.status, 0, `the shipped example runs: ${ex.stdout}\n${ex.stderr}`);
 });
 
+test('prepack: no rebuild while dist/ is fresh, and a stale dist/ without emcc fails without installing anything', () => {
+  // a copy of what the wasm build reads, with a PATH that has sh and node but no emcc or apt-get
+  const tree = path.join(tmp, 'tree');
+  for (const d of ['src', 'include', 'scripts', 'dist']) fs.cpSync(path.join(ROOT, d), path.join(tree, d), { recursive: true, dereference: true });
+  for (const f of ['CMakeLists.txt', 'package.json']) fs.copyFileSync(path.join(ROOT, f), path.join(tree, f));
+  const later = new Date(Date.now() + 60_000);
+  for (const f of fs.readdirSync(path.join(tree, 'dist'))) fs.utimesSync(path.join(tree, 'dist', f), later, later);
+  const bin = path.join(tmp, 'bin');
+  fs.mkdirSync(bin);
+  fs.symlinkSync(process.execPath, path.join(bin, 'node'));
+  fs.symlinkSync('/bin/sh', path.join(bin, 'sh'));
+  const prepack = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')).scripts.prepack;
+  assert.match(prepack, /--if-stale/);
+  assert.match(prepack, /--no-install/);
+  const run = () => spawnSync(process.execPath, ['scripts/build.mjs', ...prepack.split(/\s+/).slice(2)],
+    { cwd: tree, encoding: 'utf8', timeout: 60000, env: { PATH: bin, HOME: tmp } });
+  const t0 = Date.now();
+  const fresh = run();
+  assert.is(fresh.status, 0, fresh.stdout + fresh.stderr);
+  assert.match(fresh.stdout, /dist\/ is up to date/);
+  assert.ok(Date.now() - t0 < 10000, `took ${Date.now() - t0} ms`);
+  const touched = path.join(tree, 'src', 'sdpa.c');
+  const evenLater = new Date(Date.now() + 120_000);
+  fs.utimesSync(touched, evenLater, evenLater);
+  const stale = run();
+  assert.is.not(stale.status, 0, 'a stale dist/ without emcc cannot be packed');
+  assert.match(stale.stdout, /dist\/ is stale \(src\/sdpa\.c is newer than dist\//);
+  assert.match(stale.stdout, /missing tools: [^\n]*emcc/);
+  assert.not.match(stale.stdout, /installing|apt-get update/);
+});
+
 test.run();
