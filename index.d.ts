@@ -146,9 +146,12 @@ export interface KVCacheOptions {
 }
 
 /**
- * K and V for [batch, maxSeqLen, numKvHeads, headDim], allocated once in the
- * wasm heap. No input or `out` of its calls may lie inside the cache's own
- * storage (E_ARG).
+ * A paged KV cache for up to maxSeqLen rows of [batch, numKvHeads, headDim]
+ * keys and values. Storage is taken from the instance's page pool as rows
+ * are written (pages of 64 rows per batch row and KV head); maxSeqLen is a
+ * limit (E_CAPACITY), not an allocation. Rows never written read as zeros.
+ * A write may not start past `length` (E_START_POS: no holes). No input or
+ * `out` of its calls may lie inside cache storage (E_ARG).
  */
 export class KVCache {
   private constructor();
@@ -158,18 +161,54 @@ export class KVCache {
   readonly headDim: number;
   readonly dtype: 'float32';
   readonly disposed: boolean;
-  /** Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1. */
-  update(k: FloatTensor, v: FloatTensor, startPos: number): void;
-  /** customSdpa(q, K, V, opts) over the whole cache (Skv = maxSeqLen). */
+  /** Rows written: the highest written row + 1 (truncate lowers it). */
+  readonly length: number;
+  /** Bytes this cache holds: its pages (shared ones included) and its page table. */
+  readonly bytes: number;
+  /** Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1 (default startPos: length, an append). */
+  update(k: FloatTensor, v: FloatTensor, startPos?: number | null): void;
+  /**
+   * customSdpa(q, K, V, opts) over the cache (Skv = maxSeqLen). Without
+   * startPos, q is the last Sq rows written (startPos = length - Sq).
+   */
   attend<O extends FloatTensor>(q: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
   attend(q: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
-  /** update(k, v, startPos) then attend(q, { startPos, ...opts }); q and k have the same length. */
-  step<O extends FloatTensor>(q: FloatTensor, k: FloatTensor, v: FloatTensor, startPos: number, opts: StepOptions & { out: O }): O;
-  step(q: FloatTensor, k: FloatTensor, v: FloatTensor, startPos: number, opts?: StepOptions): OutputTensor;
-  /** Copies of rows start .. start+length-1, each [B, length, Hkv, D]. */
+  /**
+   * update(k, v, startPos) then attend(q, { startPos, ...opts }); q and k
+   * have the same length. Without startPos (or step(q, k, v, opts)) it appends at length.
+   */
+  step<O extends FloatTensor>(q: FloatTensor, k: FloatTensor, v: FloatTensor, startPos: number | null | undefined, opts: StepOptions & { out: O }): O;
+  step<O extends FloatTensor>(q: FloatTensor, k: FloatTensor, v: FloatTensor, opts: StepOptions & { out: O }): O;
+  step(q: FloatTensor, k: FloatTensor, v: FloatTensor, startPos?: number | null, opts?: StepOptions): OutputTensor;
+  step(q: FloatTensor, k: FloatTensor, v: FloatTensor, opts?: StepOptions): OutputTensor;
+  /** Copies of rows start .. start+length-1, each [B, length, Hkv, D] (rows never written: zeros). */
   read(start: number, length: number): { k: OutputTensor; v: OutputTensor };
-  /** Frees the storage; a second call is a no-op. */
+  /**
+   * Keeps rows 0 .. length-1 (rollback): whole pages past them go back to the
+   * pool, rows past `length` read as zeros again. O(pages). E_CAPACITY past `length`.
+   */
+  truncate(length: number): void;
+  /**
+   * A new cache sharing every page of this one, copy-on-write: the first
+   * write into a shared page (by either cache) copies that page only. O(pages).
+   */
+  fork(): KVCache;
+  /** Returns its pages to the pool (pages shared with a fork stay with it); a second call is a no-op. */
   dispose(): void;
+}
+
+/** The instance's page pool (sdpa.memory()). */
+export interface SdpaMemory {
+  /** Token rows per page (per batch row and KV head). */
+  readonly pageRows: number;
+  /** Bytes taken from the wasm heap for pages (never given back: wasm memory cannot shrink). */
+  readonly bytesReserved: number;
+  /** Bytes of the pages caches hold (a 64-byte header per page included). */
+  readonly bytesInUse: number;
+  /** Free pages and reserved bytes not carved into pages yet. */
+  readonly bytesFree: number;
+  readonly pagesInUse: number;
+  readonly pagesFree: number;
 }
 
 export interface Sdpa {
@@ -179,6 +218,13 @@ export interface Sdpa {
   customSdpa<O extends FloatTensor>(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
   customSdpa(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
   createKVCache(options: KVCacheOptions): KVCache;
+  /** The page pool of this instance's caches. */
+  memory(): SdpaMemory;
+  /**
+   * Grows the page pool until `bytes` are free for pages, so that a decode
+   * loop that writes at most that much never allocates. E_OOM past the heap.
+   */
+  reserve(bytes: number): void;
   /** A zero-filled heap tensor. */
   allocTensor(dtype: 'float32', dims: readonly number[]): HeapTensor<Float32Array>;
   allocTensor(dtype: 'bool', dims: readonly number[]): HeapTensor<Uint8Array>;
