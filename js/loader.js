@@ -465,6 +465,7 @@ async function loadInner({ forced, threads, load, state }) {
     throw loadError(build, `cannot load ${glueWhere}${p ? ` (GET: ${p.text})` : ''}: ${e && e.message}`, advice, e);
   }
   if (typeof factory !== 'function') throw loadError(build, `${glueWhere} does not export the module factory`, missingAdvice(glue));
+  if (state.timedOut) throw new Error('timed out'); // (createSdpa has rejected already: start no workers)
 
   // 6. Instantiate: the glue gets the compiled module; pool workers get the worker URL and the glue URL.
   const logs = [];
