@@ -15,7 +15,7 @@ import { rng, randTensor } from './helpers.js';
 import { refCustomSdpa, refTorchSdpa } from './reference.js';
 import {
   real, realBytes, plainCopy, liar, countingTensor, countingDims, watch, attempt, describeErr,
-  expectCode, assertCloseTo,
+  expectCode, assertCloseTo, cacheOverFreedTensor,
 } from './hostile-helpers.js';
 
 const MiB = 1024 * 1024;
@@ -134,12 +134,6 @@ test('1: boundary and huge dims, products beyond 2^32 and 2^53, cache sizes whos
     ['allocTensor [2^53]', () => s.allocTensor('float32', [2 ** 53]), 'E_DIMS'],
     ['allocTensor [1e300]', () => s.allocTensor('float32', [1e300]), 'E_DIMS'],
     ['allocTensor [Infinity]', () => s.allocTensor('float32', [Infinity]), 'E_DIMS'],
-    ['createKVCache 4 GiB per tensor (wraps to 0)', () => s.createKVCache({ maxSeqLen: 2 ** 20, numKvHeads: 2 ** 10, headDim: 1 }), 'E_OOM'],
-    ['createKVCache byte count wraps to 16', () => s.createKVCache({ maxSeqLen: 2 ** 30 + 1, numKvHeads: 4, headDim: 1 }), 'E_OOM'],
-    ['createKVCache batch 2^31 (not an int32)', () => s.createKVCache({ batch: 2 ** 31, maxSeqLen: 2, numKvHeads: 1, headDim: 1 }), ['E_DIMS', 'E_OOM']],
-    ['createKVCache headDim 2^32 + 1 (int32 1)', () => s.createKVCache({ maxSeqLen: 1, numKvHeads: 1, headDim: 2 ** 32 + 1 }), ['E_DIMS', 'E_OOM']],
-    ['createKVCache maxSeqLen 2^31 - 1', () => s.createKVCache({ maxSeqLen: 2 ** 31 - 1, numKvHeads: 1, headDim: 1 }), 'E_OOM'],
-    ['createKVCache product beyond 2^53', () => s.createKVCache({ batch: 2 ** 20, maxSeqLen: 2 ** 20, numKvHeads: 2 ** 20, headDim: 2 ** 20 }), 'E_OOM'],
     ['createKVCache maxSeqLen 2^53', () => s.createKVCache({ maxSeqLen: 2 ** 53, numKvHeads: 1, headDim: 1 }), 'E_DIMS'],
     ['query dim 2^32 + 1 (int32 1), 4 elements', () => s.customSdpa(t4([2 ** 32 + 1, 1, 1, 4]), t4([1, 1, 1, 4]), t4([1, 1, 1, 4])), 'E_DIMS'],
     ['query heads 2^32 + 2, key heads 2', () => s.customSdpa(t4([1, 1, 2 ** 32 + 2, 2]), t4([1, 1, 2, 2]), t4([1, 1, 2, 2])), 'E_DIMS'],
@@ -167,6 +161,35 @@ test('1: boundary and huge dims, products beyond 2^32 and 2^53, cache sizes whos
   ];
   for (const [label, fn, code] of cases) {
     expectCode(fn, code, label);
+    w.check(label);
+  }
+  // Cache sizes whose byte count wraps (or passes 2^53): E_OOM / E_DIMS, or (a paged cache pays for
+  // the rows it holds) a cache that works at both ends.
+  const bigCaches = [
+    ['createKVCache 4 GiB per tensor (wraps to 0)', { maxSeqLen: 2 ** 20, numKvHeads: 2 ** 10, headDim: 1 }],
+    ['createKVCache byte count wraps to 16', { maxSeqLen: 2 ** 30 + 1, numKvHeads: 4, headDim: 1 }],
+    ['createKVCache batch 2^31 (not an int32)', { batch: 2 ** 31, maxSeqLen: 2, numKvHeads: 1, headDim: 1 }],
+    ['createKVCache headDim 2^32 + 1 (int32 1)', { maxSeqLen: 1, numKvHeads: 1, headDim: 2 ** 32 + 1 }],
+    ['createKVCache maxSeqLen 2^31 - 1', { maxSeqLen: 2 ** 31 - 1, numKvHeads: 1, headDim: 1 }],
+    ['createKVCache product beyond 2^53', { batch: 2 ** 20, maxSeqLen: 2 ** 20, numKvHeads: 2 ** 20, headDim: 2 ** 20 }],
+  ];
+  for (const [label, geo] of bigCaches) {
+    const r = attempt(() => s.createKVCache(geo));
+    if (!r.ok) {
+      assert.ok(r.err instanceof SdpaError && ['E_OOM', 'E_DIMS'].includes(r.err.code), `${label}: expected E_OOM, E_DIMS or a cache, got ${describeErr(r.err)}`);
+    } else {
+      const c = r.value, H = c.numKvHeads, D = c.headDim, B = c.batch, n = B * H * D;
+      assert.is(c.maxSeqLen, geo.maxSeqLen, `${label}: maxSeqLen`);
+      if (n <= 4096) {
+        const kk = { data: Float32Array.from({ length: n }, (_, i) => i + 1), dims: [B, 1, H, D] };
+        const wrote = attempt(() => c.update(kk, kk, 0));
+        assert.ok(wrote.ok || (wrote.err instanceof SdpaError && wrote.err.code === 'E_OOM'), `${label}: update row 0: ${wrote.ok || describeErr(wrote.err)}`);
+        if (wrote.ok) assertCloseTo(c.read(0, 1).k.data, kk.data, `${label}: row 0 read back`);
+        const end = attempt(() => c.read(geo.maxSeqLen - 1, 1));
+        assert.ok(end.ok ? end.value.k.data.every((x) => x === 0) : end.err instanceof SdpaError, `${label}: the last row: ${end.ok ? 'not zeros' : describeErr(end.err)}`);
+      }
+      c.dispose();
+    }
     w.check(label);
   }
   // With a mask startPos has no effect: a huge one gives the answer.
@@ -598,7 +621,6 @@ test('3: an exception thrown by the caller\'s getter propagates unchanged; nothi
   const ho = s.allocTensor('float32', [1, 1, 2, 4]);
   ho.data.fill(7);
   const out = sentinelOut();
-  const w = watch({ arrays: [out.data], caches: [cache], heaps: [ho] });
   const mine = new (class MyError extends Error {})('mine');
   const values = [mine, { notAnError: true }, Symbol('thrown'), 'a string', new SdpaError('E_HEADS', 'a fake SdpaError')];
   for (const thrown of values) {
@@ -619,6 +641,8 @@ test('3: an exception thrown by the caller\'s getter propagates unchanged; nothi
       ['createKVCache options.maxSeqLen', () => s.createKVCache({ get maxSeqLen() { return boom(); }, numKvHeads: 1, headDim: 4 })],
     ];
     for (const [label, fn] of cases) {
+      out.data.fill(7); ho.data.fill(7);
+      const w = watch({ arrays: [out.data], caches: [cache], heaps: [ho] });
       const what = `${label} throwing ${typeof thrown === 'symbol' ? 'a symbol' : describeErr(thrown)}`;
       if (/\.(buffer|byteOffset|byteLength|length)$/.test(label)) {
         // A getter of the typed array itself: read through the built-in getter (no throw), or thrown unchanged.
@@ -679,22 +703,9 @@ test('4: a view of a heap tensor made before memory growth, as out overlapping a
 
 test('4: a view made before growth over what is now cache storage, as out or input of the cache: E_ARG, the cache unchanged', () => {
   const s = s2;
-  const geo = { maxSeqLen: 8, numKvHeads: 2, headDim: 4 };
-  const n = geo.maxSeqLen * geo.numKvHeads * geo.headDim;
-  // A heap tensor's view, the tensor freed, a cache made in its place (malloc reuses the block).
-  const t = s.allocTensor('float32', [4 * n]);
-  const old = t.data;
-  t.dispose();
-  const cache = s.createKVCache(geo);
-  // Rows 0 and 1, keys: head 0 = 1000.. / 2000.., head 1 = 1100.. / 2100..; values negated.
-  const rowOf = (base, sign = 1) => ({ data: Float32Array.from({ length: 8 }, (_, i) => sign * (base + (i >> 2) * 100 + (i & 3))), dims: [1, 1, 2, 4] });
-  const restore = () => { cache.update(rowOf(1000), rowOf(1000, -1), 0); cache.update(rowOf(2000), rowOf(2000, -1), 1); };
-  restore();
-  // The cache is head-major [B, Hkv, maxSeqLen, D]: head 0 of row 0 then head 0 of row 1 (no temporary looks like that).
-  const pattern = [1000, 1001, 1002, 1003, 2000, 2001, 2002, 2003];
-  let at = -1;
-  for (let i = 0; i + 8 <= old.length && at < 0; i++) if (pattern.every((x, j) => old[i + j] === x)) at = i;
-  assert.ok(at >= 0, 'setup: the freed view now covers the cache keys (malloc reused the block)');
+  const made = cacheOverFreedTensor(s, { maxSeqLen: 8, numKvHeads: 2, headDim: 4 });
+  assert.ok(made, 'setup: a freed heap tensor\'s view covers the cache keys (malloc reused the block)');
+  const { cache, view: old, at, restore } = made;
   const inCache = old.subarray(at, at + 8);
   const cq = () => ({ data: new Float32Array(8).fill(0.5), dims: [1, 1, 2, 4] });
   const ckv = () => ({ data: new Float32Array(8).fill(-1), dims: [1, 1, 2, 4] });
