@@ -31,6 +31,7 @@ const demo = {
   points: [],
   prefillMs: null,
   kvBytes: null,
+  kvFullBytes: null,
   maxError: null,
   checks: 0,
   error: null,
@@ -161,7 +162,9 @@ function render() {
   el.progress.max = Math.max(1, demo.target || 1);
   el.progress.value = demo.length || 0;
   el.len.textContent = demo.target ? `${demo.length} / ${demo.target}` : '–';
-  el.mem.textContent = demo.kvBytes != null ? `${fmtBytes(demo.kvBytes)} (${cfg.layers} layer${cfg.layers === 1 ? "" : "s"} × K+V)` : '–';
+  el.mem.textContent = demo.kvBytes != null
+    ? `${fmtBytes(demo.kvBytes)} held (${cfg.layers} layer${cfg.layers === 1 ? '' : 's'} × K+V, pages of 64 tokens)${demo.kvFullBytes ? `; ${fmtBytes(demo.kvFullBytes)} at the full context` : ''}`
+    : '–';
   el.prefill.textContent = demo.prefillMs != null ? `${fmtMs(demo.prefillMs)} ms for ${Math.min(cfg.prompt, cfg.ctx)} tokens` : '–';
 
   // Last 32 tokens: the median when timers are fine-grained; the mean (minus the largest) when
@@ -221,7 +224,7 @@ function start() {
   if (worker) return;
   const { cfg, bad } = readConfig();
   showError(null);
-  Object.assign(demo, { config: cfg, length: 0, target: cfg.ctx, points: [], prefillMs: null, kvBytes: null, maxError: null, checks: 0, build: null, threads: null });
+  Object.assign(demo, { config: cfg, length: 0, target: cfg.ctx, points: [], prefillMs: null, kvBytes: null, kvFullBytes: null, maxError: null, checks: 0, build: null, threads: null });
   demo.runs++;
   if (bad.length) {
     showError({ name: 'Invalid input', code: null, message: bad.join('; '), stage: null });
@@ -283,6 +286,7 @@ function onWorkerMessage(m) {
     }
     case 'alloc':
       demo.kvBytes = m.kvBytes;
+      demo.kvFullBytes = m.kvFullBytes;
       break;
     case 'prefill':
       demo.prefillMs = m.ms;
@@ -290,6 +294,7 @@ function onWorkerMessage(m) {
     case 'progress':
       demo.length = m.length;
       demo.target = m.target;
+      if (m.kvBytes != null) demo.kvBytes = m.kvBytes;
       for (const p of m.points) demo.points.push(p);
       break;
     case 'check':

@@ -5,9 +5,9 @@
 //   { type: 'stop' }
 // (worker → page):
 //   { type: 'ready', info, crossOriginIsolated, sharedArrayBuffer, reason, warnings }
-//   { type: 'alloc', kvBytes }
+//   { type: 'alloc', kvBytes, kvFullBytes }   kvBytes: what the caches hold (pages + page tables)
 //   { type: 'prefill', tokens, ms }
-//   { type: 'progress', length, target, points: [[length, ms], ...], lastMs }
+//   { type: 'progress', length, target, points: [[length, ms], ...], lastMs, kvBytes }
 //   { type: 'check', length, layer, row, error, maxError, checks }
 //   { type: 'done' | 'stopped', length }
 //   { type: 'error', error: { name, code, message, stage } }
@@ -106,13 +106,14 @@ async function run(cfg) {
       warnings,
     });
 
-    // One cache per layer, allocated at full capacity up front.
+    // One paged cache per layer: it holds pages only for the rows written so far.
     stage = 'createKVCache';
     const caches = [];
     for (let l = 0; l < layers; l++) {
       caches.push(sdpa.createKVCache({ batch: 1, maxSeqLen: ctx, numKvHeads: hkv, headDim: d }));
     }
-    post({ type: 'alloc', kvBytes: 2 * layers * ctx * hkv * d * 4 });
+    const heldBytes = () => caches.reduce((sum, c) => sum + c.bytes, 0);
+    post({ type: 'alloc', kvBytes: heldBytes(), kvFullBytes: 2 * layers * ctx * hkv * d * 4 });
 
     let maxError = 0;
     let checks = 0;
@@ -154,7 +155,7 @@ async function run(cfg) {
       for (const t of [q, k, v, out]) t.dispose();
       post({ type: 'prefill', tokens: prompt, ms });
     }
-    post({ type: 'progress', length: prompt, target: ctx, points: [], lastMs: null });
+    post({ type: 'progress', length: prompt, target: ctx, points: [], lastMs: null, kvBytes: heldBytes() });
 
     // ---- decode: one token at a time, cache.step on every layer ----
     stage = 'decode';
@@ -195,7 +196,7 @@ async function run(cfg) {
       }
       const now = performance.now();
       if (now - lastPost > 50 || pos === ctx - 1) {
-        post({ type: 'progress', length: pos + 1, target: ctx, points: pending, lastMs });
+        post({ type: 'progress', length: pos + 1, target: ctx, points: pending, lastMs, kvBytes: heldBytes() });
         pending = [];
         lastPost = now;
       }
@@ -204,7 +205,7 @@ async function run(cfg) {
         lastYield = performance.now();
       }
     }
-    if (pending.length) post({ type: 'progress', length: pos, target: ctx, points: pending, lastMs });
+    if (pending.length) post({ type: 'progress', length: pos, target: ctx, points: pending, lastMs, kvBytes: heldBytes() });
     stage = 'dispose';
     sdpa.dispose();
     sdpa = null;
