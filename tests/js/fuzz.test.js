@@ -28,6 +28,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
 import { appendFileSync } from 'node:fs';
+import { Worker } from 'node:worker_threads';
 import { createSdpa, SdpaError, INTERNALS } from '../../js/index.js';
 import { rng } from './helpers.js';
 import { refCustomSdpa, refTorchSdpa } from './reference.js';
@@ -40,6 +41,32 @@ const SEED = env.SDPA_FUZZ_SEED !== undefined ? Number(env.SDPA_FUZZ_SEED) : 0x5
 const SURVEY = env.SDPA_FUZZ_SURVEY === '1';
 // SDPA_FUZZ_LOG=file: every case is appended to the file before it runs (to find the one that crashed a worker thread).
 const LOG = env.SDPA_FUZZ_LOG || null;
+// A call that does not return within SDPA_FUZZ_HANG_MS (default 60000) is a hang: a watchdog thread
+// prints the case and kills the process (nothing in the main thread can run while a call blocks it).
+const HANG_MS = Number(env.SDPA_FUZZ_HANG_MS) || 60000;
+
+/** The watchdog: main stores Date.now() before each call (0 after it); the thread checks once a second. */
+function startWatchdog() {
+  const beat = new Float64Array(new SharedArrayBuffer(8));
+  const code = `
+    const { workerData, parentPort } = require('node:worker_threads');
+    const beat = new Float64Array(workerData.sab);
+    let current = '';
+    parentPort.on('message', (m) => { current = m; });
+    setInterval(() => {
+      const t = beat[0];
+      if (t && Date.now() - t > workerData.hangMs) {
+        // (the main thread is blocked: write to the file descriptor directly)
+        require('node:fs').writeSync(1, 'fuzz: HANG, a call did not return within ' + workerData.hangMs + ' ms; the case: ' + current + '\\n');
+        process.kill(process.pid, 'SIGKILL');
+      }
+    }, 1000);
+  `;
+  const w = new Worker(code, { eval: true, workerData: { sab: beat.buffer, hangMs: HANG_MS } });
+  w.unref();
+  return { start(c) { w.postMessage(c); beat[0] = Date.now(); }, stop() { beat[0] = 0; }, end() { w.terminate(); } };
+}
+let watchdog = null;
 const MiB = 1024 * 1024;
 
 // ---------------------------------------------------------------------------
@@ -668,7 +695,8 @@ async function runCase(c) {
     // Everything that must not change on a throw.
     const snap = snapshot(b, w, other);
     b.snap = snap;
-    const r = (() => { try { return { ok: true, value: call() }; } catch (err) { return { ok: false, err }; } })();
+    if (watchdog) watchdog.start(`${c.op} ${JSON.stringify(c, (k, v) => (typeof v === 'number' && !Number.isFinite(v) ? String(v) : v))}`);
+    const r = (() => { try { return { ok: true, value: call() }; } catch (err) { return { ok: false, err }; } finally { if (watchdog) watchdog.stop(); } })();
     if (env.SDPA_FUZZ_DEBUG) console.log('DBG case', JSON.stringify({ op: c.op, valid: b.valid, mustFail: b.mustFail, ok: r.ok, err: r.ok ? null : describeErr(r.err) }));
     if (SURVEY) {
       count(`op ${c.op}: ${r.ok ? 'ok' : r.err instanceof SdpaError ? r.err.code : 'other throw'}`);
@@ -767,7 +795,9 @@ function snapshot(b, w, other) {
 
 // ---------------------------------------------------------------------------
 
+test.before(() => { watchdog = startWatchdog(); });
 test.after(() => {
+  if (watchdog) watchdog.end();
   for (const s of made) s.dispose();
 });
 
