@@ -129,6 +129,11 @@ async function setup() {
   fs.mkdirSync(im);
   for (const f of ['importmap.html', 'worker-url.js', 'decode.js']) fs.copyFileSync(path.join(src, f), path.join(im, f));
   fs.writeFileSync(path.join(im, 'silent-worker.js'), '// a pthread worker script that never answers\nself.onmessage = () => {};\n');
+  // the real worker script, but its glue import fails (in a worker that raises no 'error' event)
+  const real = fs.readFileSync(path.join(app, 'node_modules/sdpa-wasm/dist/sdpa-simd-threads.worker.js'), 'utf8');
+  const broken = real.replace('e.data.urlOrBlob?import(e.data.urlOrBlob)', 'e.data.urlOrBlob?import("/missing/glue-for-workers.mjs")');
+  assert(broken !== real, 'the worker script changed: update the bad-import worker');
+  fs.writeFileSync(path.join(im, 'bad-import.worker.js'), broken);
 
   // A Vite build whose wasm assets went missing (a deploy that forgot them).
   fs.cpSync(path.join(app, 'out/vite'), path.join(app, 'out/vite-broken'), { recursive: true });
@@ -294,6 +299,11 @@ failRow('a pthread worker that never answers: initTimeout', IM, {
   opts: { initTimeout: 1500, wasmPaths: { 'sdpa-simd-threads.worker.js': '/importmap/silent-worker.js' } },
   must: (S) => [/within 1500 ms \(initTimeout\)/, new RegExp(`${esc(S.iso)}importmap/silent-worker\\.js`)],
   minMs: 1400, bound: 5000,
+});
+failRow('a pthread worker whose glue import fails (no error event): reported at once', IM, {
+  opts: { wasmPaths: { 'sdpa-simd-threads.worker.js': '/importmap/bad-import.worker.js' } },
+  must: (S) => [new RegExp(`pthread worker ${esc(S.iso)}importmap/bad-import\\.worker\\.js failed to load: .*missing/glue-for-workers\\.mjs`), /could not import the glue/],
+  bound: 5000,
 });
 failRow("build: 'simd-threads' on a page without isolation", IM, {
   iso: false, opts: { build: 'simd-threads' },

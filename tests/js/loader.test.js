@@ -160,4 +160,26 @@ test('initTimeout: a pthread worker that never answers is E_LOAD naming it, in b
   assert.ok(res.ms >= 750 && res.ms < 5000, `rejected after ${res.ms} ms`);
 });
 
+test('a pool worker whose glue import fails is E_LOAD at once (no initTimeout wait), and the process exits', () => {
+  const real = fs.readFileSync(path.join(DIST, 'sdpa-simd-threads.worker.js'), 'utf8');
+  const broken = real.replace('e.data.urlOrBlob?import(e.data.urlOrBlob)', 'e.data.urlOrBlob?import("./missing-glue.mjs")');
+  assert.is.not(broken, real, 'the worker script changed: update this test');
+  const file = path.join(tmp, 'files', 'bad-import.worker.js');
+  fs.writeFileSync(file, broken);
+  const url = pathToFileURL(path.join(ROOT, 'js', 'index.js')).href;
+  const r = runNode(`
+    import { createSdpa } from ${JSON.stringify(url)};
+    const t0 = Date.now();
+    try { const s = await createSdpa({ threads: 2, wasmPaths: { 'sdpa-simd-threads.worker.js': ${JSON.stringify(file)} } });
+      console.log(JSON.stringify({ ok: s.info })); s.dispose(); }
+    catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message, ms: Date.now() - t0 })); }`, 20000);
+  assert.is(r.error, undefined, `${r.error && r.error.message} (hung?)`);
+  assert.is(r.status, 0, r.stderr.slice(-400));
+  const res = JSON.parse(r.stdout.trim().split('\n').pop());
+  assert.is(res.code, 'E_LOAD', r.stdout);
+  assert.ok(res.message.includes(file), res.message);
+  assert.match(res.message, /missing-glue\.mjs/);
+  assert.ok(res.ms < 5000, `rejected after ${res.ms} ms`);
+});
+
 test.run();
