@@ -73,7 +73,7 @@ const MiB = 1024 * 1024;
 // Worlds: an instance with a cache, a few heap tensors, stale views and a
 // "ghost" view over the cache's key storage. Killed worlds are remade.
 
-const made = [];
+const made = new Set(); // live-or-dead instances not yet replaced (a replaced one is dropped, so its memory can be collected)
 const stats = new Map(); // survey mode: how often each kind of argument and outcome occurred
 const count = (k) => stats.set(k, (stats.get(k) || 0) + 1);
 class World {
@@ -81,7 +81,7 @@ class World {
     const w = new World();
     w.threads = threads;
     w.s = await createSdpa({ threads });
-    made.push(w.s);
+    made.add(w.s);
     const s = w.s;
     // The ghost: a freed heap tensor's old view over the cache's key storage (null if malloc did not reuse the block).
     const made2 = cacheOverFreedTensor(s, { maxSeqLen: 8, numKvHeads: 2, headDim: 4 });
@@ -92,7 +92,7 @@ class World {
       const small = () => ({ data: Float32Array.from({ length: 16 }, () => r0() * 2 - 1), dims: [1, 2, 2, 4] });
       w.cache.update(small(), small(), 0);
     } else { w.cache = s.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 4 }); w.cache.update({ data: new Float32Array(16), dims: [1, 2, 2, 4] }, { data: new Float32Array(16), dims: [1, 2, 2, 4] }, 0); w.ghost = null; }
-    const r = rng(threads * 7 + made.length);
+    const r = rng(threads * 7 + made.size);
     const fillRows = { data: Float32Array.from({ length: 6 * 8 }, () => r() * 2 - 1), dims: [1, 6, 2, 4] };
     w.cache.update(fillRows, { data: fillRows.data.map((x) => -x * 0.5), dims: fillRows.dims }, 2);
     // Heap tensors whose old views go stale when memory grows.
@@ -117,7 +117,7 @@ class World {
     if (!this.alive) return;
     if (this.cache.disposed) {
       this.cache = this.s.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 4 });
-      const r = rng(made.length * 31 + 5);
+      const r = rng(made.size * 31 + 5);
       const rows = { data: Float32Array.from({ length: 64 }, () => r() * 2 - 1), dims: [1, 8, 2, 4] };
       this.cache.update(rows, { data: rows.data.map((x) => -x * 0.5), dims: rows.dims }, 0); // (writes may not leave a hole: all 8 rows)
       this.ghost = null;
@@ -132,7 +132,7 @@ let worlds = {};
 async function world(threads) {
   let w = worlds[threads];
   if (!w || !w.alive || w.heapBytes() > 512 * MiB) {
-    if (w && w.alive) w.s.dispose();
+    if (w) { if (w.alive) w.s.dispose(); made.delete(w.s); }
     w = worlds[threads] = await World.make(threads);
   }
   w.repair();
