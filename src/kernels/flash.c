@@ -49,7 +49,7 @@ typedef struct flash_plan {
     int32_t rows;          /* R = Sq * r per (b, hk) */
     int32_t blocks;        /* per (b, hk) */
     int32_t chunks;        /* key chunks per block (1 = no split) */
-    int32_t chunk_keys;    /* keys per chunk, a multiple of TILE_KEYS */
+    int64_t chunk_keys;    /* keys per chunk, a multiple of TILE_KEYS (may pass INT32_MAX) */
     int32_t dim_pad;       /* D rounded up to 4 */
     uint64_t thread_bytes; /* per-thread scratch, ALIGN multiple (saturating) */
     char * scratch;        /* [n_threads][thread_bytes] then partials */
@@ -82,9 +82,10 @@ static uint64_t partial_floats_for(int32_t dim_pad) {
 }
 
 /* Validated problems have n_keys >= 1, B * Sq * Hq * D <= SIZE_MAX / 4 and,
- * by the checks in contract/, B * Sq * Hq, D and n_keys <= SDPA_INDEX_LIMIT,
- * so these int32 values (chunk_keys <= n_keys + 63 included) hold and every
- * count below is >= 1. */
+ * by the checks in contract/, B * Sq * Hq and D <= SDPA_INDEX_LIMIT, so these
+ * int32 values hold and every count below is >= 1. Key positions may reach
+ * INT32_MAX (a paged cache's maxSeqLen costs only its page table): the key
+ * arithmetic that rounds or steps past n_keys is int64. */
 static void make_plan(flash_plan * f, const sdpa_problem * p) {
     f->p = p;
     f->rows = p->q_len * p->group;
@@ -95,8 +96,9 @@ static void make_plan(flash_plan * f, const sdpa_problem * p) {
         chunks = ceil_div(p->n_keys, CHUNK_MIN_KEYS);
         if (chunks > CHUNK_MAX_COUNT) chunks = CHUNK_MAX_COUNT;
     }
-    f->chunk_keys = ceil_div(ceil_div(p->n_keys, chunks), TILE_KEYS) * TILE_KEYS;
-    f->chunks = ceil_div(p->n_keys, f->chunk_keys);
+    /* a cache's maxSeqLen may be near INT32_MAX: rounding up to a tile must not wrap */
+    f->chunk_keys = (int64_t)ceil_div(ceil_div(p->n_keys, chunks), TILE_KEYS) * TILE_KEYS;
+    f->chunks = (int32_t)(((int64_t)p->n_keys + f->chunk_keys - 1) / f->chunk_keys);
     f->thread_bytes = thread_bytes(f->dim_pad);
 }
 
@@ -338,7 +340,7 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
     for (int32_t x = 0; x < n; x++) if (st->limit[x] > end) end = st->limit[x];
     if (t1 > end) t1 = end;  /* causal: tiles above the diagonal are skipped */
     uint32_t touch = 0;
-    for (int32_t ts = t0; ts < t1; ts += TILE_KEYS) {
+    for (int64_t ts = t0; ts < t1; ts += TILE_KEYS) {  /* int64: t1 may be near INT32_MAX */
         const int32_t nt = t1 - ts < TILE_KEYS ? t1 - ts : TILE_KEYS;
         const int32_t nt4 = (nt + 3) & ~3;
         const float * k = sdpa_kv_key(&p->kv, b, hk, ts);    /* the tile loader */
@@ -493,9 +495,9 @@ static void compute_unit(void * arg, int32_t unit, int32_t thread) {
     char * scratch = f->scratch + (size_t)thread * (size_t)f->thread_bytes;
     block_state st;
     block_setup(f, &st, scratch, b, hk, blk);
-    const int32_t t0 = chunk * f->chunk_keys;
-    const int32_t t1 = f->chunk_keys < p->n_keys - t0 ? t0 + f->chunk_keys : p->n_keys;
-    block_keys(f, &st, b, hk, t0, t1);
+    const int64_t t0 = chunk * f->chunk_keys;  /* < n_keys */
+    const int32_t t1 = (int32_t)(f->chunk_keys < p->n_keys - t0 ? t0 + f->chunk_keys : p->n_keys);
+    block_keys(f, &st, b, hk, (int32_t)t0, t1);
     const int32_t D = p->head_dim, Dp = f->dim_pad;
     if (f->chunks == 1) {
         for (int32_t x = 0; x < st.n; x++) {
