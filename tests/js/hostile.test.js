@@ -201,6 +201,49 @@ test('1: boundary and huge dims, products beyond 2^32 and 2^53, cache sizes whos
   cache.dispose(); hout.dispose();
 });
 
+test('1 (N): cache maxSeqLen at and above 2^31 - 1: JS and C agree on it, and attending its unwritten rows does not trap', () => {
+  const s = s1;
+  const failures = [];
+  const row = (x) => ({ data: new Float32Array(4).fill(x), dims: [1, 1, 1, 4] });
+  for (const maxSeqLen of [2 ** 31 - 1, 2 ** 31, 2 ** 32 - 1, 2 ** 32 + 1, 2 ** 32 + 8, 2 ** 40 + 3]) {
+    const label = `maxSeqLen ${maxSeqLen}`;
+    const r = attempt(() => s.createKVCache({ maxSeqLen, numKvHeads: 1, headDim: 4 }));
+    if (!r.ok) {
+      if (!(r.err instanceof SdpaError) || !['E_DIMS', 'E_OOM'].includes(r.err.code)) failures.push(`${label}: ${describeErr(r.err)}`);
+      // the message names the value given, not its int32 wrap
+      else if (/-\d/.test(r.err.message) || (r.err.code === 'E_DIMS' && !r.err.message.includes(String(maxSeqLen)))) failures.push(`${label}: the message shows another value: ${r.err.message}`);
+      continue;
+    }
+    const c = r.value;
+    try {
+      if (c.maxSeqLen !== maxSeqLen) failures.push(`${label}: cache.maxSeqLen is ${c.maxSeqLen}`);
+      // Rows 0 and 1, then row 1 read back: C must hold at least as many rows as JS says.
+      for (const [i, x] of [[0, 1], [1, 2]]) {
+        const u = attempt(() => c.update(row(x), row(-x), i));
+        if (!u.ok) failures.push(`${label}: update row ${i}: ${describeErr(u.err)}`);
+      }
+      const back = attempt(() => c.read(1, 1));
+      if (!back.ok || back.value.k.data[0] !== 2) failures.push(`${label}: row 1 read back: ${back.ok ? back.value.k.data[0] : describeErr(back.err)}`);
+      // The last rows (never written: zeros), and attending all of them from the last position.
+      const last = attempt(() => c.read(maxSeqLen - 1, 1));
+      if (!last.ok && !(last.err instanceof SdpaError)) failures.push(`${label}: read the last row: ${describeErr(last.err)}`);
+      else if (last.ok && last.value.k.data.some((x) => x !== 0)) failures.push(`${label}: the last row is not zeros`);
+      const sp = Math.min(maxSeqLen, 2 ** 31 - 1) - 1;
+      const a = attempt(() => c.attend({ data: new Float32Array(4).fill(1), dims: [1, 1, 1, 4] }, { startPos: sp }));
+      if (!a.ok && !(a.err instanceof SdpaError)) failures.push(`${label}: attend at ${sp} over unwritten rows: ${describeErr(a.err)}`);
+      else if (a.ok) {
+        // keys: row 0 (1s), row 1 (2s), sp - 1 zero rows; values -1, -2, 0
+        const N = sp + 1, s0 = 4 * 1 / 2, s1 = 4 * 2 / 2, mx = s1;
+        const w0 = Math.exp(s0 - mx), w1 = 1, wz = (N - 2) * Math.exp(-mx);
+        const want = (-1 * w0 - 2 * w1) / (w0 + w1 + wz);
+        const m = attempt(() => assertCloseTo(a.value.data, new Float64Array(4).fill(want), ''));
+        if (!m.ok) failures.push(`${label}: attend at ${sp}: ${a.value.data[0]}, expected ${want}`);
+      }
+    } finally { c.dispose(); }
+  }
+  assert.ok(failures.length === 0, `${failures.length} problems:\n  ${failures.join('\n  ')}`);
+});
+
 // ===========================================================================
 // 2. Typed-array properties are trusted
 
