@@ -137,12 +137,31 @@ export interface AttentionPlan {
   reasons: string[];
 }
 
+/** How a cache stores its rows (CONTRACT.md section 3, "Cache dtypes"). */
+export type CacheDType = 'float32' | 'float16' | 'int8';
+
 export interface KVCacheOptions {
   batch?: number;
   maxSeqLen: number;
   numKvHeads: number;
   headDim: number;
-  dtype?: 'float32';
+  /**
+   * 'float32' (default); 'float16' (IEEE binary16, round to nearest even);
+   * 'int8' (ExecuTorch's per-token asymmetric quantization: a float32 scale
+   * and an int8 zero point per row). Writes take float32 and convert.
+   */
+  dtype?: CacheDType;
+}
+
+/** One half of KVCache.readRaw: the stored form of some rows. */
+export interface RawRows {
+  /** float32 values, float16 bits, or int8 values; [B, length, Hkv, D]. */
+  data: Float32Array | Uint16Array | Int8Array;
+  dims: number[];
+  dtype: CacheDType;
+  /** int8 only: one per (batch row, row, head), [B, length, Hkv]. */
+  scales?: Float32Array;
+  zeroPoints?: Int8Array;
 }
 
 /**
@@ -159,7 +178,7 @@ export class KVCache {
   readonly maxSeqLen: number;
   readonly numKvHeads: number;
   readonly headDim: number;
-  readonly dtype: 'float32';
+  readonly dtype: CacheDType;
   readonly disposed: boolean;
   /** Rows written: the highest written row + 1 (truncate lowers it). */
   readonly length: number;
@@ -183,6 +202,8 @@ export class KVCache {
   step(q: FloatTensor, k: FloatTensor, v: FloatTensor, opts?: StepOptions): OutputTensor;
   /** Copies of rows start .. start+length-1, each [B, length, Hkv, D] (rows never written: zeros). */
   read(start: number, length: number): { k: OutputTensor; v: OutputTensor };
+  /** The stored form of rows start .. start+length-1 (float16 bits, int8 values with scales and zero points). */
+  readRaw(start: number, length: number): { k: RawRows; v: RawRows };
   /**
    * Keeps rows 0 .. length-1 (rollback): whole pages past them go back to the
    * pool, rows past `length` read as zeros again. O(pages). E_CAPACITY past `length`.

@@ -88,7 +88,8 @@ const char * sdpa_status_code(sdpa_status status);
 typedef enum sdpa_dtype {
     SDPA_DTYPE_FLOAT32 = 1,  ///< float
     SDPA_DTYPE_BOOL = 2,     ///< uint8_t, masks only: non-zero = attend
-    SDPA_DTYPE_FLOAT16 = 3,  ///< reserved; rejected with SDPA_E_DTYPE today
+    SDPA_DTYPE_FLOAT16 = 3,  ///< caches only: IEEE binary16, round to nearest even on write
+    SDPA_DTYPE_INT8 = 4,     ///< caches only: ExecuTorch's per-token asymmetric int8 (scale + zero point per row)
 } sdpa_dtype;
 
 /// A caller-owned dense tensor. `len` is the element count the buffer really
@@ -185,7 +186,9 @@ sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,
 /// head_dim) keys and as many values: a page table (one pointer per
 /// SDPA_PAGE_ROWS rows of max_seq_len, batch row and head) and no pages yet;
 /// reserves scratch for attending over it. Unwritten rows read as zeros.
-/// dtype must be SDPA_DTYPE_FLOAT32. E_ARG (NULL out), E_DIMS, E_HEADS,
+/// dtype: SDPA_DTYPE_FLOAT32, _FLOAT16 or _INT8 (how rows are stored; writes
+/// convert float32 input, reads and attention see the stored values decoded
+/// to float32, see docs/CONTRACT.md). E_ARG (NULL out), E_DIMS, E_HEADS,
 /// E_DTYPE, E_OOM.
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
                                  int32_t kv_heads, int32_t head_dim, int32_t dtype,
@@ -206,13 +209,18 @@ int32_t sdpa_kv_cache_length(const sdpa_kv_cache * cache);
 /// Pages the cache holds (batch rows x heads x written pages), shared ones included.
 int32_t sdpa_kv_cache_pages(const sdpa_kv_cache * cache);
 
-/// The K (which = 0) or V (which = 1) block [SDPA_PAGE_ROWS, D] of page
+/// The K (which = 0) or V (which = 1) block (SDPA_PAGE_ROWS rows of D
+/// elements of the cache's dtype; for int8 the page's scales and zero points
+/// follow both blocks, see src/cache/kv_format.h) of page
 /// `page` (rows page*SDPA_PAGE_ROWS ..) of batch row b, KV head h; NULL when
 /// that page was never written (it reads as zeros) or out of range. For
 /// zero-copy readers and tests; owned by the pool, valid until the next
 /// write, truncate or free of this cache or of a fork sharing it.
-const float * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t h, int32_t page,
-                                 int32_t which);
+const void * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t h, int32_t page,
+                                int32_t which);
+
+/// SDPA_DTYPE_FLOAT32, _FLOAT16 or _INT8: how the cache stores its rows.
+int32_t sdpa_kv_cache_dtype(const sdpa_kv_cache * cache);
 
 /// Writes k, v [B, Snew, Hkv, D] at rows start_pos .. start_pos+Snew-1
 /// (ExecuTorch update_cache), taking pages as needed (a shared page is
@@ -244,6 +252,16 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache,
 sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
                                int32_t start, int32_t length,
                                sdpa_tensor * key_out, sdpa_tensor * value_out);
+
+/// The stored form of rows start .. start+length-1 of K (which = 0) or V
+/// (which = 1): `data` gets (batch, length, kv_heads, head_dim) elements of the
+/// cache dtype (float32; float16 as its uint16 bits; int8), exactly
+/// `data_bytes` bytes; for an int8 cache `scales` (float32) and `zero_points`
+/// (int8) get one value per (batch, row, head), else they may be NULL.
+/// E_ARG, E_DIMS (size), E_START_POS, E_CAPACITY.
+sdpa_status sdpa_kv_cache_read_raw(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start,
+                                   int32_t length, int32_t which, void * data, size_t data_bytes,
+                                   float * scales, int8_t * zero_points);
 
 /// Keeps rows 0 .. length-1: whole pages past them go back to the pool, the
 /// rows past `length` in the last kept page become zeros (that page is

@@ -29,6 +29,8 @@ export const INTERNALS = Symbol.for('sdpa-wasm.internals');
 const MAX_ALLOC = 0x7fff0000;
 
 const CACHE_OPTIONS = Object.freeze(['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype']);
+/** Cache dtypes -> sdpa_dtype (include/sdpa.h). */
+const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { float32: 1, float16: 3, int8: 4 }));
 
 /**
  * Loads the wasm build and makes an instance.
@@ -121,10 +123,10 @@ function makeInstance(core, info) {
     const headDim = checkSize(ck, o.headDim, 'headDim', { required: given });
     const dtype = o.dtype === undefined || o.dtype === null ? 'float32' : o.dtype;
     if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
-    else if (dtype !== 'float32') ck.add('E_DTYPE', `dtype '${dtype}' is not supported; caches are 'float32'`);
-    if (batch && maxSeqLen && numKvHeads && headDim) {
+    else if (CACHE_DTYPES[dtype] === undefined) ck.add('E_DTYPE', `dtype '${dtype}' is not supported; caches are 'float32', 'float16' or 'int8'`);
+    if (batch && maxSeqLen && numKvHeads && headDim && CACHE_DTYPES[dtype] !== undefined) {
       // Pages are allocated as rows are written; what must fit now is one page and the page table.
-      const geo = { batch, maxSeqLen, numKvHeads, headDim };
+      const geo = { batch, maxSeqLen, numKvHeads, headDim, dtype };
       const page = pageBytes(geo), table = tableBytes(geo);
       if (page > MAX_ALLOC || table > MAX_ALLOC) {
         ck.add('E_OOM', `a cache of [${batch}, ${maxSeqLen}, ${numKvHeads}, ${headDim}] needs pages of ${formatBytes(page)} (${PAGE_ROWS} rows) and a page table of ${formatBytes(table)}; each must be one wasm allocation (< 2 GiB)`);
@@ -134,10 +136,10 @@ function makeInstance(core, info) {
     ck.done();
     const outAt = core.slot('ptr');
     core.views().u32[outAt >>> 2] = 0;
-    const st = M._sdpa_kv_cache_create(core.ctx, batch, maxSeqLen, numKvHeads, headDim, 1, outAt);
+    const st = M._sdpa_kv_cache_create(core.ctx, batch, maxSeqLen, numKvHeads, headDim, CACHE_DTYPES[dtype], outAt);
     core.check(st, fn);
     const ptr = core.views().u32[outAt >>> 2];
-    const cache = new KVCache(core, ptr, { batch, maxSeqLen, numKvHeads, headDim });
+    const cache = new KVCache(core, ptr, { batch, maxSeqLen, numKvHeads, headDim, dtype });
     core.caches.add(cache);
     return cache;
   }

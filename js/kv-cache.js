@@ -20,8 +20,19 @@ import { typedArrayTag, isArray } from './intrinsics.js';
 /** Token rows per page: SDPA_PAGE_ROWS in include/sdpa.h. */
 export const PAGE_ROWS = 64;
 
-/** Bytes of one page (its K and V blocks) for a cache geometry. */
-export const pageBytes = (geo) => 2 * PAGE_ROWS * geo.headDim * 4;
+const ELEM_BYTES = Object.freeze({ float32: 4, float16: 2, int8: 1 });
+
+/**
+ * Bytes of one page for a cache geometry (src/cache/kv_format.h): K and V
+ * blocks, and for int8 a float32 scale and an int8 zero point per row of
+ * each; rounded up to 64.
+ */
+export function pageBytes(geo) {
+  const dtype = geo.dtype || 'float32';
+  let bytes = 2 * PAGE_ROWS * geo.headDim * ELEM_BYTES[dtype];
+  if (dtype === 'int8') bytes += 2 * PAGE_ROWS * 4 + 2 * PAGE_ROWS;
+  return Math.ceil(bytes / 64) * 64;
+}
 
 /** Bytes of a cache's page table (one wasm32 pointer per page of maxSeqLen, batch row and head). */
 export const tableBytes = (geo) => geo.batch * geo.numKvHeads * Math.ceil(geo.maxSeqLen / PAGE_ROWS) * 4;
@@ -59,7 +70,8 @@ export class KVCache {
   get maxSeqLen() { return this.#geo.maxSeqLen; }
   get numKvHeads() { return this.#geo.numKvHeads; }
   get headDim() { return this.#geo.headDim; }
-  get dtype() { return 'float32'; }
+  /** How rows are stored: 'float32', 'float16' or 'int8' (writes convert; reads and attention see the stored values). */
+  get dtype() { return this.#geo.dtype; }
   get disposed() { return this.#disposed; }
 
   /** Rows written: the highest written row + 1 (0 once disposed). */
@@ -219,6 +231,50 @@ export class KVCache {
       };
     } finally {
       c.free(pk); c.free(pv);
+    }
+  }
+
+  /**
+   * The stored form of rows start .. start+length-1: { k, v }, each
+   * { data, dims [B, length, Hkv, D], dtype } with data a Float32Array
+   * (float32), Uint16Array (float16 bits) or Int8Array (int8); an int8 cache
+   * adds scales (Float32Array) and zeroPoints (Int8Array), [B, length, Hkv].
+   */
+  readRaw(start, length) {
+    const fn = 'KVCache.readRaw';
+    const ck = new Checks(fn);
+    const s = checkStartPos(ck, start, 'start', true);
+    const n = checkSize(ck, length, 'length');
+    if (s !== null && n !== null && s + n > this.#geo.maxSeqLen) {
+      ck.add('E_CAPACITY', `reading ${n} rows at start ${s} needs ${s + n} rows but the cache holds maxSeqLen = ${this.#geo.maxSeqLen}`);
+    }
+    this.#checkAlive(ck);
+    ck.done();
+    const c = this.#core;
+    const { batch, numKvHeads, headDim, dtype } = this.#geo;
+    const dims = [batch, n, numKvHeads, headDim];
+    const rows = batch * n * numKvHeads, bytes = rows * headDim * ELEM_BYTES[dtype];
+    const int8 = dtype === 'int8';
+    const Ctor = dtype === 'float32' ? Float32Array : dtype === 'float16' ? Uint16Array : Int8Array;
+    const result = {};
+    let pd = 0, ps = 0, pz = 0;
+    try {
+      pd = c.malloc(bytes, fn, 'a temporary copy of the stored rows');
+      if (int8) { ps = c.malloc(rows * 4, fn, 'a temporary copy of the scales'); pz = c.malloc(rows, fn, 'a temporary copy of the zero points'); }
+      for (const [which, name] of [[0, 'k'], [1, 'v']]) {
+        c.check(c.M._sdpa_kv_cache_read_raw(c.ctx, this.#ptr, s, n, which, pd, bytes, ps, pz), fn);
+        // (a typed array's slice copies into a fresh, unshared buffer)
+        const u8 = c.views().u8;
+        const part = { data: new Ctor(u8.slice(pd, pd + bytes).buffer), dims: dims.slice(), dtype };
+        if (int8) {
+          part.scales = new Float32Array(u8.slice(ps, ps + rows * 4).buffer);
+          part.zeroPoints = new Int8Array(u8.slice(pz, pz + rows).buffer);
+        }
+        result[name] = part;
+      }
+      return result;
+    } finally {
+      c.free(pd); c.free(ps); c.free(pz);
     }
   }
 

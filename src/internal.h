@@ -9,6 +9,7 @@
 
 #include "sdpa.h"
 #include "threadpool/threadpool.h"
+#include "cache/kv_format.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -46,15 +47,17 @@ struct sdpa_ctx {
 
 /* A paged KV cache (cache/kv_cache.c). Row t of batch row b and KV head h
  * lives in page table[b * Hkv + h][t / SDPA_PAGE_ROWS], at row
- * t % SDPA_PAGE_ROWS; a page is its K block [SDPA_PAGE_ROWS, D] then its V
- * block [SDPA_PAGE_ROWS, D]. Unwritten pages are the pool's zero page. */
+ * t % SDPA_PAGE_ROWS, stored as `format` says (cache/kv_format.h: K block,
+ * V block, int8 scales and zero points). Unwritten pages are the pool's zero
+ * page (all bytes 0: every format decodes it to 0.0). */
 struct sdpa_kv_cache {
     sdpa_ctx * ctx;             /* owns the pages; outlives the cache */
     int32_t batch, max_seq_len, kv_heads, head_dim;
     int32_t length;             /* rows written: the highest written row + 1 */
     int32_t pages_per_head;     /* ceil(max_seq_len / SDPA_PAGE_ROWS) */
-    size_t  page_bytes;         /* K block + V block */
-    float ** table;             /* [B * Hkv][pages_per_head] */
+    size_t  page_bytes;         /* format.page_bytes */
+    sdpa_page_format format;
+    void ** table;              /* [B * Hkv][pages_per_head] */
 };
 
 /* Key/value source of an attention call: either caller tensors in
@@ -67,20 +70,29 @@ typedef struct sdpa_kv_view {
     const float * v;
     int32_t batch, len, heads, dim;
     size_t stride_b, stride_t, stride_h;
-    float * const * pages;      /* the cache's table, or NULL */
+    void * const * pages;              /* the cache's table, or NULL */
     int32_t pages_per_head;
+    const sdpa_page_format * format;   /* the cache's page format, or NULL */
 } sdpa_kv_view;
 
-/* Floats between consecutive key (or value) rows. */
+/* Whether rows are float32 in memory (caller tensors, float32 caches): the
+ * kernels then read them in place; other formats go through a tile loader. */
+static inline bool sdpa_kv_is_f32(const sdpa_kv_view * kv) {
+    return !kv->pages || kv->format->dtype == SDPA_DTYPE_FLOAT32;
+}
+
+/* Floats between consecutive float32 key (or value) rows. */
 static inline size_t sdpa_kv_row_stride(const sdpa_kv_view * kv) {
     return kv->pages ? (size_t)kv->dim : kv->stride_t;
 }
 
+static inline const void * sdpa_kv_page(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t) {
+    return kv->pages[((size_t)b * kv->heads + hk) * kv->pages_per_head + t / SDPA_PAGE_ROWS];
+}
+
+/* Row t of a float32 view (sdpa_kv_is_f32). */
 static inline const float * sdpa_kv_row(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t, bool value) {
-    if (kv->pages) {
-        const float * page = kv->pages[((size_t)b * kv->heads + hk) * kv->pages_per_head + t / SDPA_PAGE_ROWS];
-        return page + ((value ? (size_t)SDPA_PAGE_ROWS : 0) + (size_t)(t % SDPA_PAGE_ROWS)) * kv->dim;
-    }
+    if (kv->pages) return (const float *)sdpa_kv_raw_row(kv->format, sdpa_kv_page(kv, b, hk, t), t % SDPA_PAGE_ROWS, value);
     return (value ? kv->v : kv->k) + (size_t)b * kv->stride_b + (size_t)t * kv->stride_t + (size_t)hk * kv->stride_h;
 }
 static inline const float * sdpa_kv_key(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t) {
@@ -88,6 +100,12 @@ static inline const float * sdpa_kv_key(const sdpa_kv_view * kv, int32_t b, int3
 }
 static inline const float * sdpa_kv_value(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t) {
     return sdpa_kv_row(kv, b, hk, t, true);
+}
+
+/* Element d of row t, decoded to the float32 every reader sees (any format). */
+static inline float sdpa_kv_elem(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t, bool value, int32_t d) {
+    if (sdpa_kv_is_f32(kv)) return sdpa_kv_row(kv, b, hk, t, value)[d];
+    return sdpa_kv_decode(kv->format, sdpa_kv_page(kv, b, hk, t), t % SDPA_PAGE_ROWS, value, d);
 }
 
 /* A validated attention problem: everything a kernel needs, nothing to check. */

@@ -18,8 +18,7 @@
 #include <string.h>
 
 static size_t head_count(const sdpa_kv_cache * c) { return (size_t)c->batch * (size_t)c->kv_heads; }
-static float ** head_pages(const sdpa_kv_cache * c, size_t head) { return c->table + head * (size_t)c->pages_per_head; }
-static size_t page_floats(const sdpa_kv_cache * c) { return (size_t)SDPA_PAGE_ROWS * (size_t)c->head_dim; }
+static void ** head_pages(const sdpa_kv_cache * c, size_t head) { return c->table + head * (size_t)c->pages_per_head; }
 
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
                                  int32_t kv_heads, int32_t head_dim, int32_t dtype,
@@ -28,17 +27,21 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
     if (!ctx) return SDPA_E_ARG;
     sdpa_status s = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, dtype, out_cache);
     if (s != SDPA_OK) return s;
-    /* a page: K and V blocks of SDPA_PAGE_ROWS rows; the table: one pointer per page of maxSeqLen */
-    const uint64_t page_bytes = sdpa_size_mul(2u * SDPA_PAGE_ROWS * sizeof(float), (uint64_t)head_dim);
+    /* a page: K and V blocks of SDPA_PAGE_ROWS rows in the dtype's format
+     * (cache/kv_format.h); the table: one pointer per page of maxSeqLen */
+    sdpa_page_format format;
+    const int fits = sdpa_page_format_make(&format, dtype, head_dim);
+    const uint64_t elem = dtype == SDPA_DTYPE_FLOAT32 ? 4 : dtype == SDPA_DTYPE_FLOAT16 ? 2 : 1;
+    const uint64_t page_bytes = fits ? format.page_bytes : sdpa_size_mul(2u * SDPA_PAGE_ROWS * elem, (uint64_t)head_dim);
     const uint64_t pages_per_head = ((uint64_t)max_seq_len + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
-    const uint64_t table_bytes = sdpa_size_mul(sdpa_size_mul((uint64_t)batch * (uint64_t)kv_heads, pages_per_head), sizeof(float *));
-    if (page_bytes > SDPA_MAX_PAGE_BYTES || table_bytes > SDPA_MAX_PAGE_BYTES)
+    const uint64_t table_bytes = sdpa_size_mul(sdpa_size_mul((uint64_t)batch * (uint64_t)kv_heads, pages_per_head), sizeof(void *));
+    if (!fits || page_bytes > SDPA_MAX_PAGE_BYTES || table_bytes > SDPA_MAX_PAGE_BYTES)
         return sdpa_fail(ctx, SDPA_E_OOM,
                          "%s: a page of %d rows x head dim %d needs %llu bytes and the page table %llu bytes; each must fit in %llu bytes",
                          fn, SDPA_PAGE_ROWS, head_dim, (unsigned long long)page_bytes, (unsigned long long)table_bytes,
                          (unsigned long long)SDPA_MAX_PAGE_BYTES);
     sdpa_kv_cache * c = calloc(1, sizeof *c);
-    float ** table = malloc((size_t)table_bytes);
+    void ** table = malloc((size_t)table_bytes);
     if (!c || !table || !sdpa_page_pool_add_size(ctx->pages, (size_t)page_bytes)) {
         free(c); free(table);
         return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate the page table (%llu bytes) or the first page of %llu bytes",
@@ -49,8 +52,9 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
     c->length = 0;
     c->pages_per_head = (int32_t)pages_per_head;
     c->page_bytes = (size_t)page_bytes;
+    c->format = format;
     c->table = table;
-    float * zero = sdpa_page_pool_zero(ctx->pages, c->page_bytes);
+    void * zero = sdpa_page_pool_zero(ctx->pages, c->page_bytes);
     for (size_t i = 0; i < head_count(c) * (size_t)c->pages_per_head; i++) table[i] = zero;
     /* Scratch for any attend over this head_dim, so no step allocates.
      * Failure is not fatal: the first attend would try again and report
@@ -87,21 +91,23 @@ int32_t sdpa_kv_cache_pages(const sdpa_kv_cache * cache) {
     return held;
 }
 
-const float * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t h, int32_t page, int32_t which) {
+const void * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t h, int32_t page, int32_t which) {
     if (!cache || b < 0 || b >= cache->batch || h < 0 || h >= cache->kv_heads || page < 0 ||
         page >= cache->pages_per_head || (which != 0 && which != 1))
         return NULL;
-    const float * p = head_pages(cache, (size_t)b * cache->kv_heads + h)[page];
+    const void * p = head_pages(cache, (size_t)b * cache->kv_heads + h)[page];
     if (sdpa_page_is_zero(p)) return NULL;
-    return p + (which ? page_floats(cache) : 0);
+    return sdpa_kv_raw_row(&cache->format, p, 0, which);
 }
+
+int32_t sdpa_kv_cache_dtype(const sdpa_kv_cache * cache) { return cache ? cache->format.dtype : 0; }
 
 /* Pages [first, last] of every head that a write into them must replace:
  * the zero page (unwritten) or a page shared with a fork. */
 static uint64_t pages_to_replace(const sdpa_kv_cache * c, int32_t first, int32_t last) {
     uint64_t n = 0;
     for (size_t head = 0; head < head_count(c); head++) {
-        float ** pages = head_pages(c, head);
+        void ** pages = head_pages(c, head);
         for (int32_t p = first; p <= last; p++) n += sdpa_page_is_zero(pages[p]) || sdpa_page_refs(pages[p]) > 1;
     }
     return n;
@@ -119,12 +125,12 @@ static sdpa_status own_pages(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c,
         return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; the cache is unchanged",
                          fn, (unsigned long long)need, c->page_bytes);
     for (size_t head = 0; head < head_count(c); head++) {
-        float ** pages = head_pages(c, head);
+        void ** pages = head_pages(c, head);
         for (int32_t p = first; p <= last; p++) {
-            float * old = pages[p];
+            void * old = pages[p];
             const bool zero = sdpa_page_is_zero(old);
             if (!zero && sdpa_page_refs(old) == 1) continue;
-            float * fresh = sdpa_page_pool_take(pool, c->page_bytes);  /* cannot fail after ensure */
+            void * fresh = sdpa_page_pool_take(pool, c->page_bytes);  /* cannot fail after ensure */
             if (zero) memset(fresh, 0, c->page_bytes);
             else memcpy(fresh, old, c->page_bytes);
             sdpa_page_release(pool, old);
@@ -134,27 +140,28 @@ static sdpa_status own_pages(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c,
     return SDPA_OK;
 }
 
-/* [B, S, Hkv, D] rows <-> cache rows, for rows [start, start + len).
- * size_t cannot wrap: every dense index is below the tensor's validated
- * length B * len * Hkv * D (contract/: <= SIZE_MAX / 4), every page index
- * below pages_per_head (start + len <= maxSeqLen). */
+/* [B, S, Hkv, D] float32 rows <-> cache rows (encoded in the cache's
+ * format), for rows [start, start + len). size_t cannot wrap: every dense
+ * index is below the tensor's validated length B * len * Hkv * D (contract/:
+ * <= SIZE_MAX / 4), every page index below pages_per_head (start + len <=
+ * maxSeqLen). */
 static void copy_rows(const sdpa_kv_cache * c, const float * in_k, const float * in_v,
                       float * out_k, float * out_v, int32_t start, int32_t len) {
-    const size_t D = (size_t)c->head_dim, H = (size_t)c->kv_heads, row_bytes = D * sizeof(float);
+    const size_t D = (size_t)c->head_dim, H = (size_t)c->kv_heads;
     const bool to_cache = in_k != NULL;
     for (size_t b = 0; b < (size_t)c->batch; b++)
         for (size_t h = 0; h < H; h++) {
-            float ** pages = head_pages(c, b * H + h);
+            void ** pages = head_pages(c, b * H + h);
             for (size_t t = 0; t < (size_t)len; t++) {
                 const size_t pos = (size_t)start + t, dense = ((b * (size_t)len + t) * H + h) * D;
-                float * krow = pages[pos / SDPA_PAGE_ROWS] + (pos % SDPA_PAGE_ROWS) * D;
-                float * vrow = krow + page_floats(c);
+                void * page = pages[pos / SDPA_PAGE_ROWS];
+                const int32_t row = (int32_t)(pos % SDPA_PAGE_ROWS);
                 if (to_cache) {
-                    memcpy(krow, in_k + dense, row_bytes);
-                    memcpy(vrow, in_v + dense, row_bytes);
+                    sdpa_kv_encode_row(&c->format, page, row, 0, in_k + dense);
+                    sdpa_kv_encode_row(&c->format, page, row, 1, in_v + dense);
                 } else {
-                    memcpy(out_k + dense, krow, row_bytes);
-                    memcpy(out_v + dense, vrow, row_bytes);
+                    sdpa_kv_decode_row(&c->format, page, row, 0, out_k + dense);
+                    sdpa_kv_decode_row(&c->format, page, row, 1, out_v + dense);
                 }
             }
         }
@@ -217,6 +224,33 @@ sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
     return SDPA_OK;
 }
 
+sdpa_status sdpa_kv_cache_read_raw(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start, int32_t length,
+                                   int32_t which, void * data, size_t data_bytes, float * scales,
+                                   int8_t * zero_points) {
+    static const char fn[] = "cache.readRaw";
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status s = sdpa_check_cache_read_raw(ctx, fn, cache, start, length, which, data, data_bytes, scales, zero_points);
+    if (s != SDPA_OK) return s;
+    const sdpa_page_format * fmt = &cache->format;
+    const size_t H = (size_t)cache->kv_heads, row_bytes = (size_t)fmt->dim * fmt->elem_bytes;
+    for (size_t b = 0; b < (size_t)cache->batch; b++)
+        for (size_t h = 0; h < H; h++) {
+            void ** pages = head_pages(cache, b * H + h);
+            for (size_t t = 0; t < (size_t)length; t++) {
+                const size_t pos = (size_t)start + t, at = (b * (size_t)length + t) * H + h;
+                const void * page = pages[pos / SDPA_PAGE_ROWS];
+                const int32_t row = (int32_t)(pos % SDPA_PAGE_ROWS);
+                memcpy((char *)data + at * row_bytes, sdpa_kv_raw_row(fmt, page, row, which), row_bytes);
+                if (fmt->dtype == SDPA_DTYPE_INT8) {
+                    scales[at] = sdpa_kv_row_scale(fmt, page, row, which);
+                    zero_points[at] = sdpa_kv_row_zero_point(fmt, page, row, which);
+                }
+            }
+        }
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
+}
+
 sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t length) {
     static const char fn[] = "cache.truncate";
     if (!ctx) return SDPA_E_ARG;
@@ -230,20 +264,26 @@ sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_
         if (s != SDPA_OK) return s;
     }
     sdpa_page_pool * pool = cache->ctx->pages;
-    float * zero = sdpa_page_pool_zero(pool, cache->page_bytes);
-    const size_t D = (size_t)cache->head_dim;
+    void * zero = sdpa_page_pool_zero(pool, cache->page_bytes);
+    const sdpa_page_format * fmt = &cache->format;
     for (size_t head = 0; head < head_count(cache); head++) {
-        float ** pages = head_pages(cache, head);
+        void ** pages = head_pages(cache, head);
         for (int32_t p = keep; p < cache->pages_per_head; p++) {
             if (pages[p] == zero) continue;
             sdpa_page_release(pool, pages[p]);
             pages[p] = zero;
         }
         if (tail != 0 && !sdpa_page_is_zero(pages[keep - 1])) {
-            float * page = pages[keep - 1];
-            const size_t rows = (size_t)(SDPA_PAGE_ROWS - tail);
-            memset(page + (size_t)tail * D, 0, rows * D * sizeof(float));
-            memset(page + page_floats(cache) + (size_t)tail * D, 0, rows * D * sizeof(float));
+            /* rows tail .. ROWS-1 of K and V (and their int8 scales, zero points): all bytes 0 decode to 0.0 */
+            char * page = pages[keep - 1];
+            const size_t rows = (size_t)(SDPA_PAGE_ROWS - tail), row_bytes = (size_t)fmt->dim * fmt->elem_bytes;
+            for (int value = 0; value < 2; value++) {
+                memset((char *)(uintptr_t)sdpa_kv_raw_row(fmt, page, tail, value), 0, rows * row_bytes);
+                if (fmt->dtype == SDPA_DTYPE_INT8) {
+                    memset(page + fmt->scale_offset + ((value ? SDPA_PAGE_ROWS : 0) + (size_t)tail) * sizeof(float), 0, rows * sizeof(float));
+                    memset(page + fmt->zp_offset + (value ? SDPA_PAGE_ROWS : 0) + (size_t)tail, 0, rows);
+                }
+            }
         }
     }
     cache->length = length;
@@ -258,7 +298,7 @@ sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa
     if (s != SDPA_OK) return s;
     const size_t entries = head_count(cache) * (size_t)cache->pages_per_head;
     sdpa_kv_cache * c = malloc(sizeof *c);
-    float ** table = malloc(entries * sizeof *table);
+    void ** table = malloc(entries * sizeof *table);
     if (!c || !table) {
         free(c); free(table);
         return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate a page table of %zu bytes", fn, entries * sizeof *table);

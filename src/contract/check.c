@@ -13,6 +13,7 @@ static const char * dtype_name(int32_t dtype) {
         case SDPA_DTYPE_FLOAT32: return "float32";
         case SDPA_DTYPE_BOOL: return "bool";
         case SDPA_DTYPE_FLOAT16: return "float16";
+        case SDPA_DTYPE_INT8: return "int8";
         default: return "unknown";
     }
 }
@@ -281,9 +282,11 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         kv->stride_t = kv->stride_h = kv->stride_b = 0;
         kv->pages = cache->table;
         kv->pages_per_head = cache->pages_per_head;
+        kv->format = &cache->format;
     } else {
         kv->pages = NULL;
         kv->pages_per_head = 0;
+        kv->format = NULL;
         kv->k = k->data; kv->v = v->data;
         kv->stride_h = (size_t)D;
         kv->stride_t = (size_t)kh * (size_t)D;
@@ -402,6 +405,37 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
     return check_rows(ctx, fn, cache, start, length, "start", false);
 }
 
+sdpa_status sdpa_check_cache_read_raw(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                      int64_t start, int64_t length, int32_t which, const void * data,
+                                      uint64_t data_bytes, const float * scales, const int8_t * zero_points) {
+    if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
+    if (!data) return sdpa_fail(ctx, SDPA_E_ARG, "%s: data is missing", fn);
+    if (which != 0 && which != 1) return sdpa_fail(ctx, SDPA_E_ARG, "%s: which is %d; expected 0 (keys) or 1 (values)", fn, which);
+    const bool int8 = cache->format.dtype == SDPA_DTYPE_INT8;
+    if (int8 && (!scales || !zero_points))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: an int8 cache needs scales and zero_points buffers", fn);
+    if (length <= 0)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
+    TRY(check_rows(ctx, fn, cache, start, length, "start", false));
+    const uint64_t rows = (uint64_t)cache->batch * (uint64_t)length * (uint64_t)cache->kv_heads;
+    const uint64_t want = sdpa_size_mul(sdpa_size_mul(rows, (uint64_t)cache->head_dim), cache->format.elem_bytes);
+    if (data_bytes != want)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: data holds %llu bytes but [%d, %lld, %d, %d] %s elements take %llu", fn,
+                         (unsigned long long)data_bytes, cache->batch, (long long)length, cache->kv_heads, cache->head_dim,
+                         dtype_name(cache->format.dtype), (unsigned long long)want);
+    const uint64_t span[3] = { want, int8 ? rows * sizeof(float) : 0, int8 ? rows : 0 };
+    const void * bufs[3] = { data, scales, zero_points };
+    for (int i = 0; i < 3; i++) {
+        if (!span[i]) continue;
+        if (sdpa_page_pool_overlaps(cache->ctx->pages, bufs[i], span[i]))
+            return sdpa_fail(ctx, SDPA_E_ARG, "%s: an output lies inside cache storage; pass a separate buffer", fn);
+        for (int j = 0; j < i; j++)
+            if (span[j] && ranges_overlap(bufs[i], span[i], bufs[j], span[j]))
+                return sdpa_fail(ctx, SDPA_E_ARG, "%s: the outputs overlap each other", fn);
+    }
+    return SDPA_OK;
+}
+
 sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,
                                     int32_t max_seq_len, int32_t kv_heads, int32_t head_dim,
                                     int32_t dtype, const void * out_cache) {
@@ -411,8 +445,8 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t bat
     for (int i = 0; i < 4; i++)
         if (sizes[i] <= 0 && !(i == 2 && sizes[i] == 0))
             return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s is %d; expected a positive integer", fn, names[i], sizes[i]);
-    if (dtype != SDPA_DTYPE_FLOAT32)
-        return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: dtype %s (%d) is not supported for a cache; expected float32", fn, dtype_name(dtype), dtype);
+    if (dtype != SDPA_DTYPE_FLOAT32 && dtype != SDPA_DTYPE_FLOAT16 && dtype != SDPA_DTYPE_INT8)
+        return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: dtype %s (%d) is not supported for a cache; expected float32, float16 or int8", fn, dtype_name(dtype), dtype);
     if (kv_heads == 0)
         return sdpa_fail(ctx, SDPA_E_HEADS, "%s: numKvHeads is 0; expected a positive integer", fn);
     return SDPA_OK;

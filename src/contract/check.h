@@ -46,6 +46,12 @@ sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdp
 /* fork: a cache of this context and a place for the new one. */
 sdpa_status sdpa_check_cache_fork(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, const void * out_cache);
 
+/* read_raw: rows start .. start+length-1 of K or V in their stored form
+ * into data (exactly data_bytes), and int8 scales / zero points. */
+sdpa_status sdpa_check_cache_read_raw(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                      int64_t start, int64_t length, int32_t which, const void * data,
+                                      uint64_t data_bytes, const float * scales, const int8_t * zero_points);
+
 /* cache geometry at creation. */
 sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,
                                     int32_t max_seq_len, int32_t kv_heads, int32_t head_dim,

@@ -63,11 +63,13 @@ static uint64_t align_up(uint64_t n) {
     return n > UINT64_MAX - (ALIGN - 1) ? UINT64_MAX : (n + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
 }
 
-/* q, acc: BLOCK_ROWS x dim_pad; scores: BLOCK_ROWS x TILE_KEYS; m, l; sink.
- * The q area also holds the reference row's D doubles (see the header). */
+/* q, acc: BLOCK_ROWS x dim_pad; scores: BLOCK_ROWS x TILE_KEYS; m, l; sink;
+ * then the K and V tiles a float16 / int8 cache is decoded into, each
+ * TILE_KEYS x dim_pad. The q area also holds the reference row's D doubles
+ * (see the header). */
 _Static_assert(BLOCK_ROWS * sizeof(float) >= sizeof(double), "a reference row fits in the q area");
 static uint64_t thread_bytes(int32_t dim_pad) {
-    const uint64_t floats = sdpa_size_add(sdpa_size_mul((uint64_t)BLOCK_ROWS * 2, (uint64_t)dim_pad),
+    const uint64_t floats = sdpa_size_add(sdpa_size_mul((uint64_t)BLOCK_ROWS * 2 + 2 * TILE_KEYS, (uint64_t)dim_pad),
                                           (uint64_t)BLOCK_ROWS * TILE_KEYS + 2 * BLOCK_ROWS + 4);
     return align_up(sdpa_size_mul(floats, sizeof(float)));
 }
@@ -290,6 +292,8 @@ typedef struct block_state {
     float * m;                      /* running max */
     float * l;                      /* running sum */
     uint32_t * sink;                /* where the V-touch loads end up */
+    float * ktile;                  /* [TILE_KEYS][dim_pad]: a decoded float16 / int8 tile */
+    float * vtile;
 } block_state;
 
 static void block_setup(const flash_plan * f, block_state * st, char * scratch, int32_t b,
@@ -303,6 +307,8 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
     st->m = st->s + (size_t)BLOCK_ROWS * TILE_KEYS;
     st->l = st->m + BLOCK_ROWS;
     st->sink = (uint32_t *)(st->l + BLOCK_ROWS);
+    st->ktile = st->l + BLOCK_ROWS + 4;
+    st->vtile = st->ktile + (size_t)TILE_KEYS * Dp;
     st->row0 = blk * BLOCK_ROWS;
     st->n = f->rows - st->row0 < BLOCK_ROWS ? f->rows - st->row0 : BLOCK_ROWS;
     memset(st->q, 0, sizeof(float) * (size_t)BLOCK_ROWS * Dp * 2);  /* q pad + acc */
@@ -329,13 +335,83 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
     }
 }
 
+/* ---- the tile loader: float32 rows in place, other cache dtypes decoded -- */
+
+/* binary16 bits in u32 lanes -> float32, exactly: shifted into a float's
+ * exponent/mantissa field and scaled by 2^112 (normals and subnormals alike),
+ * Inf/NaN given an all-ones exponent. No per-lane scalar conversion. */
+static inline v128_t f16x4_to_f32x4(v128_t h) {
+    const v128_t em = wasm_v128_and(h, wasm_i32x4_splat(0x7fff));
+    const v128_t sign = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16);
+    const v128_t shifted = wasm_i32x4_shl(em, 13);
+    const v128_t finite = wasm_f32x4_mul(shifted, wasm_f32x4_splat(0x1p112f));
+    const v128_t special = wasm_v128_or(shifted, wasm_i32x4_splat(0x7f800000));
+    const v128_t is_special = wasm_i32x4_ge(em, wasm_i32x4_splat(0x7c00));
+    return wasm_v128_or(wasm_v128_bitselect(special, finite, is_special), sign);
+}
+
+static void decode_f16_row(const uint16_t * h, int32_t D, float * out) {
+    int32_t d = 0;
+    for (; d + 8 <= D; d += 8) {
+        const v128_t x = wasm_v128_load(h + d);
+        wasm_v128_store(out + d, f16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(x)));
+        wasm_v128_store(out + d + 4, f16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(x)));
+    }
+    for (; d < D; d++) out[d] = sdpa_f16_to_f32(h[d]);
+}
+
+/* (q - zero_point) * scale per element, as sdpa_kv_decode computes it. */
+static void decode_i8_row(const int8_t * q, int32_t D, int32_t zp, float scale, float * out) {
+    const v128_t vzp = wasm_f32x4_splat((float)zp), vs = wasm_f32x4_splat(scale);
+    int32_t d = 0;
+    for (; d + 16 <= D; d += 16) {
+        const v128_t x = wasm_v128_load(q + d);
+        const v128_t lo = wasm_i16x8_extend_low_i8x16(x), hi = wasm_i16x8_extend_high_i8x16(x);
+        const v128_t w[4] = { wasm_i32x4_extend_low_i16x8(lo), wasm_i32x4_extend_high_i16x8(lo),
+                              wasm_i32x4_extend_low_i16x8(hi), wasm_i32x4_extend_high_i16x8(hi) };
+        for (int j = 0; j < 4; j++)
+            wasm_v128_store(out + d + 4 * j, wasm_f32x4_mul(wasm_f32x4_sub(wasm_f32x4_convert_i32x4(w[j]), vzp), vs));
+    }
+    for (; d < D; d++) out[d] = (float)(q[d] - zp) * scale;
+}
+
+/* Rows [ts, ts + nt) of K and V of head (b, hk): float32 rows in place
+ * (row stride *ld), or a float16 / int8 page's rows decoded into the block's
+ * tiles (row stride dim_pad). Returns whether the rows were decoded. */
+static bool load_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts, int32_t nt,
+                      const float ** k, const float ** v, size_t * ld) {
+    const sdpa_kv_view * kv = &f->p->kv;
+    if (sdpa_kv_is_f32(kv)) {
+        *k = sdpa_kv_key(kv, b, hk, ts);
+        *v = sdpa_kv_value(kv, b, hk, ts);
+        *ld = sdpa_kv_row_stride(kv);
+        return false;
+    }
+    const sdpa_page_format * fmt = kv->format;
+    const void * page = sdpa_kv_page(kv, b, hk, ts);
+    const int32_t D = fmt->dim, r0 = ts % SDPA_PAGE_ROWS;
+    const size_t Dp = (size_t)f->dim_pad;
+    for (int32_t t = 0; t < nt; t++) {
+        for (int value = 0; value < 2; value++) {
+            float * out = (value ? st->vtile : st->ktile) + (size_t)t * Dp;
+            const void * raw = sdpa_kv_raw_row(fmt, page, r0 + t, value);
+            if (fmt->dtype == SDPA_DTYPE_FLOAT16) decode_f16_row(raw, D, out);
+            else decode_i8_row(raw, D, sdpa_kv_row_zero_point(fmt, page, r0 + t, value),
+                               sdpa_kv_row_scale(fmt, page, r0 + t, value), out);
+        }
+    }
+    *k = st->ktile;
+    *v = st->vtile;
+    *ld = Dp;
+    return true;
+}
+
 /* Runs keys [t0, t1) of KV head (b, hk) through the block's online softmax.
  * t0 is a multiple of TILE_KEYS, so each tile lies inside one cache page. */
 static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_t hk,
                        int32_t t0, int32_t t1) {
     const sdpa_problem * p = f->p;
     const int32_t D = p->head_dim, Dp = f->dim_pad, n = st->n;
-    const size_t ldk = sdpa_kv_row_stride(&p->kv);
     int32_t end = 0;
     for (int32_t x = 0; x < n; x++) if (st->limit[x] > end) end = st->limit[x];
     if (t1 > end) t1 = end;  /* causal: tiles above the diagonal are skipped */
@@ -343,14 +419,16 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
     for (int64_t ts = t0; ts < t1; ts += TILE_KEYS) {  /* int64: t1 may be near INT32_MAX */
         const int32_t nt = t1 - ts < TILE_KEYS ? t1 - ts : TILE_KEYS;
         const int32_t nt4 = (nt + 3) & ~3;
-        const float * k = sdpa_kv_key(&p->kv, b, hk, ts);    /* the tile loader */
-        const float * v = sdpa_kv_value(&p->kv, b, hk, ts);
+        const float * k, * v;
+        size_t ldk;
+        /* (decoded tiles are in cache already: no V touch then) */
+        const bool decoded = load_tile(f, st, b, hk, ts, nt, &k, &v, &ldk);
         /* 1. scores s[x][t] = q_x . k_t; the V rows are touched meanwhile */
         int32_t x = 0;
         for (; x + 4 <= n; x += 4) {
             for (int32_t t = 0; t < nt; t++) {
                 float d4[4];
-                if (x == 0) touch |= touch_row(v + (size_t)t * ldk, D);
+                if (x == 0 && !decoded) touch |= touch_row(v + (size_t)t * ldk, D);
                 dot4(st->q + (size_t)x * Dp, (size_t)Dp, k + (size_t)t * ldk, D, d4);
                 for (int32_t y = 0; y < 4; y++) st->s[(size_t)(x + y) * TILE_KEYS + t] = d4[y];
             }
@@ -360,7 +438,7 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
             const float * q = st->q + (size_t)x * Dp;
             int32_t t = 0;
             for (; t + 4 <= nt; t += 4) {
-                if (x == 0)
+                if (x == 0 && !decoded)
                     for (int32_t y = 0; y < 4; y++) touch |= touch_row(v + (size_t)(t + y) * ldk, D);
                 dot1x4(q, k + (size_t)t * ldk, ldk, D, s + t);
             }

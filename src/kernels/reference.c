@@ -13,9 +13,8 @@ static double score(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, int
     const int32_t D = p->head_dim, hk = h / p->group;
     if (p->is_causal && (int64_t)t > p->start_pos + i) return -INFINITY;
     const float * q = p->q + (((size_t)b * p->q_len + i) * p->q_heads + h) * D;
-    const float * k = sdpa_kv_key(&p->kv, b, hk, t);
-    double dot = 0.0;
-    for (int32_t d = 0; d < D; d++) dot += (double)q[d] * (double)k[d];
+    double dot = 0.0;  /* (each stored key element decoded to its float32 value, any cache dtype) */
+    for (int32_t d = 0; d < D; d++) dot += (double)q[d] * (double)sdpa_kv_elem(&p->kv, b, hk, t, false, d);
     double s = (double)p->scale * dot;
     if (p->mask) {
         size_t m = (size_t)i * p->mask_stride + t;
@@ -49,8 +48,7 @@ void sdpa_reference_row(const sdpa_problem * p, int32_t b, int32_t i, int32_t h,
     const int32_t hk = h / p->group;
     for (int32_t t = 0; t < N; t++) {
         double w = exp(score(p, b, i, h, t) - max) / sum;
-        const float * v = sdpa_kv_value(&p->kv, b, hk, t);
-        for (int32_t d = 0; d < D; d++) acc[d] += w * (double)v[d];
+        for (int32_t d = 0; d < D; d++) acc[d] += w * (double)sdpa_kv_elem(&p->kv, b, hk, t, true, d);
     }
     for (int32_t d = 0; d < D; d++) out[d] = (float)acc[d];
 }

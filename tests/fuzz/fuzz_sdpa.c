@@ -596,7 +596,7 @@ static void fuzz_cache(rd * r) {
     int32_t g[4];
     int expect;
     cache_geometry(r, g, &expect);
-    int32_t dtype = rare(r, 32) ? SDPA_DTYPE_FLOAT16 : SDPA_DTYPE_FLOAT32;
+    int32_t dtype = rare(r, 32) ? 5 /* not a cache dtype */ : SDPA_DTYPE_FLOAT32;
     fcache fc;
     memset(&fc, 0, sizeof fc);
     sdpa_status st = sdpa_kv_cache_create(g_ctx, g[0], g[1], g[2], g[3], dtype, &fc.c);

@@ -1,0 +1,343 @@
+/*
+ * test_dtypes.c: float16 and int8 KV caches (CONTRACT.md section 3, "Cache
+ * dtypes"), against independent implementations written here:
+ *
+ * - float16: every one of the 65536 bit patterns decodes to the value the
+ *   IEEE formula gives (computed in double with ldexp); encoding a float32
+ *   picks the nearest half, ties to the even mantissa, overflow to Inf (checked
+ *   against the decoded neighbours in double) at every midpoint between
+ *   consecutive halves, next to it, at the subnormal and overflow edges and
+ *   for random values; NaN stays NaN.
+ * - int8: ExecuTorch's choose_qparams_per_token_asymmetric + quantize_per_token,
+ *   re-derived here step by step in float32 (a tie-to-even of our own), on
+ *   ties, all-zero rows, constant rows, rows of one sign, +-large values and
+ *   non-finite ones; what the cache stores (sdpa_kv_cache_read_raw) must equal it.
+ * - attention over a float16 / int8 cache equals the float64 reference fed the
+ *   dequantized cache (sdpa_kv_cache_read) within the float32 tolerance, for
+ *   decode, prefill, masks, GQA, split-KV and D with SIMD tails; 1 and 2
+ *   threads give identical bits. The error against the original float32 K/V
+ *   is printed (it is the storage's, not the kernel's).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "naive_ref.h"
+#include "sdpa.h"
+#include "testutil.h"
+
+/* the library's codecs (src/cache/kv_format.h), tested here as a unit */
+uint16_t sdpa_f32_to_f16(float x);
+float sdpa_f16_to_f32(uint16_t h);
+
+static sdpa_ctx * g_ctx1, * g_ctx2;
+
+/* ---- float16 ----------------------------------------------------------- */
+
+static double half_value(uint16_t h) {
+    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 31) v = m ? NAN : INFINITY;
+    else if (e == 0) v = ldexp((double)m, -24);
+    else v = ldexp(1.0 + m / 1024.0, e - 15);
+    return s ? -v : v;
+}
+
+static void test_f16_decode(void) {
+    long bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const double want = half_value((uint16_t)h);
+        const float got = sdpa_f16_to_f32((uint16_t)h);
+        if (isnan(want) ? !isnan(got) : ((double)got != want || !signbit(got) != !signbit(want))) {
+            if (!bad++) TU_CHECK(0, "f16 0x%04x decodes to %.9g, expected %.9g", h, (double)got, want);
+        }
+    }
+    TU_CHECK(bad == 0, "%ld of 65536 halves decode wrong", bad);
+}
+
+/* Is h the correctly rounded half of x (nearest, ties to even, |x| >= 65520 -> Inf)? */
+static int is_rounded(float x, uint16_t h) {
+    if (isnan(x)) return ((h >> 10) & 31) == 31 && (h & 1023) != 0;
+    const double ax = fabs((double)x);
+    if ((h >> 15) != (signbit(x) ? 1 : 0) && ax != 0.0) return 0;
+    const uint16_t mag = h & 0x7fff;
+    if (ax >= 65520.0) return mag == 0x7c00;
+    if (mag >= 0x7c00) return 0;
+    const double v = half_value(mag), up = half_value((uint16_t)(mag + 1));
+    const double down = mag ? half_value((uint16_t)(mag - 1)) : -1.0;
+    const double e = fabs(v - ax);
+    if (e > fabs(up - ax)) return 0;
+    if (mag && e > fabs(down - ax)) return 0;
+    if (e == fabs(up - ax) && (mag & 1)) return 0;               /* a tie goes to the even one */
+    if (mag && e == fabs(down - ax) && (mag & 1)) return 0;
+    return 1;
+}
+
+static void test_f16_encode(void) {
+    long bad = 0, n = 0;
+    float probes[8];
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        const double a = half_value((uint16_t)h), b = half_value((uint16_t)(h + 1));
+        const float mid = (float)((a + b) / 2);  /* exact in float32: halves have 11-bit mantissas */
+        probes[0] = mid;
+        probes[1] = nextafterf(mid, 0.0f);
+        probes[2] = nextafterf(mid, INFINITY);
+        probes[3] = (float)a;
+        probes[4] = -mid;
+        probes[5] = -nextafterf(mid, INFINITY);
+        for (int i = 0; i < 6; i++, n++) {
+            const uint16_t got = sdpa_f32_to_f16(probes[i]);
+            if (!is_rounded(probes[i], got) && !bad++)
+                TU_CHECK(0, "f16(%.9g) = 0x%04x is not the nearest-even half", (double)probes[i], got);
+        }
+    }
+    const float edges[] = { 0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e10f, -1e10f, INFINITY, -INFINITY, FLT_MAX,
+                            FLT_MIN, 1e-8f, 2.9802322e-8f /* 2^-25 */, 2.9802326e-8f, 5.9604645e-8f /* 2^-24 */, 6.1035156e-5f };
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++, n++) {
+        const uint16_t got = sdpa_f32_to_f16(edges[i]);
+        if (!is_rounded(edges[i], got) && !bad++) TU_CHECK(0, "f16(%.9g) = 0x%04x", (double)edges[i], got);
+    }
+    TU_CHECK((sdpa_f32_to_f16(NAN) & 0x7c00) == 0x7c00 && (sdpa_f32_to_f16(NAN) & 0x3ff), "NaN stays NaN");
+    tu_rng rng;
+    tu_rng_seed(&rng, 5);
+    for (int i = 0; i < 200000; i++, n++) {
+        uint32_t u = (uint32_t)tu_rng_u64(&rng);
+        float x;
+        memcpy(&x, &u, 4);
+        if (isnan(x)) continue;
+        const uint16_t got = sdpa_f32_to_f16(x);
+        if (!is_rounded(x, got) && !bad++) TU_CHECK(0, "f16(%.9g) = 0x%04x", (double)x, got);
+    }
+    TU_CHECK(bad == 0, "%ld of %ld float32 -> float16 roundings wrong", bad, n);
+}
+
+/* ---- int8 (ExecuTorch's per-token asymmetric quantization) --------------- */
+
+/* round half to even, written without rint/nearbyint */
+static float round_half_even(float v) {
+    const float f = floorf(v), d = v - f;
+    if (d > 0.5f) return f + 1.0f;
+    if (d < 0.5f) return f;
+    return fmodf(f, 2.0f) == 0.0f ? f : f + 1.0f;
+}
+
+typedef struct qrow { int8_t q[64]; float scale; int8_t zp; } qrow;
+
+/* torch.ao.quantization.fx._decomposed: choose_qparams_per_token_asymmetric
+ * then quantize_per_token, every step a float32 operation. Non-finite values
+ * as the contract says: min/max over the finite ones, NaN -> zero point. */
+static qrow torch_quantize(const float * x, int n) {
+    qrow r;
+    float mn = INFINITY, mx = -INFINITY;
+    for (int i = 0; i < n; i++) if (isfinite(x[i])) { mn = fminf(mn, x[i]); mx = fmaxf(mx, x[i]); }
+    const float min_neg = fminf(mn, 0.0f), max_pos = fmaxf(mx, 0.0f);  /* (all non-finite: 0, 0) */
+    volatile float scale = (max_pos - min_neg) / (float)(127 - (-128));
+    if (scale < FLT_EPSILON) scale = FLT_EPSILON;
+    volatile float descaled_min = min_neg / scale, descaled_max = max_pos / scale;
+    volatile float err_min = -128.0f + descaled_min, err_max = 127.0f + descaled_max;
+    volatile float zp = (err_min + err_max > 0.0f) ? (-128.0f - descaled_min) : (127.0f - descaled_max);
+    zp = round_half_even(fminf(fmaxf(zp, -128.0f), 127.0f));
+    volatile float inv = 1.0f / scale;
+    for (int i = 0; i < n; i++) {
+        if (isnan(x[i])) { r.q[i] = (int8_t)zp; continue; }
+        volatile float t = x[i] * inv;
+        t = t + zp;
+        r.q[i] = (int8_t)fminf(fmaxf(round_half_even(t), -128.0f), 127.0f);
+    }
+    r.scale = scale;
+    r.zp = (int8_t)zp;
+    return r;
+}
+
+static void test_int8_rows(void) {
+    enum { D = 24 };
+    sdpa_kv_cache * c = NULL;
+    sdpa_status st = sdpa_kv_cache_create(g_ctx1, 1, 64, 1, D, SDPA_DTYPE_INT8, &c);
+    if (!TU_CHECK(st == SDPA_OK, "int8 cache: %s", sdpa_status_code(st))) return;
+    TU_CHECK(sdpa_kv_cache_dtype(c) == SDPA_DTYPE_INT8, "dtype");
+    float rows[40][D];
+    tu_rng rng;
+    tu_rng_seed(&rng, 9);
+    int nr = 0;
+    for (int d = 0; d < D; d++) rows[nr][d] = 0.0f;                                 /* all zero */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = 0.75f;                                /* constant > 0 */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = -3.0f;                                /* constant < 0 */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = (float)(d + 1);                       /* one sign */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = -(float)(d * d) * 0.01f;              /* one sign, negative */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = d % 2 ? 3e38f : -3e38f;               /* +-large */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = (d - 12) * (255.0f / 24.0f) / 10.0f;  /* near ties */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = (float)(d - 8) * 0.5f;                /* x * inv exactly .5 */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = d == 3 ? NAN : d == 5 ? INFINITY : d == 7 ? -INFINITY : (float)d - 10.0f;
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = d == 0 ? 1e-30f : 0.0f;              /* tiny: scale = FLT_EPSILON */
+    nr++;
+    while (nr < 40) {
+        const float amp = (float)pow(10.0, tu_rng_uniform(&rng, -6.0f, 6.0f));
+        for (int d = 0; d < D; d++) rows[nr][d] = tu_rng_uniform(&rng, -amp, amp * tu_rng_uniform(&rng, 0.0f, 2.0f));
+        nr++;
+    }
+    long bad = 0;
+    for (int i = 0; i < nr; i++) {
+        sdpa_tensor t = tu_tensor4(rows[i], SDPA_DTYPE_FLOAT32, 1, 1, 1, D);
+        TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &t, &t, i) == SDPA_OK, "write row %d", i);
+        int8_t q[D], zp;
+        float scale;
+        TU_CHECK(sdpa_kv_cache_read_raw(g_ctx1, c, i, 1, 0, q, sizeof q, &scale, &zp) == SDPA_OK, "read_raw: %s",
+                 sdpa_ctx_last_error(g_ctx1));
+        const qrow want = torch_quantize(rows[i], D);
+        int same = memcmp(&scale, &want.scale, 4) == 0 && zp == want.zp && memcmp(q, want.q, D) == 0;
+        if (!same && !bad++)
+            TU_CHECK(0, "row %d: scale %.9g zp %d q[0..3] %d %d %d %d; expected %.9g %d %d %d %d %d", i, (double)scale, zp,
+                     q[0], q[1], q[2], q[3], (double)want.scale, want.zp, want.q[0], want.q[1], want.q[2], want.q[3]);
+        /* read() returns (q - zp) * scale */
+        float kd[D], vd[D];
+        sdpa_tensor tk = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, 1, 1, D), tv = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, 1, 1, D);
+        TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, i, 1, &tk, &tv) == SDPA_OK, "read");
+        for (int d = 0; d < D; d++) {
+            const float deq = (float)(want.q[d] - want.zp) * want.scale;
+            if (memcmp(&kd[d], &deq, 4) != 0 && !bad++) TU_CHECK(0, "row %d: read[%d] = %g, expected %g", i, d, (double)kd[d], (double)deq);
+        }
+    }
+    TU_CHECK(bad == 0, "%ld int8 rows quantized differently from ExecuTorch's formula", bad);
+    sdpa_kv_cache_free(c);
+}
+
+/* ---- attention over compact caches ------------------------------------- */
+
+typedef struct shape { int32_t B, Hq, Hkv, D, keys, Sq; int causal, mask; } shape;
+
+static void attention_case(int32_t dtype, const shape * s, uint64_t seed) {
+    snprintf(tu_context, sizeof tu_context, "%s cache B=%d Hq=%d Hkv=%d D=%d keys=%d Sq=%d causal=%d mask=%d",
+             dtype == SDPA_DTYPE_FLOAT16 ? "float16" : "int8", s->B, s->Hq, s->Hkv, s->D, s->keys, s->Sq, s->causal, s->mask);
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    const int32_t S = s->keys;
+    const size_t nkv = (size_t)s->B * S * s->Hkv * s->D, nq = (size_t)s->B * s->Sq * s->Hq * s->D;
+    float * k = tu_malloc(nkv * 4), * v = tu_malloc(nkv * 4), * q = tu_malloc(nq * 4);
+    for (size_t i = 0; i < nkv; i++) { k[i] = tu_rng_normal(&rng); v[i] = tu_rng_normal(&rng); }
+    for (size_t i = 0; i < nq; i++) q[i] = tu_rng_normal(&rng);
+    sdpa_kv_cache * c1 = NULL, * c2 = NULL;
+    sdpa_status st1 = sdpa_kv_cache_create(g_ctx1, s->B, S, s->Hkv, s->D, dtype, &c1);
+    sdpa_status st2 = sdpa_kv_cache_create(g_ctx2, s->B, S, s->Hkv, s->D, dtype, &c2);
+    if (!TU_CHECK(st1 == SDPA_OK && st2 == SDPA_OK, "create")) return;
+    /* rows 0 .. S-Sq-1 by update, the last Sq by step */
+    const int32_t past = S - s->Sq;
+    if (past > 0) {
+        sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, s->B, past, s->Hkv, s->D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, s->B, past, s->Hkv, s->D);
+        /* (B > 1: the dense [B, past] prefix is not contiguous in [B, S]; write batch rows one by one via a copy) */
+        float * kp = tu_malloc((size_t)s->B * past * s->Hkv * s->D * 4), * vp = tu_malloc((size_t)s->B * past * s->Hkv * s->D * 4);
+        for (int32_t b = 0; b < s->B; b++) {
+            memcpy(kp + (size_t)b * past * s->Hkv * s->D, k + (size_t)b * S * s->Hkv * s->D, (size_t)past * s->Hkv * s->D * 4);
+            memcpy(vp + (size_t)b * past * s->Hkv * s->D, v + (size_t)b * S * s->Hkv * s->D, (size_t)past * s->Hkv * s->D * 4);
+        }
+        tk.data = kp; tv.data = vp;
+        TU_CHECK(sdpa_kv_cache_update(g_ctx1, c1, &tk, &tv, 0) == SDPA_OK && sdpa_kv_cache_update(g_ctx2, c2, &tk, &tv, 0) == SDPA_OK, "update");
+        free(kp); free(vp);
+    }
+    float * kl = tu_malloc((size_t)s->B * s->Sq * s->Hkv * s->D * 4), * vl = tu_malloc((size_t)s->B * s->Sq * s->Hkv * s->D * 4);
+    for (int32_t b = 0; b < s->B; b++) {
+        memcpy(kl + (size_t)b * s->Sq * s->Hkv * s->D, k + ((size_t)b * S + past) * s->Hkv * s->D, (size_t)s->Sq * s->Hkv * s->D * 4);
+        memcpy(vl + (size_t)b * s->Sq * s->Hkv * s->D, v + ((size_t)b * S + past) * s->Hkv * s->D, (size_t)s->Sq * s->Hkv * s->D * 4);
+    }
+    float * mask = NULL;
+    sdpa_tensor tm;
+    if (s->mask) {
+        mask = tu_malloc((size_t)s->Sq * S * 4);
+        for (size_t i = 0; i < (size_t)s->Sq * S; i++) mask[i] = tu_rng_unit(&rng) < 0.2 ? -INFINITY : tu_rng_uniform(&rng, -1.0f, 1.0f);
+        tm = tu_tensor2(mask, SDPA_DTYPE_FLOAT32, s->Sq, S);
+    }
+    float * o1 = tu_malloc(nq * 4), * o2 = tu_malloc(nq * 4);
+    sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, s->B, s->Sq, s->Hq, s->D);
+    sdpa_tensor tk = tu_tensor4(kl, SDPA_DTYPE_FLOAT32, s->B, s->Sq, s->Hkv, s->D), tv = tu_tensor4(vl, SDPA_DTYPE_FLOAT32, s->B, s->Sq, s->Hkv, s->D);
+    sdpa_tensor to1 = tu_tensor4(o1, SDPA_DTYPE_FLOAT32, s->B, s->Sq, s->Hq, s->D), to2 = tu_tensor4(o2, SDPA_DTYPE_FLOAT32, s->B, s->Sq, s->Hq, s->D);
+    sdpa_options opt = {.start_pos = past, .is_causal = s->causal && !s->mask};
+    st1 = sdpa_kv_cache_step(g_ctx1, c1, &tq, &tk, &tv, s->mask ? &tm : NULL, &opt, &to1);
+    st2 = sdpa_kv_cache_step(g_ctx2, c2, &tq, &tk, &tv, s->mask ? &tm : NULL, &opt, &to2);
+    TU_CHECK(st1 == SDPA_OK && st2 == SDPA_OK, "step: %s %s", sdpa_status_code(st1), sdpa_ctx_last_error(g_ctx1));
+    tu_identical("1 vs 2 threads", o1, o2, nq, tq.dims);
+    /* the reference over the stored values (read back dequantized) */
+    float * kd = tu_malloc(nkv * 4), * vd = tu_malloc(nkv * 4);
+    sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, s->B, S, s->Hkv, s->D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, s->B, S, s->Hkv, s->D);
+    TU_CHECK(sdpa_kv_cache_read(g_ctx1, c1, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+    double * ref = tu_malloc(nq * sizeof(double)), * orig = tu_malloc(nq * sizeof(double));
+    naive_params np = {.B = s->B, .Sq = s->Sq, .Skv = S, .Hq = s->Hq, .Hkv = s->Hkv, .D = s->D, .start_pos = past,
+                       .is_causal = opt.is_causal, .mask_kind = s->mask ? NAIVE_MASK_FLOAT : NAIVE_MASK_NONE,
+                       .mask = mask, .mask_cols = S};
+    TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0 && naive_sdpa(&np, q, k, v, orig) == 0, "reference");
+    tu_close("vs the float64 reference over the stored values", o1, ref, nq, tq.dims);
+    double worst = 0, mref = 0;
+    for (size_t i = 0; i < nq; i++) { worst = fmax(worst, fabs(o1[i] - orig[i])); mref = fmax(mref, fabs(orig[i])); }
+    static double worst_f16, worst_i8;
+    double * w = dtype == SDPA_DTYPE_FLOAT16 ? &worst_f16 : &worst_i8;
+    if (worst / (1 + mref) > *w) *w = worst / (1 + mref);
+    if (seed == 999) printf("  error against the original float32 K/V, / (1 + max|ref|): float16 %.2e, int8 %.2e\n", worst_f16, worst_i8);
+    sdpa_kv_cache_free(c1);
+    sdpa_kv_cache_free(c2);
+    free(k); free(v); free(q); free(kl); free(vl); free(mask); free(o1); free(o2); free(kd); free(vd); free(ref); free(orig);
+}
+
+static void test_attention(void) {
+    static const shape shapes[] = {
+        {1, 8, 2, 64, 300, 1, 1, 0},     /* decode, GQA 4, split-KV */
+        {1, 32, 8, 128, 2048, 1, 1, 0},  /* decode of a real model shape (split-KV, chunks) */
+        {1, 8, 1, 128, 700, 1, 1, 0},    /* MQA */
+        {2, 4, 2, 20, 130, 3, 1, 0},     /* B = 2, D with SIMD tails (16 + 4 for int8, 16 + 4 for float16) */
+        {1, 6, 3, 7, 90, 5, 0, 1},       /* D = 7, float mask */
+        {1, 4, 4, 33, 200, 64, 1, 0},    /* prefill-like, D = 33 */
+        {1, 14, 2, 64, 513, 1, 1, 0},    /* 513 keys: a partial tile and page */
+    };
+    const int32_t dtypes[] = {SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8};
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) attention_case(dtypes[d], &shapes[i], 100 + i);
+    attention_case(SDPA_DTYPE_INT8, &shapes[0], 999);  /* prints the errors against float32 */
+}
+
+static void test_bytes(void) {
+    sdpa_kv_cache * f32 = NULL, * f16 = NULL, * i8 = NULL;
+    sdpa_kv_cache_create(g_ctx1, 1, 64, 8, 128, SDPA_DTYPE_FLOAT32, &f32);
+    sdpa_kv_cache_create(g_ctx1, 1, 64, 8, 128, SDPA_DTYPE_FLOAT16, &f16);
+    sdpa_kv_cache_create(g_ctx1, 1, 64, 8, 128, SDPA_DTYPE_INT8, &i8);
+    float * x = calloc((size_t)64 * 8 * 128, 4);
+    sdpa_tensor t = tu_tensor4(x, SDPA_DTYPE_FLOAT32, 1, 64, 8, 128);
+    sdpa_memory_stats m0, m1, m2, m3;
+    sdpa_ctx_memory(g_ctx1, &m0);
+    sdpa_kv_cache_update(g_ctx1, f32, &t, &t, 0);
+    sdpa_ctx_memory(g_ctx1, &m1);
+    sdpa_kv_cache_update(g_ctx1, f16, &t, &t, 0);
+    sdpa_ctx_memory(g_ctx1, &m2);
+    sdpa_kv_cache_update(g_ctx1, i8, &t, &t, 0);
+    sdpa_ctx_memory(g_ctx1, &m3);
+    const double b32 = (double)(m1.bytes_in_use - m0.bytes_in_use), b16 = (double)(m2.bytes_in_use - m1.bytes_in_use),
+                 b8 = (double)(m3.bytes_in_use - m2.bytes_in_use);
+    printf("  pages of 64 rows x 8 heads x D 128: float32 %.0f, float16 %.0f (%.3f x), int8 %.0f (%.3f x) bytes\n", b32, b16,
+           b16 / b32, b8, b8 / b32);
+    TU_CHECK(b16 / b32 <= 0.501 && b8 / b32 <= 0.27, "compact pages: float16 %.3f x, int8 %.3f x of float32", b16 / b32, b8 / b32);
+    free(x);
+    sdpa_kv_cache_free(f32);
+    sdpa_kv_cache_free(f16);
+    sdpa_kv_cache_free(i8);
+}
+
+int main(void) {
+    double t0 = tu_seconds();
+    if (!tu_ctx_pair(&g_ctx1, &g_ctx2)) return 1;
+    test_f16_decode();
+    test_f16_encode();
+    test_int8_rows();
+    test_attention();
+    test_bytes();
+    sdpa_ctx_free(g_ctx1);
+    sdpa_ctx_free(g_ctx2);
+    printf("  %.2f s\n", tu_seconds() - t0);
+    return tu_summary("test_dtypes");
+}
