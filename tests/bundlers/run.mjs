@@ -187,15 +187,17 @@ const row = (name, fn) => rows.push({ name, fn });
 const q = (opts) => (opts ? `opts=${encodeURIComponent(JSON.stringify(opts))}` : '');
 
 /** A page that must decode correctly, on the isolated or the plain site. */
-function decodeRow(label, pagePath, { opts = null, extra = '', iso, dev = false, csp = false }) {
+function decodeRow(label, pagePath, { opts = null, extra = '', iso, dev = false, csp = false, given = null }) {
   row(`${label} | ${iso ? 'isolated: threads build' : 'not isolated: single-thread fallback'}`, async (S) => {
     const base = dev ? (iso ? S.viteDevIso : S.viteDevPlain) : csp ? S.csp : iso ? S.iso : S.plain;
     const query = [q(opts), extra(S)].filter(Boolean).join('&');
     const { r, problems, logs, fetched, ms } = await openAndWait(`${base}${pagePath.slice(1)}${query ? `?${query}` : ''}`);
     const say = () => `${JSON.stringify(r)}\n${logs.join('\n')}`;
     // each file downloaded once: the glue is never both bundled and fetched, pool workers share it
+    // (with wasmBinary/wasmModule the one wasm download is the app's)
     if (!dev && !csp) {
       assert(fetched.wasm.length === 1, `the wasm was downloaded ${fetched.wasm.length} times: ${fetched.wasm.join(', ')}`);
+      if (given) assert(fetched.wasm[0].includes('/given/'), `the wasm was fetched by createSdpa although ${given} was given: ${fetched.wasm[0]}`);
       assert(fetched.mjs.length === 1, `the glue was downloaded ${fetched.mjs.length} times: ${fetched.mjs.join(', ')}`);
     }
     assert(r.ok === true, `decode failed: ${say()}`);
@@ -204,7 +206,8 @@ function decodeRow(label, pagePath, { opts = null, extra = '', iso, dev = false,
     if (iso) assert(r.info.threads >= Math.min(2, S.cores), `threads ${r.info.threads} on ${S.cores} cores`);
     else assert(r.info.threads === 1, `threads ${r.info.threads}`);
     assert(r.steps > 0 && r.maxErr < 1e-5, `max error ${r.maxErr} vs the float64 reference`);
-    if (iso) assert(r.warnings.length === 0, `warnings ${JSON.stringify(r.warnings)}`);
+    // (the app that hands over the single-thread wasm chose that build: nothing to warn about)
+    if (iso || given) assert(r.warnings.length === 0, `warnings ${JSON.stringify(r.warnings)}`);
     else {
       assert(r.warnings.length === 1 && /single-thread/.test(r.warnings[0]) && /crossOriginIsolated is false/.test(r.warnings[0]),
         `expected one fallback console.warn, got ${JSON.stringify(r.warnings)}`);
@@ -235,6 +238,7 @@ function failRow(label, pagePath, { opts, iso = true, must, bound = 10_000, extr
   });
 }
 
+const IM = '/importmap/importmap.html';
 const esc = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const noExtra = () => '';
 
@@ -251,10 +255,17 @@ for (const iso of [true, false]) {
     iso, extra: (S) => `module=${encodeURIComponent(`${S.cdn}sdpa-wasm/js/index.js`)}`,
   });
 }
+for (const iso of [true, false]) {
+  const file = iso ? 'sdpa-simd-threads.wasm' : 'sdpa-simd.wasm';
+  for (const as of ['module', 'binary']) {
+    decodeRow(`import map, wasm${as === 'module' ? 'Module' : 'Binary'} from the app`, IM, {
+      iso, given: `wasm${as === 'module' ? 'Module' : 'Binary'}`, extra: () => `wasm=${encodeURIComponent(`/given/${file}`)}&as=${as}`,
+    });
+  }
+}
 decodeRow('vite, threads: 4 asked', '/out/vite/index.html', { iso: false, opts: { threads: 4 }, extra: noExtra });
 decodeRow("import map, CSP script-src 'self' (no blob:)", '/importmap/importmap.html', { iso: true, csp: true, extra: noExtra });
 
-const IM = '/importmap/importmap.html';
 failRow('404 wasm (wasmPaths map, threads build)', IM, {
   opts: { wasmPaths: { 'sdpa-simd-threads.wasm': '/missing/sdpa-simd-threads.wasm' } },
   must: (S) => [new RegExp(`GET ${esc(S.iso)}missing/sdpa-simd-threads\\.wasm`), /HTTP 404/, /check wasmPaths\['sdpa-simd-threads\.wasm'\]/],
@@ -316,8 +327,9 @@ try {
   assert(fs.existsSync(CHROMIUM), `no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
   assert(fs.existsSync(path.join(REPO, 'dist/sdpa-simd-threads.wasm')), 'dist/ is not built (npm run build -- --wasm)');
   const app = await setup();
-  const iso = await serve({ port: 0, webDir: app, pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: true });
-  const plain = await serve({ port: 0, webDir: app, pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: false });
+  const given = [['/given/', path.join(app, 'node_modules/sdpa-wasm/dist')]]; // the app's own copy of the wasm
+  const iso = await serve({ port: 0, webDir: app, pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: true, mounts: given });
+  const plain = await serve({ port: 0, webDir: app, pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: false, mounts: given });
   const cdn = await serve({ port: 0, webDir: path.join(app, 'node_modules'), pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: false, cors: true });
   const nocors = await serve({ port: 0, webDir: path.join(app, 'node_modules'), pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: false });
   // A strict CSP: no blob:, no inline script but the import map page's own two (by hash).
