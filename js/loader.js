@@ -15,9 +15,10 @@
 // How they load: the loader reads (Node: fs) or fetches (browsers) the .wasm
 // itself, so a failure names the URL really requested and its HTTP status; it
 // compiles it and hands the module to the glue (instantiateWasm). The glue is
-// imported by URL, never bundled (so it is downloaded once; bundlers do not
-// parse it). Cross-origin glue and worker scripts (a CDN) are fetched into
-// blob: URLs, because browsers refuse a cross-origin Worker script.
+// loaded at run time, never bundled (bundlers do not parse it), and downloaded
+// once: the threads build's glue is fetched into one blob: URL that the main
+// thread and every pool worker import. Cross-origin (a CDN) or data: worker
+// scripts become blob: URLs too: browsers refuse a cross-origin Worker script.
 // Every failure is SdpaError E_LOAD naming the file and the advice that fits
 // the cause, never a silent switch to the other build, and never a promise
 // left pending: `initTimeout` bounds the whole load.
