@@ -55,7 +55,7 @@ export async function createSdpa(options) {
   const load = checkLoadOptions(ck, o);
   ck.done();
 
-  // threads above the available cores are clamped to them (one console.warn says so).
+  // The loader picks the build and the thread count (above max(cores, 8): clamped, with one console.warn).
   const { M, build, threads: n } = await loadSdpa({ forced, threads, load });
   const core = new Core(M);
   try {
