@@ -9,7 +9,7 @@
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
   Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkSize, describeValue,
-  readDims, checkDimValues, checkLive, CUSTOM_OPTIONS,
+  readDims, checkDimValues, checkLive, CUSTOM_OPTIONS, KEY_INDEX_LIMIT,
 } from './validate.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
@@ -118,7 +118,7 @@ function makeInstance(core, info) {
     if (!given) ck.add('E_ARG', 'the options { maxSeqLen, numKvHeads, headDim } are missing');
     const o = readOptions(ck, config, CACHE_OPTIONS);  // the snapshot
     const batch = checkSize(ck, o.batch, 'batch', { required: false, dflt: 1 });
-    const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: given });
+    const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: given, max: KEY_INDEX_LIMIT });
     const numKvHeads = checkSize(ck, o.numKvHeads, 'numKvHeads', { zeroCode: 'E_HEADS', required: given });
     const headDim = checkSize(ck, o.headDim, 'headDim', { required: given });
     const dtype = o.dtype === undefined || o.dtype === null ? 'float32' : o.dtype;

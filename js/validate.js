@@ -233,7 +233,7 @@ export function checkDropout(ck, value) {
 }
 
 /** A count-like option (cache sizes): a positive integer. */
-export function checkSize(ck, value, name, { required = true, dflt, zeroCode = 'E_DIMS' } = {}) {
+export function checkSize(ck, value, name, { required = true, dflt, zeroCode = 'E_DIMS', max = INT32_MAX } = {}) {
   if (value === undefined || value === null) {
     if (required) { ck.add('E_ARG', `${name} is missing; expected a positive integer`); return null; }
     return dflt;
@@ -243,8 +243,15 @@ export function checkSize(ck, value, name, { required = true, dflt, zeroCode = '
     ck.add(value === 0 ? zeroCode : 'E_DIMS', `${name} is ${value}; expected a positive integer`);
     return null;
   }
+  if (value > max) {
+    ck.add('E_DIMS', `${name} is ${value}; at most ${max}${max === INT32_MAX ? ' (2^31 - 1)' : ''}`);
+    return null;
+  }
   return value;
 }
+
+/** SDPA_INDEX_LIMIT (src/internal.h): the kernels walk keys in int32 tiles. */
+export const KEY_INDEX_LIMIT = INT32_MAX - 65536;
 
 // ---------------------------------------------------------------------------
 // Dims

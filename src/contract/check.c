@@ -193,7 +193,7 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         if (q->dims[3] > SDPA_INDEX_LIMIT)
             return sdpa_fail(ctx, SDPA_E_DIMS, "%s: query head dim is %d; at most %d is supported",
                              fn, q->dims[3], SDPA_INDEX_LIMIT);
-        if (!cache && k->dims[1] > SDPA_INDEX_LIMIT)  /* a cache's maxSeqLen is far below (creation) */
+        if (!cache && k->dims[1] > SDPA_INDEX_LIMIT)  /* a cache's maxSeqLen is checked at creation */
             return sdpa_fail(ctx, SDPA_E_DIMS, "%s: key has %d rows; at most %d are supported",
                              fn, k->dims[1], SDPA_INDEX_LIMIT);
     }
@@ -449,6 +449,10 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t bat
         return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: dtype %s (%d) is not supported for a cache; expected float32, float16 or int8", fn, dtype_name(dtype), dtype);
     if (kv_heads == 0)
         return sdpa_fail(ctx, SDPA_E_HEADS, "%s: numKvHeads is 0; expected a positive integer", fn);
+    /* the kernels walk keys in int32 tiles (internal.h) */
+    if (max_seq_len > SDPA_INDEX_LIMIT)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; at most %d rows (the kernels' int32 key index)",
+                         fn, max_seq_len, SDPA_INDEX_LIMIT);
     return SDPA_OK;
 }
 
