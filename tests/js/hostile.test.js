@@ -974,6 +974,13 @@ test('7: finite inputs whose exact answer is finite: q.k beyond FLT_MAX with a t
   const want = refCustomSdpa(qq, kk, vv, { startPos: S - 1, scale });
   assert.ok(want.every(Number.isFinite));
   expectRef(() => s.customSdpa(copy(qq), copy(kk), copy(vv), { startPos: S - 1, scale }), want, 'q.k = 4e40, scale 2^-133');
+  // |q| near FLT_MAX, tiny k, scale 4: scale * q overflows float32, the scores (2..10) do not.
+  const bq = { data: Float32Array.from({ length: D }, (_, i) => 3e38 * (1 - i / 8)), dims: [1, 1, 1, D] };
+  const sk = { data: Float32Array.from({ length: S * D }, (_, i) => 2e-38 * (1 + ((i * 7) % 5) / 4)), dims: [1, S, 1, D] };
+  const want2 = refCustomSdpa(bq, sk, vv, { startPos: S - 1, scale: 4 });
+  assert.ok(want2.every(Number.isFinite));
+  expectRef(() => s.customSdpa(copy(bq), copy(sk), copy(vv), { startPos: S - 1, scale: 4 }), want2, '|q| 3e38, k 2e-38, scale 4');
+  expectRef(() => s2.customSdpa(copy(bq), copy(sk), copy(vv), { startPos: S - 1, scale: 4 }), want2, '|q| 3e38, k 2e-38, scale 4 (2 threads)');
 });
 
 // ===========================================================================
