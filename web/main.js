@@ -10,7 +10,7 @@ const PRESETS = {
 const $ = (id) => document.getElementById(id);
 const el = {
   form: $('controls'), preset: $('preset'), hq: $('hq'), hkv: $('hkv'), d: $('d'),
-  layers: $('layers'), ctx: $('ctx'), prompt: $('prompt'), threads: $('threads'),
+  layers: $('layers'), ctx: $('ctx'), prompt: $('prompt'), threads: $('threads'), dtype: $('dtype'),
   start: $('start'), stop: $('stop'), error: $('error'), status: $('status'),
   progress: $('progress'), buildBadge: $('build-badge'), buildReason: $('build-reason'),
   len: $('s-len'), ms: $('s-ms'), tps: $('s-tps'), mem: $('s-mem'), rate: $('s-rate'),
@@ -84,6 +84,7 @@ function readConfig() {
     ctx: num(el.ctx),
     prompt: num(el.prompt),
     threads: el.threads.value === 'auto' ? 'auto' : Number(el.threads.value),
+    dtype: el.dtype.value,
     seed: Number.isInteger(urlSeed) ? urlSeed : 1234,
     checkEvery: urlCheck,
     pkgUrl: packageUrl(),
@@ -163,7 +164,7 @@ function render() {
   el.progress.value = demo.length || 0;
   el.len.textContent = demo.target ? `${demo.length} / ${demo.target}` : '–';
   el.mem.textContent = demo.kvBytes != null
-    ? `${fmtBytes(demo.kvBytes)} held (${cfg.layers} layer${cfg.layers === 1 ? '' : 's'} × K+V, pages of 64 tokens)${demo.kvFullBytes ? `; ${fmtBytes(demo.kvFullBytes)} at the full context` : ''}`
+    ? `${fmtBytes(demo.kvBytes)} held (${cfg.layers} layer${cfg.layers === 1 ? '' : 's'} × K+V, ${cfg.dtype}, pages of 64 tokens)${demo.kvFullBytes ? `; ${fmtBytes(demo.kvFullBytes)} at the full context in float32` : ''}`
     : '–';
   el.prefill.textContent = demo.prefillMs != null ? `${fmtMs(demo.prefillMs)} ms for ${Math.min(cfg.prompt, cfg.ctx)} tokens` : '–';
 
@@ -337,6 +338,7 @@ fillThreadOptions();
     }
   }
   for (const k of ['layers', 'ctx', 'prompt']) if (params.has(k)) el[k].value = params.get(k);
+  if (['float32', 'float16', 'int8'].includes(params.get('dtype'))) el.dtype.value = params.get('dtype');
   if (params.has('threads')) {
     const t = params.get('threads');
     if (![...el.threads.options].some((o) => o.value === t)) {

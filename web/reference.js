@@ -36,18 +36,21 @@ export function fillRow(dst, offset, n, seed, layer, pos, kind) {
 
 /**
  * Plain three-pass attention in float64 for one query row of one layer:
- * q [Hq*D] at position `pos`, keys/values 0 .. nKeys-1 regenerated with fillRow,
+ * q [Hq*D] at position `pos`, keys/values 0 .. nKeys-1 regenerated with fillRow
+ * (or, for a float16 / int8 cache, `stored`: { k, v } [nKeys*Hkv*D], the values
+ * the cache really holds, from cache.read),
  * GQA head mapping hk = floor(h / (Hq/Hkv)), scale 1/sqrt(D).
  * Returns max |out - reference| over the row (Infinity if `out` holds NaN).
  */
-export function attentionRef64({ seed, layer, hq, hkv, d, q, out, nKeys }) {
+export function attentionRef64({ seed, layer, hq, hkv, d, q, out, nKeys, stored = null }) {
   const r = hq / hkv;
   const scale = 1 / Math.sqrt(d);
   const row = new Float32Array(hkv * d);
   const scores = new Float64Array(nKeys * hq);
   // pass 1: scores
   for (let t = 0; t < nKeys; t++) {
-    fillRow(row, 0, hkv * d, seed, layer, t, 'k');
+    if (stored) row.set(stored.k.subarray(t * hkv * d, (t + 1) * hkv * d));
+    else fillRow(row, 0, hkv * d, seed, layer, t, 'k');
     for (let h = 0; h < hq; h++) {
       const kOff = Math.floor(h / r) * d;
       const qOff = h * d;
@@ -70,7 +73,8 @@ export function attentionRef64({ seed, layer, hq, hkv, d, q, out, nKeys }) {
   // pass 3: weighted values
   const acc = new Float64Array(hq * d);
   for (let t = 0; t < nKeys; t++) {
-    fillRow(row, 0, hkv * d, seed, layer, t, 'v');
+    if (stored) row.set(stored.v.subarray(t * hkv * d, (t + 1) * hkv * d));
+    else fillRow(row, 0, hkv * d, seed, layer, t, 'v');
     for (let h = 0; h < hq; h++) {
       const p = scores[t * hq + h] / sum[h];
       const vOff = Math.floor(h / r) * d;

@@ -1,7 +1,7 @@
 // Module Web Worker: runs the decode loop with sdpa-wasm so the page stays responsive.
 //
 // Protocol (page → worker):
-//   { type: 'start', config: { pkgUrl, hq, hkv, d, layers, ctx, prompt, threads, seed, checkEvery } }
+//   { type: 'start', config: { pkgUrl, hq, hkv, d, layers, ctx, prompt, threads, seed, checkEvery, dtype } }
 //   { type: 'stop' }
 // (worker → page):
 //   { type: 'ready', info, crossOriginIsolated, sharedArrayBuffer, reason, warnings }
@@ -77,6 +77,7 @@ async function run(cfg) {
   let sdpa = null;
   try {
     const { hq, hkv, d, layers, ctx, seed } = cfg;
+    const dtype = cfg.dtype || 'float32';
     const prompt = Math.max(1, Math.min(cfg.prompt, ctx));
     const checkEvery = Math.max(1, cfg.checkEvery || Math.max(64, Math.ceil(ctx / 32)));
 
@@ -110,15 +111,21 @@ async function run(cfg) {
     stage = 'createKVCache';
     const caches = [];
     for (let l = 0; l < layers; l++) {
-      caches.push(sdpa.createKVCache({ batch: 1, maxSeqLen: ctx, numKvHeads: hkv, headDim: d }));
+      caches.push(sdpa.createKVCache({ batch: 1, maxSeqLen: ctx, numKvHeads: hkv, headDim: d, dtype }));
     }
     const heldBytes = () => caches.reduce((sum, c) => sum + c.bytes, 0);
-    post({ type: 'alloc', kvBytes: heldBytes(), kvFullBytes: 2 * layers * ctx * hkv * d * 4 });
+    post({ type: 'alloc', kvBytes: heldBytes(), kvFullBytes: 2 * layers * ctx * hkv * d * 4, dtype });
 
     let maxError = 0;
     let checks = 0;
     const check = (layer, qRow, outRow, pos, causalRow) => {
-      const err = attentionRef64({ seed, layer, pos, hq, hkv, d, q: qRow, out: outRow, nKeys: causalRow + 1 });
+      // a compact cache is checked against the values it really stores (the rounding is the storage's)
+      let stored = null;
+      if (dtype !== 'float32') {
+        const r = caches[layer].read(0, causalRow + 1);
+        stored = { k: r.k.data, v: r.v.data };
+      }
+      const err = attentionRef64({ seed, layer, pos, hq, hkv, d, q: qRow, out: outRow, nKeys: causalRow + 1, stored });
       maxError = Math.max(maxError, err);
       checks++;
       post({ type: 'check', length: pos + 1, layer, row: pos, error: err, maxError, checks });

@@ -132,8 +132,11 @@ function checkRun(d, { build, minChecks = 2 }) {
   assert(d.points.every(([x, y], i) => x === Math.min(cfg.prompt, cfg.ctx) + i + 1 && Number.isFinite(y) && y >= 0), 'points are not [length, ms] in order');
   assert(typeof d.maxError === 'number' && d.maxError < 1e-4, `max error ${d.maxError} (need < 1e-4)`);
   assert(d.checks >= minChecks, `only ${d.checks} correctness checks`);
-  // the paged caches hold ceil(ctx / 64) pages per layer and KV head (K + V), plus their page tables
-  const pageBytes = cfg.layers * cfg.hkv * Math.ceil(cfg.ctx / 64) * 2 * 64 * cfg.d * 4;
+  // the paged caches hold ceil(ctx / 64) pages per layer and KV head (K + V; int8: + a float32
+  // scale and an int8 zero point per row of each; rounded up to 64 bytes), plus their page tables
+  const elem = { float32: 4, float16: 2, int8: 1 }[cfg.dtype];
+  const page = Math.ceil((2 * 64 * cfg.d * elem + (cfg.dtype === 'int8' ? 2 * 64 * 5 : 0)) / 64) * 64;
+  const pageBytes = cfg.layers * cfg.hkv * Math.ceil(cfg.ctx / 64) * page;
   const tableBytes = cfg.layers * cfg.hkv * Math.ceil(cfg.ctx / 64) * 4;
   assert(d.kvBytes === pageBytes + tableBytes, `kvBytes ${d.kvBytes}, expected ${pageBytes} + ${tableBytes}`);
   assert(d.kvFullBytes === 2 * cfg.layers * cfg.ctx * cfg.hkv * cfg.d * 4, `kvFullBytes ${d.kvFullBytes}`);
@@ -163,6 +166,25 @@ test('isolated: threads build, correct, plotted', async () => {
   } finally {
     await context.close();
   }
+});
+
+test('a float16 and an int8 cache: correct against the values they store, memory shown', async () => {
+  const notes = [];
+  for (const dtype of ['float16', 'int8']) {
+    const { page, context, problems } = await openPage(`${iso.url}?preset=llama3.2-1b&layers=2&ctx=300&prompt=64&threads=2&dtype=${dtype}&autostart=1`);
+    try {
+      const d = await waitForEnd(page);
+      assert(d.config.dtype === dtype, `config dtype ${d.config.dtype}`);
+      checkRun(d, { build: 'simd-threads', minChecks: 5 });
+      const mem = await text(page, '#s-mem');
+      assert(mem.includes(dtype) && /MiB|KiB/.test(mem), `memory line "${mem}"`);
+      assert(problems.length === 0, problems.join('\n'));
+      notes.push(`${dtype}: ${d.kvBytes} bytes held, max err ${d.maxError.toExponential(2)}`);
+    } finally {
+      await context.close();
+    }
+  }
+  return notes.join('; ');
 });
 
 test('no COOP/COEP: single-thread build, says so, correct', async () => {
