@@ -72,6 +72,21 @@ async function main() {
       } catch (e) { fail(`sdpa-wasm ${s.id}`, e); row.sdpa = { error: errMsg(e) }; }
     }
 
+    // the compact cache dtypes (issue 11), checked against the values they store
+    if (sdpa && cfg.dtypes) {
+      const checkStored = (got, k, v) => compareRows(got, referenceRows({ q: data.q, k, v, Hq: s.Hq, Hkv: s.Hkv, D: s.D, sp: s.past, causal: s.causal, nKeys: s.keys, rows }), rows, s.Hq * s.D);
+      for (const dtype of ['float16', 'int8']) {
+        const key = dtype === 'float16' ? 'sdpaF16' : 'sdpaI8';
+        try {
+          const r = await sdpa.runShape(s, data, TIMING.sdpa, check, { dtype, checkStored });
+          delete r.output;
+          row[key] = r;
+          mismatch(`sdpa-wasm ${dtype}`, r.check);
+          log(`${s.id.padEnd(10)} sdpa-wasm ${dtype.padEnd(8)} ${fmtMs(r.time.median)} ms (${r.time.n} calls); vs float32 data max |Δ| ${r.vsFloat32.maxAbs.toExponential(2)}`);
+        } catch (e) { fail(`sdpa-wasm ${dtype} ${s.id}`, e); row[key] = { error: errMsg(e) }; }
+      }
+    }
+
     if (cfg.naive && s.kind === 'decode') {
       try {
         const qv = data.q;

@@ -5,7 +5,7 @@
 //   npm run bench                 full run, table on stdout (about 3–4 min on 2 vCPU)
 //   npm run -s bench -- --json    one JSON object on stdout (progress on stderr; -s keeps npm's banner off stdout)
 //   npm run bench -- --quick      smoke run for CI (< 1 min): few shapes, few calls
-//   options: --threads=1,2  --shapes=A-2048,D-0+128  --no-naive  --no-build
+//   options: --threads=1,2  --shapes=A-2048,D-0+128  --no-naive  --no-dtypes (no float16/int8 cache rows)  --no-build
 //            --render=run.json  prints the table of a saved --json run
 //
 // Exit status: 0 unless something crashed or an output did not match the
@@ -25,7 +25,7 @@ const root = path.resolve(here, '..');
 const argv = process.argv.slice(2);
 const flag = (name) => argv.includes(`--${name}`);
 const opt = (name) => { const a = argv.find((x) => x.startsWith(`--${name}=`)); return a ? a.slice(name.length + 3) : undefined; };
-const known = ['json', 'quick', 'no-naive', 'no-build', 'help', 'threads', 'shapes', 'render'];
+const known = ['json', 'quick', 'no-naive', 'no-dtypes', 'no-build', 'help', 'threads', 'shapes', 'render'];
 for (const a of argv) {
   const name = a.replace(/^--/, '').split('=')[0];
   if (!a.startsWith('--') || !known.includes(name)) { console.error(`bench: unknown argument ${a} (known: ${known.map((k) => '--' + k).join(' ')})`); process.exit(2); }
@@ -54,7 +54,7 @@ function ensureWasmBuilt() {
 
 function runChild(threads) {
   return new Promise((resolve) => {
-    const cfg = { threads, quick, shapes: shapeIds, naive: !flag('no-naive') && threads === Math.min(...threadList) };
+    const cfg = { threads, quick, shapes: shapeIds, naive: !flag('no-naive') && threads === Math.min(...threadList), dtypes: !flag('no-dtypes') };
     const child = fork(path.join(here, 'child.mjs'), [JSON.stringify(cfg)], { cwd: root, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
     // ORT prints through the child's stdout: keep it off ours (our stdout is the table / JSON)
     child.stdout.on('data', (d) => process.stderr.write(d));
@@ -113,6 +113,20 @@ function targets(byThreads) {
       }
     }
   }
+  // issue 11: compact caches faster than float32 in the same run
+  for (const [T] of byThreads) {
+    for (const r of rowsOf(T)) {
+      const f32 = med(r.sdpa?.time), f16 = med(r.sdpaF16?.time), i8 = med(r.sdpaI8?.time);
+      if (!f32) continue;
+      if (r.id === 'A-8192') {
+        if (f16) out.push({ target: `A-8192 (${T}t): float16 cache ≥ 1.5× faster than float32`, value: f32 / f16, limit: 1.5, met: f32 / f16 >= 1.5 });
+        if (i8) out.push({ target: `A-8192 (${T}t): int8 cache ≥ 2.5× faster than float32`, value: f32 / i8, limit: 2.5, met: f32 / i8 >= 2.5 });
+      }
+      if ((r.id === 'MQA-8192' || r.id === 'B-4096') && i8) {
+        out.push({ target: `${r.id} (${T}t): int8 cache ≥ 1.3× faster than float32`, value: f32 / i8, limit: 1.3, met: f32 / i8 >= 1.3 });
+      }
+    }
+  }
   if (byThreads.has(1) && byThreads.has(2)) {
     for (const id of ['A-8192', 'MQA-8192']) {
       const a = rowsOf(1).find((r) => r.id === id), b = rowsOf(2).find((r) => r.id === id);
@@ -156,6 +170,26 @@ function table(res) {
     const w = head.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
     for (const r of rows) L.push(r.map((x, i) => (i < 1 ? x.padEnd(w[i]) : x.padStart(w[i]))).join('  '));
   }
+  const div = (a, b) => (a != null && b != null && b > 0 ? a / b : null);
+  for (const c of res.runs) {
+    const rows = c.rows.filter((r) => r.sdpaF16 || r.sdpaI8);
+    if (!rows.length) continue;
+    L.push('');
+    L.push(`== cache dtypes, ${c.threads} thread${c.threads > 1 ? 's' : ''} (issue 11): ms per call, ×f32 = float32 time / this time (> 1: faster), bytes = cache bytes / float32 cache bytes`);
+    const head = ['shape', 'f32 ms', 'f16 ms', '×f32', 'f16 bytes', 'f16 |Δ| vs f32 data', 'int8 ms', '×f32', 'int8 bytes', 'int8 |Δ| vs f32 data', 'check'];
+    const tab = [head];
+    for (const r of rows) {
+      const f32 = med(r.sdpa?.time);
+      const cell = (x) => (x?.error ? ['ERROR', '', '', ''] : [fmtMs(med(x?.time)), fmtX(div(f32, med(x?.time))),
+        x?.cacheBytes && r.sdpa?.cacheBytes ? (x.cacheBytes / r.sdpa.cacheBytes).toFixed(3) : '-',
+        x?.vsFloat32 ? x.vsFloat32.maxAbs.toExponential(2) : '-']);
+      const ok = [r.sdpaF16, r.sdpaI8].every((x) => !x || (!x.error && x.check?.ok));
+      tab.push([r.id, fmtMs(f32), ...cell(r.sdpaF16), ...cell(r.sdpaI8), ok ? 'ok' : 'MISMATCH']);
+    }
+    const w = head.map((_, i) => Math.max(...tab.map((t) => t[i].length)));
+    for (const t of tab) L.push(t.map((x, i) => (i < 1 ? x.padEnd(w[i]) : x.padStart(w[i]))).join('  '));
+    L.push('check: each compact cache\'s output equals the float64 reference over the values it stores (cache.read); |Δ| vs f32 data is the storage\'s rounding.');
+  }
   L.push('');
   L.push('Columns: times are the median over many calls after warm-up (min–max for sdpa-wasm), in ms. GB/s = KV bytes / time, GFLOP/s = FLOPs / time.');
   L.push('bound = max(KV bytes / read bandwidth, FLOPs / mul+add peak) with the same thread count (m: memory-bound, c: compute-bound); ×bnd = sdpa / bound.');
@@ -163,7 +197,7 @@ function table(res) {
   L.push('naive = plain float32 JS, single thread, decode shapes only. check = every peer equals the float64 reference and ORT equals sdpa-wasm.');
   if (res.targets.length) {
     L.push('');
-    L.push(res.meta.quick ? 'Targets (issue 4) — --quick: few calls, short limit probes; indicative only, not a verdict:' : 'Targets (issue 4):');
+    L.push(res.meta.quick ? 'Targets (issues 4, 11) — --quick: few calls, short limit probes; indicative only, not a verdict:' : 'Targets (issues 4, 11):');
     for (const t of res.targets) L.push(`  ${t.met ? 'MET    ' : 'NOT MET'}  ${t.target}: ${t.value == null ? 'n/a' : t.value.toFixed(2) + '×'}`);
   }
   if (res.errors.length) {

@@ -15,17 +15,23 @@ export const ROTATE_BYTES = 96 << 20;  // 3× the 32 MiB L3 of the reference mac
 export async function createSdpaPeer({ threads }) {
   const sdpa = await createSdpa({ threads });
 
-  async function runShape(s, data, timing, check) {
+  /**
+   * One shape through cache.attend. dtype 'float16' / 'int8': the caches store
+   * compact rows; the output is checked (checkStored) against the float64
+   * reference over the values they store (cache.read), and `vsFloat32` reports
+   * its distance to the reference over the original float32 data (`check`).
+   */
+  async function runShape(s, data, timing, check, { dtype = 'float32', checkStored = null } = {}) {
     const { Hq, Hkv, D, Sq, keys } = s;
-    const { kvBytes } = work(s);
-    const nCaches = Math.max(1, Math.min(64, Math.ceil(ROTATE_BYTES / kvBytes)));
+    const bytes = work(s).kvBytes * { float32: 1, float16: 0.5, int8: 0.26 }[dtype];
+    const nCaches = Math.max(1, Math.min(64, Math.ceil(ROTATE_BYTES / bytes)));
     const caches = [];
     let q, out;
     try {
       const k = { data: data.k, dims: [1, keys, Hkv, D] };
       const v = { data: data.v, dims: [1, keys, Hkv, D] };
       for (let i = 0; i < nCaches; i++) {
-        const c = sdpa.createKVCache({ batch: 1, maxSeqLen: keys, numKvHeads: Hkv, headDim: D });
+        const c = sdpa.createKVCache({ batch: 1, maxSeqLen: keys, numKvHeads: Hkv, headDim: D, dtype });
         caches.push(c);
         c.update(k, v, 0);
       }
@@ -35,7 +41,13 @@ export async function createSdpaPeer({ threads }) {
       const opts = { startPos: s.past, isCausal: s.causal, out };
       caches[0].attend(q, opts);
       const output = Float32Array.from(out.data);
-      const verdict = check(output);
+      let verdict, vsFloat32 = null;
+      if (dtype === 'float32') verdict = check(output);
+      else {
+        const stored = caches[0].read(0, keys);
+        verdict = checkStored(output, stored.k.data, stored.v.data);
+        vsFloat32 = check(output);
+      }
       // every rotated cache must give the same answer (they hold the same data)
       caches[nCaches - 1].attend(q, opts);
       const same = compareRows(out.data, output, [...Array(Sq).keys()], Hq * D, 0);
@@ -43,7 +55,8 @@ export async function createSdpaPeer({ threads }) {
       const r = await timeIt((i) => { caches[i % nCaches].attend(q, opts); }, timing);
       const memAfter = q.data.buffer.byteLength;
       delete r.samples;
-      return { time: r, check: verdict, rotationConsistent: same.ok, caches: nCaches, heapGrewDuringTiming: memAfter !== memBefore, output };
+      const cacheBytes = caches[0].bytes;
+      return { time: r, check: verdict, vsFloat32, dtype, cacheBytes, rotationConsistent: same.ok, caches: nCaches, heapGrewDuringTiming: memAfter !== memBefore, output };
     } finally {
       for (const c of caches) c.dispose();
       if (q) q.dispose();
