@@ -375,35 +375,30 @@ static void decode_i8_row(const int8_t * q, int32_t D, int32_t zp, float scale, 
     for (; d < D; d++) out[d] = (float)(q[d] - zp) * scale;
 }
 
-/* Rows [ts, ts + nt) of K and V of head (b, hk): float32 rows in place
- * (row stride *ld), or a float16 / int8 page's rows decoded into the block's
- * tiles (row stride dim_pad). Returns whether the rows were decoded. */
-static bool load_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts, int32_t nt,
-                      const float ** k, const float ** v, size_t * ld) {
+/* Rows [ts, ts + nt) of K (value = 0) or V (1) of head (b, hk): float32
+ * rows in place, or a float16 / int8 page's rows decoded into the block's
+ * tile (row stride dim_pad; K is decoded before the scores, V only before
+ * the values, so the tile being used is the one in L1). *ld: the row stride. */
+static const float * load_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts,
+                               int32_t nt, int value, size_t * ld) {
     const sdpa_kv_view * kv = &f->p->kv;
     if (sdpa_kv_is_f32(kv)) {
-        *k = sdpa_kv_key(kv, b, hk, ts);
-        *v = sdpa_kv_value(kv, b, hk, ts);
         *ld = sdpa_kv_row_stride(kv);
-        return false;
+        return value ? sdpa_kv_value(kv, b, hk, ts) : sdpa_kv_key(kv, b, hk, ts);
     }
     const sdpa_page_format * fmt = kv->format;
     const void * page = sdpa_kv_page(kv, b, hk, ts);
     const int32_t D = fmt->dim, r0 = ts % SDPA_PAGE_ROWS;
     const size_t Dp = (size_t)f->dim_pad;
+    float * tile = value ? st->vtile : st->ktile;
     for (int32_t t = 0; t < nt; t++) {
-        for (int value = 0; value < 2; value++) {
-            float * out = (value ? st->vtile : st->ktile) + (size_t)t * Dp;
-            const void * raw = sdpa_kv_raw_row(fmt, page, r0 + t, value);
-            if (fmt->dtype == SDPA_DTYPE_FLOAT16) decode_f16_row(raw, D, out);
-            else decode_i8_row(raw, D, sdpa_kv_row_zero_point(fmt, page, r0 + t, value),
-                               sdpa_kv_row_scale(fmt, page, r0 + t, value), out);
-        }
+        const void * raw = sdpa_kv_raw_row(fmt, page, r0 + t, value);
+        if (fmt->dtype == SDPA_DTYPE_FLOAT16) decode_f16_row(raw, D, tile + (size_t)t * Dp);
+        else decode_i8_row(raw, D, sdpa_kv_row_zero_point(fmt, page, r0 + t, value),
+                           sdpa_kv_row_scale(fmt, page, r0 + t, value), tile + (size_t)t * Dp);
     }
-    *k = st->ktile;
-    *v = st->vtile;
     *ld = Dp;
-    return true;
+    return tile;
 }
 
 /* Runs keys [t0, t1) of KV head (b, hk) through the block's online softmax.
@@ -419,16 +414,18 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
     for (int64_t ts = t0; ts < t1; ts += TILE_KEYS) {  /* int64: t1 may be near INT32_MAX */
         const int32_t nt = t1 - ts < TILE_KEYS ? t1 - ts : TILE_KEYS;
         const int32_t nt4 = (nt + 3) & ~3;
-        const float * k, * v;
-        size_t ldk;
-        /* (decoded tiles are in cache already: no V touch then) */
-        const bool decoded = load_tile(f, st, b, hk, ts, nt, &k, &v, &ldk);
+        size_t ldk, ldv;
+        const float * k = load_tile(f, st, b, hk, ts, nt, 0, &ldk);  /* the tile loader */
+        /* float32 V rows are touched while the scores run (see touch_row); a
+         * compact cache's V is decoded only before the value pass */
+        const bool decoded = !sdpa_kv_is_f32(&p->kv);
+        const float * v = decoded ? NULL : load_tile(f, st, b, hk, ts, nt, 1, &ldv);
         /* 1. scores s[x][t] = q_x . k_t; the V rows are touched meanwhile */
         int32_t x = 0;
         for (; x + 4 <= n; x += 4) {
             for (int32_t t = 0; t < nt; t++) {
                 float d4[4];
-                if (x == 0 && !decoded) touch |= touch_row(v + (size_t)t * ldk, D);
+                if (x == 0 && !decoded) touch |= touch_row(v + (size_t)t * ldv, D);
                 dot4(st->q + (size_t)x * Dp, (size_t)Dp, k + (size_t)t * ldk, D, d4);
                 for (int32_t y = 0; y < 4; y++) st->s[(size_t)(x + y) * TILE_KEYS + t] = d4[y];
             }
@@ -439,7 +436,7 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
             int32_t t = 0;
             for (; t + 4 <= nt; t += 4) {
                 if (x == 0 && !decoded)
-                    for (int32_t y = 0; y < 4; y++) touch |= touch_row(v + (size_t)(t + y) * ldk, D);
+                    for (int32_t y = 0; y < 4; y++) touch |= touch_row(v + (size_t)(t + y) * ldv, D);
                 dot1x4(q, k + (size_t)t * ldk, ldk, D, s + t);
             }
             for (; t < nt; t++) s[t] = dot1(q, k + (size_t)t * ldk, D);
@@ -499,9 +496,10 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
             st->l[x] += f32x4_hsum(vsum);
         }
         /* 3. acc += p . V */
+        if (decoded) v = load_tile(f, st, b, hk, ts, nt, 1, &ldv);
         for (x = 0; x < n; x += 4) {
             const int32_t rows = n - x < 4 ? n - x : 4;
-            pv_rows(st->acc + (size_t)x * Dp, (size_t)Dp, st->s + (size_t)x * TILE_KEYS, TILE_KEYS, rows, v, ldk, nt, D);
+            pv_rows(st->acc + (size_t)x * Dp, (size_t)Dp, st->s + (size_t)x * TILE_KEYS, TILE_KEYS, rows, v, ldv, nt, D);
         }
     }
     *st->sink |= touch;  /* a store the compiler must keep, so the touches stay */
