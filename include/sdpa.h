@@ -19,9 +19,13 @@
  *
  * Semantics, for every b, h, i (query row i sits at absolute position sp + i):
  *   hk = h / r;  N = mask ? mask.dims[1] : sp + Sq   (only keys t < N exist)
- *   score[t] = scale * dot(q[b,i,h,:], k[b,t,hk,:]) + mask[i,t]   (t < N)
- *   score[t] = -inf if is_causal and t > sp + i
- *   out[b,i,h,:] = sum_t softmax(score)[t] * v[b,t,hk,:]
+ *   score[t] = scale * dot(q[b,i,h,:], k[b,t,hk,:])               (t < N)
+ *   score[t] = softcap * tanh(score[t] / softcap)   when softcap > 0
+ *   score[t] += mask[i,t]
+ *   score[t] = -inf if is_causal and t > sp + i, or window and t <= sp + i - window
+ *   m = max(max_t score[t], sinks[h]);  w[t] = exp(score[t] - m)
+ *   out[b,i,h,:] = sum_t w[t] v[b,t,hk,:] / (sum_t w[t] + exp(sinks[h] - m))
+ *   (without sinks the last term is absent: a plain softmax)
  *   A row whose every score is -inf writes zeros (never NaN). NaN or Inf in
  *   the data is computed through, not scanned for (a NaN score makes its row
  *   NaN; a non-finite V row at a masked key may or may not reach the output).
@@ -105,14 +109,24 @@ typedef struct sdpa_tensor {
     int32_t  dims[4];  ///< first `rank` entries used
 } sdpa_tensor;
 
-/// Per-call options. On wasm32 this struct is 24 bytes: start_pos@0 (int64)
-/// is_causal@8 has_scale@12 scale@16 dropout_p@20.
+/// Per-call options. On wasm32 this struct is 40 bytes: start_pos@0 (int64)
+/// is_causal@8 has_scale@12 scale@16 dropout_p@20 window@24 softcap@28
+/// sinks@32 (a pointer) and 4 bytes of padding.
 typedef struct sdpa_options {
     int64_t start_pos;  ///< >= 0; no effect on attention when a mask is given
     int32_t is_causal;  ///< 0 or 1
     int32_t has_scale;  ///< 0: scale = 1/sqrt(D)
     float   scale;      ///< used when has_scale; must be finite and > 0
     float   dropout_p;  ///< must be 0
+    /// 0: none. W > 0: query row at position p sees only keys t > p - W (with
+    /// is_causal also t <= p: the last W keys, its own included). Not with a mask.
+    int32_t window;
+    /// 0: none. c > 0 (finite): score = c * tanh(score / c) after the scale,
+    /// before the mask.
+    float   softcap;
+    /// NULL: none. A float32 [Hq] tensor of per-head sink logits: head h's
+    /// softmax denominator gets exp(sinks[h] - m) (the sink has no value row).
+    const struct sdpa_tensor * sinks;
 } sdpa_options;
 
 typedef struct sdpa_ctx sdpa_ctx;

@@ -114,6 +114,9 @@ typedef struct sdpa_problem {
     int32_t n_keys;        /* N: keys t < N exist */
     int64_t start_pos;     /* causal anchor: row i sees t <= start_pos + i */
     int32_t is_causal;
+    int32_t window;        /* 0: none; else row i sees t > start_pos + i - window */
+    float   softcap;       /* 0: none; else score = softcap * tanh(score / softcap) */
+    const float * sinks;   /* NULL, or [Hq] sink logits */
     float   scale;
     const float * q;       /* [B, Sq, Hq, D] dense */
     float *       out;     /* [B, Sq, Hq, D] dense */

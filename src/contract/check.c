@@ -106,6 +106,8 @@ static sdpa_status check_options_arg(sdpa_ctx * ctx, const char * fn, const sdpa
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: isCausal is %d; expected 0 or 1", fn, o->is_causal);
     if (o->has_scale != 0 && o->has_scale != 1)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: has_scale is %d; expected 0 or 1", fn, o->has_scale);
+    if (o->window < 0)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: window is %d; expected a positive integer (0: none)", fn, o->window);
     return SDPA_OK;
 }
 
@@ -120,12 +122,15 @@ static sdpa_status check_tail_options(sdpa_ctx * ctx, const char * fn, const sdp
     if (o->has_scale && !(isfinite(o->scale) && o->scale > 0.0f))
         return sdpa_fail(ctx, SDPA_E_SCALE, "%s: scale is %g; expected a finite number > 0", fn,
                          (double)o->scale);
+    if (o->softcap != 0.0f && !(isfinite(o->softcap) && o->softcap > 0.0f))
+        return sdpa_fail(ctx, SDPA_E_SCALE, "%s: softcap is %g; expected a finite number > 0 (0: none)", fn,
+                         (double)o->softcap);
     return SDPA_OK;
 }
 
 #define TRY(expr) do { sdpa_status s_ = (expr); if (s_ != SDPA_OK) return s_; } while (0)
 
-static const sdpa_options default_options = { 0, 0, 0, 0.0f, 0.0f };
+static const sdpa_options default_options = { 0, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL };
 
 /* Shared by customSdpa and cache attend. Either key/value are given, or cache. */
 static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * q,
@@ -135,6 +140,8 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
                                    bool check_room, sdpa_problem * p) {
     const bool has_mask = present(mask);
     if (!o) o = &default_options;
+    const sdpa_tensor * sinks = o->sinks;
+    const bool has_sinks = present(sinks);
 
     /* E_ARG */
     if (!present(q)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: query is missing", fn);
@@ -158,6 +165,12 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: query lies inside the cache's own storage; pass a separate buffer", fn);
     if (cache && in_cache(cache, mask))
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: attnMask lies inside the cache's own storage; pass a separate buffer", fn);
+    if (o->window && has_mask)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: window and attnMask were both given; put the window in the mask", fn);
+    if (has_sinks && overlaps(out, sinks))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with sinks; outputs must not overlap inputs", fn);
+    if (cache && in_cache(cache, sinks))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: sinks lies inside the cache's own storage; pass a separate buffer", fn);
 
     /* E_RANK */
     TRY(check_rank(ctx, fn, "query", q, 4));
@@ -166,6 +179,7 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         TRY(check_rank(ctx, fn, "value", v, 4));
     }
     if (has_mask) TRY(check_rank(ctx, fn, "attnMask", mask, 2));
+    if (has_sinks) TRY(check_rank(ctx, fn, "sinks", sinks, 1));
 
     /* E_DIMS */
     TRY(check_dims(ctx, fn, "query", q, 2));
@@ -174,6 +188,7 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         TRY(check_dims(ctx, fn, "value", v, 2));
     }
     if (has_mask) TRY(check_dims(ctx, fn, "attnMask", mask, -1));
+    if (has_sinks) TRY(check_dims(ctx, fn, "sinks", sinks, 0));
     if (out->rank != 4)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has rank %d; expected the output dims [B, Sq, Hq, D] (4-D)",
                          fn, out->rank);
@@ -205,6 +220,7 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         TRY(check_float32(ctx, fn, "value", v));
     }
     TRY(check_float32(ctx, fn, "out", out));
+    if (has_sinks) TRY(check_float32(ctx, fn, "sinks", sinks));
 
     /* the key/value geometry, from tensors or the cache */
     const int32_t B = q->dims[0], Sq = q->dims[1], Hq = q->dims[2], D = q->dims[3];
@@ -232,6 +248,8 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     if (vh != kh) return sdpa_fail(ctx, SDPA_E_HEADS, "%s: value has %d heads but key has %d; key and value heads must be equal", fn, vh, kh);
     if (kh > Hq || Hq % kh != 0)
         return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has %d heads but query has %d; query heads must be a multiple of key heads (GQA)", fn, kname, kh, Hq);
+    if (has_sinks && sinks->dims[0] != Hq)
+        return sdpa_fail(ctx, SDPA_E_HEADS, "%s: sinks has %d entries but query has %d heads; one sink logit per query head", fn, sinks->dims[0], Hq);
 
     /* E_HEAD_DIM */
     if (kd != D) return sdpa_fail(ctx, SDPA_E_HEAD_DIM, "%s: %s head dim is %d but query's is %d; head dims must be equal", fn, kname, kd, D);
@@ -269,6 +287,9 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     p->n_keys = has_mask ? mask->dims[1] : o->start_pos > (int64_t)kt - Sq ? kt : (int32_t)(o->start_pos + Sq);
     p->start_pos = o->start_pos;
     p->is_causal = o->is_causal;
+    p->window = o->window;
+    p->softcap = o->softcap;
+    p->sinks = has_sinks ? sinks->data : NULL;
     p->scale = o->has_scale ? o->scale : (float)(1.0 / sqrt((double)D));
     p->q = q->data;
     p->out = out->data;

@@ -283,6 +283,7 @@ typedef struct block_state {
     int32_t n;                      /* rows in this block */
     int32_t row0;                   /* first flattened row */
     int32_t limit[BLOCK_ROWS];      /* keys t < limit exist for the row */
+    int32_t lower[BLOCK_ROWS];      /* keys t < lower are outside the row's window */
     const float * mask[BLOCK_ROWS]; /* row of a float mask, or NULL */
     const uint8_t * bmask[BLOCK_ROWS];
     bool suspect[BLOCK_ROWS];       /* a score left float range: recompute the row */
@@ -316,6 +317,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         st->m[x] = -INFINITY;
         st->l[x] = 0.0f;
         st->limit[x] = 0;
+        st->lower[x] = 0;
         st->mask[x] = NULL;
         st->bmask[x] = NULL;
         st->suspect[x] = false;
@@ -328,6 +330,10 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         int64_t limit = p->n_keys;
         if (p->is_causal && p->start_pos + i + 1 < limit) limit = p->start_pos + i + 1;
         st->limit[x] = (int32_t)limit;
+        if (p->window) {
+            const int64_t lower = p->start_pos + i - p->window + 1;
+            st->lower[x] = lower <= 0 ? 0 : lower >= limit ? (int32_t)limit : (int32_t)lower;
+        }
         if (p->mask && p->mask_dtype == SDPA_DTYPE_FLOAT32)
             st->mask[x] = (const float *)p->mask + (size_t)i * p->mask_stride;
         else if (p->mask)
@@ -401,15 +407,48 @@ static const float * load_tile(const flash_plan * f, block_state * st, int32_t b
     return tile;
 }
 
+/* ---- score transforms --------------------------------------------------- */
+
+/* s = c * tanh(s / c) for n scores. tanh(y) = sign(y) (1 - e) / (1 + e) with
+ * e = exp(-2|y|) where that is accurate (|y| >= 1/4), its Taylor series to
+ * y^9 below (truncation < 1e-8 relative); +-Inf gives +-c, NaN stays NaN. */
+static void softcap_scores(float * s, int32_t n, float c) {
+    const v128_t vc = wasm_f32x4_splat(c), vinv = wasm_f32x4_splat(1.0f / c);
+    const v128_t one = wasm_f32x4_splat(1.0f), quarter = wasm_f32x4_splat(0.25f);
+    int32_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+        const v128_t y = wasm_f32x4_mul(wasm_v128_load(s + t), vinv);
+        const v128_t a = wasm_f32x4_abs(y);
+        const v128_t e = f32x4_exp_nonpositive(wasm_f32x4_mul(a, wasm_f32x4_splat(-2.0f)));
+        const v128_t big = wasm_f32x4_div(wasm_f32x4_sub(one, e), wasm_f32x4_add(one, e));
+        const v128_t y2 = wasm_f32x4_mul(a, a);
+        v128_t poly = wasm_f32x4_splat(62.0f / 2835.0f);
+        poly = f32x4_fmadd(wasm_f32x4_splat(-17.0f / 315.0f), poly, y2);
+        poly = f32x4_fmadd(wasm_f32x4_splat(2.0f / 15.0f), poly, y2);
+        poly = f32x4_fmadd(wasm_f32x4_splat(-1.0f / 3.0f), poly, y2);
+        const v128_t small = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_f32x4_mul(a, y2), poly));
+        v128_t th = wasm_v128_bitselect(small, big, wasm_f32x4_lt(a, quarter));
+        /* sign of y back (a NaN y stays NaN: its |y| gives NaN in both branches) */
+        th = wasm_v128_or(th, wasm_v128_and(y, wasm_i32x4_splat((int32_t)0x80000000u)));
+        wasm_v128_store(s + t, wasm_f32x4_mul(th, vc));
+    }
+    for (; t < n; t++) s[t] = c * tanhf(s[t] / c);
+}
+
 /* Runs keys [t0, t1) of KV head (b, hk) through the block's online softmax.
  * t0 is a multiple of TILE_KEYS, so each tile lies inside one cache page. */
 static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_t hk,
                        int32_t t0, int32_t t1) {
     const sdpa_problem * p = f->p;
     const int32_t D = p->head_dim, Dp = f->dim_pad, n = st->n;
-    int32_t end = 0;
-    for (int32_t x = 0; x < n; x++) if (st->limit[x] > end) end = st->limit[x];
+    int32_t end = 0, begin = INT32_MAX;
+    for (int32_t x = 0; x < n; x++) {
+        if (st->limit[x] > end) end = st->limit[x];
+        if (st->lower[x] < begin) begin = st->lower[x];
+    }
     if (t1 > end) t1 = end;  /* causal: tiles above the diagonal are skipped */
+    begin -= begin % TILE_KEYS;
+    if (t0 < begin) t0 = begin;  /* window: tiles wholly before every row's window too */
     uint32_t touch = 0;
     for (int64_t ts = t0; ts < t1; ts += TILE_KEYS) {  /* int64: t1 may be near INT32_MAX */
         const int32_t nt = t1 - ts < TILE_KEYS ? t1 - ts : TILE_KEYS;
@@ -462,7 +501,9 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
                 }
                 if (!all_finite) st->suspect[x] = true;
             }
+            if (p->softcap) softcap_scores(s, nt, p->softcap);
             if (st->mask[x]) for (int32_t t = 0; t < valid; t++) s[t] += st->mask[x][ts + t];
+            for (int32_t t = 0, lo = st->lower[x] - ts; t < lo && t < nt4; t++) s[t] = -INFINITY;  /* before the window */
             if (st->bmask[x]) for (int32_t t = 0; t < valid; t++) if (!st->bmask[x][ts + t]) s[t] = -INFINITY;
             for (int32_t t = valid < 0 ? 0 : valid; t < nt4; t++) s[t] = -INFINITY;
             v128_t vmax = wasm_f32x4_splat(-INFINITY), vnan = wasm_i32x4_splat(0);
@@ -531,6 +572,19 @@ static bool store_row(float * out, const float * acc, float inv, int32_t D) {
     return all_finite;
 }
 
+/* The factor a row's accumulator (running max m, sum l > 0) is scaled by:
+ * 1 / l, or with a sink logit for the row's head, which joins the max and
+ * the denominator but has no value row: exp(m - m') / (l exp(m - m') +
+ * exp(sink - m')), m' = max(m, sink). (A NaN sink gives NaN, which sends the
+ * row to the reference, as a NaN score would.) */
+static float finish_scale(const sdpa_problem * p, int32_t hk, int32_t row, float m, float l) {
+    if (!p->sinks) return 1.0f / l;
+    const float sink = p->sinks[hk * p->group + row % p->group];
+    const float top = sink > m ? sink : m;
+    const float alpha = expf(m - top);
+    return alpha / (l * alpha + expf(sink - top));
+}
+
 /* l = 0 means "fully masked" unless a float mask admits a key (an entry that
  * is not -inf) of query row i: then mask + score overflowed to -inf. Without
  * a mask or with a bool mask, an admitted key has a finite score (else the
@@ -586,7 +640,7 @@ static void compute_unit(void * arg, int32_t unit, int32_t thread) {
                 exact = !float_mask_admits(p, row / p->group);
                 if (exact) memset(out, 0, sizeof(float) * (size_t)D);
             } else {
-                exact = store_row(out, st.acc + (size_t)x * Dp, 1.0f / st.l[x], D);
+                exact = store_row(out, st.acc + (size_t)x * Dp, finish_scale(p, hk, row, st.m[x], st.l[x]), D);
             }
             if (!exact) reference_fallback(f, scratch, b, hk, row);
         }
@@ -644,7 +698,7 @@ static void merge_group(const flash_plan * f, int32_t group, char * thread_scrat
                 l += pc[1] * w;
                 for (int32_t d = 0; d < D; d++) out[d] += pc[PARTIAL_HEAD + d] * w;
             }
-            if (store_row(out, out, 1.0f / l, D)) continue;
+            if (store_row(out, out, finish_scale(p, hk, row, m, l), D)) continue;
         }
         reference_fallback(f, thread_scratch, b, hk, row);
     }

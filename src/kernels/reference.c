@@ -12,10 +12,12 @@ typedef struct reference_job {
 static double score(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, int32_t t) {
     const int32_t D = p->head_dim, hk = h / p->group;
     if (p->is_causal && (int64_t)t > p->start_pos + i) return -INFINITY;
+    if (p->window && (int64_t)t <= p->start_pos + i - p->window) return -INFINITY;
     const float * q = p->q + (((size_t)b * p->q_len + i) * p->q_heads + h) * D;
     double dot = 0.0;  /* (each stored key element decoded to its float32 value, any cache dtype) */
     for (int32_t d = 0; d < D; d++) dot += (double)q[d] * (double)sdpa_kv_elem(&p->kv, b, hk, t, false, d);
     double s = (double)p->scale * dot;
+    if (p->softcap) s = (double)p->softcap * tanh(s / (double)p->softcap);
     if (p->mask) {
         size_t m = (size_t)i * p->mask_stride + t;
         if (p->mask_dtype == SDPA_DTYPE_BOOL) {
@@ -38,11 +40,14 @@ void sdpa_reference_row(const sdpa_problem * p, int32_t b, int32_t i, int32_t h,
         if (s != -INFINITY) visible++;
         if (s > max || isnan(s)) max = s;
     }
-    if (!visible) {  /* fully masked row: zeros, not NaN */
+    if (!visible) {  /* fully masked row: zeros, not NaN (a sink only adds to the denominator) */
         for (int32_t d = 0; d < D; d++) out[d] = 0.0f;
         return;
     }
-    double sum = 0.0;
+    /* a sink logit joins the max and the denominator, with no value row */
+    const double sink = p->sinks ? (double)p->sinks[h] : -INFINITY;
+    if (p->sinks && (sink > max || isnan(sink))) max = sink;
+    double sum = p->sinks ? exp(sink - max) : 0.0;
     for (int32_t t = 0; t < N; t++) sum += exp(score(p, b, i, h, t) - max);
     for (int32_t d = 0; d < D; d++) acc[d] = 0.0;
     const int32_t hk = h / p->group;

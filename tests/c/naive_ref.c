@@ -37,12 +37,14 @@ static void naive_row(const naive_params * p, const float * q, const float * k, 
         double dot = 0.0;
         for (int32_t d = 0; d < D; d++) dot += (double)qrow[d] * (double)krow[d];
         double sc = s * dot;
+        if (p->softcap > 0) sc = p->softcap * tanh(sc / p->softcap);
         if (p->mask_kind == NAIVE_MASK_FLOAT) {
             sc += (double)((const float *)p->mask)[(size_t)i * p->mask_cols + (size_t)t];
         } else if (p->mask_kind == NAIVE_MASK_BOOL) {
             if (((const uint8_t *)p->mask)[(size_t)i * p->mask_cols + (size_t)t] == 0) sc = -INFINITY;
         }
         if (p->is_causal && t > p->start_pos + i) sc = -INFINITY;
+        if (p->window > 0 && t <= p->start_pos + i - p->window) sc = -INFINITY;
         score[t] = sc;
         /* a NaN score is visible (CONTRACT.md section 5: computed through):
            it becomes the max and stays there, so the whole row is NaN */
@@ -51,8 +53,12 @@ static void naive_row(const naive_params * p, const float * q, const float * k, 
     for (int32_t d = 0; d < D; d++) out_row[d] = 0.0;
     if (maxs == -INFINITY) return; /* fully masked row (every score -inf): zeros */
 
+    /* the sink logit takes part in the max and the sum, not in the values */
+    const double sink = p->sinks ? (double)p->sinks[h] : -INFINITY;
+    if (p->sinks && (isnan(sink) || (!isnan(maxs) && sink > maxs))) maxs = sink;
+
     /* pass 2: exp and sum */
-    double sum = 0.0;
+    double sum = p->sinks ? exp(sink - maxs) : 0.0;
     for (int64_t t = 0; t < n_keys; t++) {
         double e = (score[t] == -INFINITY) ? 0.0 : exp(score[t] - maxs);
         score[t] = e;

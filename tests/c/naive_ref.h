@@ -6,7 +6,9 @@
  *   N  = mask ? mask cols : sp + Sq         only keys t < N exist
  *   score[t] = s * dot(q[b,i,h,:], k[b,t,hk,:])   s = scale or 1/sqrt(D)
  *   score[t] += mask[i, t]   (float: additive, unscaled; bool: 0 -> -inf)
- *   score[t] = -inf if causal and t > sp + i
+ *   score[t] = -inf if causal and t > sp + i, or window W and t <= sp + i - W
+ *   (softcap c: score = c * tanh(s * dot / c) before the mask; sinks: the
+ *   head's sink logit joins the max and the denominator, with no value row)
  *   out[b,i,h,:] = sum_t softmax(score)[t] * v[b,t,hk,:]; all -inf -> zeros
  *
  * Non-finite data is computed through (CONTRACT.md section 5): a NaN score
@@ -36,6 +38,9 @@ typedef struct naive_params {
     int32_t is_causal;
     int32_t has_scale;
     double scale;
+    int32_t window;        ///< 0: none; else row i sees only keys t > start_pos + i - window
+    double softcap;        ///< 0: none; else score = softcap * tanh(score / softcap), before the mask
+    const float * sinks;   ///< NULL, or [Hq]: exp(sinks[h] - max) joins head h's denominator
 } naive_params;
 
 /// out: [B, Sq, Hq, D] doubles; q dense [B, Sq, Hq, D], k and v dense
