@@ -101,6 +101,7 @@ function makeInstance(core, info) {
     checkLive(ck, V);
     checkLive(ck, o.M);
     checkLive(ck, o.O);
+    checkLive(ck, o.S);
     const sp = checkStartPos(ck, o.startPos, 'startPos');
     const P = checkAttention(ck, o, sp, Q, K, V);
     ck.done();

@@ -142,6 +142,7 @@ export class KVCache {
     checkLive(ck, Q);
     checkLive(ck, o.M);
     checkLive(ck, o.O);
+    checkLive(ck, o.S);
     let sp;
     if (o.startPos === undefined || o.startPos === null) sp = this.#impliedStart(ck, Q, o.M !== null);
     else sp = checkStartPos(ck, o.startPos, 'startPos');
@@ -188,6 +189,7 @@ export class KVCache {
     checkLive(ck, V);
     checkLive(ck, o.M);
     checkLive(ck, o.O);
+    checkLive(ck, o.S);
     const length = this.#writtenOrUnknown();
     const sp = startPos === undefined || startPos === null ? Math.min(length, 0x7fffffff) : checkStartPos(ck, startPos, 'startPos');
     const W = checkCacheWrite(ck, this.#geo, K, V, sp, length);

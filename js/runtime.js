@@ -13,11 +13,12 @@ import { prod, fmtDims } from './shape.js';
 import { typedArraySet } from './intrinsics.js';
 
 // Scratch layout (bytes). sdpa_tensor is 32 bytes on wasm32:
-// data@0 len@4 dtype@8 rank@12 dims@16..31; sdpa_options is 24 bytes:
-// start_pos@0 (int64) is_causal@8 has_scale@12 scale@16 dropout_p@20;
+// data@0 len@4 dtype@8 rank@12 dims@16..31; sdpa_options is 40 bytes:
+// start_pos@0 (int64) is_causal@8 has_scale@12 scale@16 dropout_p@20
+// window@24 softcap@28 sinks@32 (a pointer: 0 or the sinks slot);
 // sdpa_memory_stats is 48 bytes: five int64 then page_rows@40.
-export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, opts: 160, ptr: 184, stats: 192 });
-export const SCRATCH_BYTES = 256;
+export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 232, stats: 240 });
+export const SCRATCH_BYTES = 320;
 const DTYPE_ENUM = Object.freeze({ float32: 1, bool: 2 });
 
 export function formatBytes(n) {
@@ -37,8 +38,12 @@ function putTensor(v, at, ptr, len, dtype, dims) {
   for (let i = 0; i < 4; i++) v.i32[w + 4 + i] = i < dims.length ? dims[i] : 0;
 }
 
-/** Writes an sdpa_options at byte address `at` (dropout_p is always 0: JS rejects any other). */
-function putOptions(v, at, startPos, isCausal, scale) {
+/**
+ * Writes an sdpa_options at byte address `at` (dropout_p is always 0: JS
+ * rejects any other). window / softcap: 0 for none; sinksAt: the address of
+ * the sinks tensor struct, or 0.
+ */
+function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, sinksAt = 0) {
   const w = at >>> 2;
   const hasScale = scale !== null && scale !== undefined;
   v.u32[w] = startPos % 0x100000000;
@@ -47,6 +52,10 @@ function putOptions(v, at, startPos, isCausal, scale) {
   v.i32[w + 3] = hasScale ? 1 : 0;
   v.f32[w + 4] = hasScale ? scale : 0;
   v.f32[w + 5] = 0;
+  v.i32[w + 6] = window;
+  v.f32[w + 7] = softcap;
+  v.u32[w + 8] = sinksAt >>> 0;
+  v.u32[w + 9] = 0;
 }
 
 const decoder = new TextDecoder();
@@ -192,7 +201,7 @@ export class Core {
    * With every tensor a heap tensor of this instance nothing is malloc'ed or copied.
    */
   runAttention(fn, P, startPos, K, V, invoke) {
-    const { Q, M, O } = P;
+    const { Q, M, O, S } = P;
     const n = Q.len;
     // Every address inside wasm memory first (out included), then temporaries.
     let o = O ? this.addressOf(O) : -1;
@@ -200,8 +209,10 @@ export class Core {
     let q = this.addressOf(Q);
     let k = K ? this.addressOf(K) : 0;
     let v = V ? this.addressOf(V) : 0;
-    let tm = 0, tq = 0, tk = 0, tv = 0, to = 0;
+    let sk = S ? this.addressOf(S) : 0;
+    let tm = 0, tq = 0, tk = 0, tv = 0, to = 0, ts = 0;
     try {
+      if (sk === -1) sk = ts = this.copyIn(S, fn);
       if (m === -1) m = tm = this.copyIn(M, fn);
       if (q === -1) q = tq = this.copyIn(Q, fn);
       if (k === -1) k = tk = this.copyIn(K, fn);
@@ -213,7 +224,8 @@ export class Core {
       if (V) putTensor(h, s + SLOT.v, v, V.len, V.dtype, V.dims);
       if (M) putTensor(h, s + SLOT.mask, m, M.len, M.dtype, M.dims);
       putTensor(h, s + SLOT.out, o, n, 'float32', Q.dims);
-      putOptions(h, s + SLOT.opts, startPos, P.isCausal, P.scale);
+      if (S) putTensor(h, s + SLOT.sinks, sk, S.len, 'float32', S.dims);
+      putOptions(h, s + SLOT.opts, startPos, P.isCausal, P.scale, P.window, P.softcap, S ? s + SLOT.sinks : 0);
       this.check(invoke(M ? s + SLOT.mask : 0), fn);
       if (to === 0) return O.t;
       const f32 = this.views().f32, w = to >>> 2;
@@ -221,7 +233,7 @@ export class Core {
       typedArraySet(result, f32.subarray(w, w + n));
       return O ? O.t : { data: result, dims: Q.dims.slice(), dtype: 'float32' };
     } finally {
-      this.free(tm); this.free(tq); this.free(tk); this.free(tv); this.free(to);
+      this.free(tm); this.free(tq); this.free(tk); this.free(tv); this.free(to); this.free(ts);
     }
   }
 

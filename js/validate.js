@@ -124,8 +124,12 @@ function blankOptions() {
   o.scale = undefined;
   o.out = undefined;
   o.enableGqa = undefined;
+  o.window = undefined;
+  o.softcap = undefined;
+  o.sinks = undefined;
   o.M = null; // attnMask's descriptor (inspectTensor), read with the options
   o.O = null; // out's descriptor
+  o.S = null; // sinks' descriptor
   return o;
 }
 
@@ -133,7 +137,7 @@ function blankOptions() {
  * Options whose value is a tensor: inspected (snapshotted) as they are read.
  * CONTRACT.md section 2: tensors inside options are read with the options.
  */
-const TENSOR_OPTIONS = Object.freeze(Object.assign(Object.create(null), { attnMask: ['M', 'mask'], out: ['O', 'out'] }));
+const TENSOR_OPTIONS = Object.freeze(Object.assign(Object.create(null), { attnMask: ['M', 'mask'], out: ['O', 'out'], sinks: ['S', 'input'] }));
 
 /**
  * Names that are not options of this call but of another argument: read
@@ -516,10 +520,27 @@ export function checkMaskCausal(ck, M, isCausal) {
 // ---------------------------------------------------------------------------
 // The fast op: customSdpa, and the cache's attend / update / step / read
 
-export const CUSTOM_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'out']);
-export const STEP_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', 'scale', 'out']);
+export const CUSTOM_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'out']);
+export const STEP_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'out']);
+
+/** window: absent → 0 (none); a positive integer up to 2^31 - 1 (E_ARG otherwise: it is a count, not a size). */
+function checkWindow(ck, value) {
+  if (value === undefined || value === null) return 0;
+  if (typeof value !== 'number') { ck.add('E_ARG', `window must be a number, got ${describeValue(value)}`); return 0; }
+  if (!isPosInt(value) || value > INT32_MAX) { ck.add('E_ARG', `window is ${value}; expected a positive integer (the number of keys a row sees, its own included)`); return 0; }
+  return value;
+}
+
+/** softcap: absent → 0 (none); a finite number > 0 as a float32 (E_SCALE). */
+function checkSoftcap(ck, value) {
+  if (value === undefined || value === null) return 0;
+  if (typeof value !== 'number') { ck.add('E_ARG', `softcap must be a number, got ${describeValue(value)}`); return 0; }
+  if (!fitsFastScale(value)) { ck.add('E_SCALE', `softcap is ${value}; expected a finite number > 0`); return 0; }
+  return Math.fround(value);
+}
 
 const RANK_2 = Object.freeze([2]);
+const RANK_1 = Object.freeze([1]);
 const BSHD = '4-D [B, S, H, D]';
 
 /**
@@ -547,22 +568,27 @@ export function cacheDescriptor(geo) {
  */
 export function checkAttention(ck, o, startPos, Q, K, V) {
   const cache = K !== null && K.virtual === true;
-  const M = o.M, O = o.O;
+  const M = o.M, O = o.O, S = o.S;
   const isCausal = checkBool(ck, o.isCausal, 'isCausal');
   const scale = checkScale(ck, o.scale, true);
   checkDropout(ck, o.dropoutP);
+  const window = checkWindow(ck, o.window);
+  const softcap = checkSoftcap(ck, o.softcap);
+  if (window && M) ck.add('E_ARG', 'window and attnMask were both given; put the window in the mask');
 
   // E_RANK
   const qr = checkRank(ck, Q, RANK_4, BSHD);
   const kr = cache || checkRank(ck, K, RANK_4, BSHD);
   const vr = cache || checkRank(ck, V, RANK_4, BSHD);
   const mr = M !== null && checkRank(ck, M, RANK_2, '2-D [Sq, N] (this op does not broadcast masks)');
+  const sr = S !== null && checkRank(ck, S, RANK_1, '1-D [Hq] (one sink logit per query head)');
 
   // E_DIMS (0 heads: E_HEADS)
   if (qr) checkDims(ck, Q, 2);
   if (!cache && kr) checkDims(ck, K, 2);
   if (!cache && vr) checkDims(ck, V, 2);
   const mok = mr && checkDims(ck, M, -1);
+  const sok = sr && checkDims(ck, S, 0);
   const qs = qr && structural(Q), ks = cache || (kr && structural(K)), vs = cache || (vr && structural(V));
   let ook = false;
   if (O && O.dims) {
@@ -580,6 +606,7 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
   // E_ARG: out aliasing an input (the first one found is reported)
   checkOutAliasing(ck, O, Q);
   checkOutAliasing(ck, O, M);
+  checkOutAliasing(ck, O, S);
   if (!cache) {
     checkOutAliasing(ck, O, K);
     checkOutAliasing(ck, O, V);
@@ -603,6 +630,7 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
     if (Hk !== Hv) ck.add('E_HEADS', `${kname} has ${Hk} heads but ${vname} has ${Hv}; key and value heads must be equal`);
     else if (Hk > Hq) ck.add('E_HEADS', `${kname} has ${Hk} heads but ${Q.name} has ${Hq}; key heads must not exceed query heads`);
     else if (Hq % Hk !== 0) ck.add('E_HEADS', `${kname} has ${Hk} heads but ${Q.name} has ${Hq}; query heads must be a multiple of key heads (GQA)`);
+    if (S && sok && S.dims[0] !== Hq) ck.add('E_HEADS', `sinks has ${S.dims[0]} entries but ${Q.name} has ${Hq} heads; one sink logit per query head`);
     // E_HEAD_DIM
     if (Dk !== D) ck.add('E_HEAD_DIM', `${kname} has head dim ${Dk} but ${Q.name} has ${D}; head dims must be equal`);
     else if (!cache && Dv !== D) ck.add('E_HEAD_DIM', `${vname} has head dim ${Dv} but ${Q.name} has ${D}; head dims must be equal`);
@@ -618,7 +646,7 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
     }
   }
   checkMaskCausal(ck, M, isCausal);
-  return { Q, M, O, isCausal, scale, Sq };
+  return { Q, M, O, S, isCausal, scale, window, softcap, Sq };
 }
 
 /** checkCacheWrite's geometry rules for one of k, v against the cache. */
