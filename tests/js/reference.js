@@ -21,9 +21,11 @@ export function refCustomSdpa(query, key, value, opts = {}) {
         const score = [];
         for (let t = 0; t < N; t++) {
           if (opts.isCausal && t > sp + i) { score.push(-Infinity); continue; }
+          if (opts.window && t <= sp + i - opts.window) { score.push(-Infinity); continue; }
           let dot = 0;
           for (let d = 0; d < D; d++) dot += at(query, b, i, h, d) * at(key, b, t, hk, d);
           let s = scale * dot;
+          if (opts.softcap) s = opts.softcap * Math.tanh(s / opts.softcap);
           if (mask) {
             const m = mask.data[i * N + t];
             s = isBool ? (m ? s : -Infinity) : s + m;
@@ -33,9 +35,11 @@ export function refCustomSdpa(query, key, value, opts = {}) {
         let mx = -Infinity;
         for (const x of score) mx = Math.max(mx, x);
         const o = ((b * Sq + i) * Hq + h) * D;
-        if (mx === -Infinity) continue; // fully masked: zeros
+        if (mx === -Infinity) continue; // fully masked: zeros (a sink has no value row)
+        const sink = opts.sinks ? opts.sinks.data[h] : -Infinity;  // joins the max and the sum
+        mx = Math.max(mx, sink);
         const p = score.map((s) => Math.exp(s - mx));
-        const sum = p.reduce((a, x) => a + x, 0);
+        const sum = p.reduce((a, x) => a + x, 0) + Math.exp(sink - mx);
         for (let d = 0; d < D; d++) {
           let acc = 0;
           for (let t = 0; t < N; t++) acc += p[t] * at(value, b, t, hk, d);
