@@ -111,6 +111,15 @@ export interface CustomSdpaOptions {
   isCausal?: boolean;
   /** Finite and > 0; default 1/sqrt(D). */
   scale?: number | null;
+  /**
+   * A positive integer W: query row at position p sees only keys t > p - W
+   * (with isCausal the last W keys, its own included). Not with attnMask.
+   */
+  window?: number | null;
+  /** A finite c > 0: score = c * tanh(score / c) after the scale, before the mask (Gemma 2). */
+  softcap?: number | null;
+  /** float32 [Hq]: per-head sink logits added to the softmax denominator, with no value row (gpt-oss). */
+  sinks?: FloatTensor | null;
   /** [B, Sq, Hq, D] float32; written and returned. Heap tensors are written in place. */
   out?: FloatTensor;
 }
