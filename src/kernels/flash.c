@@ -50,6 +50,7 @@ typedef struct flash_plan {
     int32_t blocks;        /* per (b, hk) */
     int32_t chunks;        /* key chunks per block (1 = no split) */
     int64_t chunk_keys;    /* keys per chunk, a multiple of TILE_KEYS (may pass INT32_MAX) */
+    int32_t key_begin;     /* keys before it are outside every row's window (a TILE_KEYS multiple) */
     int32_t dim_pad;       /* D rounded up to 4 */
     uint64_t thread_bytes; /* per-thread scratch, ALIGN multiple (saturating) */
     char * scratch;        /* [n_threads][thread_bytes] then partials */
@@ -93,14 +94,23 @@ static void make_plan(flash_plan * f, const sdpa_problem * p) {
     f->rows = p->q_len * p->group;
     f->blocks = ceil_div(f->rows, BLOCK_ROWS);
     f->dim_pad = pad4(p->head_dim);
+    /* a window (never with a mask) hides keys t <= start_pos - window from every
+     * row: the chunks cover only the keys after that, so windowed decode costs
+     * the window, however long the sequence */
+    f->key_begin = 0;
+    if (p->window) {
+        const int64_t lo = p->start_pos - p->window + 1;  /* < n_keys */
+        if (lo > 0) f->key_begin = (int32_t)(lo - lo % TILE_KEYS);
+    }
+    const int32_t keys = p->n_keys - f->key_begin;
     int32_t chunks = 1;
     if ((int64_t)p->batch * p->kv_heads * f->blocks <= SPLIT_MAX_UNITS) {
-        chunks = ceil_div(p->n_keys, CHUNK_MIN_KEYS);
+        chunks = ceil_div(keys, CHUNK_MIN_KEYS);
         if (chunks > CHUNK_MAX_COUNT) chunks = CHUNK_MAX_COUNT;
     }
     /* a cache's maxSeqLen may be near INT32_MAX: rounding up to a tile must not wrap */
-    f->chunk_keys = (int64_t)ceil_div(ceil_div(p->n_keys, chunks), TILE_KEYS) * TILE_KEYS;
-    f->chunks = (int32_t)(((int64_t)p->n_keys + f->chunk_keys - 1) / f->chunk_keys);
+    f->chunk_keys = (int64_t)ceil_div(ceil_div(keys, chunks), TILE_KEYS) * TILE_KEYS;
+    f->chunks = (int32_t)(((int64_t)keys + f->chunk_keys - 1) / f->chunk_keys);
     f->thread_bytes = thread_bytes(f->dim_pad);
 }
 
@@ -625,7 +635,7 @@ static void compute_unit(void * arg, int32_t unit, int32_t thread) {
     char * scratch = f->scratch + (size_t)thread * (size_t)f->thread_bytes;
     block_state st;
     block_setup(f, &st, scratch, b, hk, blk);
-    const int64_t t0 = chunk * f->chunk_keys;  /* < n_keys */
+    const int64_t t0 = f->key_begin + chunk * f->chunk_keys;  /* < n_keys */
     const int32_t t1 = (int32_t)(f->chunk_keys < p->n_keys - t0 ? t0 + f->chunk_keys : p->n_keys);
     block_keys(f, &st, b, hk, (int32_t)t0, t1);
     const int32_t D = p->head_dim, Dp = f->dim_pad;

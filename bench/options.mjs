@@ -1,0 +1,89 @@
+#!/usr/bin/env node
+// Issue 12's rows: what window, softcap and sinks cost on the fast path, and
+// two model-shaped layers, in one run per thread count. Decode through
+// cache.attend with heap tensors; medians over many calls; every output is
+// checked against a float64 reference (the same options, written out here).
+//
+//   node bench/options.mjs [--threads=1,2] [--quick]
+import { createSdpa } from '../js/index.js';
+import { timeIt, randomF32, fmtMs } from './util.mjs';
+
+const argv = process.argv.slice(2);
+const opt = (n) => { const a = argv.find((x) => x.startsWith(`--${n}=`)); return a ? a.slice(n.length + 3) : undefined; };
+const quick = argv.includes('--quick');
+const threadList = (opt('threads') || '1,2').split(',').map(Number);
+const timing = quick ? { warmup: 3, warmupMs: 50, iters: 20, minIters: 5, budgetMs: 200 } : { warmup: 10, warmupMs: 300, iters: 200, minIters: 20, budgetMs: 1500 };
+
+// [label, Hq, Hkv, D, keys, options]
+const ROWS = [
+  ['A-4096 plain', 32, 8, 128, 4096, {}],
+  ['A-4096 softcap 50', 32, 8, 128, 4096, { softcap: 50 }],
+  ['A-4096 sinks', 32, 8, 128, 4096, { sinks: true }],
+  ['A-4096 window 4096', 32, 8, 128, 4096, { window: 4096 }],
+  ['A-32768 window 4096', 32, 8, 128, 32768, { window: 4096 }],
+  ['gpt-oss-20B 64/8/64 w128 sinks', 64, 8, 64, 4096, { window: 128, sinks: true }],
+  ['Gemma-2-2B 8/4/256 w4096 cap50', 8, 4, 256, 8192, { window: 4096, softcap: 50 }],
+];
+
+/** float64 attention of the last query row (position keys-1, causal), with the options. */
+function reference(q, k, v, Hq, Hkv, D, keys, o, sinks) {
+  const out = new Float64Array(Hq * D), r = Hq / Hkv, s = 1 / Math.sqrt(D), p = keys - 1;
+  const sc = new Float64Array(keys);
+  for (let h = 0; h < Hq; h++) {
+    const hk = Math.floor(h / r);
+    let mx = -Infinity;
+    for (let t = 0; t < keys; t++) {
+      if (o.window && t <= p - o.window) { sc[t] = -Infinity; continue; }
+      let d = 0;
+      for (let j = 0; j < D; j++) d += q[h * D + j] * k[(t * Hkv + hk) * D + j];
+      let x = s * d;
+      if (o.softcap) x = o.softcap * Math.tanh(x / o.softcap);
+      sc[t] = x;
+      if (x > mx) mx = x;
+    }
+    const sink = sinks ? sinks[h] : -Infinity;
+    mx = Math.max(mx, sink);
+    let den = Math.exp(sink - mx);
+    for (let t = 0; t < keys; t++) den += Math.exp(sc[t] - mx);
+    for (let t = 0; t < keys; t++) {
+      const w = Math.exp(sc[t] - mx) / den;
+      if (w) for (let j = 0; j < D; j++) out[h * D + j] += w * v[(t * Hkv + hk) * D + j];
+    }
+  }
+  return out;
+}
+
+const lines = [];
+for (const T of threadList) {
+  const sdpa = await createSdpa({ threads: T });
+  lines.push(`== ${T} thread${T > 1 ? 's' : ''} (${sdpa.info.build})`);
+  lines.push(['row', 'keys', 'ms', '(min–max)', '× plain', 'max |Δ| vs float64'].join('  '));
+  let plain = null;
+  for (const [label, Hq, Hkv, D, keys, o] of ROWS) {
+    const cache = sdpa.createKVCache({ maxSeqLen: keys, numKvHeads: Hkv, headDim: D });
+    const k = randomF32(keys * Hkv * D, keys + 1), v = randomF32(keys * Hkv * D, keys + 2);
+    const chunk = 2048;
+    for (let t = 0; t < keys; t += chunk) {
+      const n = Math.min(chunk, keys - t);
+      cache.update({ data: k.subarray(t * Hkv * D, (t + n) * Hkv * D), dims: [1, n, Hkv, D] }, { data: v.subarray(t * Hkv * D, (t + n) * Hkv * D), dims: [1, n, Hkv, D] });
+    }
+    const q = sdpa.allocTensor('float32', [1, 1, Hq, D]), out = sdpa.allocTensor('float32', [1, 1, Hq, D]);
+    q.data.set(randomF32(Hq * D, 7));
+    const sinks = o.sinks ? sdpa.allocTensor('float32', [Hq]) : null;
+    if (sinks) sinks.data.set(randomF32(Hq, 9).map((x) => x * 4));
+    const opts = { isCausal: true, out, window: o.window, softcap: o.softcap, sinks: sinks || undefined };
+    cache.attend(q, opts);
+    const ref = reference(q.data, k, v, Hq, Hkv, D, keys, o, sinks && sinks.data);
+    let err = 0;
+    for (let i = 0; i < ref.length; i++) err = Math.max(err, Math.abs(out.data[i] - ref[i]));
+    const t = await timeIt(() => cache.attend(q, opts), timing);
+    if (label === 'A-4096 plain') plain = t.median;
+    const rel = label.startsWith('A-4096') && plain ? (t.median / plain).toFixed(2) + '×' : '-';
+    lines.push([label.padEnd(32), String(keys).padStart(6), fmtMs(t.median).padStart(7), `${fmtMs(t.min)}–${fmtMs(t.max)}`.padStart(13), rel.padStart(7), err.toExponential(2)].join('  '));
+    cache.dispose(); q.dispose(); out.dispose(); if (sinks) sinks.dispose();
+    if (err > 1e-4) { console.error(`bench/options: ${label}: output differs from the float64 reference by ${err}`); process.exitCode = 1; }
+  }
+  sdpa.dispose();
+}
+console.log(lines.join('\n'));
+console.log('× plain: time / A-4096 plain in the same run. "A-32768 window 4096" should equal "A-4096 window 4096" (flat in the sequence length).');
