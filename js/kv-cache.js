@@ -204,9 +204,8 @@ export class KVCache {
     return this.#core.runAttention(fn, P, sp, W.K, W.V, this.#callStep);
   }
 
-  /** Copies of rows start .. start+length-1: { k, v }, each [B, length, Hkv, D] float32 (unwritten rows: zeros). */
-  read(start, length) {
-    const fn = 'KVCache.read';
+  /** read / readRaw's arguments: rows start .. start+length-1 below maxSeqLen (throws the SdpaError). */
+  #checkRows(fn, start, length) {
     const ck = new Checks(fn);
     const s = checkStartPos(ck, start, 'start', true);
     const n = checkSize(ck, length, 'length');
@@ -215,6 +214,13 @@ export class KVCache {
     }
     this.#checkAlive(ck);
     ck.done();
+    return [s, n];
+  }
+
+  /** Copies of rows start .. start+length-1: { k, v }, each [B, length, Hkv, D] float32 (unwritten rows: zeros). */
+  read(start, length) {
+    const fn = 'KVCache.read';
+    const [s, n] = this.#checkRows(fn, start, length);
     const c = this.#core;
     const { batch, numKvHeads, headDim } = this.#geo;
     const dims = [batch, n, numKvHeads, headDim];
@@ -244,14 +250,7 @@ export class KVCache {
    */
   readRaw(start, length) {
     const fn = 'KVCache.readRaw';
-    const ck = new Checks(fn);
-    const s = checkStartPos(ck, start, 'start', true);
-    const n = checkSize(ck, length, 'length');
-    if (s !== null && n !== null && s + n > this.#geo.maxSeqLen) {
-      ck.add('E_CAPACITY', `reading ${n} rows at start ${s} needs ${s + n} rows but the cache holds maxSeqLen = ${this.#geo.maxSeqLen}`);
-    }
-    this.#checkAlive(ck);
-    ck.done();
+    const [s, n] = this.#checkRows(fn, start, length);
     const c = this.#core;
     const { batch, numKvHeads, headDim, dtype } = this.#geo;
     const dims = [batch, n, numKvHeads, headDim];

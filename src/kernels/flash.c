@@ -417,6 +417,25 @@ static const float * load_tile(const flash_plan * f, block_state * st, int32_t b
     return tile;
 }
 
+/* out[d] = acc[d] * inv for d < D (out may be acc); false when an element is
+ * not finite. Scales a tile's scores and finishes a row's output. */
+static bool scale_finite(float * out, const float * acc, float inv, int32_t D) {
+    const v128_t vinv = wasm_f32x4_splat(inv), vinf = wasm_f32x4_splat(INFINITY);
+    v128_t finite = wasm_i32x4_splat(-1);
+    int32_t d = 0;
+    for (; d + 4 <= D; d += 4) {
+        const v128_t o = wasm_f32x4_mul(wasm_v128_load(acc + d), vinv);
+        wasm_v128_store(out + d, o);
+        finite = wasm_v128_and(finite, wasm_f32x4_lt(wasm_f32x4_abs(o), vinf));
+    }
+    bool all_finite = wasm_i32x4_all_true(finite);
+    for (; d < D; d++) {
+        out[d] = acc[d] * inv;
+        all_finite &= isfinite(out[d]) != 0;
+    }
+    return all_finite;
+}
+
 /* ---- score transforms --------------------------------------------------- */
 
 /* s = c * tanh(s / c) for n scores. tanh(y) = sign(y) (1 - e) / (1 + e) with
@@ -491,26 +510,12 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
             for (; t < nt; t++) s[t] = dot1(q, k + (size_t)t * ldk, D);
         }
         /* 2. scale, mask, then online softmax per row */
-        const v128_t vscale = wasm_f32x4_splat(p->scale), vinf = wasm_f32x4_splat(INFINITY);
         for (x = 0; x < n; x++) {
             float * s = st->s + (size_t)x * TILE_KEYS;
             const int32_t valid = st->limit[x] - ts < nt ? st->limit[x] - ts : nt;
-            {   /* scores [0, nt): those past a causal limit are checked too (harmless: a false
-                 * alarm costs a reference row, never a wrong one) */
-                v128_t finite = wasm_i32x4_splat(-1);
-                int32_t t = 0;
-                for (; t + 4 <= nt; t += 4) {
-                    const v128_t vs = wasm_f32x4_mul(wasm_v128_load(s + t), vscale);
-                    wasm_v128_store(s + t, vs);
-                    finite = wasm_v128_and(finite, wasm_f32x4_lt(wasm_f32x4_abs(vs), vinf));
-                }
-                bool all_finite = wasm_i32x4_all_true(finite);
-                for (; t < nt; t++) {
-                    s[t] *= p->scale;
-                    all_finite &= isfinite(s[t]) != 0;
-                }
-                if (!all_finite) st->suspect[x] = true;
-            }
+            /* scores [0, nt): those past a causal limit are checked too (harmless: a false
+             * alarm costs a reference row, never a wrong one) */
+            if (!scale_finite(s, s, p->scale, nt)) st->suspect[x] = true;
             if (p->softcap) softcap_scores(s, nt, p->softcap);
             if (st->mask[x]) for (int32_t t = 0; t < valid; t++) s[t] += st->mask[x][ts + t];
             for (int32_t t = 0, lo = st->lower[x] - ts; t < lo && t < nt4; t++) s[t] = -INFINITY;  /* before the window */
@@ -563,24 +568,6 @@ static float * row_out(const sdpa_problem * p, int32_t b, int32_t hk, int32_t ro
 
 /* ---- finishing a row --------------------------------------------------- */
 
-/* out[d] = acc[d] * inv for d < D (out may be acc); false when an element is
- * not finite. */
-static bool store_row(float * out, const float * acc, float inv, int32_t D) {
-    const v128_t vinv = wasm_f32x4_splat(inv), vinf = wasm_f32x4_splat(INFINITY);
-    v128_t finite = wasm_i32x4_splat(-1);
-    int32_t d = 0;
-    for (; d + 4 <= D; d += 4) {
-        const v128_t o = wasm_f32x4_mul(wasm_v128_load(acc + d), vinv);
-        wasm_v128_store(out + d, o);
-        finite = wasm_v128_and(finite, wasm_f32x4_lt(wasm_f32x4_abs(o), vinf));
-    }
-    bool all_finite = wasm_i32x4_all_true(finite);
-    for (; d < D; d++) {
-        out[d] = acc[d] * inv;
-        all_finite &= isfinite(out[d]) != 0;
-    }
-    return all_finite;
-}
 
 /* The factor a row's accumulator (running max m, sum l > 0) is scaled by:
  * 1 / l, or with a sink logit for the row's head, which joins the max and
@@ -650,7 +637,7 @@ static void compute_unit(void * arg, int32_t unit, int32_t thread) {
                 exact = !float_mask_admits(p, row / p->group);
                 if (exact) memset(out, 0, sizeof(float) * (size_t)D);
             } else {
-                exact = store_row(out, st.acc + (size_t)x * Dp, finish_scale(p, hk, row, st.m[x], st.l[x]), D);
+                exact = scale_finite(out, st.acc + (size_t)x * Dp, finish_scale(p, hk, row, st.m[x], st.l[x]), D);
             }
             if (!exact) reference_fallback(f, scratch, b, hk, row);
         }
@@ -708,7 +695,7 @@ static void merge_group(const flash_plan * f, int32_t group, char * thread_scrat
                 l += pc[1] * w;
                 for (int32_t d = 0; d < D; d++) out[d] += pc[PARTIAL_HEAD + d] * w;
             }
-            if (store_row(out, out, finish_scale(p, hk, row, m, l), D)) continue;
+            if (scale_finite(out, out, finish_scale(p, hk, row, m, l), D)) continue;
         }
         reference_fallback(f, thread_scratch, b, hk, row);
     }
