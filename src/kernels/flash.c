@@ -305,7 +305,84 @@ typedef struct block_state {
     uint32_t * sink;                /* where the V-touch loads end up */
     float * ktile;                  /* [TILE_KEYS][dim_pad]: a decoded float16 / int8 tile */
     float * vtile;
+    /* int8 caches: q quantized to int16 (in the ktile area, which the int8
+     * path does not use), so that Q.K runs as integer dot products */
+    bool int_q;                     /* this block takes the integer path */
+    int16_t * q16;                  /* [BLOCK_ROWS][q16_stride], zero-padded */
+    int32_t q16_stride;
+    float qscale[BLOCK_ROWS];       /* q[d] ~ q16[d] * qscale */
+    int32_t qsum[BLOCK_ROWS];       /* sum_d q16[d] (for the zero points) */
 } block_state;
+
+/* An int8 cache's Q.K runs as integer dot products (i32x4.dot_i16x8_s): each
+ * q row is quantized symmetrically to int16 (scale max|q| / 32767: a relative
+ * error near 1.5e-5, within the int8 path's 2e-3 (1 + max|ref|) of the
+ * contract), the key's int8 values widened to int16. Products stay below
+ * 2^22 and an int32 lane sums D / 4 of them, so D <= 1024; a non-finite q
+ * (or a larger D) takes the decoding path instead. */
+#define INT_Q_MAX_DIM 1024
+static void quantize_q(const flash_plan * f, block_state * st) {
+    const sdpa_problem * p = f->p;
+    const int32_t D = p->head_dim;
+    st->int_q = false;
+    if (!p->kv.pages || p->kv.format->dtype != SDPA_DTYPE_INT8 || D > INT_Q_MAX_DIM) return;
+    st->q16 = (int16_t *)(void *)st->ktile;
+    st->q16_stride = (D + 15) & ~15;
+    for (int32_t x = 0; x < st->n; x++) {
+        const float * q = st->q + (size_t)x * f->dim_pad;
+        float big = 0.0f;
+        for (int32_t d = 0; d < D; d++) {
+            if (!isfinite(q[d])) return;  /* st->int_q stays false */
+            const float a = fabsf(q[d]);
+            if (a > big) big = a;
+        }
+        const float scale = big > 0.0f ? big / 32767.0f : 1.0f, inv = 1.0f / scale;
+        int16_t * out = st->q16 + (size_t)x * st->q16_stride;
+        int32_t sum = 0;
+        for (int32_t d = 0; d < D; d++) {
+            float v = nearbyintf(q[d] * inv);
+            v = v > 32767.0f ? 32767.0f : v < -32767.0f ? -32767.0f : v;
+            out[d] = (int16_t)v;
+            sum += out[d];
+        }
+        for (int32_t d = D; d < st->q16_stride; d++) out[d] = 0;
+        st->qscale[x] = scale;
+        st->qsum[x] = sum;
+    }
+    st->int_q = true;
+}
+
+/* Scores s[x][t] = q_x . k_t (unscaled, like the float path) for the keys
+ * [r0, r0 + nt) of an int8 page: sum q16 * (k - zp) * (qscale * kscale), the
+ * dot in int32 lanes, the zero point through sum(q16). */
+static void int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
+    const sdpa_page_format * fmt = f->p->kv.format;
+    const int32_t D = fmt->dim, n = st->n, D16 = D & ~15;
+    for (int32_t t = 0; t < nt; t++) {
+        const int8_t * k = sdpa_kv_raw_row(fmt, page, r0 + t, 0);
+        const int32_t zp = sdpa_kv_row_zero_point(fmt, page, r0 + t, 0);
+        const float kscale = sdpa_kv_row_scale(fmt, page, r0 + t, 0);
+        v128_t acc[BLOCK_ROWS];
+        for (int32_t x = 0; x < n; x++) acc[x] = wasm_i32x4_splat(0);
+        for (int32_t d = 0; d < D16; d += 16) {
+            const v128_t kv = wasm_v128_load(k + d);
+            const v128_t lo = wasm_i16x8_extend_low_i8x16(kv), hi = wasm_i16x8_extend_high_i8x16(kv);
+            for (int32_t x = 0; x < n; x++) {
+                const int16_t * q = st->q16 + (size_t)x * st->q16_stride + d;
+                acc[x] = wasm_i32x4_add(acc[x], wasm_i32x4_dot_i16x8(wasm_v128_load(q), lo));
+                acc[x] = wasm_i32x4_add(acc[x], wasm_i32x4_dot_i16x8(wasm_v128_load(q + 8), hi));
+            }
+        }
+        for (int32_t x = 0; x < n; x++) {
+            const int16_t * q = st->q16 + (size_t)x * st->q16_stride;
+            int64_t dot = (int64_t)wasm_i32x4_extract_lane(acc[x], 0) + wasm_i32x4_extract_lane(acc[x], 1) +
+                          wasm_i32x4_extract_lane(acc[x], 2) + wasm_i32x4_extract_lane(acc[x], 3);
+            for (int32_t d = D16; d < D; d++) dot += (int32_t)q[d] * k[d];
+            dot -= (int64_t)zp * st->qsum[x];
+            st->s[(size_t)x * TILE_KEYS + t] = (float)dot * (st->qscale[x] * kscale);
+        }
+    }
+}
 
 static void block_setup(const flash_plan * f, block_state * st, char * scratch, int32_t b,
                         int32_t hk, int32_t blk) {
@@ -349,6 +426,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         else if (p->mask)
             st->bmask[x] = (const uint8_t *)p->mask + (size_t)i * p->mask_stride;
     }
+    quantize_q(f, st);
 }
 
 /* ---- the tile loader: float32 rows in place, other cache dtypes decoded -- */
@@ -482,14 +560,18 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
     for (int64_t ts = t0; ts < t1; ts += TILE_KEYS) {  /* int64: t1 may be near INT32_MAX */
         const int32_t nt = t1 - ts < TILE_KEYS ? t1 - ts : TILE_KEYS;
         const int32_t nt4 = (nt + 3) & ~3;
-        size_t ldk, ldv;
-        const float * k = load_tile(f, st, b, hk, ts, nt, 0, &ldk);  /* the tile loader */
+        size_t ldk = 0, ldv;
+        /* the tile loader: an int8 tile's scores come straight from its int8
+         * keys; other compact tiles are decoded to float32 first */
+        const float * k = NULL;
+        if (st->int_q) int8_scores(f, st, sdpa_kv_page(&p->kv, b, hk, (int32_t)ts), (int32_t)(ts % SDPA_PAGE_ROWS), nt);
+        else k = load_tile(f, st, b, hk, ts, nt, 0, &ldk);
         /* float32 V rows are touched while the scores run (see touch_row); a
          * compact cache's V is decoded only before the value pass */
         const bool decoded = !sdpa_kv_is_f32(&p->kv);
         const float * v = decoded ? NULL : load_tile(f, st, b, hk, ts, nt, 1, &ldv);
         /* 1. scores s[x][t] = q_x . k_t; the V rows are touched meanwhile */
-        int32_t x = 0;
+        int32_t x = st->int_q ? n : 0;
         for (; x + 4 <= n; x += 4) {
             for (int32_t t = 0; t < nt; t++) {
                 float d4[4];
