@@ -231,6 +231,8 @@ typedef struct fopts {
     sdpa_options o;
     int present;
     int tame;  /* scale is default or a small power of two: outputs are compared */
+    float sinks_buf[64];
+    sdpa_tensor sinks_t;
 } fopts;
 
 static void make_opts(rd * r, fopts * fo, int32_t Sq, int32_t Skv) {
@@ -277,6 +279,46 @@ static void make_opts(rd * r, fopts * fo, int32_t Sq, int32_t Skv) {
     }
 }
 
+/* window, softcap and sinks (issue 12), sometimes valid, sometimes each rule
+ * broken; `out` may become the sinks' memory (aliasing). */
+static void make_extras(rd * r, fopts * fo, int32_t Hq, void * out) {
+    if (!fo->present || u8(r) % 3 != 0) return;
+    switch (u8(r) % 8) {
+    case 0: fo->o.window = 1; break;
+    case 1: fo->o.window = 1 + (int32_t)(u8(r) % 16); break;
+    case 2: fo->o.window = 1 + (int32_t)(u32(r) % 300); break;
+    case 3: fo->o.window = -1; break;
+    case 4: fo->o.window = INT32_MAX; break;
+    case 5: fo->o.window = INT32_MIN; break;
+    default: break;
+    }
+    switch (u8(r) % 10) {
+    case 0: fo->o.softcap = 1.5f; break;
+    case 1: fo->o.softcap = 50.0f; break;
+    case 2: fo->o.softcap = 1e-30f; break;
+    case 3: fo->o.softcap = -1.0f; break;
+    case 4: fo->o.softcap = NAN; break;
+    case 5: fo->o.softcap = INFINITY; break;
+    case 6: fo->o.softcap = FLT_MAX; break;
+    default: break;
+    }
+    if (u8(r) % 2 || Hq < 1 || Hq > 63) return;
+    for (int32_t h = 0; h <= Hq; h++) fo->sinks_buf[h] = (float)(u8(r) % 64) / 8.0f - 4.0f;
+    sdpa_tensor * t = &fo->sinks_t;
+    *t = (sdpa_tensor){ fo->sinks_buf, (size_t)Hq, SDPA_DTYPE_FLOAT32, 1, { Hq, 0, 0, 0 } };
+    switch (u8(r) % 12) {
+    case 0: t->len = (size_t)Hq + 1; t->dims[0] = Hq + 1; break;       /* E_HEADS */
+    case 1: t->len = (size_t)Hq - 1; break;                            /* E_DIMS */
+    case 2: t->rank = 2; t->dims[0] = 1; t->dims[1] = Hq; break;      /* E_RANK */
+    case 3: t->dtype = SDPA_DTYPE_BOOL; break;                         /* E_DTYPE */
+    case 4: if (out) t->data = out; break;                             /* out aliases sinks */
+    case 5: fo->sinks_buf[0] = NAN; fo->tame = 0; break;                /* computed through */
+    case 6: t->data = NULL; break;                                      /* absent */
+    default: break;
+    }
+    fo->o.sinks = t;
+}
+
 static int scale_ok(const sdpa_options * o) {
     return !o->has_scale || (isfinite(o->scale) && o->scale > 0.0f);
 }
@@ -320,6 +362,14 @@ static int model_attend(const sdpa_tensor * q, int32_t B, int32_t Skv, int32_t H
     if (has_mask && o && o->is_causal) return 0;
     if (o && o->dropout_p != 0.0f) return 0;
     if (o && !scale_ok(o)) return 0;
+    if (o && (o->window < 0 || (o->window && has_mask))) return 0;
+    if (o && o->softcap != 0.0f && !(isfinite(o->softcap) && o->softcap > 0.0f)) return 0;
+    if (o && o->sinks && o->sinks->data) {
+        const sdpa_tensor * t = o->sinks;
+        if (t->rank != 1 || t->dtype != SDPA_DTYPE_FLOAT32 || t->dims[0] <= 0 || (uint64_t)t->dims[0] != (uint64_t)t->len ||
+            t->dims[0] != q->dims[2] || ranges_overlap(out->data, tbytes(out), t->data, tbytes(t)))
+            return 0;
+    }
     return 1;
 }
 
@@ -356,6 +406,9 @@ static void check_rows(const char * what, const sdpa_tensor * q, const float * k
     np.is_causal = o ? o->is_causal : 0;
     np.has_scale = o ? o->has_scale : 0;
     np.scale = o ? (double)o->scale : 0.0;
+    np.window = o ? o->window : 0;
+    np.softcap = o ? (double)o->softcap : 0.0;
+    np.sinks = o && o->sinks && o->sinks->data ? o->sinks->data : NULL;
     double * ref = malloc(sizeof(double) * (size_t)np.D);
     if (!ref) FAILF("host malloc failed");
     for (int n = 0; n < 4; n++) {
@@ -477,6 +530,7 @@ static void fuzz_custom(rd * r, int use_reference) {
     }
     fopts fo;
     make_opts(r, &fo, Sq, Skv);
+    make_extras(r, &fo, Hq, out.t.data);
     const sdpa_options * po = fo.present ? &fo.o : NULL;
 
     const sdpa_tensor * pq = tp(&q), * pk = tp(&k), * pv = tp(&v);
@@ -678,6 +732,7 @@ static void fuzz_cache(rd * r) {
         const sdpa_tensor * pm = mk ? &m.t : NULL;
         fopts fo;
         make_opts(r, &fo, Sn, fc.S);
+        make_extras(r, &fo, qd[2], out.t.data);
         const sdpa_options * po = fo.present ? &fo.o : NULL;
         int64_t sp = po ? po->start_pos : 0;
         int32_t upd_sp = (int32_t)(sp >= INT32_MIN && sp <= INT32_MAX ? sp : -1);
