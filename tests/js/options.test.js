@@ -87,4 +87,29 @@ test('errors: window, softcap and sinks rules; nothing written', () => {
   cache.dispose();
 });
 
+test('sinks follow the snapshot rule: a lying subclass, a disposing getter, heap and wasm-memory views', async () => {
+  const rand = rng(64);
+  const q = randTensor(rand, [1, 1, 4, 8]), k = randTensor(rand, [1, 6, 2, 8]), v = randTensor(rand, [1, 6, 2, 8]);
+  const real = new Float32Array([0.5, -1, 2, 0]);
+  const ref = refCustomSdpa(q, k, v, { startPos: 5, sinks: { data: real, dims: [4] } });
+  // a Float32Array subclass that lies about its length and buffer: the real contents are used
+  class Liar extends Float32Array { get length() { return 1e6; } get buffer() { return new ArrayBuffer(4); } get byteOffset() { return 999; } }
+  assertClose(sdpa.customSdpa(q, k, v, { startPos: 5, sinks: { data: Liar.from(real), dims: [4] } }).data, ref, 'lying sinks');
+  // a heap tensor as sinks: read in place; disposed: E_DISPOSED
+  const hs = sdpa.allocTensor('float32', [4]);
+  hs.data.set(real);
+  assertClose(sdpa.customSdpa(q, k, v, { startPos: 5, sinks: hs }).data, ref, 'heap sinks');
+  const out = { data: new Float32Array(32).fill(7), dims: [1, 1, 4, 8] };
+  // a view of wasm memory outside every heap tensor: E_ARG
+  const stray = new Float32Array(hs.data.buffer, 0, 4);
+  expectError(() => sdpa.customSdpa(q, k, v, { startPos: 5, sinks: { data: stray, dims: [4] }, out }), 'E_ARG', [/sinks/, /heap tensor/]);
+  hs.dispose();
+  expectError(() => sdpa.customSdpa(q, k, v, { startPos: 5, sinks: hs, out }), 'E_DISPOSED', [/sinks/]);
+  // a getter that disposes the instance while the call reads its arguments: E_DISPOSED, nothing written
+  const other = await createSdpa({ threads: 1 });
+  const sneaky = { dims: [4], get data() { other.dispose(); return real; } };
+  expectError(() => other.customSdpa(q, k, v, { startPos: 5, sinks: sneaky, out }), 'E_DISPOSED');
+  assert.ok(out.data.every((x) => x === 7), 'nothing was written');
+});
+
 test.run();
