@@ -125,6 +125,22 @@ function fromResult(r, counts) {
   return { passed, failed, note };
 }
 
+
+// The two suites that drive headless Chromium over tests/<name>/run.mjs.
+async function chromiumSuite(name) {
+  const script = `tests/${name}/run.mjs`;
+  if (!exists(script)) return { skip: `${script} does not exist yet` };
+  if (!(await ensureNodeModules({ install: opts.install }))) return { passed: 0, failed: 1, note: 'node_modules missing' };
+  const missing = await ensureTools(['browser'], { install: opts.install });
+  if (missing.length) return { passed: 0, failed: 1, note: 'chromium missing' };
+  if (hasCSources()) {
+    const b = await needBuild('wasm');
+    if (b.status === 'failed') return { passed: 0, failed: 1, note: `wasm build failed: ${b.reason}` };
+  }
+  const r = await run(process.execPath, [path.join(ROOT, script)], { timeoutMs: TIMEOUT[name] * SCALE });
+  return fromResult(r, parsePlain(r.out));
+}
+
 const SUITE_FN = {
   native: () => ctestSuite('native', 'build/native'),
   asan: () => ctestSuite('asan', 'build/asan'),
@@ -176,31 +192,8 @@ const SUITE_FN = {
     return fromResult(r, parsePlain(r.out));
   },
 
-  async browser() {
-    if (!exists('tests/browser/run.mjs')) return { skip: 'tests/browser/run.mjs does not exist yet' };
-    if (!(await ensureNodeModules({ install: opts.install }))) return { passed: 0, failed: 1, note: 'node_modules missing' };
-    const missing = await ensureTools(['browser'], { install: opts.install });
-    if (missing.length) return { passed: 0, failed: 1, note: 'chromium missing' };
-    if (hasCSources()) {
-      const b = await needBuild('wasm');
-      if (b.status === 'failed') return { passed: 0, failed: 1, note: `wasm build failed: ${b.reason}` };
-    }
-    const r = await run(process.execPath, [path.join(ROOT, 'tests/browser/run.mjs')], { timeoutMs: TIMEOUT.browser * SCALE });
-    return fromResult(r, parsePlain(r.out));
-  },
-
-  async bundlers() {
-    if (!exists('tests/bundlers/run.mjs')) return { skip: 'tests/bundlers/run.mjs does not exist yet' };
-    if (!(await ensureNodeModules({ install: opts.install }))) return { passed: 0, failed: 1, note: 'node_modules missing' };
-    const missing = await ensureTools(['browser'], { install: opts.install });
-    if (missing.length) return { passed: 0, failed: 1, note: 'chromium missing' };
-    if (hasCSources()) {
-      const b = await needBuild('wasm');
-      if (b.status === 'failed') return { passed: 0, failed: 1, note: `wasm build failed: ${b.reason}` };
-    }
-    const r = await run(process.execPath, [path.join(ROOT, 'tests/bundlers/run.mjs')], { timeoutMs: TIMEOUT.bundlers * SCALE });
-    return fromResult(r, parsePlain(r.out));
-  },
+  browser() { return chromiumSuite('browser'); },
+  bundlers() { return chromiumSuite('bundlers'); },
 
   async bench() {
     if (!pkg.scripts || !pkg.scripts.bench) return { skip: 'no "bench" script in package.json yet' };
