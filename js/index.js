@@ -9,7 +9,7 @@
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
   Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkSize, describeValue,
-  readDims, checkDimValues, checkLive, CUSTOM_OPTIONS, KEY_INDEX_LIMIT,
+  readDims, checkDimValues, checkLive, checkLiveOptions, CUSTOM_OPTIONS, KEY_INDEX_LIMIT,
 } from './validate.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
@@ -99,9 +99,7 @@ function makeInstance(core, info) {
     checkLive(ck, Q);
     checkLive(ck, K);
     checkLive(ck, V);
-    checkLive(ck, o.M);
-    checkLive(ck, o.O);
-    checkLive(ck, o.S);
+    checkLiveOptions(ck, o);
     const sp = checkStartPos(ck, o.startPos, 'startPos');
     const P = checkAttention(ck, o, sp, Q, K, V);
     ck.done();

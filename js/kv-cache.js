@@ -10,7 +10,7 @@
 // view of the cache's storage is never a valid argument (checkLive).
 
 import {
-  Checks, readOptions, checkStartPos, checkSize, inspectTensor, checkAttention, checkLive,
+  Checks, readOptions, checkStartPos, checkSize, inspectTensor, checkAttention, checkLive, checkLiveOptions,
   checkCacheWrite, checkOutAliasing, cacheDescriptor, describeValue, CUSTOM_OPTIONS, STEP_OPTIONS,
 } from './validate.js';
 import { SLOT } from './runtime.js';
@@ -140,9 +140,7 @@ export class KVCache {
     // state, then the rules
     this.#checkAlive(ck);
     checkLive(ck, Q);
-    checkLive(ck, o.M);
-    checkLive(ck, o.O);
-    checkLive(ck, o.S);
+    checkLiveOptions(ck, o);
     let sp;
     if (o.startPos === undefined || o.startPos === null) sp = this.#impliedStart(ck, Q, o.M !== null);
     else sp = checkStartPos(ck, o.startPos, 'startPos');
@@ -187,9 +185,7 @@ export class KVCache {
     checkLive(ck, Q);
     checkLive(ck, K);
     checkLive(ck, V);
-    checkLive(ck, o.M);
-    checkLive(ck, o.O);
-    checkLive(ck, o.S);
+    checkLiveOptions(ck, o);
     const length = this.#writtenOrUnknown();
     const sp = startPos === undefined || startPos === null ? Math.min(length, 0x7fffffff) : checkStartPos(ck, startPos, 'startPos');
     const W = checkCacheWrite(ck, this.#geo, K, V, sp, length);

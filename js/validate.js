@@ -407,6 +407,13 @@ function inspectPlain(ck, d, t, role) {
   d.dtype = inferred;
 }
 
+/** checkLive over the tensors readOptions snapshotted: the mask, the output and the sinks. */
+export function checkLiveOptions(ck, o) {
+  checkLive(ck, o.M);
+  checkLive(ck, o.O);
+  checkLive(ck, o.S);
+}
+
 /** The typed array a descriptor computes on: the snapshot's, or a heap tensor's view made from its state. */
 export function dataOf(d) {
   return d.heap ? heapView(d.heap) : d.data;
