@@ -141,20 +141,28 @@ function runNode(code, timeout = 30000) {
   return spawnSync(process.execPath, ['--input-type=module', '-e', code], { cwd: ROOT, encoding: 'utf8', timeout });
 }
 
-test('initTimeout: a pthread worker that never answers is E_LOAD naming it, in bounded time, and the process exits', () => {
-  const silent = path.join(tmp, 'files', 'silent.worker.js'); // dist/package.json there says commonjs
-  fs.writeFileSync(silent, "require('worker_threads').parentPort.on('message', () => {});\n");
+// createSdpa(options) in a child process: its outcome ({ ok } or { code, message, ms }) and
+// that the child neither hung nor stayed alive on a leftover worker.
+function createSdpaInChild(optionsSource) {
   const url = pathToFileURL(path.join(ROOT, 'js', 'index.js')).href;
   const r = runNode(`
     import { createSdpa } from ${JSON.stringify(url)};
     const t0 = Date.now();
-    try { const s = await createSdpa({ threads: 2, initTimeout: 800, wasmPaths: { 'sdpa-simd-threads.worker.js': ${JSON.stringify(silent)} } });
+    try { const s = await createSdpa(${optionsSource});
       console.log(JSON.stringify({ ok: s.info })); s.dispose(); }
     catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message, ms: Date.now() - t0 })); }`, 20000);
   assert.is(r.error, undefined, `${r.error && r.error.message} (hung?)`);
   assert.is(r.status, 0, r.stderr.slice(-400));
   const res = JSON.parse(r.stdout.trim().split('\n').pop());
-  assert.is(res.code, 'E_LOAD', r.stdout);
+  res.stdout = r.stdout;
+  return res;
+}
+
+test('initTimeout: a pthread worker that never answers is E_LOAD naming it, in bounded time, and the process exits', () => {
+  const silent = path.join(tmp, 'files', 'silent.worker.js'); // dist/package.json there says commonjs
+  fs.writeFileSync(silent, "require('worker_threads').parentPort.on('message', () => {});\n");
+  const res = createSdpaInChild(`{ threads: 2, initTimeout: 800, wasmPaths: { 'sdpa-simd-threads.worker.js': ${JSON.stringify(silent)} } }`);
+  assert.is(res.code, 'E_LOAD', res.stdout);
   assert.match(res.message, /did not load within 800 ms \(initTimeout\)/);
   assert.ok(res.message.includes(silent), res.message);
   assert.ok(res.ms >= 750 && res.ms < 5000, `rejected after ${res.ms} ms`);
@@ -166,17 +174,8 @@ test('a pool worker whose glue import fails is E_LOAD at once (no initTimeout wa
   assert.is.not(broken, real, 'the worker script changed: update this test');
   const file = path.join(tmp, 'files', 'bad-import.worker.js');
   fs.writeFileSync(file, broken);
-  const url = pathToFileURL(path.join(ROOT, 'js', 'index.js')).href;
-  const r = runNode(`
-    import { createSdpa } from ${JSON.stringify(url)};
-    const t0 = Date.now();
-    try { const s = await createSdpa({ threads: 2, wasmPaths: { 'sdpa-simd-threads.worker.js': ${JSON.stringify(file)} } });
-      console.log(JSON.stringify({ ok: s.info })); s.dispose(); }
-    catch (e) { console.log(JSON.stringify({ code: e.code, message: e.message, ms: Date.now() - t0 })); }`, 20000);
-  assert.is(r.error, undefined, `${r.error && r.error.message} (hung?)`);
-  assert.is(r.status, 0, r.stderr.slice(-400));
-  const res = JSON.parse(r.stdout.trim().split('\n').pop());
-  assert.is(res.code, 'E_LOAD', r.stdout);
+  const res = createSdpaInChild(`{ threads: 2, wasmPaths: { 'sdpa-simd-threads.worker.js': ${JSON.stringify(file)} } }`);
+  assert.is(res.code, 'E_LOAD', res.stdout);
   assert.ok(res.message.includes(file), res.message);
   assert.match(res.message, /missing-glue\.mjs/);
   assert.ok(res.ms < 5000, `rejected after ${res.ms} ms`);
