@@ -11,7 +11,7 @@
 
 import {
   Checks, readOptions, checkStartPos, checkSize, inspectTensor, checkAttention, checkLive, checkLiveOptions,
-  checkCacheWrite, checkOutAliasing, cacheDescriptor, describeValue, CUSTOM_OPTIONS, STEP_OPTIONS,
+  checkCacheWrite, checkOutAliasing, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
 } from './validate.js';
 import { SLOT } from './runtime.js';
 import { prod } from './shape.js';
@@ -39,6 +39,12 @@ export const tableBytes = (geo) => geo.batch * geo.numKvHeads * Math.ceil(geo.ma
 
 /** step(q, k, v, opts): an options object in startPos's place (not a number) is the options. */
 const isOptionsLike = (x) => x !== null && typeof x === 'object' && !isArray(x) && typedArrayTag(x) === undefined;
+
+/** Where update / step write: startPos, or length (append) when none is given. */
+function writeStart(ck, startPos, length) {
+  if (startPos === undefined || startPos === null) return Math.min(length, 0x7fffffff);
+  return checkStartPos(ck, startPos, 'startPos');
+}
 
 export class KVCache {
   #core;
@@ -110,7 +116,7 @@ export class KVCache {
     checkLive(ck, K);
     checkLive(ck, V);
     const length = this.#writtenOrUnknown();
-    const sp = startPos === undefined || startPos === null ? Math.min(length, 0x7fffffff) : checkStartPos(ck, startPos, 'startPos');
+    const sp = writeStart(ck, startPos, length);
     const W = checkCacheWrite(ck, this.#geo, K, V, sp, length);
     ck.done();
     const c = this.#core;
@@ -187,7 +193,7 @@ export class KVCache {
     checkLive(ck, V);
     checkLiveOptions(ck, o);
     const length = this.#writtenOrUnknown();
-    const sp = startPos === undefined || startPos === null ? Math.min(length, 0x7fffffff) : checkStartPos(ck, startPos, 'startPos');
+    const sp = writeStart(ck, startPos, length);
     const W = checkCacheWrite(ck, this.#geo, K, V, sp, length);
     // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
     const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
@@ -283,11 +289,7 @@ export class KVCache {
     const fn = 'KVCache.truncate';
     const ck = new Checks(fn);
     this.#checkAlive(ck);
-    let n = null;
-    if (length === undefined || length === null) ck.add('E_ARG', 'length is missing; expected a non-negative integer');
-    else if (typeof length !== 'number') ck.add('E_ARG', `length must be a number, got ${describeValue(length)}`);
-    else if (!Number.isSafeInteger(length) || length < 0) ck.add('E_START_POS', `length is ${length}; expected a non-negative integer`);
-    else n = length;
+    const n = checkStartPos(ck, length, 'length', true);
     const held = this.#writtenOrUnknown();
     if (n !== null && n > held) ck.add('E_CAPACITY', `length ${n} is past the ${held} rows written (cache.length); truncate keeps rows 0 .. length-1 of those`);
     ck.done();
