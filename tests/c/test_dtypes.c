@@ -280,6 +280,11 @@ static void attention_case(int32_t dtype, const shape * s, uint64_t seed) {
     static double worst_f16, worst_i8;
     double * w = dtype == SDPA_DTYPE_FLOAT16 ? &worst_f16 : &worst_i8;
     if (worst / (1 + mref) > *w) *w = worst / (1 + mref);
+    /* the reference above reads the cache back; this one does not: a format that stores and decodes wrongly
+       in the same way is caught here (bounds as in tests/js/dtypes.test.js, ~10x the errors measured) */
+    double bound = dtype == SDPA_DTYPE_FLOAT16 ? 2e-3 : 2e-2;
+    TU_CHECK(worst / (1 + mref) < bound, "error against the original float32 K/V %.2e (/ (1 + max|ref| %.2e)) exceeds %.0e",
+             worst / (1 + mref), mref, bound);
     if (seed == 999) printf("  error against the original float32 K/V, / (1 + max|ref|): float16 %.2e, int8 %.2e\n", worst_f16, worst_i8);
     sdpa_kv_cache_free(c1);
     sdpa_kv_cache_free(c2);
