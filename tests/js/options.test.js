@@ -18,7 +18,8 @@ test('window x causal x softcap x sinks, decode (split-KV) and prefill, customSd
   for (const [Hq, Hkv, D, Sq, Skv, sp] of [[8, 2, 64, 1, 600, 599], [4, 2, 12, 9, 140, 70]]) {
     const q = randTensor(rand, [1, Sq, Hq, D], 2), k = randTensor(rand, [1, Skv, Hkv, D], 2), v = randTensor(rand, [1, Skv, Hkv, D]);
     const sinks = randTensor(rand, [Hq], 3);
-    for (const window of [undefined, 1, 7, 128, 1000]) {
+    // (40 and 333 cut the prefill and the decode rows; 1000 covers every key: the same as no window)
+    for (const window of [undefined, 1, 7, 40, 128, 333, 1000]) {
       for (const isCausal of [false, true]) {
         for (const softcap of [undefined, 2, 50]) {
           for (const withSinks of [false, true]) {
@@ -38,6 +39,7 @@ test('window x causal x softcap x sinks, decode (split-KV) and prefill, customSd
     const stepped = cache.step(q, { data: k.data.subarray(sp * Hkv * D, (sp + Sq) * Hkv * D), dims: [1, Sq, Hkv, D] },
       { data: v.data.subarray(sp * Hkv * D, (sp + Sq) * Hkv * D), dims: [1, Sq, Hkv, D] }, opts);
     const direct = sdpa.customSdpa(q, k, v, { startPos: sp, ...opts });
+    assertClose(direct.data, refCustomSdpa(q, k, v, { startPos: sp, ...opts }), `customSdpa ${JSON.stringify({ Sq, window: 100, softcap: 30 })} with sinks`);
     assert.ok(sameBits(stepped.data, direct.data), 'cache.step == customSdpa with the same options');
     assert.ok(sameBits(cache.attend(q, opts).data, direct.data), 'cache.attend (last Sq rows) == customSdpa');
     cache.dispose();
