@@ -32,6 +32,7 @@
 #include "kernels/kernels.h"
 #include "kernels/simd.h"
 
+#include <float.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
@@ -337,6 +338,8 @@ static void quantize_q(const flash_plan * f, block_state * st) {
             if (a > big) big = a;
         }
         const float scale = big > 0.0f ? big / 32767.0f : 1.0f, inv = 1.0f / scale;
+        /* a row so small that scale is subnormal: 1/scale overflows (0 * inf is NaN); decode instead */
+        if (!(inv <= FLT_MAX)) return;
         int16_t * out = st->q16 + (size_t)x * st->q16_stride;
         int32_t sum = 0;
         for (int32_t d = 0; d < D; d++) {

@@ -291,6 +291,38 @@ static void attention_case(int32_t dtype, const shape * s, uint64_t seed) {
     free(k); free(v); free(q); free(kl); free(vl); free(mask); free(o1); free(o2); free(kd); free(vd); free(ref); free(orig);
 }
 
+/* A query row so small that its int16 quantization scale is subnormal (1/scale
+ * overflows): the int8 cache must still give the reference answer over its
+ * stored values (a custom scale large enough that the scores matter). */
+static void test_int8_tiny_query(void) {
+    enum { S = 40, D = 16, H = 2 };
+    tu_rng rng;
+    tu_rng_seed(&rng, 7);
+    float k[S * D], v[S * D], q[H * D], out[H * D], kd[S * D], vd[S * D];
+    for (int i = 0; i < S * D; i++) { k[i] = tu_rng_uniform(&rng, -1.0f, 1.0f); v[i] = tu_rng_uniform(&rng, -1.0f, 1.0f); }
+    for (int i = 0; i < H * D; i++) q[i] = (i % 3 == 0) ? 0.0f : tu_rng_uniform(&rng, -1.0f, 1.0f) * 1e-36f;
+    sdpa_kv_cache * c = NULL;
+    if (!TU_CHECK(sdpa_kv_cache_create(g_ctx1, 1, S, 1, D, SDPA_DTYPE_INT8, &c) == SDPA_OK, "int8 cache")) return;
+    sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, S, 1, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, S, 1, D);
+    TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &tk, &tv, 0) == SDPA_OK, "update");
+    sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, 1, D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, 1, D);
+    TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+    sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, 1, 1, H, D), to = tu_tensor4(out, SDPA_DTYPE_FLOAT32, 1, 1, H, D);
+    const float scale = 3e36f;
+    sdpa_options o = { .start_pos = S - 1, .has_scale = 1, .scale = scale };
+    naive_params np = { .B = 1, .Sq = 1, .Skv = S, .Hq = H, .Hkv = 1, .D = D, .start_pos = S - 1,
+                        .has_scale = 1, .scale = scale };
+    double ref[H * D];
+    TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0, "reference");
+    for (sdpa_ctx * ctx = g_ctx1; ctx; ctx = ctx == g_ctx1 ? g_ctx2 : NULL) {
+        tu_fill_nan(out, H * D);
+        tu_dirty_error(ctx);
+        sdpa_status st = sdpa_kv_cache_attend(ctx, c, &tq, NULL, &o, &to);
+        tu_check_output(ctx, st, "int8 cache, a query row of ~1e-36", out, ref, H * D, tq.dims);
+    }
+    sdpa_kv_cache_free(c);
+}
+
 static void test_attention(void) {
     static const shape shapes[] = {
         {1, 8, 2, 64, 300, 1, 1, 0},     /* decode, GQA 4, split-KV */
@@ -339,6 +371,7 @@ int main(void) {
     test_f16_decode();
     test_f16_encode();
     test_int8_rows();
+    test_int8_tiny_query();
     test_attention();
     test_bytes();
     sdpa_ctx_free(g_ctx1);
