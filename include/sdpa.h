@@ -37,7 +37,9 @@
  * holds pages of that pool (shared with its forks; writes always take pages
  * from it, whichever context runs the call) and must be freed before it.
  * Neither is thread-safe: one call at a time per context and per cache (the
- * context's pool runs the call's work).
+ * context's pool runs the call's work), and, since a cache write takes pages
+ * from the creating context's page pool, no write to a cache concurrent with
+ * any call of its creating context or write to another of its caches.
  *
  * Errors: every entry point checks every rule of CONTRACT.md section 2
  * *before* writing anything and returns an sdpa_status; on failure the output
