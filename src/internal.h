@@ -55,7 +55,6 @@ struct sdpa_kv_cache {
     int32_t batch, max_seq_len, kv_heads, head_dim;
     int32_t length;             /* rows written: the highest written row + 1 */
     int32_t pages_per_head;     /* ceil(max_seq_len / SDPA_PAGE_ROWS) */
-    size_t  page_bytes;         /* format.page_bytes */
     sdpa_page_format format;
     void ** table;              /* [B * Hkv][pages_per_head] */
 };

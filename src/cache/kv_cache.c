@@ -30,12 +30,10 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
     /* a page: K and V blocks of SDPA_PAGE_ROWS rows in the dtype's format
      * (cache/kv_format.h); the table: one pointer per page of maxSeqLen */
     sdpa_page_format format;
-    const int fits = sdpa_page_format_make(&format, dtype, head_dim);
-    const uint64_t elem = dtype == SDPA_DTYPE_FLOAT32 ? 4 : dtype == SDPA_DTYPE_FLOAT16 ? 2 : 1;
-    const uint64_t page_bytes = fits ? format.page_bytes : sdpa_size_mul(2u * SDPA_PAGE_ROWS * elem, (uint64_t)head_dim);
+    const uint64_t page_bytes = sdpa_page_format_make(&format, dtype, head_dim);
     const uint64_t pages_per_head = ((uint64_t)max_seq_len + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
     const uint64_t table_bytes = sdpa_size_mul(sdpa_size_mul((uint64_t)batch * (uint64_t)kv_heads, pages_per_head), sizeof(void *));
-    if (!fits || page_bytes > SDPA_MAX_PAGE_BYTES || table_bytes > SDPA_MAX_PAGE_BYTES)
+    if (page_bytes == 0 || page_bytes > SDPA_MAX_PAGE_BYTES || table_bytes > SDPA_MAX_PAGE_BYTES)
         return sdpa_fail(ctx, SDPA_E_OOM,
                          "%s: a page of %d rows x head dim %d needs %llu bytes and the page table %llu bytes; each must fit in %llu bytes",
                          fn, SDPA_PAGE_ROWS, head_dim, (unsigned long long)page_bytes, (unsigned long long)table_bytes,
@@ -51,10 +49,9 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
     c->batch = batch; c->max_seq_len = max_seq_len; c->kv_heads = kv_heads; c->head_dim = head_dim;
     c->length = 0;
     c->pages_per_head = (int32_t)pages_per_head;
-    c->page_bytes = (size_t)page_bytes;
     c->format = format;
     c->table = table;
-    void * zero = sdpa_page_pool_zero(ctx->pages, c->page_bytes);
+    void * zero = sdpa_page_pool_zero(ctx->pages, c->format.page_bytes);
     for (size_t i = 0; i < head_count(c) * (size_t)c->pages_per_head; i++) table[i] = zero;
     /* Scratch for any attend over this head_dim, so no step allocates.
      * Failure is not fatal: the first attend would try again and report
@@ -121,18 +118,18 @@ static sdpa_status own_pages(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c,
     sdpa_page_pool * pool = c->ctx->pages;
     const uint64_t need = pages_to_replace(c, first, last);
     if (need == 0) return SDPA_OK;
-    if (!sdpa_page_pool_ensure(pool, c->page_bytes, need))
+    if (!sdpa_page_pool_ensure(pool, c->format.page_bytes, need))
         return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; the cache is unchanged",
-                         fn, (unsigned long long)need, c->page_bytes);
+                         fn, (unsigned long long)need, c->format.page_bytes);
     for (size_t head = 0; head < head_count(c); head++) {
         void ** pages = head_pages(c, head);
         for (int32_t p = first; p <= last; p++) {
             void * old = pages[p];
             const bool zero = sdpa_page_is_zero(old);
             if (!zero && sdpa_page_refs(old) == 1) continue;
-            void * fresh = sdpa_page_pool_take(pool, c->page_bytes);  /* cannot fail after ensure */
-            if (zero) memset(fresh, 0, c->page_bytes);
-            else memcpy(fresh, old, c->page_bytes);
+            void * fresh = sdpa_page_pool_take(pool, c->format.page_bytes);  /* cannot fail after ensure */
+            if (zero) memset(fresh, 0, c->format.page_bytes);
+            else memcpy(fresh, old, c->format.page_bytes);
             sdpa_page_release(pool, old);
             pages[p] = fresh;
         }
@@ -264,7 +261,7 @@ sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_
         if (s != SDPA_OK) return s;
     }
     sdpa_page_pool * pool = cache->ctx->pages;
-    void * zero = sdpa_page_pool_zero(pool, cache->page_bytes);
+    void * zero = sdpa_page_pool_zero(pool, cache->format.page_bytes);
     const sdpa_page_format * fmt = &cache->format;
     for (size_t head = 0; head < head_count(cache); head++) {
         void ** pages = head_pages(cache, head);

@@ -15,7 +15,7 @@
 static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static float float_of(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
-int sdpa_page_format_make(sdpa_page_format * f, int32_t dtype, int32_t head_dim) {
+uint64_t sdpa_page_format_make(sdpa_page_format * f, int32_t dtype, int32_t head_dim) {
     memset(f, 0, sizeof *f);
     const uint64_t rows = SDPA_PAGE_ROWS, D = (uint64_t)(head_dim > 0 ? head_dim : 0);
     uint64_t elem;
@@ -34,7 +34,7 @@ int sdpa_page_format_make(sdpa_page_format * f, int32_t dtype, int32_t head_dim)
         bytes = zp_offset + 2 * rows;
     }
     bytes = (bytes + 63) & ~(uint64_t)63;
-    if (bytes > SDPA_MAX_PAGE_BYTES) return 0;
+    if (bytes > SDPA_MAX_PAGE_BYTES) return bytes;
     f->dtype = dtype;
     f->dim = head_dim;
     f->elem_bytes = (size_t)elem;
@@ -42,7 +42,7 @@ int sdpa_page_format_make(sdpa_page_format * f, int32_t dtype, int32_t head_dim)
     f->scale_offset = (size_t)scale_offset;
     f->zp_offset = (size_t)zp_offset;
     f->page_bytes = (size_t)bytes;
-    return 1;
+    return bytes;
 }
 
 uint16_t sdpa_f32_to_f16(float x) {

@@ -28,9 +28,9 @@ typedef struct sdpa_page_format {
     size_t page_bytes;    /* a multiple of 64 */
 } sdpa_page_format;
 
-/* Fills `f` for a dtype and head dim; 0 when the page would not fit in
- * SDPA_MAX_PAGE_BYTES (or the dtype is not a cache dtype), else 1. */
-int sdpa_page_format_make(sdpa_page_format * f, int32_t dtype, int32_t head_dim);
+/* The bytes of a page for a dtype and head dim (0 when the dtype is not a
+ * cache dtype); fills `f` only when they fit in SDPA_MAX_PAGE_BYTES. */
+uint64_t sdpa_page_format_make(sdpa_page_format * f, int32_t dtype, int32_t head_dim);
 
 /* float32 -> IEEE binary16 bits, round to nearest even; overflow -> +-Inf,
  * NaN stays NaN (quiet), like a C cast, PyTorch's .half() or Math.f16round. */
