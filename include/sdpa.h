@@ -210,6 +210,42 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
                                  int32_t kv_heads, int32_t head_dim, int32_t dtype,
                                  sdpa_kv_cache ** out_cache);
 
+/// A windowed (ring) cache, for sliding-window layers and StreamingLLM-style
+/// chats: it keeps only the first `sink_tokens` rows ("sink" rows) and the
+/// last rows of the sequence, so its memory stays flat however long the
+/// sequence grows. Positions keep counting (length grows up to max_seq_len,
+/// which may be as large as the key index allows); storage is
+/// ceil(sink_tokens / SDPA_PAGE_ROWS) sink pages plus a ring of
+/// ceil((window - 1) / SDPA_PAGE_ROWS) + 2 pages per batch row and head,
+/// recycled as the window slides (a recycled page is cleared first): at
+/// least the last window + 64 rows are kept, so a rollback (truncate) of up
+/// to 64 rows can go on decoding. Rows t with sink_tokens <= t <
+/// sdpa_kv_cache_window_start() have been evicted.
+/// Attention over it (attend, step) is causal and applies the cache's
+/// window: query row p sees keys t <= p with t > p - window or
+/// t < sink_tokens (options->window may narrow the window, not widen it).
+/// Rules, on top of the plain cache's (docs/CONTRACT.md section 3):
+/// is_causal required and no mask (E_ARG), options->window <= window
+/// (E_ARG); a write, or the first row of an attend, must not need an
+/// evicted row (E_START_POS); attend rows must have been written
+/// (start_pos + Sq <= length, E_START_POS); read of an evicted or unwritten
+/// row is E_CAPACITY; truncate below window_start (but above sink_tokens)
+/// is E_CAPACITY. A step of any length works: it writes and attends one
+/// page of rows at a time. window = 0 makes a plain cache (sink_tokens must
+/// then be 0: E_ARG). E_DIMS (window or sink_tokens negative or above
+/// SDPA_INDEX_LIMIT), and create's errors.
+sdpa_status sdpa_kv_cache_create_windowed(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
+                                          int32_t kv_heads, int32_t head_dim, int32_t dtype,
+                                          int32_t window, int32_t sink_tokens,
+                                          sdpa_kv_cache ** out_cache);
+
+/// A windowed cache's window and sink rows (both 0 for a plain cache).
+int32_t sdpa_kv_cache_window(const sdpa_kv_cache * cache);
+int32_t sdpa_kv_cache_sink_tokens(const sdpa_kv_cache * cache);
+/// The first stored row after the sink rows: rows sink_tokens ..
+/// window_start - 1 were evicted (0 for a plain cache: none).
+int32_t sdpa_kv_cache_window_start(const sdpa_kv_cache * cache);
+
 /// Returns its pages to the context's pool (those still shared with a fork
 /// stay with the fork). NULL is a no-op.
 void sdpa_kv_cache_free(sdpa_kv_cache * cache);

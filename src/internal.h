@@ -45,16 +45,31 @@ struct sdpa_ctx {
     char        last_error[SDPA_ERROR_CAP];
 };
 
+/* The table slot of logical page `page` (rows page * SDPA_PAGE_ROWS ..):
+ * itself in a plain cache (ring_pages = 0) and for a windowed cache's sink
+ * pages; the pages after those take turns in a ring of ring_pages slots. */
+static inline int32_t sdpa_page_slot(int32_t page, int32_t sink_pages, int32_t ring_pages) {
+    return ring_pages && page >= sink_pages ? sink_pages + (page - sink_pages) % ring_pages : page;
+}
+
 /* A paged KV cache (cache/kv_cache.c). Row t of batch row b and KV head h
- * lives in page table[b * Hkv + h][t / SDPA_PAGE_ROWS], at row
+ * lives in page table[b * Hkv + h][slot(t / SDPA_PAGE_ROWS)], at row
  * t % SDPA_PAGE_ROWS, stored as `format` says (cache/kv_format.h: K block,
  * V block, int8 scales and zero points). Unwritten pages are the pool's zero
- * page (all bytes 0: every format decodes it to 0.0). */
+ * page (all bytes 0: every format decodes it to 0.0). A windowed cache
+ * (window > 0) keeps the rows t < sink_tokens in its sink pages and the
+ * rows window_start .. length-1 in a ring (sdpa_page_slot); the rows in
+ * between were evicted. */
 struct sdpa_kv_cache {
     sdpa_ctx * ctx;             /* owns the pages; outlives the cache */
     int32_t batch, max_seq_len, kv_heads, head_dim;
     int32_t length;             /* rows written: the highest written row + 1 */
-    int32_t pages_per_head;     /* ceil(max_seq_len / SDPA_PAGE_ROWS) */
+    int32_t pages_per_head;     /* table slots per head: ceil(max_seq_len / ROWS), or sink + ring pages */
+    int32_t window;             /* 0: a plain cache */
+    int32_t sink_tokens;
+    int32_t sink_pages;         /* ceil(sink_tokens / ROWS) */
+    int32_t ring_pages;         /* 0: no ring (plain, or the ring would cover maxSeqLen) */
+    int32_t window_start;       /* rows sink_tokens .. window_start-1 were evicted */
     sdpa_page_format format;
     void ** table;              /* [B * Hkv][pages_per_head] */
 };
@@ -71,6 +86,7 @@ typedef struct sdpa_kv_view {
     size_t stride_b, stride_t, stride_h;
     void * const * pages;              /* the cache's table, or NULL */
     int32_t pages_per_head;
+    int32_t sink_pages, ring_pages;    /* a windowed cache's slot map (sdpa_page_slot) */
     const sdpa_page_format * format;   /* the cache's page format, or NULL */
 } sdpa_kv_view;
 
@@ -86,7 +102,8 @@ static inline size_t sdpa_kv_row_stride(const sdpa_kv_view * kv) {
 }
 
 static inline const void * sdpa_kv_page(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t) {
-    return kv->pages[((size_t)b * kv->heads + hk) * kv->pages_per_head + t / SDPA_PAGE_ROWS];
+    return kv->pages[((size_t)b * kv->heads + hk) * kv->pages_per_head +
+                     sdpa_page_slot(t / SDPA_PAGE_ROWS, kv->sink_pages, kv->ring_pages)];
 }
 
 /* Row t of a float32 view (sdpa_kv_is_f32). */
@@ -113,12 +130,15 @@ typedef struct sdpa_problem {
     int32_t n_keys;        /* N: keys t < N exist */
     int64_t start_pos;     /* causal anchor: row i sees t <= start_pos + i */
     int32_t is_causal;
-    int32_t window;        /* 0: none; else row i sees t > start_pos + i - window */
+    int32_t window;        /* 0: none; else row i sees t > start_pos + i - window... */
+    int32_t sink_tokens;   /* ...or t < sink_tokens (a windowed cache's sink rows) */
     float   softcap;       /* 0: none; else score = softcap * tanh(score / softcap) */
     const float * sinks;   /* NULL, or [Hq] sink logits */
     float   scale;
-    const float * q;       /* [B, Sq, Hq, D] dense */
-    float *       out;     /* [B, Sq, Hq, D] dense */
+    const float * q;       /* [B, Sq, Hq, D]: dense but for the batch stride */
+    float *       out;     /* [B, Sq, Hq, D]: likewise */
+    size_t        q_stride_b;  /* floats between batch rows of q and of out (Sq * Hq * D, or
+                                * more for a windowed step's page-sized pieces of a longer q) */
     sdpa_kv_view  kv;
     const void *  mask;    /* NULL, or [Sq, n_keys_mask] with row stride mask_stride */
     int32_t       mask_dtype;

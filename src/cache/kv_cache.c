@@ -8,7 +8,12 @@
  * copies of shared ones) and makes sure the pool has them: after that
  * nothing can fail, so a rejected write (E_OOM included) changes nothing.
  * Rows never written read as zeros (the pool's zero page), as the old
- * zero-filled cache did. */
+ * zero-filled cache did.
+ *
+ * A windowed cache keeps its sink pages and a ring of pages (internal.h,
+ * sdpa_page_slot): the first write into a ring page past the written rows
+ * clears the slot it takes over and moves window_start past the page that
+ * slot held. Everything else (fork, copy-on-write, the pool) is the same. */
 #include "internal.h"
 #include "cache/page_pool.h"
 #include "contract/check.h"
@@ -19,19 +24,41 @@
 
 static size_t head_count(const sdpa_kv_cache * c) { return (size_t)c->batch * (size_t)c->kv_heads; }
 static void ** head_pages(const sdpa_kv_cache * c, size_t head) { return c->table + head * (size_t)c->pages_per_head; }
+static int32_t page_slot(const sdpa_kv_cache * c, int32_t page) { return sdpa_page_slot(page, c->sink_pages, c->ring_pages); }
+/* The page holding row pos of a head's table. */
+static void * row_page(const sdpa_kv_cache * c, void ** pages, size_t pos) {
+    return pages[page_slot(c, (int32_t)(pos / SDPA_PAGE_ROWS))];
+}
 
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
                                  int32_t kv_heads, int32_t head_dim, int32_t dtype,
                                  sdpa_kv_cache ** out_cache) {
+    return sdpa_kv_cache_create_windowed(ctx, batch, max_seq_len, kv_heads, head_dim, dtype, 0, 0, out_cache);
+}
+
+sdpa_status sdpa_kv_cache_create_windowed(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
+                                          int32_t kv_heads, int32_t head_dim, int32_t dtype,
+                                          int32_t window, int32_t sink_tokens,
+                                          sdpa_kv_cache ** out_cache) {
     static const char fn[] = "createKVCache";
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, dtype, out_cache);
+    sdpa_status s = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, dtype,
+                                            window, sink_tokens, out_cache);
     if (s != SDPA_OK) return s;
     /* a page: K and V blocks of SDPA_PAGE_ROWS rows in the dtype's format
-     * (cache/kv_format.h); the table: one pointer per page of maxSeqLen */
+     * (cache/kv_format.h); the table: one pointer per page of maxSeqLen, or
+     * for a windowed cache per sink page and ring slot. The ring holds the
+     * window's W rows wherever a page boundary falls, the page being
+     * written, and one page more, so that at least W + 64 rows are kept and
+     * a rollback (truncate) of up to 64 rows can go on decoding:
+     * ceil((W - 1) / ROWS) + 2 slots. */
     sdpa_page_format format;
     const uint64_t page_bytes = sdpa_page_format_make(&format, dtype, head_dim);
-    const uint64_t pages_per_head = ((uint64_t)max_seq_len + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
+    uint64_t pages_per_head = ((uint64_t)max_seq_len + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
+    const uint64_t sink_pages = ((uint64_t)sink_tokens + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
+    const uint64_t ring = window ? ((uint64_t)window - 1 + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS + 2 : 0;
+    const bool ring_wraps = window && sink_pages + ring < pages_per_head;  /* else maxSeqLen fits: no ring */
+    if (ring_wraps) pages_per_head = sink_pages + ring;
     const uint64_t table_bytes = sdpa_size_mul(sdpa_size_mul((uint64_t)batch * (uint64_t)kv_heads, pages_per_head), sizeof(void *));
     if (page_bytes == 0 || page_bytes > SDPA_MAX_PAGE_BYTES || table_bytes > SDPA_MAX_PAGE_BYTES)
         return sdpa_fail(ctx, SDPA_E_OOM,
@@ -49,6 +76,11 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
     c->batch = batch; c->max_seq_len = max_seq_len; c->kv_heads = kv_heads; c->head_dim = head_dim;
     c->length = 0;
     c->pages_per_head = (int32_t)pages_per_head;
+    c->window = window;
+    c->sink_tokens = sink_tokens;
+    c->sink_pages = ring_wraps ? (int32_t)sink_pages : 0;
+    c->ring_pages = ring_wraps ? (int32_t)ring : 0;
+    c->window_start = window ? sink_tokens : 0;
     c->format = format;
     c->table = table;
     void * zero = sdpa_page_pool_zero(ctx->pages, c->format.page_bytes);
@@ -90,88 +122,120 @@ int32_t sdpa_kv_cache_pages(const sdpa_kv_cache * cache) {
 
 const void * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t h, int32_t page, int32_t which) {
     if (!cache || b < 0 || b >= cache->batch || h < 0 || h >= cache->kv_heads || page < 0 ||
-        page >= cache->pages_per_head || (which != 0 && which != 1))
+        page >= (cache->max_seq_len + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS || (which != 0 && which != 1))
         return NULL;
-    const void * p = head_pages(cache, (size_t)b * cache->kv_heads + h)[page];
+    /* a windowed cache: only pages that still hold a kept row (their slot is theirs) */
+    if (cache->ring_pages && page >= cache->sink_pages &&
+        ((int64_t)page * SDPA_PAGE_ROWS >= cache->length || (int64_t)(page + 1) * SDPA_PAGE_ROWS <= cache->window_start))
+        return NULL;
+    const void * p = head_pages(cache, (size_t)b * cache->kv_heads + h)[page_slot(cache, page)];
     if (sdpa_page_is_zero(p)) return NULL;
     return sdpa_kv_raw_row(&cache->format, p, 0, which);
 }
 
 int32_t sdpa_kv_cache_dtype(const sdpa_kv_cache * cache) { return cache ? cache->format.dtype : 0; }
+int32_t sdpa_kv_cache_window(const sdpa_kv_cache * cache) { return cache ? cache->window : 0; }
+int32_t sdpa_kv_cache_sink_tokens(const sdpa_kv_cache * cache) { return cache ? cache->sink_tokens : 0; }
+int32_t sdpa_kv_cache_window_start(const sdpa_kv_cache * cache) { return cache ? cache->window_start : 0; }
 
-/* Pages [first, last] of every head that a write into them must replace:
- * the zero page (unwritten) or a page shared with a fork. */
-static uint64_t pages_to_replace(const sdpa_kv_cache * c, int32_t first, int32_t last) {
-    uint64_t n = 0;
-    for (size_t head = 0; head < head_count(c); head++) {
-        void ** pages = head_pages(c, head);
-        for (int32_t p = first; p <= last; p++) n += sdpa_page_is_zero(pages[p]) || sdpa_page_refs(pages[p]) > 1;
-    }
-    return n;
+/* The last of the logical pages [first, last] a write touches that does not
+ * repeat a slot (a write longer than a windowed cache's ring goes round it;
+ * each slot counts once). */
+static int32_t distinct_last(const sdpa_kv_cache * c, int32_t first, int32_t last) {
+    if (!c->ring_pages) return last;
+    const int64_t ring_first = first > c->sink_pages ? first : c->sink_pages;
+    const int64_t cap = ring_first + c->ring_pages - 1;
+    return last > cap ? (int32_t)cap : last;
 }
 
-/* Makes pages [first, last] of every head private to this cache (a fresh
- * zeroed page for an unwritten one, a copy for a shared one): E_OOM, with
- * nothing changed, when the pool cannot supply them. */
-static sdpa_status own_pages(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t first, int32_t last) {
-    if (first > last) return SDPA_OK;
-    sdpa_page_pool * pool = c->ctx->pages;
-    const uint64_t need = pages_to_replace(c, first, last);
-    if (need == 0) return SDPA_OK;
-    if (!sdpa_page_pool_ensure(pool, c->format.page_bytes, need))
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; the cache is unchanged",
-                         fn, (unsigned long long)need, c->format.page_bytes);
+/* Makes sure the pool can supply every page a write of rows [start, start +
+ * len) takes: one per slot holding the zero page (unwritten) or a page
+ * shared with a fork. E_OOM, with nothing changed, when it cannot. */
+static sdpa_status reserve_write(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, int32_t start, int32_t len) {
+    const int32_t first = start / SDPA_PAGE_ROWS, last = distinct_last(c, first, (start + len - 1) / SDPA_PAGE_ROWS);
+    uint64_t need = 0;
     for (size_t head = 0; head < head_count(c); head++) {
         void ** pages = head_pages(c, head);
         for (int32_t p = first; p <= last; p++) {
-            void * old = pages[p];
-            const bool zero = sdpa_page_is_zero(old);
-            if (!zero && sdpa_page_refs(old) == 1) continue;
-            void * fresh = sdpa_page_pool_take(pool, c->format.page_bytes);  /* cannot fail after ensure */
-            if (zero) memset(fresh, 0, c->format.page_bytes);
-            else memcpy(fresh, old, c->format.page_bytes);
-            sdpa_page_release(pool, old);
-            pages[p] = fresh;
+            const void * page = pages[page_slot(c, p)];
+            need += sdpa_page_is_zero(page) || sdpa_page_refs(page) > 1;
         }
     }
-    return SDPA_OK;
+    if (need == 0 || sdpa_page_pool_ensure(c->ctx->pages, c->format.page_bytes, need)) return SDPA_OK;
+    return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; the cache is unchanged",
+                     fn, (unsigned long long)need, c->format.page_bytes);
 }
 
-/* [B, S, Hkv, D] float32 rows <-> cache rows (encoded in the cache's
- * format), for rows [start, start + len). size_t cannot wrap: every dense
- * index is below the tensor's validated length B * len * Hkv * D (contract/:
- * <= SIZE_MAX / 4), every page index below pages_per_head (start + len <=
- * maxSeqLen). */
-static void copy_rows(const sdpa_kv_cache * c, const float * in_k, const float * in_v,
-                      float * out_k, float * out_v, int32_t start, int32_t len) {
+/* Makes slot `slot` of every head private to this cache before rows are
+ * written into it: a fresh zeroed page for the zero page, a copy of a
+ * shared one. `clear`: the slot takes over a new ring page, so what it held
+ * is dropped (zeros). Cannot fail after reserve_write covered it. */
+static void own_slot(sdpa_kv_cache * c, int32_t slot, bool clear) {
+    sdpa_page_pool * pool = c->ctx->pages;
+    for (size_t head = 0; head < head_count(c); head++) {
+        void ** pages = head_pages(c, head);
+        void * old = pages[slot];
+        const bool zero = sdpa_page_is_zero(old);
+        if (!zero && sdpa_page_refs(old) == 1) {
+            if (clear) memset(old, 0, c->format.page_bytes);
+            continue;
+        }
+        void * fresh = sdpa_page_pool_take(pool, c->format.page_bytes);
+        if (zero || clear) memset(fresh, 0, c->format.page_bytes);
+        else memcpy(fresh, old, c->format.page_bytes);
+        sdpa_page_release(pool, old);
+        pages[slot] = fresh;
+    }
+}
+
+/* Rows [from, from + n) of the [B, src_len, Hkv, D] float32 k, v, encoded
+ * into cache rows pos .. pos + n - 1 (of one page: the caller makes it
+ * private first). size_t cannot wrap: every dense index is below the
+ * tensor's validated length (contract/: <= SIZE_MAX / 4). */
+static void encode_rows(const sdpa_kv_cache * c, const float * k, const float * v, int32_t src_len, int32_t from,
+                        int32_t pos, int32_t n) {
     const size_t D = (size_t)c->head_dim, H = (size_t)c->kv_heads;
-    const bool to_cache = in_k != NULL;
     for (size_t b = 0; b < (size_t)c->batch; b++)
         for (size_t h = 0; h < H; h++) {
-            void ** pages = head_pages(c, b * H + h);
-            for (size_t t = 0; t < (size_t)len; t++) {
-                const size_t pos = (size_t)start + t, dense = ((b * (size_t)len + t) * H + h) * D;
-                void * page = pages[pos / SDPA_PAGE_ROWS];
-                const int32_t row = (int32_t)(pos % SDPA_PAGE_ROWS);
-                if (to_cache) {
-                    sdpa_kv_encode_row(&c->format, page, row, 0, in_k + dense);
-                    sdpa_kv_encode_row(&c->format, page, row, 1, in_v + dense);
-                } else {
-                    sdpa_kv_decode_row(&c->format, page, row, 0, out_k + dense);
-                    sdpa_kv_decode_row(&c->format, page, row, 1, out_v + dense);
-                }
+            void * page = row_page(c, head_pages(c, b * H + h), (size_t)pos);
+            for (int32_t t = 0; t < n; t++) {
+                const size_t dense = ((b * (size_t)src_len + (size_t)(from + t)) * H + h) * D;
+                const int32_t row = (pos + t) % SDPA_PAGE_ROWS;
+                sdpa_kv_encode_row(&c->format, page, row, 0, k + dense);
+                sdpa_kv_encode_row(&c->format, page, row, 1, v + dense);
             }
         }
+}
+
+/* Writes rows [from, from + n) of k, v [B, src_len, Hkv, D] at cache row
+ * pos, a page at a time. The first write into a ring page past the written
+ * rows clears the slot it takes over, and the page that slot held is
+ * evicted (window_start moves past it). Cannot fail after reserve_write. */
+static void put_rows(sdpa_kv_cache * c, const float * k, const float * v, int32_t src_len, int32_t from,
+                     int32_t pos, int32_t n) {
+    for (int32_t done = 0; done < n;) {
+        const int32_t at = pos + done, page = at / SDPA_PAGE_ROWS;
+        const int64_t page_end = (int64_t)(page + 1) * SDPA_PAGE_ROWS;
+        const int32_t end = (int64_t)pos + n < page_end ? pos + n : (int32_t)page_end;
+        const bool new_ring_page = c->ring_pages && page >= c->sink_pages && (int64_t)page * SDPA_PAGE_ROWS >= c->length;
+        own_slot(c, page_slot(c, page), new_ring_page);
+        if (new_ring_page) {
+            const int64_t kept = ((int64_t)page - c->ring_pages + 1) * SDPA_PAGE_ROWS;
+            if (kept > c->window_start) c->window_start = (int32_t)kept;
+        }
+        encode_rows(c, k, v, src_len, from + done, at, end - at);
+        if (end > c->length) c->length = end;
+        done = end - pos;
+    }
 }
 
 /* Writes validated k, v at start: takes the pages first (E_OOM: unchanged). */
 static sdpa_status write_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, const sdpa_tensor * key,
                               const sdpa_tensor * value, int32_t start) {
     const int32_t len = key->dims[1];
-    sdpa_status s = own_pages(ctx, fn, c, start / SDPA_PAGE_ROWS, (start + len - 1) / SDPA_PAGE_ROWS);
+    sdpa_status s = reserve_write(ctx, fn, c, start, len);
     if (s != SDPA_OK) return s;
-    copy_rows(c, key->data, value->data, NULL, NULL, start, len);
-    if (start + len > c->length) c->length = start + len;
+    put_rows(c, key->data, value->data, len, 0, start, len);
     return SDPA_OK;
 }
 
@@ -197,17 +261,54 @@ sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sd
     return SDPA_OK;
 }
 
+/* The piece of a windowed step's problem p (rows start_pos .. + q_len) that
+ * starts at row `at` and ends at the end of its page or of p: *next. */
+static sdpa_problem step_piece(const sdpa_problem * p, int32_t at, int32_t * next) {
+    const int64_t page_end = ((int64_t)at / SDPA_PAGE_ROWS + 1) * SDPA_PAGE_ROWS, end = p->start_pos + p->q_len;
+    *next = (int32_t)(end < page_end ? end : page_end);
+    const size_t skip = (size_t)(at - p->start_pos) * (size_t)p->q_heads * (size_t)p->head_dim;
+    sdpa_problem piece = *p;
+    piece.q = p->q + skip;
+    piece.out = p->out + skip;  /* q_stride_b stays p's: the batch rows of the whole q */
+    piece.q_len = *next - at;
+    piece.start_pos = at;
+    piece.n_keys = *next;
+    return piece;
+}
+
 sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
                                const sdpa_tensor * key, const sdpa_tensor * value,
                                const sdpa_tensor * mask, const sdpa_options * options,
                                sdpa_tensor * out) {
+    static const char fn[] = "cache.step";
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
-    sdpa_status s = sdpa_check_cache_step(ctx, "cache.step", cache, query, key, value, mask, options, out, &p);
-    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, "cache.step", &p);
-    if (s == SDPA_OK) s = write_rows(ctx, "cache.step", cache, key, value, (int32_t)p.start_pos);
-    if (s != SDPA_OK) return s;  /* nothing written */
-    sdpa_run_problem(ctx, &p, false);
+    sdpa_status s = sdpa_check_cache_step(ctx, fn, cache, query, key, value, mask, options, out, &p);
+    if (s != SDPA_OK) return s;
+    const int32_t sp = (int32_t)p.start_pos, n = key->dims[1];
+    if (!cache->ring_pages) {
+        s = sdpa_reserve_problem(ctx, fn, &p);
+        if (s == SDPA_OK) s = write_rows(ctx, fn, cache, key, value, sp);
+        if (s != SDPA_OK) return s;  /* nothing written */
+        sdpa_run_problem(ctx, &p, false);
+        return SDPA_OK;
+    }
+    /* A windowed cache: write and attend a page of rows at a time, so the
+     * ring only ever needs the window and the page being written. Scratch
+     * and pages for every piece first: after that nothing can fail. */
+    int32_t next;
+    for (int32_t at = sp; at < sp + n; at = next) {
+        const sdpa_problem piece = step_piece(&p, at, &next);
+        s = sdpa_reserve_problem(ctx, fn, &piece);
+        if (s != SDPA_OK) return s;
+    }
+    s = reserve_write(ctx, fn, cache, sp, n);
+    if (s != SDPA_OK) return s;
+    for (int32_t at = sp; at < sp + n; at = next) {
+        const sdpa_problem piece = step_piece(&p, at, &next);
+        put_rows(cache, key->data, value->data, n, at - sp, at, next - at);
+        sdpa_run_problem(ctx, &piece, false);
+    }
     return SDPA_OK;
 }
 
@@ -216,7 +317,18 @@ sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
     if (!ctx) return SDPA_E_ARG;
     sdpa_status s = sdpa_check_cache_read(ctx, "cache.read", cache, start, length, key_out, value_out);
     if (s != SDPA_OK) return s;
-    copy_rows(cache, NULL, NULL, key_out->data, value_out->data, start, length);
+    const size_t D = (size_t)cache->head_dim, H = (size_t)cache->kv_heads;
+    for (size_t b = 0; b < (size_t)cache->batch; b++)
+        for (size_t h = 0; h < H; h++) {
+            void ** pages = head_pages(cache, b * H + h);
+            for (size_t t = 0; t < (size_t)length; t++) {
+                const size_t pos = (size_t)start + t, dense = ((b * (size_t)length + t) * H + h) * D;
+                const void * page = row_page(cache, pages, pos);
+                const int32_t row = (int32_t)(pos % SDPA_PAGE_ROWS);
+                sdpa_kv_decode_row(&cache->format, page, row, 0, (float *)key_out->data + dense);
+                sdpa_kv_decode_row(&cache->format, page, row, 1, (float *)value_out->data + dense);
+            }
+        }
     sdpa_clear_error(ctx);
     return SDPA_OK;
 }
@@ -235,7 +347,7 @@ sdpa_status sdpa_kv_cache_read_raw(sdpa_ctx * ctx, const sdpa_kv_cache * cache, 
             void ** pages = head_pages(cache, b * H + h);
             for (size_t t = 0; t < (size_t)length; t++) {
                 const size_t pos = (size_t)start + t, at = (b * (size_t)length + t) * H + h;
-                const void * page = pages[pos / SDPA_PAGE_ROWS];
+                const void * page = row_page(cache, pages, pos);
                 const int32_t row = (int32_t)(pos % SDPA_PAGE_ROWS);
                 memcpy((char *)data + at * row_bytes, sdpa_kv_raw_row(fmt, page, row, which), row_bytes);
                 if (fmt->dtype == SDPA_DTYPE_INT8) {
@@ -257,22 +369,29 @@ sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_
     const int32_t tail = length % SDPA_PAGE_ROWS;  /* kept rows of the last kept page (0: it is full) */
     /* the last kept page's rows past `length` become unwritten (zeros): make it private first */
     if (tail != 0) {
-        s = own_pages(ctx, fn, cache, keep - 1, keep - 1);
+        s = reserve_write(ctx, fn, cache, length - 1, 1);
         if (s != SDPA_OK) return s;
+        own_slot(cache, page_slot(cache, keep - 1), false);
     }
     sdpa_page_pool * pool = cache->ctx->pages;
     void * zero = sdpa_page_pool_zero(pool, cache->format.page_bytes);
     const sdpa_page_format * fmt = &cache->format;
+    /* the written pages past the kept ones; a windowed cache's evicted pages
+     * are skipped (their slots hold live pages, released as those) */
+    const int32_t last = cache->length > 0 ? (cache->length - 1) / SDPA_PAGE_ROWS : -1;
+    const int32_t live = cache->window_start / SDPA_PAGE_ROWS;
     for (size_t head = 0; head < head_count(cache); head++) {
         void ** pages = head_pages(cache, head);
-        for (int32_t p = keep; p < cache->pages_per_head; p++) {
-            if (pages[p] == zero) continue;
-            sdpa_page_release(pool, pages[p]);
-            pages[p] = zero;
+        for (int32_t p = keep; p <= last; p++) {
+            if (cache->ring_pages && p >= cache->sink_pages && p < live) p = live;
+            void ** slot = &pages[page_slot(cache, p)];
+            if (*slot == zero) continue;
+            sdpa_page_release(pool, *slot);
+            *slot = zero;
         }
-        if (tail != 0 && !sdpa_page_is_zero(pages[keep - 1])) {
+        if (tail != 0 && !sdpa_page_is_zero(pages[page_slot(cache, keep - 1)])) {
             /* rows tail .. ROWS-1 of K and V (and their int8 scales, zero points): all bytes 0 decode to 0.0 */
-            char * page = pages[keep - 1];
+            char * page = pages[page_slot(cache, keep - 1)];
             const size_t rows = (size_t)(SDPA_PAGE_ROWS - tail), row_bytes = (size_t)fmt->dim * fmt->elem_bytes;
             for (int value = 0; value < 2; value++) {
                 memset((char *)(uintptr_t)sdpa_kv_raw_row(fmt, page, tail, value), 0, rows * row_bytes);
@@ -283,6 +402,8 @@ sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_
             }
         }
     }
+    /* down to the sink rows: the window starts afresh */
+    if (cache->window && length <= cache->sink_tokens) cache->window_start = cache->sink_tokens;
     cache->length = length;
     sdpa_clear_error(ctx);
     return SDPA_OK;

@@ -165,6 +165,14 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: query lies inside the cache's own storage; pass a separate buffer", fn);
     if (cache && in_cache(cache, mask))
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: attnMask lies inside the cache's own storage; pass a separate buffer", fn);
+    if (cache && cache->window) {  /* a windowed cache attends through its own causal window */
+        if (has_mask)
+            return sdpa_fail(ctx, SDPA_E_ARG, "%s: attnMask was given but a windowed cache (window %d) applies its own causal window; pass no mask", fn, cache->window);
+        if (!o->is_causal)
+            return sdpa_fail(ctx, SDPA_E_ARG, "%s: isCausal is false but a windowed cache (window %d) attends causally; pass isCausal: true", fn, cache->window);
+        if (o->window > cache->window)
+            return sdpa_fail(ctx, SDPA_E_ARG, "%s: window %d is wider than the cache's window %d; it may narrow the window, not widen it", fn, o->window, cache->window);
+    }
     if (o->window && has_mask)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: window and attnMask were both given; put the window in the mask", fn);
     if (has_sinks && overlaps(out, sinks))
@@ -265,6 +273,20 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         return sdpa_fail(ctx, SDPA_E_START_POS,
                          "%s: startPos %lld + query length %d exceeds the %d rows of %s; without a mask, startPos + Sq must be <= Skv",
                          fn, (long long)o->start_pos, Sq, kt, kname);
+    if (cache && cache->window) {
+        if (check_room && o->start_pos > (int64_t)cache->length - Sq)
+            return sdpa_fail(ctx, SDPA_E_START_POS,
+                             "%s: startPos %lld + query length %d is past the %d rows written (cache.length); a windowed cache attends written rows only",
+                             fn, (long long)o->start_pos, Sq, cache->length);
+        const int32_t window = o->window ? o->window : cache->window;
+        int64_t first = o->start_pos - window + 1;  /* the first row's oldest key after the sink rows */
+        if (first < cache->sink_tokens) first = cache->sink_tokens;
+        if (first <= o->start_pos && first < cache->window_start)
+            return sdpa_fail(ctx, SDPA_E_START_POS,
+                             "%s: the query row at startPos %lld sees keys from row %lld, but rows %d .. %d of the windowed cache were evicted; startPos must be >= %lld",
+                             fn, (long long)o->start_pos, (long long)first, cache->sink_tokens, cache->window_start - 1,
+                             (long long)cache->window_start + window - 1);
+    }
 
     /* E_MASK_DTYPE, E_MASK_SHAPE */
     if (has_mask) {
@@ -287,12 +309,14 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     p->n_keys = has_mask ? mask->dims[1] : o->start_pos > (int64_t)kt - Sq ? kt : (int32_t)(o->start_pos + Sq);
     p->start_pos = o->start_pos;
     p->is_causal = o->is_causal;
-    p->window = o->window;
+    p->window = o->window ? o->window : cache ? cache->window : 0;
+    p->sink_tokens = cache ? cache->sink_tokens : 0;
     p->softcap = o->softcap;
     p->sinks = has_sinks ? sinks->data : NULL;
     p->scale = o->has_scale ? o->scale : (float)(1.0 / sqrt((double)D));
     p->q = q->data;
     p->out = out->data;
+    p->q_stride_b = (size_t)Sq * (size_t)Hq * (size_t)D;
     p->mask = has_mask ? mask->data : NULL;
     p->mask_dtype = has_mask ? mask->dtype : 0;
     p->mask_stride = has_mask ? mask->dims[1] : 0;
@@ -303,10 +327,12 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         kv->stride_t = kv->stride_h = kv->stride_b = 0;
         kv->pages = cache->table;
         kv->pages_per_head = cache->pages_per_head;
+        kv->sink_pages = cache->sink_pages;
+        kv->ring_pages = cache->ring_pages;
         kv->format = &cache->format;
     } else {
         kv->pages = NULL;
-        kv->pages_per_head = 0;
+        kv->pages_per_head = kv->sink_pages = kv->ring_pages = 0;
         kv->format = NULL;
         kv->k = k->data; kv->v = v->data;
         kv->stride_h = (size_t)D;
@@ -338,6 +364,10 @@ sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdp
     if (length > cache->length)
         return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: length %lld is past the %d rows written; truncate keeps rows 0 .. length-1 of those",
                          fn, (long long)length, cache->length);
+    if (length > cache->sink_tokens && length < cache->window_start)
+        return sdpa_fail(ctx, SDPA_E_CAPACITY,
+                         "%s: length %lld would end inside the evicted rows %d .. %d of the windowed cache; expected <= %d (sink rows only) or >= %d",
+                         fn, (long long)length, cache->sink_tokens, cache->window_start - 1, cache->sink_tokens, cache->window_start);
     return SDPA_OK;
 }
 
@@ -361,6 +391,18 @@ static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cac
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
                          "%s: %s %lld + length %lld is past the cache's maxSeqLen %d; %s + length must be <= maxSeqLen",
                          fn, what, (long long)start, (long long)length, cache->max_seq_len, what);
+    if (!cache->window) return SDPA_OK;
+    /* a windowed cache: rows sink_tokens .. window_start-1 are gone */
+    const int64_t S = cache->sink_tokens, first = start > S ? start : S;
+    if (start + length > S && first < cache->window_start)
+        return sdpa_fail(ctx, write ? SDPA_E_START_POS : SDPA_E_CAPACITY,
+                         "%s: rows %lld .. %lld include row %lld, but rows %d .. %d of the windowed cache were evicted; %s",
+                         fn, (long long)start, (long long)(start + length - 1), (long long)first, cache->sink_tokens,
+                         cache->window_start - 1, write ? "a write must not reach back into evicted rows" : "only the sink rows and rows from window_start on are kept");
+    if (!write && start + length > cache->length)
+        return sdpa_fail(ctx, SDPA_E_CAPACITY,
+                         "%s: rows %lld .. %lld are past the %d rows written (cache.length); a windowed cache holds written rows only",
+                         fn, (long long)start, (long long)(start + length - 1), cache->length);
     return SDPA_OK;
 }
 
@@ -459,13 +501,19 @@ sdpa_status sdpa_check_cache_read_raw(sdpa_ctx * ctx, const char * fn, const sdp
 
 sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,
                                     int32_t max_seq_len, int32_t kv_heads, int32_t head_dim,
-                                    int32_t dtype, const void * out_cache) {
+                                    int32_t dtype, int32_t window, int32_t sink_tokens, const void * out_cache) {
     if (!out_cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out_cache is missing", fn);
+    if (sink_tokens > 0 && window == 0)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: sinkTokens is %d but no window was given; sink rows belong to a windowed cache", fn, sink_tokens);
     const int32_t sizes[4] = { batch, max_seq_len, kv_heads, head_dim };
     const char * names[4] = { "batch", "maxSeqLen", "numKvHeads", "headDim" };
     for (int i = 0; i < 4; i++)
         if (sizes[i] <= 0 && !(i == 2 && sizes[i] == 0))
             return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s is %d; expected a positive integer", fn, names[i], sizes[i]);
+    if (window < 0 || window > SDPA_INDEX_LIMIT)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: window is %d; expected a positive integer of at most %d (0: none)", fn, window, SDPA_INDEX_LIMIT);
+    if (sink_tokens < 0 || sink_tokens > SDPA_INDEX_LIMIT)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: sinkTokens is %d; expected a non-negative integer of at most %d", fn, sink_tokens, SDPA_INDEX_LIMIT);
     if (dtype != SDPA_DTYPE_FLOAT32 && dtype != SDPA_DTYPE_FLOAT16 && dtype != SDPA_DTYPE_INT8)
         return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: dtype %s (%d) is not supported for a cache; expected float32, float16 or int8", fn, dtype_name(dtype), dtype);
     if (kv_heads == 0)

@@ -52,9 +52,9 @@ sdpa_status sdpa_check_cache_read_raw(sdpa_ctx * ctx, const char * fn, const sdp
                                       int64_t start, int64_t length, int32_t which, const void * data,
                                       uint64_t data_bytes, const float * scales, const int8_t * zero_points);
 
-/* cache geometry at creation. */
+/* cache geometry at creation (window 0: a plain cache, sink_tokens 0). */
 sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,
                                     int32_t max_seq_len, int32_t kv_heads, int32_t head_dim,
-                                    int32_t dtype, const void * out_cache);
+                                    int32_t dtype, int32_t window, int32_t sink_tokens, const void * out_cache);
 
 #endif

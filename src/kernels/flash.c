@@ -414,13 +414,13 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
     }
     for (int32_t x = 0; x < st->n; x++) {
         const int32_t row = st->row0 + x, i = row / r, h = hk * r + row % r;
-        const float * q = p->q + (((size_t)b * p->q_len + i) * p->q_heads + h) * D;
+        const float * q = p->q + (size_t)b * p->q_stride_b + ((size_t)i * p->q_heads + h) * D;
         /* unscaled: scale * q could overflow (or underflow) where scale * (q . k) does not */
         memcpy(st->q + (size_t)x * Dp, q, sizeof(float) * (size_t)D);
         int64_t limit = p->n_keys;
         if (p->is_causal && p->start_pos + i + 1 < limit) limit = p->start_pos + i + 1;
         st->limit[x] = (int32_t)limit;
-        if (p->window) {
+        if (p->window) {  /* (a windowed cache's sink rows below it are let through in block_keys) */
             const int64_t lower = p->start_pos + i - p->window + 1;
             st->lower[x] = lower <= 0 ? 0 : lower >= limit ? (int32_t)limit : (int32_t)lower;
         }
@@ -545,29 +545,20 @@ static void softcap_scores(float * s, int32_t n, float c) {
     for (; t < n; t++) s[t] = c * tanhf(s[t] / c);
 }
 
-/* Runs keys [t0, t1) of KV head (b, hk) through the block's online softmax.
- * t0 is a multiple of TILE_KEYS, so each tile lies inside one cache page. */
-static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_t hk,
-                       int32_t t0, int32_t t1) {
+/* Runs the nt keys of the tile at ts (a multiple of TILE_KEYS, so the tile
+ * lies inside one cache page) of KV head (b, hk) through the block's online
+ * softmax. Returns the V touches (see touch_row). */
+static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts, int32_t nt) {
     const sdpa_problem * p = f->p;
     const int32_t D = p->head_dim, Dp = f->dim_pad, n = st->n;
-    int32_t end = 0, begin = INT32_MAX;
-    for (int32_t x = 0; x < n; x++) {
-        if (st->limit[x] > end) end = st->limit[x];
-        if (st->lower[x] < begin) begin = st->lower[x];
-    }
-    if (t1 > end) t1 = end;  /* causal: tiles above the diagonal are skipped */
-    begin -= begin % TILE_KEYS;
-    if (t0 < begin) t0 = begin;  /* window: tiles wholly before every row's window too */
+    const int32_t nt4 = (nt + 3) & ~3;
     uint32_t touch = 0;
-    for (int64_t ts = t0; ts < t1; ts += TILE_KEYS) {  /* int64: t1 may be near INT32_MAX */
-        const int32_t nt = t1 - ts < TILE_KEYS ? t1 - ts : TILE_KEYS;
-        const int32_t nt4 = (nt + 3) & ~3;
+    {
         size_t ldk = 0, ldv;
         /* the tile loader: an int8 tile's scores come straight from its int8
          * keys; other compact tiles are decoded to float32 first */
         const float * k = NULL;
-        if (st->int_q) int8_scores(f, st, sdpa_kv_page(&p->kv, b, hk, (int32_t)ts), (int32_t)(ts % SDPA_PAGE_ROWS), nt);
+        if (st->int_q) int8_scores(f, st, sdpa_kv_page(&p->kv, b, hk, ts), ts % SDPA_PAGE_ROWS, nt);
         else k = load_tile(f, st, b, hk, ts, nt, 0, &ldk);
         /* float32 V rows are touched while the scores run (see touch_row); a
          * compact cache's V is decoded only before the value pass */
@@ -603,7 +594,9 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
             if (!scale_finite(s, s, p->scale, nt)) st->suspect[x] = true;
             if (p->softcap) softcap_scores(s, nt, p->softcap);
             if (st->mask[x]) for (int32_t t = 0; t < valid; t++) s[t] += st->mask[x][ts + t];
-            for (int32_t t = 0, lo = st->lower[x] - ts; t < lo && t < nt4; t++) s[t] = -INFINITY;  /* before the window */
+            /* before the window (a windowed cache's sink rows stay) */
+            for (int32_t t = p->sink_tokens > ts ? p->sink_tokens - ts : 0, lo = st->lower[x] - ts; t < lo && t < nt4; t++)
+                s[t] = -INFINITY;
             if (st->bmask[x]) for (int32_t t = 0; t < valid; t++) if (!st->bmask[x][ts + t]) s[t] = -INFINITY;
             for (int32_t t = valid < 0 ? 0 : valid; t < nt4; t++) s[t] = -INFINITY;
             v128_t vmax = wasm_f32x4_splat(-INFINITY), vnan = wasm_i32x4_splat(0);
@@ -643,12 +636,39 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
             pv_rows(st->acc + (size_t)x * Dp, (size_t)Dp, st->s + (size_t)x * TILE_KEYS, TILE_KEYS, rows, v, ldv, nt, D);
         }
     }
+    return touch;
+}
+
+/* Runs keys [t0, t1) (t0 a multiple of TILE_KEYS) of KV head (b, hk)
+ * through the block's online softmax, skipping the tiles no row sees; with
+ * `with_sinks` (the first chunk) also a windowed cache's sink tiles before
+ * t0. */
+static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_t hk,
+                       int32_t t0, int32_t t1, bool with_sinks) {
+    int32_t end = 0, begin = INT32_MAX;
+    for (int32_t x = 0; x < st->n; x++) {
+        if (st->limit[x] > end) end = st->limit[x];
+        if (st->lower[x] < begin) begin = st->lower[x];
+    }
+    if (t1 > end) t1 = end;  /* causal: tiles above the diagonal are skipped */
+    begin -= begin % TILE_KEYS;
+    if (t0 < begin) t0 = begin;  /* window: tiles wholly before every row's window too */
+    uint32_t touch = 0;
+    if (with_sinks && f->p->sink_tokens > 0) {
+        int64_t sink_end = f->p->sink_tokens;  /* [0, sink_end): tiles holding a sink row, not run below */
+        if (sink_end > t0) sink_end = t0;
+        if (sink_end > end) sink_end = end;
+        for (int32_t ts = 0; ts < sink_end; ts += TILE_KEYS)
+            touch |= block_tile(f, st, b, hk, ts, end - ts < TILE_KEYS ? end - ts : TILE_KEYS);
+    }
+    for (int64_t ts = t0; ts < t1; ts += TILE_KEYS)  /* int64: t1 may be near INT32_MAX */
+        touch |= block_tile(f, st, b, hk, (int32_t)ts, t1 - ts < TILE_KEYS ? (int32_t)(t1 - ts) : TILE_KEYS);
     *st->sink |= touch;  /* a store the compiler must keep, so the touches stay */
 }
 
 static float * row_out(const sdpa_problem * p, int32_t b, int32_t hk, int32_t row) {
     const int32_t i = row / p->group, h = hk * p->group + row % p->group;
-    return p->out + (((size_t)b * p->q_len + i) * p->q_heads + h) * p->head_dim;
+    return p->out + (size_t)b * p->q_stride_b + ((size_t)i * p->q_heads + h) * p->head_dim;
 }
 
 /* ---- finishing a row --------------------------------------------------- */
@@ -709,7 +729,7 @@ static void compute_unit(void * arg, int32_t unit, int32_t thread) {
     block_setup(f, &st, scratch, b, hk, blk);
     const int64_t t0 = f->key_begin + chunk * f->chunk_keys;  /* < n_keys */
     const int32_t t1 = (int32_t)(f->chunk_keys < p->n_keys - t0 ? t0 + f->chunk_keys : p->n_keys);
-    block_keys(f, &st, b, hk, (int32_t)t0, t1);
+    block_keys(f, &st, b, hk, (int32_t)t0, t1, chunk == 0);
     const int32_t D = p->head_dim, Dp = f->dim_pad;
     if (f->chunks == 1) {
         for (int32_t x = 0; x < st.n; x++) {

@@ -12,8 +12,8 @@ typedef struct reference_job {
 static double score(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, int32_t t) {
     const int32_t D = p->head_dim, hk = h / p->group;
     if (p->is_causal && (int64_t)t > p->start_pos + i) return -INFINITY;
-    if (p->window && (int64_t)t <= p->start_pos + i - p->window) return -INFINITY;
-    const float * q = p->q + (((size_t)b * p->q_len + i) * p->q_heads + h) * D;
+    if (p->window && (int64_t)t <= p->start_pos + i - p->window && t >= p->sink_tokens) return -INFINITY;
+    const float * q = p->q + (size_t)b * p->q_stride_b + ((size_t)i * p->q_heads + h) * D;
     double dot = 0.0;  /* (each stored key element decoded to its float32 value, any cache dtype) */
     for (int32_t d = 0; d < D; d++) dot += (double)q[d] * (double)sdpa_kv_elem(&p->kv, b, hk, t, false, d);
     double s = (double)p->scale * dot;
@@ -31,7 +31,7 @@ static double score(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, int
 
 void sdpa_reference_row(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, double * acc) {
     const int32_t D = p->head_dim, N = p->n_keys;
-    float * out = p->out + (((size_t)b * p->q_len + i) * p->q_heads + h) * D;
+    float * out = p->out + (size_t)b * p->q_stride_b + ((size_t)i * p->q_heads + h) * D;
 
     double max = -INFINITY;
     int32_t visible = 0;  /* scores that are not -inf (NaN counts: it is computed through) */
