@@ -151,7 +151,8 @@ export type CacheDType = 'float32' | 'float16' | 'int8';
 
 export interface KVCacheOptions {
   batch?: number;
-  maxSeqLen: number;
+  /** The position limit (E_CAPACITY). Optional for a windowed cache (default 2^31 - 65537). */
+  maxSeqLen?: number;
   numKvHeads: number;
   headDim: number;
   /**
@@ -160,6 +161,17 @@ export interface KVCacheOptions {
    * and an int8 zero point per row). Writes take float32 and convert.
    */
   dtype?: CacheDType;
+  /**
+   * A windowed (ring) cache: it keeps only the first `sinkTokens` rows and
+   * the last rows of the sequence (at least window + 64 of them), in a ring
+   * of pages, so its memory stays flat however long the sequence grows.
+   * Attention over it is causal (isCausal defaults to true; false, or a
+   * mask, is E_ARG) and sees, from query row p, the keys t <= p with
+   * t > p - window or t < sinkTokens. A positive integer (E_DIMS).
+   */
+  window?: number;
+  /** Rows kept for good at the start of a windowed cache (StreamingLLM's attention sinks); default 0. E_ARG without a window. */
+  sinkTokens?: number;
 }
 
 /** One half of KVCache.readRaw: the stored form of some rows. */
@@ -188,6 +200,15 @@ export class KVCache {
   readonly numKvHeads: number;
   readonly headDim: number;
   readonly dtype: CacheDType;
+  /** A windowed cache's window; 0 for a plain cache. */
+  readonly window: number;
+  /** A windowed cache's sink rows; 0 for a plain cache. */
+  readonly sinkTokens: number;
+  /**
+   * The first row kept after the sink rows: rows sinkTokens .. windowStart-1
+   * were evicted (writing one is E_START_POS, reading one E_CAPACITY). 0 for a plain cache.
+   */
+  readonly windowStart: number;
   readonly disposed: boolean;
   /** Rows written: the highest written row + 1 (truncate lowers it). */
   readonly length: number;

@@ -8,7 +8,7 @@
 
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
-  Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkSize, describeValue,
+  Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkSize, checkCount, describeValue,
   readDims, checkDimValues, checkLive, checkLiveOptions, CUSTOM_OPTIONS, KEY_INDEX_LIMIT,
 } from './validate.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES } from './loader.js';
@@ -28,7 +28,7 @@ export const INTERNALS = Symbol.for('sdpa-wasm.internals');
  * own header: JS refuses first, with the clearer message. */
 const MAX_ALLOC = 0x7fff0000;
 
-const CACHE_OPTIONS = Object.freeze(['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype']);
+const CACHE_OPTIONS = Object.freeze(['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype', 'window', 'sinkTokens']);
 /** Cache dtypes -> sdpa_dtype (include/sdpa.h). */
 const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { float32: 1, float16: 3, int8: 4 }));
 
@@ -117,7 +117,11 @@ function makeInstance(core, info) {
     if (!given) ck.add('E_ARG', 'the options { maxSeqLen, numKvHeads, headDim } are missing');
     const o = readOptions(ck, config, CACHE_OPTIONS);  // the snapshot
     const batch = checkSize(ck, o.batch, 'batch', { required: false, dflt: 1 });
-    const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: given, max: KEY_INDEX_LIMIT });
+    // a windowed cache: its storage is the window, so maxSeqLen (the position limit) may be left out
+    const window = checkSize(ck, o.window, 'window', { required: false, dflt: 0, max: KEY_INDEX_LIMIT });
+    const sinkTokens = checkCount(ck, o.sinkTokens, 'sinkTokens', KEY_INDEX_LIMIT);
+    if (sinkTokens && window === 0) ck.add('E_ARG', `sinkTokens is ${sinkTokens} but no window was given; sink rows belong to a windowed cache`);
+    const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: given && window === 0, dflt: KEY_INDEX_LIMIT, max: KEY_INDEX_LIMIT });
     const numKvHeads = checkSize(ck, o.numKvHeads, 'numKvHeads', { zeroCode: 'E_HEADS', required: given });
     const headDim = checkSize(ck, o.headDim, 'headDim', { required: given });
     const dtype = o.dtype === undefined || o.dtype === null ? 'float32' : o.dtype;
@@ -125,7 +129,7 @@ function makeInstance(core, info) {
     else if (CACHE_DTYPES[dtype] === undefined) ck.add('E_DTYPE', `dtype '${dtype}' is not supported; caches are 'float32', 'float16' or 'int8'`);
     if (batch && maxSeqLen && numKvHeads && headDim && CACHE_DTYPES[dtype] !== undefined) {
       // Pages are allocated as rows are written; what must fit now is one page and the page table.
-      const geo = { batch, maxSeqLen, numKvHeads, headDim, dtype };
+      const geo = { batch, maxSeqLen, numKvHeads, headDim, dtype, window: window || 0, sinkTokens: sinkTokens || 0 };
       const page = pageBytes(geo), table = tableBytes(geo);
       if (page > MAX_ALLOC || table > MAX_ALLOC) {
         ck.add('E_OOM', `a cache of [${batch}, ${maxSeqLen}, ${numKvHeads}, ${headDim}] needs pages of ${formatBytes(page)} (${PAGE_ROWS} rows) and a page table of ${formatBytes(table)}; each must be one wasm allocation (< 2 GiB)`);
@@ -135,10 +139,11 @@ function makeInstance(core, info) {
     ck.done();
     const outAt = core.slot('ptr');
     core.views().u32[outAt >>> 2] = 0;
-    const st = M._sdpa_kv_cache_create(core.ctx, batch, maxSeqLen, numKvHeads, headDim, CACHE_DTYPES[dtype], outAt);
+    const st = M._sdpa_kv_cache_create_windowed(core.ctx, batch, maxSeqLen, numKvHeads, headDim, CACHE_DTYPES[dtype],
+                                                window, sinkTokens, outAt);
     core.check(st, fn);
     const ptr = core.views().u32[outAt >>> 2];
-    const cache = new KVCache(core, ptr, { batch, maxSeqLen, numKvHeads, headDim, dtype });
+    const cache = new KVCache(core, ptr, { batch, maxSeqLen, numKvHeads, headDim, dtype, window, sinkTokens });
     core.caches.add(cache);
     return cache;
   }

@@ -8,10 +8,15 @@
 // (validate.js): read every argument once, check liveness, validate, and only
 // then touch wasm memory, so a rejected call leaves the cache untouched. A
 // view of the cache's storage is never a valid argument (checkLive).
+//
+// A windowed cache (createKVCache({ window, sinkTokens })) keeps the first
+// sinkTokens rows and a ring of pages for the last window + 64 rows or more:
+// positions keep counting, memory stays flat. Its extra rules (evicted rows,
+// causal only) are checked here too, from its windowStart read just before.
 
 import {
   Checks, readOptions, checkStartPos, checkSize, inspectTensor, checkAttention, checkLive, checkLiveOptions,
-  checkCacheWrite, checkOutAliasing, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
+  checkCacheWrite, checkOutAliasing, checkWindowedAttention, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
 } from './validate.js';
 import { SLOT } from './runtime.js';
 import { prod } from './shape.js';
@@ -34,8 +39,20 @@ export function pageBytes(geo) {
   return Math.ceil(bytes / 64) * 64;
 }
 
-/** Bytes of a cache's page table (one wasm32 pointer per page of maxSeqLen, batch row and head). */
-export const tableBytes = (geo) => geo.batch * geo.numKvHeads * Math.ceil(geo.maxSeqLen / PAGE_ROWS) * 4;
+/**
+ * Table slots per batch row and head (src/cache/kv_cache.c): one per page of
+ * maxSeqLen, or for a windowed cache its sink pages and a ring of
+ * ceil((window - 1) / PAGE_ROWS) + 2 pages when that is fewer.
+ */
+export function pagesPerHead(geo) {
+  const all = Math.ceil(geo.maxSeqLen / PAGE_ROWS);
+  if (!geo.window) return all;
+  const ring = Math.ceil(Math.ceil(geo.sinkTokens / PAGE_ROWS) + (geo.window - 1) / PAGE_ROWS) + 2;
+  return Math.min(all, ring);
+}
+
+/** Bytes of a cache's page table (one wasm32 pointer per slot, batch row and head). */
+export const tableBytes = (geo) => geo.batch * geo.numKvHeads * pagesPerHead(geo) * 4;
 
 /** step(q, k, v, opts): an options object in startPos's place (not a number) is the options. */
 const isOptionsLike = (x) => x !== null && typeof x === 'object' && !isArray(x) && typedArrayTag(x) === undefined;
@@ -78,6 +95,14 @@ export class KVCache {
   get headDim() { return this.#geo.headDim; }
   /** How rows are stored: 'float32', 'float16' or 'int8' (writes convert; reads and attention see the stored values). */
   get dtype() { return this.#geo.dtype; }
+  /** A windowed cache's window (0: a plain cache). */
+  get window() { return this.#geo.window; }
+  /** A windowed cache's sink rows, kept for good (0 for a plain cache). */
+  get sinkTokens() { return this.#geo.sinkTokens; }
+  /** The first row kept after the sink rows: rows sinkTokens .. windowStart-1 were evicted (0 for a plain cache and once disposed). */
+  get windowStart() {
+    return this.#alive() ? this.#core.M._sdpa_kv_cache_window_start(this.#ptr) : 0;
+  }
   get disposed() { return this.#disposed; }
 
   /** Rows written: the highest written row + 1 (0 once disposed). */
@@ -117,7 +142,7 @@ export class KVCache {
     checkLive(ck, V);
     const length = this.#writtenOrUnknown();
     const sp = writeStart(ck, startPos, length);
-    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length);
+    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, this.windowStart);
     ck.done();
     const c = this.#core;
     // Addresses inside wasm memory first, then temporaries (see Core.addressOf).
@@ -151,9 +176,13 @@ export class KVCache {
     if (o.startPos === undefined || o.startPos === null) sp = this.#impliedStart(ck, Q, o.M !== null);
     else sp = checkStartPos(ck, o.startPos, 'startPos');
     const P = checkAttention(ck, o, sp, Q, this.#kv, this.#kv);
+    if (this.#geo.window) checkWindowedAttention(ck, P, this.#geo, this.#state(), sp, true);
     ck.done();
     return this.#core.runAttention(fn, P, sp, null, null, this.#callAttend);
   }
+
+  /** length and windowStart now (Infinity, 0 once disposed: E_DISPOSED is reported then). */
+  #state() { return { length: this.#writtenOrUnknown(), windowStart: this.windowStart }; }
 
   /**
    * attend's startPos when none is given: q holds the last Sq rows written
@@ -194,9 +223,10 @@ export class KVCache {
     checkLiveOptions(ck, o);
     const length = this.#writtenOrUnknown();
     const sp = writeStart(ck, startPos, length);
-    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length);
+    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, this.windowStart);
     // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
     const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
+    if (this.#geo.window) checkWindowedAttention(ck, P, this.#geo, this.#state(), sp, false);
     checkOutAliasing(ck, P.O, W.K);
     checkOutAliasing(ck, P.O, W.V);
     if (P.Sq >= 0 && W.Snew >= 0 && P.Sq !== W.Snew) {
@@ -213,6 +243,13 @@ export class KVCache {
     const n = checkSize(ck, length, 'length');
     if (s !== null && n !== null && s + n > this.#geo.maxSeqLen) {
       ck.add('E_CAPACITY', `reading ${n} rows at start ${s} needs ${s + n} rows but the cache holds maxSeqLen = ${this.#geo.maxSeqLen}`);
+    } else if (s !== null && n !== null && this.#geo.window && this.#alive()) {
+      const S = this.#geo.sinkTokens, ws = this.windowStart, first = Math.max(s, S), length = this.length;
+      if (s + n > S && first < ws) {
+        ck.add('E_CAPACITY', `rows ${s} .. ${s + n - 1} include row ${first}, but rows ${S} .. ${ws - 1} of the windowed cache were evicted; only the sink rows and the rows from windowStart on are kept`);
+      } else if (s + n > length) {
+        ck.add('E_CAPACITY', `rows ${s} .. ${s + n - 1} are past the ${length} rows written (cache.length); a windowed cache holds written rows only`);
+      }
     }
     this.#checkAlive(ck);
     ck.done();
@@ -292,6 +329,9 @@ export class KVCache {
     const n = checkStartPos(ck, length, 'length', true);
     const held = this.#writtenOrUnknown();
     if (n !== null && n > held) ck.add('E_CAPACITY', `length ${n} is past the ${held} rows written (cache.length); truncate keeps rows 0 .. length-1 of those`);
+    else if (n !== null && this.#geo.window && n > this.#geo.sinkTokens && n < this.windowStart) {
+      ck.add('E_CAPACITY', `length ${n} would end inside the evicted rows ${this.#geo.sinkTokens} .. ${this.windowStart - 1} of the windowed cache; expected <= ${this.#geo.sinkTokens} (sink rows only) or >= ${this.windowStart}`);
+    }
     ck.done();
     const c = this.#core;
     c.check(c.M._sdpa_kv_cache_truncate(c.ctx, this.#ptr, n), fn);

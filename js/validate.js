@@ -254,6 +254,17 @@ export function checkSize(ck, value, name, { required = true, dflt, zeroCode = '
   return value;
 }
 
+/** A count that may be 0 (a windowed cache's sinkTokens): absent → 0; E_DIMS when not a non-negative integer ≤ max. */
+export function checkCount(ck, value, name, max = INT32_MAX) {
+  if (value === undefined || value === null) return 0;
+  if (typeof value !== 'number') { ck.add('E_ARG', `${name} must be a number, got ${describeValue(value)}`); return null; }
+  if (!Number.isSafeInteger(value) || value < 0 || value > max) {
+    ck.add('E_DIMS', `${name} is ${value}; expected a non-negative integer of at most ${max}`);
+    return null;
+  }
+  return value;
+}
+
 /** SDPA_INDEX_LIMIT (src/internal.h): the kernels walk keys in int32 tiles. */
 export const KEY_INDEX_LIMIT = INT32_MAX - 65536;
 
@@ -557,7 +568,7 @@ const BSHD = '4-D [B, S, H, D]';
 export function cacheDescriptor(geo) {
   return Object.freeze({
     name: 'the cache', dims: Object.freeze([geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim]),
-    rank: 4, dtype: 'float32', virtual: true,
+    rank: 4, dtype: 'float32', virtual: true, windowed: geo.window > 0,
   });
 }
 
@@ -576,7 +587,8 @@ export function cacheDescriptor(geo) {
 export function checkAttention(ck, o, startPos, Q, K, V) {
   const cache = K !== null && K.virtual === true;
   const M = o.M, O = o.O, S = o.S;
-  const isCausal = checkBool(ck, o.isCausal, 'isCausal');
+  // (a windowed cache attends causally: isCausal defaults to true there)
+  const isCausal = checkBool(ck, o.isCausal, 'isCausal', cache && K.windowed);
   const scale = checkScale(ck, o.scale, true);
   checkDropout(ck, o.dropoutP);
   const window = checkWindow(ck, o.window);
@@ -656,6 +668,28 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
   return { Q, M, O, S, isCausal, scale, window, softcap, Sq };
 }
 
+/**
+ * A windowed cache's own attention rules (CONTRACT.md section 3), after
+ * checkAttention: causal, no mask, no wider window (E_ARG); with `attend`
+ * the rows attended must be written (startPos + Sq <= length), and the
+ * first row's window must not reach evicted rows (E_START_POS). `state`:
+ * { length, windowStart } of the cache now.
+ */
+export function checkWindowedAttention(ck, P, geo, state, startPos, attend) {
+  if (P.M) ck.add('E_ARG', `attnMask was given but a windowed cache (window ${geo.window}) applies its own causal window; pass no mask`);
+  if (!P.isCausal) ck.add('E_ARG', `isCausal is false but a windowed cache (window ${geo.window}) attends causally; leave it out or pass true`);
+  if (P.window > geo.window) ck.add('E_ARG', `window ${P.window} is wider than the cache's window ${geo.window}; it may narrow the window, not widen it`);
+  if (startPos === null || P.Sq < 0) return;
+  if (attend && startPos + P.Sq > state.length) {
+    ck.add('E_START_POS', `startPos ${startPos} + query length ${P.Sq} is past the ${state.length} rows written (cache.length); a windowed cache attends written rows only`);
+  }
+  const W = P.window || geo.window;
+  const first = Math.max(startPos - W + 1, geo.sinkTokens);
+  if (first <= startPos && first < state.windowStart) {
+    ck.add('E_START_POS', `the query row at startPos ${startPos} sees keys from row ${first}, but rows ${geo.sinkTokens} .. ${state.windowStart - 1} of the windowed cache were evicted; startPos must be >= ${state.windowStart + W - 1}`);
+  }
+}
+
 /** checkCacheWrite's geometry rules for one of k, v against the cache. */
 function checkWriteGeometry(ck, cache, d) {
   const B = d.dims[0], H = d.dims[2], D = d.dims[3];
@@ -667,9 +701,11 @@ function checkWriteGeometry(ck, cache, d) {
 /**
  * Checks a cache write: K, V (descriptors of k, v [B, Snew, Hkv, D]) at
  * startPos against the cache geometry and its `length` (rows written: a
- * write may not start past it). Returns { K, V, Snew } (Snew -1 when unknown).
+ * write may not start past it); for a windowed cache also against
+ * `windowStart` (a write may not reach back into the evicted rows
+ * sinkTokens .. windowStart-1). Returns { K, V, Snew } (Snew -1 when unknown).
  */
-export function checkCacheWrite(ck, cache, K, V, startPos, length) {
+export function checkCacheWrite(ck, cache, K, V, startPos, length, windowStart = 0) {
   const kr = checkRank(ck, K, RANK_4, '4-D [B, Snew, Hkv, D]');
   const vr = checkRank(ck, V, RANK_4, '4-D [B, Snew, Hkv, D]');
   if (kr) checkDims(ck, K, 2);
@@ -683,6 +719,9 @@ export function checkCacheWrite(ck, cache, K, V, startPos, length) {
   const Snew = ks ? K.dims[1] : -1;
   if (startPos !== null && startPos > length) {
     ck.add('E_START_POS', `startPos ${startPos} is past the ${length} rows written (cache.length); a write must start at or before length (rows ${length} .. ${startPos - 1} would be a hole)`);
+  } else if (ks && startPos !== null && cache.window > 0 && startPos + Snew > cache.sinkTokens &&
+             Math.max(startPos, cache.sinkTokens) < windowStart) {
+    ck.add('E_START_POS', `rows ${startPos} .. ${startPos + Snew - 1} include row ${Math.max(startPos, cache.sinkTokens)}, but rows ${cache.sinkTokens} .. ${windowStart - 1} of the windowed cache were evicted; a write must not reach back into evicted rows`);
   } else if (ks && startPos !== null && startPos + Snew > cache.maxSeqLen) {
     ck.add('E_CAPACITY', `writing ${Snew} rows at startPos ${startPos} needs ${startPos + Snew} rows but the cache holds maxSeqLen = ${cache.maxSeqLen}`);
   }
