@@ -5,6 +5,11 @@ const PRESETS = {
   'llama3-8b': { name: 'Llama-3-8B', hq: 32, hkv: 8, d: 128, layers: 32 },
   'llama3.2-1b': { name: 'Llama-3.2-1B', hq: 32, hkv: 8, d: 64, layers: 16 },
   'qwen2-0.5b': { name: 'Qwen2-0.5B', hq: 14, hkv: 2, d: 64, layers: 24 },
+  // Sliding-window layers on a windowed (ring) cache: its memory stays flat however long the decode.
+  // gpt-oss-20B: 24 layers, every other one local (window 128, a learned sink logit per head).
+  'gpt-oss-20b': { name: 'gpt-oss-20B (sliding layers)', hq: 64, hkv: 8, d: 64, layers: 12, window: 128, sinks: true },
+  // Gemma-2-2B: 26 layers, every other one local (window 4096), logits capped at 50.
+  'gemma2-2b': { name: 'Gemma-2-2B (local layers)', hq: 8, hkv: 4, d: 256, layers: 13, window: 4096, softcap: 50 },
 };
 
 const $ = (id) => document.getElementById(id);
@@ -85,6 +90,10 @@ function readConfig() {
     prompt: num(el.prompt),
     threads: el.threads.value === 'auto' ? 'auto' : Number(el.threads.value),
     dtype: el.dtype.value,
+    // a sliding-window preset's window, sink logits and softcap (none for the others)
+    window: PRESETS[el.preset.value]?.window ?? 0,
+    sinks: PRESETS[el.preset.value]?.sinks ?? false,
+    softcap: PRESETS[el.preset.value]?.softcap ?? 0,
     seed: Number.isInteger(urlSeed) ? urlSeed : 1234,
     checkEvery: urlCheck,
     pkgUrl: packageUrl(),
@@ -164,7 +173,7 @@ function render() {
   el.progress.value = demo.length || 0;
   el.len.textContent = demo.target ? `${demo.length} / ${demo.target}` : '–';
   el.mem.textContent = demo.kvBytes != null
-    ? `${fmtBytes(demo.kvBytes)} held (${cfg.layers} layer${cfg.layers === 1 ? '' : 's'} × K+V, ${cfg.dtype}, pages of 64 tokens)${demo.kvFullBytes ? `; ${fmtBytes(demo.kvFullBytes)} at the full context in float32` : ''}`
+    ? `${fmtBytes(demo.kvBytes)} held (${cfg.layers} layer${cfg.layers === 1 ? '' : 's'} × K+V, ${cfg.dtype}, pages of 64 tokens${cfg.window ? `, a ring for the last ${cfg.window} tokens: flat from here on` : ''})${demo.kvFullBytes ? `; ${fmtBytes(demo.kvFullBytes)} at the full context in float32` : ''}`
     : '–';
   el.prefill.textContent = demo.prefillMs != null ? `${fmtMs(demo.prefillMs)} ms for ${Math.min(cfg.prompt, cfg.ctx)} tokens` : '–';
 

@@ -1,7 +1,7 @@
 // Seeded data and the plain float64 reference used by the demo's correctness badge.
 // Pure functions, no dependencies: importable from the worker and from Node.
 
-const KIND = { q: 1, k: 2, v: 3 };
+const KIND = { q: 1, k: 2, v: 3, sink: 4 };
 
 /** 32-bit mix of (seed, layer, pos, kind): every row has its own reproducible stream. */
 function rowSeed(seed, layer, pos, kind) {
@@ -36,34 +36,39 @@ export function fillRow(dst, offset, n, seed, layer, pos, kind) {
 
 /**
  * Plain three-pass attention in float64 for one query row of one layer:
- * q [Hq*D] at position `pos`, keys/values 0 .. nKeys-1 regenerated with fillRow
- * (or, for a float16 / int8 cache, `stored`: { k, v } [nKeys*Hkv*D], the values
- * the cache really holds, from cache.read),
- * GQA head mapping hk = floor(h / (Hq/Hkv)), scale 1/sqrt(D).
+ * q [Hq*D] at position `pos`, keys/values firstKey .. nKeys-1 (a sliding
+ * window: firstKey = pos - window + 1) regenerated with fillRow (or, for a
+ * float16 / int8 cache, `stored`: { k, v } [(nKeys - firstKey)*Hkv*D], the
+ * values the cache really holds, from cache.read), GQA head mapping
+ * hk = floor(h / (Hq/Hkv)), scale 1/sqrt(D); `softcap` c: c * tanh(s / c);
+ * `sinks` [Hq]: a sink logit per head joins the softmax denominator.
  * Returns max |out - reference| over the row (Infinity if `out` holds NaN).
  */
-export function attentionRef64({ seed, layer, hq, hkv, d, q, out, nKeys, stored = null }) {
+export function attentionRef64({ seed, layer, hq, hkv, d, q, out, firstKey = 0, nKeys, stored = null, softcap = 0, sinks = null }) {
   const r = hq / hkv;
   const scale = 1 / Math.sqrt(d);
   const row = new Float32Array(hkv * d);
-  const scores = new Float64Array(nKeys * hq);
+  const scores = new Float64Array(nKeys * hq).fill(-Infinity);
   // pass 1: scores
-  for (let t = 0; t < nKeys; t++) {
-    if (stored) row.set(stored.k.subarray(t * hkv * d, (t + 1) * hkv * d));
+  for (let t = firstKey; t < nKeys; t++) {
+    const at = t - firstKey;
+    if (stored) row.set(stored.k.subarray(at * hkv * d, (at + 1) * hkv * d));
     else fillRow(row, 0, hkv * d, seed, layer, t, 'k');
     for (let h = 0; h < hq; h++) {
       const kOff = Math.floor(h / r) * d;
       const qOff = h * d;
       let s = 0;
       for (let j = 0; j < d; j++) s += q[qOff + j] * row[kOff + j];
-      scores[t * hq + h] = s * scale;
+      scores[t * hq + h] = softcap ? softcap * Math.tanh((s * scale) / softcap) : s * scale;
     }
   }
   // pass 2: softmax weights
   const max = new Float64Array(hq).fill(-Infinity);
-  for (let t = 0; t < nKeys; t++) for (let h = 0; h < hq; h++) max[h] = Math.max(max[h], scores[t * hq + h]);
+  for (let t = firstKey; t < nKeys; t++) for (let h = 0; h < hq; h++) max[h] = Math.max(max[h], scores[t * hq + h]);
+  if (sinks) for (let h = 0; h < hq; h++) max[h] = Math.max(max[h], sinks[h]);
   const sum = new Float64Array(hq);
-  for (let t = 0; t < nKeys; t++) {
+  if (sinks) for (let h = 0; h < hq; h++) sum[h] = Math.exp(sinks[h] - max[h]);
+  for (let t = firstKey; t < nKeys; t++) {
     for (let h = 0; h < hq; h++) {
       const p = Math.exp(scores[t * hq + h] - max[h]);
       scores[t * hq + h] = p;
@@ -72,8 +77,9 @@ export function attentionRef64({ seed, layer, hq, hkv, d, q, out, nKeys, stored 
   }
   // pass 3: weighted values
   const acc = new Float64Array(hq * d);
-  for (let t = 0; t < nKeys; t++) {
-    if (stored) row.set(stored.v.subarray(t * hkv * d, (t + 1) * hkv * d));
+  for (let t = firstKey; t < nKeys; t++) {
+    const at = t - firstKey;
+    if (stored) row.set(stored.v.subarray(at * hkv * d, (at + 1) * hkv * d));
     else fillRow(row, 0, hkv * d, seed, layer, t, 'v');
     for (let h = 0; h < hq; h++) {
       const p = scores[t * hq + h] / sum[h];

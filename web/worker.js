@@ -1,7 +1,10 @@
 // Module Web Worker: runs the decode loop with sdpa-wasm so the page stays responsive.
 //
 // Protocol (page → worker):
-//   { type: 'start', config: { pkgUrl, hq, hkv, d, layers, ctx, prompt, threads, seed, checkEvery, dtype } }
+//   { type: 'start', config: { pkgUrl, hq, hkv, d, layers, ctx, prompt, threads, seed, checkEvery, dtype,
+//                              window, sinks, softcap } }
+// (window > 0: a sliding-window layer on a windowed cache, whose memory stays flat;
+// sinks: a per-head sink logit as gpt-oss has; softcap: Gemma 2's logit cap)
 //   { type: 'stop' }
 // (worker → page):
 //   { type: 'ready', info, crossOriginIsolated, sharedArrayBuffer, reason, warnings }
@@ -107,12 +110,23 @@ async function run(cfg) {
       warnings,
     });
 
-    // One paged cache per layer: it holds pages only for the rows written so far.
+    // One paged cache per layer: it holds pages only for the rows written so far
+    // (a windowed cache: only for its window, recycled as the window slides).
     stage = 'createKVCache';
+    const window = cfg.window || 0, softcap = cfg.softcap || 0;
     const caches = [];
     for (let l = 0; l < layers; l++) {
-      caches.push(sdpa.createKVCache({ batch: 1, maxSeqLen: ctx, numKvHeads: hkv, headDim: d, dtype }));
+      const shape = { batch: 1, maxSeqLen: ctx, numKvHeads: hkv, headDim: d, dtype };
+      caches.push(sdpa.createKVCache(window ? { ...shape, window } : shape));
     }
+    // gpt-oss: one learned sink logit per query head and layer (seeded here)
+    const sinks = [];
+    for (let l = 0; l < layers && cfg.sinks; l++) {
+      const data = new Float32Array(hq);
+      fillRow(data, 0, hq, seed, l, 0, 'sink');
+      sinks.push({ data, dims: [hq] });
+    }
+    const extra = (l) => ({ ...(softcap ? { softcap } : {}), ...(cfg.sinks ? { sinks: sinks[l] } : {}) });
     const heldBytes = () => caches.reduce((sum, c) => sum + c.bytes, 0);
     post({ type: 'alloc', kvBytes: heldBytes(), kvFullBytes: 2 * layers * ctx * hkv * d * 4, dtype });
 
@@ -121,11 +135,13 @@ async function run(cfg) {
     const check = (layer, qRow, outRow, pos, causalRow) => {
       // a compact cache is checked against the values it really stores (the rounding is the storage's)
       let stored = null;
+      const firstKey = window ? Math.max(0, causalRow - window + 1) : 0;
       if (dtype !== 'float32') {
-        const r = caches[layer].read(0, causalRow + 1);
+        const r = caches[layer].read(firstKey, causalRow + 1 - firstKey);
         stored = { k: r.k.data, v: r.v.data };
       }
-      const err = attentionRef64({ seed, layer, pos, hq, hkv, d, q: qRow, out: outRow, nKeys: causalRow + 1, stored });
+      const err = attentionRef64({ seed, layer, pos, hq, hkv, d, q: qRow, out: outRow, firstKey, nKeys: causalRow + 1, stored,
+        softcap, sinks: cfg.sinks ? sinks[layer].data : null });
       maxError = Math.max(maxError, err);
       checks++;
       post({ type: 'check', length: pos + 1, layer, row: pos, error: err, maxError, checks });
@@ -148,7 +164,7 @@ async function run(cfg) {
           fillRow(vd, t * hkv * d, hkv * d, seed, l, t, 'v');
         }
         const t0 = performance.now();
-        caches[l].step(q, k, v, 0, { isCausal: true, out });
+        caches[l].step(q, k, v, 0, { isCausal: true, out, ...extra(l) });
         ms += performance.now() - t0;
         if (l === 0) {
           // First and last prompt rows (causal: row t sees keys 0..t).
@@ -173,7 +189,7 @@ async function run(cfg) {
       vs.push(sdpa.allocTensor('float32', [1, 1, hkv, d]));
       outs.push(sdpa.allocTensor('float32', [1, 1, hq, d]));
     }
-    const stepOpts = outs.map((out) => ({ out })); // made once: the timed loop allocates nothing
+    const stepOpts = outs.map((out, l) => ({ out, ...extra(l) })); // made once: the timed loop allocates nothing
     let pending = [];
     let lastPost = performance.now();
     let lastYield = lastPost;

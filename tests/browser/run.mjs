@@ -133,11 +133,13 @@ function checkRun(d, { build, minChecks = 2 }) {
   assert(typeof d.maxError === 'number' && d.maxError < 1e-4, `max error ${d.maxError} (need < 1e-4)`);
   assert(d.checks >= minChecks, `only ${d.checks} correctness checks`);
   // the paged caches hold ceil(ctx / 64) pages per layer and KV head (K + V; int8: + a float32
-  // scale and an int8 zero point per row of each; rounded up to 64 bytes), plus their page tables
+  // scale and an int8 zero point per row of each; rounded up to 64 bytes), plus their page tables;
+  // a windowed cache (sliding-window presets) at most its ring: ceil((window - 1) / 64) + 2 pages
   const elem = { float32: 4, float16: 2, int8: 1 }[cfg.dtype];
   const page = Math.ceil((2 * 64 * cfg.d * elem + (cfg.dtype === 'int8' ? 2 * 64 * 5 : 0)) / 64) * 64;
-  const pageBytes = cfg.layers * cfg.hkv * Math.ceil(cfg.ctx / 64) * page;
-  const tableBytes = cfg.layers * cfg.hkv * Math.ceil(cfg.ctx / 64) * 4;
+  const slots = Math.min(Math.ceil(cfg.ctx / 64), cfg.window ? Math.ceil((cfg.window - 1) / 64) + 2 : Infinity);
+  const pageBytes = cfg.layers * cfg.hkv * slots * page;
+  const tableBytes = cfg.layers * cfg.hkv * slots * 4;
   assert(d.kvBytes === pageBytes + tableBytes, `kvBytes ${d.kvBytes}, expected ${pageBytes} + ${tableBytes}`);
   assert(d.kvFullBytes === 2 * cfg.layers * cfg.ctx * cfg.hkv * cfg.d * 4, `kvFullBytes ${d.kvFullBytes}`);
   assert(d.error === null, `error ${JSON.stringify(d.error)}`);
@@ -180,6 +182,26 @@ test('a float16 and an int8 cache: correct against the values they store, memory
       assert(mem.includes(dtype) && /MiB|KiB/.test(mem), `memory line "${mem}"`);
       assert(problems.length === 0, problems.join('\n'));
       notes.push(`${dtype}: ${d.kvBytes} bytes held, max err ${d.maxError.toExponential(2)}`);
+    } finally {
+      await context.close();
+    }
+  }
+  return notes.join('; ');
+});
+
+test('sliding-window presets (gpt-oss, Gemma 2): windowed caches, correct, memory flat', async () => {
+  const notes = [];
+  for (const [preset, ctx] of [['gpt-oss-20b', 700], ['gemma2-2b', 300]]) {
+    const { page, context, problems } = await openPage(`${iso.url}?preset=${preset}&layers=2&ctx=${ctx}&prompt=100&threads=2&autostart=1`);
+    try {
+      const d = await waitForEnd(page);
+      assert(d.config.window > 0, `${preset}: config window ${d.config.window}`);
+      checkRun(d, { build: 'simd-threads', minChecks: 5 });
+      const mem = await text(page, '#s-mem');
+      assert(/a ring for the last \d+ tokens/.test(mem), `${preset}: memory line "${mem}"`);
+      if (preset === 'gpt-oss-20b') assert(d.kvBytes * 2 < d.kvFullBytes, `${preset}: ${d.kvBytes} bytes held, ${d.kvFullBytes} for the full context`);
+      assert(problems.length === 0, problems.join('\n'));
+      notes.push(`${preset}: ${d.kvBytes} bytes held at ${ctx} tokens (full float32: ${d.kvFullBytes}), max err ${d.maxError.toExponential(2)}`);
     } finally {
       await context.close();
     }
