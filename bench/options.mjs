@@ -21,8 +21,13 @@ const ROWS = [
   ['A-4096 sinks', 32, 8, 128, 4096, { sinks: true }],
   ['A-4096 window 4096', 32, 8, 128, 4096, { window: 4096 }],
   ['A-32768 window 4096', 32, 8, 128, 32768, { window: 4096 }],
+  // windowed (ring) caches: storage for the window only, whatever the length
+  ['A-4096 ring 4096', 32, 8, 128, 4096, { window: 4096, ring: true }],
+  ['A-32768 ring 4096', 32, 8, 128, 32768, { window: 4096, ring: true }],
   ['gpt-oss-20B 64/8/64 w128 sinks', 64, 8, 64, 4096, { window: 128, sinks: true }],
   ['Gemma-2-2B 8/4/256 w4096 cap50', 8, 4, 256, 8192, { window: 4096, softcap: 50 }],
+  ['gpt-oss-20B ring w128 sinks', 64, 8, 64, 4096, { window: 128, sinks: true, ring: true }],
+  ['Gemma-2-2B ring w4096 cap50', 8, 4, 256, 8192, { window: 4096, softcap: 50, ring: true }],
 ];
 
 /** float64 attention of the last query row (position keys-1, causal), with the options. */
@@ -57,10 +62,11 @@ const lines = [];
 for (const T of threadList) {
   const sdpa = await createSdpa({ threads: T });
   lines.push(`== ${T} thread${T > 1 ? 's' : ''} (${sdpa.info.build})`);
-  lines.push(['row', 'keys', 'ms', '(min–max)', '× plain', 'max |Δ| vs float64'].join('  '));
+  lines.push(['row'.padEnd(32), 'keys'.padStart(6), 'ms'.padStart(7), '(min–max)'.padStart(13), '× plain', 'max |Δ| vs float64', 'cache MiB'].join('  '));
   let plain = null;
   for (const [label, Hq, Hkv, D, keys, o] of ROWS) {
-    const cache = sdpa.createKVCache({ maxSeqLen: keys, numKvHeads: Hkv, headDim: D });
+    const cache = o.ring ? sdpa.createKVCache({ numKvHeads: Hkv, headDim: D, window: o.window })
+      : sdpa.createKVCache({ maxSeqLen: keys, numKvHeads: Hkv, headDim: D });
     const k = randomF32(keys * Hkv * D, keys + 1), v = randomF32(keys * Hkv * D, keys + 2);
     const chunk = 2048;
     for (let t = 0; t < keys; t += chunk) {
@@ -78,12 +84,13 @@ for (const T of threadList) {
     for (let i = 0; i < ref.length; i++) err = Math.max(err, Math.abs(out.data[i] - ref[i]));
     const t = await timeIt(() => cache.attend(q, opts), timing);
     if (label === 'A-4096 plain') plain = t.median;
-    const rel = label.startsWith('A-4096') && plain ? (t.median / plain).toFixed(2) + '×' : '-';
-    lines.push([label.padEnd(32), String(keys).padStart(6), fmtMs(t.median).padStart(7), `${fmtMs(t.min)}–${fmtMs(t.max)}`.padStart(13), rel.padStart(7), err.toExponential(2)].join('  '));
+    const rel = label.startsWith('A-') && plain ? (t.median / plain).toFixed(2) + '×' : '-';
+    lines.push([label.padEnd(32), String(keys).padStart(6), fmtMs(t.median).padStart(7), `${fmtMs(t.min)}–${fmtMs(t.max)}`.padStart(13), rel.padStart(7), err.toExponential(2).padStart(18), (cache.bytes / 2 ** 20).toFixed(1).padStart(9)].join('  '));
     cache.dispose(); q.dispose(); out.dispose(); if (sinks) sinks.dispose();
     if (err > 1e-4) { console.error(`bench/options: ${label}: output differs from the float64 reference by ${err}`); process.exitCode = 1; }
   }
   sdpa.dispose();
 }
 console.log(lines.join('\n'));
-console.log('× plain: time / A-4096 plain in the same run. "A-32768 window 4096" should equal "A-4096 window 4096" (flat in the sequence length).');
+console.log('× plain: time / A-4096 plain in the same run. "A-32768 window 4096" should equal "A-4096 window 4096" (flat in the sequence length);');
+console.log('the ring rows hold the window only (cache MiB), and their times should equal the window rows\'.');
