@@ -59,11 +59,14 @@ function reference(q, k, v, Hq, Hkv, D, keys, o, sinks) {
 }
 
 const lines = [];
+// Rows are timed interleaved (a few calls of each row, round after round), so
+// that a change of machine load between rows does not show up as a ratio.
+const rounds = quick ? 4 : 40, perRound = quick ? 3 : 5;
 for (const T of threadList) {
   const sdpa = await createSdpa({ threads: T });
   lines.push(`== ${T} thread${T > 1 ? 's' : ''} (${sdpa.info.build})`);
   lines.push(['row'.padEnd(32), 'keys'.padStart(6), 'ms'.padStart(7), '(min–max)'.padStart(13), '× plain', 'max |Δ| vs float64', 'cache MiB'].join('  '));
-  let plain = null;
+  const rows = [];
   for (const [label, Hq, Hkv, D, keys, o] of ROWS) {
     const cache = o.ring ? sdpa.createKVCache({ numKvHeads: Hkv, headDim: D, window: o.window })
       : sdpa.createKVCache({ maxSeqLen: keys, numKvHeads: Hkv, headDim: D });
@@ -77,20 +80,34 @@ for (const T of threadList) {
     q.data.set(randomF32(Hq * D, 7));
     const sinks = o.sinks ? sdpa.allocTensor('float32', [Hq]) : null;
     if (sinks) sinks.data.set(randomF32(Hq, 9).map((x) => x * 4));
-    const opts = { isCausal: true, out, window: o.window, softcap: o.softcap, sinks: sinks || undefined };
+    const opts = { isCausal: true, out, window: o.ring ? undefined : o.window, softcap: o.softcap, sinks: sinks || undefined };
     cache.attend(q, opts);
     const ref = reference(q.data, k, v, Hq, Hkv, D, keys, o, sinks && sinks.data);
     let err = 0;
     for (let i = 0; i < ref.length; i++) err = Math.max(err, Math.abs(out.data[i] - ref[i]));
-    const t = await timeIt(() => cache.attend(q, opts), timing);
-    if (label === 'A-4096 plain') plain = t.median;
-    const rel = label.startsWith('A-') && plain ? (t.median / plain).toFixed(2) + '×' : '-';
-    lines.push([label.padEnd(32), String(keys).padStart(6), fmtMs(t.median).padStart(7), `${fmtMs(t.min)}–${fmtMs(t.max)}`.padStart(13), rel.padStart(7), err.toExponential(2).padStart(18), (cache.bytes / 2 ** 20).toFixed(1).padStart(9)].join('  '));
-    cache.dispose(); q.dispose(); out.dispose(); if (sinks) sinks.dispose();
     if (err > 1e-4) { console.error(`bench/options: ${label}: output differs from the float64 reference by ${err}`); process.exitCode = 1; }
+    await timeIt(() => cache.attend(q, opts), { ...timing, iters: 1, minIters: 1 });  // warm-up
+    rows.push({ label, keys, cache, q, out, sinks, opts, err, samples: [] });
+  }
+  for (let r = 0; r < rounds; r++) {
+    for (const row of rows) {
+      for (let i = 0; i < perRound; i++) {
+        const t0 = performance.now();
+        row.cache.attend(row.q, row.opts);
+        row.samples.push(performance.now() - t0);
+      }
+    }
+  }
+  const median = (a) => { const x = [...a].sort((p, q) => p - q); return x[x.length >> 1]; };
+  const plain = median(rows[0].samples);
+  for (const row of rows) {
+    const m = median(row.samples);
+    const rel = row.label.startsWith('A-') ? (m / plain).toFixed(2) + '×' : '-';
+    lines.push([row.label.padEnd(32), String(row.keys).padStart(6), fmtMs(m).padStart(7), `${fmtMs(Math.min(...row.samples))}–${fmtMs(Math.max(...row.samples))}`.padStart(13), rel.padStart(7), row.err.toExponential(2).padStart(18), (row.cache.bytes / 2 ** 20).toFixed(1).padStart(9)].join('  '));
+    row.cache.dispose(); row.q.dispose(); row.out.dispose(); if (row.sinks) row.sinks.dispose();
   }
   sdpa.dispose();
 }
 console.log(lines.join('\n'));
-console.log('× plain: time / A-4096 plain in the same run. "A-32768 window 4096" should equal "A-4096 window 4096" (flat in the sequence length);');
-console.log('the ring rows hold the window only (cache MiB), and their times should equal the window rows\'.');
+console.log(`medians of ${rounds * perRound} calls per row, rows interleaved (${perRound} calls each, ${rounds} rounds). × plain: time / A-4096 plain in the same run.`);
+console.log('"A-32768 window 4096" should equal "A-4096 window 4096" (flat in the sequence length); the ring rows hold only the window (cache MiB) and should take the window rows\' time.');

@@ -519,30 +519,33 @@ static bool scale_finite(float * out, const float * acc, float inv, int32_t D) {
 
 /* ---- score transforms --------------------------------------------------- */
 
-/* s = c * tanh(s / c) for n scores. tanh(y) = sign(y) (1 - e) / (1 + e) with
- * e = exp(-2|y|) where that is accurate (|y| >= 1/4), its Taylor series to
- * y^9 below (truncation < 1e-8 relative); +-Inf gives +-c, NaN stays NaN. */
+/* s = c * tanh(s / c) for n scores (n a multiple of 4: a tile's padded
+ * scores, whose pad is masked later). tanh is Eigen's float rational
+ * approximation (odd degree-13 numerator over even degree-6 denominator on
+ * y clamped to +-7.9, where tanh rounds to +-1; error a few ulp): one
+ * division and ten multiply-adds per 4 scores, no exp. +-Inf gives +-c,
+ * NaN stays NaN (the clamps keep a NaN). */
 static void softcap_scores(float * s, int32_t n, float c) {
     const v128_t vc = wasm_f32x4_splat(c), vinv = wasm_f32x4_splat(1.0f / c);
-    const v128_t one = wasm_f32x4_splat(1.0f), quarter = wasm_f32x4_splat(0.25f);
-    int32_t t = 0;
-    for (; t + 4 <= n; t += 4) {
-        const v128_t y = wasm_f32x4_mul(wasm_v128_load(s + t), vinv);
-        const v128_t a = wasm_f32x4_abs(y);
-        const v128_t e = f32x4_exp_nonpositive(wasm_f32x4_mul(a, wasm_f32x4_splat(-2.0f)));
-        const v128_t big = wasm_f32x4_div(wasm_f32x4_sub(one, e), wasm_f32x4_add(one, e));
-        const v128_t y2 = wasm_f32x4_mul(a, a);
-        v128_t poly = wasm_f32x4_splat(62.0f / 2835.0f);
-        poly = f32x4_fmadd(wasm_f32x4_splat(-17.0f / 315.0f), poly, y2);
-        poly = f32x4_fmadd(wasm_f32x4_splat(2.0f / 15.0f), poly, y2);
-        poly = f32x4_fmadd(wasm_f32x4_splat(-1.0f / 3.0f), poly, y2);
-        const v128_t small = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_f32x4_mul(a, y2), poly));
-        v128_t th = wasm_v128_bitselect(small, big, wasm_f32x4_lt(a, quarter));
-        /* sign of y back (a NaN y stays NaN: its |y| gives NaN in both branches) */
-        th = wasm_v128_or(th, wasm_v128_and(y, wasm_i32x4_splat((int32_t)0x80000000u)));
-        wasm_v128_store(s + t, wasm_f32x4_mul(th, vc));
+    const v128_t hi = wasm_f32x4_splat(7.90531110763549805f), lo = wasm_f32x4_splat(-7.90531110763549805f);
+    for (int32_t t = 0; t < n; t += 4) {
+        /* pmin/pmax(a, b) return a when a is NaN */
+        const v128_t y = wasm_f32x4_pmax(wasm_f32x4_pmin(wasm_f32x4_mul(wasm_v128_load(s + t), vinv), hi), lo);
+        const v128_t y2 = wasm_f32x4_mul(y, y);
+        v128_t p = wasm_f32x4_splat(-2.76076847742355e-16f);
+        p = f32x4_fmadd(wasm_f32x4_splat(2.00018790482477e-13f), p, y2);
+        p = f32x4_fmadd(wasm_f32x4_splat(-8.60467152213735e-11f), p, y2);
+        p = f32x4_fmadd(wasm_f32x4_splat(5.12229709037114e-08f), p, y2);
+        p = f32x4_fmadd(wasm_f32x4_splat(1.48572235717979e-05f), p, y2);
+        p = f32x4_fmadd(wasm_f32x4_splat(6.37261928875436e-04f), p, y2);
+        p = f32x4_fmadd(wasm_f32x4_splat(4.89352455891786e-03f), p, y2);
+        p = wasm_f32x4_mul(p, y);
+        v128_t q = wasm_f32x4_splat(1.19825839466702e-06f);
+        q = f32x4_fmadd(wasm_f32x4_splat(1.18534705686654e-04f), q, y2);
+        q = f32x4_fmadd(wasm_f32x4_splat(2.26843463243900e-03f), q, y2);
+        q = f32x4_fmadd(wasm_f32x4_splat(4.89352518554385e-03f), q, y2);
+        wasm_v128_store(s + t, wasm_f32x4_mul(wasm_f32x4_div(p, q), vc));
     }
-    for (; t < n; t++) s[t] = c * tanhf(s[t] / c);
 }
 
 /* Runs the nt keys of the tile at ts (a multiple of TILE_KEYS, so the tile
@@ -592,7 +595,7 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
             /* scores [0, nt): those past a causal limit are checked too (harmless: a false
              * alarm costs a reference row, never a wrong one) */
             if (!scale_finite(s, s, p->scale, nt)) st->suspect[x] = true;
-            if (p->softcap) softcap_scores(s, nt, p->softcap);
+            if (p->softcap) softcap_scores(s, nt4, p->softcap);
             if (st->mask[x]) for (int32_t t = 0; t < valid; t++) s[t] += st->mask[x][ts + t];
             /* before the window (a windowed cache's sink rows stay) */
             for (int32_t t = p->sink_tokens > ts ? p->sink_tokens - ts : 0, lo = st->lower[x] - ts; t < lo && t < nt4; t++)
