@@ -387,19 +387,22 @@ static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cac
         return sdpa_fail(ctx, SDPA_E_START_POS,
                          "%s: %s %lld is past the cache's length %d; a write must start at or before length (rows %d .. %lld would be a hole)",
                          fn, what, (long long)start, cache->length, cache->length, (long long)start - 1);
+    /* a windowed cache: rows sink_tokens .. window_start-1 are gone */
+    const int64_t S = cache->sink_tokens, first = start > S ? start : S;
+    const bool evicted = cache->window && start + length > S && first < cache->window_start;
+    if (write && evicted)
+        return sdpa_fail(ctx, SDPA_E_START_POS,
+                         "%s: rows %lld .. %lld include row %lld, but rows %d .. %d of the windowed cache were evicted; a write must not reach back into evicted rows",
+                         fn, (long long)start, (long long)(start + length - 1), (long long)first, cache->sink_tokens, cache->window_start - 1);
     if (start > (int64_t)cache->max_seq_len - length)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
                          "%s: %s %lld + length %lld is past the cache's maxSeqLen %d; %s + length must be <= maxSeqLen",
                          fn, what, (long long)start, (long long)length, cache->max_seq_len, what);
-    if (!cache->window) return SDPA_OK;
-    /* a windowed cache: rows sink_tokens .. window_start-1 are gone */
-    const int64_t S = cache->sink_tokens, first = start > S ? start : S;
-    if (start + length > S && first < cache->window_start)
-        return sdpa_fail(ctx, write ? SDPA_E_START_POS : SDPA_E_CAPACITY,
-                         "%s: rows %lld .. %lld include row %lld, but rows %d .. %d of the windowed cache were evicted; %s",
-                         fn, (long long)start, (long long)(start + length - 1), (long long)first, cache->sink_tokens,
-                         cache->window_start - 1, write ? "a write must not reach back into evicted rows" : "only the sink rows and rows from window_start on are kept");
-    if (!write && start + length > cache->length)
+    if (evicted)
+        return sdpa_fail(ctx, SDPA_E_CAPACITY,
+                         "%s: rows %lld .. %lld include row %lld, but rows %d .. %d of the windowed cache were evicted; only the sink rows and the rows from windowStart on are kept",
+                         fn, (long long)start, (long long)(start + length - 1), (long long)first, cache->sink_tokens, cache->window_start - 1);
+    if (!write && cache->window && start + length > cache->length)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
                          "%s: rows %lld .. %lld are past the %d rows written (cache.length); a windowed cache holds written rows only",
                          fn, (long long)start, (long long)(start + length - 1), cache->length);
