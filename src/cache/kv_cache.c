@@ -448,7 +448,8 @@ void sdpa_ctx_memory(const sdpa_ctx * ctx, sdpa_memory_stats * out) {
 
 sdpa_status sdpa_ctx_reserve_pages(sdpa_ctx * ctx, double bytes) {
     if (!ctx) return SDPA_E_ARG;
-    if (!(bytes >= 0) || bytes > (double)SIZE_MAX)
+    /* '<': natively (double)SIZE_MAX rounds up to 2^64, which would not convert to uint64_t */
+    if (!(bytes >= 0) || !(bytes < (double)SIZE_MAX))
         return sdpa_fail(ctx, bytes >= 0 ? SDPA_E_OOM : SDPA_E_ARG,
                          "sdpa.reserve: %g bytes; expected a non-negative number that fits this build's address space", bytes);
     if (!sdpa_page_pool_reserve(ctx->pages, (uint64_t)bytes))
@@ -458,5 +459,7 @@ sdpa_status sdpa_ctx_reserve_pages(sdpa_ctx * ctx, double bytes) {
 }
 
 int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) {
-    return ctx && bytes > 0 && sdpa_page_pool_overlaps(ctx->pages, p, (uint64_t)bytes);
+    if (!ctx || !(bytes > 0)) return 0;  /* (NaN too) */
+    const uint64_t span = bytes < 0x1p64 ? (uint64_t)bytes : UINT64_MAX;  /* a larger double does not convert */
+    return sdpa_page_pool_overlaps(ctx->pages, p, span);
 }

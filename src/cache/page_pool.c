@@ -200,11 +200,11 @@ bool sdpa_page_pool_reserve(sdpa_page_pool * pool, uint64_t bytes) {
 
 bool sdpa_page_pool_overlaps(const sdpa_page_pool * pool, const void * p, uint64_t bytes) {
     if (!pool || !p || bytes == 0) return false;
-    const uintptr_t a0 = (uintptr_t)p;
-    const uint64_t a1 = (uint64_t)a0 + bytes;
+    /* distances, not ends: a claimed size near UINT64_MAX must not wrap p + bytes */
+    const uint64_t a0 = (uintptr_t)p;
     for (int32_t i = 0; i < pool->n_chunks; i++) {
-        const uintptr_t b0 = (uintptr_t)pool->chunks[i].base;
-        if ((uint64_t)a0 < (uint64_t)b0 + pool->chunks[i].size && (uint64_t)b0 < a1) return true;
+        const uint64_t b0 = (uintptr_t)pool->chunks[i].base, b_bytes = pool->chunks[i].size;
+        if (a0 >= b0 ? a0 - b0 < b_bytes : b0 - a0 < bytes) return true;
     }
     return false;
 }

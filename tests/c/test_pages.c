@@ -192,6 +192,36 @@ static void test_random_ops(uint64_t seed) {
     free(q); free(k); free(v); free(o); free(ref);
 }
 
+/* The two entry points that take a byte count as a double (from JS): any
+ * double, NaN and 1e300 included, gives a defined answer (UBSan flags a
+ * double -> uint64 conversion out of range), and the overlap test does not
+ * wrap for a span near 2^64. */
+static void test_byte_counts(void) {
+    snprintf(tu_context, sizeof tu_context, "byte counts as doubles");
+    const double bad[] = { -1.0, NAN, -INFINITY };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        TU_CHECK(sdpa_ctx_reserve_pages(g_ctx, bad[i]) == SDPA_E_ARG, "reserve(%g): %s", bad[i], sdpa_ctx_last_error(g_ctx));
+    const double huge[] = { INFINITY, 1e300, 0x1p64, (double)SIZE_MAX };
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++)
+        TU_CHECK(sdpa_ctx_reserve_pages(g_ctx, huge[i]) == SDPA_E_OOM, "reserve(%g): %s", huge[i], sdpa_ctx_last_error(g_ctx));
+    sdpa_kv_cache * c = NULL;
+    TU_CHECK(sdpa_kv_cache_create(g_ctx, 1, 64, 1, D, SDPA_DTYPE_FLOAT32, &c) == SDPA_OK, "create");
+    float k[D] = { 1.0f }, v[D] = { 2.0f };
+    sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, 1, 1, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, 1, 1, D);
+    TU_CHECK(sdpa_kv_cache_update(g_ctx, c, &tk, &tv, 0) == SDPA_OK, "update");
+    const char * page = sdpa_kv_cache_page(c, 0, 0, 0, 0);
+    TU_CHECK(page != NULL, "the written page");
+    if (page) {
+        TU_CHECK(sdpa_ctx_owns_pages(g_ctx, page, 4.0) == 1, "a page's first bytes");
+        TU_CHECK(sdpa_ctx_owns_pages(g_ctx, page, 1e300) == 1, "a page with a span of 1e300");
+        TU_CHECK(sdpa_ctx_owns_pages(g_ctx, page, NAN) == 0 && sdpa_ctx_owns_pages(g_ctx, page, -5.0) == 0, "NaN and negative spans");
+        /* below the arena, reaching into it only through a span that wraps past 2^64 if added */
+        uintptr_t below = (uintptr_t)page - 4096;
+        TU_CHECK(sdpa_ctx_owns_pages(g_ctx, (const void *)below, 0x1p64) == 1, "a span of 2^64 from just below a page");
+    }
+    sdpa_kv_cache_free(c);
+}
+
 int main(void) {
     double t0 = tu_seconds();
     sdpa_status st;
@@ -199,6 +229,7 @@ int main(void) {
     if (!TU_CHECK(g_ctx != NULL, "ctx: %s", sdpa_status_code(st))) return tu_summary("test_pages");
     tu_rng_seed(&g_rng, 7);
     test_fork_and_truncate();
+    test_byte_counts();
     for (uint64_t seed = 1; seed <= 6; seed++) test_random_ops(seed);
     sdpa_memory_stats m;
     sdpa_ctx_memory(g_ctx, &m);
