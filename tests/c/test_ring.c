@@ -310,7 +310,7 @@ typedef struct snapshot {
 static snapshot take_snapshot(sdpa_kv_cache * c) {
     snapshot s = { sdpa_kv_cache_length(c), sdpa_kv_cache_window_start(c), sdpa_kv_cache_pages(c), NULL, NULL, 0 };
     const int32_t S = sdpa_kv_cache_sink_tokens(c);
-    const int32_t sinks = S < s.length ? S : s.length, window = s.length - s.window_start;
+    const int32_t sinks = S < s.length ? S : s.length, window = s.length > s.window_start ? s.length - s.window_start : 0;
     s.n = (size_t)(sinks + window) * B * row_floats();
     s.k = tu_malloc(s.n * 4 + 4);
     s.v = tu_malloc(s.n * 4 + 4);
@@ -448,6 +448,84 @@ static void test_fork_truncate(void) {
     model_free(&b);
 }
 
+/* Random operation sequences on a windowed cache (ASan and the wasm32 ASan
+ * build run these: page recycling, fork and truncate together): each call's
+ * status is predicted from the contract's rules and the cache's length and
+ * window_start just before; a rejected call changes nothing; steps match the
+ * reference; both contexts' caches stay in step. */
+static long g_ops, g_rejected;
+static void test_random_ops(uint64_t seed) {
+    tu_rng_seed(&g_rng, seed);
+    static const int32_t sinks[] = { 0, 0, 1, 4, 64, 70 };
+    model m;
+    const int32_t W = tu_rng_int(&g_rng, 0, 1) ? tu_rng_int(&g_rng, 1, 8) : tu_rng_int(&g_rng, 1, 150);
+    if (!model_new(&m, SDPA_DTYPE_FLOAT32, W, tu_rng_pick(&g_rng, sinks, 6), 3000)) return;
+    snprintf(tu_context, sizeof tu_context, "random ops, seed %llu (W %d S %d)", (unsigned long long)seed, m.W, m.S);
+    for (int op = 0; op < 60 && m.length < m.L - 300; op++) {
+        const int kind = tu_rng_int(&g_rng, 0, 5);
+        const int32_t ws = sdpa_kv_cache_window_start(m.c1), len = m.length;
+        const int32_t n = tu_rng_int(&g_rng, 0, 3) == 0 ? tu_rng_int(&g_rng, 1, 200) : tu_rng_int(&g_rng, 1, 4);
+        const int32_t back = tu_rng_int(&g_rng, 0, 2) == 0 ? tu_rng_int(&g_rng, 0, 300) : 0;
+        const int32_t sp = len - back < 0 ? 0 : len - back;
+        char what[96];
+        snprintf(what, sizeof what, "op %d kind %d at %d (+%d), length %d, window_start %d", op, kind, sp, n, len, ws);
+        snapshot before = take_snapshot(m.c1);
+        sdpa_status want = SDPA_OK, s1 = SDPA_OK, s2 = SDPA_OK;
+        if (kind <= 2) {  /* 0, 1: step; 2: update */
+            const int32_t first = sp - m.W + 1 > m.S ? sp - m.W + 1 : m.S;
+            if (sp + n > m.S && (sp > m.S ? sp : m.S) < ws) want = SDPA_E_START_POS;  /* a write into evicted rows */
+            else if (kind < 2 && first <= sp && first < ws) want = SDPA_E_START_POS;   /* its window reaches them */
+            const size_t nq = (size_t)B * n * HQ * D, nk = (size_t)B * n * row_floats();
+            float * q = tu_malloc(nq * 4), * k = tu_malloc(nk * 4), * v = tu_malloc(nk * 4), * o1 = tu_malloc(nq * 4), * o2 = tu_malloc(nq * 4);
+            random_fill(q, nq); random_fill(k, nk); random_fill(v, nk);
+            sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, B, n, HQ, D), tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, B, n, H, D),
+                        tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, B, n, H, D), to1 = tu_tensor4(o1, SDPA_DTYPE_FLOAT32, B, n, HQ, D),
+                        to2 = tu_tensor4(o2, SDPA_DTYPE_FLOAT32, B, n, HQ, D);
+            sdpa_options o = { sp, 1, 0, 0.0f, 0.0f, 0, 0.0f, NULL };
+            if (kind < 2) {
+                s1 = sdpa_kv_cache_step(g_one, m.c1, &tq, &tk, &tv, NULL, &o, &to1);
+                s2 = sdpa_kv_cache_step(g_two, m.c2, &tq, &tk, &tv, NULL, &o, &to2);
+            } else {
+                s1 = sdpa_kv_cache_update(g_one, m.c1, &tk, &tv, sp);
+                s2 = sdpa_kv_cache_update(g_two, m.c2, &tk, &tv, sp);
+            }
+            if (s1 == SDPA_OK && want == SDPA_OK) {
+                host_write(&m, k, v, sp, n);
+                if (kind < 2) {
+                    const int32_t dims[4] = { B, n, HQ, D };
+                    double * ref = reference(&m, q, sp, n, m.W, 0.0, NULL);
+                    tu_close(what, o1, ref, nq, dims);
+                    tu_identical(what, o2, o1, nq, dims);
+                    free(ref);
+                }
+            }
+            free(q); free(k); free(v); free(o1); free(o2);
+        } else if (kind == 3) {
+            if (sp > m.S && sp < ws) want = SDPA_E_CAPACITY;
+            s1 = sdpa_kv_cache_truncate(g_one, m.c1, sp);
+            s2 = sdpa_kv_cache_truncate(g_two, m.c2, sp);
+            if (s1 == SDPA_OK) m.length = sp;
+        } else if (kind == 4) {
+            sdpa_kv_cache * f1 = NULL, * f2 = NULL;
+            s1 = sdpa_kv_cache_fork(g_one, m.c1, &f1);
+            s2 = sdpa_kv_cache_fork(g_two, m.c2, &f2);
+            if (s1 == SDPA_OK && s2 == SDPA_OK) {  /* go on with the forks; the pages they share stay */
+                sdpa_kv_cache_free(m.c1); sdpa_kv_cache_free(m.c2);
+                m.c1 = f1; m.c2 = f2;
+            }
+        } else {
+            check_storage(&m, what, false);
+        }
+        TU_CHECK(s1 == want && s2 == want, "%s: %s / %s, expected %s (%s)", what, sdpa_status_code(s1), sdpa_status_code(s2),
+                 sdpa_status_code(want), sdpa_ctx_last_error(g_one));
+        g_ops++;
+        if (want != SDPA_OK) { g_rejected++; expect_unchanged(m.c1, &before, what); }
+        free(before.k); free(before.v);
+    }
+    check_storage(&m, "random ops at the end", false);
+    model_free(&m);
+}
+
 int main(void) {
     tu_rng_seed(&g_rng, tu_base_seed(0x51d1f00d));
     if (!tu_ctx_pair(&g_one, &g_two)) return tu_summary("test_ring");
@@ -459,6 +537,8 @@ int main(void) {
     test_compact_sinks(SDPA_DTYPE_FLOAT16, "float16");
     test_compact_sinks(SDPA_DTYPE_INT8, "int8");
     test_fork_truncate();
+    for (uint64_t seed = 1; seed <= (tu_quick() ? 4 : 12); seed++) test_random_ops(tu_base_seed(0x51d1f00d) + seed);
+    printf("  random ops: %ld calls, %ld of them rejected as predicted\n", g_ops, g_rejected);
     sdpa_ctx_free(g_one);
     sdpa_ctx_free(g_two);
     return tu_summary("test_ring");
