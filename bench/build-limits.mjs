@@ -5,6 +5,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { buildEnv } from '../scripts/build.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..');
@@ -45,7 +46,7 @@ export function ensureLimitsBuilt({ force = false, log = (m) => process.stderr.w
     '-o', limitsMjs,
   ];
   log(`bench: building limits (emcc ${args.slice(1).join(' ')})`);
-  const env = { ...process.env, NODE_PATH: [process.env.NODE_PATH, '/usr/share/nodejs'].filter(Boolean).join(':') };
+  const env = buildEnv();  // NODE_PATH for emcc, and Debian's wasm-opt rather than npm's (scripts/build.mjs)
   const r = spawnSync('emcc', args, { env, encoding: 'utf8' });
   if (r.error || r.status !== 0) {
     throw new Error(`emcc failed for bench/limits.c (${r.error ? r.error.message : 'exit ' + r.status}):\n${r.stderr}`);

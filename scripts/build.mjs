@@ -32,6 +32,10 @@ export function buildEnv(extra = {}) {
   const parts = (env.NODE_PATH || '').split(path.delimiter).filter(Boolean);
   if (!parts.includes(EMSDK_NODE_PATH)) parts.push(EMSDK_NODE_PATH);
   env.NODE_PATH = parts.join(path.delimiter);
+  // npm puts node_modules/.bin first on PATH; Debian's emcc runs `wasm-opt` by
+  // bare name, and npm's binaryen (a newer wasm-opt, there for the relaxed
+  // builds) renames the import module to "a", which 3.1.6's glue cannot load.
+  env.PATH = (env.PATH || '').split(path.delimiter).filter((p) => !/node_modules[\\/]\.bin/.test(p)).join(path.delimiter);
   env.CLICOLOR_FORCE = '0';
   return env;
 }
