@@ -2,7 +2,7 @@
 // f32 multiply+add peak (bench/limits.c), measured in the benchmark's own run.
 import fs from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { ensureLimitsBuilt, limitsMjs, limitsWasm } from './build-limits.mjs';
+import { ensureLimitsBuilt, limitsMjs, limitsWasm, relaxedLimitsMjs, relaxedLimitsWasm } from './build-limits.mjs';
 import { now, stats } from './util.mjs';
 
 /**
@@ -10,17 +10,29 @@ import { now, stats } from './util.mjs';
  * `alsoSingle`). Returns { threads, bwGBs, peakGFLOPs, ..., detail }.
  * bytes: size of the streamed array (>= 256 MiB for the full run).
  */
-export async function measureLimits({ threads = 1, bytes = 256 << 20, reps = 7, madReps = 7, madIters = 20_000_000, log = () => {} } = {}) {
+export async function measureLimits({ threads = 1, bytes = 256 << 20, reps = 7, madReps = 7, madIters = 20_000_000, fma = false, log = () => {} } = {}) {
   ensureLimitsBuilt({ log });
-  const { default: createLimitsModule } = await import(pathToFileURL(limitsMjs).href);
+  const out = await measure({ mjs: limitsMjs, wasm: limitsWasm, threads, bytes, reps, madReps, madIters, log, read: true });
+  if (fma) {
+    // relaxed SIMD (needs it in this process): the same chains, each step one f32x4.relaxed_madd
+    const f = await measure({ mjs: relaxedLimitsMjs, wasm: relaxedLimitsWasm, threads, bytes: 0, reps, madReps, madIters, log, read: false });
+    out.fmaGFLOPs = f.peakGFLOPs; out.fma = f.peak;
+    log(`limits(${threads}t): relaxed_madd (FMA) ${f.peak.median.toFixed(1)} GFLOP/s [${f.peak.min.toFixed(1)}–${f.peak.max.toFixed(1)}] (${f.peak.chains} chains), ` +
+        `${(f.peak.median / out.peakGFLOPs).toFixed(2)}× mul+add`);
+  }
+  return out;
+}
+
+async function measure({ mjs, wasm, threads, bytes, reps, madReps, madIters, log, read }) {
+  const { default: createLimitsModule } = await import(pathToFileURL(mjs).href);
   // at least one pool worker: with PTHREAD_POOL_SIZE = 0 the 3.1.6 glue never resolves the factory
   // (receiveInstance only removes the 'wasm-instantiate' run dependency from a worker-loaded callback)
-  const M = await createLimitsModule({ wasmBinary: fs.readFileSync(limitsWasm), limitsWorkers: Math.max(1, threads - 1) });
+  const M = await createLimitsModule({ wasmBinary: fs.readFileSync(wasm), limitsWorkers: Math.max(1, threads - 1) });
   try {
-    const n = Math.floor(bytes / 4 / (32 * 8)) * 32 * 8; // multiple of 32 floats per thread slice
-    const p = M._limits_alloc(n * 4);
-    if (!p) throw new Error(`limits: could not allocate ${bytes} bytes in wasm memory`);
-    M._limits_fill(p, n);
+    const n = read ? Math.floor(bytes / 4 / (32 * 8)) * 32 * 8 : 0; // multiple of 32 floats per thread slice
+    const p = read ? M._limits_alloc(n * 4) : 0;
+    if (read && !p) throw new Error(`limits: could not allocate ${bytes} bytes in wasm memory`);
+    if (read) M._limits_fill(p, n);
 
     const bandwidth = (nt) => {
       // warm up the optimizing tier on small slices first, then time whole-array reads
@@ -57,10 +69,11 @@ export async function measureLimits({ threads = 1, bytes = 256 << 20, reps = 7, 
     };
 
     const out = { threads, bytes: n * 4 };
-    const bw = bandwidth(threads);
+    const bw = read ? bandwidth(threads) : null;
     const pk = peak(threads);
-    out.bwGBs = bw.median; out.bw = bw;
     out.peakGFLOPs = pk.median; out.peak = pk;
+    if (!read) return out;
+    out.bwGBs = bw.median; out.bw = bw;
     log(`limits(${threads}t): read ${bw.median.toFixed(1)} GB/s [${bw.min.toFixed(1)}–${bw.max.toFixed(1)}], ` +
         `mul+add ${pk.median.toFixed(1)} GFLOP/s [${pk.min.toFixed(1)}–${pk.max.toFixed(1)}] (${pk.chains} chains)`);
     M._limits_free(p);
