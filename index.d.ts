@@ -57,18 +57,22 @@ export class HeapTensor<D extends Float32Array | Uint8Array = Float32Array> {
 export interface CreateSdpaOptions {
   /**
    * Threads in all (the calling thread included). 'auto' (default) = the
-   * available cores, at most 8. Only the 'simd-threads' build has threads.
+   * available cores, at most 8. Only the '*-threads' builds have threads.
    * A number above the cores runs as asked up to 8 (one console.warn); above
    * the larger of the cores and 8 it is clamped to that (one console.warn).
    */
   threads?: number | 'auto';
   /**
    * Force a build instead of choosing: 'simd-threads' (SIMD128 + pthreads;
-   * needs Node or a crossOriginIsolated page) or 'simd' (one thread).
-   * Default: 'simd-threads' in Node and in crossOriginIsolated pages,
-   * otherwise 'simd' with one console.warn saying why.
+   * needs Node or a crossOriginIsolated page) or 'simd' (one thread), and
+   * their relaxed-SIMD twins 'relaxed-threads' / 'relaxed' (f32x4.relaxed_madd;
+   * where WebAssembly.validate accepts relaxed SIMD, else E_LOAD with advice).
+   * Default: threads in Node and in crossOriginIsolated pages (otherwise one
+   * thread, with one console.warn saying why); relaxed where relaxed SIMD
+   * validates (Chromium, Node >= 21, Node 20 with --experimental-wasm-relaxed-simd).
+   * Any other value is E_ARG.
    */
-  build?: 'simd-threads' | 'simd';
+  build?: SdpaBuild;
   /**
    * Where the dist/ files are, instead of next to the package: a URL prefix
    * (file names are appended: end it with '/'), or a map from file names to
@@ -76,9 +80,9 @@ export interface CreateSdpaOptions {
    * against the page (in a worker: its script). In Node: paths or file: URLs.
    */
   wasmPaths?: string | URL | Partial<Record<SdpaDistFile, string | URL>>;
-  /** The bytes of sdpa-simd.wasm or sdpa-simd-threads.wasm: nothing is fetched for the wasm; the bytes decide the build. */
+  /** The bytes of one of the dist/*.wasm files: nothing is fetched for the wasm; the bytes decide the build (plain or relaxed). */
   wasmBinary?: ArrayBuffer | Uint8Array;
-  /** A compiled sdpa-simd(-threads).wasm: nothing is fetched or compiled for the wasm; the module decides the build. */
+  /** A compiled dist/*.wasm: nothing is fetched or compiled for the wasm; the module decides the build (plain or relaxed). */
   wasmModule?: WebAssembly.Module;
   /**
    * Milliseconds the whole load may take (default 30000; Infinity: no limit).
@@ -91,10 +95,17 @@ export interface CreateSdpaOptions {
 /** The file names of dist/ (keys of wasmPaths; also exported as 'sdpa-wasm/dist/<name>'). */
 export type SdpaDistFile =
   | 'sdpa-simd-threads.mjs' | 'sdpa-simd-threads.wasm' | 'sdpa-simd-threads.worker.js'
-  | 'sdpa-simd.mjs' | 'sdpa-simd.wasm';
+  | 'sdpa-simd.mjs' | 'sdpa-simd.wasm'
+  | 'sdpa-relaxed-threads.mjs' | 'sdpa-relaxed-threads.wasm' | 'sdpa-relaxed-threads.worker.js'
+  | 'sdpa-relaxed.mjs' | 'sdpa-relaxed.wasm';
+
+/** The wasm builds: SIMD128 or relaxed SIMD (FMA), with pthreads or one thread. */
+export type SdpaBuild = 'relaxed-threads' | 'relaxed' | 'simd-threads' | 'simd';
 
 export interface SdpaInfo {
-  readonly build: 'simd-threads' | 'simd';
+  readonly build: SdpaBuild;
+  /** The running build uses relaxed SIMD ('relaxed-threads' or 'relaxed'). */
+  readonly relaxedSimd: boolean;
   readonly threads: number;
   readonly version: string;
 }

@@ -1,6 +1,9 @@
 // Builds bench/limits.c into build/bench/limits.{mjs,wasm,worker.js} with emcc
-// (-O3 -msimd128 -pthread, ES module glue). Run directly (`node bench/build-limits.mjs`)
-// or let bench/run.mjs call ensureLimitsBuilt() when the files are missing or stale.
+// (-O3 -msimd128 -pthread, ES module glue), and into build/bench/limits-relaxed.*
+// with relaxed SIMD (the FMA peak): clang 16 through EM_LLVM_ROOT, linked at -O0,
+// optimised by npm's wasm-opt (TOOLCHAIN.md 2.7a, as CMakeLists.txt does for
+// dist/sdpa-relaxed*). Run directly (`node bench/build-limits.mjs`) or let
+// bench/run.mjs call ensureLimitsBuilt() when the files are missing or stale.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -12,6 +15,9 @@ const root = path.resolve(here, '..');
 export const outDir = path.join(root, 'build', 'bench');
 export const limitsMjs = path.join(outDir, 'limits.mjs');
 export const limitsWasm = path.join(outDir, 'limits.wasm');
+export const relaxedLimitsMjs = path.join(outDir, 'limits-relaxed.mjs');
+export const relaxedLimitsWasm = path.join(outDir, 'limits-relaxed.wasm');
+const LLVM16_BIN = '/usr/lib/llvm-16/bin';
 
 // TOOLCHAIN.md 2.1: lets the ES6 glue use require/__dirname in Node (inert in browsers).
 const SHIM = `const __em_isNode = typeof process == 'object' && typeof process.versions == 'object' && typeof process.versions.node == 'string';
@@ -23,7 +29,8 @@ const __dirname = __em_isNode ? process.getBuiltinModule('path').dirname(__filen
 const sources = [path.join(here, 'limits.c'), fileURLToPath(import.meta.url)];
 
 function upToDate() {
-  const outs = [limitsMjs, limitsWasm, path.join(outDir, 'limits.worker.js'), path.join(outDir, 'package.json')];
+  const outs = [limitsMjs, limitsWasm, path.join(outDir, 'limits.worker.js'), path.join(outDir, 'package.json'),
+    relaxedLimitsMjs, relaxedLimitsWasm, path.join(outDir, 'limits-relaxed.worker.js')];
   if (!outs.every((f) => fs.existsSync(f))) return false;
   const newestSrc = Math.max(...sources.map((f) => fs.statSync(f).mtimeMs));
   return outs.every((f) => fs.statSync(f).mtimeMs >= newestSrc);
@@ -36,21 +43,38 @@ export function ensureLimitsBuilt({ force = false, log = (m) => process.stderr.w
   fs.writeFileSync(shim, SHIM);
   // the pthread worker file is CommonJS (TOOLCHAIN.md 2.3)
   fs.writeFileSync(path.join(outDir, 'package.json'), '{"type":"commonjs"}\n');
-  const args = [
-    path.join(here, 'limits.c'),
-    '-O3', '-msimd128', '-pthread',
+  const link = [
     '-sMODULARIZE', '-sEXPORT_ES6', '-sEXPORT_NAME=createLimitsModule', '-sENVIRONMENT=web,worker,node',
     `-sPTHREAD_POOL_SIZE=Module["limitsWorkers"]||0`, '-sPTHREAD_POOL_SIZE_STRICT=2',
     '-sALLOW_MEMORY_GROWTH', '-sINITIAL_MEMORY=64MB', '-sMAXIMUM_MEMORY=2GB',
     '--extern-pre-js', shim,
-    '-o', limitsMjs,
   ];
-  log(`bench: building limits (emcc ${args.slice(1).join(' ')})`);
   const env = buildEnv();  // NODE_PATH for emcc, and Debian's wasm-opt rather than npm's (scripts/build.mjs)
-  const r = spawnSync('emcc', args, { env, encoding: 'utf8' });
-  if (r.error || r.status !== 0) {
-    throw new Error(`emcc failed for bench/limits.c (${r.error ? r.error.message : 'exit ' + r.status}):\n${r.stderr}`);
+  const sh = (cmd, args, what, extraEnv = {}) => {
+    log(`bench: ${what} (${cmd} ${args.join(' ')})`);
+    const r = spawnSync(cmd, args, { env: { ...env, ...extraEnv }, encoding: 'utf8' });
+    if (r.error || r.status !== 0) throw new Error(`${what} failed (${r.error ? r.error.message : 'exit ' + r.status}):\n${r.stderr}`);
+  };
+  sh('emcc', [path.join(here, 'limits.c'), '-O3', '-msimd128', '-pthread', ...link, '-o', limitsMjs], 'building limits');
+
+  // relaxed SIMD: the FMA peak
+  if (!fs.existsSync(path.join(LLVM16_BIN, 'clang'))) throw new Error(`the FMA limits need clang 16 (${LLVM16_BIN}/clang): apt-get install -y clang-16 lld-16`);
+  const wasmOpt = path.join(root, 'node_modules', '.bin', 'wasm-opt');
+  if (!fs.existsSync(wasmOpt)) throw new Error(`the FMA limits need npm's binaryen (${wasmOpt}): run npm ci`);
+  const llvmRoot = path.join(outDir, 'llvm16');   // emcc calls clang-14 etc. by name (TOOLCHAIN.md 2.7a)
+  fs.mkdirSync(llvmRoot, { recursive: true });
+  for (const f of fs.readdirSync(LLVM16_BIN)) {
+    for (const name of [f, `${f}-14`]) {
+      const to = path.join(llvmRoot, name);
+      if (!fs.existsSync(to)) fs.symlinkSync(path.join(LLVM16_BIN, f), to);
+    }
   }
+  const relaxedEnv = { EM_LLVM_ROOT: llvmRoot, PATH: `${path.dirname(wasmOpt)}:${process.env.PATH}` };
+  const obj = path.join(outDir, 'limits-relaxed.o');
+  sh('emcc', [path.join(here, 'limits.c'), '-c', '-O3', '-msimd128', '-mrelaxed-simd', '-pthread', '-o', obj], 'compiling limits with relaxed SIMD', relaxedEnv);
+  sh('emcc', [obj, '-O0', '-sWASM_BIGINT', '-sASSERTIONS=0', '-pthread', ...link, '-o', relaxedLimitsMjs], 'linking limits-relaxed', relaxedEnv);
+  sh(wasmOpt, ['-O3', '--enable-simd', '--enable-relaxed-simd', '--enable-sign-ext', '--enable-mutable-globals', '--enable-threads', '--enable-bulk-memory',
+    relaxedLimitsWasm, '-o', relaxedLimitsWasm], 'optimising limits-relaxed');
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -5,7 +5,7 @@
 import os from 'node:os';
 import { measureLimits } from './limits.mjs';
 import { SHAPES, work, checkRows } from './shapes.mjs';
-import { randomF32, referenceRows, compareRows, timeIt, fmtMs } from './util.mjs';
+import { randomF32, referenceRows, compareRows, timeIt, fmtMs, stats, now } from './util.mjs';
 import { naiveDecode } from './naive.mjs';
 
 const cfg = JSON.parse(process.argv[2]);
@@ -26,19 +26,24 @@ const TIMING = cfg.quick
     };
 
 async function main() {
-  const result = { threads: T, limits: null, sdpaInfo: null, ortVersion: null, rows: [], errors: [], loadavg: [os.loadavg()] };
+  const result = { threads: T, limits: null, sdpaInfo: null, sdpaRelaxedInfo: null, ortVersion: null, rows: [], errors: [], loadavg: [os.loadavg()] };
   const fail = (where, e) => { const text = `${where}: ${errMsg(e)}`; result.errors.push(text); log(`ERROR ${text}`); };
 
   try {
-    result.limits = await measureLimits({ threads: T, bytes: cfg.quick ? 64 << 20 : 256 << 20, reps: cfg.quick ? 3 : 11, madReps: cfg.quick ? 3 : 7, madIters: cfg.quick ? 5_000_000 : 20_000_000, log });
+    result.limits = await measureLimits({ threads: T, bytes: cfg.quick ? 64 << 20 : 256 << 20, reps: cfg.quick ? 3 : 11, madReps: cfg.quick ? 3 : 7, madIters: cfg.quick ? 5_000_000 : 20_000_000, fma: cfg.relaxed, log });
   } catch (e) { fail('limits', e); }
 
-  let sdpa = null, ort = null;
+  let sdpa = null, relaxed = null, ort = null;
   try {
     const { createSdpaPeer } = await import('./sdpa-peer.mjs');
-    sdpa = await createSdpaPeer({ threads: T });
+    // the plain SIMD128 build, forced: this process may have relaxed SIMD (the relaxed rows below)
+    sdpa = await createSdpaPeer({ threads: T, build: 'simd-threads' });
     result.sdpaInfo = sdpa.info;
     if (sdpa.info.threads !== T) fail('sdpa-wasm', new Error(`asked for ${T} threads, got ${JSON.stringify(sdpa.info)}`));
+    if (cfg.relaxed) {
+      relaxed = await createSdpaPeer({ threads: T, build: 'relaxed-threads' });
+      result.sdpaRelaxedInfo = relaxed.info;
+    }
   } catch (e) { fail('sdpa-wasm (createSdpa)', e); }
   try {
     const { createOrtPeer } = await import('./ort.mjs');
@@ -70,6 +75,31 @@ async function main() {
         if (!r.rotationConsistent) fail(`sdpa-wasm ${s.id}`, new Error('two caches with the same data gave different outputs'));
         log(`${s.id.padEnd(10)} sdpa-wasm  ${fmtMs(r.time.median)} ms (${r.time.n} calls, ${r.caches} caches)`);
       } catch (e) { fail(`sdpa-wasm ${s.id}`, e); row.sdpa = { error: errMsg(e) }; }
+    }
+
+    // the relaxed-SIMD build (issue 13) against the plain one, calls interleaved
+    // (plain, relaxed, relaxed, plain, ...): on a shared machine both see the same load
+    if (relaxed && sdpa) {
+      let a = null, b = null;
+      try {
+        a = sdpa.openShape(s, data, check);
+        b = relaxed.openShape(s, data, check);
+        mismatch('sdpa-wasm relaxed', b.result.check);
+        const { warmup, warmupMs, iters, minIters, budgetMs } = TIMING.sdpa;
+        for (let w = 0, t0 = now(); w < warmup || now() - t0 < 2 * warmupMs; w++) { a.call(w); b.call(w); if (w >= 2 && now() - t0 > 8 * warmupMs) break; }
+        const pa = [], pb = [];
+        const timed = (x, i, into) => { const t = now(); x.call(i); into.push(now() - t); };
+        for (let i = 0, t0 = now(); i < iters; i++) {
+          if (i & 1) { timed(b, i, pb); timed(a, i, pa); } else { timed(a, i, pa); timed(b, i, pb); }
+          const el = now() - t0;
+          if ((pa.length >= minIters && el > 2 * budgetMs) || (pa.length >= 3 && el > 8 * budgetMs)) break;
+        }
+        delete b.result.output;
+        row.sdpaRelaxed = { ...b.result, time: stats(pb) };
+        row.sdpaInterleaved = { time: stats(pa) };   // the plain build, timed in the same loop
+        log(`${s.id.padEnd(10)} interleaved: plain ${fmtMs(row.sdpaInterleaved.time.median)} ms, relaxed ${fmtMs(row.sdpaRelaxed.time.median)} ms (${pa.length} calls each)`);
+      } catch (e) { fail(`sdpa-wasm relaxed ${s.id}`, e); row.sdpaRelaxed = { error: errMsg(e) }; }
+      finally { if (a) a.dispose(); if (b) b.dispose(); }
     }
 
     // the compact cache dtypes (issue 11), checked against the values they store
@@ -126,6 +156,7 @@ async function main() {
   }
 
   if (sdpa) sdpa.dispose();
+  if (relaxed) relaxed.dispose();
   result.loadavg.push(os.loadavg());
   return result;
 }

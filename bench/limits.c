@@ -12,6 +12,11 @@
  *    mul + add on the pipes V8 uses. Several chain counts are built; the
  *    benchmark keeps the fastest.
  *
+ *  - The same file compiled with relaxed SIMD (-mrelaxed-simd, clang 16:
+ *    build/bench/limits-relaxed.*, TOOLCHAIN.md 2.7a) makes each chain step one
+ *    f32x4.relaxed_madd (FMA where the CPU has it, still 8 FLOP per step):
+ *    limits_madd there is the FMA peak that bounds the relaxed-SIMD builds.
+ *
  * Threads are created per call (pthread_create + join). The calls run for
  * tens of milliseconds, so the ~40 us creation cost is noise; the pool is
  * prewarmed through PTHREAD_POOL_SIZE (see bench/build-limits.mjs).
@@ -111,7 +116,11 @@ EMSCRIPTEN_KEEPALIVE double limits_read(const float * p, size_t n, int nthreads)
 
 /* ------------------------------------------------------ multiply+add peak */
 
+#ifdef __wasm_relaxed_simd__
+#define MADD_STEP(v) v = __builtin_wasm_relaxed_madd_f32x4(v, vm, va)
+#else
 #define MADD_STEP(v) v = wasm_f32x4_add(wasm_f32x4_mul(v, vm), va)
+#endif
 
 static float madd8(int iters, float seed) {
     const v128_t vm = wasm_f32x4_splat(0.999f + seed * 0x1p-30f);

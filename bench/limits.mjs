@@ -1,21 +1,29 @@
-// The machine's limits as wasm sees them: streaming-read bandwidth and SIMD
-// f32 multiply+add peak (bench/limits.c), measured in the benchmark's own run.
+// The machine's limits as wasm sees them: streaming-read bandwidth, SIMD f32
+// multiply+add peak and (relaxed SIMD) FMA peak (bench/limits.c), measured in
+// the benchmark's own run.
 import fs from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { ensureLimitsBuilt, limitsMjs, limitsWasm } from './build-limits.mjs';
+import { ensureLimitsBuilt, limitsMjs, limitsWasm, relaxedLimitsMjs, relaxedLimitsWasm } from './build-limits.mjs';
 import { now, stats } from './util.mjs';
 
-/**
- * Measures with `threads` threads (and 1 thread when threads > 1 is asked and
- * `alsoSingle`). Returns { threads, bwGBs, peakGFLOPs, ..., detail }.
- * bytes: size of the streamed array (>= 256 MiB for the full run).
- */
-export async function measureLimits({ threads = 1, bytes = 256 << 20, reps = 7, madReps = 7, madIters = 20_000_000, log = () => {} } = {}) {
-  ensureLimitsBuilt({ log });
-  const { default: createLimitsModule } = await import(pathToFileURL(limitsMjs).href);
+async function loadModule(mjs, wasm, threads) {
+  const { default: createLimitsModule } = await import(pathToFileURL(mjs).href);
   // at least one pool worker: with PTHREAD_POOL_SIZE = 0 the 3.1.6 glue never resolves the factory
   // (receiveInstance only removes the 'wasm-instantiate' run dependency from a worker-loaded callback)
-  const M = await createLimitsModule({ wasmBinary: fs.readFileSync(limitsWasm), limitsWorkers: Math.max(1, threads - 1) });
+  return createLimitsModule({ wasmBinary: fs.readFileSync(wasm), limitsWorkers: Math.max(1, threads - 1) });
+}
+
+/**
+ * Measures with `threads` threads. Returns { threads, bwGBs, bw, peakGFLOPs, peak,
+ * and with `fma`: fmaGFLOPs, fma }. bytes: size of the streamed array (>= 256 MiB
+ * for the full run). With `fma` (relaxed SIMD in this process) the mul+add and
+ * the relaxed_madd chains are timed in one loop, alternating, so that their
+ * ratio is not the load changing between two measurements.
+ */
+export async function measureLimits({ threads = 1, bytes = 256 << 20, reps = 7, madReps = 7, madIters = 20_000_000, fma = false, log = () => {} } = {}) {
+  ensureLimitsBuilt({ log });
+  const M = await loadModule(limitsMjs, limitsWasm, threads);
+  const R = fma ? await loadModule(relaxedLimitsMjs, relaxedLimitsWasm, threads) : null;
   try {
     const n = Math.floor(bytes / 4 / (32 * 8)) * 32 * 8; // multiple of 32 floats per thread slice
     const p = M._limits_alloc(n * 4);
@@ -37,41 +45,54 @@ export async function measureLimits({ threads = 1, bytes = 256 << 20, reps = 7, 
       return stats(gbs);
     };
 
-    const peak = (nt) => {
-      let best = null;
+    // The best chain count of each module (mul+add: M; relaxed_madd: R), reps alternating between them.
+    const peaks = (nt) => {
+      const mods = R ? [M, R] : [M];
+      const best = mods.map(() => null);
       for (const chains of [8, 12, 14]) {
-        for (let i = 0; i < 40; i++) M._limits_madd(chains, 2000, nt, 0.5);   // tier-up
+        for (const X of mods) for (let i = 0; i < 40; i++) X._limits_madd(chains, 2000, nt, 0.5);   // tier-up
         const iters = madIters; // 20M iters * 12 chains * 8 FLOP: ~40 ms per thread at ~47 GFLOP/s
-        const g = [];
+        const g = mods.map(() => []);
         for (let r = 0; r < madReps; r++) {
-          const t = now();
-          const s = M._limits_madd(chains, iters, nt, 0.25 + r);
-          const ms = now() - t;
-          if (s === -1e30) throw new Error(`limits: could not start ${nt} threads`);
-          g.push((nt * iters * chains * 8) / (ms * 1e6));
+          const order = r & 1 ? [...mods.keys()].reverse() : [...mods.keys()];
+          for (const k of order) {
+            const t = now();
+            const s = mods[k]._limits_madd(chains, iters, nt, 0.25 + r);
+            const ms = now() - t;
+            if (s === -1e30) throw new Error(`limits: could not start ${nt} threads`);
+            g[k].push((nt * iters * chains * 8) / (ms * 1e6));
+          }
         }
-        const st = stats(g);
-        if (!best || st.median > best.median) best = { ...st, chains };
+        g.forEach((samples, k) => {
+          const st = stats(samples);
+          if (!best[k] || st.median > best[k].median) best[k] = { ...st, chains };
+        });
       }
       return best;
     };
 
     const out = { threads, bytes: n * 4 };
     const bw = bandwidth(threads);
-    const pk = peak(threads);
+    const [pk, fk] = peaks(threads);
     out.bwGBs = bw.median; out.bw = bw;
     out.peakGFLOPs = pk.median; out.peak = pk;
     log(`limits(${threads}t): read ${bw.median.toFixed(1)} GB/s [${bw.min.toFixed(1)}–${bw.max.toFixed(1)}], ` +
         `mul+add ${pk.median.toFixed(1)} GFLOP/s [${pk.min.toFixed(1)}–${pk.max.toFixed(1)}] (${pk.chains} chains)`);
+    if (fk) {
+      out.fmaGFLOPs = fk.median; out.fma = fk;
+      log(`limits(${threads}t): relaxed_madd (FMA) ${fk.median.toFixed(1)} GFLOP/s [${fk.min.toFixed(1)}–${fk.max.toFixed(1)}] (${fk.chains} chains), ` +
+          `${(fk.median / pk.median).toFixed(2)}× mul+add`);
+    }
     M._limits_free(p);
     return out;
   } finally {
-    try { M.PThread.terminateAllThreads(); } catch { /* single thread */ }
+    for (const X of [M, R]) { try { X && X.PThread.terminateAllThreads(); } catch { /* single thread */ } }
   }
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const threads = Number((process.argv.find((a) => a.startsWith('--threads=')) || '--threads=1').split('=')[1]);
-  const r = await measureLimits({ threads, log: (m) => console.log(m) });
-  console.log(JSON.stringify({ bwGBs: r.bwGBs, peakGFLOPs: r.peakGFLOPs, chains: r.peak.chains }));
+  const fma = process.argv.includes('--fma');
+  const r = await measureLimits({ threads, fma, log: (m) => console.log(m) });
+  console.log(JSON.stringify({ bwGBs: r.bwGBs, peakGFLOPs: r.peakGFLOPs, chains: r.peak.chains, fmaGFLOPs: r.fmaGFLOPs }));
 }

@@ -6,6 +6,7 @@
 //   npm run -s bench -- --json    one JSON object on stdout (progress on stderr; -s keeps npm's banner off stdout)
 //   npm run bench -- --quick      smoke run for CI (< 1 min): few shapes, few calls
 //   options: --threads=1,2  --shapes=A-2048,D-0+128  --no-naive  --no-dtypes (no float16/int8 cache rows)  --no-build
+//            --no-relaxed (no relaxed-SIMD rows / FMA peak; they run in the child with --experimental-wasm-relaxed-simd on Node 20)
 //            --render=run.json  prints the table of a saved --json run
 //
 // Exit status: 0 unless something crashed or an output did not match the
@@ -25,7 +26,7 @@ const root = path.resolve(here, '..');
 const argv = process.argv.slice(2);
 const flag = (name) => argv.includes(`--${name}`);
 const opt = (name) => { const a = argv.find((x) => x.startsWith(`--${name}=`)); return a ? a.slice(name.length + 3) : undefined; };
-const known = ['json', 'quick', 'no-naive', 'no-dtypes', 'no-build', 'help', 'threads', 'shapes', 'render'];
+const known = ['json', 'quick', 'no-naive', 'no-dtypes', 'no-relaxed', 'no-build', 'help', 'threads', 'shapes', 'render'];
 for (const a of argv) {
   const name = a.replace(/^--/, '').split('=')[0];
   if (!a.startsWith('--') || !known.includes(name)) { console.error(`bench: unknown argument ${a} (known: ${known.map((k) => '--' + k).join(' ')})`); process.exit(2); }
@@ -52,10 +53,16 @@ function ensureWasmBuilt() {
   if (r.status !== 0) err(`bench: npm run ${script} failed (exit ${r.status}); sdpa-wasm will be reported as unavailable`);
 }
 
+// Relaxed SIMD in the child: Node 20 needs the flag (Node 21+ has it on, and may not know the flag).
+const RELAXED_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 28, 1, 26, 0,
+  67, 0, 0, 0, 0, 253, 19, 67, 0, 0, 0, 0, 253, 19, 67, 0, 0, 0, 0, 253, 19, 253, 133, 2, 11]);
+const relaxedRows = !flag('no-relaxed');
+const childExecArgv = relaxedRows && !WebAssembly.validate(RELAXED_PROBE) ? ['--experimental-wasm-relaxed-simd'] : [];
+
 function runChild(threads) {
   return new Promise((resolve) => {
-    const cfg = { threads, quick, shapes: shapeIds, naive: !flag('no-naive') && threads === Math.min(...threadList), dtypes: !flag('no-dtypes') };
-    const child = fork(path.join(here, 'child.mjs'), [JSON.stringify(cfg)], { cwd: root, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
+    const cfg = { threads, quick, shapes: shapeIds, naive: !flag('no-naive') && threads === Math.min(...threadList), dtypes: !flag('no-dtypes'), relaxed: relaxedRows };
+    const child = fork(path.join(here, 'child.mjs'), [JSON.stringify(cfg)], { cwd: root, stdio: ['ignore', 'pipe', 'pipe', 'ipc'], execArgv: childExecArgv });
     // ORT prints through the child's stdout: keep it off ours (our stdout is the table / JSON)
     child.stdout.on('data', (d) => process.stderr.write(d));
     child.stderr.on('data', (d) => process.stderr.write(String(d).slice(0, 4000)));
@@ -95,7 +102,17 @@ function enrich(row, limits, naiveRow) {
     row.sdpa.GFLOPs = row.work.flops / (t * 1e6);
   }
   row.naiveFromThreads = row.naive ? row.threads : naiveRow ? naiveRow.threads : null;
+  // relaxed SIMD: its bound takes the FMA peak (same bandwidth)
+  const tr = med(row.sdpaRelaxed?.time);
+  row.boundFma = limits && limits.fmaGFLOPs ? bound(row.shape, { bwGBs: limits.bwGBs, peakGFLOPs: limits.fmaGFLOPs }) : null;
+  // (against the plain build timed in the same interleaved loop; else its own row)
+  row.ratios.relaxedSpeedup = div(med(row.sdpaInterleaved?.time) ?? t, tr);   // > 1: relaxed faster than plain
+  row.ratios.relaxedToFmaBound = div(tr, row.boundFma?.ms);
+  row.ratios.relaxedToFmaComputeBound = div(tr, row.boundFma?.flopMs);
 }
+
+/** The rows bound by compute (issue 13's relaxed target): B, MQA and the prefills. */
+const COMPUTE_BOUND_FAMILIES = new Set(['B', 'MQA', 'D']);
 
 function targets(byThreads) {
   const out = [];
@@ -125,6 +142,14 @@ function targets(byThreads) {
       if ((r.id === 'MQA-8192' || r.id === 'B-4096') && i8) {
         out.push({ target: `${r.id} (${T}t): int8 cache ≥ 1.3× faster than float32`, value: f32 / i8, limit: 1.3, met: f32 / i8 >= 1.3 });
       }
+    }
+  }
+  // issue 13: the relaxed-SIMD build on the compute-bound rows, in the same run
+  for (const [T] of byThreads) {
+    for (const r of rowsOf(T)) {
+      if (!COMPUTE_BOUND_FAMILIES.has(r.shape.family) || !r.sdpaRelaxed) continue;
+      const v = r.ratios.relaxedSpeedup;
+      out.push({ target: `${r.id} (${T}t): relaxed SIMD ≥ 1.3× faster than plain SIMD128`, value: v, limit: 1.3, met: v != null && v >= 1.3 });
     }
   }
   if (byThreads.has(1) && byThreads.has(2)) {
@@ -172,6 +197,28 @@ function table(res) {
   }
   const div = (a, b) => (a != null && b != null && b > 0 ? a / b : null);
   for (const c of res.runs) {
+    const rows = c.rows.filter((r) => r.sdpaRelaxed);
+    if (!rows.length) continue;
+    const lim = c.limits;
+    L.push('');
+    L.push(`== relaxed SIMD, ${c.threads} thread${c.threads > 1 ? 's' : ''} (issue 13): ${c.sdpaRelaxedInfo ? c.sdpaRelaxedInfo.build : '-'} vs ${c.sdpaInfo ? c.sdpaInfo.build : '-'}, float32 cache; ` +
+      (lim && lim.fmaGFLOPs ? `FMA (relaxed_madd) ${lim.fmaGFLOPs.toFixed(1)} GFLOP/s (${lim.fma.min.toFixed(1)}–${lim.fma.max.toFixed(1)}) = ${(lim.fmaGFLOPs / lim.peakGFLOPs).toFixed(2)}× mul+add ${lim.peakGFLOPs.toFixed(1)}` : 'FMA peak: -'));
+    const head = ['shape', 'plain ms', 'relaxed ms', '(min–max)', '×plain', 'GFLOP/s', 'bound', 'plain ×bnd', 'FMA bound', '×FMA bnd', 'check'];
+    const tab = [head];
+    for (const r of rows) {
+      const x = r.sdpaRelaxed, t = x?.time, plain = med(r.sdpaInterleaved?.time) ?? med(r.sdpa?.time);
+      tab.push([r.id, fmtMs(plain), x?.error ? 'ERROR' : fmtMs(t?.median), t ? `${fmtMs(t.min)}–${fmtMs(t.max)}` : '',
+        fmtX(r.ratios.relaxedSpeedup), t ? (r.work.flops / (t.median * 1e6)).toFixed(1) : '-',
+        r.bound ? `${fmtMs(r.bound.ms)}${r.bound.by === 'memory' ? 'm' : 'c'}` : '-', fmtX(div(plain, r.bound?.ms)),
+        r.boundFma ? `${fmtMs(r.boundFma.ms)}${r.boundFma.by === 'memory' ? 'm' : 'c'}` : '-', fmtX(r.ratios.relaxedToFmaBound),
+        x && !x.error && x.check?.ok ? 'ok' : 'MISMATCH']);
+    }
+    const w = head.map((_, i) => Math.max(...tab.map((t) => t[i].length)));
+    for (const t of tab) L.push(t.map((x, i) => (i < 1 ? x.padEnd(w[i]) : x.padStart(w[i]))).join('  '));
+    L.push('plain / relaxed ms: medians of the two builds timed in one loop, calls interleaved (same data, same load); ×plain = plain ms / relaxed ms (> 1: relaxed faster);');
+    L.push('bound / plain ×bnd: the plain build against the mul+add peak; FMA bound / ×FMA bnd: the relaxed build against the FMA (relaxed_madd) peak, same bandwidth.');
+  }
+  for (const c of res.runs) {
     const rows = c.rows.filter((r) => r.sdpaF16 || r.sdpaI8);
     if (!rows.length) continue;
     L.push('');
@@ -197,7 +244,7 @@ function table(res) {
   L.push('naive = plain float32 JS, single thread, decode shapes only. check = every peer equals the float64 reference and ORT equals sdpa-wasm.');
   if (res.targets.length) {
     L.push('');
-    L.push(res.meta.quick ? 'Targets (issues 4, 11) — --quick: few calls, short limit probes; indicative only, not a verdict:' : 'Targets (issues 4, 11):');
+    L.push(res.meta.quick ? 'Targets (issues 4, 11, 13) — --quick: few calls, short limit probes; indicative only, not a verdict:' : 'Targets (issues 4, 11, 13):');
     for (const t of res.targets) L.push(`  ${t.met ? 'MET    ' : 'NOT MET'}  ${t.target}: ${t.value == null ? 'n/a' : t.value.toFixed(2) + '×'}`);
   }
   if (res.errors.length) {

@@ -12,8 +12,9 @@ import { work } from './shapes.mjs';
 
 export const ROTATE_BYTES = 96 << 20;  // 3× the 32 MiB L3 of the reference machine
 
-export async function createSdpaPeer({ threads }) {
-  const sdpa = await createSdpa({ threads });
+/** build: which sdpa-wasm build (run.mjs forces simd-threads for the plain rows, relaxed-threads for the relaxed ones). */
+export async function createSdpaPeer({ threads, build }) {
+  const sdpa = await createSdpa({ threads, build });
 
   /**
    * One shape through cache.attend. dtype 'float16' / 'int8': the caches store
@@ -21,7 +22,24 @@ export async function createSdpaPeer({ threads }) {
    * reference over the values they store (cache.read), and `vsFloat32` reports
    * its distance to the reference over the original float32 data (`check`).
    */
-  async function runShape(s, data, timing, check, { dtype = 'float32', checkStored = null } = {}) {
+  async function runShape(s, data, timing, check, opts = {}) {
+    const shape = openShape(s, data, check, opts);
+    try {
+      const memBefore = shape.heapBytes();
+      const r = await timeIt(shape.call, timing);
+      const memAfter = shape.heapBytes();
+      delete r.samples;
+      return { ...shape.result, time: r, heapGrewDuringTiming: memAfter !== memBefore };
+    } finally {
+      shape.dispose();
+    }
+  }
+
+  /**
+   * The caches, q and out of one shape, checked once: { call(i), result, heapBytes(), dispose() }.
+   * (bench/child.mjs times two builds' shapes interleaved through this.)
+   */
+  function openShape(s, data, check, { dtype = 'float32', checkStored = null } = {}) {
     const { Hq, Hkv, D, Sq, keys } = s;
     const bytes = work(s).kvBytes * { float32: 1, float16: 0.5, int8: 0.26 }[dtype];
     const nCaches = Math.max(1, Math.min(64, Math.ceil(ROTATE_BYTES / bytes)));
@@ -51,18 +69,25 @@ export async function createSdpaPeer({ threads }) {
       // every rotated cache must give the same answer (they hold the same data)
       caches[nCaches - 1].attend(q, opts);
       const same = compareRows(out.data, output, [...Array(Sq).keys()], Hq * D, 0);
-      const memBefore = q.data.buffer.byteLength;
-      const r = await timeIt((i) => { caches[i % nCaches].attend(q, opts); }, timing);
-      const memAfter = q.data.buffer.byteLength;
-      delete r.samples;
       const cacheBytes = caches[0].bytes;
-      return { time: r, check: verdict, vsFloat32, dtype, cacheBytes, rotationConsistent: same.ok, caches: nCaches, heapGrewDuringTiming: memAfter !== memBefore, output };
-    } finally {
+      const dispose = () => {
+        for (const c of caches) c.dispose();
+        if (q) q.dispose();
+        if (out) out.dispose();
+      };
+      return {
+        call: (i) => { caches[i % nCaches].attend(q, opts); },
+        heapBytes: () => q.data.buffer.byteLength,
+        result: { check: verdict, vsFloat32, dtype, cacheBytes, rotationConsistent: same.ok, caches: nCaches, output },
+        dispose,
+      };
+    } catch (e) {
       for (const c of caches) c.dispose();
       if (q) q.dispose();
       if (out) out.dispose();
+      throw e;
     }
   }
 
-  return { info: sdpa.info, runShape, dispose: () => sdpa.dispose() };
+  return { info: sdpa.info, runShape, openShape, dispose: () => sdpa.dispose() };
 }

@@ -11,7 +11,7 @@ import {
   Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkSize, checkCount, describeValue,
   readDims, checkDimValues, checkLive, checkLiveOptions, CUSTOM_OPTIONS, KEY_INDEX_LIMIT,
 } from './validate.js';
-import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES } from './loader.js';
+import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
 import { KVCache, PAGE_ROWS, pageBytes, tableBytes } from './kv-cache.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
@@ -34,7 +34,7 @@ const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { float32:
 
 /**
  * Loads the wasm build and makes an instance.
- * @param {{ threads?: number | 'auto', build?: 'simd-threads' | 'simd', wasmPaths?: string | URL | Record<string, string | URL>,
+ * @param {{ threads?: number | 'auto', build?: 'relaxed-threads' | 'relaxed' | 'simd-threads' | 'simd', wasmPaths?: string | URL | Record<string, string | URL>,
  *   wasmBinary?: ArrayBuffer | Uint8Array, wasmModule?: WebAssembly.Module, initTimeout?: number }} [options]
  */
 export async function createSdpa(options) {
@@ -47,10 +47,9 @@ export async function createSdpa(options) {
   }
   const forced = o.build === undefined || o.build === null ? undefined : o.build;
   if (forced !== undefined && !BUILD_NAMES.includes(forced)) {
-    ck.add('E_ARG', `build must be one of ${BUILD_NAMES.map((b) => `'${b}'`).join(', ')}, got ${describeValue(forced)}`);
-  }
-  if (forced === 'simd' && typeof threads === 'number' && threads > 1) {
-    ck.add('E_ARG', `threads is ${threads} but build 'simd' is single-threaded; use build 'simd-threads' or threads: 1`);
+    ck.add('E_ARG', `build must be one of ${BUILD_NAMES.map((b) => `'${b}'`).join(', ')} (or unset: chosen by feature detection), got ${describeValue(forced)}`);
+  } else if (forced !== undefined && !isThreadedBuild(forced) && typeof threads === 'number' && threads > 1) {
+    ck.add('E_ARG', `threads is ${threads} but build '${forced}' is single-threaded; use build '${threadedTwin(forced)}' or threads: 1`);
   }
   const load = checkLoadOptions(ck, o);
   ck.done();
@@ -74,7 +73,7 @@ export async function createSdpa(options) {
     throw e;
   }
   unrefWorkers(M);
-  const info = Object.freeze({ build, threads: M._sdpa_ctx_threads(core.ctx), version: VERSION });
+  const info = Object.freeze({ build, relaxedSimd: isRelaxedBuild(build), threads: M._sdpa_ctx_threads(core.ctx), version: VERSION });
   return makeInstance(core, info);
 }
 

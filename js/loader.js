@@ -1,10 +1,18 @@
 // loader.js: pick a build, locate its files, fetch and instantiate it.
 //
 // Builds (dist/, made by `npm run build`):
+//   relaxed-threads  relaxed SIMD + pthreads: as simd-threads, where relaxed SIMD validates
+//                    files: sdpa-relaxed-threads.mjs (glue), .wasm, .worker.js
+//   relaxed          relaxed SIMD, one thread: as simd, where relaxed SIMD validates
+//                    files: sdpa-relaxed.mjs (glue), sdpa-relaxed.wasm
 //   simd-threads  SIMD128 + pthreads: Node, or a browser page/worker with crossOriginIsolated
 //                 files: sdpa-simd-threads.mjs (glue), .wasm, .worker.js (pthread worker script)
 //   simd          SIMD128, one thread: everywhere else (one console.warn says why)
 //                 files: sdpa-simd.mjs (glue), sdpa-simd.wasm
+// Relaxed SIMD (f32x4.relaxed_madd: FMA) is detected with WebAssembly.validate
+// on a tiny module holding that opcode: Chromium has it, Node from 21 (Node 20
+// with --experimental-wasm-relaxed-simd), Safari not; the plain SIMD128 builds
+// are the fallback, silently (it is the normal case there, not a misconfiguration).
 //
 // Where the files are: by default next to this package, through literal
 // `new URL('../dist/<file>', import.meta.url)` (one per file, so that webpack 5,
@@ -31,12 +39,21 @@ export const MAX_THREADS = 64; // SDPA_MAX_THREADS in include/sdpa.h
 export const DEFAULT_INIT_TIMEOUT_MS = 30_000;
 
 const BUILDS = {
-  'simd-threads': { glue: 'sdpa-simd-threads.mjs', wasm: 'sdpa-simd-threads.wasm', worker: 'sdpa-simd-threads.worker.js', threaded: true },
-  simd: { glue: 'sdpa-simd.mjs', wasm: 'sdpa-simd.wasm', worker: null, threaded: false },
+  'relaxed-threads': { glue: 'sdpa-relaxed-threads.mjs', wasm: 'sdpa-relaxed-threads.wasm', worker: 'sdpa-relaxed-threads.worker.js', threaded: true, relaxed: true },
+  relaxed: { glue: 'sdpa-relaxed.mjs', wasm: 'sdpa-relaxed.wasm', worker: null, threaded: false, relaxed: true },
+  'simd-threads': { glue: 'sdpa-simd-threads.mjs', wasm: 'sdpa-simd-threads.wasm', worker: 'sdpa-simd-threads.worker.js', threaded: true, relaxed: false },
+  simd: { glue: 'sdpa-simd.mjs', wasm: 'sdpa-simd.wasm', worker: null, threaded: false, relaxed: false },
 };
 export const BUILD_NAMES = Object.freeze(Object.keys(BUILDS));
+const WASM_FILES = Object.values(BUILDS).map((b) => b.wasm).join(', ');
+/** Whether a build is single-threaded / uses relaxed SIMD. */
+export const isThreadedBuild = (build) => BUILDS[build].threaded;
+export const isRelaxedBuild = (build) => BUILDS[build].relaxed;
+/** The threaded build of the same SIMD kind (for messages). */
+export const threadedTwin = (build) => (BUILDS[build].relaxed ? 'relaxed-threads' : 'simd-threads');
 /** The file names `wasmPaths` maps (also the package's `sdpa-wasm/dist/<name>` exports). */
-export const DIST_FILES = Object.freeze(['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm']);
+export const DIST_FILES = Object.freeze(['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm',
+  'sdpa-relaxed-threads.mjs', 'sdpa-relaxed-threads.wasm', 'sdpa-relaxed-threads.worker.js', 'sdpa-relaxed.mjs', 'sdpa-relaxed.wasm']);
 
 /** Where the package's own copy of `file` is. Literal URLs: bundlers rewrite each one to the emitted asset. */
 function packagedUrl(file) {
@@ -46,6 +63,11 @@ function packagedUrl(file) {
     case 'sdpa-simd-threads.worker.js': return new URL('../dist/sdpa-simd-threads.worker.js', import.meta.url);
     case 'sdpa-simd.mjs': return new URL('../dist/sdpa-simd.mjs', import.meta.url);
     case 'sdpa-simd.wasm': return new URL('../dist/sdpa-simd.wasm', import.meta.url);
+    case 'sdpa-relaxed-threads.mjs': return new URL('../dist/sdpa-relaxed-threads.mjs', import.meta.url);
+    case 'sdpa-relaxed-threads.wasm': return new URL('../dist/sdpa-relaxed-threads.wasm', import.meta.url);
+    case 'sdpa-relaxed-threads.worker.js': return new URL('../dist/sdpa-relaxed-threads.worker.js', import.meta.url);
+    case 'sdpa-relaxed.mjs': return new URL('../dist/sdpa-relaxed.mjs', import.meta.url);
+    case 'sdpa-relaxed.wasm': return new URL('../dist/sdpa-relaxed.wasm', import.meta.url);
     default: throw new Error(`unknown file ${file}`);
   }
 }
@@ -88,14 +110,33 @@ function noThreadsWhy() {
     : 'SharedArrayBuffer is not available';
 }
 
+// () -> v128: f32x4.relaxed_madd of three f32x4.splat(0), the opcode the relaxed builds use.
+const RELAXED_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 28, 1, 26, 0,
+  67, 0, 0, 0, 0, 253, 19, 67, 0, 0, 0, 0, 253, 19, 67, 0, 0, 0, 0, 253, 19, 253, 133, 2, 11]);
+let relaxedProbe = null;
+/** Whether this runtime validates relaxed SIMD (asked once). */
+export function hasRelaxedSimd() {
+  if (relaxedProbe === null) {
+    try { relaxedProbe = typeof WebAssembly === 'object' && WebAssembly.validate(RELAXED_PROBE); } catch { relaxedProbe = false; }
+  }
+  return relaxedProbe;
+}
+function noRelaxedAdvice() {
+  return isNode
+    ? `Node ${process.versions.node} has no relaxed SIMD by default: run node with --experimental-wasm-relaxed-simd (Node 20), or use Node 21 or later`
+    : 'this browser has no relaxed SIMD (Chromium-based browsers have it since version 114; Safari has none)';
+}
+
 /**
- * Which build to use and why (reason is set when falling back to 'simd').
- * @param {string|undefined} forced 'simd-threads' | 'simd' | undefined
+ * Which build to use and why (reason is set when falling back to one thread).
+ * Unforced: threads when SharedArrayBuffer works, relaxed SIMD when it validates.
+ * @param {string|undefined} forced one of BUILD_NAMES, or undefined
  */
 export function chooseBuild(forced) {
   if (forced) return { build: forced, reason: null };
-  if (canThread()) return { build: 'simd-threads', reason: null };
-  return { build: 'simd', reason: `sdpa-wasm: using the single-thread SIMD build because ${noThreadsWhy()}; threads need SharedArrayBuffer` };
+  const relaxed = hasRelaxedSimd();
+  if (canThread()) return { build: relaxed ? 'relaxed-threads' : 'simd-threads', reason: null };
+  return { build: relaxed ? 'relaxed' : 'simd', reason: `sdpa-wasm: using the single-thread ${relaxed ? 'relaxed-SIMD' : 'SIMD'} build because ${noThreadsWhy()}; threads need SharedArrayBuffer` };
 }
 
 // ------------------------------------------------------------------ options
@@ -139,13 +180,13 @@ export function checkLoadOptions(ck, o) {
   if (b !== undefined && b !== null) {
     if (b instanceof ArrayBuffer) r.binary = new Uint8Array(b);
     else if (ArrayBuffer.isView(b) && !(b instanceof DataView)) r.binary = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
-    else ck.add('E_ARG', `wasmBinary must be an ArrayBuffer or a Uint8Array (the bytes of sdpa-simd.wasm or sdpa-simd-threads.wasm), got ${describeValue(b)}`);
-    if (r.binary && r.binary.byteLength === 0) { ck.add('E_ARG', 'wasmBinary is empty (0 bytes); expected the bytes of sdpa-simd.wasm or sdpa-simd-threads.wasm'); r.binary = null; }
+    else ck.add('E_ARG', `wasmBinary must be an ArrayBuffer or a Uint8Array (the bytes of one of ${WASM_FILES}), got ${describeValue(b)}`);
+    if (r.binary && r.binary.byteLength === 0) { ck.add('E_ARG', `wasmBinary is empty (0 bytes); expected the bytes of one of ${WASM_FILES}`); r.binary = null; }
   }
   const m = o.wasmModule;
   if (m !== undefined && m !== null) {
     if (typeof WebAssembly === 'object' && m instanceof WebAssembly.Module) r.module = m;
-    else ck.add('E_ARG', `wasmModule must be a WebAssembly.Module (compiled from sdpa-simd.wasm or sdpa-simd-threads.wasm), got ${describeValue(m)}`);
+    else ck.add('E_ARG', `wasmModule must be a WebAssembly.Module (compiled from one of ${WASM_FILES}), got ${describeValue(m)}`);
   }
   if (b !== undefined && b !== null && m !== undefined && m !== null) ck.add('E_ARG', 'wasmBinary and wasmModule are both given; pass one of them');
   const t = o.initTimeout;
@@ -278,7 +319,43 @@ function loadError(build, what, advice, cause) {
 
 // ------------------------------------------------------------------ loading
 
+/** The custom section scripts/wasm-patch.mjs writes into every .wasm: the build's name. */
+const BUILD_SECTION = 'sdpa.build';
 const isThreadedModule = (mod) => WebAssembly.Module.imports(mod).some((d) => d.kind === 'memory');
+/** Which build a compiled module is (its sdpa.build section; else plain SIMD, by its memory import). */
+function buildOfModule(mod) {
+  const sec = WebAssembly.Module.customSections(mod, BUILD_SECTION);
+  if (sec.length) {
+    const name = new TextDecoder().decode(sec[0]);
+    if (BUILDS[name]) return name;
+  }
+  return isThreadedModule(mod) ? 'simd-threads' : 'simd';
+}
+/** The build named by the sdpa.build section of wasm bytes that may not compile here, or null. */
+function buildOfBytes(bytes) {
+  let i = 8;
+  const leb = () => { let r = 0, shift = 0, b; do { b = bytes[i++]; r |= (b & 0x7f) << shift; shift += 7; } while ((b & 0x80) && i < bytes.length); return r >>> 0; };
+  try {
+    while (i < bytes.length) {
+      const id = bytes[i++], size = leb(), end = i + size;
+      if (id === 0) {
+        const n = leb();
+        if (new TextDecoder().decode(bytes.subarray(i, i + n)) === BUILD_SECTION) {
+          const name = new TextDecoder().decode(bytes.subarray(i + n, end));
+          return BUILDS[name] ? name : null;
+        }
+      }
+      i = end;
+    }
+  } catch { /* not a wasm binary */ }
+  return null;
+}
+/** E_LOAD for a relaxed build on a runtime without relaxed SIMD. */
+function noRelaxedError(what, build) {
+  const plain = BUILDS[build].threaded ? 'simd-threads' : 'simd';
+  return new SdpaError(E_LOAD, `createSdpa: ${what} needs WebAssembly relaxed SIMD, which this runtime does not validate: ${noRelaxedAdvice()}; ` +
+    `or use the '${plain}' build (leave build unset: createSdpa picks the best build this runtime runs).`);
+}
 
 /**
  * Loads and instantiates a build.
@@ -325,19 +402,22 @@ async function loadInner({ forced, threads, load, state }) {
   if (mod || load.binary) {
     given = mod ? 'wasmModule' : 'wasmBinary';
     if (!mod) {
+      const named = buildOfBytes(load.binary);
+      if (named && BUILDS[named].relaxed && !hasRelaxedSimd()) throw noRelaxedError(`wasmBinary is the '${named}' build, which`, named);
       if (!WebAssembly.validate(load.binary)) {
         throw new SdpaError(E_LOAD, `createSdpa: wasmBinary (${load.binary.byteLength} bytes) is not a valid WebAssembly module: ` +
-          `pass the bytes of sdpa-simd.wasm or sdpa-simd-threads.wasm${isNode ? '' : ' (and a browser with WebAssembly SIMD)'}.`);
+          `pass the bytes of one of ${WASM_FILES}${isNode ? '' : ' (and a browser with WebAssembly SIMD)'}.`);
       }
       mod = await WebAssembly.compile(load.binary);
     }
-    const kind = isThreadedModule(mod) ? 'simd-threads' : 'simd';
+    const kind = buildOfModule(mod);
     if (forced && forced !== kind) {
       throw new SdpaError('E_ARG', `createSdpa: ${given} is the '${kind}' build's module (${BUILDS[kind].wasm}) but build is '${forced}'`);
     }
-    if (kind === 'simd-threads' && !canThread()) {
-      throw new SdpaError(E_LOAD, `createSdpa: ${given} is the 'simd-threads' build, which needs SharedArrayBuffer, and ${noThreadsWhy()}; ` +
-        'pass the single-thread build (sdpa-simd.wasm) instead, or make the page cross-origin isolated.');
+    if (BUILDS[kind].threaded && !canThread()) {
+      const single = BUILDS[kind].relaxed ? 'relaxed' : 'simd';
+      throw new SdpaError(E_LOAD, `createSdpa: ${given} is the '${kind}' build, which needs SharedArrayBuffer, and ${noThreadsWhy()}; ` +
+        `pass the single-thread build (${BUILDS[single].wasm}) instead, or make the page cross-origin isolated.`);
     }
     forced = kind;
   }
@@ -347,9 +427,10 @@ async function loadInner({ forced, threads, load, state }) {
   state.build = build;
   const spec = BUILDS[build];
   if (spec.threaded && !canThread()) {
-    throw new SdpaError(E_LOAD, `createSdpa: build 'simd-threads' needs SharedArrayBuffer, and ${noThreadsWhy()}; ` +
+    throw new SdpaError(E_LOAD, `createSdpa: build '${build}' needs SharedArrayBuffer, and ${noThreadsWhy()}; ` +
       'leave build unset to fall back to the single-thread build.');
   }
+  if (spec.relaxed && !given && !hasRelaxedSimd()) throw noRelaxedError(`build '${build}'`, build);
   const cores = await availableCores();
   let n = 1;
   if (spec.threaded) {
@@ -368,7 +449,7 @@ async function loadInner({ forced, threads, load, state }) {
       }
     }
   } else if (typeof threads === 'number' && threads > 1 && given) {
-    throw new SdpaError('E_ARG', `createSdpa: threads is ${threads} but ${given} is the single-thread 'simd' build; pass the 'simd-threads' build or threads: 1`);
+    throw new SdpaError('E_ARG', `createSdpa: threads is ${threads} but ${given} is the single-thread '${build}' build; pass the '${threadedTwin(build)}' build or threads: 1`);
   }
   if (reason) {
     const ask = typeof threads === 'number' && threads > 1 ? ` (threads: ${threads} was asked; 1 thread runs)` : '';
@@ -407,7 +488,7 @@ async function loadInner({ forced, threads, load, state }) {
     } catch (e) {
       throw loadError(build, `compiling ${where} failed: ${e && e.message}`, missingAdvice(wasm), e);
     }
-    const kind = isThreadedModule(mod) ? 'simd-threads' : 'simd';
+    const kind = buildOfModule(mod);
     if (kind !== build) {
       throw loadError(build, `${where} is the '${kind}' build's wasm, not the '${build}' build's`, missingAdvice(wasm));
     }

@@ -4,7 +4,9 @@
 //   native  build/native  static lib + tests/c (gcc/cc, -O2 -Werror)
 //   asan    build/asan    the same with clang ASan + UBSan (SDPA_SANITIZE=ON)
 //   fuzz    build/fuzz    tests/fuzz/fuzz_sdpa.c as a libFuzzer target (clang, SDPA_FUZZ=ON)
-//   wasm    build/wasm    emcmake: dist/sdpa-simd{,-threads}.* + Node-run wasm tests
+//   wasm    build/wasm    emcmake: dist/sdpa-simd{,-threads}.* + Node-run wasm tests, then
+//           build/wasm-relaxed  the same with relaxed SIMD: dist/sdpa-relaxed{,-threads}.* (clang 16
+//           + npm's binaryen, TOOLCHAIN.md 2.7a; a missing tool fails the build, never skips it)
 //   wasm-asan build/wasm-asan  the Node-run wasm tests + tests/fuzz/random_driver.c under
 //           emscripten ASan + UBSan (SDPA_WASM_SANITIZE=ON; builds no modules, leaves dist/ alone)
 //
@@ -118,6 +120,8 @@ const TOOLS = {
   simde: [() => fs.existsSync('/usr/include/simde/wasm/simd128.h'), 'libsimde-dev'],
   clangrt: [CLANG_RT, 'libclang-rt-14-dev'],
   emcc: [() => which('emcc') && which('emcmake'), 'emscripten'],
+  clang16: [() => fs.existsSync('/usr/lib/llvm-16/bin/clang'), 'clang-16'],
+  lld16: [() => fs.existsSync('/usr/lib/llvm-16/bin/wasm-ld'), 'lld-16'],
   chromium: [() => which('chromium') || fs.existsSync('/usr/bin/chromium'), 'chromium'],
 };
 const NEEDS = {
@@ -125,7 +129,7 @@ const NEEDS = {
   asan: ['cmake', 'ninja', 'clang', 'simde', 'clangrt'],
   fuzz: ['cmake', 'ninja', 'clang', 'simde', 'clangrt'],
   tsan: ['cmake', 'ninja', 'clang', 'simde', 'clangrt'],
-  wasm: ['cmake', 'ninja', 'emcc'],
+  wasm: ['cmake', 'ninja', 'emcc', 'clang16', 'lld16'],
   'wasm-asan': ['cmake', 'ninja', 'emcc'],
   browser: ['chromium'],
 };
@@ -198,7 +202,9 @@ const CONFIG = {
   asan: { dir: 'build/asan', cc: 'clang', defs: ['-DSDPA_SANITIZE=ON'] },
   fuzz: { dir: 'build/fuzz', cc: 'clang', defs: ['-DSDPA_FUZZ=ON', '-DSDPA_BUILD_TESTS=OFF'] },
   tsan: { dir: 'build/tsan', cc: 'clang', defs: ['-DSDPA_TSAN=ON'] },
-  wasm: { dir: 'build/wasm', cc: null, defs: [], emcmake: true },
+  wasm: { dir: 'build/wasm', cc: null, defs: [], emcmake: true, then: 'wasm-relaxed' },
+  // (built by 'wasm', after it: the same sources with relaxed SIMD)
+  'wasm-relaxed': { dir: 'build/wasm-relaxed', cc: null, defs: ['-DSDPA_WASM_RELAXED=ON'], emcmake: true, needsNodeModules: true },
   'wasm-asan': { dir: 'build/wasm-asan', cc: null, defs: ['-DSDPA_WASM_SANITIZE=ON'], emcmake: true },
 };
 
@@ -213,8 +219,10 @@ export async function buildOne(name, { force = false, quiet = false, install = t
   if (!hasCSources()) return done('skipped', 'no C sources under src/ yet');
   if (name === 'fuzz' && !fs.existsSync(path.join(ROOT, 'tests/fuzz/fuzz_sdpa.c')))
     return done('skipped', 'tests/fuzz/fuzz_sdpa.c does not exist yet');
-  const missing = await ensureTools([name], { install, quiet });
+  const missing = await ensureTools([name === 'wasm-relaxed' ? 'wasm' : name], { install, quiet });
   if (missing.length) return done('failed', `missing tools: ${missing.join(', ')}`);
+  // npm's binaryen (wasm-opt) for the relaxed build
+  if (cfg.needsNodeModules && !(await ensureNodeModules({ install }))) return done('failed', 'node_modules lacks a devDependency (binaryen\'s wasm-opt): run npm ci');
 
   const dir = path.join(ROOT, cfg.dir);
   const generator = which('ninja') ? 'Ninja' : 'Unix Makefiles';
@@ -245,13 +253,18 @@ export async function buildOne(name, { force = false, quiet = false, install = t
   }
   const err = await step(`cmake --build ${cfg.dir}`, 'cmake', ['--build', dir, '-j', String(jobs)], 1800e3);
   if (err) return done('failed', err);
+  if (cfg.then) {
+    const next = await buildOne(cfg.then, { force, quiet, install, jobs });
+    if (next.status !== 'ok') return done('failed', `${cfg.then}: ${next.reason}`);
+  }
   return done('ok');
 }
 
 // ------------------------------------------------------------------ dist/ staleness
 /** What dist/ is built from (a change to any of them makes it stale). */
 const WASM_INPUTS = ['src', 'include', 'CMakeLists.txt', 'scripts/node-esm-shim.js', 'scripts/wasm-post.js', 'scripts/wasm-patch.mjs'];
-export const DIST_FILES = ['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm', 'package.json'];
+export const DIST_FILES = ['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm',
+  'sdpa-relaxed-threads.mjs', 'sdpa-relaxed-threads.wasm', 'sdpa-relaxed-threads.worker.js', 'sdpa-relaxed.mjs', 'sdpa-relaxed.wasm', 'package.json'];
 
 function newestFile(rel) {
   const abs = path.join(ROOT, rel);

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// usage: node scripts/run-uvu.mjs <dir> [pattern] [uvu options]
+// usage: node scripts/run-uvu.mjs [--node-flag=F ...] <dir> [pattern] [uvu options]
+// (--node-flag: a flag for the Node that runs uvu, e.g. --experimental-wasm-relaxed-simd)
 // Runs uvu without colours, passes its output through, and adds the plain line
 //   uvu: N passed, N failed, N skipped
 // (CI does not read uvu's Total/Passed/Skipped block, and uvu prints no
@@ -10,8 +11,10 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const bin = path.join(ROOT, 'node_modules', 'uvu', 'bin.js');
-const args = process.argv.slice(2);
-const child = spawn(process.execPath, [bin, ...args, '--no-color'], {
+const NODE_FLAG = '--node-flag=';
+const nodeFlags = process.argv.slice(2).filter((a) => a.startsWith(NODE_FLAG)).map((a) => a.slice(NODE_FLAG.length));
+const args = process.argv.slice(2).filter((a) => !a.startsWith(NODE_FLAG));
+const child = spawn(process.execPath, [...nodeFlags, bin, ...args, '--no-color'], {
   cwd: ROOT,
   env: { ...process.env, NO_COLOR: '1', FORCE_COLOR: '0' },
   stdio: ['ignore', 'pipe', 'pipe'],

@@ -8,8 +8,12 @@
 //   fuzz     build/fuzz/fuzz_sdpa, 30 s          1
 //   tsan     ctest build/tsan (ThreadSanitizer)  ctest's tests (cache, hotpath: 1-4 threads)
 //   wasm     ctest build/wasm (Node, pthreads)   ctest's tests
+//   wasm-relaxed ctest build/wasm-relaxed (the same C tests compiled with relaxed SIMD,
+//            node --experimental-wasm-relaxed-simd)   ctest's tests
 //   wasm-asan ctest build/wasm-asan (wasm32 ASan + UBSan: tests/c + random_driver, ~2 min)  ctest's tests
 //   uvu      node scripts/run-uvu.mjs tests/js   uvu's tests
+//   uvu-relaxed  the build-agnostic tests/js suites + relaxed.test.js under
+//            node --experimental-wasm-relaxed-simd: createSdpa() loads relaxed-threads  uvu's tests
 //   browser  node tests/browser/run.mjs          its own `N passed, N failed` line
 //   bundlers node tests/bundlers/run.mjs         the packed tarball under Vite, webpack, esbuild,
 //                                                an import map and a CDN, in Chromium: its own line
@@ -30,10 +34,14 @@ import {
 } from './build.mjs';
 
 const FUZZ_ASAN_OPTIONS = ['allocator_may_return_null=1', 'detect_leaks=1', process.env.ASAN_OPTIONS].filter(Boolean).join(':');
-const SUITES = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'wasm-asan', 'uvu', 'browser', 'bundlers', 'bench'];
+const SUITES = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'wasm-relaxed', 'wasm-asan', 'uvu', 'uvu-relaxed', 'browser', 'bundlers', 'bench'];
+// Node 20 runs relaxed SIMD only with this flag (on by default from Node 21).
+const RELAXED_NODE_FLAG = '--experimental-wasm-relaxed-simd';
+// tests/js files that use the default build (threads, loader, pack and hostile assert plain build names).
+const RELAXED_UVU_PATTERN = '(cache|dtypes|fuzz|memory|numerics|options|paged|relaxed|torch|validation)\\.test';
 const SCALE = Number(process.env.SDPA_TEST_TIMEOUT_SCALE) || 1;
 const MIN = 60e3;
-const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, 'wasm-asan': 10 * MIN, uvu: 10 * MIN, browser: 5 * MIN, bundlers: 5 * MIN, bench: 10 * MIN };
+const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, 'wasm-relaxed': 20 * MIN, 'wasm-asan': 10 * MIN, uvu: 10 * MIN, 'uvu-relaxed': 10 * MIN, browser: 5 * MIN, bundlers: 5 * MIN, bench: 10 * MIN };
 
 const opts = { only: null, skip: new Set(), build: true, force: false, install: true, fuzzTime: 30 };
 for (const a of process.argv.slice(2)) {
@@ -46,7 +54,7 @@ for (const a of process.argv.slice(2)) {
   else if (k === '--fuzz-time') opts.fuzzTime = Number(v) || 30;
   else if (k === '--list') { log(SUITES.join('\n')); process.exit(0); }
   else if (k === '-h' || k === '--help') {
-    log('usage: npm test -- [--only=native,asan,fuzz,tsan,wasm,wasm-asan,uvu,browser,bundlers,bench] [--skip=...] [--no-build] [--force] [--no-install] [--fuzz-time=S]');
+    log('usage: npm test -- [--only=native,asan,fuzz,tsan,wasm,wasm-relaxed,wasm-asan,uvu,uvu-relaxed,browser,bundlers,bench] [--skip=...] [--no-build] [--force] [--no-install] [--fuzz-time=S]');
     process.exit(0);
   } else if (SUITES.includes(k.replace(/^--/, ''))) {
     opts.only ??= new Set(); opts.only.add(k.replace(/^--/, ''));
@@ -101,9 +109,9 @@ async function needBuild(name) {
 
 // ------------------------------------------------------------------ suites
 // Each returns {passed, failed, note} or {skip: 'reason'}.
-async function ctestSuite(name, dir, extra = []) {
+async function ctestSuite(name, dir, extra = [], buildName = name) {
   if (!hasCSources()) return { skip: 'no C sources under src/ yet' };
-  const b = await needBuild(name);
+  const b = await needBuild(buildName);
   if (b.status === 'skipped') return { skip: b.reason };
   if (b.status !== 'ok') return { passed: 0, failed: 1, note: `build failed: ${b.reason}` };
   if (!hasCTests()) return { skip: 'no tests/c/test_*.c yet (library built)' };
@@ -125,6 +133,17 @@ function fromResult(r, counts) {
   return { passed, failed, note };
 }
 
+
+async function uvuSuite(name, args) {
+  if (listFiles('tests/js', /\.[mc]?js$/).length === 0) return { skip: 'no tests/js/*.js yet' };
+  if (!(await ensureNodeModules({ install: opts.install }))) return { passed: 0, failed: 1, note: 'node_modules missing' };
+  if (hasCSources()) {
+    const b = await needBuild('wasm');
+    if (b.status === 'failed') return { passed: 0, failed: 1, note: `wasm build failed: ${b.reason}` };
+  }
+  const r = await run(process.execPath, [path.join(ROOT, 'scripts/run-uvu.mjs'), ...args], { timeoutMs: TIMEOUT[name] * SCALE });
+  return fromResult(r, parsePlain(r.out));
+}
 
 // The two suites that drive headless Chromium over tests/<name>/run.mjs.
 async function chromiumSuite(name) {
@@ -176,21 +195,15 @@ const SUITE_FN = {
   },
 
   wasm: () => ctestSuite('wasm', 'build/wasm'),
+  // built by the 'wasm' build (which makes both trees)
+  'wasm-relaxed': () => ctestSuite('wasm-relaxed', 'build/wasm-relaxed', [], 'wasm'),
   // The same C tests inside wasm32 under emscripten's ASan + UBSan, where
   // size_t is 32 bits, plus the fuzzer's body on seeded random inputs and
   // large head dims x 1..8 threads (tests/fuzz/random_driver.c).
   'wasm-asan': () => ctestSuite('wasm-asan', 'build/wasm-asan'),
 
-  async uvu() {
-    if (listFiles('tests/js', /\.[mc]?js$/).length === 0) return { skip: 'no tests/js/*.js yet' };
-    if (!(await ensureNodeModules({ install: opts.install }))) return { passed: 0, failed: 1, note: 'node_modules missing' };
-    if (hasCSources()) {
-      const b = await needBuild('wasm');
-      if (b.status === 'failed') return { passed: 0, failed: 1, note: `wasm build failed: ${b.reason}` };
-    }
-    const r = await run(process.execPath, [path.join(ROOT, 'scripts/run-uvu.mjs'), 'tests/js'], { timeoutMs: TIMEOUT.uvu * SCALE });
-    return fromResult(r, parsePlain(r.out));
-  },
+  uvu: () => uvuSuite('uvu', ['tests/js']),
+  'uvu-relaxed': () => uvuSuite('uvu-relaxed', [`--node-flag=${RELAXED_NODE_FLAG}`, 'tests/js', RELAXED_UVU_PATTERN]),
 
   browser() { return chromiumSuite('browser'); },
   bundlers() { return chromiumSuite('bundlers'); },
@@ -213,9 +226,10 @@ const results = [];
 log(`test-all: suites ${selected.join(', ')}`);
 
 // Prerequisites of every selected suite, before the first one runs.
-const BUILD_OF = { native: 'native', asan: 'asan', fuzz: 'fuzz', tsan: 'tsan', wasm: 'wasm', 'wasm-asan': 'wasm-asan', uvu: 'wasm', browser: 'wasm', bundlers: 'wasm', bench: 'wasm' };
+const BUILD_OF = { native: 'native', asan: 'asan', fuzz: 'fuzz', tsan: 'tsan', wasm: 'wasm', 'wasm-relaxed': 'wasm', 'wasm-asan': 'wasm-asan', uvu: 'wasm', 'uvu-relaxed': 'wasm', browser: 'wasm', bundlers: 'wasm', bench: 'wasm' };
 const CHROMIUM_SUITES = new Set(['uvu', 'browser', 'bundlers']);   // uvu: tests/js/threads.test.js opens Chromium too
-const NODE_SUITES = new Set(['uvu', 'browser', 'bundlers', 'bench']);
+// (the wasm build needs node_modules too: npm's binaryen optimises the relaxed modules)
+const NODE_SUITES = new Set(['wasm', 'wasm-relaxed', 'uvu', 'uvu-relaxed', 'browser', 'bundlers', 'bench']);
 {
   const s0 = Date.now();
   const tools = new Set();
@@ -248,7 +262,7 @@ let passed = 0, failed = 0;
 log('\n=== summary');
 for (const r of results) {
   const what = r.skip ? `skipped: ${r.skip}` : `${r.passed} passed, ${r.failed} failed${r.note ? ` [${r.note}]` : ''}`;
-  log(`  ${r.name.padEnd(8)} ${what}`);
+  log(`  ${r.name.padEnd(12)} ${what}`);
   if (!r.skip) { passed += r.passed; failed += r.failed; }
 }
 log(`  total time ${((Date.now() - t0) / 1000).toFixed(0)} s`);

@@ -97,6 +97,7 @@ function readConfig() {
     seed: Number.isInteger(urlSeed) ? urlSeed : 1234,
     checkEvery: urlCheck,
     pkgUrl: packageUrl(),
+    build: urlBuild, // ?build=simd-threads etc. forces a build (default: feature detection)
   };
   // Only the page's own knobs are checked here; shapes and sizes are the library's to judge
   // (its SdpaError is what the page shows for an impossible shape or a too-large cache).
@@ -285,7 +286,7 @@ function onWorkerMessage(m) {
         reason: m.reason,
         warnings: m.warnings,
       });
-      const threaded = m.info.build === 'simd-threads';
+      const threaded = m.info.build.endsWith('-threads');
       setBuild(
         threaded ? `build: ${m.info.build} · ${m.info.threads} threads` : `build: ${m.info.build} · single-thread`,
         threaded ? 'ok' : 'warn',
@@ -330,6 +331,7 @@ function onWorkerMessage(m) {
 const params = new URLSearchParams(location.search);
 const urlSeed = params.has('seed') ? Number(params.get('seed')) : undefined;
 const urlCheck = params.has('check') ? Number(params.get('check')) : undefined;
+const urlBuild = params.get('build') || undefined;
 
 fillThreadOptions();
 {
@@ -372,9 +374,9 @@ el.stop.addEventListener('click', stop);
 window.addEventListener('resize', scheduleDraw);
 
 if (self.crossOriginIsolated) {
-  setBuild('build: simd-threads (expected)', 'info', 'cross-origin isolated (COOP/COEP headers) → SharedArrayBuffer available → the SIMD128 + pthreads build will run');
+  setBuild('build: relaxed-threads or simd-threads (expected)', 'info', 'cross-origin isolated (COOP/COEP headers) → SharedArrayBuffer available → the pthreads build will run (relaxed SIMD where this browser has it)');
 } else {
-  setBuild('build: simd (expected)', 'warn', 'not cross-origin isolated (no COOP/COEP headers) → no SharedArrayBuffer → the single-thread SIMD128 build will run (serve with `npm start` for threads)');
+  setBuild('build: relaxed or simd (expected)', 'warn', 'not cross-origin isolated (no COOP/COEP headers) → no SharedArrayBuffer → the single-thread build will run (serve with `npm start` for threads)');
   // Only one thread can run here: say so in the control instead of offering more.
   const one = document.createElement('option');
   one.value = '1';

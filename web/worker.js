@@ -1,7 +1,7 @@
 // Module Web Worker: runs the decode loop with sdpa-wasm so the page stays responsive.
 //
 // Protocol (page → worker):
-//   { type: 'start', config: { pkgUrl, hq, hkv, d, layers, ctx, prompt, threads, seed, checkEvery, dtype,
+//   { type: 'start', config: { pkgUrl, hq, hkv, d, layers, ctx, prompt, threads, seed, checkEvery, dtype, build,
 //                              window, sinks, softcap } }
 // (window > 0: a sliding-window layer on a windowed cache, whose memory stays flat;
 // sinks: a per-head sink logit as gpt-oss has; softcap: Gemma 2's logit cap)
@@ -63,16 +63,19 @@ function yieldToEventLoop() {
   });
 }
 
-function whyBuild(info, isolated, hasSab, warnings) {
+function whyBuild(info, isolated, hasSab, warnings, forced) {
   const warned = warnings.length ? ` (sdpa-wasm: "${warnings[0]}")` : '';
-  if (info.build === 'simd-threads') {
-    return `cross-origin isolated (COOP/COEP headers) → SharedArrayBuffer available → SIMD128 + pthreads build, ${info.threads} thread${info.threads === 1 ? '' : 's'}`;
+  // relaxed SIMD (FMA) where WebAssembly.validate accepts it, else plain SIMD128
+  const simd = info.relaxedSimd ? 'relaxed-SIMD' : 'SIMD128';
+  const why = forced ? ` (build: '${forced}' asked)` : info.relaxedSimd ? ' (relaxed SIMD detected)' : '';
+  if (info.build.endsWith('-threads')) {
+    return `cross-origin isolated (COOP/COEP headers) → SharedArrayBuffer available → ${simd} + pthreads build${why}, ${info.threads} thread${info.threads === 1 ? '' : 's'}`;
   }
   if (!isolated) {
-    return `not cross-origin isolated (no COOP/COEP headers) → no SharedArrayBuffer → single-thread SIMD128 build${warned}`;
+    return `not cross-origin isolated (no COOP/COEP headers) → no SharedArrayBuffer → single-thread ${simd} build${why}${warned}`;
   }
-  if (!hasSab) return `SharedArrayBuffer unavailable → single-thread SIMD128 build${warned}`;
-  return `single-thread SIMD128 build${warned}`;
+  if (!hasSab) return `SharedArrayBuffer unavailable → single-thread ${simd} build${why}${warned}`;
+  return `single-thread ${simd} build${why}${warned}`;
 }
 
 async function run(cfg) {
@@ -94,7 +97,7 @@ async function run(cfg) {
       origWarn.apply(console, args);
     };
     try {
-      sdpa = await mod.createSdpa({ threads: cfg.threads });
+      sdpa = await mod.createSdpa(cfg.build ? { threads: cfg.threads, build: cfg.build } : { threads: cfg.threads });
     } finally {
       console.warn = origWarn;
     }
@@ -106,7 +109,7 @@ async function run(cfg) {
       info,
       crossOriginIsolated: isolated,
       sharedArrayBuffer: hasSab,
-      reason: whyBuild(info, isolated, hasSab, warnings),
+      reason: whyBuild(info, isolated, hasSab, warnings, cfg.build),
       warnings,
     });
 

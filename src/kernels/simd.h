@@ -13,8 +13,15 @@
 
 #include <math.h>
 
+/* acc + a*b. The relaxed-SIMD build (clang 16, -mrelaxed-simd) uses
+ * f32x4.relaxed_madd: fused where the CPU has FMA (one rounding instead of
+ * two), mul+add elsewhere; either is within the float32 tolerance. */
 static inline v128_t f32x4_fmadd(v128_t acc, v128_t a, v128_t b) {
+#ifdef __wasm_relaxed_simd__
+    return __builtin_wasm_relaxed_madd_f32x4(a, b, acc);
+#else
     return wasm_f32x4_add(acc, wasm_f32x4_mul(a, b));
+#endif
 }
 
 /* Lanes summed in a fixed order ((0+2)+(1+3)) so results are reproducible. */

@@ -4,7 +4,8 @@
 //   node tests/browser/run.mjs [--pkg-dir DIR] [--only NAME]
 //
 // Starts two in-process servers (scripts/serve.mjs): one with COOP/COEP (cross-origin
-// isolated → threads build), one without (→ single-thread build); drives the page
+// isolated → threads build), one without (→ single-thread build); Chromium has relaxed
+// SIMD, so the relaxed builds run unless the page's ?build= forces one; drives the page
 // through its URL parameters and controls, reads window.__demo, saves screenshots to
 // artifacts/, and ends with one line `N passed, N failed` (exit 1 on any failure).
 // Env: CHROMIUM_PATH (default /usr/bin/chromium), BROWSER_TEST_TIMEOUT_MS (whole run,
@@ -150,15 +151,16 @@ const test = (name, fn) => tests.push({ name, fn });
 
 let iso, noIso;
 
-test('isolated: threads build, correct, plotted', async () => {
+test('isolated: relaxed-SIMD threads build (feature detection), correct, plotted', async () => {
   const { page, context, problems } = await openPage(`${iso.url}?preset=llama3.2-1b&layers=2&ctx=384&prompt=128&threads=2&autostart=1`);
   try {
     const d = await waitForEnd(page);
     await page.screenshot({ path: path.join(ARTIFACTS, 'demo-isolated.png'), fullPage: true }); // before the asserts: kept for debugging
     assert(d.crossOriginIsolated === true, 'crossOriginIsolated is not true');
-    checkRun(d, { build: 'simd-threads', minChecks: 5 });
+    checkRun(d, { build: 'relaxed-threads', minChecks: 5 });
     assert(d.threads >= 2, `threads ${d.threads}, expected >= 2`);
-    assert((await text(page, '#build-badge')).includes('simd-threads'), 'build badge does not name simd-threads');
+    assert((await text(page, '#build-badge')).includes('relaxed-threads'), 'build badge does not name relaxed-threads');
+    assert(/relaxed-SIMD \+ pthreads build \(relaxed SIMD detected\)/.test(await text(page, '#build-reason')), 'build reason does not say relaxed SIMD was detected');
     assert((await text(page, '#check-badge')).includes('✓'), 'correctness badge not green');
     assert(/\d/.test(await text(page, '#s-ms')) && /\d/.test(await text(page, '#s-tps')) && /MiB|KiB/.test(await text(page, '#s-mem')), 'stats not filled');
     const ink = await plotInk(page);
@@ -177,7 +179,7 @@ test('a float16 and an int8 cache: correct against the values they store, memory
     try {
       const d = await waitForEnd(page);
       assert(d.config.dtype === dtype, `config dtype ${d.config.dtype}`);
-      checkRun(d, { build: 'simd-threads', minChecks: 5 });
+      checkRun(d, { build: 'relaxed-threads', minChecks: 5 });
       const mem = await text(page, '#s-mem');
       assert(mem.includes(dtype) && /MiB|KiB/.test(mem), `memory line "${mem}"`);
       assert(problems.length === 0, problems.join('\n'));
@@ -196,12 +198,29 @@ test('sliding-window presets (gpt-oss, Gemma 2): windowed caches, correct, memor
     try {
       const d = await waitForEnd(page);
       assert(d.config.window > 0, `${preset}: config window ${d.config.window}`);
-      checkRun(d, { build: 'simd-threads', minChecks: 5 });
+      checkRun(d, { build: 'relaxed-threads', minChecks: 5 });
       const mem = await text(page, '#s-mem');
       assert(/a ring for the last \d+ tokens/.test(mem), `${preset}: memory line "${mem}"`);
       if (preset === 'gpt-oss-20b') assert(d.kvBytes * 2 < d.kvFullBytes, `${preset}: ${d.kvBytes} bytes held, ${d.kvFullBytes} for the full context`);
       assert(problems.length === 0, problems.join('\n'));
       notes.push(`${preset}: ${d.kvBytes} bytes held at ${ctx} tokens (full float32: ${d.kvFullBytes}), max err ${d.maxError.toExponential(2)}`);
+    } finally {
+      await context.close();
+    }
+  }
+  return notes.join('; ');
+});
+
+test('forced plain SIMD (?build=simd-threads, ?build=simd): the build asked runs, correct', async () => {
+  const notes = [];
+  for (const build of ['simd-threads', 'simd']) {
+    const { page, context, problems } = await openPage(`${iso.url}?preset=qwen2-0.5b&layers=1&ctx=200&prompt=32&threads=${build === 'simd' ? 1 : 2}&build=${build}&autostart=1`);
+    try {
+      const d = await waitForEnd(page);
+      checkRun(d, { build, minChecks: 3 });
+      assert(d.reason.includes(`(build: '${build}' asked)`) && d.reason.includes('SIMD128'), `build reason "${d.reason}"`);
+      assert(problems.length === 0, problems.join('\n'));
+      notes.push(`${d.build}: max err ${d.maxError.toExponential(2)}`);
     } finally {
       await context.close();
     }
@@ -215,7 +234,7 @@ test('no COOP/COEP: single-thread build, says so, correct', async () => {
     const d = await waitForEnd(page);
     await page.screenshot({ path: path.join(ARTIFACTS, 'demo-no-isolation.png'), fullPage: true }); // before the asserts: kept for debugging
     assert(d.crossOriginIsolated === false, 'crossOriginIsolated should be false without COOP/COEP');
-    checkRun(d, { build: 'simd', minChecks: 4 });
+    checkRun(d, { build: 'relaxed', minChecks: 4 });
     const badge = await text(page, '#build-badge');
     const reason = await text(page, '#build-reason');
     assert(/single-thread/.test(badge), `build badge "${badge}" does not say single-thread`);
@@ -249,7 +268,7 @@ test('invalid custom shape (Hq=6, Hkv=4) shows the SdpaError; page recovers', as
     await page.click('#start');
     await page.waitForFunction(() => window.__demo.runs === 2, { timeout: 5000 });
     const d2 = await waitForEnd(page);
-    checkRun(d2, { build: 'simd-threads', minChecks: 3 });
+    checkRun(d2, { build: 'relaxed-threads', minChecks: 3 });
     assert(d2.config.hq === 14 && d2.config.hkv === 2 && d2.config.layers === 1, `controls not used: ${JSON.stringify(d2.config)}`);
     assert(await page.$eval('#error', (e) => e.hidden), 'old error still shown');
     assert(problems.length === 0, problems.join('\n'));
@@ -301,7 +320,7 @@ test('Stop ends a long run promptly', async () => {
 
 try {
   if (!fs.existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM} (apt-get install -y chromium, or set CHROMIUM_PATH)`);
-  const need = ['js/index.js', 'dist/sdpa-simd-threads.mjs', 'dist/sdpa-simd.mjs'].filter((f) => !fs.existsSync(path.join(pkgDir, f)));
+  const need = ['js/index.js', 'dist/sdpa-simd-threads.mjs', 'dist/sdpa-simd.mjs', 'dist/sdpa-relaxed-threads.mjs', 'dist/sdpa-relaxed.mjs'].filter((f) => !fs.existsSync(path.join(pkgDir, f)));
   if (need.length && pkgDir === REPO) throw new Error(`package not built: ${need.join(', ')} missing (run \`npm run build\`)`);
   fs.mkdirSync(ARTIFACTS, { recursive: true });
   iso = await serve({ port: 0, isolation: true, pkgDir });

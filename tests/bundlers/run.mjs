@@ -4,7 +4,8 @@
 // esbuild, loaded through a same-origin import map and from a cross-origin
 // "CDN" (a second local server on another port, with CORS). Every page runs
 // decode steps in a module Worker in headless Chromium, once cross-origin
-// isolated (threads build) and once not (single-thread fallback), and is
+// isolated (threads build) and once not (single-thread fallback), relaxed SIMD
+// by feature detection (Chromium has it; the plain builds forced or given), and is
 // checked against a float64 reference, with no console errors. Then pages
 // whose files are missing (404 wasm, 404 worker, missing glue, a worker that
 // never answers, an HTML page instead of wasm) must reject with E_LOAD naming
@@ -130,8 +131,9 @@ async function setup() {
   for (const f of ['importmap.html', 'worker-url.js', 'decode.js']) fs.copyFileSync(path.join(src, f), path.join(im, f));
   fs.writeFileSync(path.join(im, 'silent-worker.js'), '// a pthread worker script that never answers\nself.onmessage = () => {};\n');
   // the real worker script, but its glue import fails (in a worker that raises no 'error' event)
-  const real = fs.readFileSync(path.join(app, 'node_modules/sdpa-wasm/dist/sdpa-simd-threads.worker.js'), 'utf8');
-  const broken = real.replace('e.data.urlOrBlob?import(e.data.urlOrBlob)', 'e.data.urlOrBlob?import("/missing/glue-for-workers.mjs")');
+  // (Chromium has relaxed SIMD: the relaxed-threads build, whose -O0 glue is not minified)
+  const real = fs.readFileSync(path.join(app, 'node_modules/sdpa-wasm/dist/sdpa-relaxed-threads.worker.js'), 'utf8');
+  const broken = real.replace(/e\.data\.urlOrBlob\s*\?\s*import\(e\.data\.urlOrBlob\)/, 'e.data.urlOrBlob?import("/missing/glue-for-workers.mjs")');
   assert(broken !== real, 'the worker script changed: update the bad-import worker');
   fs.writeFileSync(path.join(im, 'bad-import.worker.js'), broken);
 
@@ -187,7 +189,8 @@ const row = (name, fn) => rows.push({ name, fn });
 const q = (opts) => (opts ? `opts=${encodeURIComponent(JSON.stringify(opts))}` : '');
 
 /** A page that must decode correctly, on the isolated or the plain site. */
-function decodeRow(label, pagePath, { opts = null, extra = '', iso, dev = false, csp = false, given = null }) {
+// build: what must run (default: what feature detection picks in Chromium, which has relaxed SIMD)
+function decodeRow(label, pagePath, { opts = null, extra = '', iso, dev = false, csp = false, given = null, build = iso ? 'relaxed-threads' : 'relaxed' }) {
   row(`${label} | ${iso ? 'isolated: threads build' : 'not isolated: single-thread fallback'}`, async (S) => {
     const base = dev ? (iso ? S.viteDevIso : S.viteDevPlain) : csp ? S.csp : iso ? S.iso : S.plain;
     const query = [q(opts), extra(S)].filter(Boolean).join('&');
@@ -202,12 +205,13 @@ function decodeRow(label, pagePath, { opts = null, extra = '', iso, dev = false,
     }
     assert(r.ok === true, `decode failed: ${say()}`);
     assert(r.crossOriginIsolated === iso, `crossOriginIsolated ${r.crossOriginIsolated}`);
-    assert(r.info.build === (iso ? 'simd-threads' : 'simd'), `build ${r.info.build}: ${say()}`);
+    assert(r.info.build === build, `build ${r.info.build}, expected ${build}: ${say()}`);
     if (iso) assert(r.info.threads >= Math.min(2, S.cores), `threads ${r.info.threads} on ${S.cores} cores`);
     else assert(r.info.threads === 1, `threads ${r.info.threads}`);
     assert(r.steps > 0 && r.maxErr < 1e-5, `max error ${r.maxErr} vs the float64 reference`);
     // (the app that hands over the single-thread wasm chose that build: nothing to warn about)
-    if (iso || given) assert(r.warnings.length === 0, `warnings ${JSON.stringify(r.warnings)}`);
+    // (nor does one that forces a build)
+    if (iso || given || (opts && opts.build)) assert(r.warnings.length === 0, `warnings ${JSON.stringify(r.warnings)}`);
     else {
       assert(r.warnings.length === 1 && /single-thread/.test(r.warnings[0]) && /crossOriginIsolated is false/.test(r.warnings[0]),
         `expected one fallback console.warn, got ${JSON.stringify(r.warnings)}`);
@@ -255,64 +259,74 @@ for (const iso of [true, false]) {
     iso, extra: (S) => `module=${encodeURIComponent(`${S.cdn}sdpa-wasm/js/index.js`)}`,
   });
 }
+// the caller's wasm decides the build: plain or relaxed
 for (const iso of [true, false]) {
-  const file = iso ? 'sdpa-simd-threads.wasm' : 'sdpa-simd.wasm';
-  for (const as of ['module', 'binary']) {
-    decodeRow(`import map, wasm${as === 'module' ? 'Module' : 'Binary'} from the app`, IM, {
-      iso, given: `wasm${as === 'module' ? 'Module' : 'Binary'}`, extra: () => `wasm=${encodeURIComponent(`/given/${file}`)}&as=${as}`,
-    });
+  for (const build of iso ? ['simd-threads', 'relaxed-threads'] : ['simd', 'relaxed']) {
+    const file = `sdpa-${build}.wasm`;
+    for (const as of ['module', 'binary']) {
+      decodeRow(`import map, wasm${as === 'module' ? 'Module' : 'Binary'} ${file} from the app`, IM, {
+        iso, build, given: `wasm${as === 'module' ? 'Module' : 'Binary'}`, extra: () => `wasm=${encodeURIComponent(`/given/${file}`)}&as=${as}`,
+      });
+    }
   }
 }
+// a plain build forced where relaxed SIMD exists
+decodeRow("import map, build: 'simd-threads' forced", IM, { iso: true, build: 'simd-threads', opts: { build: 'simd-threads' }, extra: noExtra });
+decodeRow("import map, build: 'simd' forced", IM, { iso: false, build: 'simd', opts: { build: 'simd' }, extra: noExtra });
 decodeRow('vite, threads: 4 asked', '/out/vite/index.html', { iso: false, opts: { threads: 4 }, extra: noExtra });
 decodeRow("import map, CSP script-src 'self' (no blob:)", '/importmap/importmap.html', { iso: true, csp: true, extra: noExtra });
 
 failRow('404 wasm (wasmPaths map, threads build)', IM, {
-  opts: { wasmPaths: { 'sdpa-simd-threads.wasm': '/missing/sdpa-simd-threads.wasm' } },
-  must: (S) => [new RegExp(`GET ${esc(S.iso)}missing/sdpa-simd-threads\\.wasm`), /HTTP 404/, /check wasmPaths\['sdpa-simd-threads\.wasm'\]/],
+  opts: { wasmPaths: { 'sdpa-relaxed-threads.wasm': '/missing/sdpa-relaxed-threads.wasm' } },
+  must: (S) => [new RegExp(`GET ${esc(S.iso)}missing/sdpa-relaxed-threads\\.wasm`), /HTTP 404/, /check wasmPaths\['sdpa-relaxed-threads\.wasm'\]/],
+});
+failRow("404 wasm (wasmPaths map, build: 'simd-threads' forced)", IM, {
+  opts: { build: 'simd-threads', wasmPaths: { 'sdpa-simd-threads.wasm': '/missing/sdpa-simd-threads.wasm' } },
+  must: (S) => [new RegExp(`GET ${esc(S.iso)}missing/sdpa-simd-threads\\.wasm`), /HTTP 404/, /'simd-threads' build/, /check wasmPaths\['sdpa-simd-threads\.wasm'\]/],
 });
 failRow('404 wasm (single-thread build, not isolated)', IM, {
-  iso: false, opts: { wasmPaths: { 'sdpa-simd.wasm': '/missing/sdpa-simd.wasm' } },
-  must: (S) => [new RegExp(`GET ${esc(S.plain)}missing/sdpa-simd\\.wasm`), /HTTP 404/, /'simd' build/],
+  iso: false, opts: { wasmPaths: { 'sdpa-relaxed.wasm': '/missing/sdpa-relaxed.wasm' } },
+  must: (S) => [new RegExp(`GET ${esc(S.plain)}missing/sdpa-relaxed\\.wasm`), /HTTP 404/, /'relaxed' build/],
 });
 failRow('404 wasm: a Vite build deployed without its hashed .wasm asset', '/out/vite-broken/index.html', {
   opts: null,
-  must: (S) => [new RegExp(`GET ${esc(S.iso)}out/vite-broken/assets/sdpa-simd-threads-[^ ]+\\.wasm`), /HTTP 404/, /serve the files of node_modules\/sdpa-wasm\/dist\//, /wasmPaths/],
+  must: (S) => [new RegExp(`GET ${esc(S.iso)}out/vite-broken/assets/sdpa-relaxed-threads-[^ ]+\\.wasm`), /HTTP 404/, /serve the files of node_modules\/sdpa-wasm\/dist\//, /wasmPaths/],
 });
 failRow('an HTML page instead of the wasm (SPA fallback)', IM, {
-  opts: { wasmPaths: { 'sdpa-simd-threads.wasm': '/importmap/importmap.html' } },
+  opts: { wasmPaths: { 'sdpa-relaxed-threads.wasm': '/importmap/importmap.html' } },
   must: () => [/importmap\.html is not a valid WebAssembly module/, /HTML page/],
 });
 failRow('404 worker script (same origin)', IM, {
-  opts: { wasmPaths: { 'sdpa-simd-threads.worker.js': '/missing/sdpa-simd-threads.worker.js' } },
-  must: (S) => [new RegExp(`pthread worker ${esc(S.iso)}missing/sdpa-simd-threads\\.worker\\.js failed to load`), /HTTP 404/],
+  opts: { wasmPaths: { 'sdpa-relaxed-threads.worker.js': '/missing/sdpa-relaxed-threads.worker.js' } },
+  must: (S) => [new RegExp(`pthread worker ${esc(S.iso)}missing/sdpa-relaxed-threads\\.worker\\.js failed to load`), /HTTP 404/],
 });
 failRow('404 worker script (cross-origin CDN)', IM, {
-  opts: (S) => ({ wasmPaths: { 'sdpa-simd-threads.worker.js': `${S.cdn}missing/sdpa-simd-threads.worker.js` } }),
-  must: (S) => [new RegExp(`GET ${esc(S.cdn)}missing/sdpa-simd-threads\\.worker\\.js`), /HTTP 404/],
+  opts: (S) => ({ wasmPaths: { 'sdpa-relaxed-threads.worker.js': `${S.cdn}missing/sdpa-relaxed-threads.worker.js` } }),
+  must: (S) => [new RegExp(`GET ${esc(S.cdn)}missing/sdpa-relaxed-threads\\.worker\\.js`), /HTTP 404/],
 });
 failRow('missing glue', IM, {
-  opts: { wasmPaths: { 'sdpa-simd-threads.mjs': '/missing/sdpa-simd-threads.mjs' } },
-  must: (S) => [new RegExp(`GET ${esc(S.iso)}missing/sdpa-simd-threads\\.mjs \\(the JS glue\\) returned HTTP 404`), /check wasmPaths\['sdpa-simd-threads\.mjs'\]/],
+  opts: { wasmPaths: { 'sdpa-relaxed-threads.mjs': '/missing/sdpa-relaxed-threads.mjs' } },
+  must: (S) => [new RegExp(`GET ${esc(S.iso)}missing/sdpa-relaxed-threads\\.mjs \\(the JS glue\\) returned HTTP 404`), /check wasmPaths\['sdpa-relaxed-threads\.mjs'\]/],
 });
 failRow('missing glue (single-thread build, imported by URL)', IM, {
-  iso: false, opts: { wasmPaths: { 'sdpa-simd.mjs': '/missing/sdpa-simd.mjs' } },
-  must: (S) => [new RegExp(`cannot load ${esc(S.plain)}missing/sdpa-simd\\.mjs \\(GET: HTTP 404 Not Found\\)`), /check wasmPaths\['sdpa-simd\.mjs'\]/],
+  iso: false, opts: { wasmPaths: { 'sdpa-relaxed.mjs': '/missing/sdpa-relaxed.mjs' } },
+  must: (S) => [new RegExp(`cannot load ${esc(S.plain)}missing/sdpa-relaxed\\.mjs \\(GET: HTTP 404 Not Found\\)`), /check wasmPaths\['sdpa-relaxed\.mjs'\]/],
 });
 failRow('missing glue (cross-origin CDN)', IM, {
-  iso: false, opts: (S) => ({ wasmPaths: { 'sdpa-simd.mjs': `${S.cdn}missing/sdpa-simd.mjs` } }),
-  must: (S) => [new RegExp(`GET ${esc(S.cdn)}missing/sdpa-simd\\.mjs`), /HTTP 404/],
+  iso: false, opts: (S) => ({ wasmPaths: { 'sdpa-relaxed.mjs': `${S.cdn}missing/sdpa-relaxed.mjs` } }),
+  must: (S) => [new RegExp(`GET ${esc(S.cdn)}missing/sdpa-relaxed\\.mjs`), /HTTP 404/],
 });
 failRow('a CDN without CORS headers', IM, {
   opts: (S) => ({ wasmPaths: `${S.nocors}sdpa-wasm/dist/` }),
-  must: (S) => [new RegExp(`GET ${esc(S.nocors)}sdpa-wasm/dist/sdpa-simd-threads\\.wasm`), /Access-Control-Allow-Origin/],
+  must: (S) => [new RegExp(`GET ${esc(S.nocors)}sdpa-wasm/dist/sdpa-relaxed-threads\\.wasm`), /Access-Control-Allow-Origin/],
 });
 failRow('a pthread worker that never answers: initTimeout', IM, {
-  opts: { initTimeout: 1500, wasmPaths: { 'sdpa-simd-threads.worker.js': '/importmap/silent-worker.js' } },
+  opts: { initTimeout: 1500, wasmPaths: { 'sdpa-relaxed-threads.worker.js': '/importmap/silent-worker.js' } },
   must: (S) => [/within 1500 ms \(initTimeout\)/, new RegExp(`${esc(S.iso)}importmap/silent-worker\\.js`)],
   minMs: 1400, bound: 5000,
 });
 failRow('a pthread worker whose glue import fails (no error event): reported at once', IM, {
-  opts: { wasmPaths: { 'sdpa-simd-threads.worker.js': '/importmap/bad-import.worker.js' } },
+  opts: { wasmPaths: { 'sdpa-relaxed-threads.worker.js': '/importmap/bad-import.worker.js' } },
   must: (S) => [new RegExp(`pthread worker ${esc(S.iso)}importmap/bad-import\\.worker\\.js failed to load: .*missing/glue-for-workers\\.mjs`), /could not import the glue/],
   bound: 5000,
 });

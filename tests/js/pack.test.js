@@ -28,7 +28,8 @@ test('npm pack ships js/, index.d.ts and dist/ (and nothing from tests/ or src/)
   const files = info.files.map((f) => f.path);
   for (const f of ['package.json', 'index.d.ts', 'js/index.js', 'js/loader.js', 'dist/package.json',
     'dist/sdpa-simd-threads.mjs', 'dist/sdpa-simd-threads.wasm', 'dist/sdpa-simd-threads.worker.js',
-    'dist/sdpa-simd.mjs', 'dist/sdpa-simd.wasm']) {
+    'dist/sdpa-simd.mjs', 'dist/sdpa-simd.wasm', 'dist/sdpa-relaxed-threads.mjs', 'dist/sdpa-relaxed-threads.wasm',
+    'dist/sdpa-relaxed-threads.worker.js', 'dist/sdpa-relaxed.mjs', 'dist/sdpa-relaxed.wasm']) {
     assert.ok(files.includes(f), `${f} is in the tarball (${files.join(', ')})`);
   }
   assert.ok(!files.some((f) => /^(tests|src|include|build)\//.test(f)), `no tests/src/build in ${files.join(', ')}`);
@@ -72,12 +73,19 @@ sdpa.dispose();
   assert.equal(res.dims, [1, 1, 4, 8]);
   assert.ok(res.err <= 1e-5 * 4, `decode step error ${res.err}`);
   assert.ok(res.typed, 'SdpaError from the installed package');
+  // with relaxed SIMD the installed package loads its relaxed-threads build
+  const rr = spawnSync(process.execPath, ['--experimental-wasm-relaxed-simd', 'smoke.mjs'], { cwd: app, encoding: 'utf8', timeout: 60000 });
+  assert.is(rr.status, 0, `smoke.mjs (relaxed SIMD): ${rr.stdout}\n${rr.stderr}`);
+  const rres = JSON.parse(rr.stdout.trim().split('\n').pop());
+  assert.is(rres.build, 'relaxed-threads');
+  assert.ok(rres.err <= 1e-5 * 4, `relaxed decode step error ${rres.err}`);
   assert.ok(fs.existsSync(path.join(app, 'node_modules', 'sdpa-wasm', 'index.d.ts')));
   // the exports map is enforced: the dist/ files are exported by name (for
   // wasmPaths / wasmBinary recipes), nothing else is
   const probe = (spec) => spawnSync(process.execPath, ['--input-type=module', '-e',
     `try { console.log(import.meta.resolve(${JSON.stringify(spec)})); } catch (e) { console.log(e.code); }`], { cwd: app, encoding: 'utf8', timeout: 30000 }).stdout.trim();
-  for (const f of ['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm']) {
+  for (const f of ['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm',
+    'sdpa-relaxed-threads.mjs', 'sdpa-relaxed-threads.wasm', 'sdpa-relaxed-threads.worker.js', 'sdpa-relaxed.mjs', 'sdpa-relaxed.wasm']) {
     const u = probe(`sdpa-wasm/dist/${f}`);
     assert.ok(u.endsWith(`/node_modules/sdpa-wasm/dist/${f}`), `sdpa-wasm/dist/${f} resolves: ${u}`);
   }

@@ -39,9 +39,10 @@ function maxRelDiff(a, b) {
 }
 
 test('info: build, threads, version', () => {
-  assert.equal(one.info, { build: 'simd-threads', threads: 1, version: VERSION });
+  // (this suite runs without relaxed SIMD: relaxed.test.js covers the relaxed builds)
+  assert.equal(one.info, { build: 'simd-threads', relaxedSimd: false, threads: 1, version: VERSION });
   assert.is(two.info.threads, 2);
-  assert.equal(single.info, { build: 'simd', threads: 1, version: VERSION });
+  assert.equal(single.info, { build: 'simd', relaxedSimd: false, threads: 1, version: VERSION });
   const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
   assert.is(VERSION, pkg.version, 'js/version.js matches package.json');
 });
@@ -163,7 +164,8 @@ test('in a browser too: a missing worker file is E_LOAD, not a page that waits f
   assert.ok(fs.existsSync(CHROMIUM), `no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
   const { default: puppeteer } = await import('puppeteer-core');
   const http = await import('node:http');
-  const dir = brokenCopy((d) => fs.rmSync(path.join(d, 'sdpa-simd-threads.worker.js')));
+  // Chromium has relaxed SIMD: the relaxed-threads build is the one it loads
+  const dir = brokenCopy((d) => fs.rmSync(path.join(d, 'sdpa-relaxed-threads.worker.js')));
   fs.writeFileSync(path.join(dir, 'index.html'), `<!doctype html><script type="module">
     import { createSdpa } from './js/index.js';
     createSdpa({ threads: 2 }).then((s) => { window.__r = { ok: s.info }; s.dispose(); },
@@ -192,7 +194,8 @@ test('in a browser too: a missing worker file is E_LOAD, not a page that waits f
     const r = await page.waitForFunction(() => window.__r, { timeout: 20000 }).then((h) => h.jsonValue());
     assert.is(r.code, 'E_LOAD', JSON.stringify(r));
     assert.is(r.name, 'SdpaError');
-    assert.match(r.message, /sdpa-simd-threads\.worker\.js/);
+    assert.match(r.message, /sdpa-relaxed-threads\.worker\.js/);
+    assert.match(r.message, /the 'relaxed-threads' build/);
   } finally {
     await browser.close();
     server.close();
