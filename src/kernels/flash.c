@@ -4,15 +4,22 @@
  * For each (b, hk) the query rows that share KV head hk are flattened into
  * R = Sq * r rows (row = i * r + j, head h = hk * r + j), cut into blocks of
  * BLOCK_ROWS rows. A block walks its keys in tiles of TILE_KEYS: scores for
- * all its rows (each K row loaded once per block), online softmax (running
- * max m and sum l, rescale on a new max), then acc += p * V (each V row
- * loaded once per 4 rows). When there are few blocks in all (decode), the
+ * all its rows, online softmax (running max m and sum l, rescale on a new
+ * max), then acc += p * V (each V row loaded once per 4 rows). Scores come
+ * from one kernel over a key-transposed K tile (qk_groups: per head-dim
+ * element d, a broadcast q[x][d] times 4 keys per vector, each K vector
+ * loaded once for 4 query rows, no horizontal sums): a float32 page's K
+ * block is stored that way (cache/kv_format.h), float16 pages are decoded
+ * into it, caller tensors transposed into it; int8 pages take integer dot
+ * products (int8_scores). Every key's score is the same sum in the same
+ * order whatever its source, so cache.attend and customSdpa over the same
+ * rows agree bit for bit. When there are few blocks in all (decode), the
  * keys are also cut into chunks so that threads share even B = Hkv = 1; each
  * chunk leaves a partial (m, l, acc), and the last chunk of a block to finish
  * merges them in chunk order. Chunking depends only on the problem, never on
  * the thread count, so the result is bit-identical for any number of threads.
- * While a tile's scores are computed, its V rows are touched so that their
- * DRAM reads overlap with compute (see touch_row).
+ * While a tile's scores are computed, memory it needs soon is touched so
+ * that DRAM reads overlap with compute (see touch_row, TOUCH_AHEAD).
  *
  * Non-finite inputs are computed through: a NaN score makes its row NaN. A
  * row "sees nothing" (and outputs zeros) exactly when its sum l is 0.
@@ -351,7 +358,7 @@ typedef struct block_state {
     float * m;                      /* running max */
     float * l;                      /* running sum */
     uint32_t * sink;                /* where the V-touch loads end up */
-    float * ktile;                  /* [TILE_KEYS][dim_pad]: a decoded float16 / int8 tile */
+    float * ktile;                  /* TILE_KEYS x dim_pad floats: a key-transposed K tile (load_k_groups) */
     float * vtile;
     v128_t * qs;                    /* [BLOCK_ROWS / 4][dim_pad][4]: q[x][d] broadcast */
     /* int8 caches: q quantized to int16 (in the ktile area, which the int8
