@@ -14,8 +14,11 @@
  *   KV-cache update input    [B, Snew, Hkv, D]
  *   KV-cache storage         paged (internal): pages of SDPA_PAGE_ROWS rows of
  *                            one batch row and one KV head, K block then V
- *                            block, each [SDPA_PAGE_ROWS, D], drawn from the
- *                            context's page pool as rows are written
+ *                            block, drawn from the context's page pool as rows
+ *                            are written; V is [SDPA_PAGE_ROWS, D], K is
+ *                            [SDPA_PAGE_ROWS / G, D, G] (G =
+ *                            SDPA_PAGE_KEY_GROUP, float32 / float16) or
+ *                            [SDPA_PAGE_ROWS, D] (int8)
  *
  * Semantics, for every b, h, i (query row i sits at absolute position sp + i):
  *   hk = h / r;  N = mask ? mask.dims[1] : sp + Sq   (only keys t < N exist)
@@ -192,6 +195,13 @@ sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,
 /// kernels' key tile, so a tile never spans two pages.
 #define SDPA_PAGE_ROWS 64
 
+/// float32 and float16 pages store their K rows transposed in groups of this
+/// many rows: element d of page row t is at ((t / G) * D + d) * G + t % G
+/// (in elements, from the K block's start), so that the kernels multiply a
+/// broadcast query element by G keys at a time. V rows (and int8 K rows) are
+/// plain rows: element d of row t at t * D + d.
+#define SDPA_PAGE_KEY_GROUP 16
+
 /// Largest single allocation of a cache, in bytes, on every build (a page,
 /// the page table): wasm32 cannot make one allocation of 2 GiB, and native
 /// builds keep the same limit so that both behave alike. Larger is E_OOM.
@@ -262,7 +272,8 @@ int32_t sdpa_kv_cache_length(const sdpa_kv_cache * cache);
 int32_t sdpa_kv_cache_pages(const sdpa_kv_cache * cache);
 
 /// The K (which = 0) or V (which = 1) block (SDPA_PAGE_ROWS rows of D
-/// elements of the cache's dtype; for int8 the page's scales and zero points
+/// elements of the cache's dtype, K key-transposed per SDPA_PAGE_KEY_GROUP
+/// rows for float32 / float16; for int8 the page's scales and zero points
 /// follow both blocks, see src/cache/kv_format.h) of page
 /// `page` (rows page*SDPA_PAGE_ROWS ..) of batch row b, KV head h; NULL when
 /// that page was never written (it reads as zeros) or out of range. For

@@ -106,7 +106,10 @@ static inline const void * sdpa_kv_page(const sdpa_kv_view * kv, int32_t b, int3
                      sdpa_page_slot(t / SDPA_PAGE_ROWS, kv->sink_pages, kv->ring_pages)];
 }
 
-/* Row t of a float32 view (sdpa_kv_is_f32). */
+/* Row t of a float32 view (sdpa_kv_is_f32) stored as a plain row: any row of
+ * caller tensors, a V row of a cache page (a float32 page's K block is
+ * key-transposed, cache/kv_format.h: its tiles come from the kernels' tile
+ * loader, its elements from sdpa_kv_elem). */
 static inline const float * sdpa_kv_row(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t, bool value) {
     if (kv->pages) return (const float *)sdpa_kv_raw_row(kv->format, sdpa_kv_page(kv, b, hk, t), t % SDPA_PAGE_ROWS, value);
     return (value ? kv->v : kv->k) + (size_t)b * kv->stride_b + (size_t)t * kv->stride_t + (size_t)hk * kv->stride_h;
@@ -120,7 +123,7 @@ static inline const float * sdpa_kv_value(const sdpa_kv_view * kv, int32_t b, in
 
 /* Element d of row t, decoded to the float32 every reader sees (any format). */
 static inline float sdpa_kv_elem(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t, bool value, int32_t d) {
-    if (sdpa_kv_is_f32(kv)) return sdpa_kv_row(kv, b, hk, t, value)[d];
+    if (!kv->pages) return sdpa_kv_row(kv, b, hk, t, value)[d];
     return sdpa_kv_decode(kv->format, sdpa_kv_page(kv, b, hk, t), t % SDPA_PAGE_ROWS, value, d);
 }
 

@@ -130,7 +130,7 @@ const void * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t 
         return NULL;
     const void * p = head_pages(cache, (size_t)b * cache->kv_heads + h)[page_slot(cache, page)];
     if (sdpa_page_is_zero(p)) return NULL;
-    return sdpa_kv_raw_row(&cache->format, p, 0, which);
+    return sdpa_kv_block(&cache->format, p, which);
 }
 
 int32_t sdpa_kv_cache_dtype(const sdpa_kv_cache * cache) { return cache ? cache->format.dtype : 0; }
@@ -349,7 +349,7 @@ sdpa_status sdpa_kv_cache_read_raw(sdpa_ctx * ctx, const sdpa_kv_cache * cache, 
                 const size_t pos = (size_t)start + t, at = (b * (size_t)length + t) * H + h;
                 const void * page = row_page(cache, pages, pos);
                 const int32_t row = (int32_t)(pos % SDPA_PAGE_ROWS);
-                memcpy((char *)data + at * row_bytes, sdpa_kv_raw_row(fmt, page, row, which), row_bytes);
+                sdpa_kv_copy_raw_row(fmt, page, row, which, (char *)data + at * row_bytes);
                 if (fmt->dtype == SDPA_DTYPE_INT8) {
                     scales[at] = sdpa_kv_row_scale(fmt, page, row, which);
                     zero_points[at] = sdpa_kv_row_zero_point(fmt, page, row, which);
@@ -389,18 +389,9 @@ sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_
             sdpa_page_release(pool, *slot);
             *slot = zero;
         }
-        if (tail != 0 && !sdpa_page_is_zero(pages[page_slot(cache, keep - 1)])) {
-            /* rows tail .. ROWS-1 of K and V (and their int8 scales, zero points): all bytes 0 decode to 0.0 */
-            char * page = pages[page_slot(cache, keep - 1)];
-            const size_t rows = (size_t)(SDPA_PAGE_ROWS - tail), row_bytes = (size_t)fmt->dim * fmt->elem_bytes;
-            for (int value = 0; value < 2; value++) {
-                memset((char *)(uintptr_t)sdpa_kv_raw_row(fmt, page, tail, value), 0, rows * row_bytes);
-                if (fmt->dtype == SDPA_DTYPE_INT8) {
-                    memset(page + fmt->scale_offset + ((value ? SDPA_PAGE_ROWS : 0) + (size_t)tail) * sizeof(float), 0, rows * sizeof(float));
-                    memset(page + fmt->zp_offset + (value ? SDPA_PAGE_ROWS : 0) + (size_t)tail, 0, rows);
-                }
-            }
-        }
+        /* rows tail .. ROWS-1 of K and V (and their int8 scales, zero points): all bytes 0 decode to 0.0 */
+        if (tail != 0 && !sdpa_page_is_zero(pages[page_slot(cache, keep - 1)]))
+            sdpa_kv_clear_rows(fmt, pages[page_slot(cache, keep - 1)], tail);
     }
     /* down to the sink rows: the window starts afresh */
     if (cache->window && length <= cache->sink_tokens) cache->window_start = cache->sink_tokens;

@@ -38,6 +38,7 @@ uint64_t sdpa_page_format_make(sdpa_page_format * f, int32_t dtype, int32_t head
     f->dtype = dtype;
     f->dim = head_dim;
     f->elem_bytes = (size_t)elem;
+    f->k_groups = dtype != SDPA_DTYPE_INT8;
     f->v_offset = (size_t)block;
     f->scale_offset = (size_t)scale_offset;
     f->zp_offset = (size_t)zp_offset;
@@ -102,8 +103,39 @@ void sdpa_quantize_row(const float * x, int32_t n, int8_t * q, float * scale_out
     *zp_out = (int8_t)zp;
 }
 
+_Static_assert(SDPA_PAGE_ROWS % SDPA_PAGE_KEY_GROUP == 0, "a page holds whole key groups");
+
 const void * sdpa_kv_raw_row(const sdpa_page_format * f, const void * page, int32_t row, int value) {
-    return (const char *)page + (value ? f->v_offset : 0) + (size_t)row * (size_t)f->dim * f->elem_bytes;
+    return (const char *)sdpa_kv_block(f, page, value) + (size_t)row * (size_t)f->dim * f->elem_bytes;
+}
+
+void sdpa_kv_copy_raw_row(const sdpa_page_format * f, const void * page, int32_t row, int value, void * out) {
+    const size_t eb = f->elem_bytes;
+    if (value || !f->k_groups) {
+        memcpy(out, sdpa_kv_raw_row(f, page, row, value), (size_t)f->dim * eb);
+        return;
+    }
+    const char * block = sdpa_kv_block(f, page, value);
+    for (int32_t d = 0; d < f->dim; d++)
+        memcpy((char *)out + (size_t)d * eb, block + sdpa_kv_elem_index(f, row, value, d) * eb, eb);
+}
+
+void sdpa_kv_clear_rows(const sdpa_page_format * f, void * page, int32_t first) {
+    const size_t rows = (size_t)(SDPA_PAGE_ROWS - first), eb = f->elem_bytes;
+    char * base = page;
+    for (int value = 0; value < 2; value++) {
+        char * block = (char *)(uintptr_t)sdpa_kv_block(f, page, value);
+        if (value || !f->k_groups) {
+            memset(block + (size_t)first * (size_t)f->dim * eb, 0, rows * (size_t)f->dim * eb);
+        } else {
+            for (int32_t t = first; t < SDPA_PAGE_ROWS; t++)
+                for (int32_t d = 0; d < f->dim; d++) memset(block + sdpa_kv_elem_index(f, t, 0, d) * eb, 0, eb);
+        }
+        if (f->dtype == SDPA_DTYPE_INT8) {
+            memset(base + f->scale_offset + ((value ? SDPA_PAGE_ROWS : 0) + (size_t)first) * sizeof(float), 0, rows * sizeof(float));
+            memset(base + f->zp_offset + (value ? SDPA_PAGE_ROWS : 0) + (size_t)first, 0, rows);
+        }
+    }
 }
 
 float sdpa_kv_row_scale(const sdpa_page_format * f, const void * page, int32_t row, int value) {
@@ -120,10 +152,15 @@ void sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, in
     char * dst = (char *)(uintptr_t)sdpa_kv_raw_row(f, page, row, value);
     const int32_t D = f->dim;
     switch (f->dtype) {
-        case SDPA_DTYPE_FLOAT32: memcpy(dst, x, (size_t)D * sizeof(float)); break;
+        case SDPA_DTYPE_FLOAT32: {
+            if (value || !f->k_groups) { memcpy(dst, x, (size_t)D * sizeof(float)); break; }
+            float * block = (float *)(uintptr_t)sdpa_kv_block(f, page, value);
+            for (int32_t d = 0; d < D; d++) block[sdpa_kv_elem_index(f, row, value, d)] = x[d];
+            break;
+        }
         case SDPA_DTYPE_FLOAT16: {
-            uint16_t * h = (uint16_t *)(void *)dst;
-            for (int32_t d = 0; d < D; d++) h[d] = sdpa_f32_to_f16(x[d]);
+            uint16_t * block = (uint16_t *)(uintptr_t)sdpa_kv_block(f, page, value);
+            for (int32_t d = 0; d < D; d++) block[sdpa_kv_elem_index(f, row, value, d)] = sdpa_f32_to_f16(x[d]);
             break;
         }
         default: {
@@ -138,11 +175,13 @@ void sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, in
 }
 
 float sdpa_kv_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {
-    const void * raw = sdpa_kv_raw_row(f, page, row, value);
+    const void * block = sdpa_kv_block(f, page, value);
+    const size_t at = sdpa_kv_elem_index(f, row, value, d);
     switch (f->dtype) {
-        case SDPA_DTYPE_FLOAT32: return ((const float *)raw)[d];
-        case SDPA_DTYPE_FLOAT16: return sdpa_f16_to_f32(((const uint16_t *)raw)[d]);
+        case SDPA_DTYPE_FLOAT32: return ((const float *)block)[at];
+        case SDPA_DTYPE_FLOAT16: return sdpa_f16_to_f32(((const uint16_t *)block)[at]);
         default: {
+            const void * raw = sdpa_kv_raw_row(f, page, row, value);
             const float scale = sdpa_kv_row_scale(f, page, row, value);
             const int32_t zp = sdpa_kv_row_zero_point(f, page, row, value);
             return (float)(((const int8_t *)raw)[d] - zp) * scale;
@@ -151,7 +190,7 @@ float sdpa_kv_decode(const sdpa_page_format * f, const void * page, int32_t row,
 }
 
 void sdpa_kv_decode_row(const sdpa_page_format * f, const void * page, int32_t row, int value, float * out) {
-    if (f->dtype == SDPA_DTYPE_FLOAT32) {
+    if (f->dtype == SDPA_DTYPE_FLOAT32 && (value || !f->k_groups)) {
         memcpy(out, sdpa_kv_raw_row(f, page, row, value), (size_t)f->dim * sizeof(float));
         return;
     }

@@ -4,15 +4,22 @@
  * For each (b, hk) the query rows that share KV head hk are flattened into
  * R = Sq * r rows (row = i * r + j, head h = hk * r + j), cut into blocks of
  * BLOCK_ROWS rows. A block walks its keys in tiles of TILE_KEYS: scores for
- * all its rows (each K row loaded once per block), online softmax (running
- * max m and sum l, rescale on a new max), then acc += p * V (each V row
- * loaded once per 4 rows). When there are few blocks in all (decode), the
+ * all its rows, online softmax (running max m and sum l, rescale on a new
+ * max), then acc += p * V (each V row loaded once per 4 rows). Scores come
+ * from one kernel over a key-transposed K tile (qk_groups: per head-dim
+ * element d, a broadcast q[x][d] times 4 keys per vector, each K vector
+ * loaded once for 4 query rows, no horizontal sums): a float32 page's K
+ * block is stored that way (cache/kv_format.h), float16 pages are decoded
+ * into it, caller tensors transposed into it; int8 pages take integer dot
+ * products (int8_scores). Every key's score is the same sum in the same
+ * order whatever its source, so cache.attend and customSdpa over the same
+ * rows agree bit for bit. When there are few blocks in all (decode), the
  * keys are also cut into chunks so that threads share even B = Hkv = 1; each
  * chunk leaves a partial (m, l, acc), and the last chunk of a block to finish
  * merges them in chunk order. Chunking depends only on the problem, never on
  * the thread count, so the result is bit-identical for any number of threads.
- * While a tile's scores are computed, its V rows are touched so that their
- * DRAM reads overlap with compute (see touch_row).
+ * While a tile's scores are computed, memory it needs soon is touched so
+ * that DRAM reads overlap with compute (see touch_row, TOUCH_AHEAD).
  *
  * Non-finite inputs are computed through: a NaN score makes its row NaN. A
  * row "sees nothing" (and outputs zeros) exactly when its sum l is 0.
@@ -67,11 +74,12 @@ static uint64_t align_up(uint64_t n) {
 
 /* q, acc: BLOCK_ROWS x dim_pad; scores: BLOCK_ROWS x TILE_KEYS; m, l; sink;
  * then the K and V tiles a float16 / int8 cache is decoded into, each
- * TILE_KEYS x dim_pad. The q area also holds the reference row's D doubles
- * (see the header). */
+ * TILE_KEYS x dim_pad; then q broadcast for the key-transposed kernels,
+ * BLOCK_ROWS x dim_pad vectors of 4. The q area also holds the reference
+ * row's D doubles (see the header). */
 _Static_assert(BLOCK_ROWS * sizeof(float) >= sizeof(double), "a reference row fits in the q area");
 static uint64_t thread_bytes(int32_t dim_pad) {
-    const uint64_t floats = sdpa_size_add(sdpa_size_mul((uint64_t)BLOCK_ROWS * 2 + 2 * TILE_KEYS, (uint64_t)dim_pad),
+    const uint64_t floats = sdpa_size_add(sdpa_size_mul((uint64_t)BLOCK_ROWS * 6 + 2 * TILE_KEYS, (uint64_t)dim_pad),
                                           (uint64_t)BLOCK_ROWS * TILE_KEYS + 2 * BLOCK_ROWS + 4);
     return align_up(sdpa_size_mul(floats, sizeof(float)));
 }
@@ -151,60 +159,43 @@ uint64_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim) {
 
 /* ---- microkernels ------------------------------------------------------ */
 
-/* dots of 4 query rows (stride ldq, zero-padded to dim_pad) with key row k. */
-static inline void dot4(const float * q, size_t ldq, const float * k, int32_t D, float * out) {
-    v128_t a0 = wasm_f32x4_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
-    int32_t d = 0;
-    for (; d + 4 <= D; d += 4) {
-        const v128_t vk = wasm_v128_load(k + d);
-        a0 = f32x4_fmadd(a0, wasm_v128_load(q + d), vk);
-        a1 = f32x4_fmadd(a1, wasm_v128_load(q + ldq + d), vk);
-        a2 = f32x4_fmadd(a2, wasm_v128_load(q + 2 * ldq + d), vk);
-        a3 = f32x4_fmadd(a3, wasm_v128_load(q + 3 * ldq + d), vk);
+/* Scores against a key-transposed tile (cache/kv_format.h: groups of KG
+ * keys, element d of key j of a group at [d * KG + j]). Per d, NV vectors of
+ * 4 keys are loaded once and serve R query rows, each through a broadcast
+ * q[x][d]: R * NV independent multiply-add chains, no horizontal sums, no
+ * shuffles. A score is the sum over d in order, whichever rows or keys
+ * share its pass. R <= 4, NV <= 4 (R * NV <= 8 accumulators: they stay in
+ * registers next to the NV key vectors). qs: q[x][d] already broadcast,
+ * [D][4] vectors for the 4 rows of a quad, so that a step's loads all sit at
+ * constant offsets from two pointers. Steps d < lines also touch one 64-byte
+ * line of each of two regions, ta and tb (see touch_row): memory the tile
+ * needs next, whose DRAM reads then overlap with this compute, spread out
+ * so that they never pile up behind one another. */
+#define KG SDPA_PAGE_KEY_GROUP
+#if defined(__GNUC__)
+#define FLASH_INLINE inline __attribute__((always_inline))
+#else
+#define FLASH_INLINE inline
+#endif
+static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const float * k, int32_t D,
+                                           float * s, size_t lds, const int R, const int NV,
+                                           const uint32_t * ta, const uint32_t * tb, int32_t lines) {
+    v128_t acc[4][4];
+    uint32_t sink = 0;
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = wasm_f32x4_splat(0.0f);
+    for (int32_t d = 0; d < D; d++, qs += 4, k += KG) {
+        if (d < lines) sink |= ta[(size_t)d * 16] | tb[(size_t)d * 16];
+        v128_t vk[4];
+        for (int v = 0; v < NV; v++) vk[v] = wasm_v128_load(k + 4 * v);
+        for (int r = 0; r < R; r++) {
+            const v128_t w = qs[r];
+            for (int v = 0; v < NV; v++) acc[r][v] = f32x4_fmadd(acc[r][v], w, vk[v]);
+        }
     }
-    float s0 = f32x4_hsum(a0), s1 = f32x4_hsum(a1), s2 = f32x4_hsum(a2), s3 = f32x4_hsum(a3);
-    for (; d < D; d++) {
-        s0 += q[d] * k[d];
-        s1 += q[ldq + d] * k[d];
-        s2 += q[2 * ldq + d] * k[d];
-        s3 += q[3 * ldq + d] * k[d];
-    }
-    out[0] = s0; out[1] = s1; out[2] = s2; out[3] = s3;
-}
-
-static inline float dot1(const float * q, const float * k, int32_t D) {
-    v128_t a = wasm_f32x4_splat(0.0f);
-    int32_t d = 0;
-    for (; d + 4 <= D; d += 4) a = f32x4_fmadd(a, wasm_v128_load(q + d), wasm_v128_load(k + d));
-    float s = f32x4_hsum(a);
-    for (; d < D; d++) s += q[d] * k[d];
-    return s;
-}
-
-/* dots of one query row with 4 key rows (stride ldk): 4 independent chains,
- * then a transpose-reduce. Sums lanes in dot1's order, so a key gets the
- * same score whichever of the two computes it. */
-static inline void dot1x4(const float * q, const float * k, size_t ldk, int32_t D, float * out) {
-    v128_t a0 = wasm_f32x4_splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
-    int32_t d = 0;
-    for (; d + 4 <= D; d += 4) {
-        const v128_t vq = wasm_v128_load(q + d);
-        a0 = f32x4_fmadd(a0, vq, wasm_v128_load(k + d));
-        a1 = f32x4_fmadd(a1, vq, wasm_v128_load(k + ldk + d));
-        a2 = f32x4_fmadd(a2, vq, wasm_v128_load(k + 2 * ldk + d));
-        a3 = f32x4_fmadd(a3, vq, wasm_v128_load(k + 3 * ldk + d));
-    }
-    /* lanes (0+2) and (1+3) of each, then their sum: [s0 s1 s2 s3] */
-    const v128_t h01 = wasm_f32x4_add(wasm_i32x4_shuffle(a0, a1, 0, 1, 4, 5), wasm_i32x4_shuffle(a0, a1, 2, 3, 6, 7));
-    const v128_t h23 = wasm_f32x4_add(wasm_i32x4_shuffle(a2, a3, 0, 1, 4, 5), wasm_i32x4_shuffle(a2, a3, 2, 3, 6, 7));
-    const v128_t sum = wasm_f32x4_add(wasm_i32x4_shuffle(h01, h23, 0, 2, 4, 6), wasm_i32x4_shuffle(h01, h23, 1, 3, 5, 7));
-    wasm_v128_store(out, sum);
-    for (; d < D; d++) {
-        out[0] += q[d] * k[d];
-        out[1] += q[d] * k[ldk + d];
-        out[2] += q[d] * k[2 * ldk + d];
-        out[3] += q[d] * k[3 * ldk + d];
-    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++) wasm_v128_store(s + (size_t)r * lds + 4 * v, acc[r][v]);
+    return sink;
 }
 
 /* Loads one word of every 64-byte line of a D-float row. Run on the V rows of
@@ -215,6 +206,69 @@ static inline uint32_t touch_row(const float * row, int32_t D) {
     const uint32_t * w = (const uint32_t *)row;
     uint32_t sink = 0;
     for (int32_t d = 0; d < D; d += 16) sink |= w[d];
+    return sink;
+}
+
+/* touch_row over n floats. */
+static inline uint32_t touch_floats(const float * x, size_t n) {
+    const uint32_t * w = (const uint32_t *)x;
+    uint32_t sink = 0;
+    for (size_t i = 0; i < n; i += 16) sink |= w[i];
+    return sink;
+}
+
+/* The K (value = 0, key-transposed) or V block of the tile at key ts of a
+ * float32 page. */
+static const float * page_tile(const sdpa_kv_view * kv, int32_t b, int32_t hk, int64_t ts, int value) {
+    return (const float *)sdpa_kv_block(kv->format, sdpa_kv_page(kv, b, hk, (int32_t)ts), value) +
+           (size_t)(ts % SDPA_PAGE_ROWS) * (size_t)kv->dim;
+}
+
+/* How far ahead (in tiles) a float32 page's K and V are touched. Measured
+ * on decode (1 thread, caches cold, chunks of 4 tiles), median ms against
+ * touching V of the tile itself and K of the next: 2 tiles ahead 1.10-1.20x
+ * faster, 3 tiles 1.17-1.28x, 4 or 6 (the whole chunk at once) 0.75-0.8x.
+ * Touching nothing is 1.3-1.5x slower, except with a single row (MHA), where
+ * the kernel's own loads stream faster than with touches in between: those
+ * touch nothing. */
+#define TOUCH_AHEAD 3
+
+/* s[x][t] = q_x . k_t for n rows (broadcast q, quads ldqs vectors apart)
+ * and keys [0, nt) of a key-transposed page tile (group g at k + g * ldg
+ * floats); s rows are TILE_KEYS apart. Keys go in passes of 8 (16 for a
+ * single row), all rows per pass (4 at a time), so a pass's K stays in L1
+ * for every row. Scores are computed up to nt rounded up to the pass: those
+ * keys exist in the page (or the decoded tile) and their lanes are
+ * independent (dropped by the caller's limits). While a pass runs, it
+ * touches the V rows of its keys (v, ldv = D floats: the value pass then
+ * finds them in cache) and the same share of the next tile's K block (kn,
+ * or NULL), so that a page's DRAM reads overlap with the previous page's
+ * compute. */
+static uint32_t qk_groups(const v128_t * qs, size_t ldqs, int32_t n, const float * k, size_t ldg, int32_t nt,
+                          int32_t D, float * s, const float * ta_block, const float * tb_block) {
+    const int32_t step = n == 1 ? 16 : 8;
+    const int32_t lines = ta_block ? step * D / 16 : 0;  /* a region of step * D floats: lines touched per region */
+    uint32_t sink = 0;
+    for (int32_t t = 0; t < nt; t += step) {
+        const float * kt = k + (size_t)(t / KG) * ldg + t % KG;
+        const uint32_t * ta = ta_block ? (const uint32_t *)(ta_block + (size_t)t * D) : NULL;
+        const uint32_t * tb = tb_block ? (const uint32_t *)(tb_block + (size_t)t * D) : ta;
+        if (n == 1) {
+            sink |= qk_group_rows(qs, kt, D, s + t, TILE_KEYS, 1, 4, ta, tb, lines);
+            continue;
+        }
+        for (int32_t x = 0; x < n; x += 4) {
+            const v128_t * qx = qs + (size_t)(x / 4) * ldqs;
+            float * sx = s + (size_t)x * TILE_KEYS + t;
+            const int32_t l = x == 0 ? lines : 0;
+            switch (n - x) {
+                case 1: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 1, 2, ta, tb, l); break;
+                case 2: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 2, 2, ta, tb, l); break;
+                case 3: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 3, 2, ta, tb, l); break;
+                default: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 4, 2, ta, tb, l); break;
+            }
+        }
+    }
     return sink;
 }
 
@@ -304,8 +358,9 @@ typedef struct block_state {
     float * m;                      /* running max */
     float * l;                      /* running sum */
     uint32_t * sink;                /* where the V-touch loads end up */
-    float * ktile;                  /* [TILE_KEYS][dim_pad]: a decoded float16 / int8 tile */
+    float * ktile;                  /* TILE_KEYS x dim_pad floats: a key-transposed K tile (load_k_groups) */
     float * vtile;
+    v128_t * qs;                    /* [BLOCK_ROWS / 4][dim_pad][4]: q[x][d] broadcast */
     /* int8 caches: q quantized to int16 (in the ktile area, which the int8
      * path does not use), so that Q.K runs as integer dot products */
     bool int_q;                     /* this block takes the integer path */
@@ -400,6 +455,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
     st->sink = (uint32_t *)(st->l + BLOCK_ROWS);
     st->ktile = st->l + BLOCK_ROWS + 4;
     st->vtile = st->ktile + (size_t)TILE_KEYS * Dp;
+    st->qs = (v128_t *)(void *)(st->vtile + (size_t)TILE_KEYS * Dp);  /* 16-byte aligned */
     st->row0 = blk * BLOCK_ROWS;
     st->n = f->rows - st->row0 < BLOCK_ROWS ? f->rows - st->row0 : BLOCK_ROWS;
     memset(st->q, 0, sizeof(float) * (size_t)BLOCK_ROWS * Dp * 2);  /* q pad + acc */
@@ -429,6 +485,9 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         else if (p->mask)
             st->bmask[x] = (const uint8_t *)p->mask + (size_t)i * p->mask_stride;
     }
+    for (int32_t x = 0; x < st->n; x++)
+        for (int32_t d = 0; d < D; d++)
+            st->qs[((size_t)(x / 4) * Dp + d) * 4 + x % 4] = wasm_f32x4_splat(st->q[(size_t)x * Dp + d]);
     quantize_q(f, st);
 }
 
@@ -472,22 +531,23 @@ static void decode_i8_row(const int8_t * q, int32_t D, int32_t zp, float scale, 
     for (; d < D; d++) out[d] = (float)(q[d] - zp) * scale;
 }
 
-/* Rows [ts, ts + nt) of K (value = 0) or V (1) of head (b, hk): float32
- * rows in place, or a float16 / int8 page's rows decoded into the block's
- * tile (row stride dim_pad; K is decoded before the scores, V only before
- * the values, so the tile being used is the one in L1). *ld: the row stride. */
-static const float * load_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts,
-                               int32_t nt, int value, size_t * ld) {
+/* V rows [ts, ts + nt) of head (b, hk): float32 rows in place, or a
+ * float16 / int8 page's rows decoded into the block's V tile (row stride
+ * dim_pad; decoded only before the value pass, so the tile being used is the
+ * one in L1). *ld: the row stride. */
+static const float * load_v_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts,
+                                 int32_t nt, size_t * ld) {
+    const int value = 1;
     const sdpa_kv_view * kv = &f->p->kv;
     if (sdpa_kv_is_f32(kv)) {
         *ld = sdpa_kv_row_stride(kv);
-        return value ? sdpa_kv_value(kv, b, hk, ts) : sdpa_kv_key(kv, b, hk, ts);
+        return sdpa_kv_value(kv, b, hk, ts);
     }
     const sdpa_page_format * fmt = kv->format;
     const void * page = sdpa_kv_page(kv, b, hk, ts);
     const int32_t D = fmt->dim, r0 = ts % SDPA_PAGE_ROWS;
     const size_t Dp = (size_t)f->dim_pad;
-    float * tile = value ? st->vtile : st->ktile;
+    float * tile = st->vtile;
     for (int32_t t = 0; t < nt; t++) {
         const void * raw = sdpa_kv_raw_row(fmt, page, r0 + t, value);
         if (fmt->dtype == SDPA_DTYPE_FLOAT16) decode_f16_row(raw, D, tile + (size_t)t * Dp);
@@ -496,6 +556,87 @@ static const float * load_tile(const flash_plan * f, block_state * st, int32_t b
     }
     *ld = Dp;
     return tile;
+}
+
+/* Rows [t0, t0 + nt) of a [.., D] row-major float32 K (row stride ldk) into
+ * the key-transposed layout at `out` (groups of KG keys, D * KG floats
+ * apart), keys nt .. the group's end zero. 4 x 4 blocks go through
+ * registers (4 loads, 8 shuffles, 4 stores). The V rows of the same keys
+ * (v, stride ldv) are touched meanwhile (see touch_row). */
+static uint32_t transpose_k_rows(const float * k, size_t ldk, int32_t nt, int32_t D, float * out,
+                                 const float * v, size_t ldv) {
+    uint32_t sink = 0;
+    const int32_t end = ceil_div(nt, KG) * KG;
+    int32_t t = 0;
+    for (; t + 4 <= nt; t += 4) {
+        const float * r0 = k + (size_t)t * ldk, * r1 = r0 + ldk, * r2 = r1 + ldk, * r3 = r2 + ldk;
+        float * dst = out + (size_t)(t / KG) * D * KG + t % KG;
+        for (int32_t y = 0; y < 4; y++) sink |= touch_row(v + (size_t)(t + y) * ldv, D);
+        int32_t d = 0;
+        for (; d + 4 <= D; d += 4) {
+            const v128_t a = wasm_v128_load(r0 + d), b = wasm_v128_load(r1 + d);
+            const v128_t c = wasm_v128_load(r2 + d), e = wasm_v128_load(r3 + d);
+            const v128_t ab_lo = wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), ce_lo = wasm_i32x4_shuffle(c, e, 0, 4, 1, 5);
+            const v128_t ab_hi = wasm_i32x4_shuffle(a, b, 2, 6, 3, 7), ce_hi = wasm_i32x4_shuffle(c, e, 2, 6, 3, 7);
+            wasm_v128_store(dst + (size_t)d * KG, wasm_i32x4_shuffle(ab_lo, ce_lo, 0, 1, 4, 5));
+            wasm_v128_store(dst + (size_t)(d + 1) * KG, wasm_i32x4_shuffle(ab_lo, ce_lo, 2, 3, 6, 7));
+            wasm_v128_store(dst + (size_t)(d + 2) * KG, wasm_i32x4_shuffle(ab_hi, ce_hi, 0, 1, 4, 5));
+            wasm_v128_store(dst + (size_t)(d + 3) * KG, wasm_i32x4_shuffle(ab_hi, ce_hi, 2, 3, 6, 7));
+        }
+        for (; d < D; d++) {
+            dst[(size_t)d * KG] = r0[d]; dst[(size_t)d * KG + 1] = r1[d];
+            dst[(size_t)d * KG + 2] = r2[d]; dst[(size_t)d * KG + 3] = r3[d];
+        }
+    }
+    for (; t < end; t++) {
+        const float * row = k + (size_t)t * ldk;
+        float * dst = out + (size_t)(t / KG) * D * KG + t % KG;
+        if (t < nt) sink |= touch_row(v + (size_t)t * ldv, D);
+        for (int32_t d = 0; d < D; d++) dst[(size_t)d * KG] = t < nt ? row[d] : 0.0f;
+    }
+    return sink;
+}
+
+/* Keys [ts, ts + nt) of head (b, hk) as a key-transposed tile (groups of KG
+ * keys, *ldg floats apart; the score kernels' one layout):
+ *   float32 page   its K block, in place;
+ *   float16 page   decoded into the block's K tile (whole groups, the same
+ *                  layout: one linear pass);
+ *   caller tensors transposed into the K tile (their V rows touched meanwhile);
+ *   int8 page      (only when q could not be quantized, quantize_q) decoded
+ *                  into the K tile.
+ * The tile may hold keys past nt up to the group's end (the page's rows, or
+ * zeros): their lanes are independent and dropped. */
+static const float * load_k_groups(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts,
+                                   int32_t nt, size_t * ldg, uint32_t * touch) {
+    const sdpa_kv_view * kv = &f->p->kv;
+    const int32_t D = f->p->head_dim, groups = ceil_div(nt, KG);
+    *ldg = (size_t)D * KG;
+    if (!kv->pages) {
+        *touch |= transpose_k_rows(sdpa_kv_key(kv, b, hk, ts), kv->stride_t, nt, D, st->ktile,
+                                   sdpa_kv_value(kv, b, hk, ts), kv->stride_t);
+        return st->ktile;
+    }
+    const sdpa_page_format * fmt = kv->format;
+    const void * page = sdpa_kv_page(kv, b, hk, ts);
+    const int32_t r0 = ts % SDPA_PAGE_ROWS;  /* a TILE_KEYS multiple, so a KG multiple */
+    const void * block = sdpa_kv_block(fmt, page, 0);
+    switch (fmt->dtype) {
+        case SDPA_DTYPE_FLOAT32: return (const float *)block + (size_t)(r0 / KG) * *ldg;
+        case SDPA_DTYPE_FLOAT16:
+            decode_f16_row((const uint16_t *)block + (size_t)(r0 / KG) * *ldg, groups * D * KG, st->ktile);
+            return st->ktile;
+        default: {
+            float * row = st->vtile;  /* free until the value pass decodes V into it */
+            for (int32_t t = 0; t < groups * KG; t++) {
+                decode_i8_row(sdpa_kv_raw_row(fmt, page, r0 + t, 0), D, sdpa_kv_row_zero_point(fmt, page, r0 + t, 0),
+                              sdpa_kv_row_scale(fmt, page, r0 + t, 0), row);
+                float * dst = st->ktile + (size_t)(t / KG) * *ldg + t % KG;
+                for (int32_t d = 0; d < D; d++) dst[(size_t)d * KG] = row[d];
+            }
+            return st->ktile;
+        }
+    }
 }
 
 /* out[d] = acc[d] * inv for d < D (out may be acc); false when an element is
@@ -549,46 +690,47 @@ static void softcap_scores(float * s, int32_t n, float c) {
 
 /* Runs the nt keys of the tile at ts (a multiple of TILE_KEYS, so the tile
  * lies inside one cache page) of KV head (b, hk) through the block's online
- * softmax. Returns the V touches (see touch_row). */
-static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts, int32_t nt) {
+ * softmax; the tile is one of the range [t0, t1) being run (which tiles to
+ * touch ahead). Returns the touches (see touch_row). */
+static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts, int32_t nt,
+                           int32_t t0, int32_t t1) {
     const sdpa_problem * p = f->p;
     const int32_t D = p->head_dim, Dp = f->dim_pad, n = st->n;
     const int32_t nt4 = (nt + 3) & ~3;
     uint32_t touch = 0;
     {
-        size_t ldk = 0, ldv;
-        /* the tile loader: an int8 tile's scores come straight from its int8
-         * keys; other compact tiles are decoded to float32 first */
-        const float * k = NULL;
-        if (st->int_q) int8_scores(f, st, sdpa_kv_page(&p->kv, b, hk, ts), ts % SDPA_PAGE_ROWS, nt);
-        else k = load_tile(f, st, b, hk, ts, nt, 0, &ldk);
-        /* float32 V rows are touched while the scores run (see touch_row); a
-         * compact cache's V is decoded only before the value pass */
+        size_t ldg = 0, ldv = 0;
+        /* float32 V rows are read in place and touched while the scores run
+         * (see touch_row); a compact cache's V is decoded only before the
+         * value pass */
         const bool decoded = !sdpa_kv_is_f32(&p->kv);
-        const float * v = decoded ? NULL : load_tile(f, st, b, hk, ts, nt, 1, &ldv);
-        /* 1. scores s[x][t] = q_x . k_t; the V rows are touched meanwhile */
-        int32_t x = st->int_q ? n : 0;
-        for (; x + 4 <= n; x += 4) {
-            for (int32_t t = 0; t < nt; t++) {
-                float d4[4];
-                if (x == 0 && !decoded) touch |= touch_row(v + (size_t)t * ldv, D);
-                dot4(st->q + (size_t)x * Dp, (size_t)Dp, k + (size_t)t * ldk, D, d4);
-                for (int32_t y = 0; y < 4; y++) st->s[(size_t)(x + y) * TILE_KEYS + t] = d4[y];
+        const float * v = decoded ? NULL : load_v_tile(f, st, b, hk, ts, nt, &ldv);
+        /* 1. scores s[x][t] = q_x . k_t: an int8 tile's straight from its int8
+         * keys, every other from a key-transposed tile (load_k_groups) */
+        if (st->int_q) {
+            int8_scores(f, st, sdpa_kv_page(&p->kv, b, hk, ts), ts % SDPA_PAGE_ROWS, nt);
+        } else {
+            const float * kg = load_k_groups(f, st, b, hk, ts, nt, &ldg, &touch);
+            /* float32 pages, more than one row: the K and V of the tile
+             * TOUCH_AHEAD tiles on are touched during this tile's scores; the
+             * first tile of the range touches its own V and the tiles before
+             * that distance at once */
+            const bool ahead = p->kv.pages && !decoded && n > 1;
+            if (ahead && ts == t0) {
+                touch |= touch_floats(v, (size_t)nt * D);
+                for (int64_t tj = (int64_t)ts + TILE_KEYS; tj < t1 && tj < (int64_t)ts + TOUCH_AHEAD * TILE_KEYS; tj += TILE_KEYS)
+                    touch |= touch_floats(page_tile(&p->kv, b, hk, tj, 0), (size_t)TILE_KEYS * D) |
+                             touch_floats(page_tile(&p->kv, b, hk, tj, 1), (size_t)TILE_KEYS * D);
             }
-        }
-        for (; x < n; x++) {
-            float * s = st->s + (size_t)x * TILE_KEYS;
-            const float * q = st->q + (size_t)x * Dp;
-            int32_t t = 0;
-            for (; t + 4 <= nt; t += 4) {
-                if (x == 0 && !decoded)
-                    for (int32_t y = 0; y < 4; y++) touch |= touch_row(v + (size_t)(t + y) * ldv, D);
-                dot1x4(q, k + (size_t)t * ldk, ldk, D, s + t);
+            const float * kn = NULL, * vn = NULL;
+            if (ahead && (int64_t)ts + TOUCH_AHEAD * TILE_KEYS < t1) {
+                kn = page_tile(&p->kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 0);
+                vn = page_tile(&p->kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 1);
             }
-            for (; t < nt; t++) s[t] = dot1(q, k + (size_t)t * ldk, D);
+            touch |= qk_groups(st->qs, (size_t)Dp * 4, n, kg, ldg, nt, D, st->s, vn, kn);
         }
         /* 2. scale, mask, then online softmax per row */
-        for (x = 0; x < n; x++) {
+        for (int32_t x = 0; x < n; x++) {
             float * s = st->s + (size_t)x * TILE_KEYS;
             const int32_t valid = st->limit[x] - ts < nt ? st->limit[x] - ts : nt;
             /* scores [0, nt): those past a causal limit are checked too (harmless: a false
@@ -632,8 +774,8 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
             st->l[x] += f32x4_hsum(vsum);
         }
         /* 3. acc += p . V */
-        if (decoded) v = load_tile(f, st, b, hk, ts, nt, 1, &ldv);
-        for (x = 0; x < n; x += 4) {
+        if (decoded) v = load_v_tile(f, st, b, hk, ts, nt, &ldv);
+        for (int32_t x = 0; x < n; x += 4) {
             const int32_t rows = n - x < 4 ? n - x : 4;
             pv_rows(st->acc + (size_t)x * Dp, (size_t)Dp, st->s + (size_t)x * TILE_KEYS, TILE_KEYS, rows, v, ldv, nt, D);
         }
@@ -660,11 +802,12 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
         int64_t sink_end = f->p->sink_tokens;  /* [0, sink_end): tiles holding a sink row, not run below */
         if (sink_end > t0) sink_end = t0;
         if (sink_end > end) sink_end = end;
+        const int32_t sink_t1 = (int32_t)((sink_end + TILE_KEYS - 1) / TILE_KEYS * TILE_KEYS < end ? (sink_end + TILE_KEYS - 1) / TILE_KEYS * TILE_KEYS : end);
         for (int32_t ts = 0; ts < sink_end; ts += TILE_KEYS)
-            touch |= block_tile(f, st, b, hk, ts, end - ts < TILE_KEYS ? end - ts : TILE_KEYS);
+            touch |= block_tile(f, st, b, hk, ts, end - ts < TILE_KEYS ? end - ts : TILE_KEYS, 0, sink_t1);
     }
     for (int64_t ts = t0; ts < t1; ts += TILE_KEYS)  /* int64: t1 may be near INT32_MAX */
-        touch |= block_tile(f, st, b, hk, (int32_t)ts, t1 - ts < TILE_KEYS ? (int32_t)(t1 - ts) : TILE_KEYS);
+        touch |= block_tile(f, st, b, hk, (int32_t)ts, t1 - ts < TILE_KEYS ? (int32_t)(t1 - ts) : TILE_KEYS, t0, t1);
     *st->sink |= touch;  /* a store the compiler must keep, so the touches stay */
 }
 

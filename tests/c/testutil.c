@@ -364,7 +364,15 @@ float * tu_cache_dense(const sdpa_kv_cache * c, int which) {
                 const float * page = sdpa_kv_cache_page(c, b, h, t0 / SDPA_PAGE_ROWS, which);
                 if (!page) continue;
                 const int32_t rows = S - t0 < SDPA_PAGE_ROWS ? S - t0 : SDPA_PAGE_ROWS;
-                memcpy(out + (((size_t)b * H + h) * S + t0) * D, page, (size_t)rows * D * sizeof(float));
+                float * dst = out + (((size_t)b * H + h) * S + t0) * D;
+                if (which) {
+                    memcpy(dst, page, (size_t)rows * D * sizeof(float));
+                    continue;
+                }
+                /* a float32 K block: groups of G rows, element d of row t at ((t / G) * D + d) * G + t % G */
+                const size_t G = SDPA_PAGE_KEY_GROUP;
+                for (size_t t = 0; t < (size_t)rows; t++)
+                    for (size_t d = 0; d < (size_t)D; d++) dst[t * D + d] = page[(t / G * D + d) * G + t % G];
             }
     return out;
 }

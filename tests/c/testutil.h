@@ -139,9 +139,10 @@ void tu_custom_paths(sdpa_ctx * one, sdpa_ctx * two, const sdpa_tensor * query, 
 /// malloc that aborts the test (not the library) when the host is out of memory.
 void * tu_malloc(size_t bytes);
 
-/* A cache's K (which 0) or V (1) storage gathered from its pages into the
- * dense head-major layout [B, Hkv, maxSeqLen, D] (pages never written:
- * zeros), through sdpa_kv_cache_page. Caller frees. */
+/* A float32 cache's K (which 0) or V (1) storage gathered from its pages
+ * into the dense head-major layout [B, Hkv, maxSeqLen, D] (pages never
+ * written: zeros), through sdpa_kv_cache_page (K blocks are key-transposed
+ * per SDPA_PAGE_KEY_GROUP rows, sdpa.h). Caller frees. */
 float * tu_cache_dense(const sdpa_kv_cache * c, int which);
 
 /// Prints "<name>: N checks, N failed" and returns the exit status (0 / 1).

@@ -589,8 +589,13 @@ static int cache_same_as_host(const fcache * fc) {
                     if (!page) {
                         for (int32_t d = 0; d < fc->D; d += 64)
                             if (memcmp(host + d, zeros, (size_t)(fc->D - d < 64 ? fc->D - d : 64) * 4) != 0) return 0;
-                    } else if (memcmp(page + (size_t)(t % SDPA_PAGE_ROWS) * fc->D, host, (size_t)fc->D * 4) != 0) {
-                        return 0;
+                    } else if (w) {
+                        if (memcmp(page + (size_t)(t % SDPA_PAGE_ROWS) * fc->D, host, (size_t)fc->D * 4) != 0) return 0;
+                    } else {
+                        /* a float32 K block: groups of G rows, element d of row r at ((r / G) * D + d) * G + r % G */
+                        const size_t G = SDPA_PAGE_KEY_GROUP, r = (size_t)(t % SDPA_PAGE_ROWS);
+                        for (int32_t d = 0; d < fc->D; d++)
+                            if (memcmp(page + (r / G * (size_t)fc->D + (size_t)d) * G + r % G, host + d, 4) != 0) return 0;
                     }
                 }
     }

@@ -83,7 +83,7 @@ class World {
     w.s = await createSdpa({ threads });
     made.add(w.s);
     const s = w.s;
-    // The ghost: a freed heap tensor's old view over the cache's key storage (null if malloc did not reuse the block).
+    // The ghost: a freed heap tensor's old view over the cache's storage (its values; null if malloc did not reuse the block).
     const made2 = cacheOverFreedTensor(s, { maxSeqLen: 8, numKvHeads: 2, headDim: 4 });
     if (made2) {
       w.cache = made2.cache; w.ghost = made2.view.subarray(made2.at);

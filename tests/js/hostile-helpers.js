@@ -223,17 +223,19 @@ export function assertCloseTo(got, ref, label) {
 // A view over a cache's storage, made with the public API only
 
 /**
- * Makes a cache of `geo` (numKvHeads >= 1, headDim 4, maxSeqLen >= 2) whose key
+ * Makes a cache of `geo` (numKvHeads >= 1, headDim 4, maxSeqLen >= 2) whose
  * storage lies where a freed heap tensor was, and returns { cache, view, at,
- * restore }: `view` is that tensor's old view, covering the cache's keys from
- * element `at` (head 0, rows 0 and 1: 1000.. and 2000..; other heads +100 each;
- * values negated). `restore()` writes rows 0 and 1 again. Tries a few block
+ * restore }: `view` is that tensor's old view, covering the cache's values from
+ * element `at` (head 0, rows 0 and 1: -1000.. and -2000..; keys are the same
+ * rows not negated, other heads +100 each; values are searched because a
+ * float32 page's K block is key-transposed while V stays in rows). `restore()` writes rows 0 and 1 again. Tries a few block
  * sizes (malloc, or the cache's page arena, reuses the freed block); null if none works.
  */
 export function cacheOverFreedTensor(s, geo) {
   const H = geo.numKvHeads;
   const rowOf = (base, sign = 1) => ({ data: Float32Array.from({ length: 4 * H }, (_, i) => sign * (base + (i >> 2) * 100 + (i & 3))), dims: [1, 1, H, 4] });
-  const pattern = [1000, 1001, 1002, 1003, 2000, 2001, 2002, 2003];
+  // the V rows of head 0 (rows 0 and 1): a float32 page keeps V as rows (its K block is key-transposed, include/sdpa.h)
+  const pattern = [-1000, -1001, -1002, -1003, -2000, -2001, -2002, -2003];
   for (const floats of [1024, 65536, 1 << 20, 1 << 22]) {
     const t = s.allocTensor('float32', [floats]);
     const view = t.data;
@@ -243,7 +245,7 @@ export function cacheOverFreedTensor(s, geo) {
     restore();
     let at = -1;
     for (let i = 0; i + 8 <= view.length && at < 0; i++) {
-      if (view[i] === 1000 && pattern.every((x, j) => view[i + j] === x)) at = i;
+      if (view[i] === -1000 && pattern.every((x, j) => view[i + j] === x)) at = i;
     }
     if (at >= 0) return { cache, view, at, restore };
     cache.dispose();

@@ -751,7 +751,7 @@ test('4: a view of a heap tensor made before memory growth, as out overlapping a
 test('4: a view made before growth over what is now cache storage, as out or input of the cache: E_ARG, the cache unchanged', () => {
   const s = s2;
   const made = cacheOverFreedTensor(s, { maxSeqLen: 8, numKvHeads: 2, headDim: 4 });
-  assert.ok(made, 'setup: a freed heap tensor\'s view covers the cache keys (malloc reused the block)');
+  assert.ok(made, 'setup: a freed heap tensor\'s view covers the cache values (malloc reused the block)');
   const { cache, view: old, at, restore } = made;
   const inCache = old.subarray(at, at + 8);
   const cq = () => ({ data: new Float32Array(8).fill(0.5), dims: [1, 1, 2, 4] });

@@ -170,22 +170,23 @@ test('options: inherited names count (not Object.prototype junk); a heap tensor 
   } finally { other.dispose(); }
 });
 
-/** A Float32Array over the cache's key storage, [B, Hkv, maxSeqLen, D] (found by its contents: row 0 then row 1 of head 0). */
-function cacheKeyView(n) {
+/** A Float32Array over the cache's value storage, rows of D (found by its contents: row 0 then row 1 of head 0;
+ * values, because a float32 page keeps its V rows as rows while its K block is key-transposed, include/sdpa.h). */
+function cacheValueView(n) {
   const { core } = sdpa[INTERNALS];
   const f32 = new Float32Array(core.currentBuffer());
-  const first = CK.data.subarray(0, 8);
+  const first = CV.data.subarray(0, 8);
   for (let i = 0; i + 8 <= f32.length; i++) {
     if (f32[i] !== first[0]) continue;
     let j = 1;
     while (j < 8 && f32[i + j] === first[j]) j++;
-    if (j === 8 && f32[i + 8] === CK.data[16]) return new Float32Array(core.currentBuffer(), i * 4, n); // row 1, head 0
+    if (j === 8 && f32[i + 8] === CV.data[16]) return new Float32Array(core.currentBuffer(), i * 4, n); // row 1, head 0
   }
   throw new Error('cache storage not found');
 }
 
 test('E_ARG: out, or an input, inside the cache storage (caught in JS, cache unchanged)', () => {
-  const view = cacheKeyView(32);
+  const view = cacheValueView(32);
   const inCache = (dims) => ({ data: view.subarray(0, dims.reduce((a, b) => a * b, 1)), dims });
   runCases('E_ARG', [
     ['attend out overlaps the cache', () => cache.attend(cq(), { startPos: 3, out: { data: view, dims: [1, 1, 4, 8] } }), [/out/, /cache/]],
