@@ -26,12 +26,18 @@ const EMSDK_NODE_PATH = '/usr/share/nodejs';   // Debian's acorn, needed by emcc
 
 export function log(msg) { process.stdout.write(`${msg}\n`); }
 
-/** Environment for every build/test child: NODE_PATH for emcc, no colour noise. */
+/** Environment for every build/test child: NODE_PATH for emcc, no colour noise,
+ * and PATH without node_modules/.bin: under `npm test` / `npm run` that comes
+ * first, and npm's binaryen wasm-opt (version 132) there shadows the system one
+ * that emcc 3.1.6 expects: the link then minifies the wasm's import names but
+ * not the JS glue's ("Import #0 "a" "a": memory import must be a
+ * WebAssembly.Memory object" when the module loads). */
 export function buildEnv(extra = {}) {
   const env = { ...process.env, ...extra };
   const parts = (env.NODE_PATH || '').split(path.delimiter).filter(Boolean);
   if (!parts.includes(EMSDK_NODE_PATH)) parts.push(EMSDK_NODE_PATH);
   env.NODE_PATH = parts.join(path.delimiter);
+  if (env.PATH) env.PATH = env.PATH.split(path.delimiter).filter((d) => !/node_modules[\\/]\.bin[\\/]?$/.test(d)).join(path.delimiter);
   env.CLICOLOR_FORCE = '0';
   return env;
 }
