@@ -46,6 +46,8 @@ export function ensureLimitsBuilt({ force = false, log = (m) => process.stderr.w
   ];
   log(`bench: building limits (emcc ${args.slice(1).join(' ')})`);
   const env = { ...process.env, NODE_PATH: [process.env.NODE_PATH, '/usr/share/nodejs'].filter(Boolean).join(':') };
+  // without node_modules/.bin (npm run puts it first): npm's binaryen wasm-opt breaks emcc 3.1.6's links (scripts/build.mjs buildEnv)
+  if (env.PATH) env.PATH = env.PATH.split(path.delimiter).filter((d) => !/node_modules[\\/]\.bin[\\/]?$/.test(d)).join(path.delimiter);
   const r = spawnSync('emcc', args, { env, encoding: 'utf8' });
   if (r.error || r.status !== 0) {
     throw new Error(`emcc failed for bench/limits.c (${r.error ? r.error.message : 'exit ' + r.status}):\n${r.stderr}`);
