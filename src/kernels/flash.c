@@ -240,10 +240,9 @@ static const float * page_tile(const sdpa_kv_view * kv, int32_t b, int32_t hk, i
  * for every row. Scores are computed up to nt rounded up to the pass: those
  * keys exist in the page (or the decoded tile) and their lanes are
  * independent (dropped by the caller's limits). While a pass runs, it
- * touches the V rows of its keys (v, ldv = D floats: the value pass then
- * finds them in cache) and the same share of the next tile's K block (kn,
- * or NULL), so that a page's DRAM reads overlap with the previous page's
- * compute. */
+ * touches its share (the same keys) of two blocks of D-float rows, ta_block
+ * and tb_block (NULL, or the V and K of the tile TOUCH_AHEAD tiles on), so
+ * that their DRAM reads overlap with this compute. */
 static uint32_t qk_groups(const v128_t * qs, size_t ldqs, int32_t n, const float * k, size_t ldg, int32_t nt,
                           int32_t D, float * s, const float * ta_block, const float * tb_block) {
     const int32_t step = n == 1 ? 16 : 8;

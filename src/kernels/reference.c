@@ -53,6 +53,7 @@ void sdpa_reference_row(const sdpa_problem * p, int32_t b, int32_t i, int32_t h,
     const int32_t hk = h / p->group;
     for (int32_t t = 0; t < N; t++) {
         double w = exp(score(p, b, i, h, t) - max) / sum;
+        if (w == 0.0) continue;  /* weight 0 (masked, or exp underflowed): the row adds nothing, not 0 * inf */
         for (int32_t d = 0; d < D; d++) acc[d] += w * (double)sdpa_kv_elem(&p->kv, b, hk, t, true, d);
     }
     for (int32_t d = 0; d < D; d++) out[d] = (float)acc[d];
