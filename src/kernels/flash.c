@@ -697,87 +697,85 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
     const int32_t D = p->head_dim, Dp = f->dim_pad, n = st->n;
     const int32_t nt4 = (nt + 3) & ~3;
     uint32_t touch = 0;
-    {
-        size_t ldg = 0, ldv = 0;
-        /* float32 V rows are read in place and touched while the scores run
-         * (see touch_row); a compact cache's V is decoded only before the
-         * value pass */
-        const bool decoded = !sdpa_kv_is_f32(&p->kv);
-        const float * v = decoded ? NULL : load_v_tile(f, st, b, hk, ts, nt, &ldv);
-        /* 1. scores s[x][t] = q_x . k_t: an int8 tile's straight from its int8
-         * keys, every other from a key-transposed tile (load_k_groups) */
-        if (st->int_q) {
-            int8_scores(f, st, sdpa_kv_page(&p->kv, b, hk, ts), ts % SDPA_PAGE_ROWS, nt);
-        } else {
-            const float * kg = load_k_groups(f, st, b, hk, ts, nt, &ldg, &touch);
-            /* float32 pages, more than one row: the K and V of the tile
-             * TOUCH_AHEAD tiles on are touched during this tile's scores; the
-             * first tile of the range touches its own V and the tiles before
-             * that distance at once */
-            const bool ahead = p->kv.pages && !decoded && n > 1;
-            if (ahead && ts == t0) {
-                touch |= touch_floats(v, (size_t)nt * D);
-                for (int64_t tj = (int64_t)ts + TILE_KEYS; tj < t1 && tj < (int64_t)ts + TOUCH_AHEAD * TILE_KEYS; tj += TILE_KEYS)
-                    touch |= touch_floats(page_tile(&p->kv, b, hk, tj, 0), (size_t)TILE_KEYS * D) |
-                             touch_floats(page_tile(&p->kv, b, hk, tj, 1), (size_t)TILE_KEYS * D);
-            }
-            const float * kn = NULL, * vn = NULL;
-            if (ahead && (int64_t)ts + TOUCH_AHEAD * TILE_KEYS < t1) {
-                kn = page_tile(&p->kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 0);
-                vn = page_tile(&p->kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 1);
-            }
-            touch |= qk_groups(st->qs, (size_t)Dp * 4, n, kg, ldg, nt, D, st->s, vn, kn);
+    size_t ldg = 0, ldv = 0;
+    /* float32 V rows are read in place and touched while the scores run
+     * (see touch_row); a compact cache's V is decoded only before the
+     * value pass */
+    const bool decoded = !sdpa_kv_is_f32(&p->kv);
+    const float * v = decoded ? NULL : load_v_tile(f, st, b, hk, ts, nt, &ldv);
+    /* 1. scores s[x][t] = q_x . k_t: an int8 tile's straight from its int8
+     * keys, every other from a key-transposed tile (load_k_groups) */
+    if (st->int_q) {
+        int8_scores(f, st, sdpa_kv_page(&p->kv, b, hk, ts), ts % SDPA_PAGE_ROWS, nt);
+    } else {
+        const float * kg = load_k_groups(f, st, b, hk, ts, nt, &ldg, &touch);
+        /* float32 pages, more than one row: the K and V of the tile
+         * TOUCH_AHEAD tiles on are touched during this tile's scores; the
+         * first tile of the range touches its own V and the tiles before
+         * that distance at once */
+        const bool ahead = p->kv.pages && !decoded && n > 1;
+        if (ahead && ts == t0) {
+            touch |= touch_floats(v, (size_t)nt * D);
+            for (int64_t tj = (int64_t)ts + TILE_KEYS; tj < t1 && tj < (int64_t)ts + TOUCH_AHEAD * TILE_KEYS; tj += TILE_KEYS)
+                touch |= touch_floats(page_tile(&p->kv, b, hk, tj, 0), (size_t)TILE_KEYS * D) |
+                         touch_floats(page_tile(&p->kv, b, hk, tj, 1), (size_t)TILE_KEYS * D);
         }
-        /* 2. scale, mask, then online softmax per row */
-        for (int32_t x = 0; x < n; x++) {
-            float * s = st->s + (size_t)x * TILE_KEYS;
-            const int32_t valid = st->limit[x] - ts < nt ? st->limit[x] - ts : nt;
-            /* scores [0, nt): those past a causal limit are checked too (harmless: a false
-             * alarm costs a reference row, never a wrong one) */
-            if (!scale_finite(s, s, p->scale, nt)) st->suspect[x] = true;
-            if (p->softcap) softcap_scores(s, nt4, p->softcap);
-            if (st->mask[x]) for (int32_t t = 0; t < valid; t++) s[t] += st->mask[x][ts + t];
-            /* before the window (a windowed cache's sink rows stay) */
-            for (int32_t t = p->sink_tokens > ts ? p->sink_tokens - ts : 0, lo = st->lower[x] - ts; t < lo && t < nt4; t++)
-                s[t] = -INFINITY;
-            if (st->bmask[x]) for (int32_t t = 0; t < valid; t++) if (!st->bmask[x][ts + t]) s[t] = -INFINITY;
-            for (int32_t t = valid < 0 ? 0 : valid; t < nt4; t++) s[t] = -INFINITY;
-            v128_t vmax = wasm_f32x4_splat(-INFINITY), vnan = wasm_i32x4_splat(0);
-            for (int32_t t = 0; t < nt4; t += 4) {
-                const v128_t vs = wasm_v128_load(s + t);
-                vmax = wasm_f32x4_pmax(vmax, vs);  /* never NaN: a NaN vs is dropped... */
-                vnan = wasm_v128_or(vnan, wasm_f32x4_ne(vs, vs));  /* ...and remembered here */
-            }
-            const float tile_max = f32x4_hmax(vmax);
-            if (tile_max == -INFINITY && !wasm_v128_any_true(vnan)) {  /* nothing visible here */
-                memset(s, 0, sizeof(float) * (size_t)nt4);
-                continue;
-            }
-            const float m_old = st->m[x];
-            const float m_new = tile_max > m_old ? tile_max : m_old;
-            if (m_new != m_old && st->l[x] != 0.0f) {
-                const float alpha = expf(m_old - m_new);
-                float * acc = st->acc + (size_t)x * Dp;
-                const v128_t va = wasm_f32x4_splat(alpha);
-                for (int32_t d = 0; d < Dp; d += 4) wasm_v128_store(acc + d, wasm_f32x4_mul(wasm_v128_load(acc + d), va));
-                st->l[x] *= alpha;
-            }
-            st->m[x] = m_new;
-            const v128_t vm = wasm_f32x4_splat(m_new);
-            v128_t vsum = wasm_f32x4_splat(0.0f);
-            for (int32_t t = 0; t < nt4; t += 4) {
-                const v128_t e = f32x4_exp_nonpositive(wasm_f32x4_sub(wasm_v128_load(s + t), vm));
-                wasm_v128_store(s + t, e);
-                vsum = wasm_f32x4_add(vsum, e);
-            }
-            st->l[x] += f32x4_hsum(vsum);
+        const float * kn = NULL, * vn = NULL;
+        if (ahead && (int64_t)ts + TOUCH_AHEAD * TILE_KEYS < t1) {
+            kn = page_tile(&p->kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 0);
+            vn = page_tile(&p->kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 1);
         }
-        /* 3. acc += p . V */
-        if (decoded) v = load_v_tile(f, st, b, hk, ts, nt, &ldv);
-        for (int32_t x = 0; x < n; x += 4) {
-            const int32_t rows = n - x < 4 ? n - x : 4;
-            pv_rows(st->acc + (size_t)x * Dp, (size_t)Dp, st->s + (size_t)x * TILE_KEYS, TILE_KEYS, rows, v, ldv, nt, D);
+        touch |= qk_groups(st->qs, (size_t)Dp * 4, n, kg, ldg, nt, D, st->s, vn, kn);
+    }
+    /* 2. scale, mask, then online softmax per row */
+    for (int32_t x = 0; x < n; x++) {
+        float * s = st->s + (size_t)x * TILE_KEYS;
+        const int32_t valid = st->limit[x] - ts < nt ? st->limit[x] - ts : nt;
+        /* scores [0, nt): those past a causal limit are checked too (harmless: a false
+         * alarm costs a reference row, never a wrong one) */
+        if (!scale_finite(s, s, p->scale, nt)) st->suspect[x] = true;
+        if (p->softcap) softcap_scores(s, nt4, p->softcap);
+        if (st->mask[x]) for (int32_t t = 0; t < valid; t++) s[t] += st->mask[x][ts + t];
+        /* before the window (a windowed cache's sink rows stay) */
+        for (int32_t t = p->sink_tokens > ts ? p->sink_tokens - ts : 0, lo = st->lower[x] - ts; t < lo && t < nt4; t++)
+            s[t] = -INFINITY;
+        if (st->bmask[x]) for (int32_t t = 0; t < valid; t++) if (!st->bmask[x][ts + t]) s[t] = -INFINITY;
+        for (int32_t t = valid < 0 ? 0 : valid; t < nt4; t++) s[t] = -INFINITY;
+        v128_t vmax = wasm_f32x4_splat(-INFINITY), vnan = wasm_i32x4_splat(0);
+        for (int32_t t = 0; t < nt4; t += 4) {
+            const v128_t vs = wasm_v128_load(s + t);
+            vmax = wasm_f32x4_pmax(vmax, vs);  /* never NaN: a NaN vs is dropped... */
+            vnan = wasm_v128_or(vnan, wasm_f32x4_ne(vs, vs));  /* ...and remembered here */
         }
+        const float tile_max = f32x4_hmax(vmax);
+        if (tile_max == -INFINITY && !wasm_v128_any_true(vnan)) {  /* nothing visible here */
+            memset(s, 0, sizeof(float) * (size_t)nt4);
+            continue;
+        }
+        const float m_old = st->m[x];
+        const float m_new = tile_max > m_old ? tile_max : m_old;
+        if (m_new != m_old && st->l[x] != 0.0f) {
+            const float alpha = expf(m_old - m_new);
+            float * acc = st->acc + (size_t)x * Dp;
+            const v128_t va = wasm_f32x4_splat(alpha);
+            for (int32_t d = 0; d < Dp; d += 4) wasm_v128_store(acc + d, wasm_f32x4_mul(wasm_v128_load(acc + d), va));
+            st->l[x] *= alpha;
+        }
+        st->m[x] = m_new;
+        const v128_t vm = wasm_f32x4_splat(m_new);
+        v128_t vsum = wasm_f32x4_splat(0.0f);
+        for (int32_t t = 0; t < nt4; t += 4) {
+            const v128_t e = f32x4_exp_nonpositive(wasm_f32x4_sub(wasm_v128_load(s + t), vm));
+            wasm_v128_store(s + t, e);
+            vsum = wasm_f32x4_add(vsum, e);
+        }
+        st->l[x] += f32x4_hsum(vsum);
+    }
+    /* 3. acc += p . V */
+    if (decoded) v = load_v_tile(f, st, b, hk, ts, nt, &ldv);
+    for (int32_t x = 0; x < n; x += 4) {
+        const int32_t rows = n - x < 4 ? n - x : 4;
+        pv_rows(st->acc + (size_t)x * Dp, (size_t)Dp, st->s + (size_t)x * TILE_KEYS, TILE_KEYS, rows, v, ldv, nt, D);
     }
     return touch;
 }
