@@ -214,17 +214,18 @@ static void test_int8_rows(void) {
 
 /* ---- attention over compact caches ------------------------------------- */
 
-typedef struct shape { int32_t B, Hq, Hkv, D, keys, Sq; int causal, mask; } shape;
+typedef struct shape { int32_t B, Hq, Hkv, D, keys, Sq; int causal, mask; float v_shift; } shape;
+/* v_shift: values of one sign (an int8 zero point far from 0: -128 for all-positive rows) */
 
 static void attention_case(int32_t dtype, const shape * s, uint64_t seed) {
-    snprintf(tu_context, sizeof tu_context, "%s cache B=%d Hq=%d Hkv=%d D=%d keys=%d Sq=%d causal=%d mask=%d",
-             dtype == SDPA_DTYPE_FLOAT16 ? "float16" : "int8", s->B, s->Hq, s->Hkv, s->D, s->keys, s->Sq, s->causal, s->mask);
+    snprintf(tu_context, sizeof tu_context, "%s cache B=%d Hq=%d Hkv=%d D=%d keys=%d Sq=%d causal=%d mask=%d v_shift=%g",
+             dtype == SDPA_DTYPE_FLOAT16 ? "float16" : "int8", s->B, s->Hq, s->Hkv, s->D, s->keys, s->Sq, s->causal, s->mask, (double)s->v_shift);
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     const int32_t S = s->keys;
     const size_t nkv = (size_t)s->B * S * s->Hkv * s->D, nq = (size_t)s->B * s->Sq * s->Hq * s->D;
     float * k = tu_malloc(nkv * 4), * v = tu_malloc(nkv * 4), * q = tu_malloc(nq * 4);
-    for (size_t i = 0; i < nkv; i++) { k[i] = tu_rng_normal(&rng); v[i] = tu_rng_normal(&rng); }
+    for (size_t i = 0; i < nkv; i++) { k[i] = tu_rng_normal(&rng); v[i] = tu_rng_normal(&rng) + s->v_shift; }
     for (size_t i = 0; i < nq; i++) q[i] = tu_rng_normal(&rng);
     sdpa_kv_cache * c1 = NULL, * c2 = NULL;
     sdpa_status st1 = sdpa_kv_cache_create(g_ctx1, s->B, S, s->Hkv, s->D, dtype, &c1);
@@ -325,13 +326,16 @@ static void test_int8_tiny_query(void) {
 
 static void test_attention(void) {
     static const shape shapes[] = {
-        {1, 8, 2, 64, 300, 1, 1, 0},     /* decode, GQA 4, split-KV */
-        {1, 32, 8, 128, 2048, 1, 1, 0},  /* decode of a real model shape (split-KV, chunks) */
-        {1, 8, 1, 128, 700, 1, 1, 0},    /* MQA */
-        {2, 4, 2, 20, 130, 3, 1, 0},     /* B = 2, D with SIMD tails (16 + 4 for int8, 16 + 4 for float16) */
-        {1, 6, 3, 7, 90, 5, 0, 1},       /* D = 7, float mask */
-        {1, 4, 4, 33, 200, 64, 1, 0},    /* prefill-like, D = 33 */
-        {1, 14, 2, 64, 513, 1, 1, 0},    /* 513 keys: a partial tile and page */
+        {1, 8, 2, 64, 300, 1, 1, 0, 0.0f},     /* decode, GQA 4, split-KV */
+        {1, 32, 8, 128, 2048, 1, 1, 0, 0.0f},  /* decode of a real model shape (split-KV, chunks) */
+        {1, 8, 1, 128, 700, 1, 1, 0, 0.0f},    /* MQA */
+        {2, 4, 2, 20, 130, 3, 1, 0, 0.0f},     /* B = 2, D with SIMD tails (16 + 4 for int8, 16 + 4 for float16) */
+        {1, 6, 3, 7, 90, 5, 0, 1, 0.0f},       /* D = 7, float mask */
+        {1, 4, 4, 33, 200, 64, 1, 0, 0.0f},    /* prefill-like, D = 33 */
+        {1, 14, 2, 64, 513, 1, 1, 0, 0.0f},    /* 513 keys: a partial tile and page */
+        {1, 8, 2, 64, 300, 1, 1, 0, 4.0f},   /* GQA 4 over values of one sign: zero points near -128 */
+        {1, 8, 1, 128, 200, 1, 1, 0, -2.0f}, /* MQA (8 rows) over negative values: zero points near 127 */
+        {1, 6, 3, 16, 150, 3, 1, 0, 5.0f},   /* 6 rows: the decoding path, same data kind */
     };
     const int32_t dtypes[] = {SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8};
     for (size_t d = 0; d < 2; d++)
