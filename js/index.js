@@ -8,7 +8,7 @@
 
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
-  Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkSize, checkCount, describeValue,
+  Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkSize, describeValue,
   readDims, checkDimValues, checkLive, checkLiveOptions, CUSTOM_OPTIONS, KEY_INDEX_LIMIT,
 } from './validate.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
@@ -118,7 +118,7 @@ function makeInstance(core, info) {
     const batch = checkSize(ck, o.batch, 'batch', { required: false, dflt: 1 });
     // a windowed cache: its storage is the window, so maxSeqLen (the position limit) may be left out
     const window = checkSize(ck, o.window, 'window', { required: false, dflt: 0, max: KEY_INDEX_LIMIT });
-    const sinkTokens = checkCount(ck, o.sinkTokens, 'sinkTokens', KEY_INDEX_LIMIT);
+    const sinkTokens = checkSize(ck, o.sinkTokens, 'sinkTokens', { required: false, dflt: 0, max: KEY_INDEX_LIMIT, allowZero: true });
     if (sinkTokens && window === 0) ck.add('E_ARG', `sinkTokens is ${sinkTokens} but no window was given; sink rows belong to a windowed cache`);
     const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: given && window === 0, dflt: KEY_INDEX_LIMIT, max: KEY_INDEX_LIMIT });
     const numKvHeads = checkSize(ck, o.numKvHeads, 'numKvHeads', { zeroCode: 'E_HEADS', required: given });

@@ -47,7 +47,7 @@ export function pageBytes(geo) {
 export function pagesPerHead(geo) {
   const all = Math.ceil(geo.maxSeqLen / PAGE_ROWS);
   if (!geo.window) return all;
-  const ring = Math.ceil(Math.ceil(geo.sinkTokens / PAGE_ROWS) + (geo.window - 1) / PAGE_ROWS) + 2;
+  const ring = Math.ceil(geo.sinkTokens / PAGE_ROWS) + Math.ceil((geo.window - 1) / PAGE_ROWS) + 2;
   return Math.min(all, ring);
 }
 
@@ -142,7 +142,7 @@ export class KVCache {
     checkLive(ck, V);
     const length = this.#writtenOrUnknown();
     const sp = writeStart(ck, startPos, length);
-    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, this.windowStart);
+    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, this.#windowStartOf());
     ck.done();
     const c = this.#core;
     // Addresses inside wasm memory first, then temporaries (see Core.addressOf).
@@ -176,13 +176,13 @@ export class KVCache {
     if (o.startPos === undefined || o.startPos === null) sp = this.#impliedStart(ck, Q, o.M !== null);
     else sp = checkStartPos(ck, o.startPos, 'startPos');
     const P = checkAttention(ck, o, sp, Q, this.#kv, this.#kv);
-    if (this.#geo.window) checkWindowedAttention(ck, P, this.#geo, this.#state(), sp, true);
+    if (this.#geo.window) checkWindowedAttention(ck, P, this.#geo, this.#writtenOrUnknown(), this.windowStart, sp, true);
     ck.done();
     return this.#core.runAttention(fn, P, sp, null, null, this.#callAttend);
   }
 
-  /** length and windowStart now (Infinity, 0 once disposed: E_DISPOSED is reported then). */
-  #state() { return { length: this.#writtenOrUnknown(), windowStart: this.windowStart }; }
+  /** windowStart for the write rules: 0 for a plain cache (no wasm call in its decode loop). */
+  #windowStartOf() { return this.#geo.window ? this.windowStart : 0; }
 
   /**
    * attend's startPos when none is given: q holds the last Sq rows written
@@ -223,10 +223,11 @@ export class KVCache {
     checkLiveOptions(ck, o);
     const length = this.#writtenOrUnknown();
     const sp = writeStart(ck, startPos, length);
-    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, this.windowStart);
+    const windowStart = this.#windowStartOf();
+    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, windowStart);
     // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
     const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
-    if (this.#geo.window) checkWindowedAttention(ck, P, this.#geo, this.#state(), sp, false);
+    if (this.#geo.window) checkWindowedAttention(ck, P, this.#geo, length, windowStart, sp, false);
     checkOutAliasing(ck, P.O, W.K);
     checkOutAliasing(ck, P.O, W.V);
     if (P.Sq >= 0 && W.Snew >= 0 && P.Sq !== W.Snew) {
@@ -329,8 +330,9 @@ export class KVCache {
     const n = checkStartPos(ck, length, 'length', true);
     const held = this.#writtenOrUnknown();
     if (n !== null && n > held) ck.add('E_CAPACITY', `length ${n} is past the ${held} rows written (cache.length); truncate keeps rows 0 .. length-1 of those`);
-    else if (n !== null && this.#geo.window && n > this.#geo.sinkTokens && n < this.windowStart) {
-      ck.add('E_CAPACITY', `length ${n} would end inside the evicted rows ${this.#geo.sinkTokens} .. ${this.windowStart - 1} of the windowed cache; expected <= ${this.#geo.sinkTokens} (sink rows only) or >= ${this.windowStart}`);
+    else if (n !== null && this.#geo.window && n > this.#geo.sinkTokens && n < this.#windowStartOf()) {
+      const ws = this.windowStart;
+      ck.add('E_CAPACITY', `length ${n} would end inside the evicted rows ${this.#geo.sinkTokens} .. ${ws - 1} of the windowed cache; expected <= ${this.#geo.sinkTokens} (sink rows only) or >= ${ws}`);
     }
     ck.done();
     const c = this.#core;

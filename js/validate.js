@@ -236,30 +236,20 @@ export function checkDropout(ck, value) {
   return 0;
 }
 
-/** A count-like option (cache sizes): a positive integer. */
-export function checkSize(ck, value, name, { required = true, dflt, zeroCode = 'E_DIMS', max = INT32_MAX } = {}) {
+/** A count-like option (cache sizes): a positive integer (with `allowZero`, non-negative: a windowed cache's sinkTokens). */
+export function checkSize(ck, value, name, { required = true, dflt, zeroCode = 'E_DIMS', max = INT32_MAX, allowZero = false } = {}) {
+  const expected = allowZero ? 'a non-negative integer' : 'a positive integer';
   if (value === undefined || value === null) {
-    if (required) { ck.add('E_ARG', `${name} is missing; expected a positive integer`); return null; }
+    if (required) { ck.add('E_ARG', `${name} is missing; expected ${expected}`); return null; }
     return dflt;
   }
   if (typeof value !== 'number') { ck.add('E_ARG', `${name} must be a number, got ${describeValue(value)}`); return null; }
-  if (!isPosInt(value)) {
-    ck.add(value === 0 ? zeroCode : 'E_DIMS', `${name} is ${value}; expected a positive integer`);
+  if (!(isPosInt(value) || (allowZero && value === 0))) {
+    ck.add(value === 0 ? zeroCode : 'E_DIMS', `${name} is ${value}; expected ${expected}`);
     return null;
   }
   if (value > max) {
     ck.add('E_DIMS', `${name} is ${value}; at most ${max}${max === INT32_MAX ? ' (2^31 - 1)' : ''}`);
-    return null;
-  }
-  return value;
-}
-
-/** A count that may be 0 (a windowed cache's sinkTokens): absent → 0; E_DIMS when not a non-negative integer ≤ max. */
-export function checkCount(ck, value, name, max = INT32_MAX) {
-  if (value === undefined || value === null) return 0;
-  if (typeof value !== 'number') { ck.add('E_ARG', `${name} must be a number, got ${describeValue(value)}`); return null; }
-  if (!Number.isSafeInteger(value) || value < 0 || value > max) {
-    ck.add('E_DIMS', `${name} is ${value}; expected a non-negative integer of at most ${max}`);
     return null;
   }
   return value;
@@ -672,21 +662,21 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
  * A windowed cache's own attention rules (CONTRACT.md section 3), after
  * checkAttention: causal, no mask, no wider window (E_ARG); with `attend`
  * the rows attended must be written (startPos + Sq <= length), and the
- * first row's window must not reach evicted rows (E_START_POS). `state`:
- * { length, windowStart } of the cache now.
+ * first row's window must not reach evicted rows (E_START_POS). `length`,
+ * `windowStart`: the cache's now (numbers: a decode step allocates nothing).
  */
-export function checkWindowedAttention(ck, P, geo, state, startPos, attend) {
+export function checkWindowedAttention(ck, P, geo, length, windowStart, startPos, attend) {
   if (P.M) ck.add('E_ARG', `attnMask was given but a windowed cache (window ${geo.window}) applies its own causal window; pass no mask`);
   if (!P.isCausal) ck.add('E_ARG', `isCausal is false but a windowed cache (window ${geo.window}) attends causally; leave it out or pass true`);
   if (P.window > geo.window) ck.add('E_ARG', `window ${P.window} is wider than the cache's window ${geo.window}; it may narrow the window, not widen it`);
   if (startPos === null || P.Sq < 0) return;
-  if (attend && startPos + P.Sq > state.length) {
-    ck.add('E_START_POS', `startPos ${startPos} + query length ${P.Sq} is past the ${state.length} rows written (cache.length); a windowed cache attends written rows only`);
+  if (attend && startPos + P.Sq > length) {
+    ck.add('E_START_POS', `startPos ${startPos} + query length ${P.Sq} is past the ${length} rows written (cache.length); a windowed cache attends written rows only`);
   }
   const W = P.window || geo.window;
   const first = Math.max(startPos - W + 1, geo.sinkTokens);
-  if (first <= startPos && first < state.windowStart) {
-    ck.add('E_START_POS', `the query row at startPos ${startPos} sees keys from row ${first}, but rows ${geo.sinkTokens} .. ${state.windowStart - 1} of the windowed cache were evicted; startPos must be >= ${state.windowStart + W - 1}`);
+  if (first <= startPos && first < windowStart) {
+    ck.add('E_START_POS', `the query row at startPos ${startPos} sees keys from row ${first}, but rows ${geo.sinkTokens} .. ${windowStart - 1} of the windowed cache were evicted; startPos must be >= ${windowStart + W - 1}`);
   }
 }
 
