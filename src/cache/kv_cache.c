@@ -390,8 +390,10 @@ sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_
             *slot = zero;
         }
         /* rows tail .. ROWS-1 of K and V (and their int8 scales, zero points): all bytes 0 decode to 0.0 */
-        if (tail != 0 && !sdpa_page_is_zero(pages[page_slot(cache, keep - 1)]))
-            sdpa_kv_clear_rows(fmt, pages[page_slot(cache, keep - 1)], tail);
+        if (tail != 0) {
+            void * last_kept = pages[page_slot(cache, keep - 1)];
+            if (!sdpa_page_is_zero(last_kept)) sdpa_kv_clear_rows(fmt, last_kept, tail);
+        }
     }
     /* down to the sink rows: the window starts afresh */
     if (cache->window && length <= cache->sink_tokens) cache->window_start = cache->sink_tokens;

@@ -796,12 +796,13 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
     if (t0 < begin) t0 = begin;  /* window: tiles wholly before every row's window too */
     uint32_t touch = 0;
     if (with_sinks && f->p->sink_tokens > 0) {
-        int64_t sink_end = f->p->sink_tokens;  /* [0, sink_end): tiles holding a sink row, not run below */
-        if (sink_end > t0) sink_end = t0;
-        if (sink_end > end) sink_end = end;
-        const int32_t sink_t1 = (int32_t)((sink_end + TILE_KEYS - 1) / TILE_KEYS * TILE_KEYS < end ? (sink_end + TILE_KEYS - 1) / TILE_KEYS * TILE_KEYS : end);
-        for (int32_t ts = 0; ts < sink_end; ts += TILE_KEYS)
-            touch |= block_tile(f, st, b, hk, ts, end - ts < TILE_KEYS ? end - ts : TILE_KEYS, 0, sink_t1);
+        /* the tiles [0, sink_t1) holding a sink row, up to the range below (t0 is a tile
+         * multiple, so no tile is run twice) and the causal end */
+        int64_t sink_t1 = ((int64_t)f->p->sink_tokens + TILE_KEYS - 1) / TILE_KEYS * TILE_KEYS;
+        if (sink_t1 > t0) sink_t1 = t0;
+        if (sink_t1 > end) sink_t1 = end;
+        for (int32_t ts = 0; ts < sink_t1; ts += TILE_KEYS)
+            touch |= block_tile(f, st, b, hk, ts, sink_t1 - ts < TILE_KEYS ? (int32_t)sink_t1 - ts : TILE_KEYS, 0, (int32_t)sink_t1);
     }
     for (int64_t ts = t0; ts < t1; ts += TILE_KEYS)  /* int64: t1 may be near INT32_MAX */
         touch |= block_tile(f, st, b, hk, (int32_t)ts, t1 - ts < TILE_KEYS ? (int32_t)(t1 - ts) : TILE_KEYS, t0, t1);
