@@ -110,3 +110,14 @@ export function refTorchSdpa(query, key, value, opts = {}) {
   }
   return out;
 }
+
+/**
+ * A windowed cache's visibility (CONTRACT.md section 3) for query rows
+ * sp .. sp+n-1 as a bool mask [n, sp + n]: key t is seen by row p when
+ * t <= p and (t > p - W or t < S).
+ */
+export function windowVisibility(sp, n, W, S) {
+  const N = sp + n, m = new Uint8Array(n * N);
+  for (let i = 0; i < n; i++) for (let t = 0; t < N; t++) m[i * N + t] = t <= sp + i && (t > sp + i - W || t < S) ? 1 : 0;
+  return { data: m, dims: [n, N] };
+}

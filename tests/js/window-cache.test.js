@@ -10,7 +10,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createSdpa } from '../../js/index.js';
 import { rng, randTensor, assertClose, expectError, sameBits } from './helpers.js';
-import { refCustomSdpa } from './reference.js';
+import { refCustomSdpa, windowVisibility as visibility } from './reference.js';
 
 const B = 1, HQ = 4, H = 2, D = 16;
 let sdpa;
@@ -34,13 +34,6 @@ class History {
     for (let t = 0; t < n; t++) out.set(this[which][t], t * H * D);
     return { data: out, dims: [B, n, H, D] };
   }
-}
-
-/** The contract's visibility for rows sp .. sp+n-1 as a bool mask [n, sp + n]. */
-function visibility(sp, n, W, S) {
-  const N = sp + n, m = new Uint8Array(n * N);
-  for (let i = 0; i < n; i++) for (let t = 0; t < N; t++) m[i * N + t] = t <= sp + i && (t > sp + i - W || t < S) ? 1 : 0;
-  return { data: m, dims: [n, N] };
 }
 
 /** The reference for q at sp: the window W (and the sink rows) through the mask; softcap and sinks from `extra`. */
