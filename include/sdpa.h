@@ -15,10 +15,11 @@
  *   KV-cache storage         paged (internal): pages of SDPA_PAGE_ROWS rows of
  *                            one batch row and one KV head, K block then V
  *                            block, drawn from the context's page pool as rows
- *                            are written; V is [SDPA_PAGE_ROWS, D], K is
- *                            [SDPA_PAGE_ROWS / G, D, G] (G =
- *                            SDPA_PAGE_KEY_GROUP, float32 / float16) or
- *                            [SDPA_PAGE_ROWS, D] (int8)
+ *                            are written; float32 / float16: V is
+ *                            [SDPA_PAGE_ROWS, D], K [SDPA_PAGE_ROWS / G, D, G]
+ *                            (G = SDPA_PAGE_KEY_GROUP); int8: K
+ *                            [SDPA_PAGE_ROWS / 8, ceil(D / 2), 8, 2], V
+ *                            [SDPA_PAGE_ROWS / 2, D, 2] (src/cache/kv_format.h)
  *
  * Semantics, for every b, h, i (query row i sits at absolute position sp + i):
  *   hk = h / r;  N = mask ? mask.dims[1] : sp + Sq   (only keys t < N exist)
@@ -198,8 +199,10 @@ sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,
 /// float32 and float16 pages store their K rows transposed in groups of this
 /// many rows: element d of page row t is at ((t / G) * D + d) * G + t % G
 /// (in elements, from the K block's start), so that the kernels multiply a
-/// broadcast query element by G keys at a time. V rows (and int8 K rows) are
-/// plain rows: element d of row t at t * D + d.
+/// broadcast query element by G keys at a time. Their V rows are plain rows:
+/// element d of row t at t * D + d. int8 pages interleave pairs for integer
+/// dot products: K element d of row t at ((t / 8 * ceil(D / 2) + d / 2) * 8 +
+/// t % 8) * 2 + d % 2, V element d of row t at (t / 2 * D + d) * 2 + t % 2.
 #define SDPA_PAGE_KEY_GROUP 16
 
 /// Largest single allocation of a cache, in bytes, on every build (a page,
@@ -272,8 +275,8 @@ int32_t sdpa_kv_cache_length(const sdpa_kv_cache * cache);
 int32_t sdpa_kv_cache_pages(const sdpa_kv_cache * cache);
 
 /// The K (which = 0) or V (which = 1) block (SDPA_PAGE_ROWS rows of D
-/// elements of the cache's dtype, K key-transposed per SDPA_PAGE_KEY_GROUP
-/// rows for float32 / float16; for int8 the page's scales and zero points
+/// elements of the cache's dtype, laid out as SDPA_PAGE_KEY_GROUP says; for
+/// int8 the page's scales and zero points
 /// follow both blocks, see src/cache/kv_format.h) of page
 /// `page` (rows page*SDPA_PAGE_ROWS ..) of batch row b, KV head h; NULL when
 /// that page was never written (it reads as zeros) or out of range. For

@@ -177,12 +177,19 @@ static void own_slot(sdpa_kv_cache * c, int32_t slot, bool clear) {
         void * old = pages[slot];
         const bool zero = sdpa_page_is_zero(old);
         if (!zero && sdpa_page_refs(old) == 1) {
-            if (clear) memset(old, 0, c->format.page_bytes);
+            if (clear) {
+                memset(old, 0, c->format.page_bytes);
+                sdpa_page_set_marks(old, 0);
+            }
             continue;
         }
-        void * fresh = sdpa_page_pool_take(pool, c->format.page_bytes);
-        if (zero || clear) memset(fresh, 0, c->format.page_bytes);
-        else memcpy(fresh, old, c->format.page_bytes);
+        void * fresh = sdpa_page_pool_take(pool, c->format.page_bytes);  /* marks 0 */
+        if (zero || clear) {
+            memset(fresh, 0, c->format.page_bytes);
+        } else {
+            memcpy(fresh, old, c->format.page_bytes);
+            sdpa_page_set_marks(fresh, sdpa_page_marks(old));
+        }
         sdpa_page_release(pool, old);
         pages[slot] = fresh;
     }
@@ -201,8 +208,9 @@ static void encode_rows(const sdpa_kv_cache * c, const float * k, const float * 
             for (int32_t t = 0; t < n; t++) {
                 const size_t dense = ((b * (size_t)src_len + (size_t)(from + t)) * H + h) * D;
                 const int32_t row = (pos + t) % SDPA_PAGE_ROWS;
-                sdpa_kv_encode_row(&c->format, page, row, 0, k + dense);
-                sdpa_kv_encode_row(&c->format, page, row, 1, v + dense);
+                const bool special = sdpa_kv_encode_row(&c->format, page, row, 0, k + dense) |
+                                     sdpa_kv_encode_row(&c->format, page, row, 1, v + dense);
+                if (special) sdpa_page_set_marks(page, sdpa_page_marks(page) | SDPA_PAGE_MARK_NONFINITE);
             }
         }
 }

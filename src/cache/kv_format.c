@@ -25,8 +25,9 @@ uint64_t sdpa_page_format_make(sdpa_page_format * f, int32_t dtype, int32_t head
         case SDPA_DTYPE_INT8: elem = 1; break;
         default: return 0;
     }
-    const uint64_t block = rows * D * elem;                      /* < 2^40: no wrap */
-    uint64_t bytes = 2 * block;
+    /* an int8 K block pads D to even (I8_KEYS) */
+    const uint64_t k_block = rows * (dtype == SDPA_DTYPE_INT8 ? (D + 1) / 2 * 2 : D) * elem;  /* < 2^40: no wrap */
+    uint64_t bytes = k_block + rows * D * elem;
     uint64_t scale_offset = 0, zp_offset = 0;
     if (dtype == SDPA_DTYPE_INT8) {
         scale_offset = bytes;
@@ -38,8 +39,10 @@ uint64_t sdpa_page_format_make(sdpa_page_format * f, int32_t dtype, int32_t head
     f->dtype = dtype;
     f->dim = head_dim;
     f->elem_bytes = (size_t)elem;
-    f->k_groups = dtype != SDPA_DTYPE_INT8;
-    f->v_offset = (size_t)block;
+    f->k_layout = dtype == SDPA_DTYPE_INT8 ? SDPA_LAYOUT_I8_KEYS : SDPA_LAYOUT_KEY_GROUPS;
+    f->v_layout = dtype == SDPA_DTYPE_INT8 ? SDPA_LAYOUT_I8_PAIRS : SDPA_LAYOUT_ROWS;
+    f->k_pairs = (int32_t)((D + 1) / 2);
+    f->v_offset = (size_t)k_block;
     f->scale_offset = (size_t)scale_offset;
     f->zp_offset = (size_t)zp_offset;
     f->page_bytes = (size_t)bytes;
@@ -78,7 +81,7 @@ float sdpa_f16_to_f32(uint16_t h) {
     return float_of(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-void sdpa_quantize_row(const float * x, int32_t n, int8_t * q, float * scale_out, int8_t * zp_out) {
+void sdpa_quantize_params(const float * x, int32_t n, float * scale_out, int8_t * zp_out) {
     float lo = 0.0f, hi = 0.0f;  /* min(min(x), 0), max(max(x), 0) over the finite values */
     for (int32_t i = 0; i < n; i++) {
         if (!isfinite(x[i])) continue;
@@ -91,19 +94,19 @@ void sdpa_quantize_row(const float * x, int32_t n, int8_t * q, float * scale_out
     const float from_min = -128.0f + dmin, from_max = 127.0f + dmax;
     float zp = from_min + from_max > 0.0f ? -128.0f - dmin : 127.0f - dmax;
     zp = zp < -128.0f ? -128.0f : zp > 127.0f ? 127.0f : zp;
-    zp = nearbyintf(zp);  /* the default rounding mode: half to even */
-    const float inv = 1.0f / scale;
-    for (int32_t i = 0; i < n; i++) {
-        if (isnan(x[i])) { q[i] = (int8_t)zp; continue; }
-        float v = nearbyintf(x[i] * inv + zp);
-        v = v < -128.0f ? -128.0f : v > 127.0f ? 127.0f : v;
-        q[i] = (int8_t)v;
-    }
     *scale_out = scale;
-    *zp_out = (int8_t)zp;
+    *zp_out = (int8_t)nearbyintf(zp);  /* the default rounding mode: half to even */
 }
 
-_Static_assert(SDPA_PAGE_ROWS % SDPA_PAGE_KEY_GROUP == 0, "a page holds whole key groups");
+int8_t sdpa_quantize_value(float x, float inv, int8_t zero_point) {
+    if (isnan(x)) return zero_point;
+    float v = nearbyintf(x * inv + (float)zero_point);
+    v = v < -128.0f ? -128.0f : v > 127.0f ? 127.0f : v;
+    return (int8_t)v;
+}
+
+_Static_assert(SDPA_PAGE_ROWS % SDPA_PAGE_KEY_GROUP == 0 && SDPA_PAGE_ROWS % SDPA_I8_KEY_GROUP == 0,
+               "a page holds whole key groups");
 
 const void * sdpa_kv_raw_row(const sdpa_page_format * f, const void * page, int32_t row, int value) {
     return (const char *)sdpa_kv_block(f, page, value) + (size_t)row * (size_t)f->dim * f->elem_bytes;
@@ -111,7 +114,7 @@ const void * sdpa_kv_raw_row(const sdpa_page_format * f, const void * page, int3
 
 void sdpa_kv_copy_raw_row(const sdpa_page_format * f, const void * page, int32_t row, int value, void * out) {
     const size_t eb = f->elem_bytes;
-    if (value || !f->k_groups) {
+    if (sdpa_kv_layout(f, value) == SDPA_LAYOUT_ROWS) {
         memcpy(out, sdpa_kv_raw_row(f, page, row, value), (size_t)f->dim * eb);
         return;
     }
@@ -125,11 +128,11 @@ void sdpa_kv_clear_rows(const sdpa_page_format * f, void * page, int32_t first) 
     char * base = page;
     for (int value = 0; value < 2; value++) {
         char * block = (char *)(uintptr_t)sdpa_kv_block(f, page, value);
-        if (value || !f->k_groups) {
+        if (sdpa_kv_layout(f, value) == SDPA_LAYOUT_ROWS) {
             memset(block + (size_t)first * (size_t)f->dim * eb, 0, rows * (size_t)f->dim * eb);
         } else {
             for (int32_t t = first; t < SDPA_PAGE_ROWS; t++)
-                for (int32_t d = 0; d < f->dim; d++) memset(block + sdpa_kv_elem_index(f, t, 0, d) * eb, 0, eb);
+                for (int32_t d = 0; d < f->dim; d++) memset(block + sdpa_kv_elem_index(f, t, value, d) * eb, 0, eb);
         }
         if (f->dtype == SDPA_DTYPE_INT8) {
             memset(base + f->scale_offset + ((value ? SDPA_PAGE_ROWS : 0) + (size_t)first) * sizeof(float), 0, rows * sizeof(float));
@@ -140,38 +143,42 @@ void sdpa_kv_clear_rows(const sdpa_page_format * f, void * page, int32_t first) 
 
 float sdpa_kv_row_scale(const sdpa_page_format * f, const void * page, int32_t row, int value) {
     float s;
-    memcpy(&s, (const char *)page + f->scale_offset + ((value ? SDPA_PAGE_ROWS : 0) + (size_t)row) * sizeof(float), sizeof s);
+    memcpy(&s, sdpa_kv_scales(f, page, value) + row, sizeof s);
     return s;
 }
 
 int8_t sdpa_kv_row_zero_point(const sdpa_page_format * f, const void * page, int32_t row, int value) {
-    return ((const int8_t *)page)[f->zp_offset + (value ? SDPA_PAGE_ROWS : 0) + (size_t)row];
+    return sdpa_kv_zero_points(f, page, value)[row];
 }
 
-void sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
-    char * dst = (char *)(uintptr_t)sdpa_kv_raw_row(f, page, row, value);
+bool sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
     const int32_t D = f->dim;
+    void * block = (void *)(uintptr_t)sdpa_kv_block(f, page, value);
+    uint32_t special = 0;
     switch (f->dtype) {
-        case SDPA_DTYPE_FLOAT32: {
-            if (value || !f->k_groups) { memcpy(dst, x, (size_t)D * sizeof(float)); break; }
-            float * block = (float *)(uintptr_t)sdpa_kv_block(f, page, value);
-            for (int32_t d = 0; d < D; d++) block[sdpa_kv_elem_index(f, row, value, d)] = x[d];
+        case SDPA_DTYPE_FLOAT32:
+            for (int32_t d = 0; d < D; d++) ((float *)block)[sdpa_kv_elem_index(f, row, value, d)] = x[d];
             break;
-        }
-        case SDPA_DTYPE_FLOAT16: {
-            uint16_t * block = (uint16_t *)(uintptr_t)sdpa_kv_block(f, page, value);
-            for (int32_t d = 0; d < D; d++) block[sdpa_kv_elem_index(f, row, value, d)] = sdpa_f32_to_f16(x[d]);
+        case SDPA_DTYPE_FLOAT16:
+            for (int32_t d = 0; d < D; d++) {
+                const uint16_t h = sdpa_f32_to_f16(x[d]);
+                ((uint16_t *)block)[sdpa_kv_elem_index(f, row, value, d)] = h;
+                special |= (h & 0x7c00u) == 0x7c00u;  /* Inf or NaN */
+            }
             break;
-        }
         default: {
             float scale;
             int8_t zp;
-            sdpa_quantize_row(x, D, (int8_t *)dst, &scale, &zp);
-            memcpy((char *)page + f->scale_offset + ((value ? SDPA_PAGE_ROWS : 0) + (size_t)row) * sizeof(float), &scale, sizeof scale);
-            ((int8_t *)page)[f->zp_offset + (value ? SDPA_PAGE_ROWS : 0) + (size_t)row] = zp;
+            sdpa_quantize_params(x, D, &scale, &zp);
+            const float inv = 1.0f / scale;
+            for (int32_t d = 0; d < D; d++)
+                ((int8_t *)block)[sdpa_kv_elem_index(f, row, value, d)] = sdpa_quantize_value(x[d], inv, zp);
+            memcpy((float *)(uintptr_t)sdpa_kv_scales(f, page, value) + row, &scale, sizeof scale);
+            ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row] = zp;
             break;
         }
     }
+    return special != 0;
 }
 
 float sdpa_kv_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {
@@ -181,16 +188,15 @@ float sdpa_kv_decode(const sdpa_page_format * f, const void * page, int32_t row,
         case SDPA_DTYPE_FLOAT32: return ((const float *)block)[at];
         case SDPA_DTYPE_FLOAT16: return sdpa_f16_to_f32(((const uint16_t *)block)[at]);
         default: {
-            const void * raw = sdpa_kv_raw_row(f, page, row, value);
             const float scale = sdpa_kv_row_scale(f, page, row, value);
             const int32_t zp = sdpa_kv_row_zero_point(f, page, row, value);
-            return (float)(((const int8_t *)raw)[d] - zp) * scale;
+            return (float)(((const int8_t *)block)[at] - zp) * scale;
         }
     }
 }
 
 void sdpa_kv_decode_row(const sdpa_page_format * f, const void * page, int32_t row, int value, float * out) {
-    if (f->dtype == SDPA_DTYPE_FLOAT32 && (value || !f->k_groups)) {
+    if (f->dtype == SDPA_DTYPE_FLOAT32 && sdpa_kv_layout(f, value) == SDPA_LAYOUT_ROWS) {
         memcpy(out, sdpa_kv_raw_row(f, page, row, value), (size_t)f->dim * sizeof(float));
         return;
     }

@@ -1,32 +1,50 @@
 /* kv_format.h: how a cache page stores its rows, per cache dtype, and the
  * exact encode / decode of one row (CONTRACT.md section 3, "Cache dtypes").
  *
- * A page holds SDPA_PAGE_ROWS rows of one batch row and KV head:
- *   float32  K [ROWS/G][D][G] f32, V [ROWS][D] f32
- *   float16  K [ROWS/G][D][G] u16 (IEEE binary16), V [ROWS][D] u16
- *   int8     K [ROWS][D] i8, V [ROWS][D] i8, K scales [ROWS] f32,
- *            V scales [ROWS] f32, K zero points [ROWS] i8, V zero points [ROWS] i8
- * (page bytes rounded up to 64), G = SDPA_PAGE_KEY_GROUP. The float K block
- * is key-transposed per group of G rows ("k_groups"): for d = 0 .. D-1 the
- * d-th elements of G consecutive keys are adjacent, so Q.K is a broadcast
- * q[d] times G keys, with no horizontal sums (kernels/flash.c). int8 K stays
- * in rows: its Q.K is an integer dot product along D. Encoding happens on
- * write, decoding on read and in the kernels' tile loader: every reader sees
- * the same float32 value of a stored element, `sdpa_kv_decode`.
+ * A page holds SDPA_PAGE_ROWS rows of one batch row and KV head, a K block
+ * then a V block (then, for int8, K scales [ROWS] f32, V scales [ROWS] f32,
+ * K zero points [ROWS] i8, V zero points [ROWS] i8; page bytes rounded up to
+ * 64). Each block has one of four layouts, chosen for the kernel that reads
+ * it (kernels/flash.c), with element (t, d) of page row t at
+ * sdpa_kv_elem_index:
+ *   ROWS        [ROWS][D]                float32 / float16 V
+ *   KEY_GROUPS  [ROWS/G][D][G]           float32 / float16 K, G = SDPA_PAGE_KEY_GROUP:
+ *                                        Q.K is a broadcast q[d] times G keys, no
+ *                                        horizontal sums
+ *   I8_KEYS     [ROWS/8][ceil(D/2)][8][2] int8 K: 16 bytes hold d, d+1 of 8 keys, so
+ *                                        i32x4.dot_i16x8_s with a broadcast (q[d], q[d+1])
+ *                                        sums two elements of 4 keys per lane (D padded
+ *                                        to even; the pad is never read as a value)
+ *   I8_PAIRS    [ROWS/2][D][2]           int8 V: 16 bytes hold d .. d+7 of 2 keys, so the
+ *                                        dot with a broadcast pair of weights sums 2 keys
+ *                                        for 4 elements per lane
+ * Encoding happens on write, decoding on read and in the kernels: every
+ * reader sees the same float32 value of a stored element, `sdpa_kv_decode`.
  */
 #ifndef SDPA_KV_FORMAT_H
 #define SDPA_KV_FORMAT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "sdpa.h"
 
+typedef enum sdpa_block_layout {
+    SDPA_LAYOUT_ROWS,
+    SDPA_LAYOUT_KEY_GROUPS,
+    SDPA_LAYOUT_I8_KEYS,
+    SDPA_LAYOUT_I8_PAIRS,
+} sdpa_block_layout;
+
+#define SDPA_I8_KEY_GROUP 8   /* keys per group of an I8_KEYS block */
+
 typedef struct sdpa_page_format {
     int32_t dtype;        /* SDPA_DTYPE_FLOAT32, _FLOAT16 or _INT8 */
     int32_t dim;          /* D */
     size_t elem_bytes;    /* 4, 2, 1 */
-    int32_t k_groups;     /* 1: K is [ROWS/G][D][G] (float32, float16); 0: [ROWS][D] (int8) */
+    sdpa_block_layout k_layout, v_layout;
+    int32_t k_pairs;      /* I8_KEYS: ceil(D / 2) element pairs per key */
     size_t v_offset;      /* bytes from the page start to the V block */
     size_t scale_offset;  /* int8: K scales, then V scales at + ROWS * 4 */
     size_t zp_offset;     /* int8: K zero points, then V zero points at + ROWS */
@@ -43,24 +61,41 @@ uint16_t sdpa_f32_to_f16(float x);
 /* binary16 bits -> float32 (exact). */
 float sdpa_f16_to_f32(uint16_t h);
 
-/* ExecuTorch's quantize_per_token over one row of `n` values (see the
- * contract): writes q[0..n-1], *scale, *zero_point. Non-finite inputs: lo
- * and hi are taken over the finite values; +Inf stores 127, -Inf -128, NaN
- * stores the zero point (reads back as 0). */
-void sdpa_quantize_row(const float * x, int32_t n, int8_t * q, float * scale, int8_t * zero_point);
+/* ExecuTorch's choose_qparams_per_token_asymmetric over one row of `n`
+ * values (see the contract): *scale, *zero_point. Non-finite inputs: lo and
+ * hi are taken over the finite values. */
+void sdpa_quantize_params(const float * x, int32_t n, float * scale, int8_t * zero_point);
+/* quantize_per_token of one value with those parameters (inv = 1 / scale):
+ * +Inf stores 127, -Inf -128, NaN stores the zero point (reads back as 0). */
+int8_t sdpa_quantize_value(float x, float inv, int8_t zero_point);
 
-/* Encodes row `row` of page `page` (K when !value) from n = D floats. */
-void sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x);
+/* Encodes row `row` of page `page` (K when !value) from n = D floats; true
+ * when it stored a float16 Inf or NaN (see SDPA_PAGE_MARK_NONFINITE). */
+bool sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x);
 /* Decodes it into D floats. */
 void sdpa_kv_decode_row(const sdpa_page_format * f, const void * page, int32_t row, int value, float * out);
 /* One element of it (the scalar reference's reader). */
 float sdpa_kv_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d);
 
+static inline sdpa_block_layout sdpa_kv_layout(const sdpa_page_format * f, int value) {
+    return value ? f->v_layout : f->k_layout;
+}
+
 /* Element index of (row, d) inside the K (value = 0) or V block. */
 static inline size_t sdpa_kv_elem_index(const sdpa_page_format * f, int32_t row, int value, int32_t d) {
-    if (value || !f->k_groups) return (size_t)row * (size_t)f->dim + (size_t)d;
-    const size_t G = SDPA_PAGE_KEY_GROUP;
-    return ((size_t)row / G * (size_t)f->dim + (size_t)d) * G + (size_t)row % G;
+    const size_t t = (size_t)row, D = (size_t)f->dim, e = (size_t)d;
+    switch (sdpa_kv_layout(f, value)) {
+        case SDPA_LAYOUT_KEY_GROUPS: {
+            const size_t G = SDPA_PAGE_KEY_GROUP;
+            return (t / G * D + e) * G + t % G;
+        }
+        case SDPA_LAYOUT_I8_KEYS: {
+            const size_t G = SDPA_I8_KEY_GROUP;
+            return ((t / G * (size_t)f->k_pairs + e / 2) * G + t % G) * 2 + e % 2;
+        }
+        case SDPA_LAYOUT_I8_PAIRS: return (t / 2 * D + e) * 2 + t % 2;
+        default: return t * D + e;
+    }
 }
 
 /* The K (value = 0) or V block of a page. */
@@ -68,8 +103,16 @@ static inline const void * sdpa_kv_block(const sdpa_page_format * f, const void 
     return (const char *)page + (value ? f->v_offset : 0);
 }
 
-/* A plain row (V, or int8 K): its D stored elements, contiguous. */
+/* A row of a ROWS block (float32 / float16 V): its D stored elements, contiguous. */
 const void * sdpa_kv_raw_row(const sdpa_page_format * f, const void * page, int32_t row, int value);
+
+/* An int8 page's K (value = 0) or V scales / zero points of rows 0 .. ROWS-1. */
+static inline const float * sdpa_kv_scales(const sdpa_page_format * f, const void * page, int value) {
+    return (const float *)(const void *)((const char *)page + f->scale_offset) + (value ? SDPA_PAGE_ROWS : 0);
+}
+static inline const int8_t * sdpa_kv_zero_points(const sdpa_page_format * f, const void * page, int value) {
+    return (const int8_t *)page + f->zp_offset + (value ? SDPA_PAGE_ROWS : 0);
+}
 
 /* Raw access for cache.readRaw: the row's stored bytes (D elements, in row
  * order whatever the block's layout) copied to `out`, and for int8 its scale

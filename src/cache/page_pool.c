@@ -13,7 +13,7 @@
 
 typedef struct page_header {
     int32_t refs;                /* holders; ZERO_REFS for a zero page */
-    int32_t unused;
+    uint32_t marks;              /* the cache's notes on the contents (page_pool.h) */
     struct page_header * next;   /* free list */
     struct page_class * cls;
 } page_header;
@@ -114,6 +114,7 @@ bool sdpa_page_pool_add_size(sdpa_page_pool * pool, size_t bytes) {
     }
     page_header * h = carve(pool, cls);
     h->refs = ZERO_REFS;
+    h->marks = 0;
     cls->zero = (char *)h + PAGE_ALIGN;
     memset(cls->zero, 0, bytes);
     cls->next = pool->classes;
@@ -160,6 +161,7 @@ void * sdpa_page_pool_take(sdpa_page_pool * pool, size_t bytes) {
         if (!h) return NULL;
     }
     h->refs = 1;
+    h->marks = 0;
     h->next = NULL;
     pool->pages_in_use++;
     pool->bytes_in_use += slot_bytes(bytes);
@@ -184,6 +186,11 @@ void sdpa_page_release(sdpa_page_pool * pool, void * page) {
 
 int32_t sdpa_page_refs(const void * page) { return header_of(page)->refs; }
 bool sdpa_page_is_zero(const void * page) { return header_of(page)->refs == ZERO_REFS; }
+uint32_t sdpa_page_marks(const void * page) { return header_of(page)->marks; }
+void sdpa_page_set_marks(void * page, uint32_t marks) {
+    page_header * h = header_of(page);
+    if (h->refs != ZERO_REFS) h->marks = marks;
+}
 
 bool sdpa_page_pool_reserve(sdpa_page_pool * pool, uint64_t bytes) {
     uint64_t free_now = 0;

@@ -51,6 +51,13 @@ void sdpa_page_release(sdpa_page_pool * pool, void * page);
 int32_t sdpa_page_refs(const void * page);
 bool sdpa_page_is_zero(const void * page);
 
+/* Bits the cache keeps about a page's contents (SDPA_PAGE_MARK_*): 0 on a
+ * page just taken and on the zero page (which ignores set_marks). A copy of
+ * a page's bytes takes its marks along. */
+#define SDPA_PAGE_MARK_NONFINITE 1u   /* may hold a float16 Inf or NaN */
+uint32_t sdpa_page_marks(const void * page);
+void sdpa_page_set_marks(void * page, uint32_t marks);
+
 /* Grows the arena so that `bytes` more are free for pages (E_OOM-style false). */
 bool sdpa_page_pool_reserve(sdpa_page_pool * pool, uint64_t bytes);
 

@@ -10,8 +10,9 @@
  * element d, a broadcast q[x][d] times 4 keys per vector, each K vector
  * loaded once for 4 query rows, no horizontal sums): a float32 page's K
  * block is stored that way (cache/kv_format.h), float16 pages are decoded
- * into it, caller tensors transposed into it; int8 pages take integer dot
- * products (int8_scores). Every key's score is the same sum in the same
+ * into it, caller tensors transposed into it; int8 pages run Q.K and P.V
+ * as integer dot products on their own layouts (int8_scores, int8_values:
+ * the same tile loop, other microkernels). Every key's score is the same sum in the same
  * order whatever its source, so cache.attend and customSdpa over the same
  * rows agree bit for bit. When there are few blocks in all (decode), the
  * keys are also cut into chunks so that threads share even B = Hkv = 1; each
@@ -38,6 +39,7 @@
  */
 #include "kernels/kernels.h"
 #include "kernels/simd.h"
+#include "cache/page_pool.h"
 
 #include <float.h>
 #include <stdatomic.h>
@@ -73,7 +75,8 @@ static uint64_t align_up(uint64_t n) {
 }
 
 /* q, acc: BLOCK_ROWS x dim_pad; scores: BLOCK_ROWS x TILE_KEYS; m, l; sink;
- * then the K and V tiles a float16 / int8 cache is decoded into, each
+ * then the K and V tiles a float16 cache is decoded into (an int8 cache's
+ * int16 q and weights), each
  * TILE_KEYS x dim_pad; then q broadcast for the key-transposed kernels,
  * BLOCK_ROWS x dim_pad vectors of 4. The q area also holds the reference
  * row's D doubles (see the header). */
@@ -177,17 +180,35 @@ uint64_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim) {
 #else
 #define FLASH_INLINE inline
 #endif
-static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const float * k, int32_t D,
-                                           float * s, size_t lds, const int R, const int NV,
+/* binary16 -> float32 for finite halves, sign-extended into i32 lanes: sign,
+ * exponent and mantissa shifted into place (the sign's copies above the
+ * exponent masked off) and scaled by 2^112, normals and subnormals alike, in
+ * 3 operations after the widening load. An Inf or NaN would come out as a
+ * finite value >= 65536: pages that may hold one are marked
+ * (SDPA_PAGE_MARK_NONFINITE) and decoded by f16x4_to_f32x4 instead. */
+static inline v128_t f16x4_finite(v128_t h) {
+    const v128_t bits = wasm_v128_and(wasm_i32x4_shl(h, 13), wasm_i32x4_splat((int32_t)0x8FFFE000u));
+    return wasm_f32x4_mul(bits, wasm_f32x4_splat(0x1p112f));
+}
+
+/* 4 float32 values from element i of a float32 (F16 = 0) or float16 (F16 =
+ * 1: finite halves only, see f16x4_finite) array. */
+static FLASH_INLINE v128_t load4(const void * base, size_t i, const int F16) {
+    if (F16) return f16x4_finite(wasm_i32x4_load16x4((const uint16_t *)base + i));
+    return wasm_v128_load((const float *)base + i);
+}
+
+static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, int32_t D,
+                                           float * s, size_t lds, const int R, const int NV, const int F16,
                                            const uint32_t * ta, const uint32_t * tb, int32_t lines) {
     v128_t acc[4][4];
     uint32_t sink = 0;
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = wasm_f32x4_splat(0.0f);
-    for (int32_t d = 0; d < D; d++, qs += 4, k += KG) {
+    for (int32_t d = 0; d < D; d++, qs += 4) {
         if (d < lines) sink |= ta[(size_t)d * 16] | tb[(size_t)d * 16];
         v128_t vk[4];
-        for (int v = 0; v < NV; v++) vk[v] = wasm_v128_load(k + 4 * v);
+        for (int v = 0; v < NV; v++) vk[v] = load4(k, (size_t)d * KG + 4 * (size_t)v, F16);
         for (int r = 0; r < R; r++) {
             const v128_t w = qs[r];
             for (int v = 0; v < NV; v++) acc[r][v] = f32x4_fmadd(acc[r][v], w, vk[v]);
@@ -243,17 +264,19 @@ static const float * page_tile(const sdpa_kv_view * kv, int32_t b, int32_t hk, i
  * touches its share (the same keys) of two blocks of D-float rows, ta_block
  * and tb_block (NULL, or the V and K of the tile TOUCH_AHEAD tiles on), so
  * that their DRAM reads overlap with this compute. */
-static uint32_t qk_groups(const v128_t * qs, size_t ldqs, int32_t n, const float * k, size_t ldg, int32_t nt,
-                          int32_t D, float * s, const float * ta_block, const float * tb_block) {
+static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_t n, const void * k, size_t ldg,
+                                          int32_t nt, int32_t D, float * s, const float * ta_block,
+                                          const float * tb_block, const int F16) {
     const int32_t step = n == 1 ? 16 : 8;
     const int32_t lines = ta_block ? step * D / 16 : 0;  /* a region of step * D floats: lines touched per region */
     uint32_t sink = 0;
     for (int32_t t = 0; t < nt; t += step) {
-        const float * kt = k + (size_t)(t / KG) * ldg + t % KG;
+        const size_t at = (size_t)(t / KG) * ldg + t % KG;
+        const void * kt = F16 ? (const void *)((const uint16_t *)k + at) : (const void *)((const float *)k + at);
         const uint32_t * ta = ta_block ? (const uint32_t *)(ta_block + (size_t)t * D) : NULL;
         const uint32_t * tb = tb_block ? (const uint32_t *)(tb_block + (size_t)t * D) : ta;
         if (n == 1) {
-            sink |= qk_group_rows(qs, kt, D, s + t, TILE_KEYS, 1, 4, ta, tb, lines);
+            sink |= qk_group_rows(qs, kt, D, s + t, TILE_KEYS, 1, 4, F16, ta, tb, lines);
             continue;
         }
         for (int32_t x = 0; x < n; x += 4) {
@@ -261,25 +284,36 @@ static uint32_t qk_groups(const v128_t * qs, size_t ldqs, int32_t n, const float
             float * sx = s + (size_t)x * TILE_KEYS + t;
             const int32_t l = x == 0 ? lines : 0;
             switch (n - x) {
-                case 1: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 1, 2, ta, tb, l); break;
-                case 2: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 2, 2, ta, tb, l); break;
-                case 3: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 3, 2, ta, tb, l); break;
-                default: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 4, 2, ta, tb, l); break;
+                case 1: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 1, 2, F16, ta, tb, l); break;
+                case 2: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 2, 2, F16, ta, tb, l); break;
+                case 3: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 3, 2, F16, ta, tb, l); break;
+                default: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 4, 2, F16, ta, tb, l); break;
             }
         }
     }
     return sink;
 }
 
-/* acc[r][:] += sum_t p[r][t] * v_t[:] for n_rows (<= 4) rows, nt keys.
+/* over a float32 tile, or a float16 page's K block in place (finite halves) */
+static uint32_t qk_groups(const v128_t * qs, size_t ldqs, int32_t n, const float * k, size_t ldg, int32_t nt,
+                          int32_t D, float * s, const float * ta_block, const float * tb_block) {
+    return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, ta_block, tb_block, 0);
+}
+static uint32_t qk_groups_f16(const v128_t * qs, size_t ldqs, int32_t n, const uint16_t * k, size_t ldg, int32_t nt,
+                              int32_t D, float * s) {
+    return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, NULL, NULL, 1);
+}
+
+/* acc[r][:] += sum_t p[r][t] * v_t[:] for n_rows (<= 4) rows, nt keys, V
+ * rows float32 or (F16) a float16 page's, finite halves, in place.
  * Keys go in groups of PV_KEYS, D innermost within a group, so V is read
  * front to back rather than down whole-tile columns. */
 #define PV_KEYS 16
-static inline void pv_rows(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
-                           const float * v, size_t ldv, int32_t nt, int32_t D) {
+static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
+                                    const void * v, size_t ldv, int32_t nt, int32_t D, const int F16) {
     for (int32_t t0 = 0; t0 < nt; t0 += PV_KEYS) {
         const int32_t t1 = nt - t0 < PV_KEYS ? nt : t0 + PV_KEYS;
-        const float * vg = v + (size_t)t0 * ldv;
+        const size_t vg = (size_t)t0 * ldv;  /* element offsets into v */
         if (n_rows == 4) {
             int32_t d = 0;
             for (; d + 8 <= D; d += 8) {
@@ -287,9 +321,9 @@ static inline void pv_rows(float * acc, size_t lda, const float * p, size_t ldp,
                 v128_t c10 = wasm_v128_load(acc + lda + d), c11 = wasm_v128_load(acc + lda + d + 4);
                 v128_t c20 = wasm_v128_load(acc + 2 * lda + d), c21 = wasm_v128_load(acc + 2 * lda + d + 4);
                 v128_t c30 = wasm_v128_load(acc + 3 * lda + d), c31 = wasm_v128_load(acc + 3 * lda + d + 4);
-                const float * vt = vg + d;
+                size_t vt = vg + (size_t)d;
                 for (int32_t t = t0; t < t1; t++, vt += ldv) {
-                    const v128_t v0 = wasm_v128_load(vt), v1 = wasm_v128_load(vt + 4);
+                    const v128_t v0 = load4(v, vt, F16), v1 = load4(v, vt + 4, F16);
                     v128_t w = wasm_v128_load32_splat(p + t);
                     c00 = f32x4_fmadd(c00, w, v0); c01 = f32x4_fmadd(c01, w, v1);
                     w = wasm_v128_load32_splat(p + ldp + t);
@@ -314,31 +348,41 @@ static inline void pv_rows(float * acc, size_t lda, const float * p, size_t ldp,
             for (; d + 16 <= D; d += 16) {
                 v128_t c0 = wasm_v128_load(a + d), c1 = wasm_v128_load(a + d + 4);
                 v128_t c2 = wasm_v128_load(a + d + 8), c3 = wasm_v128_load(a + d + 12);
-                const float * vt = vg + d;
+                size_t vt = vg + (size_t)d;
                 for (int32_t t = t0; t < t1; t++, vt += ldv) {
                     const v128_t w = wasm_v128_load32_splat(pr + t);
-                    c0 = f32x4_fmadd(c0, w, wasm_v128_load(vt));
-                    c1 = f32x4_fmadd(c1, w, wasm_v128_load(vt + 4));
-                    c2 = f32x4_fmadd(c2, w, wasm_v128_load(vt + 8));
-                    c3 = f32x4_fmadd(c3, w, wasm_v128_load(vt + 12));
+                    c0 = f32x4_fmadd(c0, w, load4(v, vt, F16));
+                    c1 = f32x4_fmadd(c1, w, load4(v, vt + 4, F16));
+                    c2 = f32x4_fmadd(c2, w, load4(v, vt + 8, F16));
+                    c3 = f32x4_fmadd(c3, w, load4(v, vt + 12, F16));
                 }
                 wasm_v128_store(a + d, c0); wasm_v128_store(a + d + 4, c1);
                 wasm_v128_store(a + d + 8, c2); wasm_v128_store(a + d + 12, c3);
             }
             for (; d + 4 <= D; d += 4) {
                 v128_t c = wasm_v128_load(a + d);
-                const float * vt = vg + d;
-                for (int32_t t = t0; t < t1; t++, vt += ldv) c = f32x4_fmadd(c, wasm_v128_load32_splat(pr + t), wasm_v128_load(vt));
+                size_t vt = vg + (size_t)d;
+                for (int32_t t = t0; t < t1; t++, vt += ldv) c = f32x4_fmadd(c, wasm_v128_load32_splat(pr + t), load4(v, vt, F16));
                 wasm_v128_store(a + d, c);
             }
             for (; d < D; d++) {
                 float c = a[d];
-                const float * vt = vg + d;
-                for (int32_t t = t0; t < t1; t++, vt += ldv) c += pr[t] * *vt;
+                size_t vt = vg + (size_t)d;
+                for (int32_t t = t0; t < t1; t++, vt += ldv)
+                    c += pr[t] * (F16 ? sdpa_f16_to_f32(((const uint16_t *)v)[vt]) : ((const float *)v)[vt]);
                 a[d] = c;
             }
         }
     }
+}
+
+static void pv_rows(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
+                    const float * v, size_t ldv, int32_t nt, int32_t D) {
+    pv_rows_of(acc, lda, p, ldp, n_rows, v, ldv, nt, D, 0);
+}
+static void pv_rows_f16(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
+                        const uint16_t * v, size_t ldv, int32_t nt, int32_t D) {
+    pv_rows_of(acc, lda, p, ldp, n_rows, v, ldv, nt, D, 1);
 }
 
 /* ---- one block of rows over one key range ------------------------------ */
@@ -360,84 +404,267 @@ typedef struct block_state {
     float * ktile;                  /* TILE_KEYS x dim_pad floats: a key-transposed K tile (load_k_groups) */
     float * vtile;
     v128_t * qs;                    /* [BLOCK_ROWS / 4][dim_pad][4]: q[x][d] broadcast */
-    /* int8 caches: q quantized to int16 (in the ktile area, which the int8
-     * path does not use), so that Q.K runs as integer dot products */
-    bool int_q;                     /* this block takes the integer path */
-    int16_t * q16;                  /* [BLOCK_ROWS][q16_stride], zero-padded */
-    int32_t q16_stride;
+    /* int8 caches (see "int8 caches" below) */
+    bool int_q;                     /* Q.K as integer dot products (else K is decoded) */
+    v128_t * qpairs;                /* [BLOCK_ROWS / 4][k_pairs][4]: (q16[2p], q16[2p+1]) broadcast */
     float qscale[BLOCK_ROWS];       /* q[d] ~ q16[d] * qscale */
     int32_t qsum[BLOCK_ROWS];       /* sum_d q16[d] (for the zero points) */
+    int16_t * wq;                   /* [BLOCK_ROWS][TILE_KEYS]: a tile's weights p * vscale in int16 */
+    float wscale[BLOCK_ROWS];       /* weight ~ wq * wscale */
+    int32_t wzp[BLOCK_ROWS];        /* sum_t wq[t] * zero_point[t] */
 } block_state;
 
-/* An int8 cache's Q.K runs as integer dot products (i32x4.dot_i16x8_s): each
- * q row is quantized symmetrically to int16 (scale max|q| / 32767: a relative
- * error near 1.5e-5, within the int8 path's 2e-3 (1 + max|ref|) of the
- * contract), the key's int8 values widened to int16. Products stay below
- * 2^22 and an int32 lane sums D / 4 of them, so D <= 1024; a non-finite q
- * (or a larger D) takes the decoding path instead. */
+/* ---- int8 caches: Q.K and P.V as integer dot products -------------------
+ *
+ * Q.K: each q row is quantized symmetrically to int16, q ~ q16 * qscale with
+ * qscale = max|q| / qmax, and multiplied with the keys' int8 values (an
+ * I8_KEYS block, cache/kv_format.h): per element pair, i32x4.dot_i16x8_s of
+ * 4 keys' (k[d], k[d+1]) with a broadcast (q16[d], q16[d+1]). A lane holds
+ * one key's whole sum; the zero point comes off through sum(q16) and the two
+ * scales are applied once per score. qmax = 32767 up to D = 257, lower above
+ * so that sum q16 * (k - zp) (|k - zp| <= 255) fits an int32 lane; D > 1024
+ * (qmax < 8224) decodes K instead. The relative error of q16 is ~1 / (2 qmax).
+ *
+ * P.V: after the softmax, a row's weights times the value rows' scales, w =
+ * p * vscale, are quantized per tile to int16, w ~ wq * wscale with wscale =
+ * max(w) / 32767, and multiplied with the values' int8 (an I8_PAIRS block):
+ * i32x4.dot_i16x8_s of 2 keys' (v[t][d], v[t+1][d]) for 4 elements with a
+ * broadcast (wq[t], wq[t+1]). The zero points come off through sum wq * zp
+ * (|wq * (v - zp)| summed over a tile < 2^30), then acc += sum * wscale.
+ * The contract's int8 error bound (2e-3 (1 + max|ref|)) covers both. */
 #define INT_Q_MAX_DIM 1024
+static int32_t int_q_max(int32_t D) {
+    const int64_t m = INT32_MAX / (255 * (int64_t)D);
+    return m < 32767 ? (int32_t)m : 32767;
+}
+
+/* Fills st->qpairs, qscale, qsum for the block's rows; a row whose q cannot
+ * be quantized (a non-finite element, or so small that 1 / qscale
+ * overflows) gets zeros and is recomputed by the reference (suspect). */
 static void quantize_q(const flash_plan * f, block_state * st) {
     const sdpa_problem * p = f->p;
     const int32_t D = p->head_dim;
     st->int_q = false;
     if (!p->kv.pages || p->kv.format->dtype != SDPA_DTYPE_INT8 || D > INT_Q_MAX_DIM) return;
-    st->q16 = (int16_t *)(void *)st->ktile;
-    st->q16_stride = (D + 15) & ~15;
-    for (int32_t x = 0; x < st->n; x++) {
+    const int32_t P = p->kv.format->k_pairs, qmax = int_q_max(D);
+    int16_t pair[2];
+    for (int32_t x = 0; x < BLOCK_ROWS; x++) {
         const float * q = st->q + (size_t)x * f->dim_pad;
         float big = 0.0f;
-        for (int32_t d = 0; d < D; d++) {
-            if (!isfinite(q[d])) return;  /* st->int_q stays false */
-            const float a = fabsf(q[d]);
-            if (a > big) big = a;
+        bool ok = x < st->n;
+        for (int32_t d = 0; ok && d < D; d++) {
+            if (!isfinite(q[d])) ok = false;
+            else if (fabsf(q[d]) > big) big = fabsf(q[d]);
         }
-        const float scale = big > 0.0f ? big / 32767.0f : 1.0f, inv = 1.0f / scale;
-        /* a row so small that scale is subnormal: 1/scale overflows (0 * inf is NaN); decode instead */
-        if (!(inv <= FLT_MAX)) return;
-        int16_t * out = st->q16 + (size_t)x * st->q16_stride;
+        const float scale = big > 0.0f ? big / (float)qmax : 1.0f, inv = 1.0f / scale;
+        if (!(inv <= FLT_MAX)) ok = false;
+        if (!ok && x < st->n) st->suspect[x] = true;
         int32_t sum = 0;
-        for (int32_t d = 0; d < D; d++) {
-            float v = nearbyintf(q[d] * inv);
-            v = v > 32767.0f ? 32767.0f : v < -32767.0f ? -32767.0f : v;
-            out[d] = (int16_t)v;
-            sum += out[d];
+        v128_t * out = st->qpairs + (size_t)(x / 4) * P * 4 + x % 4;
+        for (int32_t i = 0; i < P; i++) {
+            for (int e = 0; e < 2; e++) {
+                const int32_t d = 2 * i + e;
+                float v = ok && d < D ? nearbyintf(q[d] * inv) : 0.0f;
+                v = v > (float)qmax ? (float)qmax : v < -(float)qmax ? -(float)qmax : v;
+                pair[e] = (int16_t)v;
+                sum += pair[e];
+            }
+            int32_t word;
+            memcpy(&word, pair, sizeof word);
+            out[(size_t)i * 4] = wasm_i32x4_splat(word);
         }
-        for (int32_t d = D; d < st->q16_stride; d++) out[d] = 0;
         st->qscale[x] = scale;
         st->qsum[x] = sum;
     }
     st->int_q = true;
 }
 
-/* Scores s[x][t] = q_x . k_t (unscaled, like the float path) for the keys
- * [r0, r0 + nt) of an int8 page: sum q16 * (k - zp) * (qscale * kscale), the
- * dot in int32 lanes, the zero point through sum(q16). */
-static void int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
-    const sdpa_page_format * fmt = f->p->kv.format;
-    const int32_t D = fmt->dim, n = st->n, D16 = D & ~15;
-    for (int32_t t = 0; t < nt; t++) {
-        const int8_t * k = sdpa_kv_raw_row(fmt, page, r0 + t, 0);
-        const int32_t zp = sdpa_kv_row_zero_point(fmt, page, r0 + t, 0);
-        const float kscale = sdpa_kv_row_scale(fmt, page, r0 + t, 0);
-        v128_t acc[BLOCK_ROWS];
-        for (int32_t x = 0; x < n; x++) acc[x] = wasm_i32x4_splat(0);
-        for (int32_t d = 0; d < D16; d += 16) {
-            const v128_t kv = wasm_v128_load(k + d);
-            const v128_t lo = wasm_i16x8_extend_low_i8x16(kv), hi = wasm_i16x8_extend_high_i8x16(kv);
-            for (int32_t x = 0; x < n; x++) {
-                const int16_t * q = st->q16 + (size_t)x * st->q16_stride + d;
-                acc[x] = wasm_i32x4_add(acc[x], wasm_i32x4_dot_i16x8(wasm_v128_load(q), lo));
-                acc[x] = wasm_i32x4_add(acc[x], wasm_i32x4_dot_i16x8(wasm_v128_load(q + 8), hi));
+/* acc[r][2g + h] (keys 8g + 4h .. +3 of the pass) = sum over element pairs
+ * of q16 . k for R rows (quad vectors qb, [P][4]) and NG groups of 8 keys
+ * (k: the first group's pairs, ldk bytes between groups). */
+static FLASH_INLINE void i8_key_rows(const v128_t * qb, const int8_t * k, size_t ldk, int32_t P,
+                                     v128_t acc[4][4], const int R, const int NG) {
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < 2 * NG; g++) acc[r][g] = wasm_i32x4_splat(0);
+    for (int32_t i = 0; i < P; i++, qb += 4, k += 16) {
+        v128_t lo[2], hi[2];
+        for (int g = 0; g < NG; g++) {
+            const v128_t kv = wasm_v128_load(k + (size_t)g * ldk);
+            lo[g] = wasm_i16x8_extend_low_i8x16(kv);
+            hi[g] = wasm_i16x8_extend_high_i8x16(kv);
+        }
+        for (int r = 0; r < R; r++) {
+            const v128_t w = qb[r];
+            for (int g = 0; g < NG; g++) {
+                acc[r][2 * g] = wasm_i32x4_add(acc[r][2 * g], wasm_i32x4_dot_i16x8(lo[g], w));
+                acc[r][2 * g + 1] = wasm_i32x4_add(acc[r][2 * g + 1], wasm_i32x4_dot_i16x8(hi[g], w));
             }
         }
-        for (int32_t x = 0; x < n; x++) {
-            const int16_t * q = st->q16 + (size_t)x * st->q16_stride;
-            int64_t dot = (int64_t)wasm_i32x4_extract_lane(acc[x], 0) + wasm_i32x4_extract_lane(acc[x], 1) +
-                          wasm_i32x4_extract_lane(acc[x], 2) + wasm_i32x4_extract_lane(acc[x], 3);
-            for (int32_t d = D16; d < D; d++) dot += (int32_t)q[d] * k[d];
-            dot -= (int64_t)zp * st->qsum[x];
-            st->s[(size_t)x * TILE_KEYS + t] = (float)dot * (st->qscale[x] * kscale);
+    }
+}
+
+/* s[x][t] = (acc - zp_t * qsum_x) * (qscale_x * kscale_t) for R rows and
+ * 8 NG keys from key t0 (zps, ks: the page's K zero points and scales at t0). */
+static FLASH_INLINE void i8_key_scores(const block_state * st, int32_t x0, v128_t acc[4][4], const int8_t * zps,
+                                       const float * ks, float * s, const int R, const int NG) {
+    for (int g = 0; g < NG; g++) {
+        const v128_t z16 = wasm_i16x8_load8x8(zps + 8 * g);
+        const v128_t zp[2] = { wasm_i32x4_extend_low_i16x8(z16), wasm_i32x4_extend_high_i16x8(z16) };
+        const v128_t sc[2] = { wasm_v128_load(ks + 8 * g), wasm_v128_load(ks + 8 * g + 4) };
+        for (int r = 0; r < R; r++) {
+            const v128_t qsum = wasm_i32x4_splat(st->qsum[x0 + r]), qs = wasm_f32x4_splat(st->qscale[x0 + r]);
+            for (int h = 0; h < 2; h++) {
+                const v128_t dot = wasm_i32x4_sub(acc[r][2 * g + h], wasm_i32x4_mul(zp[h], qsum));
+                wasm_v128_store(s + (size_t)r * TILE_KEYS + 8 * g + 4 * h,
+                                wasm_f32x4_mul(wasm_f32x4_convert_i32x4(dot), wasm_f32x4_mul(qs, sc[h])));
+            }
         }
+    }
+}
+
+/* Scores s[x][t] = q_x . k_t (unscaled, like the float path) for the keys
+ * [r0, r0 + nt) of an int8 page (r0 a TILE_KEYS multiple). Keys go in passes
+ * of 8 (16 for a single row), 4 rows at a time; scores past nt, up to the
+ * pass, are computed from the page's rows and dropped by the caller. */
+static void int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
+    const sdpa_page_format * fmt = f->p->kv.format;
+    const int32_t P = fmt->k_pairs, n = st->n;
+    const size_t ldk = (size_t)P * 2 * SDPA_I8_KEY_GROUP;
+    const int8_t * kblock = (const int8_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / SDPA_I8_KEY_GROUP) * ldk;
+    const int8_t * zps = sdpa_kv_zero_points(fmt, page, 0) + r0;
+    const float * ks = sdpa_kv_scales(fmt, page, 0) + r0;
+    const int32_t step = n == 1 ? 16 : 8;
+    v128_t acc[4][4];
+    for (int32_t t = 0; t < nt; t += step) {
+        const int8_t * kt = kblock + (size_t)(t / SDPA_I8_KEY_GROUP) * ldk;
+        if (n == 1) {
+            i8_key_rows(st->qpairs, kt, ldk, P, acc, 1, 2);
+            i8_key_scores(st, 0, acc, zps + t, ks + t, st->s + t, 1, 2);
+            continue;
+        }
+        for (int32_t x = 0; x < n; x += 4) {
+            const v128_t * qb = st->qpairs + (size_t)(x / 4) * P * 4;
+            float * sx = st->s + (size_t)x * TILE_KEYS + t;
+            switch (n - x) {
+                case 1: i8_key_rows(qb, kt, ldk, P, acc, 1, 1); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 1, 1); break;
+                case 2: i8_key_rows(qb, kt, ldk, P, acc, 2, 1); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 2, 1); break;
+                case 3: i8_key_rows(qb, kt, ldk, P, acc, 3, 1); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 3, 1); break;
+                default: i8_key_rows(qb, kt, ldk, P, acc, 4, 1); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 4, 1); break;
+            }
+        }
+    }
+}
+
+/* A tile's weights for the integer P.V: per row, w = p * vscale (0 where p
+ * is 0: a row past the tile's keys may have an Inf scale) over the nt4
+ * scores, quantized to st->wq with its wscale and wzp. A row whose weights
+ * are not finite (an overflowed value row with scale Inf) is recomputed by
+ * the reference; weights below 1e-30 (a tile far below the row's max) add
+ * nothing a float32 accumulator would keep: they are dropped. */
+static void int8_weights(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
+    const sdpa_page_format * fmt = f->p->kv.format;
+    const float * vs = sdpa_kv_scales(fmt, page, 1) + r0;
+    const int8_t * zps = sdpa_kv_zero_points(fmt, page, 1) + r0;
+    const v128_t zero = wasm_f32x4_splat(0.0f);
+    for (int32_t x = 0; x < st->n; x++) {
+        float * w = st->s + (size_t)x * TILE_KEYS;
+        int16_t * wq = st->wq + (size_t)x * TILE_KEYS;
+        v128_t vmax = zero;
+        for (int32_t t = 0; t < nt4; t += 4) {
+            const v128_t pt = wasm_v128_load(w + t);
+            const v128_t wt = wasm_v128_and(wasm_f32x4_mul(pt, wasm_v128_load(vs + t)), wasm_f32x4_gt(pt, zero));
+            wasm_v128_store(w + t, wt);
+            vmax = wasm_f32x4_max(vmax, wt);  /* NaN-propagating: a NaN weight makes wmax NaN */
+        }
+        float wmax = f32x4_hmax(vmax);
+        if (!(wmax <= FLT_MAX)) {  /* NaN or Inf */
+            st->suspect[x] = true;
+            wmax = 0.0f;
+        }
+        if (wmax < 1e-30f) {
+            memset(wq, 0, sizeof(int16_t) * (size_t)TILE_KEYS);
+            st->wscale[x] = 0.0f;
+            st->wzp[x] = 0;
+            continue;
+        }
+        const v128_t inv = wasm_f32x4_splat(32767.0f / wmax);
+        v128_t zsum = wasm_i32x4_splat(0);
+        for (int32_t t = 0; t < nt4; t += 8) {
+            const v128_t a = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(w + t), inv)));
+            const v128_t b = t + 4 < nt4 ? wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(w + t + 4), inv)))
+                                         : wasm_i32x4_splat(0);
+            const v128_t q = wasm_i16x8_narrow_i32x4(a, b);
+            wasm_v128_store(wq + t, q);
+            zsum = wasm_i32x4_add(zsum, wasm_i32x4_dot_i16x8(q, wasm_i16x8_load8x8(zps + t)));
+        }
+        st->wscale[x] = wmax / 32767.0f;
+        st->wzp[x] = wasm_i32x4_extract_lane(zsum, 0) + wasm_i32x4_extract_lane(zsum, 1) +
+                     wasm_i32x4_extract_lane(zsum, 2) + wasm_i32x4_extract_lane(zsum, 3);
+    }
+}
+
+/* acc[r][d .. d + 8 NDV) += (sum_t wq[r][t] v_t - wzp_r) * wscale_r for R
+ * rows, keys [0, 2 np) of an I8_PAIRS block (v: pair 0, element d; 2 D
+ * bytes between pairs). */
+static FLASH_INLINE void i8_value_rows(const block_state * st, int32_t x0, float * acc, size_t lda, const int8_t * v,
+                                       size_t ldv, int32_t np, const int R, const int NDV) {
+    v128_t sum[4][4];
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 2 * NDV; j++) sum[r][j] = wasm_i32x4_splat(0);
+    const int16_t * wq = st->wq + (size_t)x0 * TILE_KEYS;
+    for (int32_t i = 0; i < np; i++, v += ldv) {
+        v128_t lo[2], hi[2];
+        for (int j = 0; j < NDV; j++) {
+            const v128_t vv = wasm_v128_load(v + 16 * j);
+            lo[j] = wasm_i16x8_extend_low_i8x16(vv);
+            hi[j] = wasm_i16x8_extend_high_i8x16(vv);
+        }
+        for (int r = 0; r < R; r++) {
+            const v128_t w = wasm_v128_load32_splat(wq + (size_t)r * TILE_KEYS + 2 * i);
+            for (int j = 0; j < NDV; j++) {
+                sum[r][2 * j] = wasm_i32x4_add(sum[r][2 * j], wasm_i32x4_dot_i16x8(lo[j], w));
+                sum[r][2 * j + 1] = wasm_i32x4_add(sum[r][2 * j + 1], wasm_i32x4_dot_i16x8(hi[j], w));
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const v128_t wzp = wasm_i32x4_splat(st->wzp[x0 + r]), ws = wasm_f32x4_splat(st->wscale[x0 + r]);
+        float * a = acc + (size_t)r * lda;
+        for (int j = 0; j < 2 * NDV; j++)
+            wasm_v128_store(a + 4 * j, f32x4_fmadd(wasm_v128_load(a + 4 * j),
+                                                   wasm_f32x4_convert_i32x4(wasm_i32x4_sub(sum[r][j], wzp)), ws));
+    }
+}
+
+/* acc += p . V for the keys [r0, r0 + nt) of an int8 page, from the weights
+ * int8_weights left: 4 rows at a time, 8 elements per pass (16 for a single
+ * row); a D % 8 tail element by element. */
+static void int8_values(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
+    const sdpa_page_format * fmt = f->p->kv.format;
+    const int32_t D = fmt->dim, n = st->n, np = (nt + 1) / 2;
+    const size_t Dp = (size_t)f->dim_pad, ldv = 2 * (size_t)D;
+    const int8_t * vb = (const int8_t *)sdpa_kv_block(fmt, page, 1) + (size_t)(r0 / 2) * ldv;
+    for (int32_t x = 0; x < n; x += 4) {
+        const int32_t R = n - x < 4 ? n - x : 4;
+        float * acc = st->acc + (size_t)x * Dp;
+        int32_t d = 0;
+        if (R == 1)
+            for (; d + 16 <= D; d += 16) i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 1, 2);
+        for (; d + 8 <= D; d += 8) {
+            switch (R) {
+                case 1: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 1, 1); break;
+                case 2: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 2, 1); break;
+                case 3: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 3, 1); break;
+                default: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 4, 1); break;
+            }
+        }
+        for (; d < D; d++)
+            for (int32_t r = 0; r < R; r++) {
+                const int16_t * wq = st->wq + (size_t)(x + r) * TILE_KEYS;
+                int32_t sum = 0;
+                for (int32_t t = 0; t < 2 * np; t++) sum += wq[t] * vb[(size_t)(t / 2) * ldv + 2 * (size_t)d + t % 2];
+                acc[(size_t)r * Dp + d] += (float)(sum - st->wzp[x + r]) * st->wscale[x + r];
+            }
     }
 }
 
@@ -455,6 +682,10 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
     st->ktile = st->l + BLOCK_ROWS + 4;
     st->vtile = st->ktile + (size_t)TILE_KEYS * Dp;
     st->qs = (v128_t *)(void *)(st->vtile + (size_t)TILE_KEYS * Dp);  /* 16-byte aligned */
+    /* an int8 cache uses neither decoded tile: they hold its int16 q and weights
+     * (8 rows x ceil(D / 2) vectors and 8 x TILE_KEYS int16 <= TILE_KEYS x dim_pad floats) */
+    st->qpairs = (v128_t *)(void *)st->ktile;
+    st->wq = (int16_t *)(void *)st->vtile;
     st->row0 = blk * BLOCK_ROWS;
     st->n = f->rows - st->row0 < BLOCK_ROWS ? f->rows - st->row0 : BLOCK_ROWS;
     memset(st->q, 0, sizeof(float) * (size_t)BLOCK_ROWS * Dp * 2);  /* q pad + acc */
@@ -515,23 +746,8 @@ static void decode_f16_row(const uint16_t * h, int32_t D, float * out) {
     for (; d < D; d++) out[d] = sdpa_f16_to_f32(h[d]);
 }
 
-/* (q - zero_point) * scale per element, as sdpa_kv_decode computes it. */
-static void decode_i8_row(const int8_t * q, int32_t D, int32_t zp, float scale, float * out) {
-    const v128_t vzp = wasm_f32x4_splat((float)zp), vs = wasm_f32x4_splat(scale);
-    int32_t d = 0;
-    for (; d + 16 <= D; d += 16) {
-        const v128_t x = wasm_v128_load(q + d);
-        const v128_t lo = wasm_i16x8_extend_low_i8x16(x), hi = wasm_i16x8_extend_high_i8x16(x);
-        const v128_t w[4] = { wasm_i32x4_extend_low_i16x8(lo), wasm_i32x4_extend_high_i16x8(lo),
-                              wasm_i32x4_extend_low_i16x8(hi), wasm_i32x4_extend_high_i16x8(hi) };
-        for (int j = 0; j < 4; j++)
-            wasm_v128_store(out + d + 4 * j, wasm_f32x4_mul(wasm_f32x4_sub(wasm_f32x4_convert_i32x4(w[j]), vzp), vs));
-    }
-    for (; d < D; d++) out[d] = (float)(q[d] - zp) * scale;
-}
-
 /* V rows [ts, ts + nt) of head (b, hk): float32 rows in place, or a
- * float16 / int8 page's rows decoded into the block's V tile (row stride
+ * float16 page's rows decoded into the block's V tile (row stride
  * dim_pad; decoded only before the value pass, so the tile being used is the
  * one in L1). *ld: the row stride. */
 static const float * load_v_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts,
@@ -547,12 +763,7 @@ static const float * load_v_tile(const flash_plan * f, block_state * st, int32_t
     const int32_t D = fmt->dim, r0 = ts % SDPA_PAGE_ROWS;
     const size_t Dp = (size_t)f->dim_pad;
     float * tile = st->vtile;
-    for (int32_t t = 0; t < nt; t++) {
-        const void * raw = sdpa_kv_raw_row(fmt, page, r0 + t, value);
-        if (fmt->dtype == SDPA_DTYPE_FLOAT16) decode_f16_row(raw, D, tile + (size_t)t * Dp);
-        else decode_i8_row(raw, D, sdpa_kv_row_zero_point(fmt, page, r0 + t, value),
-                           sdpa_kv_row_scale(fmt, page, r0 + t, value), tile + (size_t)t * Dp);
-    }
+    for (int32_t t = 0; t < nt; t++) decode_f16_row(sdpa_kv_raw_row(fmt, page, r0 + t, value), D, tile + (size_t)t * Dp);
     *ld = Dp;
     return tile;
 }
@@ -602,7 +813,7 @@ static uint32_t transpose_k_rows(const float * k, size_t ldk, int32_t nt, int32_
  *   float16 page   decoded into the block's K tile (whole groups, the same
  *                  layout: one linear pass);
  *   caller tensors transposed into the K tile (their V rows touched meanwhile);
- *   int8 page      (only when q could not be quantized, quantize_q) decoded
+ *   int8 page      (only for D > INT_Q_MAX_DIM, see quantize_q) decoded
  *                  into the K tile.
  * The tile may hold keys past nt up to the group's end (the page's rows, or
  * zeros): their lanes are independent and dropped. */
@@ -626,10 +837,9 @@ static const float * load_k_groups(const flash_plan * f, block_state * st, int32
             decode_f16_row((const uint16_t *)block + (size_t)(r0 / KG) * *ldg, groups * D * KG, st->ktile);
             return st->ktile;
         default: {
-            float * row = st->vtile;  /* free until the value pass decodes V into it */
+            float * row = st->vtile;  /* free: an int8 cache's value pass holds only its weights there */
             for (int32_t t = 0; t < groups * KG; t++) {
-                decode_i8_row(sdpa_kv_raw_row(fmt, page, r0 + t, 0), D, sdpa_kv_row_zero_point(fmt, page, r0 + t, 0),
-                              sdpa_kv_row_scale(fmt, page, r0 + t, 0), row);
+                sdpa_kv_decode_row(fmt, page, r0 + t, 0, row);
                 float * dst = st->ktile + (size_t)(t / KG) * *ldg + t % KG;
                 for (int32_t d = 0; d < D; d++) dst[(size_t)d * KG] = row[d];
             }
@@ -698,22 +908,33 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
     const int32_t nt4 = (nt + 3) & ~3;
     uint32_t touch = 0;
     size_t ldg = 0, ldv = 0;
-    /* float32 V rows are read in place and touched while the scores run
-     * (see touch_row); a compact cache's V is decoded only before the
-     * value pass */
-    const bool decoded = !sdpa_kv_is_f32(&p->kv);
-    const float * v = decoded ? NULL : load_v_tile(f, st, b, hk, ts, nt, &ldv);
-    /* 1. scores s[x][t] = q_x . k_t: an int8 tile's straight from its int8
-     * keys, every other from a key-transposed tile (load_k_groups) */
+    /* The tile's source: float32 rows (caller tensors, float32 pages) are read
+     * in place, V touched while the scores run (see touch_row); a float16
+     * page in place too (f16x4_finite) unless it may hold an Inf or NaN, when
+     * it is decoded (K before the scores, V before the value pass); an int8
+     * page by integer dot products (int8_scores, int8_values). */
+    const sdpa_page_format * fmt = p->kv.format;
+    const void * page = p->kv.pages ? sdpa_kv_page(&p->kv, b, hk, ts) : NULL;
+    const int32_t r0 = ts % SDPA_PAGE_ROWS;
+    const bool int8 = page && fmt->dtype == SDPA_DTYPE_INT8;
+    const bool f16 = page && fmt->dtype == SDPA_DTYPE_FLOAT16 && !(sdpa_page_marks(page) & SDPA_PAGE_MARK_NONFINITE);
+    const bool f32 = sdpa_kv_is_f32(&p->kv);
+    const bool decoded = !f32 && !int8 && !f16;
+    const float * v = f32 ? load_v_tile(f, st, b, hk, ts, nt, &ldv) : NULL;
+    /* 1. scores s[x][t] = q_x . k_t */
     if (st->int_q) {
-        int8_scores(f, st, sdpa_kv_page(&p->kv, b, hk, ts), ts % SDPA_PAGE_ROWS, nt);
+        int8_scores(f, st, page, r0, nt);
+    } else if (f16) {
+        ldg = (size_t)D * KG;
+        qk_groups_f16(st->qs, (size_t)Dp * 4, n, (const uint16_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / KG) * ldg,
+                      ldg, nt, D, st->s);
     } else {
         const float * kg = load_k_groups(f, st, b, hk, ts, nt, &ldg, &touch);
         /* float32 pages, more than one row: the K and V of the tile
          * TOUCH_AHEAD tiles on are touched during this tile's scores; the
          * first tile of the range touches its own V and the tiles before
          * that distance at once */
-        const bool ahead = p->kv.pages && !decoded && n > 1;
+        const bool ahead = page && f32 && n > 1;
         if (ahead && ts == t0) {
             touch |= touch_floats(v, (size_t)nt * D);
             for (int64_t tj = (int64_t)ts + TILE_KEYS; tj < t1 && tj < (int64_t)ts + TOUCH_AHEAD * TILE_KEYS; tj += TILE_KEYS)
@@ -772,6 +993,18 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
         st->l[x] += f32x4_hsum(vsum);
     }
     /* 3. acc += p . V */
+    if (int8) {
+        int8_weights(f, st, page, r0, nt4);
+        int8_values(f, st, page, r0, nt);
+        return touch;
+    }
+    if (f16) {
+        const uint16_t * vh = sdpa_kv_raw_row(fmt, page, r0, 1);
+        for (int32_t x = 0; x < n; x += 4)
+            pv_rows_f16(st->acc + (size_t)x * Dp, (size_t)Dp, st->s + (size_t)x * TILE_KEYS, TILE_KEYS,
+                        n - x < 4 ? n - x : 4, vh, (size_t)D, nt, D);
+        return touch;
+    }
     if (decoded) v = load_v_tile(f, st, b, hk, ts, nt, &ldv);
     for (int32_t x = 0; x < n; x += 4) {
         const int32_t rows = n - x < 4 ? n - x : 4;

@@ -91,14 +91,14 @@ static void tu_print_index(size_t i, const int32_t * dims4) {
 }
 
 static int tu_close_generic(const char * what, const float * got, const double * refd,
-                            const float * reff, size_t n, const int32_t * dims4) {
+                            const float * reff, size_t n, const int32_t * dims4, double rel) {
     tu_checks++;
     double maxref = 0.0;
     for (size_t i = 0; i < n; i++) {
         double r = refd ? refd[i] : (double)reff[i];
         if (isfinite(r) && fabs(r) > maxref) maxref = fabs(r);
     }
-    double tol = TU_TOL * (1.0 + maxref);
+    double tol = rel * (1.0 + maxref);
     size_t bad = 0, first = 0;
     double worst = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -132,12 +132,17 @@ static int tu_close_generic(const char * what, const float * got, const double *
 
 int tu_close(const char * what, const float * got, const double * ref, size_t n,
              const int32_t * dims4) {
-    return tu_close_generic(what, got, ref, NULL, n, dims4);
+    return tu_close_generic(what, got, ref, NULL, n, dims4, TU_TOL);
+}
+
+int tu_close_tol(const char * what, const float * got, const double * ref, size_t n,
+                 const int32_t * dims4, double rel) {
+    return tu_close_generic(what, got, ref, NULL, n, dims4, rel);
 }
 
 int tu_close_ff(const char * what, const float * got, const float * ref, size_t n,
                 const int32_t * dims4) {
-    return tu_close_generic(what, got, NULL, ref, n, dims4);
+    return tu_close_generic(what, got, NULL, ref, n, dims4, TU_TOL);
 }
 
 int tu_identical(const char * what, const float * a, const float * b, size_t n,
