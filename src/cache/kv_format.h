@@ -98,6 +98,14 @@ static inline size_t sdpa_kv_elem_index(const sdpa_page_format * f, int32_t row,
     }
 }
 
+/* Bytes a block spends per page row (every layout keeps rows of a tile
+ * that starts at a multiple of its group contiguous: the tile at row r0
+ * starts r0 * this into the block). */
+static inline size_t sdpa_kv_row_bytes(const sdpa_page_format * f, int value) {
+    const size_t elems = sdpa_kv_layout(f, value) == SDPA_LAYOUT_I8_KEYS ? 2 * (size_t)f->k_pairs : (size_t)f->dim;
+    return elems * f->elem_bytes;
+}
+
 /* The K (value = 0) or V block of a page. */
 static inline const void * sdpa_kv_block(const sdpa_page_format * f, const void * page, int value) {
     return (const char *)page + (value ? f->v_offset : 0);

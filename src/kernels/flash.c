@@ -230,19 +230,21 @@ static inline uint32_t touch_row(const float * row, int32_t D) {
     return sink;
 }
 
-/* touch_row over n floats. */
-static inline uint32_t touch_floats(const float * x, size_t n) {
+/* touch_row over n bytes. */
+static inline uint32_t touch_bytes(const void * x, size_t n) {
     const uint32_t * w = (const uint32_t *)x;
     uint32_t sink = 0;
-    for (size_t i = 0; i < n; i += 16) sink |= w[i];
+    for (size_t i = 0; i < n / 4; i += 16) sink |= w[i];
     return sink;
 }
 
-/* The K (value = 0, key-transposed) or V block of the tile at key ts of a
- * float32 page. */
-static const float * page_tile(const sdpa_kv_view * kv, int32_t b, int32_t hk, int64_t ts, int value) {
-    return (const float *)sdpa_kv_block(kv->format, sdpa_kv_page(kv, b, hk, (int32_t)ts), value) +
-           (size_t)(ts % SDPA_PAGE_ROWS) * (size_t)kv->dim;
+/* The K (value = 0) or V block of the tile at key ts of a page; its bytes. */
+static const void * page_tile(const sdpa_kv_view * kv, int32_t b, int32_t hk, int64_t ts, int value) {
+    return (const char *)sdpa_kv_block(kv->format, sdpa_kv_page(kv, b, hk, (int32_t)ts), value) +
+           (size_t)(ts % SDPA_PAGE_ROWS) * sdpa_kv_row_bytes(kv->format, value);
+}
+static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
+    return (size_t)TILE_KEYS * sdpa_kv_row_bytes(kv->format, value);
 }
 
 /* How far ahead (in tiles) a float32 page's K and V are touched. Measured
@@ -265,16 +267,18 @@ static const float * page_tile(const sdpa_kv_view * kv, int32_t b, int32_t hk, i
  * and tb_block (NULL, or the V and K of the tile TOUCH_AHEAD tiles on), so
  * that their DRAM reads overlap with this compute. */
 static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_t n, const void * k, size_t ldg,
-                                          int32_t nt, int32_t D, float * s, const float * ta_block,
-                                          const float * tb_block, const int F16) {
+                                          int32_t nt, int32_t D, float * s, const void * ta_block,
+                                          const void * tb_block, const int F16) {
     const int32_t step = n == 1 ? 16 : 8;
-    const int32_t lines = ta_block ? step * D / 16 : 0;  /* a region of step * D floats: lines touched per region */
+    const size_t row_bytes = (size_t)D * (F16 ? 2 : 4);
+    /* a pass's share of a region: step rows, row_bytes each, a 64-byte line per d */
+    const int32_t lines = ta_block ? (int32_t)((size_t)step * row_bytes / 64) : 0;
     uint32_t sink = 0;
     for (int32_t t = 0; t < nt; t += step) {
         const size_t at = (size_t)(t / KG) * ldg + t % KG;
         const void * kt = F16 ? (const void *)((const uint16_t *)k + at) : (const void *)((const float *)k + at);
-        const uint32_t * ta = ta_block ? (const uint32_t *)(ta_block + (size_t)t * D) : NULL;
-        const uint32_t * tb = tb_block ? (const uint32_t *)(tb_block + (size_t)t * D) : ta;
+        const uint32_t * ta = ta_block ? (const uint32_t *)(const void *)((const char *)ta_block + (size_t)t * row_bytes) : NULL;
+        const uint32_t * tb = tb_block ? (const uint32_t *)(const void *)((const char *)tb_block + (size_t)t * row_bytes) : ta;
         if (n == 1) {
             sink |= qk_group_rows(qs, kt, D, s + t, TILE_KEYS, 1, 4, F16, ta, tb, lines);
             continue;
@@ -296,12 +300,12 @@ static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_
 
 /* over a float32 tile, or a float16 page's K block in place (finite halves) */
 static uint32_t qk_groups(const v128_t * qs, size_t ldqs, int32_t n, const float * k, size_t ldg, int32_t nt,
-                          int32_t D, float * s, const float * ta_block, const float * tb_block) {
+                          int32_t D, float * s, const void * ta_block, const void * tb_block) {
     return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, ta_block, tb_block, 0);
 }
 static uint32_t qk_groups_f16(const v128_t * qs, size_t ldqs, int32_t n, const uint16_t * k, size_t ldg, int32_t nt,
-                              int32_t D, float * s) {
-    return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, NULL, NULL, 1);
+                              int32_t D, float * s, const void * ta_block, const void * tb_block) {
+    return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, ta_block, tb_block, 1);
 }
 
 /* acc[r][:] += sum_t p[r][t] * v_t[:] for n_rows (<= 4) rows, nt keys, V
@@ -482,11 +486,14 @@ static void quantize_q(const flash_plan * f, block_state * st) {
 /* acc[r][2g + h] (keys 8g + 4h .. +3 of the pass) = sum over element pairs
  * of q16 . k for R rows (quad vectors qb, [P][4]) and NG groups of 8 keys
  * (k: the first group's pairs, ldk bytes between groups). */
-static FLASH_INLINE void i8_key_rows(const v128_t * qb, const int8_t * k, size_t ldk, int32_t P,
-                                     v128_t acc[4][4], const int R, const int NG) {
+static FLASH_INLINE uint32_t i8_key_rows(const v128_t * qb, const int8_t * k, size_t ldk, int32_t P,
+                                         v128_t acc[4][4], const int R, const int NG,
+                                         const uint32_t * ta, const uint32_t * tb, int32_t lines) {
+    uint32_t sink = 0;
     for (int r = 0; r < R; r++)
         for (int g = 0; g < 2 * NG; g++) acc[r][g] = wasm_i32x4_splat(0);
     for (int32_t i = 0; i < P; i++, qb += 4, k += 16) {
+        if (i < lines) sink |= ta[(size_t)i * 16] | tb[(size_t)i * 16];
         v128_t lo[2], hi[2];
         for (int g = 0; g < NG; g++) {
             const v128_t kv = wasm_v128_load(k + (size_t)g * ldk);
@@ -501,6 +508,7 @@ static FLASH_INLINE void i8_key_rows(const v128_t * qb, const int8_t * k, size_t
             }
         }
     }
+    return sink;
 }
 
 /* s[x][t] = (acc - zp_t * qsum_x) * (qscale_x * kscale_t) for R rows and
@@ -525,34 +533,44 @@ static FLASH_INLINE void i8_key_scores(const block_state * st, int32_t x0, v128_
 /* Scores s[x][t] = q_x . k_t (unscaled, like the float path) for the keys
  * [r0, r0 + nt) of an int8 page (r0 a TILE_KEYS multiple). Keys go in passes
  * of 8 (16 for a single row), 4 rows at a time; scores past nt, up to the
- * pass, are computed from the page's rows and dropped by the caller. */
-static void int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
+ * pass, are computed from the page's rows and dropped by the caller. A pass
+ * touches its share of the blocks ta_block and tb_block (NULL, or the V and
+ * K of a tile ahead), as qk_groups does. */
+static uint32_t int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
+                            const void * ta_block, const void * tb_block) {
     const sdpa_page_format * fmt = f->p->kv.format;
-    const int32_t P = fmt->k_pairs, n = st->n;
+    const int32_t P = fmt->k_pairs, n = st->n, D = fmt->dim;
     const size_t ldk = (size_t)P * 2 * SDPA_I8_KEY_GROUP;
     const int8_t * kblock = (const int8_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / SDPA_I8_KEY_GROUP) * ldk;
     const int8_t * zps = sdpa_kv_zero_points(fmt, page, 0) + r0;
     const float * ks = sdpa_kv_scales(fmt, page, 0) + r0;
     const int32_t step = n == 1 ? 16 : 8;
+    /* a pass's share: step rows of D (V) or 2P (K) bytes; a 64-byte line per element pair */
+    const int32_t lines = ta_block ? step * D / 64 : 0;
+    uint32_t sink = 0;
     v128_t acc[4][4];
     for (int32_t t = 0; t < nt; t += step) {
         const int8_t * kt = kblock + (size_t)(t / SDPA_I8_KEY_GROUP) * ldk;
+        const uint32_t * ta = ta_block ? (const uint32_t *)(const void *)((const char *)ta_block + (size_t)t * D) : NULL;
+        const uint32_t * tb = tb_block ? (const uint32_t *)(const void *)((const char *)tb_block + (size_t)t * 2 * P) : ta;
         if (n == 1) {
-            i8_key_rows(st->qpairs, kt, ldk, P, acc, 1, 2);
+            sink |= i8_key_rows(st->qpairs, kt, ldk, P, acc, 1, 2, ta, tb, lines);
             i8_key_scores(st, 0, acc, zps + t, ks + t, st->s + t, 1, 2);
             continue;
         }
         for (int32_t x = 0; x < n; x += 4) {
             const v128_t * qb = st->qpairs + (size_t)(x / 4) * P * 4;
             float * sx = st->s + (size_t)x * TILE_KEYS + t;
+            const int32_t l = x == 0 ? lines : 0;
             switch (n - x) {
-                case 1: i8_key_rows(qb, kt, ldk, P, acc, 1, 1); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 1, 1); break;
-                case 2: i8_key_rows(qb, kt, ldk, P, acc, 2, 1); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 2, 1); break;
-                case 3: i8_key_rows(qb, kt, ldk, P, acc, 3, 1); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 3, 1); break;
-                default: i8_key_rows(qb, kt, ldk, P, acc, 4, 1); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 4, 1); break;
+                case 1: sink |= i8_key_rows(qb, kt, ldk, P, acc, 1, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 1, 1); break;
+                case 2: sink |= i8_key_rows(qb, kt, ldk, P, acc, 2, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 2, 1); break;
+                case 3: sink |= i8_key_rows(qb, kt, ldk, P, acc, 3, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 3, 1); break;
+                default: sink |= i8_key_rows(qb, kt, ldk, P, acc, 4, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 4, 1); break;
             }
         }
     }
+    return sink;
 }
 
 /* A tile's weights for the integer P.V: per row, w = p * vscale (0 where p
@@ -921,32 +939,35 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
     const bool f32 = sdpa_kv_is_f32(&p->kv);
     const bool decoded = !f32 && !int8 && !f16;
     const float * v = f32 ? load_v_tile(f, st, b, hk, ts, nt, &ldv) : NULL;
-    /* 1. scores s[x][t] = q_x . k_t */
-    if (st->int_q) {
-        int8_scores(f, st, page, r0, nt);
-    } else if (f16) {
-        ldg = (size_t)D * KG;
-        qk_groups_f16(st->qs, (size_t)Dp * 4, n, (const uint16_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / KG) * ldg,
-                      ldg, nt, D, st->s);
-    } else {
-        const float * kg = load_k_groups(f, st, b, hk, ts, nt, &ldg, &touch);
-        /* float32 pages, more than one row: the K and V of the tile
-         * TOUCH_AHEAD tiles on are touched during this tile's scores; the
-         * first tile of the range touches its own V and the tiles before
-         * that distance at once */
-        const bool ahead = page && f32 && n > 1;
-        if (ahead && ts == t0) {
-            touch |= touch_floats(v, (size_t)nt * D);
+    /* float32 / float16 pages, more than one row: the K and V of the tile
+     * TOUCH_AHEAD tiles on are touched during this tile's scores; the first
+     * tile of the range touches its own V and the tiles before that distance
+     * at once */
+    const bool ahead = page && !decoded && n > 1;
+    const void * kn = NULL, * vn = NULL;
+    if (ahead) {
+        if (ts == t0) {
+            touch |= touch_bytes(page_tile(&p->kv, b, hk, ts, 1), tile_bytes(&p->kv, 1));
             for (int64_t tj = (int64_t)ts + TILE_KEYS; tj < t1 && tj < (int64_t)ts + TOUCH_AHEAD * TILE_KEYS; tj += TILE_KEYS)
-                touch |= touch_floats(page_tile(&p->kv, b, hk, tj, 0), (size_t)TILE_KEYS * D) |
-                         touch_floats(page_tile(&p->kv, b, hk, tj, 1), (size_t)TILE_KEYS * D);
+                touch |= touch_bytes(page_tile(&p->kv, b, hk, tj, 0), tile_bytes(&p->kv, 0)) |
+                         touch_bytes(page_tile(&p->kv, b, hk, tj, 1), tile_bytes(&p->kv, 1));
         }
-        const float * kn = NULL, * vn = NULL;
-        if (ahead && (int64_t)ts + TOUCH_AHEAD * TILE_KEYS < t1) {
+        if ((int64_t)ts + TOUCH_AHEAD * TILE_KEYS < t1) {
             kn = page_tile(&p->kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 0);
             vn = page_tile(&p->kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 1);
         }
-        touch |= qk_groups(st->qs, (size_t)Dp * 4, n, kg, ldg, nt, D, st->s, vn, kn);
+    }
+    /* 1. scores s[x][t] = q_x . k_t */
+    if (st->int_q) {
+        touch |= int8_scores(f, st, page, r0, nt, vn, kn);
+    } else if (f16) {
+        ldg = (size_t)D * KG;
+        touch |= qk_groups_f16(st->qs, (size_t)Dp * 4, n, (const uint16_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / KG) * ldg,
+                               ldg, nt, D, st->s, vn, kn);
+    } else {
+        const float * kg = load_k_groups(f, st, b, hk, ts, nt, &ldg, &touch);
+        /* (the touches assume float32 rows: an int8 page decoded here touches nothing) */
+        touch |= qk_groups(st->qs, (size_t)Dp * 4, n, kg, ldg, nt, D, st->s, f32 ? vn : NULL, f32 ? kn : NULL);
     }
     /* 2. scale, mask, then online softmax per row */
     for (int32_t x = 0; x < n; x++) {
