@@ -442,43 +442,39 @@ static int32_t int_q_max(int32_t D) {
     return m < 32767 ? (int32_t)m : 32767;
 }
 
-/* Fills st->qpairs, qscale, qsum for the block's rows; a row whose q cannot
- * be quantized (a non-finite element, or so small that 1 / qscale
- * overflows) gets zeros and is recomputed by the reference (suspect). */
+/* Fills st->qpairs, qscale, qsum for the block's rows (rows past st->n of
+ * the last quad are never read); a row whose q cannot be quantized (a
+ * non-finite element, or so small that 1 / qscale overflows) gets zeros and
+ * is recomputed by the reference (suspect). */
 static void quantize_q(const flash_plan * f, block_state * st) {
     const sdpa_problem * p = f->p;
     const int32_t D = p->head_dim;
     st->int_q = false;
     if (!p->kv.pages || p->kv.format->dtype != SDPA_DTYPE_INT8 || D > INT_Q_MAX_DIM) return;
     const int32_t P = p->kv.format->k_pairs, qmax = int_q_max(D);
-    int16_t pair[2];
-    for (int32_t x = 0; x < BLOCK_ROWS; x++) {
+    /* q rows are zero-padded to dim_pad (a multiple of 4 >= 2P): 4 elements, 2 pairs, per vector */
+    for (int32_t x = 0; x < st->n; x++) {
         const float * q = st->q + (size_t)x * f->dim_pad;
-        float big = 0.0f;
-        bool ok = x < st->n;
-        for (int32_t d = 0; ok && d < D; d++) {
-            if (!isfinite(q[d])) ok = false;
-            else if (fabsf(q[d]) > big) big = fabsf(q[d]);
-        }
+        v128_t vbig = wasm_f32x4_splat(0.0f);
+        for (int32_t d = 0; d < D; d += 4) vbig = wasm_f32x4_max(vbig, wasm_f32x4_abs(wasm_v128_load(q + d)));
+        const float big = f32x4_hmax(vbig);  /* Inf or NaN for a non-finite q */
         const float scale = big > 0.0f ? big / (float)qmax : 1.0f, inv = 1.0f / scale;
-        if (!(inv <= FLT_MAX)) ok = false;
-        if (!ok && x < st->n) st->suspect[x] = true;
-        int32_t sum = 0;
+        const bool ok = big <= FLT_MAX && inv <= FLT_MAX;
+        if (!ok) st->suspect[x] = true;
+        const v128_t vinv = wasm_f32x4_splat(ok ? inv : 0.0f);
+        v128_t vsum = wasm_i32x4_splat(0);
         v128_t * out = st->qpairs + (size_t)(x / 4) * P * 4 + x % 4;
-        for (int32_t i = 0; i < P; i++) {
-            for (int e = 0; e < 2; e++) {
-                const int32_t d = 2 * i + e;
-                float v = ok && d < D ? nearbyintf(q[d] * inv) : 0.0f;
-                v = v > (float)qmax ? (float)qmax : v < -(float)qmax ? -(float)qmax : v;
-                pair[e] = (int16_t)v;
-                sum += pair[e];
-            }
-            int32_t word;
-            memcpy(&word, pair, sizeof word);
-            out[(size_t)i * 4] = wasm_i32x4_splat(word);
+        for (int32_t i = 0; i < P; i += 2) {
+            /* |q * inv| <= qmax (1 + 2^-23): nearest never passes qmax */
+            const v128_t q32 = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(q + 2 * i), vinv)));
+            vsum = wasm_i32x4_add(vsum, q32);
+            const v128_t q16 = wasm_i16x8_narrow_i32x4(q32, q32);  /* pairs (q[2i], q[2i+1]) in i32 lanes 0, 1 */
+            out[(size_t)i * 4] = wasm_i32x4_shuffle(q16, q16, 0, 0, 0, 0);
+            if (i + 1 < P) out[(size_t)(i + 1) * 4] = wasm_i32x4_shuffle(q16, q16, 1, 1, 1, 1);
         }
         st->qscale[x] = scale;
-        st->qsum[x] = sum;
+        st->qsum[x] = wasm_i32x4_extract_lane(vsum, 0) + wasm_i32x4_extract_lane(vsum, 1) +
+                      wasm_i32x4_extract_lane(vsum, 2) + wasm_i32x4_extract_lane(vsum, 3);
     }
     st->int_q = true;
 }
