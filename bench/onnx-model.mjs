@@ -51,7 +51,7 @@ message TypeProto {
 const root = protobuf.parse(ONNX_SUBSET, { keepCase: true }).root;
 const ModelProto = root.lookupType('onnx.ModelProto');
 const AttrType = { FLOAT: 1, INT: 2, STRING: 3, FLOATS: 6, INTS: 7 };
-export const ElemType = { float32: 1, int32: 6, int64: 7 };
+export const ElemType = { float32: 1, int32: 6, int64: 7, float16: 10 };
 
 function valueInfo(name, elemType, dims) {
   return {
@@ -68,7 +68,7 @@ function attribute(name, value) {
 }
 
 /**
- * One-node model. inputs/outputs: [{ name, type: 'float32'|'int32', dims }] where
+ * One-node model. inputs/outputs: [{ name, type: 'float32'|'float16'|'int32', dims }] where
  * an empty name in `nodeInputs` marks a skipped optional input.
  */
 export function singleNodeModel({ opType, domain = '', attributes = {}, inputs, outputs, nodeInputs, nodeOutputs, opset = 23, msOpset = 1, irVersion = 10 }) {

@@ -15,6 +15,9 @@
 //   0 .. past-1 filled, seqlens_k = total - 1, total_sequence_length = total.
 // - Attention-23 takes past_key/past_value of exactly `past` rows; is_causal
 //   is aligned bottom-right when a past is given (checked against the reference).
+// - gqa16 is the same GroupQueryAttention model with T = float16 (query, K/V,
+//   past, output: the op has one type T): its feeds are the float16 bits
+//   (nearest even) of the same data and its output is decoded to float32.
 // - Only `output`/`Y` is fetched; present_* stay inside ORT (but the op still
 //   writes them, as a decode loop needs). session.run copies every input from
 //   JS into wasm memory on each call: that copy is part of the end-to-end time.
@@ -22,14 +25,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { singleNodeModel } from './onnx-model.mjs';
-import { timeIt, stats } from './util.mjs';
+import { timeIt, stats, toF16Bits, fromF16Bits } from './util.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const ORT_DIST = path.resolve(here, '..', 'node_modules', 'onnxruntime-web', 'dist') + path.sep;
 
-/** BNSH copy of token-major rows [from, from+len) of x [N, H, D] into a [H, cap, D] buffer. */
+/** BNSH copy of token-major rows [from, from+len) of x [N, H, D] into a [H, cap, D] buffer (same array type). */
 function toBNSH(x, H, D, from, len, cap) {
-  const o = new Float32Array(H * cap * D);
+  const o = new x.constructor(H * cap * D);
   for (let h = 0; h < H; h++) {
     for (let t = 0; t < len; t++) {
       const src = ((from + t) * H + h) * D;
@@ -50,39 +53,44 @@ function capture(fn) {
   return text;
 }
 
-function buildGqa(s) {
+/** T: 'float32', or 'float16' (feeds are converted to float16 bits, the output back to float32). */
+function buildGqa(s, T = 'float32') {
   const { Hq, Hkv, D, Sq, past } = s;
   const cap = past + Sq;
+  const cv = T === 'float16' ? toF16Bits : (x) => x;
   return {
     node: 'GroupQueryAttention',
     model: singleNodeModel({
       opType: 'GroupQueryAttention', domain: 'com.microsoft',
       attributes: { num_heads: Hq, kv_num_heads: Hkv },
       inputs: [
-        { name: 'query', type: 'float32', dims: [1, Sq, Hq * D] },
-        { name: 'key', type: 'float32', dims: [1, Sq, Hkv * D] },
-        { name: 'value', type: 'float32', dims: [1, Sq, Hkv * D] },
-        { name: 'past_key', type: 'float32', dims: [1, Hkv, cap, D] },
-        { name: 'past_value', type: 'float32', dims: [1, Hkv, cap, D] },
+        { name: 'query', type: T, dims: [1, Sq, Hq * D] },
+        { name: 'key', type: T, dims: [1, Sq, Hkv * D] },
+        { name: 'value', type: T, dims: [1, Sq, Hkv * D] },
+        { name: 'past_key', type: T, dims: [1, Hkv, cap, D] },
+        { name: 'past_value', type: T, dims: [1, Hkv, cap, D] },
         { name: 'seqlens_k', type: 'int32', dims: [1] },
         { name: 'total_sequence_length', type: 'int32', dims: [] },
       ],
       outputs: [
-        { name: 'output', type: 'float32', dims: ['b', 's', 'hd'] },
-        { name: 'present_key', type: 'float32', dims: ['b', 'hk', 't', 'd'] },
-        { name: 'present_value', type: 'float32', dims: ['b', 'hk', 't', 'd'] },
+        { name: 'output', type: T, dims: ['b', 's', 'hd'] },
+        { name: 'present_key', type: T, dims: ['b', 'hk', 't', 'd'] },
+        { name: 'present_value', type: T, dims: ['b', 'hk', 't', 'd'] },
       ],
     }),
     output: 'output',
-    feeds: (ort, d) => ({
-      query: new ort.Tensor('float32', d.q, [1, Sq, Hq * D]),
-      key: new ort.Tensor('float32', d.k.subarray(past * Hkv * D, cap * Hkv * D), [1, Sq, Hkv * D]),
-      value: new ort.Tensor('float32', d.v.subarray(past * Hkv * D, cap * Hkv * D), [1, Sq, Hkv * D]),
-      past_key: new ort.Tensor('float32', toBNSH(d.k, Hkv, D, 0, past, cap), [1, Hkv, cap, D]),
-      past_value: new ort.Tensor('float32', toBNSH(d.v, Hkv, D, 0, past, cap), [1, Hkv, cap, D]),
-      seqlens_k: new ort.Tensor('int32', Int32Array.from([cap - 1]), [1]),
-      total_sequence_length: new ort.Tensor('int32', Int32Array.from([cap]), []),
-    }),
+    feeds: (ort, data) => {
+      const d = { q: cv(data.q), k: cv(data.k), v: cv(data.v) };
+      return {
+        query: new ort.Tensor(T, d.q, [1, Sq, Hq * D]),
+        key: new ort.Tensor(T, d.k.subarray(past * Hkv * D, cap * Hkv * D), [1, Sq, Hkv * D]),
+        value: new ort.Tensor(T, d.v.subarray(past * Hkv * D, cap * Hkv * D), [1, Sq, Hkv * D]),
+        past_key: new ort.Tensor(T, toBNSH(d.k, Hkv, D, 0, past, cap), [1, Hkv, cap, D]),
+        past_value: new ort.Tensor(T, toBNSH(d.v, Hkv, D, 0, past, cap), [1, Hkv, cap, D]),
+        seqlens_k: new ort.Tensor('int32', Int32Array.from([cap - 1]), [1]),
+        total_sequence_length: new ort.Tensor('int32', Int32Array.from([cap]), []),
+      };
+    },
   };
 }
 
@@ -127,7 +135,7 @@ function buildAttention23(s) {
   };
 }
 
-export const ORT_OPS = { gqa: buildGqa, attn: buildAttention23 };
+export const ORT_OPS = { gqa: buildGqa, gqa16: (s) => buildGqa(s, 'float16'), attn: buildAttention23 };
 
 export async function createOrtPeer({ threads }) {
   const ort = await import('onnxruntime-web');
@@ -138,7 +146,7 @@ export async function createOrtPeer({ threads }) {
 
   /**
    * Runs one op on one shape. check(output Float32Array) is called on the
-   * first run's output. Returns { run, op, output } (ms stats) or throws.
+   * first run's output (decoded to float32 for gqa16). Returns { run, op, output } (ms stats) or throws.
    */
   async function runOp(which, s, data, timing, check) {
     const spec = ORT_OPS[which](s);
@@ -149,7 +157,8 @@ export async function createOrtPeer({ threads }) {
       const feeds = spec.feeds(ort, data);
       const fetches = [spec.output];
       const first = await session.run(feeds, fetches);
-      const output = first[spec.output].data;
+      const t = first[spec.output];
+      const output = t.type === 'float16' ? fromF16Bits(t.data) : t.data;
       const verdict = check(output);
       const run = await timeIt(async () => { await session.run(feeds, fetches); }, timing);
       const text = capture(() => session.endProfiling());

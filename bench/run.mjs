@@ -96,6 +96,7 @@ function enrich(row, limits, naiveRow) {
     attnOpOverSdpa: div(attnOp, t), attnRunOverSdpa: div(attnRun, t),
     ortBestOpOverSdpa: div(ortBestOp, t),
     naiveOverSdpa: div(naive, t),
+    gqa16OpOverF16: div(med(row.gqa16?.op), med(row.sdpaF16?.time)),   // ORT float16 GQA / our float16 cache
   };
   if (t != null) {
     row.sdpa.GBs = row.work.kvBytes / (t * 1e6);
@@ -222,20 +223,23 @@ function table(res) {
     const rows = c.rows.filter((r) => r.sdpaF16 || r.sdpaI8);
     if (!rows.length) continue;
     L.push('');
-    L.push(`== cache dtypes, ${c.threads} thread${c.threads > 1 ? 's' : ''} (issue 11): ms per call, ×f32 = float32 time / this time (> 1: faster), bytes = cache bytes / float32 cache bytes`);
-    const head = ['shape', 'f32 ms', 'f16 ms', '×f32', 'f16 bytes', 'f16 |Δ| vs f32 data', 'int8 ms', '×f32', 'int8 bytes', 'int8 |Δ| vs f32 data', 'check'];
+    L.push(`== cache dtypes, ${c.threads} thread${c.threads > 1 ? 's' : ''} (issue 11): ms per call, ×f32 = float32 time / this time (> 1: faster), bytes = cache bytes / float32 cache bytes, ÷ORT16 = ORT float16 GQA op / f16 ms`);
+    const head = ['shape', 'f32 ms', 'f16 ms', '×f32', 'f16 bytes', 'f16 |Δ| vs f32 data', 'ORT GQA f16 op ms', 'run ms', '÷ORT16', 'ORT16 |Δ|', 'int8 ms', '×f32', 'int8 bytes', 'int8 |Δ| vs f32 data', 'check'];
     const tab = [head];
     for (const r of rows) {
       const f32 = med(r.sdpa?.time);
       const cell = (x) => (x?.error ? ['ERROR', '', '', ''] : [fmtMs(med(x?.time)), fmtX(div(f32, med(x?.time))),
         x?.cacheBytes && r.sdpa?.cacheBytes ? (x.cacheBytes / r.sdpa.cacheBytes).toFixed(3) : '-',
         x?.vsFloat32 ? x.vsFloat32.maxAbs.toExponential(2) : '-']);
-      const ok = [r.sdpaF16, r.sdpaI8].every((x) => !x || (!x.error && x.check?.ok));
-      tab.push([r.id, fmtMs(f32), ...cell(r.sdpaF16), ...cell(r.sdpaI8), ok ? 'ok' : 'MISMATCH']);
+      const g = r.gqa16;
+      const ort16 = g?.error ? ['ERROR', '', '', ''] : [fmtMs(med(g?.op)), fmtMs(med(g?.run)), fmtX(r.ratios.gqa16OpOverF16), g?.check ? g.check.maxAbs.toExponential(2) : '-'];
+      const ok = [r.sdpaF16, r.sdpaI8, g].every((x) => !x || (!x.error && x.check?.ok));
+      tab.push([r.id, fmtMs(f32), ...cell(r.sdpaF16), ...ort16, ...cell(r.sdpaI8), ok ? 'ok' : 'MISMATCH']);
     }
     const w = head.map((_, i) => Math.max(...tab.map((t) => t[i].length)));
     for (const t of tab) L.push(t.map((x, i) => (i < 1 ? x.padEnd(w[i]) : x.padStart(w[i]))).join('  '));
     L.push('check: each compact cache\'s output equals the float64 reference over the values it stores (cache.read); |Δ| vs f32 data is the storage\'s rounding.');
+    L.push('ORT GQA f16: GroupQueryAttention with float16 q, K/V and output (profiler op time, session.run time); ORT16 |Δ| = max |Δ| to the float64 reference over the float16-rounded q/K/V (check: relative ≤ 2e-3).');
   }
   L.push('');
   L.push('Columns: times are the median over many calls after warm-up (min–max for sdpa-wasm), in ms. GB/s = KV bytes / time, GFLOP/s = FLOPs / time.');

@@ -57,6 +57,41 @@ export function randomF32(n, seed) {
   return a;
 }
 
+const f32b = new Float32Array(1), u32b = new Uint32Array(f32b.buffer);
+
+/** float32 values -> binary16 bits (Uint16Array), rounded to nearest, ties to even; NaN stays NaN. */
+export function toF16Bits(x) {
+  const o = new Uint16Array(x.length);
+  for (let i = 0; i < x.length; i++) {
+    f32b[0] = x[i];
+    const b = u32b[0], sign = (b >>> 16) & 0x8000, e = ((b >>> 23) & 0xff) - 112, m = b & 0x7fffff;
+    let h, rem, half;
+    if (e === 143) { o[i] = sign | 0x7c00 | (m ? 0x200 : 0); continue; }   // Inf, NaN
+    if (e >= 31) { o[i] = sign | 0x7c00; continue; }                       // overflow
+    if (e <= 0) {                                                          // subnormal half (or 0)
+      if (e < -10) { o[i] = sign; continue; }
+      const sh = 14 - e, mm = m | 0x800000;
+      h = mm >>> sh; rem = mm & ((1 << sh) - 1); half = 1 << (sh - 1);
+    } else {
+      h = (e << 10) | (m >>> 13); rem = m & 0x1fff; half = 0x1000;
+    }
+    if (rem > half || (rem === half && (h & 1))) h++;                      // a carry may reach Inf: correct
+    o[i] = sign | h;
+  }
+  return o;
+}
+
+/** binary16 bits -> float32 values. */
+export function fromF16Bits(h) {
+  const o = new Float32Array(h.length);
+  for (let i = 0; i < h.length; i++) {
+    const e = (h[i] >> 10) & 31, m = h[i] & 1023;
+    const v = e === 31 ? (m ? NaN : Infinity) : e === 0 ? m * 2 ** -24 : (1024 + m) * 2 ** (e - 25);
+    o[i] = h[i] & 0x8000 ? -v : v;
+  }
+  return o;
+}
+
 /**
  * Float64 reference of attention for selected query rows.
  * q: [Sq, Hq, D] (batch 1), k/v: [N, Hkv, D] (token-major, as fed to cache.update);
