@@ -208,9 +208,9 @@ static void encode_rows(const sdpa_kv_cache * c, const float * k, const float * 
             for (int32_t t = 0; t < n; t++) {
                 const size_t dense = ((b * (size_t)src_len + (size_t)(from + t)) * H + h) * D;
                 const int32_t row = (pos + t) % SDPA_PAGE_ROWS;
-                const bool special = sdpa_kv_encode_row(&c->format, page, row, 0, k + dense) |
-                                     sdpa_kv_encode_row(&c->format, page, row, 1, v + dense);
-                if (special) sdpa_page_set_marks(page, sdpa_page_marks(page) | SDPA_PAGE_MARK_NONFINITE);
+                const bool special_k = sdpa_kv_encode_row(&c->format, page, row, 0, k + dense);
+                const bool special_v = sdpa_kv_encode_row(&c->format, page, row, 1, v + dense);
+                if (special_k || special_v) sdpa_page_set_marks(page, sdpa_page_marks(page) | SDPA_PAGE_MARK_NONFINITE);
             }
         }
 }

@@ -347,6 +347,8 @@ static void test_attention(void) {
         {1, 8, 1, 128, 200, 1, 1, 0, -2.0f}, /* MQA (8 rows) over negative values: zero points near 127 */
         {1, 6, 3, 16, 150, 3, 1, 0, 5.0f},   /* 6 rows (a quad and a pair), same data kind */
         {1, 4, 2, 1030, 140, 2, 1, 0, 0.0f}, /* D > 1024: an int8 cache decodes K for Q.K (INT_Q_MAX_DIM) */
+        {1, 2, 1, 1, 70, 2, 1, 0, 0.0f},     /* D = 1: one element pair, padded; no SIMD element loop */
+        {1, 4, 2, 2, 100, 1, 1, 0, 0.0f},    /* D = 2 */
         {1, 4, 2, 300, 200, 1, 1, 0, 1.0f},  /* D = 300: int8 q16 below 32767 (a key's sum must fit an int32) */
     };
     const int32_t dtypes[] = {SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8};
