@@ -269,7 +269,7 @@ static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
 static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_t n, const void * k, size_t ldg,
                                           int32_t nt, int32_t D, float * s, const void * ta_block,
                                           const void * tb_block, const int F16) {
-    const int32_t step = n == 1 ? 16 : 8;
+    const int32_t step = n == 1 ? 16 : F16 ? 4 : 8;
     const size_t row_bytes = (size_t)D * (F16 ? 2 : 4);
     /* a pass's share of a region: step rows, row_bytes each, a 64-byte line per d */
     const int32_t lines = ta_block ? (int32_t)((size_t)step * row_bytes / 64) : 0;
@@ -288,10 +288,10 @@ static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_
             float * sx = s + (size_t)x * TILE_KEYS + t;
             const int32_t l = x == 0 ? lines : 0;
             switch (n - x) {
-                case 1: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 1, 2, F16, ta, tb, l); break;
-                case 2: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 2, 2, F16, ta, tb, l); break;
-                case 3: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 3, 2, F16, ta, tb, l); break;
-                default: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 4, 2, F16, ta, tb, l); break;
+                case 1: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 1, F16 ? 1 : 2, F16, ta, tb, l); break;
+                case 2: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 2, F16 ? 1 : 2, F16, ta, tb, l); break;
+                case 3: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 3, F16 ? 1 : 2, F16, ta, tb, l); break;
+                default: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 4, F16 ? 1 : 2, F16, ta, tb, l); break;
             }
         }
     }
@@ -318,7 +318,25 @@ static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, si
     for (int32_t t0 = 0; t0 < nt; t0 += PV_KEYS) {
         const int32_t t1 = nt - t0 < PV_KEYS ? nt : t0 + PV_KEYS;
         const size_t vg = (size_t)t0 * ldv;  /* element offsets into v */
-        if (n_rows == 4) {
+        /* float16: 4 elements per pass (8 accumulators and the conversion's registers spill) */
+        if (n_rows == 4 && F16) {
+            int32_t d = 0;
+            for (; d + 4 <= D; d += 4) {
+                v128_t c0 = wasm_v128_load(acc + d), c1 = wasm_v128_load(acc + lda + d);
+                v128_t c2 = wasm_v128_load(acc + 2 * lda + d), c3 = wasm_v128_load(acc + 3 * lda + d);
+                size_t vt = vg + (size_t)d;
+                for (int32_t t = t0; t < t1; t++, vt += ldv) {
+                    const v128_t v0 = load4(v, vt, F16);
+                    c0 = f32x4_fmadd(c0, wasm_v128_load32_splat(p + t), v0);
+                    c1 = f32x4_fmadd(c1, wasm_v128_load32_splat(p + ldp + t), v0);
+                    c2 = f32x4_fmadd(c2, wasm_v128_load32_splat(p + 2 * ldp + t), v0);
+                    c3 = f32x4_fmadd(c3, wasm_v128_load32_splat(p + 3 * ldp + t), v0);
+                }
+                wasm_v128_store(acc + d, c0); wasm_v128_store(acc + lda + d, c1);
+                wasm_v128_store(acc + 2 * lda + d, c2); wasm_v128_store(acc + 3 * lda + d, c3);
+            }
+            if (d == D) continue;
+        } else if (n_rows == 4) {
             int32_t d = 0;
             for (; d + 8 <= D; d += 8) {
                 v128_t c00 = wasm_v128_load(acc + d), c01 = wasm_v128_load(acc + d + 4);
@@ -348,7 +366,7 @@ static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, si
         for (int32_t r = 0; r < n_rows; r++) {
             float * a = acc + r * lda;
             const float * pr = p + r * ldp;
-            int32_t d = n_rows == 4 ? D - D % 8 : 0;
+            int32_t d = n_rows == 4 ? D - D % (F16 ? 4 : 8) : 0;
             for (; d + 16 <= D; d += 16) {
                 v128_t c0 = wasm_v128_load(a + d), c1 = wasm_v128_load(a + d + 4);
                 v128_t c2 = wasm_v128_load(a + d + 8), c3 = wasm_v128_load(a + d + 12);
