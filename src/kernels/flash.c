@@ -747,10 +747,11 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         else if (p->mask)
             st->bmask[x] = (const uint8_t *)p->mask + (size_t)i * p->mask_stride;
     }
+    quantize_q(f, st);
+    if (st->int_q) return;  /* the float kernels' broadcast q is not needed */
     for (int32_t x = 0; x < st->n; x++)
         for (int32_t d = 0; d < D; d++)
             st->qs[((size_t)(x / 4) * Dp + d) * 4 + x % 4] = wasm_f32x4_splat(st->q[(size_t)x * Dp + d]);
-    quantize_q(f, st);
 }
 
 /* ---- the tile loader: float32 rows in place, other cache dtypes decoded -- */
