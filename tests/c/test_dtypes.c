@@ -20,6 +20,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -437,6 +438,109 @@ static void test_f16_nonfinite(void) {
     sdpa_kv_cache_free(c);
 }
 
+/* Random compact-cache attention: what the fixed cases do not reach. Any D
+ * from 1 to 300, 1-70 query rows, GQA groups 1-8, B 1-2, float and bool
+ * masks, windows, softcap, sinks, custom scales, value scales 1e-3 to 1e3
+ * and now and then extreme elements (1e30, +-Inf, NaN; float16: values that
+ * overflow to Inf), through cache.step on 1 and 2 threads (bit-identical),
+ * against the float64 reference over the values the cache stores. int8 keeps
+ * |scale * q * k| ordinary (CONTRACT.md section 3: the int16 q rounding). */
+static void random_case(uint64_t seed) {
+    tu_rng rng;
+    tu_rng_seed(&rng, seed);
+    const int32_t dtype = tu_rng_unit(&rng) < 0.5 ? SDPA_DTYPE_FLOAT16 : SDPA_DTYPE_INT8;
+    static const int groups[] = {1, 2, 3, 4, 7, 8};
+    static const int dims[] = {64, 80, 96, 128, 160, 256, 300};
+    const int32_t B = tu_rng_unit(&rng) < 0.2 ? 2 : 1, Hkv = tu_rng_int(&rng, 1, 4), Hq = Hkv * tu_rng_pick(&rng, groups, 6);
+    const int32_t D = tu_rng_unit(&rng) < 0.5 ? tu_rng_int(&rng, 1, 40) : tu_rng_pick(&rng, dims, 7);
+    const int32_t S = tu_rng_int(&rng, 1, 400);
+    const int32_t Sq = tu_rng_unit(&rng) < 0.6 ? 1 : tu_rng_int(&rng, 1, S < 70 ? S : 70), past = S - Sq;
+    const int mode = tu_rng_int(&rng, 0, 3);  /* 0 causal, 1 float mask, 2 bool mask, 3 causal + window */
+    const int32_t window = mode == 3 ? tu_rng_int(&rng, 1, S) : 0;
+    const float softcap = tu_rng_unit(&rng) < 0.3 ? tu_rng_uniform(&rng, 5.0f, 50.0f) : 0.0f;
+    const bool with_sinks = tu_rng_unit(&rng) < 0.3, with_scale = tu_rng_unit(&rng) < 0.3;
+    /* scales and K scales that keep scores of ordinary size: with |scale * q.k| in the hundreds,
+     * float32 rounding alone passes 1e-5 (1 + max|ref|), a float32 cache's too */
+    const float scale = with_scale ? tu_rng_uniform(&rng, 0.01f, 0.3f) : 0.0f;
+    static const float kscales_i8[] = {1e-3f, 0.1f, 1.0f}, kscales_f16[] = {1e-3f, 1.0f, 3.0f}, vscales[] = {1e-3f, 1.0f, 1e3f};
+    const float ks = dtype == SDPA_DTYPE_INT8 ? kscales_i8[tu_rng_int(&rng, 0, 2)] : kscales_f16[tu_rng_int(&rng, 0, 2)];
+    const float vs = vscales[tu_rng_int(&rng, 0, 2)], vshift = tu_rng_unit(&rng) < 0.2 ? 3.0f * vs : 0.0f;
+    const bool extremes = tu_rng_unit(&rng) < 0.15;
+    snprintf(tu_context, sizeof tu_context,
+             "random %s case %llu: B=%d Hq=%d Hkv=%d D=%d S=%d Sq=%d mode=%d window=%d softcap=%g sinks=%d scale=%g ks=%g vs=%g extremes=%d",
+             dtype == SDPA_DTYPE_FLOAT16 ? "float16" : "int8", (unsigned long long)seed, B, Hq, Hkv, D, S, Sq, mode, window,
+             (double)softcap, with_sinks, (double)scale, (double)ks, (double)vs, extremes);
+    const size_t row = (size_t)Hkv * D, nq = (size_t)B * Sq * Hq * D;
+    float * k = tu_malloc((size_t)B * S * row * 4), * v = tu_malloc((size_t)B * S * row * 4), * q = tu_malloc(nq * 4);
+    for (size_t i = 0; i < (size_t)B * S * row; i++) { k[i] = ks * tu_rng_normal(&rng); v[i] = vs * tu_rng_normal(&rng) + vshift; }
+    for (size_t i = 0; i < nq; i++) q[i] = tu_rng_normal(&rng);
+    if (extremes) {
+        static const float special[] = {1e30f, -1e30f, INFINITY, -INFINITY, NAN, 1e5f};
+        for (int e = 0; e < 3; e++) {
+            const size_t at = (size_t)tu_rng_int(&rng, 0, (int)((size_t)B * S * row - 1));
+            (tu_rng_unit(&rng) < 0.5 ? k : v)[at] = special[tu_rng_int(&rng, 0, 5)];
+        }
+    }
+    float * kd = tu_malloc((size_t)B * S * row * 4), * vd = tu_malloc((size_t)B * S * row * 4);
+    float * o1 = tu_malloc(nq * 4), * o2 = tu_malloc(nq * 4), * sinks = tu_malloc((size_t)Hq * 4);
+    double * ref = tu_malloc(nq * sizeof(double));
+    void * mask = mode == 1 || mode == 2 ? tu_malloc((size_t)Sq * S * 4) : NULL;
+    for (int32_t h = 0; h < Hq; h++) sinks[h] = tu_rng_uniform(&rng, -2.0f, 4.0f);
+    for (size_t i = 0; mask && i < (size_t)Sq * S; i++) {
+        if (mode == 1) ((float *)mask)[i] = tu_rng_unit(&rng) < 0.2 ? -INFINITY : tu_rng_uniform(&rng, -1.0f, 1.0f);
+        else ((uint8_t *)mask)[i] = tu_rng_unit(&rng) < 0.7;
+    }
+    sdpa_kv_cache * c[2] = {NULL, NULL};
+    sdpa_ctx * ctx[2] = {g_ctx1, g_ctx2};
+    bool ok = true;
+    for (int j = 0; j < 2; j++) ok &= sdpa_kv_cache_create(ctx[j], B, S, Hkv, D, dtype, &c[j]) == SDPA_OK;
+    /* rows 0 .. past-1 by update, the last Sq by step: dense copies of the [B, past] and [B, Sq] parts */
+    float * kp = tu_malloc((size_t)B * (past + 1) * row * 4), * vp = tu_malloc((size_t)B * (past + 1) * row * 4);
+    float * kl = tu_malloc((size_t)B * Sq * row * 4), * vl = tu_malloc((size_t)B * Sq * row * 4);
+    for (int32_t b = 0; b < B; b++) {
+        memcpy(kp + (size_t)b * past * row, k + (size_t)b * S * row, (size_t)past * row * 4);
+        memcpy(vp + (size_t)b * past * row, v + (size_t)b * S * row, (size_t)past * row * 4);
+        memcpy(kl + (size_t)b * Sq * row, k + ((size_t)b * S + past) * row, (size_t)Sq * row * 4);
+        memcpy(vl + (size_t)b * Sq * row, v + ((size_t)b * S + past) * row, (size_t)Sq * row * 4);
+    }
+    sdpa_tensor tkp = tu_tensor4(kp, SDPA_DTYPE_FLOAT32, B, past, Hkv, D), tvp = tu_tensor4(vp, SDPA_DTYPE_FLOAT32, B, past, Hkv, D);
+    for (int j = 0; ok && past > 0 && j < 2; j++) ok &= sdpa_kv_cache_update(ctx[j], c[j], &tkp, &tvp, 0) == SDPA_OK;
+    sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, B, Sq, Hq, D);
+    sdpa_tensor tkl = tu_tensor4(kl, SDPA_DTYPE_FLOAT32, B, Sq, Hkv, D), tvl = tu_tensor4(vl, SDPA_DTYPE_FLOAT32, B, Sq, Hkv, D);
+    sdpa_tensor tm = tu_tensor2(mask, mode == 1 ? SDPA_DTYPE_FLOAT32 : SDPA_DTYPE_BOOL, Sq, S);
+    sdpa_tensor ts = { sinks, (size_t)Hq, SDPA_DTYPE_FLOAT32, 1, { Hq, 0, 0, 0 } };
+    sdpa_options o = {.start_pos = past, .is_causal = !mask, .has_scale = with_scale, .scale = scale, .window = window,
+                      .softcap = softcap, .sinks = with_sinks ? &ts : NULL};
+    float * outs[2] = {o1, o2};
+    for (int j = 0; ok && j < 2; j++) {
+        sdpa_tensor to = tu_tensor4(outs[j], SDPA_DTYPE_FLOAT32, B, Sq, Hq, D);
+        const sdpa_status st = sdpa_kv_cache_step(ctx[j], c[j], &tq, &tkl, &tvl, mask ? &tm : NULL, &o, &to);
+        ok &= TU_CHECK(st == SDPA_OK, "step: %s %s", sdpa_status_code(st), sdpa_ctx_last_error(ctx[j]));
+    }
+    if (TU_CHECK(ok, "create / update / step")) {
+        tu_identical("1 vs 2 threads", o1, o2, nq, tq.dims);
+        sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, B, S, Hkv, D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, B, S, Hkv, D);
+        TU_CHECK(sdpa_kv_cache_read(g_ctx1, c[0], 0, S, &tkd, &tvd) == SDPA_OK, "read");
+        naive_params np = {.B = B, .Sq = Sq, .Skv = S, .Hq = Hq, .Hkv = Hkv, .D = D, .start_pos = past, .is_causal = !mask,
+                           .mask_kind = mode == 1 ? NAIVE_MASK_FLOAT : mode == 2 ? NAIVE_MASK_BOOL : NAIVE_MASK_NONE,
+                           .mask = mask, .mask_cols = S, .has_scale = with_scale, .scale = scale, .window = window,
+                           .softcap = softcap, .sinks = with_sinks ? sinks : NULL};
+        TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0, "reference");
+        /* int8: the contract's bound (sharper softmaxes than the fixed cases amplify the int16 q rounding) */
+        tu_close_tol("vs the float64 reference over the stored values", o1, ref, nq, tq.dims,
+                     dtype == SDPA_DTYPE_INT8 ? 2e-3 : TU_TOL);
+    }
+    for (int j = 0; j < 2; j++) sdpa_kv_cache_free(c[j]);
+    free(k); free(v); free(q); free(kd); free(vd); free(o1); free(o2); free(sinks); free(ref); free(mask);
+    free(kp); free(vp); free(kl); free(vl);
+}
+
+static void test_random_cases(void) {
+    const char * env = getenv("SDPA_RANDOM_CASES");  /* more for a soak run */
+    const uint64_t n = env ? strtoull(env, NULL, 10) : 300;
+    for (uint64_t seed = 1; seed <= n; seed++) random_case(seed);
+}
+
 int main(void) {
     double t0 = tu_seconds();
     if (!tu_ctx_pair(&g_ctx1, &g_ctx2)) return 1;
@@ -446,6 +550,7 @@ int main(void) {
     test_int8_tiny_query();
     test_f16_nonfinite();
     test_attention();
+    test_random_cases();
     test_bytes();
     sdpa_ctx_free(g_ctx1);
     sdpa_ctx_free(g_ctx2);
