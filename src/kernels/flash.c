@@ -50,6 +50,8 @@
 #define TILE_KEYS 64
 #define SPLIT_MAX_UNITS 16    /* split keys only when B * Hkv * blocks is this small */
 #define CHUNK_MIN_KEYS 256    /* ...into chunks of at least this many keys */
+#define CHUNK_MIN_KEYS_INT8 1024  /* an int8 tile is 4x smaller: longer chunks (measured: MQA-8192 and
+                                   * B-4096 5-6% faster, A-8192 the same), fewer first-tile touches */
 #define CHUNK_MAX_COUNT 64    /* ...and at most this many chunks */
 #define ALIGN 64
 _Static_assert(SDPA_PAGE_ROWS % TILE_KEYS == 0, "a key tile never spans two cache pages");
@@ -117,7 +119,7 @@ static void make_plan(flash_plan * f, const sdpa_problem * p) {
     const int32_t keys = p->n_keys - f->key_begin;
     int32_t chunks = 1;
     if ((int64_t)p->batch * p->kv_heads * f->blocks <= SPLIT_MAX_UNITS) {
-        chunks = ceil_div(keys, CHUNK_MIN_KEYS);
+        chunks = ceil_div(keys, (p->kv.pages && p->kv.format->dtype == SDPA_DTYPE_INT8) ? CHUNK_MIN_KEYS_INT8 : CHUNK_MIN_KEYS);
         if (chunks > CHUNK_MAX_COUNT) chunks = CHUNK_MAX_COUNT;
     }
     /* a cache's maxSeqLen may be near INT32_MAX: rounding up to a tile must not wrap */
