@@ -29,12 +29,13 @@ const ELEM_BYTES = Object.freeze({ float32: 4, float16: 2, int8: 1 });
 
 /**
  * Bytes of one page for a cache geometry (src/cache/kv_format.h): K and V
- * blocks, and for int8 a float32 scale and an int8 zero point per row of
- * each; rounded up to 64.
+ * blocks (an int8 K block pads the head dim to even), and for int8 a float32
+ * scale and an int8 zero point per row of each; rounded up to 64.
  */
 export function pageBytes(geo) {
   const dtype = geo.dtype || 'float32';
-  let bytes = 2 * PAGE_ROWS * geo.headDim * ELEM_BYTES[dtype];
+  const kElems = dtype === 'int8' ? 2 * Math.ceil(geo.headDim / 2) : geo.headDim;
+  let bytes = PAGE_ROWS * (kElems + geo.headDim) * ELEM_BYTES[dtype];
   if (dtype === 'int8') bytes += 2 * PAGE_ROWS * 4 + 2 * PAGE_ROWS;
   return Math.ceil(bytes / 64) * 64;
 }

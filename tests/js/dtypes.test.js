@@ -165,4 +165,20 @@ test('bytes held: float16 half and int8 about a quarter of float32; an unknown d
   expectError(() => c.readRaw(0, 1), 'E_DISPOSED');
 });
 
+test('cache.bytes grows by what the page pool hands out, for every dtype and odd head dims', () => {
+  // a page comes with a 64-byte pool header (sdpa_memory_stats counts it, cache.bytes does not)
+  for (const dtype of ['float32', 'float16', 'int8'])
+    for (const headDim of [1, 7, 33, 64]) {
+      const numKvHeads = 3;
+      const cache = one.createKVCache({ maxSeqLen: 200, numKvHeads, headDim, dtype });
+      const row = (n) => ({ data: new Float32Array(n * numKvHeads * headDim).fill(0.5), dims: [1, n, numKvHeads, headDim] });
+      cache.update(row(64), row(64));  // page 0 of every head
+      const bytes0 = cache.bytes, pool0 = one.memory().bytesInUse;
+      cache.update(row(1), row(1), 64);  // a second page per head
+      const grew = cache.bytes - bytes0, poolGrew = one.memory().bytesInUse - pool0;
+      assert.is(grew + 64 * numKvHeads, poolGrew, `${dtype} D=${headDim}: cache.bytes +${grew}, pool +${poolGrew}`);
+      cache.dispose();
+    }
+});
+
 test.run();
