@@ -249,13 +249,14 @@ static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
     return (size_t)TILE_KEYS * sdpa_kv_row_bytes(kv->format, value);
 }
 
-/* How far ahead (in tiles) a float32 page's K and V are touched. Measured
+/* How far ahead (in tiles) a page's K and V are touched. Measured
  * on decode (1 thread, caches cold, chunks of 4 tiles), median ms against
  * touching V of the tile itself and K of the next: 2 tiles ahead 1.10-1.20x
  * faster, 3 tiles 1.17-1.28x, 4 or 6 (the whole chunk at once) 0.75-0.8x.
  * Touching nothing is 1.3-1.5x slower, except with a single row (MHA), where
  * the kernel's own loads stream faster than with touches in between: those
- * touch nothing. */
+ * touch nothing. float16 and int8 pages use the same distance (int8: 1 or 2
+ * tiles measured slower or the same). */
 #define TOUCH_AHEAD 3
 
 /* s[x][t] = q_x . k_t for n rows (broadcast q, quads ldqs vectors apart)
@@ -956,10 +957,10 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
     const bool f32 = sdpa_kv_is_f32(&p->kv);
     const bool decoded = !f32 && !int8 && !f16;
     const float * v = f32 ? load_v_tile(f, st, b, hk, ts, nt, &ldv) : NULL;
-    /* float32 / float16 pages, more than one row: the K and V of the tile
-     * TOUCH_AHEAD tiles on are touched during this tile's scores; the first
-     * tile of the range touches its own V and the tiles before that distance
-     * at once */
+    /* pages read in place (float32, float16, int8), more than one row: the K
+     * and V of the tile TOUCH_AHEAD tiles on are touched during this tile's
+     * scores; the first tile of the range touches its own V and the tiles
+     * before that distance at once */
     const bool ahead = page && !decoded && n > 1;
     const void * kn = NULL, * vn = NULL;
     if (ahead) {
