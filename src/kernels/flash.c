@@ -175,7 +175,9 @@ uint64_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim) {
  * constant offsets from two pointers. Steps d < lines also touch one 64-byte
  * line of each of two regions, ta and tb (see touch_row): memory the tile
  * needs next, whose DRAM reads then overlap with this compute, spread out
- * so that they never pile up behind one another. */
+ * so that they never pile up behind one another. F16: the keys are a float16
+ * page's, converted as they are loaded (load4; its registers are why a
+ * float16 pass takes NV = 1 for several rows: 8 accumulators spill). */
 #define KG SDPA_PAGE_KEY_GROUP
 #if defined(__GNUC__)
 #define FLASH_INLINE inline __attribute__((always_inline))
