@@ -262,15 +262,16 @@ static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
 #define TOUCH_AHEAD 3
 
 /* s[x][t] = q_x . k_t for n rows (broadcast q, quads ldqs vectors apart)
- * and keys [0, nt) of a key-transposed page tile (group g at k + g * ldg
- * floats); s rows are TILE_KEYS apart. Keys go in passes of 8 (16 for a
- * single row), all rows per pass (4 at a time), so a pass's K stays in L1
- * for every row. Scores are computed up to nt rounded up to the pass: those
- * keys exist in the page (or the decoded tile) and their lanes are
- * independent (dropped by the caller's limits). While a pass runs, it
- * touches its share (the same keys) of two blocks of D-float rows, ta_block
- * and tb_block (NULL, or the V and K of the tile TOUCH_AHEAD tiles on), so
- * that their DRAM reads overlap with this compute. */
+ * and keys [0, nt) of a key-transposed tile, float32 or (F16) a float16
+ * page's (group g at k + g * ldg elements); s rows are TILE_KEYS apart. Keys
+ * go in passes of 8 (float16: 4; 16 for a single row), all rows per pass (4
+ * at a time), so a pass's K stays in L1 for every row. Scores are computed
+ * up to nt rounded up to the pass: those keys exist in the page (or the
+ * decoded tile) and their lanes are independent (dropped by the caller's
+ * limits). While a pass runs, it touches its share (the same keys) of two
+ * blocks of rows of the same element type, ta_block and tb_block (NULL, or
+ * the V and K of the tile TOUCH_AHEAD tiles on), so that their DRAM reads
+ * overlap with this compute. */
 static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_t n, const void * k, size_t ldg,
                                           int32_t nt, int32_t D, float * s, const void * ta_block,
                                           const void * tb_block, const int F16) {
