@@ -1,6 +1,7 @@
-/* naive_ref.c: see naive_ref.h. Straight from CONTRACT.md section 1. */
+/* naive_ref.c: see naive_ref.h. Straight from CONTRACT.md section 1 (attention) and section 3 (cache storage). */
 #include "naive_ref.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -101,3 +102,50 @@ int naive_sdpa(const naive_params * p, const float * q, const float * k, const f
     free(score);
     return 0;
 }
+
+/* ---- cache storage (CONTRACT.md section 3) ------------------------------ */
+
+float naive_f16_value(float x) {
+    if (isnan(x)) return x;
+    const double a = fabs((double)x);
+    if (a >= 65520.0) return x < 0 ? -INFINITY : INFINITY;
+    int e;
+    frexp(a, &e);                       /* a = m 2^e, m in [0.5, 1): the leading bit is 2^(e-1) */
+    const int lead = e - 1 < -14 ? -14 : e - 1;  /* below 2^-14: subnormal halves, quantum 2^-24 */
+    const double quantum = ldexp(1.0, lead - 10);
+    const double r = nearbyint(a / quantum) * quantum;  /* exact division; ties to even */
+    return (float)copysign(r, (double)x);
+}
+
+/* round half to even, written without rint/nearbyint */
+static float round_half_even(float v) {
+    const float f = floorf(v), d = v - f;
+    if (d > 0.5f) return f + 1.0f;
+    if (d < 0.5f) return f;
+    return fmodf(f, 2.0f) == 0.0f ? f : f + 1.0f;
+}
+
+/* torch.ao.quantization.fx._decomposed: choose_qparams_per_token_asymmetric
+ * then quantize_per_token, every step a float32 operation. Non-finite values
+ * as the contract says: min/max over the finite ones, NaN -> zero point. */
+void naive_int8_quantize(const float * x, int n, int8_t * q, float * scale_out, int8_t * zp_out) {
+    float mn = INFINITY, mx = -INFINITY;
+    for (int i = 0; i < n; i++) if (isfinite(x[i])) { mn = fminf(mn, x[i]); mx = fmaxf(mx, x[i]); }
+    const float min_neg = fminf(mn, 0.0f), max_pos = fmaxf(mx, 0.0f);  /* (all non-finite: 0, 0) */
+    volatile float scale = (max_pos - min_neg) / (float)(127 - (-128));
+    if (scale < FLT_EPSILON) scale = FLT_EPSILON;
+    volatile float descaled_min = min_neg / scale, descaled_max = max_pos / scale;
+    volatile float err_min = -128.0f + descaled_min, err_max = 127.0f + descaled_max;
+    volatile float zp = (err_min + err_max > 0.0f) ? (-128.0f - descaled_min) : (127.0f - descaled_max);
+    zp = round_half_even(fminf(fmaxf(zp, -128.0f), 127.0f));
+    volatile float inv = 1.0f / scale;
+    for (int i = 0; i < n; i++) {
+        if (isnan(x[i])) { q[i] = (int8_t)zp; continue; }
+        volatile float t = x[i] * inv;
+        t = t + zp;
+        q[i] = (int8_t)fminf(fmaxf(round_half_even(t), -128.0f), 127.0f);
+    }
+    *scale_out = scale;
+    *zp_out = (int8_t)zp;
+}
+

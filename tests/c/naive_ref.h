@@ -53,4 +53,17 @@ int naive_sdpa(const naive_params * p, const float * q, const float * k, const f
 int naive_sdpa_row(const naive_params * p, const float * q, const float * k, const float * v,
                    int32_t b, int32_t i, int32_t h, double * out_row);
 
+/* The cache dtypes' storage (CONTRACT.md section 3), written from the
+ * contract text, independent of src/cache/kv_format.c. */
+
+/// The value a float16 cache stores for x: the nearest binary16 (ties to
+/// even), |x| >= 65520 -> +-Inf, NaN stays NaN.
+float naive_f16_value(float x);
+
+/// torch's choose_qparams_per_token_asymmetric + quantize_per_token over one
+/// row of n values, every step a float32 operation: q[0..n-1], *scale, *zp
+/// (non-finite values: min / max over the finite ones, NaN -> the zero point,
+/// +-Inf -> 127 / -128). The stored value of element i is (q[i] - zp) * scale.
+void naive_int8_quantize(const float * x, int n, int8_t * q, float * scale, int8_t * zp);
+
 #endif /* SDPA_NAIVE_REF_H */
