@@ -479,11 +479,15 @@ static void quantize_q(const flash_plan * f, block_state * st) {
     /* q rows are zero-padded to dim_pad (a multiple of 4 >= 2P): 4 elements, 2 pairs, per vector */
     for (int32_t x = 0; x < st->n; x++) {
         const float * q = st->q + (size_t)x * f->dim_pad;
-        v128_t vbig = wasm_f32x4_splat(0.0f);
-        for (int32_t d = 0; d < D; d += 4) vbig = wasm_f32x4_max(vbig, wasm_f32x4_abs(wasm_v128_load(q + d)));
-        const float big = f32x4_hmax(vbig);  /* Inf or NaN for a non-finite q */
+        v128_t vbig = wasm_f32x4_splat(0.0f), vnan = wasm_i32x4_splat(0);
+        for (int32_t d = 0; d < D; d += 4) {
+            const v128_t x = wasm_v128_load(q + d);
+            vbig = wasm_f32x4_pmax(vbig, wasm_f32x4_abs(x));
+            vnan = wasm_v128_or(vnan, wasm_f32x4_ne(x, x));  /* (f32x4_hmax's last step drops a NaN) */
+        }
+        const float big = f32x4_hmax(vbig);  /* Inf for an infinite q */
         const float scale = big > 0.0f ? big / (float)qmax : 1.0f, inv = 1.0f / scale;
-        const bool ok = big <= FLT_MAX && inv <= FLT_MAX;
+        const bool ok = !wasm_v128_any_true(vnan) && big <= FLT_MAX && inv <= FLT_MAX;
         if (!ok) st->suspect[x] = true;
         const v128_t vinv = wasm_f32x4_splat(ok ? inv : 0.0f);
         v128_t vsum = wasm_i32x4_splat(0);
@@ -595,8 +599,8 @@ static uint32_t int8_scores(const flash_plan * f, block_state * st, const void *
 
 /* A tile's weights for the integer P.V: per row, w = p * vscale (0 where p
  * is 0: a row past the tile's keys may have an Inf scale) over the nt4
- * scores, quantized to st->wq with its wscale and wzp. A row whose weights
- * are not finite (an overflowed value row with scale Inf) is recomputed by
+ * scores, quantized to st->wq with its wscale and wzp. A row with an
+ * infinite weight (an overflowed value row with scale Inf) is recomputed by
  * the reference; weights below 1e-30 (a tile far below the row's max) add
  * nothing a float32 accumulator would keep: they are dropped. */
 static void int8_weights(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
@@ -609,13 +613,14 @@ static void int8_weights(const flash_plan * f, block_state * st, const void * pa
         int16_t * wq = st->wq + (size_t)x * TILE_KEYS;
         v128_t vmax = zero;
         for (int32_t t = 0; t < nt4; t += 4) {
+            /* (p > 0) also drops a NaN p: it comes from a NaN score, whose row is suspect already */
             const v128_t pt = wasm_v128_load(w + t);
             const v128_t wt = wasm_v128_and(wasm_f32x4_mul(pt, wasm_v128_load(vs + t)), wasm_f32x4_gt(pt, zero));
             wasm_v128_store(w + t, wt);
-            vmax = wasm_f32x4_max(vmax, wt);  /* NaN-propagating: a NaN weight makes wmax NaN */
+            vmax = wasm_f32x4_pmax(vmax, wt);
         }
         float wmax = f32x4_hmax(vmax);
-        if (!(wmax <= FLT_MAX)) {  /* NaN or Inf */
+        if (!(wmax <= FLT_MAX)) {  /* Inf: a value row whose scale is Inf */
             st->suspect[x] = true;
             wmax = 0.0f;
         }

@@ -362,6 +362,43 @@ static void test_bytes(void) {
     sdpa_kv_cache_free(i8);
 }
 
+/* A query row with a NaN or an Inf in an int8 cache (q cannot be quantized:
+ * the row is the reference's, NaN). Found by the fuzzer: with D = 1 the SIMD
+ * max over the padded row dropped the NaN and the row came out as zeros. */
+static void test_int8_nonfinite_query(void) {
+    static const int32_t dims[] = {1, 5, 16};
+    static const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (int di = 0; di < 3; di++)
+        for (int bi = 0; bi < 3; bi++) {
+            const int32_t D = dims[di], S = 3, H = 2;
+            snprintf(tu_context, sizeof tu_context, "int8 cache, D=%d, a query element %g", D, (double)bad[bi]);
+            float k[S * D], v[S * D], q[H * D], out[H * D], kd[S * D], vd[S * D];
+            for (int i = 0; i < S * D; i++) { k[i] = 0.25f * (float)(i % 7) - 0.5f; v[i] = 0.125f * (float)(i % 5); }
+            for (int i = 0; i < H * D; i++) q[i] = 0.5f - 0.1f * (float)i;
+            q[D - 1] = bad[bi];  /* head 0's last element (D = 1: its only one) */
+            sdpa_kv_cache * c = NULL;
+            if (!TU_CHECK(sdpa_kv_cache_create(g_ctx1, 1, S, 1, D, SDPA_DTYPE_INT8, &c) == SDPA_OK, "create")) return;
+            sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, S, 1, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, S, 1, D);
+            TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &tk, &tv, 0) == SDPA_OK, "update");
+            sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, 1, D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, 1, D);
+            TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+            naive_params np = {.B = 1, .Sq = 1, .Skv = S, .Hq = H, .Hkv = 1, .D = D, .start_pos = S - 1, .is_causal = 1};
+            double ref[H * D];
+            TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0, "reference");
+            sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, 1, 1, H, D), to = tu_tensor4(out, SDPA_DTYPE_FLOAT32, 1, 1, H, D);
+            sdpa_options o = {.start_pos = S - 1, .is_causal = 1};
+            for (sdpa_ctx * ctx = g_ctx1; ctx; ctx = ctx == g_ctx1 ? g_ctx2 : NULL) {
+                tu_fill_nan(out, H * D);
+                for (int i = 0; i < H * D; i++) out[i] = 7.0f;  /* not NaN: a row left unwritten would pass */
+                tu_dirty_error(ctx);
+                sdpa_status st = sdpa_kv_cache_attend(ctx, c, &tq, NULL, &o, &to);
+                tu_check_output(ctx, st, "attend", out, ref, H * D, tq.dims);
+                TU_CHECK(isnan(out[0]), "head 0 is NaN (the reference: %g)", ref[0]);
+            }
+            sdpa_kv_cache_free(c);
+        }
+}
+
 /* A float16 cache whose values overflow to Inf (|x| >= 65520) or are NaN: the
  * kernel reads unmarked pages with a conversion that is exact for finite
  * halves only, so the pages that hold an Inf or NaN must take the exact
@@ -526,6 +563,7 @@ int main(void) {
     test_f16_encode();
     test_int8_rows();
     test_int8_tiny_query();
+    test_int8_nonfinite_query();
     test_f16_nonfinite();
     test_attention();
     test_random_cases();
