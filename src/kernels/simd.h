@@ -30,6 +30,9 @@ static inline float f32x4_hsum(v128_t v) {
     return wasm_f32x4_extract_lane(s, 0) + wasm_f32x4_extract_lane(s, 1);
 }
 
+/* The largest lane. Not NaN-safe (the last step is a scalar a > b ? a : b,
+ * which drops a NaN in lane 0): callers that must see a NaN track it
+ * themselves (f32x4_ne(x, x)). */
 static inline float f32x4_hmax(v128_t v) {
     v128_t s = wasm_f32x4_max(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));
     float a = wasm_f32x4_extract_lane(s, 0), b = wasm_f32x4_extract_lane(s, 1);
