@@ -257,8 +257,9 @@ static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
  * faster, 3 tiles 1.17-1.28x, 4 or 6 (the whole chunk at once) 0.75-0.8x.
  * Touching nothing is 1.3-1.5x slower, except with a single row (MHA), where
  * the kernel's own loads stream faster than with touches in between: those
- * touch nothing. float16 and int8 pages use the same distance (int8: 1 or 2
- * tiles measured slower or the same). */
+ * touch nothing (float16 too: C-2048 1.80 -> 2.02 ms with touches). int8
+ * pages touch even then (C-2048 1.29 -> 1.19 ms, 2 threads 0.79 -> 0.65), at the same distance (1 or
+ * 2 tiles measured slower or the same). */
 #define TOUCH_AHEAD 3
 
 /* s[x][t] = q_x . k_t for n rows (broadcast q, quads ldqs vectors apart)
@@ -965,11 +966,11 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
     const bool f32 = sdpa_kv_is_f32(&p->kv);
     const bool decoded = !f32 && !int8 && !f16;
     const float * v = f32 ? load_v_tile(f, st, b, hk, ts, nt, &ldv) : NULL;
-    /* pages read in place (float32, float16, int8), more than one row: the K
-     * and V of the tile TOUCH_AHEAD tiles on are touched during this tile's
-     * scores; the first tile of the range touches its own V and the tiles
-     * before that distance at once */
-    const bool ahead = page && !decoded && n > 1;
+    /* pages read in place (float32, float16, int8), more than one row (int8:
+     * any): the K and V of the tile TOUCH_AHEAD tiles on are touched during
+     * this tile's scores; the first tile of the range touches its own V and
+     * the tiles before that distance at once */
+    const bool ahead = page && !decoded && (n > 1 || int8);
     const void * kn = NULL, * vn = NULL;
     if (ahead) {
         if (ts == t0) {
