@@ -258,8 +258,8 @@ static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
  * Touching nothing is 1.3-1.5x slower, except with a single row (MHA), where
  * the kernel's own loads stream faster than with touches in between: those
  * touch nothing (float16 too: C-2048 1.80 -> 2.02 ms with touches). int8
- * pages touch even then (C-2048 1.29 -> 1.19 ms, 2 threads 0.79 -> 0.65), at the same distance (1 or
- * 2 tiles measured slower or the same). */
+ * pages touch even then (C-2048 1.29 -> 1.19 ms, 2 threads 0.79 -> 0.65),
+ * at the same distance (1 or 2 tiles measured slower or the same). */
 #define TOUCH_AHEAD 3
 
 /* s[x][t] = q_x . k_t for n rows (broadcast q, quads ldqs vectors apart)
