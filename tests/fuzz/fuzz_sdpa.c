@@ -676,7 +676,13 @@ static void cache_geometry(rd * r, int32_t * g, int * expect) {
     g[3] = 1 + u8(r) % 20;
     *expect = SDPA_OK;
     uint8_t m = u8(r);
-    if (m < 220) return;
+    if (m < 212) return;
+    if (m < 220) {
+        /* now and then several pages and a wide head: the kernels' multi-tile and split-KV paths */
+        g[1] = 65 + u8(r) % 256;
+        g[3] = 33 + u8(r) % 128;
+        return;
+    }
     if (m < 240) {
         int which = u8(r) % 4;
         static const int32_t bad[] = {0, -1, INT32_MIN, -7};
