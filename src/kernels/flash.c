@@ -20,7 +20,7 @@
  * merges them in chunk order. Chunking depends only on the problem, never on
  * the thread count, so the result is bit-identical for any number of threads.
  * While a tile's scores are computed, memory it needs soon is touched so
- * that DRAM reads overlap with compute (see touch_row, TOUCH_AHEAD).
+ * that DRAM reads overlap with compute (see touch_bytes, TOUCH_AHEAD).
  *
  * Non-finite inputs are computed through: a NaN score makes its row NaN. A
  * row "sees nothing" (and outputs zeros) exactly when its sum l is 0.
@@ -173,7 +173,7 @@ uint64_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim) {
  * registers next to the NV key vectors). qs: q[x][d] already broadcast,
  * [D][4] vectors for the 4 rows of a quad, so that a step's loads all sit at
  * constant offsets from two pointers. Steps d < lines also touch one 64-byte
- * line of each of two regions, ta and tb (see touch_row): memory the tile
+ * line of each of two regions, ta and tb (see touch_bytes): memory the tile
  * needs next, whose DRAM reads then overlap with this compute, spread out
  * so that they never pile up behind one another. F16: the keys are a float16
  * page's, converted as they are loaded (load4; its registers are why a
@@ -223,18 +223,10 @@ static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, in
     return sink;
 }
 
-/* Loads one word of every 64-byte line of a D-float row. Run on the V rows of
- * a tile while its scores are computed, it starts their DRAM reads early, so
+/* Loads one word of every 64-byte line of n bytes. Run on the V rows of a
+ * tile while its scores are computed, it starts their DRAM reads early, so
  * the value pass finds V in cache (wasm has no prefetch instruction;
  * measured: decode over a 64 MiB cache ~35% faster in V8). */
-static inline uint32_t touch_row(const float * row, int32_t D) {
-    const uint32_t * w = (const uint32_t *)row;
-    uint32_t sink = 0;
-    for (int32_t d = 0; d < D; d += 16) sink |= w[d];
-    return sink;
-}
-
-/* touch_row over n bytes. */
 static inline uint32_t touch_bytes(const void * x, size_t n) {
     const uint32_t * w = (const uint32_t *)x;
     uint32_t sink = 0;
@@ -480,15 +472,11 @@ static void quantize_q(const flash_plan * f, block_state * st) {
     /* q rows are zero-padded to dim_pad (a multiple of 4 >= 2P): 4 elements, 2 pairs, per vector */
     for (int32_t x = 0; x < st->n; x++) {
         const float * q = st->q + (size_t)x * f->dim_pad;
-        v128_t vbig = wasm_f32x4_splat(0.0f), vnan = wasm_i32x4_splat(0);
-        for (int32_t d = 0; d < D; d += 4) {
-            const v128_t x = wasm_v128_load(q + d);
-            vbig = wasm_f32x4_pmax(vbig, wasm_f32x4_abs(x));
-            vnan = wasm_v128_or(vnan, wasm_f32x4_ne(x, x));  /* (f32x4_hmax's last step drops a NaN) */
-        }
-        const float big = f32x4_hmax(vbig);  /* Inf for an infinite q */
+        v128_t vbig = wasm_f32x4_splat(0.0f);
+        for (int32_t d = 0; d < D; d += 4) vbig = wasm_f32x4_max(vbig, wasm_f32x4_abs(wasm_v128_load(q + d)));
+        const float big = f32x4_hmax(vbig);  /* NaN or Inf for a non-finite q */
         const float scale = big > 0.0f ? big / (float)qmax : 1.0f, inv = 1.0f / scale;
-        const bool ok = !wasm_v128_any_true(vnan) && big <= FLT_MAX && inv <= FLT_MAX;
+        const bool ok = big <= FLT_MAX && inv <= FLT_MAX;
         if (!ok) st->suspect[x] = true;
         const v128_t vinv = wasm_f32x4_splat(ok ? inv : 0.0f);
         v128_t vsum = wasm_i32x4_splat(0);
@@ -817,7 +805,7 @@ static const float * load_v_tile(const flash_plan * f, block_state * st, int32_t
  * the key-transposed layout at `out` (groups of KG keys, D * KG floats
  * apart), keys nt .. the group's end zero. 4 x 4 blocks go through
  * registers (4 loads, 8 shuffles, 4 stores). The V rows of the same keys
- * (v, stride ldv) are touched meanwhile (see touch_row). */
+ * (v, stride ldv) are touched meanwhile (see touch_bytes). */
 static uint32_t transpose_k_rows(const float * k, size_t ldk, int32_t nt, int32_t D, float * out,
                                  const float * v, size_t ldv) {
     uint32_t sink = 0;
@@ -826,7 +814,7 @@ static uint32_t transpose_k_rows(const float * k, size_t ldk, int32_t nt, int32_
     for (; t + 4 <= nt; t += 4) {
         const float * r0 = k + (size_t)t * ldk, * r1 = r0 + ldk, * r2 = r1 + ldk, * r3 = r2 + ldk;
         float * dst = out + (size_t)(t / KG) * D * KG + t % KG;
-        for (int32_t y = 0; y < 4; y++) sink |= touch_row(v + (size_t)(t + y) * ldv, D);
+        for (int32_t y = 0; y < 4; y++) sink |= touch_bytes(v + (size_t)(t + y) * ldv, (size_t)D * sizeof(float));
         int32_t d = 0;
         for (; d + 4 <= D; d += 4) {
             const v128_t a = wasm_v128_load(r0 + d), b = wasm_v128_load(r1 + d);
@@ -846,7 +834,7 @@ static uint32_t transpose_k_rows(const float * k, size_t ldk, int32_t nt, int32_
     for (; t < end; t++) {
         const float * row = k + (size_t)t * ldk;
         float * dst = out + (size_t)(t / KG) * D * KG + t % KG;
-        if (t < nt) sink |= touch_row(v + (size_t)t * ldv, D);
+        if (t < nt) sink |= touch_bytes(v + (size_t)t * ldv, (size_t)D * sizeof(float));
         for (int32_t d = 0; d < D; d++) dst[(size_t)d * KG] = t < nt ? row[d] : 0.0f;
     }
     return sink;
@@ -945,7 +933,7 @@ static void softcap_scores(float * s, int32_t n, float c) {
 /* Runs the nt keys of the tile at ts (a multiple of TILE_KEYS, so the tile
  * lies inside one cache page) of KV head (b, hk) through the block's online
  * softmax; the tile is one of the range [t0, t1) being run (which tiles to
- * touch ahead). Returns the touches (see touch_row). */
+ * touch ahead). Returns the touches (see touch_bytes). */
 static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts, int32_t nt,
                            int32_t t0, int32_t t1) {
     const sdpa_problem * p = f->p;
@@ -954,7 +942,7 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
     uint32_t touch = 0;
     size_t ldg = 0, ldv = 0;
     /* The tile's source: float32 rows (caller tensors, float32 pages) are read
-     * in place, V touched while the scores run (see touch_row); a float16
+     * in place, V touched while the scores run (see touch_bytes); a float16
      * page in place too (f16x4_finite) unless it may hold an Inf or NaN, when
      * it is decoded (K before the scores, V before the value pass); an int8
      * page by integer dot products (int8_scores, int8_values). */

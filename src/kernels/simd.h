@@ -30,13 +30,11 @@ static inline float f32x4_hsum(v128_t v) {
     return wasm_f32x4_extract_lane(s, 0) + wasm_f32x4_extract_lane(s, 1);
 }
 
-/* The largest lane. Not NaN-safe (the last step is a scalar a > b ? a : b,
- * which drops a NaN in lane 0): callers that must see a NaN track it
- * themselves (f32x4_ne(x, x)). */
+/* The largest lane; NaN when a lane is NaN (f32x4.max propagates it). */
 static inline float f32x4_hmax(v128_t v) {
     v128_t s = wasm_f32x4_max(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));
-    float a = wasm_f32x4_extract_lane(s, 0), b = wasm_f32x4_extract_lane(s, 1);
-    return a > b ? a : b;
+    s = wasm_f32x4_max(s, wasm_i32x4_shuffle(s, s, 1, 0, 3, 2));
+    return wasm_f32x4_extract_lane(s, 0);
 }
 
 /* exp(x) for x <= 0 (softmax after subtracting the max), -inf -> 0.
