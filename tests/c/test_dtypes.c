@@ -281,6 +281,18 @@ static void attention_case(int32_t dtype, const shape * s, uint64_t seed) {
     free(k); free(v); free(q); free(kl); free(vl); free(mask); free(o1); free(o2); free(kd); free(vd); free(ref); free(orig);
 }
 
+/* A [1, S, 1, D] int8 cache holding k, v (rows 0 .. S-1), and the values it
+ * stores read back into kd, vd. NULL when it cannot be made (a check fails). */
+static sdpa_kv_cache * int8_cache_of(int32_t S, int32_t D, float * k, float * v, float * kd, float * vd) {
+    sdpa_kv_cache * c = NULL;
+    if (!TU_CHECK(sdpa_kv_cache_create(g_ctx1, 1, S, 1, D, SDPA_DTYPE_INT8, &c) == SDPA_OK, "int8 cache")) return NULL;
+    sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, S, 1, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, S, 1, D);
+    TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &tk, &tv, 0) == SDPA_OK, "update");
+    sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, 1, D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, 1, D);
+    TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+    return c;
+}
+
 /* A query row so small that its int16 quantization scale is subnormal (1/scale
  * overflows): the int8 cache must still give the reference answer over its
  * stored values (a custom scale large enough that the scores matter). */
@@ -291,12 +303,8 @@ static void test_int8_tiny_query(void) {
     float k[S * D], v[S * D], q[H * D], out[H * D], kd[S * D], vd[S * D];
     for (int i = 0; i < S * D; i++) { k[i] = tu_rng_uniform(&rng, -1.0f, 1.0f); v[i] = tu_rng_uniform(&rng, -1.0f, 1.0f); }
     for (int i = 0; i < H * D; i++) q[i] = (i % 3 == 0) ? 0.0f : tu_rng_uniform(&rng, -1.0f, 1.0f) * 1e-36f;
-    sdpa_kv_cache * c = NULL;
-    if (!TU_CHECK(sdpa_kv_cache_create(g_ctx1, 1, S, 1, D, SDPA_DTYPE_INT8, &c) == SDPA_OK, "int8 cache")) return;
-    sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, S, 1, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, S, 1, D);
-    TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &tk, &tv, 0) == SDPA_OK, "update");
-    sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, 1, D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, 1, D);
-    TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+    sdpa_kv_cache * c = int8_cache_of(S, D, k, v, kd, vd);
+    if (!c) return;
     sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, 1, 1, H, D), to = tu_tensor4(out, SDPA_DTYPE_FLOAT32, 1, 1, H, D);
     const float scale = 3e36f;
     sdpa_options o = { .start_pos = S - 1, .has_scale = 1, .scale = scale };
@@ -376,19 +384,14 @@ static void test_int8_nonfinite_query(void) {
             for (int i = 0; i < S * D; i++) { k[i] = 0.25f * (float)(i % 7) - 0.5f; v[i] = 0.125f * (float)(i % 5); }
             for (int i = 0; i < H * D; i++) q[i] = 0.5f - 0.1f * (float)i;
             q[D - 1] = bad[bi];  /* head 0's last element (D = 1: its only one) */
-            sdpa_kv_cache * c = NULL;
-            if (!TU_CHECK(sdpa_kv_cache_create(g_ctx1, 1, S, 1, D, SDPA_DTYPE_INT8, &c) == SDPA_OK, "create")) return;
-            sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, S, 1, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, S, 1, D);
-            TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &tk, &tv, 0) == SDPA_OK, "update");
-            sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, 1, D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, 1, D);
-            TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+            sdpa_kv_cache * c = int8_cache_of(S, D, k, v, kd, vd);
+            if (!c) return;
             naive_params np = {.B = 1, .Sq = 1, .Skv = S, .Hq = H, .Hkv = 1, .D = D, .start_pos = S - 1, .is_causal = 1};
             double ref[H * D];
             TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0, "reference");
             sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, 1, 1, H, D), to = tu_tensor4(out, SDPA_DTYPE_FLOAT32, 1, 1, H, D);
             sdpa_options o = {.start_pos = S - 1, .is_causal = 1};
             for (sdpa_ctx * ctx = g_ctx1; ctx; ctx = ctx == g_ctx1 ? g_ctx2 : NULL) {
-                tu_fill_nan(out, H * D);
                 for (int i = 0; i < H * D; i++) out[i] = 7.0f;  /* not NaN: a row left unwritten would pass */
                 tu_dirty_error(ctx);
                 sdpa_status st = sdpa_kv_cache_attend(ctx, c, &tq, NULL, &o, &to);
