@@ -157,6 +157,10 @@ bool sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, in
     uint32_t special = 0;
     switch (f->dtype) {
         case SDPA_DTYPE_FLOAT32:
+            if (sdpa_kv_layout(f, value) == SDPA_LAYOUT_ROWS) {  /* V: one contiguous row (a decode step's write) */
+                memcpy((float *)block + (size_t)row * (size_t)D, x, (size_t)D * sizeof(float));
+                break;
+            }
             for (int32_t d = 0; d < D; d++) ((float *)block)[sdpa_kv_elem_index(f, row, value, d)] = x[d];
             break;
         case SDPA_DTYPE_FLOAT16:
