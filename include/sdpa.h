@@ -240,8 +240,7 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
 /// Rules, on top of the plain cache's (docs/CONTRACT.md section 3):
 /// is_causal required and no mask (E_ARG), options->window <= window
 /// (E_ARG); a write, or the first row of an attend, must not need an
-/// evicted row (E_START_POS); attend rows must have been written
-/// (start_pos + Sq <= length, E_START_POS); read of an evicted or unwritten
+/// evicted row (E_START_POS); read of an evicted or unwritten
 /// row is E_CAPACITY; truncate below window_start (but above sink_tokens)
 /// is E_CAPACITY. A step of any length works: it writes and attends one
 /// page of rows at a time. window = 0 makes a plain cache (sink_tokens must
@@ -297,8 +296,11 @@ sdpa_status sdpa_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache,
                                  const sdpa_tensor * key, const sdpa_tensor * value,
                                  int32_t start_pos);
 
-/// customSdpa(query, K, V, ...) with K, V the whole cache (Skv = maxSeqLen;
-/// rows never written are zeros).
+/// customSdpa(query, K, V, ...) with K, V the whole cache (Skv = maxSeqLen).
+/// Without a mask the query rows must have been written: start_pos + Sq <=
+/// length (E_START_POS); with one, its N columns are the keys read (rows
+/// never written are zeros). options->is_causal is explicit here (the JS
+/// wrapper defaults it to 1 for attention over a cache without a mask).
 sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache,
                                  const sdpa_tensor * query, const sdpa_tensor * mask,
                                  const sdpa_options * options, sdpa_tensor * out);

@@ -5,9 +5,19 @@
 // object changed since the last access, and is never handed out stale.
 // Pointers at or above 2 GiB come back from wasm as negative i32 and are kept
 // here as unsigned numbers (`>>> 0`).
+//
+// A view the caller SAVED (`const d = t.data`) is not re-derived: after growth
+// it is a view of the old buffer, which in the single-thread build is detached
+// (writes through it are silently lost; the threads build's shared buffer keeps
+// them). So each tensor remembers the buffer of the last view it handed out
+// (`handedOut`), and a call that takes it as an input after the memory grew
+// since then warns once per instance (staleInputWarning). `t.set()` writes
+// through the current view and is always safe.
 
 import { fail } from './errors.js';
 import { fmtDims } from './shape.js';
+import { typedArrayTag, typedArrayLength, typedArraySet, isArray } from './intrinsics.js';
+import { describeValue } from './validate.js';  // (a cycle: used at call time only)
 
 /** Internal state of every live or disposed heap tensor, keyed by the tensor. */
 const STATE = new WeakMap();
@@ -56,6 +66,19 @@ export function heapState(t) {
   return t !== null && typeof t === 'object' ? STATE.get(t) : undefined;
 }
 
+/**
+ * The warning for a heap tensor passed as an input after the memory grew
+ * since its `data` was last read (a saved view may have missed writes), or
+ * null. `buffer`: the memory's buffer now.
+ */
+export function staleInputWarning(s, name, buffer) {
+  if (s.handedOut === null || s.handedOut === buffer) return null;
+  return `sdpa-wasm: ${name} is a heap tensor whose data was last read before wasm memory grew; ` +
+    `writes through a saved view (const d = ${name}.data) since then are lost in the single-thread build ` +
+    `(non-isolated pages). Read ${name}.data again after any call that may grow memory, write with ${name}.set(), ` +
+    `or sdpa.reserve() the pages before the loop (this warning is shown once per instance)`;
+}
+
 export function isHeapTensor(t) {
   return heapState(t) !== undefined;
 }
@@ -74,7 +97,7 @@ export class HeapTensor {
   constructor(rt, ptr, dims, dtype, n) {
     const start = ptr >>> 0;
     STATE.set(this, {
-      rt, ptr: start, n, dtype, dims: Object.freeze(dims.slice()), disposed: false, view: null, buffer: null,
+      rt, ptr: start, n, dtype, dims: Object.freeze(dims.slice()), disposed: false, view: null, buffer: null, handedOut: null,
       region: Object.freeze({ space: rt, start, end: start + n * DTYPE_BYTES[dtype] }),
     });
   }
@@ -85,7 +108,26 @@ export class HeapTensor {
     if (s.disposed) {
       throw fail('E_DISPOSED', `HeapTensor.data: this heap tensor (${s.dtype} ${fmtDims(s.dims)}) was disposed`);
     }
-    return heapView(s);
+    const view = heapView(s);
+    s.handedOut = s.buffer;
+    return view;
+  }
+
+  /**
+   * Copies `source` (a typed array or an Array of numbers) into the tensor at
+   * element `offset` (default 0), through the current view: safe across memory
+   * growth in every build. E_ARG for another source, E_DIMS when it does not fit.
+   */
+  set(source, offset = 0) {
+    const s = stateOf(this, 'set');
+    if (s.disposed) throw fail('E_DISPOSED', `HeapTensor.set: this heap tensor (${s.dtype} ${fmtDims(s.dims)}) was disposed`);
+    const n = typedArrayTag(source) !== undefined ? typedArrayLength(source) : isArray(source) ? source.length : -1;
+    if (n < 0) throw fail('E_ARG', `HeapTensor.set: source must be a typed array or an Array of numbers, got ${describeValue(source)}`);
+    if (!Number.isSafeInteger(offset) || offset < 0) throw fail('E_ARG', `HeapTensor.set: offset is ${describeValue(offset)}; expected a non-negative integer`);
+    if (offset + n > s.n) throw fail('E_DIMS', `HeapTensor.set: ${n} elements at offset ${offset} do not fit the tensor's ${s.n} (${s.dtype} ${fmtDims(s.dims)})`);
+    const view = heapView(s);
+    s.handedOut = s.buffer;
+    typedArraySet(view, source, offset);
   }
 
   get dims() { return stateOf(this, 'dims').dims; }

@@ -16,7 +16,7 @@
 
 import {
   Checks, readOptions, checkStartPos, checkSize, inspectTensor, checkAttention, checkLive, checkLiveOptions,
-  checkCacheWrite, checkOutAliasing, checkWindowedAttention, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
+  checkCacheWrite, checkOutAliasing, checkCacheAttention, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
 } from './validate.js';
 import { SLOT } from './runtime.js';
 import { prod } from './shape.js';
@@ -146,6 +146,7 @@ export class KVCache {
     const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, this.#windowStartOf());
     ck.done();
     const c = this.#core;
+    c.warnStaleInputs(W.K, W.V, null);
     // Addresses inside wasm memory first, then temporaries (see Core.addressOf).
     let kp = c.addressOf(W.K), vp = c.addressOf(W.V), tk = 0, tv = 0;
     try {
@@ -177,7 +178,7 @@ export class KVCache {
     if (o.startPos === undefined || o.startPos === null) sp = this.#impliedStart(ck, Q, o.M !== null);
     else sp = checkStartPos(ck, o.startPos, 'startPos');
     const P = checkAttention(ck, o, sp, Q, this.#kv, this.#kv);
-    if (this.#geo.window) checkWindowedAttention(ck, P, this.#geo, this.#writtenOrUnknown(), this.windowStart, sp, true);
+    checkCacheAttention(ck, P, this.#geo, this.#writtenOrUnknown(), this.#windowStartOf(), sp, true);
     ck.done();
     return this.#core.runAttention(fn, P, sp, null, null, this.#callAttend);
   }
@@ -228,7 +229,7 @@ export class KVCache {
     const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, windowStart);
     // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
     const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
-    if (this.#geo.window) checkWindowedAttention(ck, P, this.#geo, length, windowStart, sp, false);
+    checkCacheAttention(ck, P, this.#geo, length, windowStart, sp, false);
     checkOutAliasing(ck, P.O, W.K);
     checkOutAliasing(ck, P.O, W.V);
     if (P.Sq >= 0 && W.Snew >= 0 && P.Sq !== W.Snew) {

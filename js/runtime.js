@@ -8,7 +8,7 @@
 // - A status returned by C becomes an SdpaError carrying the C message.
 
 import { SdpaError, codeOfStatus } from './errors.js';
-import { HeapTensor, DTYPE_BYTES, heapState, heapView, noteMemoryBuffer, memoryOwner } from './heap.js';
+import { HeapTensor, DTYPE_BYTES, heapState, heapView, noteMemoryBuffer, memoryOwner, staleInputWarning } from './heap.js';
 import { prod, fmtDims } from './shape.js';
 import { typedArraySet } from './intrinsics.js';
 
@@ -60,6 +60,9 @@ function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, s
 
 const decoder = new TextDecoder();
 
+/** staleInputWarning for a tensor descriptor (null: none, or not a heap tensor). */
+const staleOf = (d, buffer) => (d && d.heap ? staleInputWarning(d.heap, d.name, buffer) : null);
+
 export class Core {
   constructor(M) {
     this.M = M;
@@ -70,6 +73,22 @@ export class Core {
     this.caches = new Set();
     this._buf = null;
     this._seen = null; // the last buffer recorded by noteMemoryBuffer
+    this.staleWarned = false;
+  }
+
+  /**
+   * One console.warn per instance when an input heap tensor's last handed-out
+   * view predates memory growth (heap.js: a saved view may have lost writes).
+   * Runs after validation, before the call computes; descriptors may be null.
+   */
+  warnStaleInputs(a, b, c) {
+    if (this.staleWarned) return;
+    const buffer = this.currentBuffer();
+    const msg = staleOf(a, buffer) ?? staleOf(b, buffer) ?? staleOf(c, buffer);
+    if (msg !== null) {
+      this.staleWarned = true;
+      console.warn(msg);
+    }
   }
 
   /** E_DISPOSED once the instance was disposed. */
@@ -203,6 +222,7 @@ export class Core {
   runAttention(fn, P, startPos, K, V, invoke) {
     const { Q, M, O, S } = P;
     const n = Q.len;
+    this.warnStaleInputs(Q, K, V);
     // Every address inside wasm memory first (out included), then temporaries.
     let o = O ? this.addressOf(O) : -1;
     let m = M ? this.addressOf(M) : 0;

@@ -577,8 +577,10 @@ export function cacheDescriptor(geo) {
 export function checkAttention(ck, o, startPos, Q, K, V) {
   const cache = K !== null && K.virtual === true;
   const M = o.M, O = o.O, S = o.S;
-  // (a windowed cache attends causally: isCausal defaults to true there)
-  const isCausal = checkBool(ck, o.isCausal, 'isCausal', cache && K.windowed);
+  // Attention over a cache is causal by default (a decoder's prefill and
+  // decode), unless a mask says what is visible; customSdpa keeps ExecuTorch's
+  // non-causal default.
+  const isCausal = checkBool(ck, o.isCausal, 'isCausal', cache && M === null);
   const scale = checkScale(ck, o.scale, true);
   checkDropout(ck, o.dropoutP);
   const window = checkWindow(ck, o.window);
@@ -659,20 +661,24 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
 }
 
 /**
- * A windowed cache's own attention rules (CONTRACT.md section 3), after
- * checkAttention: causal, no mask, no wider window (E_ARG); with `attend`
- * the rows attended must be written (startPos + Sq <= length), and the
- * first row's window must not reach evicted rows (E_START_POS). `length`,
- * `windowStart`: the cache's now (numbers: a decode step allocates nothing).
+ * A cache's own attention rules (CONTRACT.md section 3), after
+ * checkAttention. `attend`: without a mask the rows attended must be written
+ * (startPos + Sq <= length: a row past it was never written). A windowed
+ * cache also: causal, no mask, no wider window (E_ARG), and the first row's
+ * window must not reach evicted rows (E_START_POS). `length`, `windowStart`:
+ * the cache's now (numbers: a decode step allocates nothing).
  */
-export function checkWindowedAttention(ck, P, geo, length, windowStart, startPos, attend) {
-  if (P.M) ck.add('E_ARG', `attnMask was given but a windowed cache (window ${geo.window}) applies its own causal window; pass no mask`);
-  if (!P.isCausal) ck.add('E_ARG', `isCausal is false but a windowed cache (window ${geo.window}) attends causally; leave it out or pass true`);
-  if (P.window > geo.window) ck.add('E_ARG', `window ${P.window} is wider than the cache's window ${geo.window}; it may narrow the window, not widen it`);
-  if (startPos === null || P.Sq < 0) return;
-  if (attend && startPos + P.Sq > length) {
-    ck.add('E_START_POS', `startPos ${startPos} + query length ${P.Sq} is past the ${length} rows written (cache.length); a windowed cache attends written rows only`);
+export function checkCacheAttention(ck, P, geo, length, windowStart, startPos, attend) {
+  if (geo.window) {
+    if (P.M) ck.add('E_ARG', `attnMask was given but a windowed cache (window ${geo.window}) applies its own causal window; pass no mask`);
+    if (!P.isCausal) ck.add('E_ARG', `isCausal is false but a windowed cache (window ${geo.window}) attends causally; leave it out or pass true`);
+    if (P.window > geo.window) ck.add('E_ARG', `window ${P.window} is wider than the cache's window ${geo.window}; it may narrow the window, not widen it`);
   }
+  if (startPos === null || P.Sq < 0) return;
+  if (attend && !P.M && startPos + P.Sq > length) {
+    ck.add('E_START_POS', `startPos ${startPos} + query length ${P.Sq} = ${startPos + P.Sq} is past the ${length} rows written (cache.length); attention over a cache reads written rows only`);
+  }
+  if (!geo.window) return;
   const W = P.window || geo.window;
   const first = Math.max(startPos - W + 1, geo.sinkTokens);
   if (first <= startPos && first < windowStart) {

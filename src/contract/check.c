@@ -273,11 +273,12 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         return sdpa_fail(ctx, SDPA_E_START_POS,
                          "%s: startPos %lld + query length %d exceeds the %d rows of %s; without a mask, startPos + Sq must be <= Skv",
                          fn, (long long)o->start_pos, Sq, kt, kname);
+    /* attend (check_room): without a mask, a cache's rows past its length were never written */
+    if (cache && check_room && !has_mask && o->start_pos > (int64_t)cache->length - Sq)
+        return sdpa_fail(ctx, SDPA_E_START_POS,
+                         "%s: startPos %lld + query length %d = %lld is past the %d rows written (cache.length); attention over a cache reads written rows only",
+                         fn, (long long)o->start_pos, Sq, (long long)o->start_pos + Sq, cache->length);
     if (cache && cache->window) {
-        if (check_room && o->start_pos > (int64_t)cache->length - Sq)
-            return sdpa_fail(ctx, SDPA_E_START_POS,
-                             "%s: startPos %lld + query length %d is past the %d rows written (cache.length); a windowed cache attends written rows only",
-                             fn, (long long)o->start_pos, Sq, cache->length);
         const int32_t window = o->window ? o->window : cache->window;
         int64_t first = o->start_pos - window + 1;  /* the first row's oldest key after the sink rows */
         if (first < cache->sink_tokens) first = cache->sink_tokens;

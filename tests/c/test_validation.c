@@ -873,6 +873,15 @@ static void test_cache_rules(void) {
     C(OP_ATTEND, "attend start_pos INT64_MAX", S, 0, SDPA_E_START_POS, OK_, "start", c.opt.start_pos = INT64_MAX);
     C(OP_ATTEND, "attend start_pos 2^32 (truncates to 0)", S, 0, SDPA_E_START_POS, OK_, "start",
       c.opt.start_pos = INT64_C(1) << 32);
+    /* after truncate(CFILL) rows CFILL.. are unwritten: attend without a mask may not read them; a mask's N columns may */
+#define TRUNC_FILL TU_CHECK(sdpa_kv_cache_truncate(g_ctx, c.cache, CFILL) == SDPA_OK, "truncate")
+    C(OP_ATTEND, "attend start_pos + Sq past cache.length (no mask)", S, 0, SDPA_E_START_POS, OK_, "written", TRUNC_FILL);
+    C(OP_ATTEND, "attend one row past cache.length (no mask)", S, 0, SDPA_E_START_POS, OK_, "written", TRUNC_FILL;
+      c.opt.start_pos = CFILL - S + 1);
+    C(OP_ATTEND, "attend the last rows written (no mask)", S, 0, SDPA_OK, OK_, "", TRUNC_FILL; c.opt.start_pos = CFILL - S;
+      c.tr.n = 0);
+    C(OP_ATTEND, "attend past cache.length with a mask", S, 1, SDPA_OK, OK_, "", TRUNC_FILL; c.tr.n = 0);
+#undef TRUNC_FILL
     C(OP_READ, "read start -1", S, 0, SDPA_E_START_POS, OK_, "start", c.read_start = -1);
     C(OP_READ, "read start INT32_MIN", S, 0, SDPA_E_START_POS, OK_, "start", c.read_start = INT32_MIN);
 

@@ -812,7 +812,8 @@ static void fuzz_cache(rd * r) {
             if (st == SDPA_OK) host_write(&fc, &k.t, &v.t, upd_sp);
         } else if (kind == 1) {
             what = "kv_cache_attend";
-            valid = q.present && out.present && model_attend(&q.t, fc.B, fc.S, fc.H, fc.D, pm, po, &out.t);
+            valid = q.present && out.present && model_attend(&q.t, fc.B, fc.S, fc.H, fc.D, pm, po, &out.t) &&
+                    ((pm && pm->data) || sp + q.t.dims[1] <= fc.length);  /* without a mask: written rows only */
             st = sdpa_kv_cache_attend(g_ctx, fc.c, tp(&q), pm, po, out.present ? &out.t : NULL);
         } else {
             what = "kv_cache_step";

@@ -513,7 +513,11 @@ function scalarOpts(c, b, { torch = false, custom = true } = {}) {
   if (torch && o.enableGqa !== undefined) { v.enableGqa = o.enableGqa; if (typeof o.enableGqa !== 'boolean') b.invalid(`enableGqa ${o.enableGqa}`); }
   return v;
 }
-const semantic = (v) => ({ isCausal: v.isCausal === true, scale: typeof v.scale === 'number' ? v.scale : undefined });
+/** What the options mean: `causalDefault` (attention over a cache) makes an absent isCausal true unless there is a mask. */
+const semantic = (v, causalDefault = false) => ({
+  isCausal: v.isCausal === true || (causalDefault && v.isCausal == null && v.attnMask === undefined),
+  scale: typeof v.scale === 'number' ? v.scale : undefined,
+});
 
 // ---------------------------------------------------------------------------
 // One case
@@ -559,8 +563,10 @@ async function runCase(c) {
         let outT = null;
         if (c.hasOut) { outT = b.tensor('out', c.out, [B, Sq, Hqq, D]); vals.out = outT.t; }
         if (c.op !== 'step') vals.startPos = sp; else if (c.opts.startPos !== 'geo') { /* the invalid value goes as the 4th argument */ }
+        // attention over a cache reads written rows only (without a mask)
+        if (c.op === 'attend' && !c.hasMask && Number.isSafeInteger(sp) && sp >= 0 && sp + Sq > cacheLength) b.invalid('attend past cache.length');
         const opts = b.options(vals);
-        const sem = semantic(vals);
+        const sem = semantic(vals, isCache);
         const before = cache.disposed ? null : cache.read(0, 8);
         if (c.op === 'custom') call = () => w.s.customSdpa(qT.t, kT.t, vT.t, opts);
         else if (c.op === 'attend') call = () => cache.attend(qT.t, opts);

@@ -943,7 +943,7 @@ test('7: scale 1e30 with |q| ~ 1e10 and k = 0: the reference answer, not NaN', (
   expectRef(() => s.customSdpa(copy(qq), copy(kk), copy(V0), { startPos: 2, scale: 1e30 }), want, 'customSdpa');
   const c = s.createKVCache({ maxSeqLen: 4, numKvHeads: 1, headDim: 4 });
   c.update(kk, V0, 0);
-  expectRef(() => c.attend(copy(qq), { startPos: 2, scale: 1e30 }), want, 'cache.attend');
+  expectRef(() => c.attend(copy(qq), { startPos: 2, scale: 1e30, isCausal: false }), want, 'cache.attend (non-causal, as customSdpa)');
   c.dispose();
   const tq = { data: qq.data.slice(0, 8), dims: [1, 1, 2, 4] }, tk = { data: new Float32Array(8), dims: [1, 1, 2, 4] }, tv = randTensor(rand, [1, 1, 2, 4]);
   expectRef(() => s.scaledDotProductAttention(tq, tk, tv, { scale: 1e30 }), refTorchSdpa(tq, tk, tv, { scale: 1e30 }), 'scaledDotProductAttention (custom route)');
@@ -965,7 +965,7 @@ test('7: |v| near FLT_MAX with many keys: the representable answer, not Inf/NaN'
   expectRef(() => s.customSdpa(copy(qq), copy(kk), neg, o), refCustomSdpa(qq, kk, neg, o), 'mixed signs');
   const c = s.createKVCache({ maxSeqLen: S, numKvHeads: 1, headDim: D });
   c.update(kk, vv, 0);
-  expectRef(() => c.attend(copy(qq), { startPos: S - 2 }), want, 'cache.attend');
+  expectRef(() => c.attend(copy(qq), { startPos: S - 2, isCausal: false }), want, 'cache.attend (non-causal, as customSdpa)');
   c.dispose();
 });
 

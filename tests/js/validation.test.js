@@ -325,6 +325,9 @@ test('E_START_POS: not a non-negative integer; startPos + Sq > Skv without a mas
     ['update leaving a hole', () => cache.update(ckv(), ckv(), 5), [/startPos 5/, /hole/, /length/]],
     ['step leaving a hole', () => cache.step(cq(), ckv(), ckv(), 6, { isCausal: true, out: heapOut }), [/startPos 6/, /hole/]],
     ['attend without startPos, q longer than the rows written', () => cache.attend(cq(5), { isCausal: true }), [/5 rows/, /cache\.length/]],
+    // rows 4.. were never written: without a mask a query row may not sit there (a mask's N columns may reach them)
+    ['attend a row past the rows written', () => cache.attend(cq(1), { startPos: 4 }), [/startPos 4/, /4 rows written/, /cache\.length/]],
+    ['attend two rows, the last past the rows written', () => cache.attend(cq(2), { startPos: 3, isCausal: false }), [/= 5/, /4 rows written/]],
     ['truncate negative', () => cache.truncate(-1), [/length/]],
   ]);
   // With a mask startPos has no effect, so it may exceed Skv.
