@@ -273,6 +273,29 @@ int32_t sdpa_kv_cache_length(const sdpa_kv_cache * cache);
 /// Pages the cache holds (batch rows x heads x written pages), shared ones included.
 int32_t sdpa_kv_cache_pages(const sdpa_kv_cache * cache);
 
+/// Bytes the cache holds: its pages as the pool counts them (a 64-byte
+/// header each; shared ones included) plus its page table. A double (exact
+/// below 2^53), so that JS reads it without BigInt.
+double sdpa_kv_cache_bytes(const sdpa_kv_cache * cache);
+
+/// What a cache of this geometry holds once rows 0 .. rows-1 are written,
+/// so that sdpa_ctx_reserve_pages can be sized without measuring. On wasm32
+/// this struct is 40 bytes: five int64.
+typedef struct sdpa_kv_cache_size {
+    int64_t pages;        ///< pages held: batch x kv_heads x min(ceil(rows / 64), table slots per head)
+    int64_t page_bytes;   ///< the pool bytes of one page (its 64-byte header included)
+    int64_t pool_bytes;   ///< pages x page_bytes: what sdpa_ctx_reserve_pages needs for them
+    int64_t table_bytes;  ///< the page table, malloc'ed when the cache is created
+    int64_t bytes;        ///< pool_bytes + table_bytes: sdpa_kv_cache_bytes() of that cache
+} sdpa_kv_cache_size;
+
+/// sdpa_kv_cache_size of a cache made by sdpa_kv_cache_create_windowed with
+/// these arguments once `rows` rows are written. Its errors; E_DIMS (rows < 0),
+/// E_CAPACITY (rows > max_seq_len).
+sdpa_status sdpa_kv_cache_plan(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len, int32_t kv_heads,
+                               int32_t head_dim, int32_t dtype, int32_t window, int32_t sink_tokens,
+                               int32_t rows, sdpa_kv_cache_size * out);
+
 /// The K (which = 0) or V (which = 1) block (SDPA_PAGE_ROWS rows of D
 /// elements of the cache's dtype, laid out as SDPA_PAGE_KEY_GROUP says; for
 /// int8 the page's scales and zero points

@@ -13,12 +13,13 @@ import {
 } from './validate.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
-import { KVCache, PAGE_ROWS, pageBytes, tableBytes } from './kv-cache.js';
+import { KVCache, PAGE_ROWS } from './kv-cache.js';
+import { KVCacheGroup, inLayer } from './kv-cache-group.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
 import { makeTorchEntry } from './torch.js';
 import { VERSION } from './version.js';
 
-export { SdpaError, STATUS_CODES, E_LOAD, KVCache, HeapTensor, isHeapTensor, VERSION };
+export { SdpaError, STATUS_CODES, E_LOAD, KVCache, KVCacheGroup, HeapTensor, isHeapTensor, VERSION };
 
 /** Key of the (unstable, test-only) internals: sdpa[INTERNALS] = { M, core }. */
 export const INTERNALS = Symbol.for('sdpa-wasm.internals');
@@ -109,9 +110,11 @@ function makeInstance(core, info) {
     return runCustom('customSdpa', query, key, value, opts);
   }
 
-  function createKVCache(config) {
-    const fn = 'createKVCache';
-    const ck = new Checks(fn);
+  /**
+   * Reads and checks a cache configuration (createKVCache's options) into
+   * `ck`; returns the geometry, or null when a rule failed.
+   */
+  function readCacheConfig(ck, config) {
     const given = config !== undefined && config !== null;
     if (!given) ck.add('E_ARG', 'the options { maxSeqLen, numKvHeads, headDim } are missing');
     const o = readOptions(ck, config, CACHE_OPTIONS);  // the snapshot
@@ -126,25 +129,113 @@ function makeInstance(core, info) {
     const dtype = o.dtype === undefined || o.dtype === null ? 'float32' : o.dtype;
     if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
     else if (CACHE_DTYPES[dtype] === undefined) ck.add('E_DTYPE', `dtype '${dtype}' is not supported; caches are 'float32', 'float16' or 'int8'`);
-    if (batch && maxSeqLen && numKvHeads && headDim && CACHE_DTYPES[dtype] !== undefined) {
-      // Pages are allocated as rows are written; what must fit now is one page and the page table.
-      const geo = { batch, maxSeqLen, numKvHeads, headDim, dtype, window: window || 0, sinkTokens: sinkTokens || 0 };
-      const page = pageBytes(geo), table = tableBytes(geo);
-      if (page > MAX_ALLOC || table > MAX_ALLOC) {
-        ck.add('E_OOM', `a cache of [${batch}, ${maxSeqLen}, ${numKvHeads}, ${headDim}] needs pages of ${formatBytes(page)} (${PAGE_ROWS} rows) and a page table of ${formatBytes(table)}; each must be one wasm allocation (< 2 GiB)`);
-      }
+    if (!(batch && maxSeqLen && numKvHeads && headDim && CACHE_DTYPES[dtype] !== undefined)) return null;
+    return { batch, maxSeqLen, numKvHeads, headDim, dtype, window: window || 0, sinkTokens: sinkTokens || 0 };
+  }
+
+  /** sdpa_kv_cache_plan of a checked geometry with `rows` rows written (C's sizes: kv_cache.c). */
+  function planCache(fn, geo, rows) {
+    const at = core.slot('stats');
+    core.check(M._sdpa_kv_cache_plan(core.ctx, geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim, CACHE_DTYPES[geo.dtype],
+                                     geo.window, geo.sinkTokens, rows, at), fn);
+    const u32 = core.views().u32, w = at >>> 2;
+    const i64 = (i) => u32[w + 2 * i] + u32[w + 2 * i + 1] * 0x100000000;
+    return { pages: i64(0), pageBytes: i64(1), poolBytes: i64(2), tableBytes: i64(3), bytes: i64(4) };
+  }
+
+  /**
+   * Checks a geometry's one page and page table against one wasm
+   * allocation (JS refuses first, with the clearer message: MAX_ALLOC).
+   */
+  function checkCacheFits(ck, fn, geo) {
+    const { pageBytes, tableBytes } = planCache(fn, geo, 0);
+    if (pageBytes > MAX_ALLOC || tableBytes > MAX_ALLOC) {
+      ck.add('E_OOM', `a cache of [${geo.batch}, ${geo.maxSeqLen}, ${geo.numKvHeads}, ${geo.headDim}] needs pages of ${formatBytes(pageBytes)} (${PAGE_ROWS} rows) and a page table of ${formatBytes(tableBytes)}; each must be one wasm allocation (< 2 GiB)`);
     }
+  }
+
+  function createKVCache(config) {
+    const fn = 'createKVCache';
+    const ck = new Checks(fn);
+    const geo = readCacheConfig(ck, config);
     core.checkAlive(ck);
+    if (geo !== null && !core.disposed) checkCacheFits(ck, fn, geo);
     ck.done();
+    return makeCache(fn, geo);
+  }
+
+  /** A cache of a checked geometry (E_OOM from C when its table cannot be had). */
+  function makeCache(fn, geo) {
     const outAt = core.slot('ptr');
     core.views().u32[outAt >>> 2] = 0;
-    const st = M._sdpa_kv_cache_create_windowed(core.ctx, batch, maxSeqLen, numKvHeads, headDim, CACHE_DTYPES[dtype],
-                                                window, sinkTokens, outAt);
+    const st = M._sdpa_kv_cache_create_windowed(core.ctx, geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim, CACHE_DTYPES[geo.dtype],
+                                                geo.window, geo.sinkTokens, outAt);
     core.check(st, fn);
     const ptr = core.views().u32[outAt >>> 2];
-    const cache = new KVCache(core, ptr, { batch, maxSeqLen, numKvHeads, headDim, dtype, window, sinkTokens });
+    const cache = new KVCache(core, ptr, geo);
     core.caches.add(cache);
     return cache;
+  }
+
+  /**
+   * The bytes a cache of these options holds once rows 0 .. rows-1 are
+   * written (default: maxSeqLen, i.e. full; a windowed cache: its full
+   * ring): { pages, pageBytes, poolBytes, tableBytes, bytes }. `poolBytes`
+   * is what sdpa.reserve() needs for them; `bytes` is cache.bytes then.
+   */
+  function kvCacheSize(config, rows) {
+    const fn = 'sdpa.kvCacheSize';
+    const ck = new Checks(fn);
+    const geo = readCacheConfig(ck, config);
+    let n = null;
+    if (rows === undefined || rows === null) n = geo ? geo.maxSeqLen : null;
+    else if (typeof rows !== 'number') ck.add('E_ARG', `rows must be a number, got ${describeValue(rows)}`);
+    else if (!Number.isSafeInteger(rows) || rows < 0) ck.add('E_DIMS', `rows is ${rows}; expected a non-negative integer`);
+    else n = rows;
+    if (geo !== null && n !== null && n > geo.maxSeqLen) ck.add('E_CAPACITY', `rows is ${n} but the cache holds maxSeqLen = ${geo.maxSeqLen}`);
+    core.checkAlive(ck);
+    ck.done();
+    return planCache(fn, geo, n);
+  }
+
+  /**
+   * The caches of all the layers of a model: `configs` is an array of
+   * createKVCache options, one per layer (plain or windowed, any dtype).
+   * Every layer is checked before any is made; all or nothing.
+   */
+  function createKVCacheGroup(configs) {
+    const fn = 'createKVCacheGroup';
+    const ck = new Checks(fn);
+    let list = null;
+    if (configs === undefined || configs === null) ck.add('E_ARG', 'the layer configs are missing; expected an array of createKVCache options, one per layer');
+    else if (!Array.isArray(configs)) ck.add('E_ARG', `configs must be an array of createKVCache options (one per layer), got ${describeValue(configs)}`);
+    else if (configs.length === 0) ck.add('E_ARG', 'configs is empty; expected one createKVCache options object per layer');
+    else list = configs.slice();  // the snapshot: each entry read once
+    const geos = [];
+    if (list !== null) {
+      for (let i = 0; i < list.length; i++) {
+        ck.prefix = `layers[${i}]: `;
+        geos.push(readCacheConfig(ck, list[i]));
+      }
+    }
+    ck.prefix = '';
+    core.checkAlive(ck);
+    if (!core.disposed) {
+      for (let i = 0; i < geos.length; i++) {
+        ck.prefix = `layers[${i}]: `;
+        if (geos[i] !== null) checkCacheFits(ck, fn, geos[i]);
+      }
+      ck.prefix = '';
+    }
+    ck.done();
+    const made = [];
+    try {
+      for (const geo of geos) made.push(makeCache(fn, geo));
+    } catch (e) {
+      for (const c of made) c.dispose();
+      throw inLayer(e, fn, made.length);
+    }
+    return new KVCacheGroup(core, made);
   }
 
   function allocTensor(dtype, dims) {
@@ -211,6 +302,8 @@ function makeInstance(core, info) {
     info,
     customSdpa,
     createKVCache,
+    createKVCacheGroup,
+    kvCacheSize,
     allocTensor,
     memory,
     reserve,

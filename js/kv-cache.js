@@ -16,44 +16,16 @@
 
 import {
   Checks, readOptions, checkStartPos, checkSize, inspectTensor, checkAttention, checkLive, checkLiveOptions,
-  checkCacheWrite, checkOutAliasing, checkCacheAttention, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
+  checkCacheWrite, checkOutAliasing, checkCacheAttention, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS, TORCH_LAYOUT,
 } from './validate.js';
 import { SLOT } from './runtime.js';
-import { prod } from './shape.js';
+import { prod, fmtRows } from './shape.js';
 import { typedArrayTag, isArray } from './intrinsics.js';
 
 /** Token rows per page: SDPA_PAGE_ROWS in include/sdpa.h. */
 export const PAGE_ROWS = 64;
 
 const ELEM_BYTES = Object.freeze({ float32: 4, float16: 2, int8: 1 });
-
-/**
- * Bytes of one page for a cache geometry (src/cache/kv_format.h): K and V
- * blocks (an int8 K block pads the head dim to even), and for int8 a float32
- * scale and an int8 zero point per row of each; rounded up to 64.
- */
-export function pageBytes(geo) {
-  const dtype = geo.dtype || 'float32';
-  const kElems = dtype === 'int8' ? 2 * Math.ceil(geo.headDim / 2) : geo.headDim;
-  let bytes = PAGE_ROWS * (kElems + geo.headDim) * ELEM_BYTES[dtype];
-  if (dtype === 'int8') bytes += 2 * PAGE_ROWS * 4 + 2 * PAGE_ROWS;
-  return Math.ceil(bytes / 64) * 64;
-}
-
-/**
- * Table slots per batch row and head (src/cache/kv_cache.c): one per page of
- * maxSeqLen, or for a windowed cache its sink pages and a ring of
- * ceil((window - 1) / PAGE_ROWS) + 2 pages when that is fewer.
- */
-export function pagesPerHead(geo) {
-  const all = Math.ceil(geo.maxSeqLen / PAGE_ROWS);
-  if (!geo.window) return all;
-  const ring = Math.ceil(geo.sinkTokens / PAGE_ROWS) + Math.ceil((geo.window - 1) / PAGE_ROWS) + 2;
-  return Math.min(all, ring);
-}
-
-/** Bytes of a cache's page table (one wasm32 pointer per slot, batch row and head). */
-export const tableBytes = (geo) => geo.batch * geo.numKvHeads * pagesPerHead(geo) * 4;
 
 /** step(q, k, v, opts): an options object in startPos's place (not a number) is the options. */
 const isOptionsLike = (x) => x !== null && typeof x === 'object' && !isArray(x) && typedArrayTag(x) === undefined;
@@ -63,6 +35,9 @@ function writeStart(ck, startPos, length) {
   if (startPos === undefined || startPos === null) return Math.min(length, 0x7fffffff);
   return checkStartPos(ck, startPos, 'startPos');
 }
+
+/** The group's access to a cache's checks (filled by KVCache's static block; not exported from the package). */
+export const cacheHooks = {};
 
 export class KVCache {
   #core;
@@ -111,10 +86,13 @@ export class KVCache {
     return this.#alive() ? this.#core.M._sdpa_kv_cache_length(this.#ptr) : 0;
   }
 
-  /** Bytes of storage this cache holds: its pages (shared ones included) and its page table. */
+  /**
+   * Bytes of storage this cache holds: its pages as the pool counts them (a
+   * 64-byte header each; shared ones included) and its page table (C's count:
+   * sdpa_kv_cache_bytes). 0 once disposed.
+   */
   get bytes() {
-    if (!this.#alive()) return 0;
-    return this.#core.M._sdpa_kv_cache_pages(this.#ptr) * pageBytes(this.#geo) + tableBytes(this.#geo);
+    return this.#alive() ? this.#core.M._sdpa_kv_cache_bytes(this.#ptr) : 0;
   }
 
   #alive() { return !this.#disposed && !this.#core.disposed; }
@@ -196,7 +174,7 @@ export class KVCache {
     const Sq = Q.dims[1], length = this.length;
     if (Sq <= length) return length - Sq;
     if (!masked) {
-      ck.add('E_START_POS', `q has ${Sq} rows but the cache holds only ${length} (cache.length); without startPos, q is taken as the last Sq rows written`);
+      ck.add('E_START_POS', `q has ${fmtRows(Sq)} but the cache holds only ${length} (cache.length); without startPos, q is taken as the last Sq rows written`);
     }
     return 0;
   }
@@ -233,7 +211,9 @@ export class KVCache {
     checkOutAliasing(ck, P.O, W.K);
     checkOutAliasing(ck, P.O, W.V);
     if (P.Sq >= 0 && W.Snew >= 0 && P.Sq !== W.Snew) {
-      ck.add('E_DIMS', `q has ${P.Sq} rows but k has ${W.Snew}; a step attends exactly the rows it writes`);
+      // (q [B, Hq, S, D] and k [B, Hkv, S, D]: the rows differ because the heads do)
+      const torch = Q.dims[2] === K.dims[2] && K.dims[1] === this.#geo.numKvHeads;
+      ck.add('E_DIMS', `q has ${fmtRows(P.Sq)} but k has ${W.Snew}; a step attends exactly the rows it writes${torch ? TORCH_LAYOUT : ''}`);
     }
     ck.done();
     return this.#core.runAttention(fn, P, sp, W.K, W.V, this.#callStep);
@@ -245,13 +225,13 @@ export class KVCache {
     const s = checkStartPos(ck, start, 'start', true);
     const n = checkSize(ck, length, 'length');
     if (s !== null && n !== null && s + n > this.#geo.maxSeqLen) {
-      ck.add('E_CAPACITY', `reading ${n} rows at start ${s} needs ${s + n} rows but the cache holds maxSeqLen = ${this.#geo.maxSeqLen}`);
+      ck.add('E_CAPACITY', `reading ${fmtRows(n)} at start ${s} needs ${fmtRows(s + n)} but the cache holds maxSeqLen = ${this.#geo.maxSeqLen}`);
     } else if (s !== null && n !== null && this.#geo.window && this.#alive()) {
       const S = this.#geo.sinkTokens, ws = this.windowStart, first = Math.max(s, S), length = this.length;
       if (s + n > S && first < ws) {
         ck.add('E_CAPACITY', `rows ${s} .. ${s + n - 1} include row ${first}, but rows ${S} .. ${ws - 1} of the windowed cache were evicted; only the sink rows and the rows from windowStart on are kept`);
       } else if (s + n > length) {
-        ck.add('E_CAPACITY', `rows ${s} .. ${s + n - 1} are past the ${length} rows written (cache.length); a windowed cache holds written rows only`);
+        ck.add('E_CAPACITY', `rows ${s} .. ${s + n - 1} are past the ${fmtRows(length)} written (cache.length); a windowed cache holds written rows only`);
       }
     }
     this.#checkAlive(ck);
@@ -328,17 +308,34 @@ export class KVCache {
   truncate(length) {
     const fn = 'KVCache.truncate';
     const ck = new Checks(fn);
+    const n = this.#checkTruncate(ck, length);
+    ck.done();
+    this.#truncateChecked(fn, n);
+  }
+
+  /** truncate's rules into `ck`; returns the length, or null when invalid. */
+  #checkTruncate(ck, length) {
     this.#checkAlive(ck);
     const n = checkStartPos(ck, length, 'length', true);
     const held = this.#writtenOrUnknown();
-    if (n !== null && n > held) ck.add('E_CAPACITY', `length ${n} is past the ${held} rows written (cache.length); truncate keeps rows 0 .. length-1 of those`);
+    if (n !== null && n > held) ck.add('E_CAPACITY', `length ${n} is past the ${fmtRows(held)} written (cache.length); truncate keeps rows 0 .. length-1 of those`);
     else if (n !== null && this.#geo.window && n > this.#geo.sinkTokens && n < this.#windowStartOf()) {
       const ws = this.windowStart;
       ck.add('E_CAPACITY', `length ${n} would end inside the evicted rows ${this.#geo.sinkTokens} .. ${ws - 1} of the windowed cache; expected <= ${this.#geo.sinkTokens} (sink rows only) or >= ${ws}`);
     }
-    ck.done();
+    return n;
+  }
+
+  #truncateChecked(fn, n) {
     const c = this.#core;
     c.check(c.M._sdpa_kv_cache_truncate(c.ctx, this.#ptr, n), fn);
+  }
+
+  static {
+    // For KVCacheGroup (kv-cache-group.js): check every layer, then truncate them all.
+    cacheHooks.checkTruncate = (cache, ck, length) => cache.#checkTruncate(ck, length);
+    cacheHooks.truncateChecked = (cache, fn, n) => cache.#truncateChecked(fn, n);
+    cacheHooks.checkAlive = (cache, ck) => cache.#checkAlive(ck);
   }
 
   /**

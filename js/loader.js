@@ -451,7 +451,7 @@ async function loadInner({ forced, threads, load, state }) {
   } else if (typeof threads === 'number' && threads > 1 && given) {
     throw new SdpaError('E_ARG', `createSdpa: threads is ${threads} but ${given} is the single-thread '${build}' build; pass the '${threadedTwin(build)}' build or threads: 1`);
   }
-  if (reason) {
+  if (reason && threads !== 1) {  // (threads: 1 asked for what runs: nothing to warn about)
     const ask = typeof threads === 'number' && threads > 1 ? ` (threads: ${threads} was asked; 1 thread runs)` : '';
     warnOnce('fallback', reason + ask);
   }

@@ -9,3 +9,6 @@ export function prod(dims) {
 
 /** Dims as messages show them: `[1, 8, 64]`. */
 export const fmtDims = (dims) => `[${dims.join(', ')}]`;
+
+/** A row count as messages say it: `1 row`, `3 rows`. */
+export const fmtRows = (n) => `${n} ${n === 1 ? 'row' : 'rows'}`;

@@ -16,7 +16,7 @@
 
 import { SdpaError, codeRank } from './errors.js';
 import { heapState, heapView, memoryOwner } from './heap.js';
-import { prod, fmtDims } from './shape.js';
+import { prod, fmtDims, fmtRows } from './shape.js';
 import {
   typedArrayTag, typedArrayLength, typedArrayBuffer, typedArrayByteOffset, typedArrayByteLength,
   isView, isArray, hasOwn, getPrototypeOf, objectToString, ObjectPrototype, isDetached,
@@ -30,9 +30,11 @@ export class Checks {
   constructor(fn) {
     this.fn = fn;
     this.first = null;
+    /** Put before every message added (a group's 'layer 3: '). */
+    this.prefix = '';
   }
   add(code, message) {
-    if (this.first === null || codeRank(code) < codeRank(this.first.code)) this.first = { code, message };
+    if (this.first === null || codeRank(code) < codeRank(this.first.code)) this.first = { code, message: this.prefix + message };
   }
   /** Throws the highest-ranked violation, if any. */
   done() {
@@ -547,6 +549,24 @@ function checkSoftcap(ck, value) {
   return Math.fround(value);
 }
 
+/** Appended to a message when the dims read the other way round would fit (layoutHint). */
+export const TORCH_LAYOUT = `; the dims look like PyTorch's [B, H, S, D] layout (heads in dim 1): this op takes [B, S, H, D] (in PyTorch: x.transpose(1, 2).contiguous())`;
+
+/**
+ * TORCH_LAYOUT when reading dims 1 and 2 of q (and of k/v, unless they are a
+ * cache, whose heads are known) the other way round would satisfy the heads
+ * rule and, without a mask, the key bound; '' otherwise. Called only where
+ * the heads rule or the key bound failed.
+ */
+function layoutHint(Q, K, cache, startPos, masked) {
+  const qd = Q.dims, kd = K.dims;
+  if (qd[1] === qd[2] && (cache || kd[1] === kd[2])) return '';  // the same either way
+  const Hq = qd[1], Sq = qd[2];
+  const Hk = cache ? kd[2] : kd[1], Skv = cache ? kd[1] : kd[2];
+  const fits = Hk >= 1 && Hk <= Hq && Hq % Hk === 0 && (masked || startPos === null || startPos + Sq <= Skv);
+  return fits ? TORCH_LAYOUT : '';
+}
+
 const RANK_2 = Object.freeze([2]);
 const RANK_1 = Object.freeze([1]);
 const BSHD = '4-D [B, S, H, D]';
@@ -639,8 +659,8 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
     if (O && ook && O.dims[0] !== B) ck.add('E_BATCH', `out has batch ${O.dims[0]} but ${Q.name} has batch ${B}`);
     // E_HEADS
     if (Hk !== Hv) ck.add('E_HEADS', `${kname} has ${Hk} heads but ${vname} has ${Hv}; key and value heads must be equal`);
-    else if (Hk > Hq) ck.add('E_HEADS', `${kname} has ${Hk} heads but ${Q.name} has ${Hq}; key heads must not exceed query heads`);
-    else if (Hq % Hk !== 0) ck.add('E_HEADS', `${kname} has ${Hk} heads but ${Q.name} has ${Hq}; query heads must be a multiple of key heads (GQA)`);
+    else if (Hk > Hq) ck.add('E_HEADS', `${kname} has ${Hk} heads but ${Q.name} has ${Hq}; key heads must not exceed query heads${layoutHint(Q, K, cache, startPos, M !== null)}`);
+    else if (Hq % Hk !== 0) ck.add('E_HEADS', `${kname} has ${Hk} heads but ${Q.name} has ${Hq}; query heads must be a multiple of key heads (GQA)${layoutHint(Q, K, cache, startPos, M !== null)}`);
     if (S && sok && S.dims[0] !== Hq) ck.add('E_HEADS', `sinks has ${S.dims[0]} entries but ${Q.name} has ${Hq} heads; one sink logit per query head`);
     // E_HEAD_DIM
     if (Dk !== D) ck.add('E_HEAD_DIM', `${kname} has head dim ${Dk} but ${Q.name} has ${D}; head dims must be equal`);
@@ -649,7 +669,7 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
     if (!cache && Sk !== Sv) ck.add('E_KV_LEN', `${kname} has sequence length ${Sk} but ${vname} has ${Sv}; they must be equal`);
     // E_START_POS (no mask: keys 0 .. sp+Sq-1 must exist)
     if (!M && startPos !== null && startPos + Sq > Skv) {
-      ck.add('E_START_POS', `startPos ${startPos} + query length ${Sq} = ${startPos + Sq} exceeds the ${cache ? 'cache length maxSeqLen' : 'key/value length'} ${Skv}; without a mask the op reads keys 0 .. startPos+Sq-1`);
+      ck.add('E_START_POS', `startPos ${startPos} + query length ${Sq} = ${startPos + Sq} exceeds the ${cache ? 'cache length maxSeqLen' : 'key/value length'} ${Skv}; without a mask the op reads keys 0 .. startPos+Sq-1${layoutHint(Q, K, cache, startPos, false)}`);
     }
     // E_MASK_SHAPE
     if (M && mok && (M.dims[0] !== Sq || M.dims[1] > Skv)) {
@@ -676,7 +696,7 @@ export function checkCacheAttention(ck, P, geo, length, windowStart, startPos, a
   }
   if (startPos === null || P.Sq < 0) return;
   if (attend && !P.M && startPos + P.Sq > length) {
-    ck.add('E_START_POS', `startPos ${startPos} + query length ${P.Sq} = ${startPos + P.Sq} is past the ${length} rows written (cache.length); attention over a cache reads written rows only`);
+    ck.add('E_START_POS', `startPos ${startPos} + query length ${P.Sq} = ${startPos + P.Sq} is past the ${fmtRows(length)} written (cache.length); attention over a cache reads written rows only`);
   }
   if (!geo.window) return;
   const W = P.window || geo.window;
@@ -690,7 +710,10 @@ export function checkCacheAttention(ck, P, geo, length, windowStart, startPos, a
 function checkWriteGeometry(ck, cache, d) {
   const B = d.dims[0], H = d.dims[2], D = d.dims[3];
   if (B !== cache.batch) ck.add('E_BATCH', `${d.name} has batch ${B} but the cache has batch ${cache.batch}`);
-  if (H !== cache.numKvHeads) ck.add('E_HEADS', `${d.name} has ${H} heads but the cache has numKvHeads = ${cache.numKvHeads}`);
+  if (H !== cache.numKvHeads) {
+    const hint = d.dims[1] === cache.numKvHeads ? TORCH_LAYOUT : '';
+    ck.add('E_HEADS', `${d.name} has ${H} heads but the cache has numKvHeads = ${cache.numKvHeads}${hint}`);
+  }
   if (D !== cache.headDim) ck.add('E_HEAD_DIM', `${d.name} has head dim ${D} but the cache has headDim = ${cache.headDim}`);
 }
 
@@ -714,12 +737,12 @@ export function checkCacheWrite(ck, cache, K, V, startPos, length, windowStart =
   }
   const Snew = ks ? K.dims[1] : -1;
   if (startPos !== null && startPos > length) {
-    ck.add('E_START_POS', `startPos ${startPos} is past the ${length} rows written (cache.length); a write must start at or before length (rows ${length} .. ${startPos - 1} would be a hole)`);
+    ck.add('E_START_POS', `startPos ${startPos} is past the ${fmtRows(length)} written (cache.length); a write must start at or before length (rows ${length} .. ${startPos - 1} would be a hole)`);
   } else if (ks && startPos !== null && cache.window > 0 && startPos + Snew > cache.sinkTokens &&
              Math.max(startPos, cache.sinkTokens) < windowStart) {
     ck.add('E_START_POS', `rows ${startPos} .. ${startPos + Snew - 1} include row ${Math.max(startPos, cache.sinkTokens)}, but rows ${cache.sinkTokens} .. ${windowStart - 1} of the windowed cache were evicted; a write must not reach back into evicted rows`);
   } else if (ks && startPos !== null && startPos + Snew > cache.maxSeqLen) {
-    ck.add('E_CAPACITY', `writing ${Snew} rows at startPos ${startPos} needs ${startPos + Snew} rows but the cache holds maxSeqLen = ${cache.maxSeqLen}`);
+    ck.add('E_CAPACITY', `writing ${fmtRows(Snew)} at startPos ${startPos} needs ${fmtRows(startPos + Snew)} but the cache holds maxSeqLen = ${cache.maxSeqLen}`);
   }
   return { K, V, Snew };
 }

@@ -30,6 +30,31 @@ static void * row_page(const sdpa_kv_cache * c, void ** pages, size_t pos) {
     return pages[page_slot(c, (int32_t)(pos / SDPA_PAGE_ROWS))];
 }
 
+/* Where a cache's pages go: a page holds K and V blocks of SDPA_PAGE_ROWS
+ * rows in the dtype's format (cache/kv_format.h); the table has one pointer
+ * per page of maxSeqLen, or for a windowed cache per sink page and ring slot.
+ * The ring holds the window's W rows wherever a page boundary falls, the page
+ * being written, and one page more, so that at least W + 64 rows are kept
+ * and a rollback (truncate) of up to 64 rows can go on decoding:
+ * ceil((W - 1) / ROWS) + 2 slots. (sink_pages, ring_pages: 0 when
+ * maxSeqLen fits without a ring.) Arguments already checked. */
+typedef struct cache_layout {
+    uint64_t page_bytes, pages_per_head, sink_pages, ring_pages, table_bytes;
+} cache_layout;
+
+static void layout_of(cache_layout * L, sdpa_page_format * format, int32_t batch, int32_t max_seq_len,
+                      int32_t kv_heads, int32_t head_dim, int32_t dtype, int32_t window, int32_t sink_tokens) {
+    L->page_bytes = sdpa_page_format_make(format, dtype, head_dim);
+    L->pages_per_head = ((uint64_t)max_seq_len + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
+    const uint64_t sink_pages = ((uint64_t)sink_tokens + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
+    const uint64_t ring = window ? ((uint64_t)window - 1 + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS + 2 : 0;
+    const bool ring_wraps = window && sink_pages + ring < L->pages_per_head;  /* else maxSeqLen fits: no ring */
+    if (ring_wraps) L->pages_per_head = sink_pages + ring;
+    L->sink_pages = ring_wraps ? sink_pages : 0;
+    L->ring_pages = ring_wraps ? ring : 0;
+    L->table_bytes = sdpa_size_mul(sdpa_size_mul((uint64_t)batch * (uint64_t)kv_heads, L->pages_per_head), sizeof(void *));
+}
+
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
                                  int32_t kv_heads, int32_t head_dim, int32_t dtype,
                                  sdpa_kv_cache ** out_cache) {
@@ -45,21 +70,10 @@ sdpa_status sdpa_kv_cache_create_windowed(sdpa_ctx * ctx, int32_t batch, int32_t
     sdpa_status s = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, dtype,
                                             window, sink_tokens, out_cache);
     if (s != SDPA_OK) return s;
-    /* a page: K and V blocks of SDPA_PAGE_ROWS rows in the dtype's format
-     * (cache/kv_format.h); the table: one pointer per page of maxSeqLen, or
-     * for a windowed cache per sink page and ring slot. The ring holds the
-     * window's W rows wherever a page boundary falls, the page being
-     * written, and one page more, so that at least W + 64 rows are kept and
-     * a rollback (truncate) of up to 64 rows can go on decoding:
-     * ceil((W - 1) / ROWS) + 2 slots. */
     sdpa_page_format format;
-    const uint64_t page_bytes = sdpa_page_format_make(&format, dtype, head_dim);
-    uint64_t pages_per_head = ((uint64_t)max_seq_len + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
-    const uint64_t sink_pages = ((uint64_t)sink_tokens + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
-    const uint64_t ring = window ? ((uint64_t)window - 1 + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS + 2 : 0;
-    const bool ring_wraps = window && sink_pages + ring < pages_per_head;  /* else maxSeqLen fits: no ring */
-    if (ring_wraps) pages_per_head = sink_pages + ring;
-    const uint64_t table_bytes = sdpa_size_mul(sdpa_size_mul((uint64_t)batch * (uint64_t)kv_heads, pages_per_head), sizeof(void *));
+    cache_layout L;
+    layout_of(&L, &format, batch, max_seq_len, kv_heads, head_dim, dtype, window, sink_tokens);
+    const uint64_t page_bytes = L.page_bytes, table_bytes = L.table_bytes, pages_per_head = L.pages_per_head;
     if (page_bytes == 0 || page_bytes > SDPA_MAX_PAGE_BYTES || table_bytes > SDPA_MAX_PAGE_BYTES)
         return sdpa_fail(ctx, SDPA_E_OOM,
                          "%s: a page of %d rows x head dim %d needs %llu bytes and the page table %llu bytes; each must fit in %llu bytes",
@@ -78,8 +92,8 @@ sdpa_status sdpa_kv_cache_create_windowed(sdpa_ctx * ctx, int32_t batch, int32_t
     c->pages_per_head = (int32_t)pages_per_head;
     c->window = window;
     c->sink_tokens = sink_tokens;
-    c->sink_pages = ring_wraps ? (int32_t)sink_pages : 0;
-    c->ring_pages = ring_wraps ? (int32_t)ring : 0;
+    c->sink_pages = (int32_t)L.sink_pages;
+    c->ring_pages = (int32_t)L.ring_pages;
     c->window_start = window ? sink_tokens : 0;
     c->format = format;
     c->table = table;
@@ -118,6 +132,39 @@ int32_t sdpa_kv_cache_pages(const sdpa_kv_cache * cache) {
     for (size_t i = 0; i < head_count(cache) * (size_t)cache->pages_per_head; i++)
         held += !sdpa_page_is_zero(cache->table[i]);
     return held;
+}
+
+double sdpa_kv_cache_bytes(const sdpa_kv_cache * cache) {
+    if (!cache) return 0;
+    const uint64_t table = (uint64_t)head_count(cache) * (uint64_t)cache->pages_per_head * sizeof(void *);
+    return (double)sdpa_kv_cache_pages(cache) * (double)sdpa_page_pool_slot_bytes(cache->format.page_bytes) + (double)table;
+}
+
+sdpa_status sdpa_kv_cache_plan(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len, int32_t kv_heads,
+                               int32_t head_dim, int32_t dtype, int32_t window, int32_t sink_tokens,
+                               int32_t rows, sdpa_kv_cache_size * out) {
+    static const char fn[] = "kvCacheSize";
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status s = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, dtype,
+                                            window, sink_tokens, out);
+    if (s != SDPA_OK) return s;
+    if (rows < 0)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: rows is %d; expected a non-negative integer", fn, rows);
+    if (rows > max_seq_len)
+        return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: rows is %d but maxSeqLen is %d", fn, rows, max_seq_len);
+    sdpa_page_format format;
+    cache_layout L;
+    layout_of(&L, &format, batch, max_seq_len, kv_heads, head_dim, dtype, window, sink_tokens);
+    /* rows 0 .. rows-1 fill the table's slots in order; a ring's slots are reused */
+    uint64_t per_head = ((uint64_t)rows + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
+    if (per_head > L.pages_per_head) per_head = L.pages_per_head;
+    out->pages = (int64_t)(per_head * (uint64_t)batch * (uint64_t)kv_heads);
+    out->page_bytes = (int64_t)(L.page_bytes + sdpa_page_pool_slot_bytes(0));  /* (uint64: size_t is 32 bits on wasm32) */
+    out->pool_bytes = (int64_t)sdpa_size_mul((uint64_t)out->pages, (uint64_t)out->page_bytes);
+    out->table_bytes = (int64_t)L.table_bytes;
+    out->bytes = out->pool_bytes + out->table_bytes;
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
 }
 
 const void * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t h, int32_t page, int32_t which) {

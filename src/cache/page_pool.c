@@ -44,6 +44,7 @@ struct sdpa_page_pool {
 };
 
 static size_t slot_bytes(size_t page_bytes) { return PAGE_ALIGN + page_bytes; }
+size_t sdpa_page_pool_slot_bytes(size_t page_bytes) { return slot_bytes(page_bytes); }
 static page_header * header_of(const void * page) { return (page_header *)((char *)page - PAGE_ALIGN); }
 
 sdpa_page_pool * sdpa_page_pool_create(void) { return calloc(1, sizeof(sdpa_page_pool)); }
@@ -192,15 +193,33 @@ void sdpa_page_set_marks(void * page, uint32_t marks) {
     if (h->refs != ZERO_REFS) h->marks = marks;
 }
 
+/* The largest slot of the registered page sizes (0: none yet). */
+static size_t max_slot(const sdpa_page_pool * pool) {
+    size_t m = 0;
+    for (const page_class * c = pool->classes; c; c = c->next)
+        if (slot_bytes(c->bytes) > m) m = slot_bytes(c->bytes);
+    return m;
+}
+
+/* What reserve promises: writes that take at most `bytes` of slots, of any
+ * of the registered page sizes, carve them without growth. A chunk's tail
+ * shorter than the slot asked for is skipped, so each chunk is counted
+ * less its largest possible tail (< max_slot): then a slot that fits
+ * nowhere would mean every chunk already gave more than it was counted
+ * for. Free-listed pages serve only their own size and are not counted. */
 bool sdpa_page_pool_reserve(sdpa_page_pool * pool, uint64_t bytes) {
+    const uint64_t tail = max_slot(pool);
     uint64_t free_now = 0;
-    for (int32_t i = 0; i < pool->n_chunks; i++) free_now += pool->chunks[i].size - pool->chunks[i].used;
+    for (int32_t i = 0; i < pool->n_chunks; i++) {
+        const uint64_t rem = pool->chunks[i].size - pool->chunks[i].used;
+        free_now += rem > tail ? rem - tail : 0;
+    }
     while (free_now < bytes) {
-        uint64_t want = bytes - free_now;
+        uint64_t want = bytes - free_now + tail;
         if (want < CHUNK_MIN) want = CHUNK_MIN;
         if (want > CHUNK_MAX) want = CHUNK_MAX;
         if (!add_chunk(pool, (size_t)want)) return false;
-        free_now += want;
+        free_now += want - tail;
     }
     return true;
 }

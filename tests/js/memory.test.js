@@ -234,7 +234,7 @@ test('a cache of 1 GiB in all works, its pages lie above 2 GiB, and a write the 
       cache.update(k, v);  // appends at cache.length
     }
     assert.is(cache.length, maxSeqLen);
-    const pageBytes = 2 * 64 * D * 4, pages = Hkv * maxSeqLen / 64;
+    const pageBytes = 2 * 64 * D * 4 + 64, pages = Hkv * maxSeqLen / 64;  // (a page's 64-byte pool header included)
     assert.is(cache.bytes, pages * pageBytes + Hkv * (maxSeqLen / 64) * 4, 'cache.bytes: every page and the table');
     const mem = sdpa.memory();
     assert.ok(mem.pagesInUse >= pages && mem.bytesInUse >= pages * pageBytes, `memory(): ${JSON.stringify(mem)}`);

@@ -77,4 +77,106 @@ test('cache.attend with query rows past cache.length is E_START_POS, on plain an
   plain.dispose(); windowed.dispose();
 });
 
+test('tensors in PyTorch\'s [B, H, S, D] layout: the error says so; a real head mismatch does not', () => {
+  const rand = rng(8);
+  const torchHint = /PyTorch's \[B, H, S, D\]/;
+  const cache = sdpa.createKVCache({ maxSeqLen: 16, numKvHeads: Hkv, headDim: D });
+  cache.update(randTensor(rand, [1, 3, Hkv, D]), randTensor(rand, [1, 3, Hkv, D]));
+  const before = cache.read(0, 16);
+  // one decode step, each tensor [B, H, 1, D]
+  const qT = randTensor(rand, [1, Hq, 1, D]), kT = randTensor(rand, [1, Hkv, 1, D]), vT = randTensor(rand, [1, Hkv, 1, D]);
+  expectError(() => cache.step(qT, kT, vT), 'E_DIMS', [/q has 4 rows but k has 2/, torchHint, /\[B, S, H, D\]/]);
+  expectError(() => cache.update(randTensor(rand, [1, Hkv, 3, D]), randTensor(rand, [1, Hkv, 3, D])), 'E_HEADS', [/numKvHeads = 2/, torchHint]);
+  expectError(() => cache.attend(qT, { startPos: 0 }), 'E_HEADS', [/heads/, torchHint]);
+  expectError(() => sdpa.customSdpa(randTensor(rand, [1, Hq, 6, D]), randTensor(rand, [1, Hkv, 6, D]), randTensor(rand, [1, Hkv, 6, D])), 'E_START_POS',
+    [/startPos 0 \+ query length 4/, torchHint]);
+  // not transposed: no hint
+  const e1 = expectError(() => cache.attend(randTensor(rand, [1, 1, 3, D]), { startPos: 0 }), 'E_HEADS', [/multiple of key heads/]);
+  assert.not.match(e1.message, torchHint);
+  const e2 = expectError(() => cache.update(randTensor(rand, [1, 1, 3, D]), randTensor(rand, [1, 1, 3, D])), 'E_HEADS', [/numKvHeads = 2/]);
+  assert.not.match(e2.message, torchHint);
+  const after = cache.read(0, 16);
+  assert.ok(sameBits(after.k.data, before.k.data) && sameBits(after.v.data, before.v.data), 'nothing written');
+  assert.is(cache.length, 3);
+  cache.dispose();
+});
+
+test('messages count rows in English ("1 row", "2 rows")', () => {
+  const rand = rng(9);
+  const cache = sdpa.createKVCache({ maxSeqLen: 2, numKvHeads: Hkv, headDim: D });
+  cache.update(randTensor(rand, [1, 1, Hkv, D]), randTensor(rand, [1, 1, Hkv, D]));
+  expectError(() => cache.attend(randTensor(rand, [1, 1, Hq, D]), { startPos: 1 }), 'E_START_POS', [/past the 1 row written/]);
+  cache.update(randTensor(rand, [1, 1, Hkv, D]), randTensor(rand, [1, 1, Hkv, D]));
+  const e = expectError(() => cache.update(randTensor(rand, [1, 1, Hkv, D]), randTensor(rand, [1, 1, Hkv, D]), 2), 'E_CAPACITY', [/writing 1 row at startPos 2 needs 3 rows/]);
+  assert.not.match(e.message, /1 rows/);
+  cache.dispose();
+});
+
+/** The bytes of one page as CONTRACT.md section 3 states them (64 rows; a 64-byte pool header). */
+function contractPageBytes(dtype, D) {
+  let b = dtype === 'float32' ? 2 * 64 * D * 4 : dtype === 'float16' ? 2 * 64 * D * 2 : 64 * (2 * Math.ceil(D / 2) + D) + 2 * 64 * 4 + 2 * 64;
+  return Math.ceil(b / 64) * 64 + 64;
+}
+
+test('sdpa.kvCacheSize: the bytes n rows will take, so that reserve() is sized without measuring; cache.bytes and memory() agree', async () => {
+  const cases = [
+    [{ maxSeqLen: 300, numKvHeads: 2, headDim: 64 }, 130],
+    [{ maxSeqLen: 300, numKvHeads: 3, headDim: 7, dtype: 'int8', batch: 2 }, 65],
+    [{ maxSeqLen: 128, numKvHeads: 1, headDim: 33, dtype: 'float16' }, 1],
+    [{ window: 100, sinkTokens: 4, numKvHeads: 2, headDim: 16 }, 1000],     // the ring: flat however long
+    [{ maxSeqLen: 64, numKvHeads: 2, headDim: 8 }, 0],
+  ];
+  for (const [geo, rows] of cases) {
+    const one = await createSdpa({ threads: 1 });   // a fresh pool: its counts are this cache's
+    const size = one.kvCacheSize(geo, rows);
+    const B = geo.batch ?? 1, H = geo.numKvHeads, dtype = geo.dtype ?? 'float32';
+    const slots = geo.window ? Math.ceil(geo.sinkTokens / 64) + Math.ceil((geo.window - 1) / 64) + 2 : Math.ceil(geo.maxSeqLen / 64);
+    const pages = B * H * Math.min(Math.ceil(rows / 64), slots);
+    const label = JSON.stringify(geo) + ` rows ${rows}`;
+    assert.is(size.pages, pages, `${label}: pages`);
+    assert.is(size.pageBytes, contractPageBytes(dtype, geo.headDim), `${label}: page bytes`);
+    assert.is(size.poolBytes, pages * size.pageBytes, `${label}: pool bytes`);
+    assert.is(size.tableBytes, B * H * slots * 4, `${label}: table bytes`);
+    assert.is(size.bytes, size.poolBytes + size.tableBytes, `${label}: bytes`);
+    const cache = one.createKVCache(geo);   // (its page size's zero page comes from the pool: create, then reserve)
+    one.reserve(size.poolBytes);
+    const reserved = one.memory().bytesReserved;
+    const chunk = 50;
+    for (let t = 0; t < rows; t += chunk) {
+      const n = Math.min(chunk, rows - t);
+      const kv = { data: new Float32Array(B * n * H * geo.headDim).fill(0.25), dims: [B, n, H, geo.headDim] };
+      cache.update(kv, kv);
+    }
+    const mem = one.memory();
+    assert.is(mem.bytesReserved, reserved, `${label}: reserve(poolBytes) was enough: no growth while writing`);
+    assert.is(mem.bytesInUse, size.poolBytes, `${label}: memory().bytesInUse`);
+    assert.is(cache.bytes, size.bytes, `${label}: cache.bytes`);
+    assert.is(cache.bytes - size.tableBytes, mem.bytesInUse, `${label}: cache.bytes counts pages as the pool does`);
+    one.dispose();
+  }
+  expectError(() => sdpa.kvCacheSize({ maxSeqLen: 10, numKvHeads: 2, headDim: 8 }, 11), 'E_CAPACITY', [/rows is 11/, /maxSeqLen = 10/]);
+  expectError(() => sdpa.kvCacheSize({ maxSeqLen: 10, numKvHeads: 2, headDim: 8 }, -1), 'E_DIMS', [/rows/]);
+  expectError(() => sdpa.kvCacheSize({ maxSeqLen: 10, numKvHeads: 2, headDim: 8, dtype: 'int3' }), 'E_DTYPE', [/int3/]);
+  expectError(() => sdpa.kvCacheSize({ numKvHeads: 2, headDim: 8 }), 'E_ARG', [/maxSeqLen/]);
+  // default rows: the whole cache
+  assert.is(sdpa.kvCacheSize({ maxSeqLen: 200, numKvHeads: 2, headDim: 8 }).pages, 2 * 4);
+});
+
+test('a disposed cache: length, bytes and windowStart read 0, every method is E_DISPOSED', () => {
+  const cache = sdpa.createKVCache({ window: 8, numKvHeads: Hkv, headDim: D });
+  const kv = { data: new Float32Array(3 * Hkv * D), dims: [1, 3, Hkv, D] };
+  cache.update(kv, kv);
+  cache.update(kv, kv);
+  assert.ok(cache.bytes > 0 && cache.length === 6);
+  cache.dispose();
+  assert.is(cache.disposed, true);
+  assert.is(cache.length, 0);
+  assert.is(cache.bytes, 0);
+  assert.is(cache.windowStart, 0);
+  expectError(() => cache.update(kv, kv, 0), 'E_DISPOSED', [/disposed/]);
+  expectError(() => cache.read(0, 1), 'E_DISPOSED', [/disposed/]);
+  expectError(() => cache.fork(), 'E_DISPOSED', [/disposed/]);
+  expectError(() => cache.truncate(0), 'E_DISPOSED', [/disposed/]);
+});
+
 test.run();

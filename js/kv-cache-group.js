@@ -1,0 +1,93 @@
+// kv-cache-group.js: the KV caches of all the layers of a model, as one object
+// (CONTRACT.md section 3, "Cache groups"). A model has 16-32 layers; a group
+// makes create, fork, truncate and dispose one call each. Its layers are
+// ordinary KVCaches for the per-layer calls (update, attend, step, read).
+//
+// Every group call checks every layer before it changes any (the first rule
+// in table order wins, ties to the lowest layer; the message names the
+// layer), so a rejected call leaves every layer as it was. fork() is all or
+// nothing: on E_OOM the forks made so far are disposed again.
+
+import { Checks } from './validate.js';
+import { cacheHooks } from './kv-cache.js';
+import { SdpaError } from './errors.js';
+
+/** A layer's SdpaError ("KVCache.fork: ...") as the group's ("KVCacheGroup.fork: layer 3: ..."). */
+export function inLayer(e, fn, i) {
+  if (!(e instanceof SdpaError)) return e;
+  return new SdpaError(e.code, `${fn}: layer ${i}: ${e.message.replace(/^[\w.]+: /, '')}`, { cause: e, status: e.status });
+}
+
+export class KVCacheGroup {
+  #layers;
+  #core;
+
+  /** Made by sdpa.createKVCacheGroup and group.fork. */
+  constructor(core, layers) {
+    this.#core = core;
+    this.#layers = Object.freeze(layers.slice());
+  }
+
+  /** The layers' caches, in order (a frozen array). */
+  get layers() { return this.#layers; }
+
+  /** Rows every layer holds: the smallest of the layers' lengths. */
+  get length() {
+    let n = Infinity;
+    for (const c of this.#layers) n = Math.min(n, c.length);
+    return n;
+  }
+
+  /** The sum of the layers' cache.bytes. */
+  get bytes() {
+    let b = 0;
+    for (const c of this.#layers) b += c.bytes;
+    return b;
+  }
+
+  /** True once every layer was disposed (by group.dispose(), sdpa.dispose() or one by one). */
+  get disposed() { return this.#layers.every((c) => c.disposed); }
+
+  [Symbol.iterator]() { return this.#layers[Symbol.iterator](); }
+
+  /** Every layer's rules for `fn`, each message naming its layer; throws the first in table order. */
+  #checkEach(fn, rule) {
+    const ck = new Checks(fn);
+    this.#core.checkAlive(ck);
+    for (let i = 0; i < this.#layers.length; i++) {
+      ck.prefix = `layer ${i}: `;
+      rule(this.#layers[i], ck);
+    }
+    ck.prefix = '';
+    ck.done();
+  }
+
+  /** truncate(n) on every layer (rollback of the same tokens in all of them), or on none. */
+  truncate(length) {
+    const fn = 'KVCacheGroup.truncate';
+    let n = null;
+    this.#checkEach(fn, (c, ck) => { n = cacheHooks.checkTruncate(c, ck, length); });
+    for (const c of this.#layers) cacheHooks.truncateChecked(c, fn, n);
+  }
+
+  /** A new group whose layers fork this group's, copy-on-write (KVCache.fork); all or nothing. */
+  fork() {
+    const fn = 'KVCacheGroup.fork';
+    this.#checkEach(fn, (c, ck) => cacheHooks.checkAlive(c, ck));
+    const made = [];
+    try {
+      for (const c of this.#layers) made.push(c.fork());
+    } catch (e) {
+      for (const c of made) c.dispose();
+      throw inLayer(e, fn, made.length);
+    }
+    return new KVCacheGroup(this.#core, made);
+  }
+
+  /** Disposes every layer (pages shared with a fork stay with it). A second call is a no-op. */
+  dispose() {
+    for (const c of this.#layers) c.dispose();
+  }
+
+  get [Symbol.toStringTag]() { return 'KVCacheGroup'; }
+}
