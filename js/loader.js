@@ -217,7 +217,7 @@ function locate(file, paths, build) {
       return { url: packagedUrl(file), from: null };
     } catch (e) {
       throw new SdpaError(E_LOAD, `createSdpa: cannot locate ${file} (the '${build}' build): this bundle has no usable import.meta.url (${e && e.message}). ` +
-        `Serve the files of node_modules/sdpa-wasm/dist/ and pass createSdpa({ wasmPaths: '<their URL prefix>/' }), or bundle as an ES module (README, "Bundlers").`, { cause: e });
+        `Serve the files of node_modules/sdpa-wasm/dist/ and pass createSdpa({ wasmPaths: '<their URL prefix>/' }), or bundle as an ES module (README, "Loading: files, bundlers, CDNs").`, { cause: e });
     }
   }
   if (isNode) {
@@ -262,9 +262,9 @@ function missingAdvice(loc) {
       : 'the sdpa-wasm install looks broken: run `npm run build` in a checkout, or reinstall the package';
   }
   return loc.from
-    ? `check ${loc.from}: it must point at a copy of the files of node_modules/sdpa-wasm/dist/ (README, "Where the files live")`
+    ? `check ${loc.from}: it must point at a copy of the files of node_modules/sdpa-wasm/dist/ (README, "Loading: files, bundlers, CDNs")`
     : 'serve the files of node_modules/sdpa-wasm/dist/ at that URL, or tell createSdpa where they are with { wasmPaths: \'<URL prefix>/\' } ' +
-      '(a bundler that does not emit `new URL(..., import.meta.url)` assets needs that; README, "Bundlers")';
+      '(a bundler that does not emit `new URL(..., import.meta.url)` assets needs that; README, "Loading: files, bundlers, CDNs")';
 }
 
 function networkAdvice(url) {
