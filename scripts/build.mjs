@@ -6,7 +6,7 @@
 //   fuzz    build/fuzz    tests/fuzz/fuzz_sdpa.c as a libFuzzer target (clang, SDPA_FUZZ=ON)
 //   wasm    build/wasm    emcmake: dist/sdpa-simd{,-threads}.* + Node-run wasm tests, then
 //           build/wasm-relaxed  the same with relaxed SIMD: dist/sdpa-relaxed{,-threads}.* (clang 16
-//           + npm's binaryen, TOOLCHAIN.md 2.7a; a missing tool fails the build, never skips it)
+//           + npm's binaryen, docs/BUILDING.md section 4; a missing tool fails the build, never skips it)
 //   wasm-asan build/wasm-asan  the Node-run wasm tests + tests/fuzz/random_driver.c under
 //           emscripten ASan + UBSan (SDPA_WASM_SANITIZE=ON; builds no modules, leaves dist/ alone)
 //
@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const TARGETS = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'wasm-asan'];
-const EMSDK_NODE_PATH = '/usr/share/nodejs';   // Debian's acorn, needed by emcc -O1+ (TOOLCHAIN 1.1)
+const EMSDK_NODE_PATH = '/usr/share/nodejs';   // Debian's acorn, needed by emcc -O1+ (docs/BUILDING.md, section 3)
 
 export function log(msg) { process.stdout.write(`${msg}\n`); }
 
