@@ -52,8 +52,9 @@ export const isRelaxedBuild = (build) => BUILDS[build].relaxed;
 /** The threaded build of the same SIMD kind (for messages). */
 export const threadedTwin = (build) => (BUILDS[build].relaxed ? 'relaxed-threads' : 'simd-threads');
 /** The file names `wasmPaths` maps (also the package's `sdpa-wasm/dist/<name>` exports). */
-export const DIST_FILES = Object.freeze(['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm',
-  'sdpa-relaxed-threads.mjs', 'sdpa-relaxed-threads.wasm', 'sdpa-relaxed-threads.worker.js', 'sdpa-relaxed.mjs', 'sdpa-relaxed.wasm']);
+// (every build's files, plain builds first and threads first: the order messages list them in)
+export const DIST_FILES = Object.freeze(Object.values(BUILDS).sort((x, y) => x.relaxed - y.relaxed || y.threaded - x.threaded)
+  .flatMap((b) => [b.glue, b.wasm, b.worker].filter(Boolean)));
 
 /** Where the package's own copy of `file` is. Literal URLs: bundlers rewrite each one to the emitted asset. */
 function packagedUrl(file) {

@@ -21,6 +21,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { DIST_FILES as BUILD_FILES } from '../js/loader.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const TARGETS = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'wasm-asan'];
@@ -263,8 +264,8 @@ export async function buildOne(name, { force = false, quiet = false, install = t
 // ------------------------------------------------------------------ dist/ staleness
 /** What dist/ is built from (a change to any of them makes it stale). */
 const WASM_INPUTS = ['src', 'include', 'CMakeLists.txt', 'scripts/node-esm-shim.js', 'scripts/wasm-post.js', 'scripts/wasm-patch.mjs'];
-export const DIST_FILES = ['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm',
-  'sdpa-relaxed-threads.mjs', 'sdpa-relaxed-threads.wasm', 'sdpa-relaxed-threads.worker.js', 'sdpa-relaxed.mjs', 'sdpa-relaxed.wasm', 'package.json'];
+/** Every file of dist/: each build's (js/loader.js, from its list of builds) and the CommonJS marker. */
+export const DIST_FILES = [...BUILD_FILES, 'package.json'];
 
 function newestFile(rel) {
   const abs = path.join(ROOT, rel);

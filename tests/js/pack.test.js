@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { DIST_FILES } from '../../js/loader.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
@@ -26,14 +27,30 @@ test('npm pack ships js/, index.d.ts and dist/ (and nothing from tests/ or src/)
   const out = sh(npm, ['pack', '--json', '--ignore-scripts', '--pack-destination', tmp], ROOT);
   const info = JSON.parse(out.slice(out.indexOf('[')))[0];
   const files = info.files.map((f) => f.path);
-  for (const f of ['package.json', 'index.d.ts', 'js/index.js', 'js/loader.js', 'dist/package.json',
-    'dist/sdpa-simd-threads.mjs', 'dist/sdpa-simd-threads.wasm', 'dist/sdpa-simd-threads.worker.js',
-    'dist/sdpa-simd.mjs', 'dist/sdpa-simd.wasm', 'dist/sdpa-relaxed-threads.mjs', 'dist/sdpa-relaxed-threads.wasm',
-    'dist/sdpa-relaxed-threads.worker.js', 'dist/sdpa-relaxed.mjs', 'dist/sdpa-relaxed.wasm']) {
+  for (const f of ['package.json', 'index.d.ts', 'js/index.js', 'js/loader.js', 'dist/package.json', ...DIST_FILES.map((d) => `dist/${d}`)]) {
     assert.ok(files.includes(f), `${f} is in the tarball (${files.join(', ')})`);
   }
   assert.ok(!files.some((f) => /^(tests|src|include|build)\//.test(f)), `no tests/src/build in ${files.join(', ')}`);
   assert.ok(fs.existsSync(path.join(tmp, info.filename)));
+});
+
+test("package.json exports every build's files (js/loader.js's list of builds) and nothing else of dist/", () => {
+  const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
+  const dist = Object.keys(pkg.exports).filter((k) => k.startsWith('./dist/'));
+  assert.equal(dist.sort(), DIST_FILES.map((f) => `./dist/${f}`).sort());
+  for (const k of dist) assert.is(pkg.exports[k], k, `exports['${k}']`);
+});
+
+test('the README sections that js/ messages cite exist', () => {
+  const headings = new Set([...fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8').matchAll(/^#{2,4} (.+)$/gm)].map((m) => m[1].trim()));
+  let cited = 0;
+  for (const f of fs.readdirSync(path.join(ROOT, 'js'))) {
+    for (const m of fs.readFileSync(path.join(ROOT, 'js', f), 'utf8').matchAll(/README, "([^"]+)"/g)) {
+      cited++;
+      assert.ok(headings.has(m[1]), `js/${f} cites the README section "${m[1]}", which is not a heading of README.md`);
+    }
+  }
+  assert.ok(cited > 0, 'no README section cited (the pattern changed?)');
 });
 
 test('install the tarball in a temporary project, import it, run a decode step', () => {
@@ -84,8 +101,7 @@ sdpa.dispose();
   // wasmPaths / wasmBinary recipes), nothing else is
   const probe = (spec) => spawnSync(process.execPath, ['--input-type=module', '-e',
     `try { console.log(import.meta.resolve(${JSON.stringify(spec)})); } catch (e) { console.log(e.code); }`], { cwd: app, encoding: 'utf8', timeout: 30000 }).stdout.trim();
-  for (const f of ['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm',
-    'sdpa-relaxed-threads.mjs', 'sdpa-relaxed-threads.wasm', 'sdpa-relaxed-threads.worker.js', 'sdpa-relaxed.mjs', 'sdpa-relaxed.wasm']) {
+  for (const f of DIST_FILES) {
     const u = probe(`sdpa-wasm/dist/${f}`);
     assert.ok(u.endsWith(`/node_modules/sdpa-wasm/dist/${f}`), `sdpa-wasm/dist/${f} resolves: ${u}`);
   }
