@@ -19,14 +19,10 @@ export const relaxedLimitsMjs = path.join(outDir, 'limits-relaxed.mjs');
 export const relaxedLimitsWasm = path.join(outDir, 'limits-relaxed.wasm');
 const LLVM16_BIN = '/usr/lib/llvm-16/bin';
 
-// as scripts/node-esm-shim.js (docs/BUILDING.md section 3): lets the ES6 glue use require/__dirname in Node (inert in browsers).
-const SHIM = `const __em_isNode = typeof process == 'object' && typeof process.versions == 'object' && typeof process.versions.node == 'string';
-const require = __em_isNode ? process.getBuiltinModule('module').createRequire(import.meta.url) : undefined;
-const __filename = __em_isNode ? process.getBuiltinModule('url').fileURLToPath(import.meta.url) : undefined;
-const __dirname = __em_isNode ? process.getBuiltinModule('path').dirname(__filename) : undefined;
-`;
+// The package's own shim (docs/BUILDING.md section 3): lets the ES6 glue use require/__dirname in Node.
+const shim = path.join(root, 'scripts', 'node-esm-shim.js');
 
-const sources = [path.join(here, 'limits.c'), fileURLToPath(import.meta.url)];
+const sources = [path.join(here, 'limits.c'), fileURLToPath(import.meta.url), shim];
 
 function upToDate() {
   const outs = [limitsMjs, limitsWasm, path.join(outDir, 'limits.worker.js'), path.join(outDir, 'package.json'),
@@ -39,8 +35,6 @@ function upToDate() {
 export function ensureLimitsBuilt({ force = false, log = (m) => process.stderr.write(m + '\n') } = {}) {
   if (!force && upToDate()) return;
   fs.mkdirSync(outDir, { recursive: true });
-  const shim = path.join(outDir, 'node-esm-shim.js');
-  fs.writeFileSync(shim, SHIM);
   // the pthread worker file is CommonJS (docs/BUILDING.md section 3)
   fs.writeFileSync(path.join(outDir, 'package.json'), '{"type":"commonjs"}\n');
   const link = [
