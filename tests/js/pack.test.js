@@ -121,9 +121,9 @@ sdpa.dispose();
 });
 
 test('prepack: no rebuild while dist/ is fresh, and a stale dist/ without emcc fails without installing anything', () => {
-  // a copy of what the wasm build reads, with a PATH that has sh and node but no emcc or apt-get
+  // a copy of what the wasm build reads (js/: its list of dist/ files), with a PATH that has sh and node but no emcc or apt-get
   const tree = path.join(tmp, 'tree');
-  for (const d of ['src', 'include', 'scripts', 'dist']) fs.cpSync(path.join(ROOT, d), path.join(tree, d), { recursive: true, dereference: true });
+  for (const d of ['src', 'include', 'scripts', 'js', 'dist']) fs.cpSync(path.join(ROOT, d), path.join(tree, d), { recursive: true, dereference: true });
   for (const f of ['CMakeLists.txt', 'package.json']) fs.copyFileSync(path.join(ROOT, f), path.join(tree, f));
   const later = new Date(Date.now() + 60_000);
   for (const f of fs.readdirSync(path.join(tree, 'dist'))) fs.utimesSync(path.join(tree, 'dist', f), later, later);
