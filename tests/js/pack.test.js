@@ -53,6 +53,13 @@ test('the README sections that js/ messages cite exist', () => {
   assert.ok(cited > 0, 'no README section cited (the pattern changed?)');
 });
 
+test("the README's Node example is examples/decode-loop.mjs, which the next test runs from the tarball", () => {
+  const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+  const m = readme.match(/^## Using the package\n[\s\S]*?^```js\n([\s\S]*?)^```$/m);
+  assert.ok(m, 'README.md has a js block under "## Using the package"');
+  assert.fixture(m[1], fs.readFileSync(path.join(ROOT, 'examples/decode-loop.mjs'), 'utf8'));
+});
+
 test('install the tarball in a temporary project, import it, run a decode step', () => {
   const tgz = fs.readdirSync(tmp).find((f) => f.endsWith('.tgz'));
   assert.ok(tgz, 'tarball from the previous test');
