@@ -1,5 +1,5 @@
 // Types for sdpa-wasm: scaled dot-product attention with a KV cache as
-// WebAssembly (SIMD128 + pthreads). Semantics: CONTRACT.md; API: issue 3.
+// WebAssembly (SIMD128 + pthreads). Semantics: docs/CONTRACT.md; API: README.md.
 
 /** Error codes, in the order that decides which one is reported (CONTRACT.md section 2). */
 export type SdpaErrorCode =

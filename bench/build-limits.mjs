@@ -1,7 +1,7 @@
 // Builds bench/limits.c into build/bench/limits.{mjs,wasm,worker.js} with emcc
 // (-O3 -msimd128 -pthread, ES module glue), and into build/bench/limits-relaxed.*
 // with relaxed SIMD (the FMA peak): clang 16 through EM_LLVM_ROOT, linked at -O0,
-// optimised by npm's wasm-opt (TOOLCHAIN.md 2.7a, as CMakeLists.txt does for
+// optimised by npm's wasm-opt (docs/BUILDING.md section 4, as CMakeLists.txt does for
 // dist/sdpa-relaxed*). Run directly (`node bench/build-limits.mjs`) or let
 // bench/run.mjs call ensureLimitsBuilt() when the files are missing or stale.
 import { spawnSync } from 'node:child_process';
@@ -19,14 +19,10 @@ export const relaxedLimitsMjs = path.join(outDir, 'limits-relaxed.mjs');
 export const relaxedLimitsWasm = path.join(outDir, 'limits-relaxed.wasm');
 const LLVM16_BIN = '/usr/lib/llvm-16/bin';
 
-// TOOLCHAIN.md 2.1: lets the ES6 glue use require/__dirname in Node (inert in browsers).
-const SHIM = `const __em_isNode = typeof process == 'object' && typeof process.versions == 'object' && typeof process.versions.node == 'string';
-const require = __em_isNode ? process.getBuiltinModule('module').createRequire(import.meta.url) : undefined;
-const __filename = __em_isNode ? process.getBuiltinModule('url').fileURLToPath(import.meta.url) : undefined;
-const __dirname = __em_isNode ? process.getBuiltinModule('path').dirname(__filename) : undefined;
-`;
+// The package's own shim (docs/BUILDING.md section 3): lets the ES6 glue use require/__dirname in Node.
+const shim = path.join(root, 'scripts', 'node-esm-shim.js');
 
-const sources = [path.join(here, 'limits.c'), fileURLToPath(import.meta.url)];
+const sources = [path.join(here, 'limits.c'), fileURLToPath(import.meta.url), shim];
 
 function upToDate() {
   const outs = [limitsMjs, limitsWasm, path.join(outDir, 'limits.worker.js'), path.join(outDir, 'package.json'),
@@ -39,9 +35,7 @@ function upToDate() {
 export function ensureLimitsBuilt({ force = false, log = (m) => process.stderr.write(m + '\n') } = {}) {
   if (!force && upToDate()) return;
   fs.mkdirSync(outDir, { recursive: true });
-  const shim = path.join(outDir, 'node-esm-shim.js');
-  fs.writeFileSync(shim, SHIM);
-  // the pthread worker file is CommonJS (TOOLCHAIN.md 2.3)
+  // the pthread worker file is CommonJS (docs/BUILDING.md section 3)
   fs.writeFileSync(path.join(outDir, 'package.json'), '{"type":"commonjs"}\n');
   const link = [
     '-sMODULARIZE', '-sEXPORT_ES6', '-sEXPORT_NAME=createLimitsModule', '-sENVIRONMENT=web,worker,node',
@@ -61,7 +55,7 @@ export function ensureLimitsBuilt({ force = false, log = (m) => process.stderr.w
   if (!fs.existsSync(path.join(LLVM16_BIN, 'clang'))) throw new Error(`the FMA limits need clang 16 (${LLVM16_BIN}/clang): apt-get install -y clang-16 lld-16`);
   const wasmOpt = path.join(root, 'node_modules', '.bin', 'wasm-opt');
   if (!fs.existsSync(wasmOpt)) throw new Error(`the FMA limits need npm's binaryen (${wasmOpt}): run npm ci`);
-  const llvmRoot = path.join(outDir, 'llvm16');   // emcc calls clang-14 etc. by name (TOOLCHAIN.md 2.7a)
+  const llvmRoot = path.join(outDir, 'llvm16');   // emcc calls clang-14 etc. by name (docs/BUILDING.md section 4)
   fs.mkdirSync(llvmRoot, { recursive: true });
   for (const f of fs.readdirSync(LLVM16_BIN)) {
     for (const name of [f, `${f}-14`]) {

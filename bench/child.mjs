@@ -77,7 +77,7 @@ async function main() {
       } catch (e) { fail(`sdpa-wasm ${s.id}`, e); row.sdpa = { error: errMsg(e) }; }
     }
 
-    // the relaxed-SIMD build (issue 13) against the plain one, calls interleaved
+    // the relaxed-SIMD build against the plain one, calls interleaved
     // (plain, relaxed, relaxed, plain, ...): on a shared machine both see the same load
     if (relaxed && sdpa) {
       let a = null, b = null;
@@ -102,7 +102,7 @@ async function main() {
       finally { if (a) a.dispose(); if (b) b.dispose(); }
     }
 
-    // the compact cache dtypes (issue 11), checked against the values they store
+    // the compact cache dtypes, checked against the values they store
     if (sdpa && cfg.dtypes) {
       const checkStored = (got, k, v) => compareRows(got, referenceRows({ q: data.q, k, v, Hq: s.Hq, Hkv: s.Hkv, D: s.D, sp: s.past, causal: s.causal, nKeys: s.keys, rows }), rows, s.Hq * s.D);
       for (const dtype of ['float16', 'int8']) {
@@ -132,7 +132,7 @@ async function main() {
     }
 
     if (ort) {
-      // gqa16 (with the cache dtypes, issue 11): GroupQueryAttention in float16, checked against the
+      // gqa16 (with the cache dtypes): GroupQueryAttention in float16, checked against the
       // float64 reference over the float16-rounded q/K/V, relative tolerance 2e-3 (its output is float16)
       const h = (x) => fromF16Bits(toF16Bits(x));
       const check16 = (got) => compareRows(got, referenceRows({ q: h(data.q), k: h(data.k), v: h(data.v), Hq: s.Hq, Hkv: s.Hkv, D: s.D, sp: s.past, causal: s.causal, nKeys: s.keys, rows }), rows, s.Hq * s.D, 2e-3);

@@ -1,6 +1,6 @@
 /*
  * limits.c: the machine's limits as wasm code sees them, measured by the
- * benchmark in the same run as the kernels (bench/run.mjs, issue 4).
+ * benchmark in the same run as the kernels (bench/run.mjs).
  *
  *  - limits_read: streaming-read bandwidth. Sums a large float array (much
  *    larger than the last-level cache) with SIMD128 loads into 8 independent
@@ -13,7 +13,7 @@
  *    benchmark keeps the fastest.
  *
  *  - The same file compiled with relaxed SIMD (-mrelaxed-simd, clang 16:
- *    build/bench/limits-relaxed.*, TOOLCHAIN.md 2.7a) makes each chain step one
+ *    build/bench/limits-relaxed.*, docs/BUILDING.md section 4) makes each chain step one
  *    f32x4.relaxed_madd (FMA where the CPU has it, still 8 FLOP per step):
  *    limits_madd there is the FMA peak that bounds the relaxed-SIMD builds.
  *

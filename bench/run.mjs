@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// sdpa-wasm benchmark (issue 4): sdpa-wasm vs onnxruntime-web vs naive JS vs
+// sdpa-wasm benchmark: sdpa-wasm vs onnxruntime-web vs naive JS vs
 // the machine's limits, in one run, per thread count.
 //
 //   npm run bench                 full run, table on stdout (about 3–4 min on 2 vCPU)
@@ -112,7 +112,7 @@ function enrich(row, limits, naiveRow) {
   row.ratios.relaxedToFmaComputeBound = div(tr, row.boundFma?.flopMs);
 }
 
-/** The rows bound by compute (issue 13's relaxed target): B, MQA and the prefills. */
+/** The rows bound by compute (the relaxed-SIMD target): B, MQA and the prefills. */
 const COMPUTE_BOUND_FAMILIES = new Set(['B', 'MQA', 'D']);
 
 function targets(byThreads) {
@@ -131,7 +131,7 @@ function targets(byThreads) {
       }
     }
   }
-  // issue 11: compact caches faster than float32 in the same run
+  // compact caches faster than float32 in the same run
   for (const [T] of byThreads) {
     for (const r of rowsOf(T)) {
       const f32 = med(r.sdpa?.time), f16 = med(r.sdpaF16?.time), i8 = med(r.sdpaI8?.time);
@@ -145,7 +145,7 @@ function targets(byThreads) {
       }
     }
   }
-  // issue 13: the relaxed-SIMD build on the compute-bound rows, in the same run
+  // the relaxed-SIMD build on the compute-bound rows, in the same run
   for (const [T] of byThreads) {
     for (const r of rowsOf(T)) {
       if (!COMPUTE_BOUND_FAMILIES.has(r.shape.family) || !r.sdpaRelaxed) continue;
@@ -202,7 +202,7 @@ function table(res) {
     if (!rows.length) continue;
     const lim = c.limits;
     L.push('');
-    L.push(`== relaxed SIMD, ${c.threads} thread${c.threads > 1 ? 's' : ''} (issue 13): ${c.sdpaRelaxedInfo ? c.sdpaRelaxedInfo.build : '-'} vs ${c.sdpaInfo ? c.sdpaInfo.build : '-'}, float32 cache; ` +
+    L.push(`== relaxed SIMD, ${c.threads} thread${c.threads > 1 ? 's' : ''}: ${c.sdpaRelaxedInfo ? c.sdpaRelaxedInfo.build : '-'} vs ${c.sdpaInfo ? c.sdpaInfo.build : '-'}, float32 cache; ` +
       (lim && lim.fmaGFLOPs ? `FMA (relaxed_madd) ${lim.fmaGFLOPs.toFixed(1)} GFLOP/s (${lim.fma.min.toFixed(1)}–${lim.fma.max.toFixed(1)}) = ${(lim.fmaGFLOPs / lim.peakGFLOPs).toFixed(2)}× mul+add ${lim.peakGFLOPs.toFixed(1)}` : 'FMA peak: -'));
     const head = ['shape', 'plain ms', 'relaxed ms', '(min–max)', '×plain', 'GFLOP/s', 'bound', 'plain ×bnd', 'FMA bound', '×FMA bnd', 'check'];
     const tab = [head];
@@ -223,7 +223,7 @@ function table(res) {
     const rows = c.rows.filter((r) => r.sdpaF16 || r.sdpaI8);
     if (!rows.length) continue;
     L.push('');
-    L.push(`== cache dtypes, ${c.threads} thread${c.threads > 1 ? 's' : ''} (issue 11): ms per call, ×f32 = float32 time / this time (> 1: faster), bytes = cache bytes / float32 cache bytes, ÷ORT16 = ORT float16 GQA op / f16 ms`);
+    L.push(`== cache dtypes, ${c.threads} thread${c.threads > 1 ? 's' : ''}: ms per call, ×f32 = float32 time / this time (> 1: faster), bytes = cache bytes / float32 cache bytes, ÷ORT16 = ORT float16 GQA op / f16 ms`);
     const head = ['shape', 'f32 ms', 'f16 ms', '×f32', 'f16 bytes', 'f16 |Δ| vs f32 data', 'ORT GQA f16 op ms', 'run ms', '÷ORT16', 'ORT16 |Δ|', 'int8 ms', '×f32', 'int8 bytes', 'int8 |Δ| vs f32 data', 'check'];
     const tab = [head];
     for (const r of rows) {
@@ -248,7 +248,7 @@ function table(res) {
   L.push('naive = plain float32 JS, single thread, decode shapes only. check = every peer equals the float64 reference and ORT equals sdpa-wasm.');
   if (res.targets.length) {
     L.push('');
-    L.push(res.meta.quick ? 'Targets (issues 4, 11, 13) — --quick: few calls, short limit probes; indicative only, not a verdict:' : 'Targets (issues 4, 11, 13):');
+    L.push(res.meta.quick ? 'Targets — --quick: few calls, short limit probes; indicative only, not a verdict:' : 'Targets:');
     for (const t of res.targets) L.push(`  ${t.met ? 'MET    ' : 'NOT MET'}  ${t.target}: ${t.value == null ? 'n/a' : t.value.toFixed(2) + '×'}`);
   }
   if (res.errors.length) {

@@ -1,4 +1,4 @@
-// The benchmark's shape table (issue 4). keys = keys attended by the last query row.
+// The benchmark's shape table (bench/README.md, Shapes). keys = keys attended by the last query row.
 //   decode:  Sq = 1 new token at position keys-1; the cache holds `keys` tokens.
 //   prefill: Sq new tokens at positions past .. past+Sq-1, causal; cache holds past+Sq.
 

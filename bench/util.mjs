@@ -38,8 +38,8 @@ export async function timeIt(fn, { warmup = 10, warmupMs = 300, iters = 50, minI
   return { ...stats(samples), warmup: w, samples };
 }
 
-// mulberry32: small seeded PRNG; uniform floats in [-1, 1).
-export function rng(seed) {
+// mulberry32: small seeded PRNG; uniform floats in [-1, 1) (tests/js/helpers.js rng: the same generator in [0, 1)).
+export function rngSigned(seed) {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
@@ -51,7 +51,7 @@ export function rng(seed) {
 }
 
 export function randomF32(n, seed) {
-  const r = rng(seed);
+  const r = rngSigned(seed);
   const a = new Float32Array(n);
   for (let i = 0; i < n; i++) a[i] = r();
   return a;

@@ -1,5 +1,5 @@
 // sdpa-wasm: scaled dot-product attention with a KV cache, as WebAssembly
-// (SIMD128 + pthreads). The behaviour is CONTRACT.md; the API is issue 3.
+// (SIMD128 + pthreads). The behaviour is docs/CONTRACT.md; the API is README.md.
 //
 //   import { createSdpa, SdpaError } from 'sdpa-wasm';
 //   const sdpa = await createSdpa({ threads: 'auto' });

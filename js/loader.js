@@ -52,8 +52,9 @@ export const isRelaxedBuild = (build) => BUILDS[build].relaxed;
 /** The threaded build of the same SIMD kind (for messages). */
 export const threadedTwin = (build) => (BUILDS[build].relaxed ? 'relaxed-threads' : 'simd-threads');
 /** The file names `wasmPaths` maps (also the package's `sdpa-wasm/dist/<name>` exports). */
-export const DIST_FILES = Object.freeze(['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm',
-  'sdpa-relaxed-threads.mjs', 'sdpa-relaxed-threads.wasm', 'sdpa-relaxed-threads.worker.js', 'sdpa-relaxed.mjs', 'sdpa-relaxed.wasm']);
+// (every build's files, plain builds first and threads first: the order messages list them in)
+export const DIST_FILES = Object.freeze(Object.values(BUILDS).sort((x, y) => x.relaxed - y.relaxed || y.threaded - x.threaded)
+  .flatMap((b) => [b.glue, b.wasm, b.worker].filter(Boolean)));
 
 /** Where the package's own copy of `file` is. Literal URLs: bundlers rewrite each one to the emitted asset. */
 function packagedUrl(file) {
@@ -217,7 +218,7 @@ function locate(file, paths, build) {
       return { url: packagedUrl(file), from: null };
     } catch (e) {
       throw new SdpaError(E_LOAD, `createSdpa: cannot locate ${file} (the '${build}' build): this bundle has no usable import.meta.url (${e && e.message}). ` +
-        `Serve the files of node_modules/sdpa-wasm/dist/ and pass createSdpa({ wasmPaths: '<their URL prefix>/' }), or bundle as an ES module (README, "Bundlers").`, { cause: e });
+        `Serve the files of node_modules/sdpa-wasm/dist/ and pass createSdpa({ wasmPaths: '<their URL prefix>/' }), or bundle as an ES module (README, "Loading: files, bundlers, CDNs").`, { cause: e });
     }
   }
   if (isNode) {
@@ -262,9 +263,9 @@ function missingAdvice(loc) {
       : 'the sdpa-wasm install looks broken: run `npm run build` in a checkout, or reinstall the package';
   }
   return loc.from
-    ? `check ${loc.from}: it must point at a copy of the files of node_modules/sdpa-wasm/dist/ (README, "Where the files live")`
+    ? `check ${loc.from}: it must point at a copy of the files of node_modules/sdpa-wasm/dist/ (README, "Loading: files, bundlers, CDNs")`
     : 'serve the files of node_modules/sdpa-wasm/dist/ at that URL, or tell createSdpa where they are with { wasmPaths: \'<URL prefix>/\' } ' +
-      '(a bundler that does not emit `new URL(..., import.meta.url)` assets needs that; README, "Bundlers")';
+      '(a bundler that does not emit `new URL(..., import.meta.url)` assets needs that; README, "Loading: files, bundlers, CDNs")';
 }
 
 function networkAdvice(url) {

@@ -6,7 +6,7 @@
 //   fuzz    build/fuzz    tests/fuzz/fuzz_sdpa.c as a libFuzzer target (clang, SDPA_FUZZ=ON)
 //   wasm    build/wasm    emcmake: dist/sdpa-simd{,-threads}.* + Node-run wasm tests, then
 //           build/wasm-relaxed  the same with relaxed SIMD: dist/sdpa-relaxed{,-threads}.* (clang 16
-//           + npm's binaryen, TOOLCHAIN.md 2.7a; a missing tool fails the build, never skips it)
+//           + npm's binaryen, docs/BUILDING.md section 4; a missing tool fails the build, never skips it)
 //   wasm-asan build/wasm-asan  the Node-run wasm tests + tests/fuzz/random_driver.c under
 //           emscripten ASan + UBSan (SDPA_WASM_SANITIZE=ON; builds no modules, leaves dist/ alone)
 //
@@ -21,10 +21,11 @@ import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { DIST_FILES as BUILD_FILES } from '../js/loader.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 export const TARGETS = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'wasm-asan'];
-const EMSDK_NODE_PATH = '/usr/share/nodejs';   // Debian's acorn, needed by emcc -O1+ (TOOLCHAIN 1.1)
+const EMSDK_NODE_PATH = '/usr/share/nodejs';   // Debian's acorn, needed by emcc -O1+ (docs/BUILDING.md, section 3)
 
 export function log(msg) { process.stdout.write(`${msg}\n`); }
 
@@ -263,8 +264,8 @@ export async function buildOne(name, { force = false, quiet = false, install = t
 // ------------------------------------------------------------------ dist/ staleness
 /** What dist/ is built from (a change to any of them makes it stale). */
 const WASM_INPUTS = ['src', 'include', 'CMakeLists.txt', 'scripts/node-esm-shim.js', 'scripts/wasm-post.js', 'scripts/wasm-patch.mjs'];
-export const DIST_FILES = ['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm',
-  'sdpa-relaxed-threads.mjs', 'sdpa-relaxed-threads.wasm', 'sdpa-relaxed-threads.worker.js', 'sdpa-relaxed.mjs', 'sdpa-relaxed.wasm', 'package.json'];
+/** Every file of dist/: each build's (js/loader.js, from its list of builds) and the CommonJS marker. */
+export const DIST_FILES = [...BUILD_FILES, 'package.json'];
 
 function newestFile(rel) {
   const abs = path.join(ROOT, rel);

@@ -30,7 +30,7 @@ const MODULE_WORKER = 'ENVIRONMENT_IS_NODE?undefined:{type:"module"}';
 
 /**
  * `from` as a pattern that also matches the unminified glue of an -O0 link
- * (the relaxed-SIMD builds, TOOLCHAIN.md 2.7a): any white space around
+ * (the relaxed-SIMD builds, docs/BUILDING.md section 4): any white space around
  * punctuation, and a `;` before a `}`.
  */
 function loosePattern(from) {

@@ -7,8 +7,7 @@
  * shared one. Every write first counts the pages it must take (fresh ones,
  * copies of shared ones) and makes sure the pool has them: after that
  * nothing can fail, so a rejected write (E_OOM included) changes nothing.
- * Rows never written read as zeros (the pool's zero page), as the old
- * zero-filled cache did.
+ * Rows never written read as zeros (the pool's zero page).
  *
  * A windowed cache keeps its sink pages and a ring of pages (internal.h,
  * sdpa_page_slot): the first write into a ring page past the written rows

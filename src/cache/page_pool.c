@@ -6,7 +6,7 @@
 #include <string.h>
 
 /* Every page starts PAGE_ALIGN bytes after its header, on a PAGE_ALIGN
- * boundary, so SIMD rows inside it stay aligned like the old dense cache's. */
+ * boundary: a page is aligned for SIMD loads as a 64-byte-aligned buffer is. */
 #define PAGE_ALIGN 64
 #define CHUNK_MIN ((size_t)1 << 20)          /* 1 MiB: small pages come in bunches */
 #define CHUNK_MAX ((size_t)256 << 20)         /* wasm32 malloc cannot take 2 GiB at once */

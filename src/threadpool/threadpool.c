@@ -1,5 +1,5 @@
 /* threadpool.c: persistent futex-based pool (see threadpool.h). The pattern
- * follows ggml's pool and the emcc 3.1.6 pool recipe of the team's toolchain notes: a generation counter
+ * follows ggml's pool and the emcc 3.1.6 pool recipe (docs/BUILDING.md, section 3): a generation counter
  * wakes workers, a `remaining` counter wakes the caller. */
 #define _GNU_SOURCE
 #include "threadpool/threadpool.h"

@@ -239,7 +239,7 @@ test('no COOP/COEP: single-thread build, says so, correct', async () => {
     const reason = await text(page, '#build-reason');
     assert(/single-thread/.test(badge), `build badge "${badge}" does not say single-thread`);
     assert(/not cross-origin isolated/.test(reason) && /single-thread/.test(reason), `build reason "${reason}" does not explain the fallback`);
-    // The package itself says why, in exactly one console.warn (issue 3).
+    // The package itself says why, in exactly one console.warn (README, createSdpa options).
     assert(Array.isArray(d.warnings) && d.warnings.length === 1 && /single-thread/.test(d.warnings[0]) && /crossOriginIsolated/.test(d.warnings[0]),
       `expected one console.warn from sdpa-wasm naming the reason, got ${JSON.stringify(d.warnings)}`);
     assert((await plotInk(page)) > 200, 'plot not drawn');

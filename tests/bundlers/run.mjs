@@ -12,6 +12,12 @@
 // the URL really fetched, its HTTP status and the advice that fits, in bounded
 // time.
 //
+// The recipes are the README's: each fenced block after a `<!-- recipe: NAME -->`
+// line is read from README.md and run as written (the esbuild commands in the
+// project, the Vite config as the dev server's config file, the import map in
+// the page, the CDN URLs and the wasmBinary / wasmModule code), so what the
+// README tells users to do is what this suite does.
+//
 //   node tests/bundlers/run.mjs [--only=<substring>] [--keep]
 //
 // Ends with one line `bundlers: N passed, N failed` (exit 1 on any failure).
@@ -73,6 +79,34 @@ function assert(cond, msg) {
   if (!cond) throw new Error(msg);
 }
 
+// ------------------------------------------------------------------ the README's recipes
+const README = path.join(REPO, 'README.md');
+/** { name: { lang, code } }: the fenced block after each `<!-- recipe: name -->` of the README. */
+function readRecipes(text) {
+  const found = {};
+  for (const m of text.matchAll(/^<!-- recipe: ([\w-]+) -->\n```(\w*)\n([\s\S]*?)\n```$/gm)) found[m[1]] = { lang: m[2], code: m[3] };
+  return found;
+}
+const recipes = readRecipes(fs.readFileSync(README, 'utf8'));
+function recipe(name) {
+  assert(recipes[name], `README.md has no <!-- recipe: ${name} --> block (it has: ${Object.keys(recipes).join(', ') || 'none'})`);
+  return recipes[name].code;
+}
+const AsyncFunction = (async () => {}).constructor;
+/** Runs a recipe's code with createSdpa stubbed, and returns the options it passed. */
+async function recipeOptions(name, scope = {}) {
+  let given;
+  await new AsyncFunction('createSdpa', ...Object.keys(scope), recipe(name))((o) => { given = o; return {}; }, ...Object.values(scope));
+  assert(given && typeof given === 'object', `the ${name} recipe does not call createSdpa with options`);
+  return given;
+}
+/** The README's CDN URLs (jsDelivr, this version) on the local "CDN" server. */
+function onLocalCdn(url, S) {
+  const prefix = `https://cdn.jsdelivr.net/npm/sdpa-wasm@${S.version}/`;
+  assert(url.startsWith(prefix), `the README's CDN URL ${url} does not start with ${prefix} (the package's version)`);
+  return `${S.cdn}sdpa-wasm/${url.slice(prefix.length)}`;
+}
+
 // ------------------------------------------------------------------ the project and its bundles
 const bundles = {};
 async function setup() {
@@ -112,23 +146,26 @@ async function setup() {
   bundles.webpack = Date.now() - t;
 
   // esbuild: no asset handling for new URL(..., import.meta.url) (evanw/esbuild#795), and no
-  // Worker bundling: build the worker as its own entry, copy dist/ next to the bundle, and
-  // say where it is with wasmPaths (the README's recipe).
+  // Worker bundling: the README's commands, run as written in the project (with esbuild
+  // installed there, as `npm install -D esbuild` would), then the page copied to public/.
   t = Date.now();
-  const esbuild = await import('esbuild');
-  const esOut = path.join(app, 'out/esbuild');
-  await esbuild.build({
-    entryPoints: [path.join(src, 'main.js'), path.join(src, 'worker.js')], bundle: true, format: 'esm',
-    outdir: esOut, logLevel: 'warning', absWorkingDir: app,
-  });
-  fs.cpSync(path.join(app, 'node_modules/sdpa-wasm/dist'), path.join(esOut, 'sdpa'), { recursive: true });
-  fs.copyFileSync(path.join(src, 'index.html'), path.join(esOut, 'index.html'));
+  fs.mkdirSync(path.join(app, 'node_modules/.bin'), { recursive: true });
+  fs.symlinkSync(path.join(REPO, 'node_modules/esbuild'), path.join(app, 'node_modules/esbuild'));
+  fs.symlinkSync('../esbuild/bin/esbuild', path.join(app, 'node_modules/.bin/esbuild'));
+  sh('sh', ['-e', '-x', '-c', recipe('esbuild')], app);
+  fs.copyFileSync(path.join(src, 'index.html'), path.join(app, 'public/index.html'));
   bundles.esbuild = Date.now() - t;
 
   // Import map (no build): the page maps 'sdpa-wasm' to the installed package.
   const im = path.join(app, 'importmap');
   fs.mkdirSync(im);
-  for (const f of ['importmap.html', 'worker-url.js', 'decode.js']) fs.copyFileSync(path.join(src, f), path.join(im, f));
+  for (const f of ['worker-url.js', 'decode.js']) fs.copyFileSync(path.join(src, f), path.join(im, f));
+  const page = fs.readFileSync(path.join(src, 'importmap.html'), 'utf8');
+  const mapLine = /<script type="importmap">.*<\/script>/;
+  assert(mapLine.test(page), 'importmap.html has no import map line to replace with the README\'s');
+  fs.writeFileSync(path.join(im, 'importmap.html'), page.replace(mapLine, () => recipe('importmap')));
+  // the README's Vite config, as the isolated dev server's config file
+  fs.writeFileSync(path.join(src, 'vite.config.js'), `${recipe('vite-config')}\n`);
   fs.writeFileSync(path.join(im, 'silent-worker.js'), '// a pthread worker script that never answers\nself.onmessage = () => {};\n');
   // the real worker script, but its glue import fails (in a worker that raises no 'error' event)
   // (Chromium has relaxed SIMD: the relaxed-threads build, whose -O0 glue is not minified)
@@ -190,9 +227,11 @@ const q = (opts) => (opts ? `opts=${encodeURIComponent(JSON.stringify(opts))}` :
 
 /** A page that must decode correctly, on the isolated or the plain site. */
 // build: what must run (default: what feature detection picks in Chromium, which has relaxed SIMD)
-function decodeRow(label, pagePath, { opts = null, extra = '', iso, dev = false, csp = false, given = null, build = iso ? 'relaxed-threads' : 'relaxed' }) {
+// opts: createSdpa's options, or a function of S giving them; site: the servers S[site + 'Iso' | 'Plain']
+function decodeRow(label, pagePath, { opts: optsOf = null, extra = '', iso, dev = false, csp = false, site = null, given = null, build = iso ? 'relaxed-threads' : 'relaxed' }) {
   row(`${label} | ${iso ? 'isolated: threads build' : 'not isolated: single-thread fallback'}`, async (S) => {
-    const base = dev ? (iso ? S.viteDevIso : S.viteDevPlain) : csp ? S.csp : iso ? S.iso : S.plain;
+    const opts = typeof optsOf === 'function' ? await optsOf(S) : optsOf;
+    const base = site ? S[`${site}${iso ? 'Iso' : 'Plain'}`] : dev ? (iso ? S.viteDevIso : S.viteDevPlain) : csp ? S.csp : iso ? S.iso : S.plain;
     const query = [q(opts), extra(S)].filter(Boolean).join('&');
     const { r, problems, logs, fetched, ms } = await openAndWait(`${base}${pagePath.slice(1)}${query ? `?${query}` : ''}`);
     const say = () => `${JSON.stringify(r)}\n${logs.join('\n')}`;
@@ -250,22 +289,30 @@ for (const iso of [true, false]) {
   decodeRow('vite', '/out/vite/index.html', { iso, extra: noExtra });
   decodeRow('vite dev server', '/index.html', { iso, extra: noExtra, dev: true });
   decodeRow('webpack 5', '/out/webpack/index.html', { iso, extra: noExtra });
-  decodeRow('esbuild (dist/ copied, wasmPaths)', '/out/esbuild/index.html', { iso, opts: { wasmPaths: './sdpa/' }, extra: noExtra });
+  decodeRow('esbuild (the README\'s commands, public/ served at the root)', '/index.html', { iso, site: 'esbuild', opts: () => recipeOptions('esbuild-worker'), extra: noExtra });
   decodeRow('import map (same origin)', '/importmap/importmap.html', { iso, extra: noExtra });
   decodeRow('CDN files via wasmPaths (cross-origin)', '/importmap/importmap.html', {
-    iso, extra: (S) => `opts=${encodeURIComponent(JSON.stringify({ wasmPaths: `${S.cdn}sdpa-wasm/dist/` }))}`,
+    iso, extra: noExtra, opts: async (S) => {
+      const o = await recipeOptions('cdn-files');
+      return { ...o, wasmPaths: onLocalCdn(o.wasmPaths, S) };
+    },
   });
   decodeRow('CDN: package and files from another origin', '/importmap/importmap.html', {
-    iso, extra: (S) => `module=${encodeURIComponent(`${S.cdn}sdpa-wasm/js/index.js`)}`,
+    iso, extra: (S) => {
+      const m = recipe('cdn').match(/^import \{ createSdpa \} from '([^']+)';$/);
+      assert(m, `the README's cdn recipe is not one import of createSdpa: ${recipe('cdn')}`);
+      return `module=${encodeURIComponent(onLocalCdn(m[1], S))}`;
+    },
   });
 }
-// the caller's wasm decides the build: plain or relaxed
+// the caller's wasm decides the build, plain or relaxed (the README's wasmBinary / wasmModule code)
 for (const iso of [true, false]) {
   for (const build of iso ? ['simd-threads', 'relaxed-threads'] : ['simd', 'relaxed']) {
     const file = `sdpa-${build}.wasm`;
-    for (const as of ['module', 'binary']) {
-      decodeRow(`import map, wasm${as === 'module' ? 'Module' : 'Binary'} ${file} from the app`, IM, {
-        iso, build, given: `wasm${as === 'module' ? 'Module' : 'Binary'}`, extra: () => `wasm=${encodeURIComponent(`/given/${file}`)}&as=${as}`,
+    for (const as of ['wasmModule', 'wasmBinary']) {
+      const name = as === 'wasmModule' ? 'wasm-module' : 'wasm-binary';
+      decodeRow(`import map, ${as} ${file} from the app`, IM, {
+        iso, build, given: as, extra: () => `wasm=${encodeURIComponent(`/given/${file}`)}&recipe=${encodeURIComponent(recipe(name))}`,
       });
     }
   }
@@ -351,7 +398,10 @@ try {
     .map((m) => `'sha256-${crypto.createHash('sha256').update(m[1]).digest('base64')}'`).join(' ');
   const csp = await serve({ port: 0, webDir: app, pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: true,
     headers: { 'Content-Security-Policy': `default-src 'self'; script-src 'self' 'wasm-unsafe-eval' ${inline}; worker-src 'self'; img-src 'self' data:` } });
-  servers.push(iso, plain, cdn, nocors, csp);
+  // the esbuild recipe's site: public/ at the root
+  const esbuildIso = await serve({ port: 0, webDir: path.join(app, 'public'), pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: true });
+  const esbuildPlain = await serve({ port: 0, webDir: path.join(app, 'public'), pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: false });
+  servers.push(iso, plain, cdn, nocors, csp, esbuildIso, esbuildPlain);
   const { default: puppeteer } = await import('puppeteer-core');
   browser = await puppeteer.launch({
     executablePath: CHROMIUM, headless: true,
@@ -362,17 +412,19 @@ try {
     const p = await browser.newPage();
     try { return await p.evaluate(() => navigator.hardwareConcurrency); } finally { await p.close(); }
   })();
-  // Vite's dev server (the README's recipe: COOP/COEP in server.headers for threads)
+  // Vite's dev server: with the README's vite.config.js (COOP/COEP in server.headers for threads), and without a config
   const vite = await import('vite');
-  const devServer = async (headers) => {
-    const d = await vite.createServer({ configFile: false, root: path.join(app, 'src'), logLevel: 'warn', server: { port: 0, host: '127.0.0.1', headers } });
+  const devServer = async (configFile) => {
+    const d = await vite.createServer({ configFile, root: path.join(app, 'src'), logLevel: 'warn', server: { port: 0, host: '127.0.0.1' } });
     await d.listen();
     devServers.push(d);
     return d.resolvedUrls.local[0];
   };
-  const viteDevIso = await devServer({ 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp' });
-  const viteDevPlain = await devServer({});
-  const S = { iso: iso.url, plain: plain.url, cdn: cdn.url, nocors: nocors.url, csp: csp.url, cores, viteDevIso, viteDevPlain };
+  const viteDevIso = await devServer(path.join(app, 'src/vite.config.js'));
+  const viteDevPlain = await devServer(false);
+  const { version } = JSON.parse(fs.readFileSync(path.join(app, 'node_modules/sdpa-wasm/package.json'), 'utf8'));
+  const S = { iso: iso.url, plain: plain.url, cdn: cdn.url, nocors: nocors.url, csp: csp.url, cores, viteDevIso, viteDevPlain,
+    esbuildIso: esbuildIso.url, esbuildPlain: esbuildPlain.url, version };
   console.log(`servers: site ${iso.url} (COOP/COEP), ${plain.url} (none), CDN ${cdn.url} (CORS), ${nocors.url} (no CORS); ${(await browser.version())}`);
   for (const { name, fn } of rows) {
     if (only && !name.includes(only)) continue;

@@ -1,5 +1,5 @@
 /*
- * test_limits.c: issue 8 from the C side, the sizes and numbers at the edge
+ * test_limits.c: hostile sizes from the C side, the sizes and numbers at the edge
  * of what a build can hold (CONTRACT.md section 2 E_OOM / E_DIMS, section 1).
  *
  * 1. Size arithmetic (class 1). On wasm32 size_t is 32 bits, and the old

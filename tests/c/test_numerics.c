@@ -4,7 +4,7 @@
  * sdpa_ctx_use_reference) against the tests' own float64 reference
  * (naive_ref.c), at sizes around the SIMD width.
  *
- * Matrix (issue 2): D in {1,3,4,5,8,15,16,17,64,80,128,256},
+ * Matrix: D in {1,3,4,5,8,15,16,17,64,80,128,256},
  * Skv in {1,3,4,5,31,33,113,512,1000}, Sq in {1,2,7,64,130}, GQA ratios
  * {1,2,4,7,8} incl. MQA (Hkv = 1), B in {1,3}; causal with many startPos,
  * non-causal, additive masks with -inf, bool masks, fully masked rows,

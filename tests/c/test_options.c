@@ -1,6 +1,6 @@
 /*
  * test_options.c: sliding windows, logit softcap and attention sinks
- * (CONTRACT.md section 1, issue 12) against the tests' float64 reference
+ * (CONTRACT.md section 1) against the tests' float64 reference
  * (naive_ref.c), over their combinations: window x causal x sinks x softcap x
  * GQA x split-KV chunk boundaries x tile boundaries, through every path of
  * customSdpa (fast 1 and 2 threads bit-identical, the scalar reference, the

@@ -282,7 +282,7 @@ static void make_opts(rd * r, fopts * fo, int32_t Sq, int32_t Skv) {
     }
 }
 
-/* window, softcap and sinks (issue 12), sometimes valid, sometimes each rule
+/* window, softcap and sinks (CONTRACT.md section 1), sometimes valid, sometimes each rule
  * broken; `out` may become the sinks' memory (aliasing). */
 static void make_extras(rd * r, fopts * fo, int32_t Hq, void * out) {
     if (!fo->present || u8(r) % 3 != 0) return;

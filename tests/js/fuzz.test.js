@@ -1,4 +1,4 @@
-// fuzz.test.js: property-based fuzzer for issue 8 ("Hostile JavaScript can
+// fuzz.test.js: property-based fuzzer for hostile arguments ("Hostile JavaScript can
 // reach wasm memory"), with fast-check.
 //
 // Every run builds one hostile call (customSdpa, cache.update / attend / step /

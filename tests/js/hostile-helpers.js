@@ -1,5 +1,5 @@
 // hostile-helpers.js: tools shared by hostile.test.js and fuzz.test.js
-// (issue 8, "Hostile JavaScript can reach wasm memory").
+// (hostile arguments: CONTRACT.md section 2, the snapshot rule).
 //
 // - The real properties of a typed array, read through the built-in
 //   %TypedArray%.prototype getters (a subclass or an own property cannot lie to them).

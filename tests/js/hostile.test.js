@@ -1,4 +1,4 @@
-// hostile.test.js: regressions for issue 8, "Hostile JavaScript can reach
+// hostile.test.js: regressions for "Hostile JavaScript can reach
 // wasm memory". The promise: no input from JS makes the C code read or write
 // out of bounds; a rejected call writes nothing; the answer is the float64
 // reference's (within 1e-5 (1 + max|ref|)) or a typed SdpaError with the

@@ -1,5 +1,5 @@
 // options.test.js: sliding windows, logit softcap and attention sinks
-// (CONTRACT.md section 1, issue 12) through the public API, against the
+// (CONTRACT.md section 1) through the public API, against the
 // float64 reference: customSdpa, cache.step and cache.attend, their
 // combinations, and each new rule's error with nothing written.
 import { test } from 'uvu';

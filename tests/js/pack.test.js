@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { DIST_FILES } from '../../js/loader.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
@@ -26,14 +27,37 @@ test('npm pack ships js/, index.d.ts and dist/ (and nothing from tests/ or src/)
   const out = sh(npm, ['pack', '--json', '--ignore-scripts', '--pack-destination', tmp], ROOT);
   const info = JSON.parse(out.slice(out.indexOf('[')))[0];
   const files = info.files.map((f) => f.path);
-  for (const f of ['package.json', 'index.d.ts', 'js/index.js', 'js/loader.js', 'dist/package.json',
-    'dist/sdpa-simd-threads.mjs', 'dist/sdpa-simd-threads.wasm', 'dist/sdpa-simd-threads.worker.js',
-    'dist/sdpa-simd.mjs', 'dist/sdpa-simd.wasm', 'dist/sdpa-relaxed-threads.mjs', 'dist/sdpa-relaxed-threads.wasm',
-    'dist/sdpa-relaxed-threads.worker.js', 'dist/sdpa-relaxed.mjs', 'dist/sdpa-relaxed.wasm']) {
+  for (const f of ['package.json', 'index.d.ts', 'js/index.js', 'js/loader.js', 'dist/package.json', ...DIST_FILES.map((d) => `dist/${d}`)]) {
     assert.ok(files.includes(f), `${f} is in the tarball (${files.join(', ')})`);
   }
   assert.ok(!files.some((f) => /^(tests|src|include|build)\//.test(f)), `no tests/src/build in ${files.join(', ')}`);
   assert.ok(fs.existsSync(path.join(tmp, info.filename)));
+});
+
+test("package.json exports every build's files (js/loader.js's list of builds) and nothing else of dist/", () => {
+  const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
+  const dist = Object.keys(pkg.exports).filter((k) => k.startsWith('./dist/'));
+  assert.equal(dist.sort(), DIST_FILES.map((f) => `./dist/${f}`).sort());
+  for (const k of dist) assert.is(pkg.exports[k], k, `exports['${k}']`);
+});
+
+test('the README sections that js/ messages cite exist', () => {
+  const headings = new Set([...fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8').matchAll(/^#{2,4} (.+)$/gm)].map((m) => m[1].trim()));
+  let cited = 0;
+  for (const f of fs.readdirSync(path.join(ROOT, 'js'))) {
+    for (const m of fs.readFileSync(path.join(ROOT, 'js', f), 'utf8').matchAll(/README, "([^"]+)"/g)) {
+      cited++;
+      assert.ok(headings.has(m[1]), `js/${f} cites the README section "${m[1]}", which is not a heading of README.md`);
+    }
+  }
+  assert.ok(cited > 0, 'no README section cited (the pattern changed?)');
+});
+
+test("the README's Node example is examples/decode-loop.mjs, which the next test runs from the tarball", () => {
+  const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+  const m = readme.match(/^## Using the package\n[\s\S]*?^```js\n([\s\S]*?)^```$/m);
+  assert.ok(m, 'README.md has a js block under "## Using the package"');
+  assert.fixture(m[1], fs.readFileSync(path.join(ROOT, 'examples/decode-loop.mjs'), 'utf8'));
 });
 
 test('install the tarball in a temporary project, import it, run a decode step', () => {
@@ -84,8 +108,7 @@ sdpa.dispose();
   // wasmPaths / wasmBinary recipes), nothing else is
   const probe = (spec) => spawnSync(process.execPath, ['--input-type=module', '-e',
     `try { console.log(import.meta.resolve(${JSON.stringify(spec)})); } catch (e) { console.log(e.code); }`], { cwd: app, encoding: 'utf8', timeout: 30000 }).stdout.trim();
-  for (const f of ['sdpa-simd-threads.mjs', 'sdpa-simd-threads.wasm', 'sdpa-simd-threads.worker.js', 'sdpa-simd.mjs', 'sdpa-simd.wasm',
-    'sdpa-relaxed-threads.mjs', 'sdpa-relaxed-threads.wasm', 'sdpa-relaxed-threads.worker.js', 'sdpa-relaxed.mjs', 'sdpa-relaxed.wasm']) {
+  for (const f of DIST_FILES) {
     const u = probe(`sdpa-wasm/dist/${f}`);
     assert.ok(u.endsWith(`/node_modules/sdpa-wasm/dist/${f}`), `sdpa-wasm/dist/${f} resolves: ${u}`);
   }
@@ -105,9 +128,9 @@ sdpa.dispose();
 });
 
 test('prepack: no rebuild while dist/ is fresh, and a stale dist/ without emcc fails without installing anything', () => {
-  // a copy of what the wasm build reads, with a PATH that has sh and node but no emcc or apt-get
+  // a copy of what the wasm build reads (js/: its list of dist/ files), with a PATH that has sh and node but no emcc or apt-get
   const tree = path.join(tmp, 'tree');
-  for (const d of ['src', 'include', 'scripts', 'dist']) fs.cpSync(path.join(ROOT, d), path.join(tree, d), { recursive: true, dereference: true });
+  for (const d of ['src', 'include', 'scripts', 'js', 'dist']) fs.cpSync(path.join(ROOT, d), path.join(tree, d), { recursive: true, dereference: true });
   for (const f of ['CMakeLists.txt', 'package.json']) fs.copyFileSync(path.join(ROOT, f), path.join(tree, f));
   const later = new Date(Date.now() + 60_000);
   for (const f of fs.readdirSync(path.join(tree, 'dist'))) fs.utimesSync(path.join(tree, 'dist', f), later, later);

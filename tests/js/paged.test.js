@@ -1,4 +1,4 @@
-// paged.test.js: the paged KV cache (CONTRACT.md section 3, issue 10) through
+// paged.test.js: the paged KV cache (CONTRACT.md section 3) through
 // the public API: length, appends, implied positions, truncate, fork
 // (copy-on-write), the memory a cache really holds, and random sequences of
 // operations on several caches of one instance checked after every operation

@@ -1,5 +1,5 @@
 // window-cache.test.js: the windowed (ring) KV cache through the public API
-// (createKVCache({ window, sinkTokens }), CONTRACT.md section 3, issue 12).
+// (createKVCache({ window, sinkTokens }), CONTRACT.md section 3).
 // Every step's output is compared with the float64 reference over the whole
 // sequence kept in JS, with the contract's visibility as a bool mask: key t
 // is seen by query row p when t <= p and (t > p - W or t < S). Also: flat

@@ -26,7 +26,7 @@ export function reference(q, keys, values, len, Hq, Hkv, D) {
   return out;
 }
 
-function rng(seed) {
+function lcgCentered(seed) {
   let x = seed >>> 0;
   return () => { x = (x * 1664525 + 1013904223) >>> 0; return x / 2 ** 32 - 0.5; };
 }
@@ -42,7 +42,7 @@ export async function decode(createSdpa, options, { steps = 24, Hq = 8, Hkv = 2,
     sdpa = await createSdpa(options);
     const loadMs = performance.now() - t0;
     const cache = sdpa.createKVCache({ maxSeqLen: steps, numKvHeads: Hkv, headDim: D });
-    const rand = rng(7);
+    const rand = lcgCentered(7);
     const keys = new Float64Array(steps * Hkv * D), values = new Float64Array(steps * Hkv * D);
     let maxErr = 0;
     for (let pos = 0; pos < steps; pos++) {

@@ -5,11 +5,13 @@ import { decode } from './decode.js';
 self.onmessage = async (e) => {
   const { createSdpa } = await import(e.data.module);
   const options = { ...e.data.options };
-  // ?wasm=<url>&as=module|binary: the app fetches the wasm itself and hands it over
-  if (e.data.wasm) {
-    const res = await fetch(e.data.wasm);
-    if (e.data.as === 'module') options.wasmModule = await WebAssembly.compileStreaming(res);
-    else options.wasmBinary = new Uint8Array(await res.arrayBuffer());
+  // ?wasm=<url>&recipe=<code>: the app fetches the wasm itself and hands it over, with the
+  // README's wasmBinary / wasmModule code (run as written, wasmUrl = <url>; its options are used)
+  if (e.data.recipe) {
+    const AsyncFunction = (async () => {}).constructor;
+    let given = null;
+    await new AsyncFunction('createSdpa', 'wasmUrl', e.data.recipe)((o) => { given = o; return {}; }, e.data.wasm);
+    Object.assign(options, given);
   }
   self.postMessage(await decode(createSdpa, options));
 };
