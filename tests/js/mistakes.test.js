@@ -179,4 +179,47 @@ test('a disposed cache: length, bytes and windowStart read 0, every method is E_
   expectError(() => cache.truncate(0), 'E_DISPOSED', [/disposed/]);
 });
 
+/** Runs fn with console.warn captured; returns the warnings. */
+function warnings(fn) {
+  const seen = [], real = console.warn;
+  console.warn = (...a) => seen.push(a.join(' '));
+  try { fn(); } finally { console.warn = real; }
+  return seen;
+}
+
+test('a heap-tensor view saved across memory growth: lost writes in the single-thread build, a warning in every build, t.set() safe', async () => {
+  for (const build of ['simd', 'simd-threads']) {
+    const one = await createSdpa({ build, threads: 1 });
+    const cache = one.createKVCache({ maxSeqLen: 8, numKvHeads: Hkv, headDim: D });
+    const q = one.allocTensor('float32', [1, 1, Hq, D]), k = one.allocTensor('float32', [1, 1, Hkv, D]), v = one.allocTensor('float32', [1, 1, Hkv, D]);
+    const saved = q.data;
+    saved.fill(1);
+    const big = one.allocTensor('float32', [64 << 20]);   // 256 MiB: memory grows, its buffer is replaced
+    assert.ok(big.data.buffer !== saved.buffer, `${build}: the memory grew`);   // (q.data is not read before the step)
+    if (build === 'simd') assert.is(saved.length, 0, 'single-thread build: the saved view is detached');
+    saved[0] = 2;   // an element write: lost in the single-thread build, silently
+    const w = warnings(() => cache.step(q, k, v));
+    assert.is(q.data[0], build === 'simd' ? 1 : 2, `${build}: what the saved view's write did`);
+    assert.is(w.length, 1, `${build}: one warning: ${w}`);
+    assert.match(w[0], /q is a heap tensor whose data was last read before wasm memory grew/);
+    assert.match(w[0], /q\.set\(\)/);
+    assert.is(warnings(() => cache.step(q, k, v)).length, 0, 'once per instance');
+    // t.set writes through the current view: no warning on another instance either
+    const two = await createSdpa({ build, threads: 1 });
+    const c2 = two.createKVCache({ maxSeqLen: 8, numKvHeads: Hkv, headDim: D });
+    const q2 = two.allocTensor('float32', [1, 1, Hq, D]), kv2 = two.allocTensor('float32', [1, 1, Hkv, D]);
+    const grown = two.allocTensor('float32', [64 << 20]);
+    q2.set(new Float32Array(Hq * D).fill(3));
+    kv2.set(Array.from({ length: Hkv * D }, () => 0.5));
+    assert.is(q2.data[Hq * D - 1], 3);
+    assert.is(warnings(() => c2.step(q2, kv2, kv2)).length, 0, `${build}: t.set() leaves nothing to warn about`);
+    expectError(() => q2.set(new Float32Array(Hq * D + 1)), 'E_DIMS', [/HeapTensor\.set/, /do not fit/]);
+    expectError(() => q2.set(new Float32Array(2), Hq * D - 1), 'E_DIMS', [/offset/]);
+    expectError(() => q2.set('abc'), 'E_ARG', [/source/]);
+    expectError(() => q2.set(new Float32Array(1), -1), 'E_ARG', [/offset/]);
+    grown.dispose(); big.dispose();
+    one.dispose(); two.dispose();
+  }
+});
+
 test.run();
