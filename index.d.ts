@@ -14,17 +14,20 @@ export class SdpaError extends Error {
   readonly name: 'SdpaError';
   readonly code: SdpaErrorCode;
   /** The C status number, when the error came back from the C core. */
-  readonly status?: number;
+  readonly status?: number | undefined;
 }
 
 /** `float32` ↔ Float32Array; `bool` ↔ Uint8Array (masks only; non-zero = attend). */
 export type DType = 'float32' | 'bool';
 
+/** The typed array of a dtype: `float32` ↔ Float32Array, `bool` ↔ Uint8Array. */
+export type DataOf<T extends DType> = T extends 'bool' ? Uint8Array : Float32Array;
+
 /** A dense row-major tensor. `dtype`, when given, must agree with `data`'s type. */
 export interface Tensor<D extends Float32Array | Uint8Array = Float32Array> {
   data: D;
   dims: readonly number[];
-  dtype?: DType;
+  dtype?: DType | undefined;
 }
 export type FloatTensor = Tensor<Float32Array> | HeapTensor<Float32Array>;
 export type MaskTensor = Tensor<Float32Array> | Tensor<Uint8Array> | HeapTensor<Float32Array> | HeapTensor<Uint8Array>;
@@ -39,11 +42,19 @@ export interface OutputTensor {
 /**
  * A tensor whose storage is in the wasm heap. `data` is a live view of wasm
  * memory, re-derived after memory growth: read it again after any call
- * rather than keeping it. Reading `data` after dispose() is E_DISPOSED.
+ * rather than keeping it (a saved view is detached by growth in the
+ * single-thread build, and writes through it are lost), or write with
+ * set(). Reading `data` after dispose() is E_DISPOSED.
  */
 export class HeapTensor<D extends Float32Array | Uint8Array = Float32Array> {
   private constructor();
   readonly data: D;
+  /**
+   * Copies `source` into the tensor at element `offset` (default 0) through
+   * the current view: safe across memory growth in every build. E_DIMS when
+   * it does not fit.
+   */
+  set(source: ArrayLike<number>, offset?: number): void;
   readonly dims: readonly number[];
   readonly dtype: DType;
   /** Element count. */
@@ -61,7 +72,7 @@ export interface CreateSdpaOptions {
    * A number above the cores runs as asked up to 8 (one console.warn); above
    * the larger of the cores and 8 it is clamped to that (one console.warn).
    */
-  threads?: number | 'auto';
+  threads?: number | 'auto' | undefined;
   /**
    * Force a build instead of choosing: 'simd-threads' (SIMD128 + pthreads;
    * needs Node or a crossOriginIsolated page) or 'simd' (one thread), and
@@ -72,24 +83,24 @@ export interface CreateSdpaOptions {
    * validates (Chromium, Node >= 21, Node 20 with --experimental-wasm-relaxed-simd).
    * Any other value is E_ARG.
    */
-  build?: SdpaBuild;
+  build?: SdpaBuild | undefined;
   /**
    * Where the dist/ files are, instead of next to the package: a URL prefix
    * (file names are appended: end it with '/'), or a map from file names to
    * URLs (files not in the map keep their default). Relative URLs resolve
    * against the page (in a worker: its script). In Node: paths or file: URLs.
    */
-  wasmPaths?: string | URL | Partial<Record<SdpaDistFile, string | URL>>;
+  wasmPaths?: string | URL | Partial<Record<SdpaDistFile, string | URL>> | undefined;
   /** The bytes of one of the dist/*.wasm files: nothing is fetched for the wasm; the bytes decide the build (plain or relaxed). */
-  wasmBinary?: ArrayBuffer | Uint8Array;
+  wasmBinary?: ArrayBuffer | Uint8Array | undefined;
   /** A compiled dist/*.wasm: nothing is fetched or compiled for the wasm; the module decides the build (plain or relaxed). */
-  wasmModule?: WebAssembly.Module;
+  wasmModule?: WebAssembly.Module | undefined;
   /**
    * Milliseconds the whole load may take (default 30000; Infinity: no limit).
    * Past it createSdpa rejects with E_LOAD naming what it was waiting for
    * (e.g. a pthread worker that never starts).
    */
-  initTimeout?: number;
+  initTimeout?: number | undefined;
 }
 
 /** The file names of dist/ (keys of wasmPaths; also exported as 'sdpa-wasm/dist/<name>'). */
@@ -113,26 +124,26 @@ export interface SdpaInfo {
 /** Options of customSdpa and KVCache.attend. */
 export interface CustomSdpaOptions {
   /** Absolute position of query row 0 (default 0). Without a mask, keys 0 .. startPos+Sq-1 are read. */
-  startPos?: number;
+  startPos?: number | undefined;
   /** [Sq, N] float32 (additive, not scaled) or bool (true = attend); N ≤ Skv keys are read. */
-  attnMask?: MaskTensor | null;
+  attnMask?: MaskTensor | null | undefined;
   /** Must be 0 (there is no dropout). */
-  dropoutP?: number;
+  dropoutP?: number | undefined;
   /** Key t is masked for query row i when t > startPos + i. Not together with attnMask. */
-  isCausal?: boolean;
+  isCausal?: boolean | undefined;
   /** Finite and > 0; default 1/sqrt(D). */
-  scale?: number | null;
+  scale?: number | null | undefined;
   /**
    * A positive integer W: query row at position p sees only keys t > p - W
    * (with isCausal the last W keys, its own included). Not with attnMask.
    */
-  window?: number | null;
+  window?: number | null | undefined;
   /** A finite c > 0: score = c * tanh(score / c) after the scale, before the mask (Gemma 2). */
-  softcap?: number | null;
+  softcap?: number | null | undefined;
   /** float32 [Hq]: per-head sink logits added to the softmax denominator, with no value row (gpt-oss). */
-  sinks?: FloatTensor | null;
+  sinks?: FloatTensor | null | undefined;
   /** [B, Sq, Hq, D] float32; written and returned. Heap tensors are written in place. */
-  out?: FloatTensor;
+  out?: FloatTensor | undefined;
 }
 
 /** KVCache.step options: attend's options without startPos. */
@@ -140,15 +151,15 @@ export type StepOptions = Omit<CustomSdpaOptions, 'startPos'>;
 
 export interface ScaledDotProductAttentionOptions {
   /** Rank 1-4, broadcastable to [B, Hq, L, S]; float32 (additive) or bool (true = attend). */
-  attnMask?: MaskTensor | null;
+  attnMask?: MaskTensor | null | undefined;
   /** Must be 0. */
-  dropoutP?: number;
+  dropoutP?: number | undefined;
   /** Top-left causal: row i sees keys 0..i. Not together with attnMask. */
-  isCausal?: boolean;
+  isCausal?: boolean | undefined;
   /** Any finite number; default 1/sqrt(E). */
-  scale?: number | null;
+  scale?: number | null | undefined;
   /** Query heads may be a multiple of key/value heads (query head h uses floor(h·Hk/Hq)). */
-  enableGqa?: boolean;
+  enableGqa?: boolean | undefined;
 }
 
 export interface AttentionPlan {
@@ -160,10 +171,10 @@ export interface AttentionPlan {
 /** How a cache stores its rows (CONTRACT.md section 3, "Cache dtypes"). */
 export type CacheDType = 'float32' | 'float16' | 'int8';
 
-export interface KVCacheOptions {
-  batch?: number;
-  /** The position limit (E_CAPACITY). Optional for a windowed cache (default 2^31 - 65537). */
-  maxSeqLen?: number;
+/** What every cache takes (createKVCache, kvCacheSize, createKVCacheGroup's entries). */
+export interface KVCacheBaseOptions {
+  /** Default 1. */
+  batch?: number | undefined;
   numKvHeads: number;
   headDim: number;
   /**
@@ -173,29 +184,63 @@ export interface KVCacheOptions {
    * products, error <= 2e-3 (1 + max|ref|) against the stored values).
    * Writes take float32 and convert.
    */
-  dtype?: CacheDType;
-  /**
-   * A windowed (ring) cache: it keeps only the first `sinkTokens` rows and
-   * the last rows of the sequence (at least window + 64 of them), in a ring
-   * of pages, so its memory stays flat however long the sequence grows.
-   * Attention over it is causal (isCausal defaults to true; false, or a
-   * mask, is E_ARG) and sees, from query row p, the keys t <= p with
-   * t > p - window or t < sinkTokens. A positive integer (E_DIMS).
-   */
-  window?: number;
-  /** Rows kept for good at the start of a windowed cache (StreamingLLM's attention sinks); default 0. E_ARG without a window. */
-  sinkTokens?: number;
+  dtype?: CacheDType | undefined;
+}
+
+/** A plain cache: maxSeqLen rows at most; no window, no sink rows. */
+export interface PlainKVCacheOptions extends KVCacheBaseOptions {
+  /** The position limit (E_CAPACITY); not an allocation. */
+  maxSeqLen: number;
+  window?: undefined;
+  sinkTokens?: undefined;
+}
+
+/**
+ * A windowed (ring) cache: it keeps only the first `sinkTokens` rows and
+ * the last rows of the sequence (at least window + 64 of them), in a ring
+ * of pages, so its memory stays flat however long the sequence grows.
+ * Attention over it is causal (isCausal defaults to true; false, or a
+ * mask, is E_ARG) and sees, from query row p, the keys t <= p with
+ * t > p - window or t < sinkTokens.
+ */
+export interface WindowedKVCacheOptions extends KVCacheBaseOptions {
+  /** A positive integer (E_DIMS). */
+  window: number;
+  /** Rows kept for good at the start (StreamingLLM's attention sinks); default 0. */
+  sinkTokens?: number | undefined;
+  /** The position limit; optional here (default 2^31 - 65537). */
+  maxSeqLen?: number | undefined;
+}
+
+export type KVCacheOptions = PlainKVCacheOptions | WindowedKVCacheOptions;
+
+/** The typed array readRaw gives for a cache dtype. */
+export type RawDataOf<T extends CacheDType> =
+  T extends 'float32' ? Float32Array : T extends 'float16' ? Uint16Array : Int8Array;
+
+/** What sdpa.kvCacheSize returns (CONTRACT.md section 3, "Bytes"). */
+export interface KVCacheSize {
+  /** Pages held: batch x numKvHeads x min(ceil(rows / 64), the table's slots per head). */
+  readonly pages: number;
+  /** The pool bytes of one page (its 64-byte header included). */
+  readonly pageBytes: number;
+  /** pages x pageBytes: what sdpa.reserve needs for them. */
+  readonly poolBytes: number;
+  /** The page table, allocated when the cache is created. */
+  readonly tableBytes: number;
+  /** poolBytes + tableBytes: that cache's cache.bytes. */
+  readonly bytes: number;
 }
 
 /** One half of KVCache.readRaw: the stored form of some rows. */
-export interface RawRows {
+export interface RawRows<T extends CacheDType = CacheDType> {
   /** float32 values, float16 bits, or int8 values; [B, length, Hkv, D]. */
-  data: Float32Array | Uint16Array | Int8Array;
+  data: RawDataOf<T>;
   dims: number[];
-  dtype: CacheDType;
+  dtype: T;
   /** int8 only: one per (batch row, row, head), [B, length, Hkv]. */
-  scales?: Float32Array;
-  zeroPoints?: Int8Array;
+  scales: T extends 'int8' ? Float32Array : undefined;
+  zeroPoints: T extends 'int8' ? Int8Array : undefined;
 }
 
 /**
@@ -206,13 +251,13 @@ export interface RawRows {
  * A write may not start past `length` (E_START_POS: no holes). No input or
  * `out` of its calls may lie inside cache storage (E_ARG).
  */
-export class KVCache {
+export class KVCache<T extends CacheDType = CacheDType> {
   private constructor();
   readonly batch: number;
   readonly maxSeqLen: number;
   readonly numKvHeads: number;
   readonly headDim: number;
-  readonly dtype: CacheDType;
+  readonly dtype: T;
   /** A windowed cache's window; 0 for a plain cache. */
   readonly window: number;
   /** A windowed cache's sink rows; 0 for a plain cache. */
@@ -223,21 +268,27 @@ export class KVCache {
    */
   readonly windowStart: number;
   readonly disposed: boolean;
-  /** Rows written: the highest written row + 1 (truncate lowers it). */
+  /** Rows written: the highest written row + 1 (truncate lowers it). 0 once disposed. */
   readonly length: number;
-  /** Bytes this cache holds: its pages (shared ones included) and its page table. */
+  /**
+   * Bytes this cache holds: its pages as the pool counts them (a 64-byte
+   * header each; shared ones included) and its page table. 0 once disposed.
+   */
   readonly bytes: number;
   /** Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1 (default startPos: length, an append). */
   update(k: FloatTensor, v: FloatTensor, startPos?: number | null): void;
   /**
-   * customSdpa(q, K, V, opts) over the cache (Skv = maxSeqLen). Without
-   * startPos, q is the last Sq rows written (startPos = length - Sq).
+   * customSdpa(q, K, V, opts) over the cache (Skv = maxSeqLen), causal by
+   * default (isCausal: false for cross-attention; with attnMask the mask
+   * decides). Without startPos, q is the last Sq rows written (startPos =
+   * length - Sq); without a mask, query rows past length are E_START_POS.
    */
   attend<O extends FloatTensor>(q: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
   attend(q: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
   /**
-   * update(k, v, startPos) then attend(q, { startPos, ...opts }); q and k
-   * have the same length. Without startPos (or step(q, k, v, opts)) it appends at length.
+   * update(k, v, startPos) then attend(q, { startPos, ...opts }), causal by
+   * default; q and k have the same length. Without startPos (or
+   * step(q, k, v, opts)) it appends at length.
    */
   step<O extends FloatTensor>(q: FloatTensor, k: FloatTensor, v: FloatTensor, startPos: number | null | undefined, opts: StepOptions & { out: O }): O;
   step<O extends FloatTensor>(q: FloatTensor, k: FloatTensor, v: FloatTensor, opts: StepOptions & { out: O }): O;
@@ -246,7 +297,7 @@ export class KVCache {
   /** Copies of rows start .. start+length-1, each [B, length, Hkv, D] (rows never written: zeros). */
   read(start: number, length: number): { k: OutputTensor; v: OutputTensor };
   /** The stored form of rows start .. start+length-1 (float16 bits, int8 values with scales and zero points). */
-  readRaw(start: number, length: number): { k: RawRows; v: RawRows };
+  readRaw(start: number, length: number): { k: RawRows<T>; v: RawRows<T> };
   /**
    * Keeps rows 0 .. length-1 (rollback): whole pages past them go back to the
    * pool, rows past `length` read as zeros again. O(pages). E_CAPACITY past `length`.
@@ -256,9 +307,33 @@ export class KVCache {
    * A new cache sharing every page of this one, copy-on-write: the first
    * write into a shared page (by either cache) copies that page only. O(pages).
    */
-  fork(): KVCache;
+  fork(): KVCache<T>;
   /** Returns its pages to the pool (pages shared with a fork stay with it); a second call is a no-op. */
   dispose(): void;
+}
+
+/**
+ * The caches of all the layers of a model (sdpa.createKVCacheGroup). Its
+ * layers are ordinary caches for the per-layer calls; truncate and fork
+ * check every layer first and change all or none.
+ */
+export class KVCacheGroup {
+  private constructor();
+  /** The layers' caches, in order. */
+  readonly layers: readonly KVCache[];
+  /** Rows every layer holds: the smallest of the layers' lengths. */
+  readonly length: number;
+  /** The sum of the layers' bytes. */
+  readonly bytes: number;
+  /** Every layer disposed. */
+  readonly disposed: boolean;
+  /** truncate(length) on every layer, or on none (the error names the layer). */
+  truncate(length: number): void;
+  /** A group of forks of every layer (copy-on-write), all or nothing. */
+  fork(): KVCacheGroup;
+  /** Disposes every layer; a second call is a no-op. */
+  dispose(): void;
+  [Symbol.iterator](): IterableIterator<KVCache>;
 }
 
 /** The instance's page pool (sdpa.memory()). */
@@ -281,17 +356,28 @@ export interface Sdpa {
   /** ExecuTorch custom_sdpa on [B, S, H, D] tensors; returns [B, Sq, Hq, D]. */
   customSdpa<O extends FloatTensor>(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
   customSdpa(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
+  createKVCache(options: KVCacheOptions & { dtype: 'int8' }): KVCache<'int8'>;
+  createKVCache(options: KVCacheOptions & { dtype: 'float16' }): KVCache<'float16'>;
+  createKVCache(options: KVCacheOptions & { dtype?: 'float32' | undefined }): KVCache<'float32'>;
   createKVCache(options: KVCacheOptions): KVCache;
+  /** The caches of all the layers of a model: one createKVCache options object per layer; all or nothing. */
+  createKVCacheGroup(configs: readonly KVCacheOptions[]): KVCacheGroup;
+  /**
+   * What a cache made with `options` holds once rows 0 .. rows-1 are written
+   * (default: maxSeqLen): reserve(poolBytes) after creating the caches and
+   * a decode loop writing them allocates nothing. E_CAPACITY past maxSeqLen.
+   */
+  kvCacheSize(options: KVCacheOptions, rows?: number): KVCacheSize;
   /** The page pool of this instance's caches. */
   memory(): SdpaMemory;
   /**
-   * Grows the page pool until `bytes` are free for pages, so that a decode
-   * loop that writes at most that much never allocates. E_OOM past the heap.
+   * Grows the page pool so that writes into the caches that exist now,
+   * taking at most `bytes` of pages (kvCacheSize's poolBytes), allocate
+   * nothing. E_OOM past the heap.
    */
   reserve(bytes: number): void;
   /** A zero-filled heap tensor. */
-  allocTensor(dtype: 'float32', dims: readonly number[]): HeapTensor<Float32Array>;
-  allocTensor(dtype: 'bool', dims: readonly number[]): HeapTensor<Uint8Array>;
+  allocTensor<T extends DType>(dtype: T, dims: readonly number[]): HeapTensor<DataOf<T>>;
   /** torch.nn.functional.scaled_dot_product_attention on [B, H, S, D]; returns [B, Hq, L, Ev]. */
   scaledDotProductAttention(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts?: ScaledDotProductAttentionOptions): OutputTensor;
   /** Throws what scaledDotProductAttention would throw; otherwise the route it takes. */
@@ -308,5 +394,4 @@ export function isHeapTensor(x: unknown): x is HeapTensor<Float32Array | Uint8Ar
 export const STATUS_CODES: readonly string[];
 export const E_LOAD: 'E_LOAD';
 export const VERSION: string;
-/** Test-only internals key (unstable). */
-export const INTERNALS: unique symbol;
+

@@ -1,0 +1,33 @@
+// types.test.js: index.d.ts says what the contract says. tsc (strict, with
+// exactOptionalPropertyTypes) type-checks tests/types/api.ts, a file of uses
+// that must compile and of `@ts-expect-error` lines that must not; and the
+// package's runtime exports are the ones index.d.ts declares (INTERNALS, the
+// test-only key, is not declared).
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import fs from 'node:fs';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import * as pkg from '../../js/index.js';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+test('tsc --strict --exactOptionalPropertyTypes accepts tests/types/api.ts and every @ts-expect-error in it is an error', () => {
+  const tsc = path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+  const r = spawnSync(process.execPath, [tsc, '-p', path.join(ROOT, 'tests', 'types')], { cwd: ROOT, encoding: 'utf8', timeout: 120000 });
+  assert.is(r.status, 0, `tsc:\n${r.stdout}${r.stderr}`);
+  const src = fs.readFileSync(path.join(ROOT, 'tests', 'types', 'api.ts'), 'utf8');
+  assert.ok((src.match(/@ts-expect-error/g) || []).length >= 11, 'the file checks the mistakes it should');
+});
+
+test('the runtime exports are the declared ones', () => {
+  const dts = fs.readFileSync(path.join(ROOT, 'index.d.ts'), 'utf8');
+  const declared = new Set([...dts.matchAll(/^export (?:declare )?(?:async )?(?:class|function|const|let) (\w+)/gm)].map((m) => m[1]));
+  const runtime = Object.keys(pkg).filter((k) => k !== 'INTERNALS');
+  for (const k of runtime) assert.ok(declared.has(k), `${k} is exported but not in index.d.ts`);
+  for (const k of declared) assert.ok(runtime.includes(k), `${k} is in index.d.ts but not exported`);
+  assert.not.ok(declared.has('INTERNALS'), 'INTERNALS is not public');
+});
+
+test.run();

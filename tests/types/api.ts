@@ -1,0 +1,79 @@
+// The public types say what the contract says: `tsc -p tests/types` (strict, with
+// exactOptionalPropertyTypes) must accept every use here and reject each line
+// after a `@ts-expect-error` (an unused one is itself an error). types.test.js runs it.
+import {
+  createSdpa, SdpaError, KVCache, KVCacheGroup, HeapTensor,
+  type CacheDType, type DType, type KVCacheOptions, type RawRows, type KVCacheSize,
+} from 'sdpa-wasm';
+import * as pkg from 'sdpa-wasm';
+
+const sdpa = await createSdpa({ threads: 'auto', build: undefined });   // undefined counts as absent
+
+// createKVCache: a plain cache needs maxSeqLen; sinkTokens only with a window
+const plain = sdpa.createKVCache({ maxSeqLen: 256, numKvHeads: 2, headDim: 64 });
+const windowed = sdpa.createKVCache({ window: 128, sinkTokens: 4, numKvHeads: 2, headDim: 64 });
+const explicitUndefined = sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8, dtype: undefined, batch: undefined });
+// @ts-expect-error: a plain cache without maxSeqLen
+sdpa.createKVCache({ numKvHeads: 2, headDim: 64 });
+// @ts-expect-error: sinkTokens without a window
+sdpa.createKVCache({ maxSeqLen: 256, numKvHeads: 2, headDim: 64, sinkTokens: 4 });
+// @ts-expect-error: not a cache dtype
+sdpa.createKVCache({ maxSeqLen: 256, numKvHeads: 2, headDim: 64, dtype: 'int4' });
+// @ts-expect-error: a typo is not an option
+sdpa.createKVCache({ maxSeqLen: 256, numKvHeads: 2, headDim: 64, max_seq_len: 9 });
+
+// readRaw is typed by the cache's dtype
+const f32: Float32Array = plain.readRaw(0, 1).k.data;
+const i8cache = sdpa.createKVCache({ maxSeqLen: 64, numKvHeads: 1, headDim: 8, dtype: 'int8' });
+const raw8 = i8cache.readRaw(0, 1).v;
+const i8: Int8Array = raw8.data;
+const scales: Float32Array = raw8.scales;
+const zps: Int8Array = raw8.zeroPoints;
+const f16: Uint16Array = sdpa.createKVCache({ maxSeqLen: 64, numKvHeads: 1, headDim: 8, dtype: 'float16' }).readRaw(0, 1).k.data;
+// @ts-expect-error: a float32 cache's raw data is not float16 bits
+const wrong: Uint16Array = plain.readRaw(0, 1).k.data;
+// @ts-expect-error: only int8 has scales
+const noScales: Float32Array = plain.readRaw(0, 1).k.scales;
+const anyDtype: CacheDType = Math.random() < 0.5 ? 'float16' : 'int8';
+const some = sdpa.createKVCache({ maxSeqLen: 64, numKvHeads: 1, headDim: 8, dtype: anyDtype });
+const someRaw: RawRows = some.readRaw(0, 1).k;
+const forked: KVCache<'int8'> = i8cache.fork();
+const options: KVCacheOptions = { window: 4, numKvHeads: 1, headDim: 8 };
+const fromVar: KVCache = sdpa.createKVCache(options);
+
+// allocTensor takes a DType variable
+const dt: DType = Math.random() < 0.5 ? 'float32' : 'bool';
+const t = sdpa.allocTensor(dt, [2, 3]);
+const td: Float32Array | Uint8Array = t.data;
+const q: HeapTensor<Float32Array> = sdpa.allocTensor('float32', [1, 1, 8, 64]);
+const m: HeapTensor<Uint8Array> = sdpa.allocTensor('bool', [1, 4]);
+q.set(new Float32Array(8 * 64));
+q.set([1, 2, 3], 5);
+// @ts-expect-error: not a DType
+sdpa.allocTensor('float16', [2]);
+
+// attention options accept undefined explicitly; the cache is causal by default
+const out = plain.step(q, sdpa.allocTensor('float32', [1, 1, 2, 64]), sdpa.allocTensor('float32', [1, 1, 2, 64]), { isCausal: undefined, out: q });
+const same: HeapTensor<Float32Array> = out;
+plain.attend(q, { startPos: undefined, attnMask: undefined, scale: null });
+// @ts-expect-error: isCausal is a boolean
+plain.attend(q, { isCausal: 1 });
+
+// sizes and groups
+const size: KVCacheSize = sdpa.kvCacheSize({ maxSeqLen: 256, numKvHeads: 2, headDim: 64 }, 100);
+sdpa.reserve(size.poolBytes);
+const group: KVCacheGroup = sdpa.createKVCacheGroup([{ maxSeqLen: 256, numKvHeads: 2, headDim: 64 }, { window: 16, numKvHeads: 2, headDim: 64 }]);
+const layer0: KVCache = group.layers[0]!;
+for (const layer of group) layer.length;
+group.truncate(0);
+const twin: KVCacheGroup = group.fork();
+// @ts-expect-error: a group's entry is a cache's options
+sdpa.createKVCacheGroup([{ numKvHeads: 2 }]);
+
+// the test-only internals key is not public
+// @ts-expect-error
+pkg.INTERNALS;
+
+try { plain.attend(q); } catch (e) { if (e instanceof SdpaError) { const code: string = e.code; void code; } }
+void [windowed, explicitUndefined, f32, i8, scales, zps, f16, wrong, noScales, someRaw, forked, fromVar, td, m, same, layer0, twin];
+sdpa.dispose();
