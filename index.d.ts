@@ -129,7 +129,12 @@ export interface CustomSdpaOptions {
   attnMask?: MaskTensor | null | undefined;
   /** Must be 0 (there is no dropout). */
   dropoutP?: number | undefined;
-  /** Key t is masked for query row i when t > startPos + i. Not together with attnMask. */
+  /**
+   * Key t is masked for query row i when t > startPos + i. Not together with
+   * attnMask. Default: false for customSdpa (ExecuTorch's), true for
+   * KVCache.attend / step without attnMask (attention over a cache is causal
+   * unless you say otherwise: false for cross-attention).
+   */
   isCausal?: boolean | undefined;
   /** Finite and > 0; default 1/sqrt(D). */
   scale?: number | null | undefined;
