@@ -229,7 +229,7 @@ test('E_DIMS: non-positive or non-integer dims, data length, out dims, step leng
     ['out dims', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float32Array(64).fill(7), dims: [1, 4, 2, 8] } }), [/out/]],
     ['out rank', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float32Array(64), dims: [2, 4, 8] } }), [/out/]],
     ['heap out of another shape', () => sdpa.customSdpa(q(), k(), v(), { out: heapOut }), [/out/, /\[1, 1, 4, 8\]/, /\[1, 2, 4, 8\]/]],
-    ['heap q and heap out: q rows vs k rows in a step', () => cache.step(heapOut, ckv(2), ckv(2), 4, { out: heapOut2 }), [/\bq has 1 rows\b/, /\bk has 2\b/]],
+    ['heap q and heap out: q rows vs k rows in a step', () => cache.step(heapOut, ckv(2), ckv(2), 4, { out: heapOut2 }), [/\bq has 1 row\b/, /\bk has 2\b/]],
     ['mask length', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Float32Array(11), dims: [2, 6] }, out: sentinelOut }), [/attnMask/]],
     ['mask dim 0', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Float32Array(0), dims: [2, 0] }, out: sentinelOut }), [/attnMask/]],
     ['update length', () => cache.update({ data: new Float32Array(15), dims: [1, 1, 2, 8] }, ckv(), 4), [/\bk\.data/]],

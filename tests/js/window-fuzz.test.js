@@ -65,7 +65,8 @@ function runCase({ W, S, ops, seed }) {
   let cache = sdpa.createKVCache({ numKvHeads: H, headDim: D, window: W, sinkTokens: S });
   const hist = { k: [], v: [] };
   let high = 0;  // the highest length reached since the cache was last cut to its sink rows
-  const ringBytes = (Math.ceil(S / PAGE) + Math.ceil((W - 1) / PAGE) + 2) * (2 * PAGE * D * 4 + 4);
+  // a page as the pool counts it (a 64-byte header) and its table slot (CONTRACT.md section 3, "Bytes")
+  const ringBytes = (Math.ceil(S / PAGE) + Math.ceil((W - 1) / PAGE) + 2) * (Math.ceil(2 * PAGE * D * 4 / 64) * 64 + 64 + 4);
   const kept = (t) => t < cache.length && (t < S || t >= cache.windowStart);
   // (the kept rows themselves are compared by checkKept)
   const state = () => ({ length: cache.length, ws: cache.windowStart, bytes: cache.bytes });
