@@ -222,6 +222,116 @@ static void test_byte_counts(void) {
     sdpa_kv_cache_free(c);
 }
 
+/* The page bytes as docs/CONTRACT.md section 3 ("Bytes") states them. */
+static int64_t contract_page_bytes(int32_t dtype, int32_t d) {
+    int64_t b = dtype == SDPA_DTYPE_FLOAT32 ? 2 * 64 * d * 4
+              : dtype == SDPA_DTYPE_FLOAT16 ? 2 * 64 * d * 2
+              : 64 * (2 * ((d + 1) / 2) + d) + 2 * 64 * 4 + 2 * 64;
+    return (b + 63) / 64 * 64 + 64;
+}
+
+/* Fills rows 0 .. rows-1 of a cache of geometry [b, s, h, d], `chunk` rows per update. */
+static void fill_rows(sdpa_kv_cache * c, int32_t b, int32_t h, int32_t d, int32_t rows, int32_t chunk) {
+    float * x = calloc((size_t)b * chunk * h * d, 4);
+    for (int32_t t = 0; t < rows; t += chunk) {
+        int32_t n = rows - t < chunk ? rows - t : chunk;
+        sdpa_tensor tk = tu_tensor4(x, SDPA_DTYPE_FLOAT32, b, n, h, d);
+        sdpa_status st = sdpa_kv_cache_update(g_ctx, c, &tk, &tk, t);
+        TU_CHECK(st == SDPA_OK, "fill at %d: %s %s", t, sdpa_status_code(st), sdpa_ctx_last_error(g_ctx));
+    }
+    free(x);
+}
+
+/* sdpa_kv_cache_plan against what caches then hold, and reserve(pool_bytes)
+ * enough for caches of two page sizes in a pool whose chunks have tails. */
+static void test_plan_and_reserve(void) {
+    snprintf(tu_context, sizeof tu_context, "plan and reserve");
+    sdpa_status st;
+    sdpa_ctx * ctx = sdpa_ctx_create(1, &st);
+    sdpa_ctx * saved = g_ctx;
+    g_ctx = ctx;
+    /* b, s, h, d, dtype, window, sinks, rows */
+    const int32_t geo[][8] = {
+        { 1, 300, 2, 64, SDPA_DTYPE_FLOAT32, 0, 0, 130 },
+        { 2, 300, 3, 7, SDPA_DTYPE_INT8, 0, 0, 65 },
+        { 1, 128, 1, 33, SDPA_DTYPE_FLOAT16, 0, 0, 1 },
+        { 1, 100000, 2, 16, SDPA_DTYPE_FLOAT32, 100, 4, 1000 },
+    };
+    sdpa_kv_cache * caches[4] = { 0 };
+    sdpa_kv_cache_size sz[4];
+    int64_t need = 0;
+    for (int i = 0; i < 4; i++) {
+        const int32_t * g = geo[i];
+        st = sdpa_kv_cache_plan(ctx, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], &sz[i]);
+        TU_CHECK(st == SDPA_OK, "plan %d: %s", i, sdpa_ctx_last_error(ctx));
+        const int64_t slots = g[5] ? (g[6] + 63) / 64 + (g[5] - 1 + 63) / 64 + 2 : (g[1] + 63) / 64;
+        const int64_t per_head = (g[7] + 63) / 64 < slots ? (g[7] + 63) / 64 : slots;
+        TU_CHECK(sz[i].pages == per_head * g[0] * g[2], "plan %d: pages %lld", i, (long long)sz[i].pages);
+        TU_CHECK(sz[i].page_bytes == contract_page_bytes(g[4], g[3]), "plan %d: page bytes %lld vs %lld", i,
+                 (long long)sz[i].page_bytes, (long long)contract_page_bytes(g[4], g[3]));
+        TU_CHECK(sz[i].table_bytes == slots * g[0] * g[2] * (int64_t)sizeof(void *), "plan %d: table bytes", i);
+        TU_CHECK(sz[i].pool_bytes == sz[i].pages * sz[i].page_bytes && sz[i].bytes == sz[i].pool_bytes + sz[i].table_bytes,
+                 "plan %d: sums", i);
+        st = sdpa_kv_cache_create_windowed(ctx, g[0], g[1], g[2], g[3], g[4], g[5], g[6], &caches[i]);
+        TU_CHECK(st == SDPA_OK, "create %d", i);
+        need += sz[i].pool_bytes;
+    }
+    /* a first write leaves a chunk partly carved (its tail cannot hold every page size) */
+    fill_rows(caches[0], 1, 2, 64, 1, 1);
+    sdpa_memory_stats m0, m1;
+    sdpa_ctx_memory(ctx, &m0);
+    TU_CHECK(sdpa_ctx_reserve_pages(ctx, (double)need) == SDPA_OK, "reserve");
+    sdpa_ctx_memory(ctx, &m0);
+    for (int i = 0; i < 4; i++) fill_rows(caches[i], geo[i][0], geo[i][2], geo[i][3], geo[i][7], 50);
+    sdpa_ctx_memory(ctx, &m1);
+    TU_CHECK(m1.bytes_reserved == m0.bytes_reserved, "reserve(sum of pool_bytes) was enough: %lld -> %lld",
+             (long long)m0.bytes_reserved, (long long)m1.bytes_reserved);
+    int64_t in_use = 0;
+    for (int i = 0; i < 4; i++) {
+        TU_CHECK(sdpa_kv_cache_bytes(caches[i]) == (double)sz[i].bytes, "cache %d: bytes %.0f vs plan %lld", i,
+                 sdpa_kv_cache_bytes(caches[i]), (long long)sz[i].bytes);
+        in_use += sz[i].pool_bytes;
+    }
+    TU_CHECK(m1.bytes_in_use == in_use, "bytes_in_use %lld = the plans' pool bytes %lld", (long long)m1.bytes_in_use, (long long)in_use);
+    /* the plan's own rules */
+    sdpa_kv_cache_size x;
+    TU_CHECK(sdpa_kv_cache_plan(ctx, 1, 10, 1, 8, SDPA_DTYPE_FLOAT32, 0, 0, 11, &x) == SDPA_E_CAPACITY, "rows > max_seq_len");
+    TU_CHECK(sdpa_kv_cache_plan(ctx, 1, 10, 1, 8, SDPA_DTYPE_FLOAT32, 0, 0, -1, &x) == SDPA_E_DIMS, "rows < 0");
+    TU_CHECK(sdpa_kv_cache_plan(ctx, 1, 10, 1, 8, 99, 0, 0, 1, &x) == SDPA_E_DTYPE, "dtype");
+    TU_CHECK(sdpa_kv_cache_plan(ctx, 1, 10, 1, 1 << 24, SDPA_DTYPE_FLOAT32, 0, 0, 1, &x) == SDPA_OK &&
+             x.page_bytes > ((int64_t)1 << 32), "a page above 4 GiB is planned in 64 bits: %lld", (long long)x.page_bytes);
+    for (int i = 0; i < 4; i++) sdpa_kv_cache_free(caches[i]);
+    sdpa_ctx_free(ctx);
+
+    /* A chunk whose tail is shorter than a page: reserve must not count it.
+     * One page size (float32, D 64); the zero page and 30 pages leave a 1 MiB
+     * chunk with a tail of less than a page; then 40 pages are reserved (more
+     * than a minimum chunk, so the new chunk is what reserve asks for). */
+    ctx = sdpa_ctx_create(1, &st);
+    g_ctx = ctx;
+    sdpa_kv_cache * c = NULL;
+    TU_CHECK(sdpa_kv_cache_create(ctx, 1, 8192, 1, 64, SDPA_DTYPE_FLOAT32, &c) == SDPA_OK, "create");
+    fill_rows(c, 1, 1, 64, 30 * 64, 64);
+    sdpa_kv_cache_size one;
+    TU_CHECK(sdpa_kv_cache_plan(ctx, 1, 8192, 1, 64, SDPA_DTYPE_FLOAT32, 0, 0, 40 * 64, &one) == SDPA_OK, "plan");
+    TU_CHECK(sdpa_ctx_reserve_pages(ctx, (double)one.pool_bytes) == SDPA_OK, "reserve 40 pages");
+    sdpa_ctx_memory(ctx, &m0);
+    {   /* rows 30*64 .. 70*64-1: 40 new pages */
+        float * x = calloc(64 * 64, 4);
+        for (int32_t t = 30 * 64; t < 70 * 64; t += 64) {
+            sdpa_tensor tk = tu_tensor4(x, SDPA_DTYPE_FLOAT32, 1, 64, 1, 64);
+            TU_CHECK(sdpa_kv_cache_update(ctx, c, &tk, &tk, t) == SDPA_OK, "write at %d", t);
+        }
+        free(x);
+    }
+    sdpa_ctx_memory(ctx, &m1);
+    TU_CHECK(m1.bytes_reserved == m0.bytes_reserved, "a chunk's short tail is not counted as free: %lld -> %lld",
+             (long long)m0.bytes_reserved, (long long)m1.bytes_reserved);
+    sdpa_kv_cache_free(c);
+    g_ctx = saved;
+    sdpa_ctx_free(ctx);
+}
+
 int main(void) {
     double t0 = tu_seconds();
     sdpa_status st;
@@ -230,6 +340,7 @@ int main(void) {
     tu_rng_seed(&g_rng, 7);
     test_fork_and_truncate();
     test_byte_counts();
+    test_plan_and_reserve();
     for (uint64_t seed = 1; seed <= 6; seed++) test_random_ops(seed);
     sdpa_memory_stats m;
     sdpa_ctx_memory(g_ctx, &m);
