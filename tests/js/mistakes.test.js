@@ -85,7 +85,7 @@ test('tensors in PyTorch\'s [B, H, S, D] layout: the error says so; a real head 
   const before = cache.read(0, 16);
   // one decode step, each tensor [B, H, 1, D]
   const qT = randTensor(rand, [1, Hq, 1, D]), kT = randTensor(rand, [1, Hkv, 1, D]), vT = randTensor(rand, [1, Hkv, 1, D]);
-  expectError(() => cache.step(qT, kT, vT), 'E_DIMS', [/q has 4 rows but k has 2/, torchHint, /\[B, S, H, D\]/]);
+  expectError(() => cache.step(qT, kT, vT), 'E_DIMS', [/query has 4 rows but key has 2/, torchHint, /\[B, S, H, D\]/]);
   expectError(() => cache.update(randTensor(rand, [1, Hkv, 3, D]), randTensor(rand, [1, Hkv, 3, D])), 'E_HEADS', [/numKvHeads = 2/, torchHint]);
   expectError(() => cache.attend(qT, { startPos: 0 }), 'E_HEADS', [/heads/, torchHint]);
   expectError(() => sdpa.customSdpa(randTensor(rand, [1, Hq, 6, D]), randTensor(rand, [1, Hkv, 6, D]), randTensor(rand, [1, Hkv, 6, D])), 'E_START_POS',
