@@ -201,7 +201,7 @@ test('a heap-tensor view saved across memory growth: lost writes in the single-t
     const w = warnings(() => cache.step(q, k, v));
     assert.is(q.data[0], build === 'simd' ? 1 : 2, `${build}: what the saved view's write did`);
     assert.is(w.length, 1, `${build}: one warning: ${w}`);
-    assert.match(w[0], /q is a heap tensor whose data was last read before wasm memory grew/);
+    assert.match(w[0], /query is a heap tensor whose data was last read before wasm memory grew/);
     assert.match(w[0], /q\.set\(\)/);
     assert.is(warnings(() => cache.step(q, k, v)).length, 0, 'once per instance');
     // t.set writes through the current view: no warning on another instance either
