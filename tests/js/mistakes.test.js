@@ -202,7 +202,7 @@ test('a heap-tensor view saved across memory growth: lost writes in the single-t
     assert.is(q.data[0], build === 'simd' ? 1 : 2, `${build}: what the saved view's write did`);
     assert.is(w.length, 1, `${build}: one warning: ${w}`);
     assert.match(w[0], /query is a heap tensor whose data was last read before wasm memory grew/);
-    assert.match(w[0], /q\.set\(\)/);
+    assert.match(w[0], /query\.set\(\)/);
     assert.is(warnings(() => cache.step(q, k, v)).length, 0, 'once per instance');
     // t.set writes through the current view: no warning on another instance either
     const two = await createSdpa({ build, threads: 1 });
