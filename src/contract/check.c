@@ -204,7 +204,7 @@ static const char * layout_hint(const int32_t * qd, const int32_t * kd, bool cac
     if (qd[1] == qd[2] && (cache || kd[1] == kd[2])) return "";
     const int64_t Hq = qd[1], Sq = qd[2];
     const int64_t Hk = cache ? kd[2] : kd[1], Skv = cache ? kd[1] : kd[2];
-    const bool fits = Hk >= 1 && Hk <= Hq && Hq % Hk == 0 && (masked || start_pos < 0 || start_pos + Sq <= Skv);
+    const bool fits = Hk >= 1 && Hk <= Hq && Hq % Hk == 0 && (masked || start_pos < 0 || start_pos <= Skv - Sq);  /* (no overflow: start_pos may be near INT64_MAX) */
     return fits ? torch_layout : "";
 }
 
@@ -349,15 +349,15 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: startPos is %lld; expected a non-negative integer", fn, (long long)o->start_pos);
     if (check_room && !has_mask && o->start_pos > (int64_t)Skv - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
-                         "%s: startPos %lld + query length %d = %lld exceeds the %s %d; without a mask the op reads keys 0 .. startPos+Sq-1%s",
-                         fn, (long long)o->start_pos, Sq, (long long)o->start_pos + Sq,
+                         "%s: startPos %lld + query length %d = %llu exceeds the %s %d; without a mask the op reads keys 0 .. startPos+Sq-1%s",
+                         fn, (long long)o->start_pos, Sq, (unsigned long long)o->start_pos + (unsigned long long)Sq,
                          cache ? "cache length maxSeqLen" : "key/value length", Skv,
                          layout_hint(q->dims, kdims, cache, o->start_pos, false));
     /* attend (check_room): without a mask, a cache's rows past its length were never written */
     if (cache && check_room && !has_mask && o->start_pos > (int64_t)cache->length - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
-                         "%s: startPos %lld + query length %d = %lld is past the %s written (cache.length); attention over a cache reads written rows only",
-                         fn, (long long)o->start_pos, Sq, (long long)o->start_pos + Sq, ROWS(cache->length));
+                         "%s: startPos %lld + query length %d = %llu is past the %s written (cache.length); attention over a cache reads written rows only",
+                         fn, (long long)o->start_pos, Sq, (unsigned long long)o->start_pos + (unsigned long long)Sq, ROWS(cache->length));
     if (cache && cache->window) {
         const int32_t window = o->window ? o->window : cache->window;
         int64_t first = o->start_pos - window + 1;  /* the first row's oldest key after the sink rows */
