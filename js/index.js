@@ -8,8 +8,8 @@
 
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
-  Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkSize, describeValue,
-  readDims, checkDimValues, checkLive, checkLiveOptions, CUSTOM_OPTIONS, KEY_INDEX_LIMIT,
+  Checks, readOptions, checkStartPos, inspectTensor, checkAttention, describeValue, checkLive, checkLiveOptions,
+  CUSTOM_OPTIONS, CACHE_DTYPES, readCacheConfig, readLayerConfigs, checkPlanRows, readAllocArgs, checkReserveBytes,
 } from './validate.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
@@ -29,9 +29,6 @@ export const INTERNALS = Symbol.for('sdpa-wasm.internals');
  * own header: JS refuses first, with the clearer message. */
 const MAX_ALLOC = 0x7fff0000;
 
-const CACHE_OPTIONS = Object.freeze(['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype', 'window', 'sinkTokens']);
-/** Cache dtypes -> sdpa_dtype (include/sdpa.h). */
-const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { float32: 1, float16: 3, int8: 4 }));
 
 /**
  * Loads the wasm build and makes an instance.
@@ -110,29 +107,6 @@ function makeInstance(core, info) {
     return runCustom('customSdpa', query, key, value, opts);
   }
 
-  /**
-   * Reads and checks a cache configuration (createKVCache's options) into
-   * `ck`; returns the geometry, or null when a rule failed.
-   */
-  function readCacheConfig(ck, config) {
-    const given = config !== undefined && config !== null;
-    if (!given) ck.add('E_ARG', 'the options { maxSeqLen, numKvHeads, headDim } are missing');
-    const o = readOptions(ck, config, CACHE_OPTIONS);  // the snapshot
-    const batch = checkSize(ck, o.batch, 'batch', { required: false, dflt: 1 });
-    // a windowed cache: its storage is the window, so maxSeqLen (the position limit) may be left out
-    const window = checkSize(ck, o.window, 'window', { required: false, dflt: 0, max: KEY_INDEX_LIMIT });
-    const sinkTokens = checkSize(ck, o.sinkTokens, 'sinkTokens', { required: false, dflt: 0, max: KEY_INDEX_LIMIT, allowZero: true });
-    if (sinkTokens && window === 0) ck.add('E_ARG', `sinkTokens is ${sinkTokens} but no window was given; sink rows belong to a windowed cache`);
-    const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: given && window === 0, dflt: KEY_INDEX_LIMIT, max: KEY_INDEX_LIMIT });
-    const numKvHeads = checkSize(ck, o.numKvHeads, 'numKvHeads', { zeroCode: 'E_HEADS', required: given });
-    const headDim = checkSize(ck, o.headDim, 'headDim', { required: given });
-    const dtype = o.dtype === undefined || o.dtype === null ? 'float32' : o.dtype;
-    if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
-    else if (CACHE_DTYPES[dtype] === undefined) ck.add('E_DTYPE', `dtype '${dtype}' is not supported; caches are 'float32', 'float16' or 'int8'`);
-    if (!(batch && maxSeqLen && numKvHeads && headDim && CACHE_DTYPES[dtype] !== undefined)) return null;
-    return { batch, maxSeqLen, numKvHeads, headDim, dtype, window: window || 0, sinkTokens: sinkTokens || 0 };
-  }
-
   /** sdpa_kv_cache_plan of a checked geometry with `rows` rows written (C's sizes: kv_cache.c). */
   function planCache(fn, geo, rows) {
     const at = core.slot('stats');
@@ -187,12 +161,7 @@ function makeInstance(core, info) {
     const fn = 'sdpa.kvCacheSize';
     const ck = new Checks(fn);
     const geo = readCacheConfig(ck, config);
-    let n = null;
-    if (rows === undefined || rows === null) n = geo ? geo.maxSeqLen : null;
-    else if (typeof rows !== 'number') ck.add('E_ARG', `rows must be a number, got ${describeValue(rows)}`);
-    else if (!Number.isSafeInteger(rows) || rows < 0) ck.add('E_DIMS', `rows is ${rows}; expected a non-negative integer`);
-    else n = rows;
-    if (geo !== null && n !== null && n > geo.maxSeqLen) ck.add('E_CAPACITY', `rows is ${n} but the cache holds maxSeqLen = ${geo.maxSeqLen}`);
+    const n = checkPlanRows(ck, geo, rows);
     core.checkAlive(ck);
     ck.done();
     return planCache(fn, geo, n);
@@ -206,11 +175,7 @@ function makeInstance(core, info) {
   function createKVCacheGroup(configs) {
     const fn = 'createKVCacheGroup';
     const ck = new Checks(fn);
-    let list = null;
-    if (configs === undefined || configs === null) ck.add('E_ARG', 'the layer configs are missing; expected an array of createKVCache options, one per layer');
-    else if (!Array.isArray(configs)) ck.add('E_ARG', `configs must be an array of createKVCache options (one per layer), got ${describeValue(configs)}`);
-    else if (configs.length === 0) ck.add('E_ARG', 'configs is empty; expected one createKVCache options object per layer');
-    else list = configs.slice();  // the snapshot: each entry read once
+    const list = readLayerConfigs(ck, configs);  // the snapshot
     const geos = [];
     if (list !== null) {
       for (let i = 0; i < list.length; i++) {
@@ -241,12 +206,7 @@ function makeInstance(core, info) {
   function allocTensor(dtype, dims) {
     const fn = 'allocTensor';
     const ck = new Checks(fn);
-    if (dtype === undefined || dtype === null) ck.add('E_ARG', `dtype is missing; expected 'float32' or 'bool'`);
-    else if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
-    else if (dtype !== 'float32' && dtype !== 'bool') ck.add('E_DTYPE', `dtype '${dtype}' is not supported; expected 'float32' or 'bool'`);
-    const arr = readDims(ck, dims, null);  // the snapshot
-    if (arr && arr.length === 0) ck.add('E_RANK', 'dims is empty; expected rank 1 or more');
-    else if (arr) checkDimValues(ck, arr, null);
+    const arr = readAllocArgs(ck, dtype, dims);  // the snapshot
     core.checkAlive(ck);
     ck.done();
     return core.allocTensor(fn, dtype, arr);
@@ -289,10 +249,7 @@ function makeInstance(core, info) {
   function reserve(bytes) {
     const fn = 'sdpa.reserve';
     const ck = new Checks(fn);
-    if (bytes === undefined || bytes === null) ck.add('E_ARG', 'bytes is missing; expected a non-negative number');
-    else if (typeof bytes !== 'number') ck.add('E_ARG', `bytes must be a number, got ${describeValue(bytes)}`);
-    else if (!(bytes >= 0) || !Number.isFinite(bytes)) ck.add('E_ARG', `bytes is ${bytes}; expected a finite non-negative number`);
-    else if (bytes > 0xffffffff) ck.add('E_OOM', `bytes is ${formatBytes(bytes)}; the wasm heap holds at most 4 GiB`);
+    checkReserveBytes(ck, bytes, formatBytes);
     core.checkAlive(ck);
     ck.done();
     core.check(M._sdpa_ctx_reserve_pages(core.ctx, bytes), fn);

@@ -15,11 +15,12 @@
 // causal only) are checked here too, from its windowStart read just before.
 
 import {
-  Checks, readOptions, checkStartPos, checkSize, inspectTensor, checkAttention, checkLive, checkLiveOptions,
-  checkCacheWrite, checkOutAliasing, checkCacheAttention, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS, TORCH_LAYOUT,
+  Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkLive, checkLiveOptions,
+  checkCacheWrite, checkOutAliasing, checkCacheAttention, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
+  checkWriteStart, checkImpliedStart, checkStepRows, checkCacheRows, checkCacheTruncate,
 } from './validate.js';
 import { SLOT } from './runtime.js';
-import { prod, fmtRows } from './shape.js';
+import { prod } from './shape.js';
 import { typedArrayTag, isArray } from './intrinsics.js';
 
 /** Token rows per page: SDPA_PAGE_ROWS in include/sdpa.h. */
@@ -29,12 +30,6 @@ const ELEM_BYTES = Object.freeze({ float32: 4, float16: 2, int8: 1 });
 
 /** step(q, k, v, opts): an options object in startPos's place (not a number) is the options. */
 const isOptionsLike = (x) => x !== null && typeof x === 'object' && !isArray(x) && typedArrayTag(x) === undefined;
-
-/** Where update / step write: startPos, or length (append) when none is given. */
-function writeStart(ck, startPos, length) {
-  if (startPos === undefined || startPos === null) return Math.min(length, 0x7fffffff);
-  return checkStartPos(ck, startPos, 'startPos');
-}
 
 /** The group's access to a cache's checks (filled by KVCache's static block; not exported from the package). */
 export const cacheHooks = {};
@@ -113,14 +108,14 @@ export class KVCache {
     const fn = 'KVCache.update';
     const ck = new Checks(fn);
     // snapshot
-    const K = inspectTensor(ck, 'k', k, 'input');
-    const V = inspectTensor(ck, 'v', v, 'input');
+    const K = inspectTensor(ck, 'key', k, 'input');
+    const V = inspectTensor(ck, 'value', v, 'input');
     // state, then the rules
     this.#checkAlive(ck);
     checkLive(ck, K);
     checkLive(ck, V);
     const length = this.#writtenOrUnknown();
-    const sp = writeStart(ck, startPos, length);
+    const sp = checkWriteStart(ck, startPos, length);
     const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, this.#windowStartOf());
     ck.done();
     const c = this.#core;
@@ -146,14 +141,14 @@ export class KVCache {
     const fn = 'KVCache.attend';
     const ck = new Checks(fn);
     // snapshot
-    const Q = inspectTensor(ck, 'q', q, 'input');
+    const Q = inspectTensor(ck, 'query', q, 'input');
     const o = readOptions(ck, opts, CUSTOM_OPTIONS);
     // state, then the rules
     this.#checkAlive(ck);
     checkLive(ck, Q);
     checkLiveOptions(ck, o);
     let sp;
-    if (o.startPos === undefined || o.startPos === null) sp = this.#impliedStart(ck, Q, o.M !== null);
+    if (o.startPos === undefined || o.startPos === null) sp = checkImpliedStart(ck, Q, o.M !== null, this.#alive() ? this.length : -1);
     else sp = checkStartPos(ck, o.startPos, 'startPos');
     const P = checkAttention(ck, o, sp, Q, this.#kv, this.#kv);
     checkCacheAttention(ck, P, this.#geo, this.#writtenOrUnknown(), this.#windowStartOf(), sp, true);
@@ -163,21 +158,6 @@ export class KVCache {
 
   /** windowStart for the write rules: 0 for a plain cache (no wasm call in its decode loop). */
   #windowStartOf() { return this.#geo.window ? this.windowStart : 0; }
-
-  /**
-   * attend's startPos when none is given: q holds the last Sq rows written
-   * (with a mask startPos has no effect: 0 when fewer rows are written).
-   */
-  #impliedStart(ck, Q, masked) {
-    if (!Q || !Q.dims || Q.rank !== 4 || !Number.isSafeInteger(Q.dims[1])) return 0;
-    if (!this.#alive()) return 0;
-    const Sq = Q.dims[1], length = this.length;
-    if (Sq <= length) return length - Sq;
-    if (!masked) {
-      ck.add('E_START_POS', `q has ${fmtRows(Sq)} but the cache holds only ${length} (cache.length); without startPos, q is taken as the last Sq rows written`);
-    }
-    return 0;
-  }
 
   /**
    * update(k, v, startPos) then attend(q, { startPos, ...opts }); checked as
@@ -191,9 +171,9 @@ export class KVCache {
     }
     const ck = new Checks(fn);
     // snapshot
-    const Q = inspectTensor(ck, 'q', q, 'input');
-    const K = inspectTensor(ck, 'k', k, 'input');
-    const V = inspectTensor(ck, 'v', v, 'input');
+    const Q = inspectTensor(ck, 'query', q, 'input');
+    const K = inspectTensor(ck, 'key', k, 'input');
+    const V = inspectTensor(ck, 'value', v, 'input');
     const o = readOptions(ck, opts, STEP_OPTIONS, STEP_MISPLACED);
     // state, then the rules
     this.#checkAlive(ck);
@@ -202,7 +182,7 @@ export class KVCache {
     checkLive(ck, V);
     checkLiveOptions(ck, o);
     const length = this.#writtenOrUnknown();
-    const sp = writeStart(ck, startPos, length);
+    const sp = checkWriteStart(ck, startPos, length);
     const windowStart = this.#windowStartOf();
     const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, windowStart);
     // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
@@ -210,11 +190,7 @@ export class KVCache {
     checkCacheAttention(ck, P, this.#geo, length, windowStart, sp, false);
     checkOutAliasing(ck, P.O, W.K);
     checkOutAliasing(ck, P.O, W.V);
-    if (P.Sq >= 0 && W.Snew >= 0 && P.Sq !== W.Snew) {
-      // (q [B, Hq, S, D] and k [B, Hkv, S, D]: the rows differ because the heads do)
-      const torch = Q.dims[2] === K.dims[2] && K.dims[1] === this.#geo.numKvHeads;
-      ck.add('E_DIMS', `q has ${fmtRows(P.Sq)} but k has ${W.Snew}; a step attends exactly the rows it writes${torch ? TORCH_LAYOUT : ''}`);
-    }
+    checkStepRows(ck, P, W, this.#geo);
     ck.done();
     return this.#core.runAttention(fn, P, sp, W.K, W.V, this.#callStep);
   }
@@ -222,18 +198,8 @@ export class KVCache {
   /** read / readRaw's arguments: rows start .. start+length-1 below maxSeqLen (throws the SdpaError). */
   #checkRows(fn, start, length) {
     const ck = new Checks(fn);
-    const s = checkStartPos(ck, start, 'start', true);
-    const n = checkSize(ck, length, 'length');
-    if (s !== null && n !== null && s + n > this.#geo.maxSeqLen) {
-      ck.add('E_CAPACITY', `reading ${fmtRows(n)} at start ${s} needs ${fmtRows(s + n)} but the cache holds maxSeqLen = ${this.#geo.maxSeqLen}`);
-    } else if (s !== null && n !== null && this.#geo.window && this.#alive()) {
-      const S = this.#geo.sinkTokens, ws = this.windowStart, first = Math.max(s, S), length = this.length;
-      if (s + n > S && first < ws) {
-        ck.add('E_CAPACITY', `rows ${s} .. ${s + n - 1} include row ${first}, but rows ${S} .. ${ws - 1} of the windowed cache were evicted; only the sink rows and the rows from windowStart on are kept`);
-      } else if (s + n > length) {
-        ck.add('E_CAPACITY', `rows ${s} .. ${s + n - 1} are past the ${fmtRows(length)} written (cache.length); a windowed cache holds written rows only`);
-      }
-    }
+    const live = this.#geo.window && this.#alive();
+    const [s, n] = checkCacheRows(ck, this.#geo, start, length, live ? this.length : -1, live ? this.windowStart : 0);
     this.#checkAlive(ck);
     ck.done();
     return [s, n];
@@ -316,14 +282,8 @@ export class KVCache {
   /** truncate's rules into `ck`; returns the length, or null when invalid. */
   #checkTruncate(ck, length) {
     this.#checkAlive(ck);
-    const n = checkStartPos(ck, length, 'length', true);
-    const held = this.#writtenOrUnknown();
-    if (n !== null && n > held) ck.add('E_CAPACITY', `length ${n} is past the ${fmtRows(held)} written (cache.length); truncate keeps rows 0 .. length-1 of those`);
-    else if (n !== null && this.#geo.window && n > this.#geo.sinkTokens && n < this.#windowStartOf()) {
-      const ws = this.windowStart;
-      ck.add('E_CAPACITY', `length ${n} would end inside the evicted rows ${this.#geo.sinkTokens} .. ${ws - 1} of the windowed cache; expected <= ${this.#geo.sinkTokens} (sink rows only) or >= ${ws}`);
-    }
-    return n;
+    const alive = this.#alive();
+    return checkCacheTruncate(ck, this.#geo, length, alive ? this.length : Infinity, alive ? this.#windowStartOf() : 0);
   }
 
   #truncateChecked(fn, n) {

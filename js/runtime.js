@@ -166,11 +166,12 @@ export class Core {
   check(status, fn) {
     if (status === 0) return;
     const code = codeOfStatus(status);
-    let msg = this.ctx ? this.readCString(this.M._sdpa_ctx_last_error(this.ctx)) : '';
-    // C names its own function ("cache.step: ..."); the message names the public one once.
-    msg = msg.replace(/^[A-Za-z_][\w.]*: /, '');
-    if (!msg) msg = `the C core returned ${code} (status ${status})`;
-    throw new SdpaError(code, `${fn}: ${msg}`, { status });
+    // C's message is the message: it names the public function (src/contract/check.c). Only
+    // where another public function ran it (scaledDotProductAttention's fast path is
+    // customSdpa) is the caller's name put first.
+    const msg = this.ctx ? this.readCString(this.M._sdpa_ctx_last_error(this.ctx)) : '';
+    if (!msg) throw new SdpaError(code, `${fn}: the C core returned ${code} (status ${status})`, { status });
+    throw new SdpaError(code, msg.startsWith(`${fn}: `) ? msg : `${fn}: ${msg}`, { status });
   }
 
   // -- argument structs ---------------------------------------------------

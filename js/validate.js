@@ -450,9 +450,8 @@ export function checkLive(ck, d) {
     return;
   }
   const start = d.byteOffset, end = start + d.byteLength;
-  const cache = rt.cacheHolding(start, end);
-  if (cache !== null) {
-    ck.add('E_ARG', `${d.name} overlaps the storage of a KV cache (${cache}); pass a separate buffer`);
+  if (rt.cacheHolding(start, end)) {
+    ck.add('E_ARG', `${d.name} overlaps the storage of a KV cache; pass a separate buffer`);
     return;
   }
   if (d.byteLength === 0 || rt.tensorHolding(start, end) !== null) return;
@@ -463,7 +462,7 @@ export function checkLive(ck, d) {
 export function checkRank(ck, d, ranks, what) {
   if (!d || !d.dims) return false;
   if (ranks.includes(d.rank)) return true;
-  ck.add('E_RANK', `${d.name} has rank ${d.rank} (dims ${fmtDims(d.dims)}); expected ${what}`);
+  ck.add('E_RANK', `${d.name} has rank ${d.rank}; expected ${what}`);
   return false;
 }
 export const RANK_4 = Object.freeze([4]);
@@ -627,7 +626,10 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
     ook = structural(O);
     if (ook && qs) {
       const want = Q.dims;
-      if (O.rank !== 4 || O.dims[1] !== want[1] || O.dims[2] !== want[2] || O.dims[3] !== want[3]) {
+      if (O.rank !== 4) {
+        ck.add('E_DIMS', `out has rank ${O.rank}; expected the output dims ${fmtDims(want)} [B, Sq, Hq, D]`);
+        ook = false;
+      } else if (O.dims[1] !== want[1] || O.dims[2] !== want[2] || O.dims[3] !== want[3]) {
         ck.add('E_DIMS', `out has dims ${fmtDims(O.dims)} but the output is ${fmtDims(want)} [B, Sq, Hq, D]`);
         ook = false;
       }
@@ -745,4 +747,140 @@ export function checkCacheWrite(ck, cache, K, V, startPos, length, windowStart =
     ck.add('E_CAPACITY', `writing ${fmtRows(Snew)} at startPos ${startPos} needs ${fmtRows(startPos + Snew)} but the cache holds maxSeqLen = ${cache.maxSeqLen}`);
   }
   return { K, V, Snew };
+}
+
+// ---------------------------------------------------------------------------
+// The cache's own rules (CONTRACT.md section 3). C checks the same ones with
+// the same words (src/contract/check.c); tests/js/parity.test.js holds both.
+
+/** Where update / step write: startPos, or length (append) when none is given. */
+export function checkWriteStart(ck, startPos, length) {
+  if (startPos === undefined || startPos === null) return Math.min(length, INT32_MAX);
+  return checkStartPos(ck, startPos, 'startPos');
+}
+
+/**
+ * attend's startPos when none is given (JS only: C has no absent startPos):
+ * the query holds the last Sq rows written (with a mask startPos has no
+ * effect: 0 when fewer rows are written). `length`: the cache's, -1 once disposed.
+ */
+export function checkImpliedStart(ck, Q, masked, length) {
+  if (!Q || !Q.dims || Q.rank !== 4 || !Number.isSafeInteger(Q.dims[1])) return 0;
+  if (length < 0) return 0;
+  const Sq = Q.dims[1];
+  if (Sq <= length) return length - Sq;
+  if (!masked) {
+    ck.add('E_START_POS', `${Q.name} has ${fmtRows(Sq)} but the cache holds only ${length} (cache.length); without startPos, ${Q.name} is taken as the last Sq rows written`);
+  }
+  return 0;
+}
+
+/** A step's own rule: the query has the rows the key writes (P from checkAttention, W from checkCacheWrite). */
+export function checkStepRows(ck, P, W, geo) {
+  if (P.Sq < 0 || W.Snew < 0 || P.Sq === W.Snew) return;
+  // (query [B, Hq, S, D] and key [B, Hkv, S, D]: the rows differ because the heads do)
+  const torch = P.Q.dims[2] === W.K.dims[2] && W.K.dims[1] === geo.numKvHeads;
+  ck.add('E_DIMS', `${P.Q.name} has ${fmtRows(P.Sq)} but ${W.K.name} has ${W.Snew}; a step attends exactly the rows it writes${torch ? TORCH_LAYOUT : ''}`);
+}
+
+/**
+ * read / readRaw: rows start .. start+length-1 below maxSeqLen; a windowed
+ * cache also only kept rows. `written`: the cache's length (-1: skip the
+ * windowed rules: a plain cache, or a disposed one). Returns [start, length]
+ * (null when invalid).
+ */
+export function checkCacheRows(ck, geo, start, length, written, windowStart) {
+  const s = checkStartPos(ck, start, 'start', true);
+  const n = checkSize(ck, length, 'length');
+  if (s !== null && n !== null && s + n > geo.maxSeqLen) {
+    ck.add('E_CAPACITY', `reading ${fmtRows(n)} at start ${s} needs ${fmtRows(s + n)} but the cache holds maxSeqLen = ${geo.maxSeqLen}`);
+  } else if (s !== null && n !== null && geo.window && written >= 0) {
+    const S = geo.sinkTokens, ws = windowStart, first = Math.max(s, S);
+    if (s + n > S && first < ws) {
+      ck.add('E_CAPACITY', `rows ${s} .. ${s + n - 1} include row ${first}, but rows ${S} .. ${ws - 1} of the windowed cache were evicted; only the sink rows and the rows from windowStart on are kept`);
+    } else if (s + n > written) {
+      ck.add('E_CAPACITY', `rows ${s} .. ${s + n - 1} are past the ${fmtRows(written)} written (cache.length); a windowed cache holds written rows only`);
+    }
+  }
+  return [s, n];
+}
+
+/** truncate(length): `held` the rows written (Infinity once disposed). Returns the length, or null when invalid. */
+export function checkCacheTruncate(ck, geo, length, held, windowStart) {
+  const n = checkStartPos(ck, length, 'length', true);
+  if (n !== null && n > held) ck.add('E_CAPACITY', `length ${n} is past the ${fmtRows(held)} written (cache.length); truncate keeps rows 0 .. length-1 of those`);
+  else if (n !== null && geo.window && n > geo.sinkTokens && n < windowStart) {
+    ck.add('E_CAPACITY', `length ${n} would end inside the evicted rows ${geo.sinkTokens} .. ${windowStart - 1} of the windowed cache; expected <= ${geo.sinkTokens} (sink rows only) or >= ${windowStart}`);
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------------------
+// createKVCache's options, kvCacheSize's rows, allocTensor, reserve
+
+export const CACHE_OPTIONS = Object.freeze(['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype', 'window', 'sinkTokens']);
+/** Cache dtypes -> sdpa_dtype (include/sdpa.h). */
+export const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { float32: 1, float16: 3, int8: 4 }));
+
+/**
+ * Reads and checks a cache configuration (createKVCache's options) into
+ * `ck`; returns the geometry, or null when a rule failed.
+ */
+export function readCacheConfig(ck, config) {
+  const given = config !== undefined && config !== null;
+  if (!given) ck.add('E_ARG', 'the options { maxSeqLen, numKvHeads, headDim } are missing');
+  const o = readOptions(ck, config, CACHE_OPTIONS);  // the snapshot
+  const batch = checkSize(ck, o.batch, 'batch', { required: false, dflt: 1 });
+  // a windowed cache: its storage is the window, so maxSeqLen (the position limit) may be left out
+  const window = checkSize(ck, o.window, 'window', { required: false, dflt: 0, max: KEY_INDEX_LIMIT });
+  const sinkTokens = checkSize(ck, o.sinkTokens, 'sinkTokens', { required: false, dflt: 0, max: KEY_INDEX_LIMIT, allowZero: true });
+  const sinksAlone = sinkTokens > 0 && window === 0;
+  if (sinksAlone) ck.add('E_ARG', `sinkTokens is ${sinkTokens} but no window was given; sink rows belong to a windowed cache`);
+  const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: given && window === 0, dflt: KEY_INDEX_LIMIT, max: KEY_INDEX_LIMIT });
+  const numKvHeads = checkSize(ck, o.numKvHeads, 'numKvHeads', { zeroCode: 'E_HEADS', required: given });
+  const headDim = checkSize(ck, o.headDim, 'headDim', { required: given });
+  const dtype = o.dtype === undefined || o.dtype === null ? 'float32' : o.dtype;
+  if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
+  else if (CACHE_DTYPES[dtype] === undefined) ck.add('E_DTYPE', `dtype '${dtype}' is not supported; caches are 'float32', 'float16' or 'int8'`);
+  if (sinksAlone || !(batch && maxSeqLen && numKvHeads && headDim && CACHE_DTYPES[dtype] !== undefined)) return null;
+  return { batch, maxSeqLen, numKvHeads, headDim, dtype, window: window || 0, sinkTokens: sinkTokens || 0 };
+}
+
+/** createKVCacheGroup's configs: a non-empty array, read once (the snapshot); null after E_ARG. */
+export function readLayerConfigs(ck, configs) {
+  if (configs === undefined || configs === null) ck.add('E_ARG', 'the layer configs are missing; expected an array of createKVCache options, one per layer');
+  else if (!isArray(configs)) ck.add('E_ARG', `configs must be an array of createKVCache options (one per layer), got ${describeValue(configs)}`);
+  else if (configs.length === 0) ck.add('E_ARG', 'configs is empty; expected one createKVCache options object per layer');
+  else return configs.slice();  // each entry read once
+  return null;
+}
+
+/** kvCacheSize's rows: default maxSeqLen; a non-negative integer up to maxSeqLen. Returns it, or null. */
+export function checkPlanRows(ck, geo, rows) {
+  let n = null;
+  if (rows === undefined || rows === null) n = geo ? geo.maxSeqLen : null;
+  else if (typeof rows !== 'number') ck.add('E_ARG', `rows must be a number, got ${describeValue(rows)}`);
+  else if (!Number.isSafeInteger(rows) || rows < 0) ck.add('E_DIMS', `rows is ${rows}; expected a non-negative integer`);
+  else n = rows;
+  if (geo !== null && n !== null && n > geo.maxSeqLen) ck.add('E_CAPACITY', `rows is ${n} but the cache holds maxSeqLen = ${geo.maxSeqLen}`);
+  return n;
+}
+
+/** allocTensor's dtype and dims (the dims read once); returns the dims array, or null. */
+export function readAllocArgs(ck, dtype, dims) {
+  if (dtype === undefined || dtype === null) ck.add('E_ARG', `dtype is missing; expected 'float32' or 'bool'`);
+  else if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
+  else if (dtype !== 'float32' && dtype !== 'bool') ck.add('E_DTYPE', `dtype '${dtype}' is not supported; expected 'float32' or 'bool'`);
+  const arr = readDims(ck, dims, null);  // the snapshot
+  if (arr && arr.length === 0) ck.add('E_RANK', 'dims is empty; expected rank 1 or more');
+  else if (arr) checkDimValues(ck, arr, null);
+  return arr;
+}
+
+/** sdpa.reserve's bytes: a finite non-negative number below 4 GiB (E_OOM above: the wasm heap's limit). */
+export function checkReserveBytes(ck, bytes, fmtBytes) {
+  if (bytes === undefined || bytes === null) ck.add('E_ARG', 'bytes is missing; expected a non-negative number');
+  else if (typeof bytes !== 'number') ck.add('E_ARG', `bytes must be a number, got ${describeValue(bytes)}`);
+  else if (!(bytes >= 0) || !Number.isFinite(bytes)) ck.add('E_ARG', `bytes is ${bytes}; expected a finite non-negative number`);
+  else if (bytes > 0xffffffff) ck.add('E_OOM', `bytes is ${fmtBytes(bytes)}; the wasm heap holds at most 4 GiB`);
 }

@@ -142,7 +142,7 @@ double sdpa_kv_cache_bytes(const sdpa_kv_cache * cache) {
 sdpa_status sdpa_kv_cache_plan(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len, int32_t kv_heads,
                                int32_t head_dim, int32_t dtype, int32_t window, int32_t sink_tokens,
                                int32_t rows, sdpa_kv_cache_size * out) {
-    static const char fn[] = "kvCacheSize";
+    static const char fn[] = "sdpa.kvCacheSize";
     if (!ctx) return SDPA_E_ARG;
     sdpa_status s = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, dtype,
                                             window, sink_tokens, out);
@@ -150,7 +150,7 @@ sdpa_status sdpa_kv_cache_plan(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_le
     if (rows < 0)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: rows is %d; expected a non-negative integer", fn, rows);
     if (rows > max_seq_len)
-        return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: rows is %d but maxSeqLen is %d", fn, rows, max_seq_len);
+        return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: rows is %d but the cache holds maxSeqLen = %d", fn, rows, max_seq_len);
     sdpa_page_format format;
     cache_layout L;
     layout_of(&L, &format, batch, max_seq_len, kv_heads, head_dim, dtype, window, sink_tokens);
@@ -296,8 +296,8 @@ static sdpa_status write_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c
 sdpa_status sdpa_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
                                  const sdpa_tensor * value, int32_t start_pos) {
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_check_cache_update(ctx, "cache.update", cache, key, value, start_pos);
-    if (s == SDPA_OK) s = write_rows(ctx, "cache.update", cache, key, value, start_pos);
+    sdpa_status s = sdpa_check_cache_update(ctx, "KVCache.update", cache, key, value, start_pos);
+    if (s == SDPA_OK) s = write_rows(ctx, "KVCache.update", cache, key, value, start_pos);
     if (s != SDPA_OK) return s;
     sdpa_clear_error(ctx);
     return SDPA_OK;
@@ -308,8 +308,8 @@ sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sd
                                  sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
-    sdpa_status s = sdpa_check_cache_attend(ctx, "cache.attend", cache, query, mask, options, out, true, &p);
-    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, "cache.attend", &p);
+    sdpa_status s = sdpa_check_cache_attend(ctx, "KVCache.attend", cache, query, mask, options, out, true, &p);
+    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, "KVCache.attend", &p);
     if (s != SDPA_OK) return s;
     sdpa_run_problem(ctx, &p, false);
     return SDPA_OK;
@@ -334,7 +334,7 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
                                const sdpa_tensor * key, const sdpa_tensor * value,
                                const sdpa_tensor * mask, const sdpa_options * options,
                                sdpa_tensor * out) {
-    static const char fn[] = "cache.step";
+    static const char fn[] = "KVCache.step";
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
     sdpa_status s = sdpa_check_cache_step(ctx, fn, cache, query, key, value, mask, options, out, &p);
@@ -369,7 +369,7 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
 sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start,
                                int32_t length, sdpa_tensor * key_out, sdpa_tensor * value_out) {
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_check_cache_read(ctx, "cache.read", cache, start, length, key_out, value_out);
+    sdpa_status s = sdpa_check_cache_read(ctx, "KVCache.read", cache, start, length, key_out, value_out);
     if (s != SDPA_OK) return s;
     const size_t D = (size_t)cache->head_dim, H = (size_t)cache->kv_heads;
     for (size_t b = 0; b < (size_t)cache->batch; b++)
@@ -390,7 +390,7 @@ sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
 sdpa_status sdpa_kv_cache_read_raw(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start, int32_t length,
                                    int32_t which, void * data, size_t data_bytes, float * scales,
                                    int8_t * zero_points) {
-    static const char fn[] = "cache.readRaw";
+    static const char fn[] = "KVCache.readRaw";
     if (!ctx) return SDPA_E_ARG;
     sdpa_status s = sdpa_check_cache_read_raw(ctx, fn, cache, start, length, which, data, data_bytes, scales, zero_points);
     if (s != SDPA_OK) return s;
@@ -415,7 +415,7 @@ sdpa_status sdpa_kv_cache_read_raw(sdpa_ctx * ctx, const sdpa_kv_cache * cache, 
 }
 
 sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t length) {
-    static const char fn[] = "cache.truncate";
+    static const char fn[] = "KVCache.truncate";
     if (!ctx) return SDPA_E_ARG;
     sdpa_status s = sdpa_check_cache_truncate(ctx, fn, cache, length);
     if (s != SDPA_OK) return s;
@@ -457,7 +457,7 @@ sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_
 }
 
 sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
-    static const char fn[] = "cache.fork";
+    static const char fn[] = "KVCache.fork";
     if (!ctx) return SDPA_E_ARG;
     sdpa_status s = sdpa_check_cache_fork(ctx, fn, cache, out_cache);
     if (s != SDPA_OK) return s;

@@ -1,9 +1,18 @@
-/* check.c: CONTRACT.md section 2, rule by rule, in the table's order. */
+/* check.c: CONTRACT.md section 2, rule by rule, in the table's order.
+ *
+ * The messages are the ones the JS package shows (js/validate.js checks the
+ * same relational rules first, with the same words, so that a JS call is
+ * rejected before any copy into wasm memory; tests/js/parity.test.js runs
+ * every rule case through both and wants the same code and message). They
+ * name the public JS function (fn: "customSdpa", "KVCache.step", ...) and its
+ * arguments query, key, value, attnMask, sinks, out. Within one code the
+ * arguments are checked in the order the JS layer reads them. */
 #include "contract/check.h"
 #include "cache/page_pool.h"
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Rule order of the table; each pass below checks one rule for every argument. */
@@ -17,6 +26,43 @@ static const char * dtype_name(int32_t dtype) {
         default: return "unknown";
     }
 }
+
+/* Appended where dims read as PyTorch's [B, H, S, D] would fit (js/validate.js TORCH_LAYOUT). */
+static const char torch_layout[] =
+    "; the dims look like PyTorch's [B, H, S, D] layout (heads in dim 1): this op takes [B, S, H, D] (in PyTorch: x.transpose(1, 2).contiguous())";
+
+/* "[1, 2, 4, 8]" of a tensor of rank 0..4 (as js/shape.js fmtDims). */
+typedef struct dims_text { char s[64]; } dims_text;
+static dims_text dims_of(const int32_t * dims, int rank) {
+    dims_text t;
+    size_t n = 0;
+    t.s[n++] = '[';
+    for (int i = 0; i < rank && i < 4; i++)
+        n += (size_t)snprintf(t.s + n, sizeof t.s - n, i ? ", %d" : "%d", dims[i]);
+    snprintf(t.s + n, sizeof t.s - n, "]");
+    return t;
+}
+#define DIMS(t) (dims_of((t)->dims, (t)->rank).s)
+
+/* "1 row", "3 rows" (js/shape.js fmtRows). */
+typedef struct rows_text { char s[32]; } rows_text;
+static rows_text rows_of(int64_t n) {
+    rows_text t;
+    snprintf(t.s, sizeof t.s, "%lld %s", (long long)n, n == 1 ? "row" : "rows");
+    return t;
+}
+#define ROWS(n) (rows_of(n).s)
+
+/* A float as JS's String(x) shows the simple values: NaN, Infinity, 0.5. */
+typedef struct num_text { char s[32]; } num_text;
+static num_text num_of(float x) {
+    num_text t;
+    if (isnan(x)) snprintf(t.s, sizeof t.s, "NaN");
+    else if (isinf(x)) snprintf(t.s, sizeof t.s, x > 0 ? "Infinity" : "-Infinity");
+    else snprintf(t.s, sizeof t.s, "%g", (double)x);
+    return t;
+}
+#define NUM(x) (num_of(x).s)
 
 static uint64_t elem_bytes(int32_t dtype) {
     switch (dtype) {
@@ -55,6 +101,14 @@ static bool in_cache(const sdpa_kv_cache * c, const sdpa_tensor * t) {
            ranges_overlap(t->data, claimed_bytes(t), c->table, table_bytes);
 }
 
+static sdpa_status fail_in_cache(sdpa_ctx * ctx, const char * fn, const char * name) {
+    return sdpa_fail(ctx, SDPA_E_ARG, "%s: %s overlaps the storage of a KV cache; pass a separate buffer", fn, name);
+}
+
+static sdpa_status fail_shares(sdpa_ctx * ctx, const char * fn, const char * name) {
+    return sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with %s; out must not overlap any input", fn, name);
+}
+
 /* Product of dims as an element count, or 0 when it overflows what a buffer
  * of this dtype can hold in this address space. dims must be >= 0. */
 static bool dims_product(const sdpa_tensor * t, uint64_t * product) {
@@ -74,7 +128,7 @@ static sdpa_status check_dims(sdpa_ctx * ctx, const char * fn, const char * name
                               const sdpa_tensor * t, int heads_axis) {
     for (int i = 0; i < t->rank; i++) {
         if (t->dims[i] > 0 || (i == heads_axis && t->dims[i] == 0)) continue;
-        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s dim %d is %d; every dim must be a positive integer",
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s.dims[%d] is %d; every dim must be a positive integer",
                          fn, name, i, t->dims[i]);
     }
     uint64_t product;
@@ -82,32 +136,44 @@ static sdpa_status check_dims(sdpa_ctx * ctx, const char * fn, const char * name
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s dims multiply to more elements than memory can address",
                          fn, name);
     if (product != 0 && product != (uint64_t)t->len)
-        return sdpa_fail(ctx, SDPA_E_DIMS,
-                         "%s: %s holds %llu elements but its dims multiply to %llu; data length must equal the product of dims",
-                         fn, name, (unsigned long long)t->len, (unsigned long long)product);
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s.data has %llu elements but dims %s need %llu",
+                         fn, name, (unsigned long long)t->len, DIMS(t), (unsigned long long)product);
     return SDPA_OK;
 }
 
+/* `what`: the expected rank as the message says it ("4-D [B, S, H, D]"). */
 static sdpa_status check_rank(sdpa_ctx * ctx, const char * fn, const char * name,
-                              const sdpa_tensor * t, int want) {
+                              const sdpa_tensor * t, int want, const char * what) {
     if (t->rank == want) return SDPA_OK;
-    return sdpa_fail(ctx, SDPA_E_RANK, "%s: %s has rank %d; expected %d-D", fn, name, t->rank, want);
+    return sdpa_fail(ctx, SDPA_E_RANK, "%s: %s has rank %d; expected %s", fn, name, t->rank, what);
 }
+#define BSHD "4-D [B, S, H, D]"
+#define BSHD_WRITE "4-D [B, Snew, Hkv, D]"
 
 static sdpa_status check_float32(sdpa_ctx * ctx, const char * fn, const char * name,
                                  const sdpa_tensor * t) {
     if (t->dtype == SDPA_DTYPE_FLOAT32) return SDPA_OK;
+    if (t->dtype == SDPA_DTYPE_BOOL)  /* (what the JS package calls a Uint8Array) */
+        return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: %s is bool (Uint8Array); expected float32 (Float32Array)", fn, name);
     return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: %s has dtype %s (%d); expected float32", fn, name,
                      dtype_name(t->dtype), t->dtype);
 }
 
+/* E_HEADS for a 0 at a tensor's heads axis (check_dims left it). */
+static sdpa_status check_heads_zero(sdpa_ctx * ctx, const char * fn, const char * name,
+                                    const sdpa_tensor * t, int heads_axis) {
+    if (t->dims[heads_axis] != 0) return SDPA_OK;
+    return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has 0 heads (dims %s); expected at least 1", fn, name, DIMS(t));
+}
+
+/* Option values only a C caller can get wrong (JS writes 0/1 and a window >= 0). */
 static sdpa_status check_options_arg(sdpa_ctx * ctx, const char * fn, const sdpa_options * o) {
     if (o->is_causal != 0 && o->is_causal != 1)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: isCausal is %d; expected 0 or 1", fn, o->is_causal);
     if (o->has_scale != 0 && o->has_scale != 1)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: has_scale is %d; expected 0 or 1", fn, o->has_scale);
     if (o->window < 0)
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: window is %d; expected a positive integer (0: none)", fn, o->window);
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: window is %d; expected a positive integer (the number of keys a row sees, its own included)", fn, o->window);
     return SDPA_OK;
 }
 
@@ -115,22 +181,32 @@ static sdpa_status check_tail_options(sdpa_ctx * ctx, const char * fn, const sdp
                                       const sdpa_options * o) {
     if (present(mask) && o->is_causal)
         return sdpa_fail(ctx, SDPA_E_MASK_CAUSAL,
-                         "%s: attnMask and isCausal were both given; pass one or the other", fn);
+                         "%s: attnMask and isCausal: true were both given; pass one of them", fn);
     if (o->dropout_p != 0.0f)
-        return sdpa_fail(ctx, SDPA_E_DROPOUT, "%s: dropoutP is %g; expected 0 (the kernel has no dropout)",
-                         fn, (double)o->dropout_p);
+        return sdpa_fail(ctx, SDPA_E_DROPOUT, "%s: dropoutP is %s; expected 0 (the kernel has no dropout)",
+                         fn, NUM(o->dropout_p));
     if (o->has_scale && !(isfinite(o->scale) && o->scale > 0.0f))
-        return sdpa_fail(ctx, SDPA_E_SCALE, "%s: scale is %g; expected a finite number > 0", fn,
-                         (double)o->scale);
+        return sdpa_fail(ctx, SDPA_E_SCALE, "%s: scale is %s; expected a finite number > 0", fn, NUM(o->scale));
     if (o->softcap != 0.0f && !(isfinite(o->softcap) && o->softcap > 0.0f))
-        return sdpa_fail(ctx, SDPA_E_SCALE, "%s: softcap is %g; expected a finite number > 0 (0: none)", fn,
-                         (double)o->softcap);
+        return sdpa_fail(ctx, SDPA_E_SCALE, "%s: softcap is %s; expected a finite number > 0", fn, NUM(o->softcap));
     return SDPA_OK;
 }
 
 #define TRY(expr) do { sdpa_status s_ = (expr); if (s_ != SDPA_OK) return s_; } while (0)
 
 static const sdpa_options default_options = { 0, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL };
+
+/* torch_layout when reading dims 1 and 2 of the query (and of the key, unless
+ * it is a cache, whose heads are known) the other way round would satisfy the
+ * heads rule and, without a mask, the key bound (start_pos < 0: not checked);
+ * "" otherwise (js/validate.js layoutHint). */
+static const char * layout_hint(const int32_t * qd, const int32_t * kd, bool cache, int64_t start_pos, bool masked) {
+    if (qd[1] == qd[2] && (cache || kd[1] == kd[2])) return "";
+    const int64_t Hq = qd[1], Sq = qd[2];
+    const int64_t Hk = cache ? kd[2] : kd[1], Skv = cache ? kd[1] : kd[2];
+    const bool fits = Hk >= 1 && Hk <= Hq && Hq % Hk == 0 && (masked || start_pos < 0 || start_pos <= Skv - Sq);  /* (no overflow: start_pos may be near INT64_MAX) */
+    return fits ? torch_layout : "";
+}
 
 /* Shared by customSdpa and cache attend. Either key/value are given, or cache. */
 static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * q,
@@ -150,44 +226,37 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         if (!present(v)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value is missing", fn);
     }
     if (!present(out)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out is missing", fn);
-    TRY(check_options_arg(ctx, fn, o));
-    {
-        const char * shared = overlaps(out, q) ? "query"
-                             : !cache && overlaps(out, k) ? "key"
-                             : !cache && overlaps(out, v) ? "value"
-                             : overlaps(out, mask) ? "attnMask" : NULL;
-        if (shared)
-            return sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with %s; outputs must not overlap inputs", fn, shared);
+    if (cache) {  /* (a step would overwrite an input before reading it) */
+        if (in_cache(cache, q)) return fail_in_cache(ctx, fn, "query");
+        if (in_cache(cache, mask)) return fail_in_cache(ctx, fn, "attnMask");
+        if (in_cache(cache, out)) return fail_in_cache(ctx, fn, "out");
+        if (in_cache(cache, sinks)) return fail_in_cache(ctx, fn, "sinks");
     }
-    if (cache && in_cache(cache, out))
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: out lies inside the cache's own storage; pass a separate buffer", fn);
-    if (cache && in_cache(cache, q))  /* a step would overwrite it before reading it */
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: query lies inside the cache's own storage; pass a separate buffer", fn);
-    if (cache && in_cache(cache, mask))
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: attnMask lies inside the cache's own storage; pass a separate buffer", fn);
+    TRY(check_options_arg(ctx, fn, o));
+    if (o->window && has_mask)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: window and attnMask were both given; put the window in the mask", fn);
+    if (overlaps(out, q)) return fail_shares(ctx, fn, "query");
+    if (overlaps(out, mask)) return fail_shares(ctx, fn, "attnMask");
+    if (has_sinks && overlaps(out, sinks)) return fail_shares(ctx, fn, "sinks");
+    if (!cache && overlaps(out, k)) return fail_shares(ctx, fn, "key");
+    if (!cache && overlaps(out, v)) return fail_shares(ctx, fn, "value");
     if (cache && cache->window) {  /* a windowed cache attends through its own causal window */
         if (has_mask)
             return sdpa_fail(ctx, SDPA_E_ARG, "%s: attnMask was given but a windowed cache (window %d) applies its own causal window; pass no mask", fn, cache->window);
         if (!o->is_causal)
-            return sdpa_fail(ctx, SDPA_E_ARG, "%s: isCausal is false but a windowed cache (window %d) attends causally; pass isCausal: true", fn, cache->window);
+            return sdpa_fail(ctx, SDPA_E_ARG, "%s: isCausal is false but a windowed cache (window %d) attends causally; leave it out or pass true", fn, cache->window);
         if (o->window > cache->window)
             return sdpa_fail(ctx, SDPA_E_ARG, "%s: window %d is wider than the cache's window %d; it may narrow the window, not widen it", fn, o->window, cache->window);
     }
-    if (o->window && has_mask)
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: window and attnMask were both given; put the window in the mask", fn);
-    if (has_sinks && overlaps(out, sinks))
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with sinks; outputs must not overlap inputs", fn);
-    if (cache && in_cache(cache, sinks))
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: sinks lies inside the cache's own storage; pass a separate buffer", fn);
 
     /* E_RANK */
-    TRY(check_rank(ctx, fn, "query", q, 4));
+    TRY(check_rank(ctx, fn, "query", q, 4, BSHD));
     if (!cache) {
-        TRY(check_rank(ctx, fn, "key", k, 4));
-        TRY(check_rank(ctx, fn, "value", v, 4));
+        TRY(check_rank(ctx, fn, "key", k, 4, BSHD));
+        TRY(check_rank(ctx, fn, "value", v, 4, BSHD));
     }
-    if (has_mask) TRY(check_rank(ctx, fn, "attnMask", mask, 2));
-    if (has_sinks) TRY(check_rank(ctx, fn, "sinks", sinks, 1));
+    if (has_mask) TRY(check_rank(ctx, fn, "attnMask", mask, 2, "2-D [Sq, N] (this op does not broadcast masks)"));
+    if (has_sinks) TRY(check_rank(ctx, fn, "sinks", sinks, 1, "1-D [Hq] (one sink logit per query head)"));
 
     /* E_DIMS */
     TRY(check_dims(ctx, fn, "query", q, 2));
@@ -197,16 +266,14 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     }
     if (has_mask) TRY(check_dims(ctx, fn, "attnMask", mask, -1));
     if (has_sinks) TRY(check_dims(ctx, fn, "sinks", sinks, 0));
+    if (out->rank >= 0 && out->rank <= 4) TRY(check_dims(ctx, fn, "out", out, 2));
     if (out->rank != 4)
-        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has rank %d; expected the output dims [B, Sq, Hq, D] (4-D)",
-                         fn, out->rank);
-    TRY(check_dims(ctx, fn, "out", out, 2));
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has rank %d; expected the output dims %s [B, Sq, Hq, D]",
+                         fn, out->rank, DIMS(q));
     for (int i = 1; i < 4; i++)
         if (out->dims[i] != q->dims[i])
-            return sdpa_fail(ctx, SDPA_E_DIMS,
-                             "%s: out dims are [%d, %d, %d, %d] but the output is [%d, %d, %d, %d]", fn,
-                             out->dims[0], out->dims[1], out->dims[2], out->dims[3], q->dims[0],
-                             q->dims[1], q->dims[2], q->dims[3]);
+            return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has dims %s but the output is %s [B, Sq, Hq, D]",
+                             fn, DIMS(out), DIMS(q));
 
     {   /* the kernels' int32 extents (internal.h; only reachable natively: > 8 GiB) */
         int64_t rows = (int64_t)q->dims[0] * q->dims[1];  /* < 2^62 */
@@ -227,8 +294,8 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         TRY(check_float32(ctx, fn, "key", k));
         TRY(check_float32(ctx, fn, "value", v));
     }
-    TRY(check_float32(ctx, fn, "out", out));
     if (has_sinks) TRY(check_float32(ctx, fn, "sinks", sinks));
+    TRY(check_float32(ctx, fn, "out", out));
 
     /* the key/value geometry, from tensors or the cache */
     const int32_t B = q->dims[0], Sq = q->dims[1], Hq = q->dims[2], D = q->dims[3];
@@ -242,42 +309,55 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         kb = k->dims[0]; kt = k->dims[1]; kh = k->dims[2]; kd = k->dims[3];
         vb = v->dims[0]; vt = v->dims[1]; vh = v->dims[2]; vd = v->dims[3];
     }
+    const int32_t kdims[4] = { kb, kt, kh, kd };
     const char * kname = cache ? "the cache" : "key";
+    const int32_t Skv = kt < vt ? kt : vt;
+    /* the key bound's start (-1: not checked, as js/validate.js's null) */
+    const int64_t hint_start = check_room && o->start_pos >= 0 ? o->start_pos : -1;
 
     /* E_BATCH */
-    if (kb != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: %s has batch %d but query has %d; batches must match", fn, kname, kb, B);
-    if (vb != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: value has batch %d but query has %d; batches must match", fn, vb, B);
-    if (out->dims[0] != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: out has batch %d but query has %d; batches must match", fn, out->dims[0], B);
+    if (kb != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: %s has batch %d but query has batch %d; batches must match (no broadcasting)", fn, kname, kb, B);
+    if (vb != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: value has batch %d but query has batch %d; batches must match (no broadcasting)", fn, vb, B);
+    if (out->dims[0] != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: out has batch %d but query has batch %d", fn, out->dims[0], B);
 
     /* E_HEADS */
-    if (Hq == 0) return sdpa_fail(ctx, SDPA_E_HEADS, "%s: query has 0 heads; head counts must be positive", fn);
-    if (kh == 0) return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has 0 heads; head counts must be positive", fn, kname);
-    if (vh == 0) return sdpa_fail(ctx, SDPA_E_HEADS, "%s: value has 0 heads; head counts must be positive", fn);
-    if (vh != kh) return sdpa_fail(ctx, SDPA_E_HEADS, "%s: value has %d heads but key has %d; key and value heads must be equal", fn, vh, kh);
-    if (kh > Hq || Hq % kh != 0)
-        return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has %d heads but query has %d; query heads must be a multiple of key heads (GQA)", fn, kname, kh, Hq);
+    TRY(check_heads_zero(ctx, fn, "query", q, 2));
+    if (!cache) {
+        TRY(check_heads_zero(ctx, fn, "key", k, 2));
+        TRY(check_heads_zero(ctx, fn, "value", v, 2));
+    }
+    if (has_sinks) TRY(check_heads_zero(ctx, fn, "sinks", sinks, 0));
+    if (kh != vh) return sdpa_fail(ctx, SDPA_E_HEADS, "%s: key has %d heads but value has %d; key and value heads must be equal", fn, kh, vh);
+    if (kh > Hq)
+        return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has %d heads but query has %d; key heads must not exceed query heads%s",
+                         fn, kname, kh, Hq, layout_hint(q->dims, kdims, cache, hint_start, has_mask));
+    if (Hq % kh != 0)
+        return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has %d heads but query has %d; query heads must be a multiple of key heads (GQA)%s",
+                         fn, kname, kh, Hq, layout_hint(q->dims, kdims, cache, hint_start, has_mask));
     if (has_sinks && sinks->dims[0] != Hq)
         return sdpa_fail(ctx, SDPA_E_HEADS, "%s: sinks has %d entries but query has %d heads; one sink logit per query head", fn, sinks->dims[0], Hq);
 
     /* E_HEAD_DIM */
-    if (kd != D) return sdpa_fail(ctx, SDPA_E_HEAD_DIM, "%s: %s head dim is %d but query's is %d; head dims must be equal", fn, kname, kd, D);
-    if (vd != D) return sdpa_fail(ctx, SDPA_E_HEAD_DIM, "%s: value head dim is %d but query's is %d; head dims must be equal", fn, vd, D);
+    if (kd != D) return sdpa_fail(ctx, SDPA_E_HEAD_DIM, "%s: %s has head dim %d but query has %d; head dims must be equal", fn, kname, kd, D);
+    if (vd != D) return sdpa_fail(ctx, SDPA_E_HEAD_DIM, "%s: value has head dim %d but query has %d; head dims must be equal", fn, vd, D);
 
     /* E_KV_LEN */
-    if (vt != kt) return sdpa_fail(ctx, SDPA_E_KV_LEN, "%s: value has %d rows but key has %d; key and value lengths must be equal", fn, vt, kt);
+    if (vt != kt) return sdpa_fail(ctx, SDPA_E_KV_LEN, "%s: key has sequence length %d but value has %d; they must be equal", fn, kt, vt);
 
     /* E_START_POS */
     if (o->start_pos < 0)
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: startPos is %lld; expected a non-negative integer", fn, (long long)o->start_pos);
-    if (check_room && !has_mask && o->start_pos > (int64_t)kt - Sq)
+    if (check_room && !has_mask && o->start_pos > (int64_t)Skv - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
-                         "%s: startPos %lld + query length %d exceeds the %d rows of %s; without a mask, startPos + Sq must be <= Skv",
-                         fn, (long long)o->start_pos, Sq, kt, kname);
+                         "%s: startPos %lld + query length %d = %llu exceeds the %s %d; without a mask the op reads keys 0 .. startPos+Sq-1%s",
+                         fn, (long long)o->start_pos, Sq, (unsigned long long)o->start_pos + (unsigned long long)Sq,
+                         cache ? "cache length maxSeqLen" : "key/value length", Skv,
+                         layout_hint(q->dims, kdims, cache, o->start_pos, false));
     /* attend (check_room): without a mask, a cache's rows past its length were never written */
     if (cache && check_room && !has_mask && o->start_pos > (int64_t)cache->length - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
-                         "%s: startPos %lld + query length %d = %lld is past the %d rows written (cache.length); attention over a cache reads written rows only",
-                         fn, (long long)o->start_pos, Sq, (long long)o->start_pos + Sq, cache->length);
+                         "%s: startPos %lld + query length %d = %llu is past the %s written (cache.length); attention over a cache reads written rows only",
+                         fn, (long long)o->start_pos, Sq, (unsigned long long)o->start_pos + (unsigned long long)Sq, ROWS(cache->length));
     if (cache && cache->window) {
         const int32_t window = o->window ? o->window : cache->window;
         int64_t first = o->start_pos - window + 1;  /* the first row's oldest key after the sink rows */
@@ -295,8 +375,8 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
             return sdpa_fail(ctx, SDPA_E_MASK_DTYPE, "%s: attnMask has dtype %s (%d); expected float32 or bool", fn, dtype_name(mask->dtype), mask->dtype);
         if (mask->dims[0] != Sq || mask->dims[1] > kt)
             return sdpa_fail(ctx, SDPA_E_MASK_SHAPE,
-                             "%s: attnMask is [%d, %d]; expected [Sq, N] = [%d, N] with N <= %d (no broadcasting)",
-                             fn, mask->dims[0], mask->dims[1], Sq, kt);
+                             "%s: attnMask has dims %s but must be [Sq, N] = [%d, N] with N \u2264 %d (%s); this op does not broadcast masks",
+                             fn, DIMS(mask), Sq, kt, cache ? "maxSeqLen" : "key length");
     }
 
     /* E_MASK_CAUSAL, E_DROPOUT, E_SCALE */
@@ -363,8 +443,8 @@ sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdp
     if (length < 0)
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: length is %lld; expected a non-negative integer", fn, (long long)length);
     if (length > cache->length)
-        return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: length %lld is past the %d rows written; truncate keeps rows 0 .. length-1 of those",
-                         fn, (long long)length, cache->length);
+        return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: length %lld is past the %s written (cache.length); truncate keeps rows 0 .. length-1 of those",
+                         fn, (long long)length, ROWS(cache->length));
     if (length > cache->sink_tokens && length < cache->window_start)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
                          "%s: length %lld would end inside the evicted rows %d .. %d of the windowed cache; expected <= %d (sink rows only) or >= %d",
@@ -386,8 +466,8 @@ static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cac
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: %s is %lld; expected a non-negative integer", fn, what, (long long)start);
     if (write && start > cache->length)
         return sdpa_fail(ctx, SDPA_E_START_POS,
-                         "%s: %s %lld is past the cache's length %d; a write must start at or before length (rows %d .. %lld would be a hole)",
-                         fn, what, (long long)start, cache->length, cache->length, (long long)start - 1);
+                         "%s: %s %lld is past the %s written (cache.length); a write must start at or before length (rows %d .. %lld would be a hole)",
+                         fn, what, (long long)start, ROWS(cache->length), cache->length, (long long)start - 1);
     /* a windowed cache: rows sink_tokens .. window_start-1 are gone */
     const int64_t S = cache->sink_tokens, first = start > S ? start : S;
     const bool evicted = cache->window && start + length > S && first < cache->window_start;
@@ -397,16 +477,16 @@ static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cac
                          fn, (long long)start, (long long)(start + length - 1), (long long)first, cache->sink_tokens, cache->window_start - 1);
     if (start > (int64_t)cache->max_seq_len - length)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
-                         "%s: %s %lld + length %lld is past the cache's maxSeqLen %d; %s + length must be <= maxSeqLen",
-                         fn, what, (long long)start, (long long)length, cache->max_seq_len, what);
+                         "%s: %s %s at %s %lld needs %s but the cache holds maxSeqLen = %d",
+                         fn, write ? "writing" : "reading", ROWS(length), what, (long long)start, ROWS(start + length), cache->max_seq_len);
     if (evicted)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
                          "%s: rows %lld .. %lld include row %lld, but rows %d .. %d of the windowed cache were evicted; only the sink rows and the rows from windowStart on are kept",
                          fn, (long long)start, (long long)(start + length - 1), (long long)first, cache->sink_tokens, cache->window_start - 1);
     if (!write && cache->window && start + length > cache->length)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
-                         "%s: rows %lld .. %lld are past the %d rows written (cache.length); a windowed cache holds written rows only",
-                         fn, (long long)start, (long long)(start + length - 1), cache->length);
+                         "%s: rows %lld .. %lld are past the %s written (cache.length); a windowed cache holds written rows only",
+                         fn, (long long)start, (long long)(start + length - 1), ROWS(cache->length));
     return SDPA_OK;
 }
 
@@ -415,8 +495,8 @@ static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cac
 static sdpa_status check_kv_pair(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                  const sdpa_tensor * k, const char * kname,
                                  const sdpa_tensor * v, const char * vname, int64_t want_rows) {
-    TRY(check_rank(ctx, fn, kname, k, 4));
-    TRY(check_rank(ctx, fn, vname, v, 4));
+    TRY(check_rank(ctx, fn, kname, k, 4, BSHD_WRITE));
+    TRY(check_rank(ctx, fn, vname, v, 4, BSHD_WRITE));
     TRY(check_dims(ctx, fn, kname, k, 2));
     TRY(check_dims(ctx, fn, vname, v, 2));
     if (want_rows >= 0) {
@@ -431,15 +511,17 @@ static sdpa_status check_kv_pair(sdpa_ctx * ctx, const char * fn, const sdpa_kv_
     const char * names[2] = { kname, vname };
     for (int i = 0; i < 2; i++)
         if (both[i]->dims[0] != cache->batch)
-            return sdpa_fail(ctx, SDPA_E_BATCH, "%s: %s has batch %d but the cache has %d; batches must match", fn, names[i], both[i]->dims[0], cache->batch);
+            return sdpa_fail(ctx, SDPA_E_BATCH, "%s: %s has batch %d but the cache has batch %d", fn, names[i], both[i]->dims[0], cache->batch);
+    for (int i = 0; i < 2; i++) TRY(check_heads_zero(ctx, fn, names[i], both[i], 2));
     for (int i = 0; i < 2; i++)
         if (both[i]->dims[2] != cache->kv_heads)
-            return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has %d heads but the cache has %d; heads must match", fn, names[i], both[i]->dims[2], cache->kv_heads);
+            return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has %d heads but the cache has numKvHeads = %d%s", fn, names[i], both[i]->dims[2],
+                             cache->kv_heads, both[i]->dims[1] == cache->kv_heads ? torch_layout : "");
     for (int i = 0; i < 2; i++)
         if (both[i]->dims[3] != cache->head_dim)
-            return sdpa_fail(ctx, SDPA_E_HEAD_DIM, "%s: %s head dim is %d but the cache's is %d; head dims must match", fn, names[i], both[i]->dims[3], cache->head_dim);
+            return sdpa_fail(ctx, SDPA_E_HEAD_DIM, "%s: %s has head dim %d but the cache has headDim = %d", fn, names[i], both[i]->dims[3], cache->head_dim);
     if (k->dims[1] != v->dims[1])
-        return sdpa_fail(ctx, SDPA_E_KV_LEN, "%s: %s has %d rows but %s has %d; lengths must be equal", fn, vname, v->dims[1], kname, k->dims[1]);
+        return sdpa_fail(ctx, SDPA_E_KV_LEN, "%s: %s has %d rows but %s has %d; they must be equal", fn, kname, k->dims[1], vname, v->dims[1]);
     return SDPA_OK;
 }
 
@@ -449,9 +531,8 @@ sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
     if (!present(key)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: key is missing", fn);
     if (!present(value)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value is missing", fn);
-    if (in_cache(cache, key) || in_cache(cache, value))
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: %s lies inside the cache's own storage; pass a separate buffer",
-                         fn, in_cache(cache, key) ? "key" : "value");
+    if (in_cache(cache, key)) return fail_in_cache(ctx, fn, "key");
+    if (in_cache(cache, value)) return fail_in_cache(ctx, fn, "value");
     TRY(check_kv_pair(ctx, fn, cache, key, "key", value, "value", -1));
     return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos", true);
 }
@@ -464,8 +545,8 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
     if (!present(value_out)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value_out is missing", fn);
     if (overlaps(key_out, value_out) || in_cache(cache, key_out) || in_cache(cache, value_out))
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: key_out and value_out must not overlap each other or the cache", fn);
-    TRY(check_rank(ctx, fn, "key_out", key_out, 4));
-    TRY(check_rank(ctx, fn, "value_out", value_out, 4));
+    TRY(check_rank(ctx, fn, "key_out", key_out, 4, BSHD_WRITE));
+    TRY(check_rank(ctx, fn, "value_out", value_out, 4, BSHD_WRITE));
     if (length <= 0)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
     TRY(check_kv_pair(ctx, fn, cache, key_out, "key_out", value_out, "value_out", length));
@@ -509,23 +590,21 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t bat
     if (!out_cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out_cache is missing", fn);
     if (sink_tokens > 0 && window == 0)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: sinkTokens is %d but no window was given; sink rows belong to a windowed cache", fn, sink_tokens);
-    const int32_t sizes[4] = { batch, max_seq_len, kv_heads, head_dim };
-    const char * names[4] = { "batch", "maxSeqLen", "numKvHeads", "headDim" };
-    for (int i = 0; i < 4; i++)
-        if (sizes[i] <= 0 && !(i == 2 && sizes[i] == 0))
-            return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s is %d; expected a positive integer", fn, names[i], sizes[i]);
-    if (window < 0 || window > SDPA_INDEX_LIMIT)
-        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: window is %d; expected a positive integer of at most %d (0: none)", fn, window, SDPA_INDEX_LIMIT);
-    if (sink_tokens < 0 || sink_tokens > SDPA_INDEX_LIMIT)
-        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: sinkTokens is %d; expected a non-negative integer of at most %d", fn, sink_tokens, SDPA_INDEX_LIMIT);
+    /* E_DIMS in the order createKVCache reads its options */
+    if (batch <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: batch is %d; expected a positive integer", fn, batch);
+    if (window < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: window is %d; expected a positive integer", fn, window);
+    if (window > SDPA_INDEX_LIMIT) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: window is %d; at most %d", fn, window, SDPA_INDEX_LIMIT);
+    if (sink_tokens < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: sinkTokens is %d; expected a non-negative integer", fn, sink_tokens);
+    if (sink_tokens > SDPA_INDEX_LIMIT) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: sinkTokens is %d; at most %d", fn, sink_tokens, SDPA_INDEX_LIMIT);
+    if (max_seq_len <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; expected a positive integer", fn, max_seq_len);
+    /* the kernels walk keys in int32 tiles (internal.h) */
+    if (max_seq_len > SDPA_INDEX_LIMIT) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; at most %d", fn, max_seq_len, SDPA_INDEX_LIMIT);
+    if (kv_heads < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: numKvHeads is %d; expected a positive integer", fn, kv_heads);
+    if (head_dim <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: headDim is %d; expected a positive integer", fn, head_dim);
     if (dtype != SDPA_DTYPE_FLOAT32 && dtype != SDPA_DTYPE_FLOAT16 && dtype != SDPA_DTYPE_INT8)
         return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: dtype %s (%d) is not supported for a cache; expected float32, float16 or int8", fn, dtype_name(dtype), dtype);
     if (kv_heads == 0)
         return sdpa_fail(ctx, SDPA_E_HEADS, "%s: numKvHeads is 0; expected a positive integer", fn);
-    /* the kernels walk keys in int32 tiles (internal.h) */
-    if (max_seq_len > SDPA_INDEX_LIMIT)
-        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; at most %d rows (the kernels' int32 key index)",
-                         fn, max_seq_len, SDPA_INDEX_LIMIT);
     return SDPA_OK;
 }
 
@@ -550,15 +629,19 @@ sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv
     const int64_t start_pos = options ? options->start_pos : 0;
     first_failure first = { SDPA_OK, "" };
     /* every rule of both halves and the step's own, before anything is written */
+    /* (the query's E_ARG and E_DTYPE first: within one code the JS layer names the query first) */
+    if (cache && in_cache(cache, query)) keep_first(&first, ctx, fail_in_cache(ctx, fn, "query"));
+    if (present(query) && query->dtype != SDPA_DTYPE_FLOAT32) keep_first(&first, ctx, check_float32(ctx, fn, "query", query));
     keep_first(&first, ctx, sdpa_check_cache_update(ctx, fn, cache, key, value, start_pos));
     keep_first(&first, ctx, sdpa_check_cache_attend(ctx, fn, cache, query, mask, options, out, false, problem));
     const bool have = present(query) && present(key) && present(value) && present(out);
     if (have && (overlaps(out, key) || overlaps(out, value)))
-        keep_first(&first, ctx, sdpa_fail(ctx, SDPA_E_ARG, "%s: out shares memory with the new %s; outputs must not overlap inputs",
-                                          fn, overlaps(out, key) ? "key" : "value"));
+        keep_first(&first, ctx, fail_shares(ctx, fn, overlaps(out, key) ? "key" : "value"));
     if (have && query->rank == 4 && key->rank == 4 && query->dims[1] != key->dims[1])
-        keep_first(&first, ctx, sdpa_fail(ctx, SDPA_E_DIMS, "%s: query has %d rows but key has %d; a step's query and key lengths must be equal",
-                                          fn, query->dims[1], key->dims[1]));
+        keep_first(&first, ctx, sdpa_fail(ctx, SDPA_E_DIMS, "%s: query has %s but key has %d; a step attends exactly the rows it writes%s",
+                                          fn, ROWS(query->dims[1]), key->dims[1],
+                                          /* (query [B, Hq, S, D] and key [B, Hkv, S, D]: the rows differ because the heads do) */
+                                          cache && query->dims[2] == key->dims[2] && key->dims[1] == cache->kv_heads ? torch_layout : ""));
     if (first.status != SDPA_OK) memcpy(ctx->last_error, first.message, sizeof first.message);
     return first.status;
 }

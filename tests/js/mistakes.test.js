@@ -85,7 +85,7 @@ test('tensors in PyTorch\'s [B, H, S, D] layout: the error says so; a real head 
   const before = cache.read(0, 16);
   // one decode step, each tensor [B, H, 1, D]
   const qT = randTensor(rand, [1, Hq, 1, D]), kT = randTensor(rand, [1, Hkv, 1, D]), vT = randTensor(rand, [1, Hkv, 1, D]);
-  expectError(() => cache.step(qT, kT, vT), 'E_DIMS', [/q has 4 rows but k has 2/, torchHint, /\[B, S, H, D\]/]);
+  expectError(() => cache.step(qT, kT, vT), 'E_DIMS', [/query has 4 rows but key has 2/, torchHint, /\[B, S, H, D\]/]);
   expectError(() => cache.update(randTensor(rand, [1, Hkv, 3, D]), randTensor(rand, [1, Hkv, 3, D])), 'E_HEADS', [/numKvHeads = 2/, torchHint]);
   expectError(() => cache.attend(qT, { startPos: 0 }), 'E_HEADS', [/heads/, torchHint]);
   expectError(() => sdpa.customSdpa(randTensor(rand, [1, Hq, 6, D]), randTensor(rand, [1, Hkv, 6, D]), randTensor(rand, [1, Hkv, 6, D])), 'E_START_POS',
@@ -201,8 +201,8 @@ test('a heap-tensor view saved across memory growth: lost writes in the single-t
     const w = warnings(() => cache.step(q, k, v));
     assert.is(q.data[0], build === 'simd' ? 1 : 2, `${build}: what the saved view's write did`);
     assert.is(w.length, 1, `${build}: one warning: ${w}`);
-    assert.match(w[0], /q is a heap tensor whose data was last read before wasm memory grew/);
-    assert.match(w[0], /q\.set\(\)/);
+    assert.match(w[0], /query is a heap tensor whose data was last read before wasm memory grew/);
+    assert.match(w[0], /query\.set\(\)/);
     assert.is(warnings(() => cache.step(q, k, v)).length, 0, 'once per instance');
     // t.set writes through the current view: no warning on another instance either
     const two = await createSdpa({ build, threads: 1 });

@@ -122,7 +122,7 @@ test('E_ARG: missing arguments, wrong JS types, unknown options, out aliasing an
     ['createKVCache options a Map', () => sdpa.createKVCache(new Map([['maxSeqLen', 8], ['numKvHeads', 2], ['headDim', 8]])), [/Map/]],
     ['step unknown option', () => cache.step(cq(), ckv(), ckv(), 4, { causal: true, out: heapOut }), [/causal/]],
     ['attend unknown option', () => cache.attend(cq(), { startPos: 3, enableGqa: true, out: heapOut }), [/enableGqa/]],
-    ['attend out aliases q', () => { const hq1 = heapOut; return cache.attend(hq1, { startPos: 3, out: hq1 }); }, [/out/, /q/]],
+    ['attend out aliases query', () => { const hq1 = heapOut; return cache.attend(hq1, { startPos: 3, out: hq1 }); }, [/out/, /query/]],
     ['read start string', () => cache.read('0', 1), [/start/]],
     ['read without length', () => cache.read(0), [/length/]],
     ['createKVCache without options', () => sdpa.createKVCache(), [/maxSeqLen/]],
@@ -192,10 +192,10 @@ test('E_ARG: out, or an input, inside the cache storage (caught in JS, cache unc
     ['attend out overlaps the cache', () => cache.attend(cq(), { startPos: 3, out: { data: view, dims: [1, 1, 4, 8] } }), [/out/, /cache/]],
     ['step out overlaps the cache', () => cache.step(cq(), ckv(), ckv(), 4, { out: { data: view, dims: [1, 1, 4, 8] } }), [/out/, /cache/]],
     // include/sdpa.h: inputs must not lie inside the cache's own storage either
-    ['attend q inside the cache', () => cache.attend(inCache([1, 1, 4, 8]), { startPos: 3, out: heapOut }), [/\bq\b/, /cache/]],
-    ['step q inside the cache', () => cache.step(inCache([1, 1, 4, 8]), ckv(), ckv(), 4, { out: heapOut }), [/\bq\b/, /cache/]],
-    ['step k inside the cache', () => cache.step(cq(), inCache([1, 1, 2, 8]), ckv(), 4, { out: heapOut }), [/\bk\b/, /cache/]],
-    ['update v inside the cache', () => cache.update(ckv(), inCache([1, 1, 2, 8]), 4), [/\bv\b/, /cache/]],
+    ['attend q inside the cache', () => cache.attend(inCache([1, 1, 4, 8]), { startPos: 3, out: heapOut }), [/\bquery\b/, /cache/]],
+    ['step q inside the cache', () => cache.step(inCache([1, 1, 4, 8]), ckv(), ckv(), 4, { out: heapOut }), [/\bquery\b/, /cache/]],
+    ['step k inside the cache', () => cache.step(cq(), inCache([1, 1, 2, 8]), ckv(), 4, { out: heapOut }), [/\bkey\b/, /cache/]],
+    ['update v inside the cache', () => cache.update(ckv(), inCache([1, 1, 2, 8]), 4), [/\bvalue\b/, /cache/]],
     ['attend mask inside the cache', () => cache.attend(cq(), { attnMask: inCache([1, 4]), out: heapOut }), [/attnMask/, /cache/]],
   ]);
 });
@@ -204,14 +204,14 @@ test('E_RANK: q/k/v not 4-D, mask not 2-D (section 4: ranks 1-4)', () => {
   const h1 = sdpa.allocTensor('float32', [64]), h3 = sdpa.allocTensor('float32', [1, 4, 8]);
   runCases('E_RANK', [
     ['heap query 1-D', () => sdpa.customSdpa(h1, k(), v(), { out: sentinelOut }), [/query/, /rank 1/]],
-    ['heap q 3-D through the cache', () => cache.step(h3, ckv(), ckv(), 4, { out: heapOut }), [/\bq\b/, /rank 3/]],
+    ['heap q 3-D through the cache', () => cache.step(h3, ckv(), ckv(), 4, { out: heapOut }), [/\bquery\b/, /rank 3/]],
     ['query 3-D', () => sdpa.customSdpa({ data: Q.data, dims: [2, 4, 8] }, k(), v(), { out: sentinelOut }), [/query/, /rank 3/]],
     ['key 5-D', () => sdpa.customSdpa(q(), { data: K.data, dims: [1, 1, 6, 2, 8] }, v(), { out: sentinelOut }), [/key/]],
     ['value 2-D', () => sdpa.customSdpa(q(), k(), { data: V.data, dims: [12, 8] }, { out: sentinelOut }), [/value/]],
     ['mask 3-D', () => sdpa.customSdpa(q(), k(), v(), { attnMask: t([1, 2, 6], 0), out: sentinelOut }), [/attnMask/]],
     ['mask 1-D', () => sdpa.customSdpa(q(), k(), v(), { attnMask: t([12], 0), out: sentinelOut }), [/attnMask/]],
-    ['update k 3-D', () => cache.update({ data: new Float32Array(16), dims: [1, 2, 8] }, ckv(), 4), [/\bk\b/]],
-    ['attend q 3-D', () => cache.attend({ data: new Float32Array(32), dims: [1, 4, 8] }, { startPos: 3, out: heapOut }), [/\bq\b/]],
+    ['update k 3-D', () => cache.update({ data: new Float32Array(16), dims: [1, 2, 8] }, ckv(), 4), [/\bkey\b/]],
+    ['attend q 3-D', () => cache.attend({ data: new Float32Array(32), dims: [1, 4, 8] }, { startPos: 3, out: heapOut }), [/\bquery\b/]],
     ['torch query 3-D', () => sdpa.scaledDotProductAttention(t([2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4])), [/query/]],
     ['torch mask 5-D', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { attnMask: t([1, 1, 1, 2, 2], 0) }), [/attnMask/]],
     ['allocTensor rank 0', () => sdpa.allocTensor('float32', []), [/dims/]],
@@ -229,11 +229,11 @@ test('E_DIMS: non-positive or non-integer dims, data length, out dims, step leng
     ['out dims', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float32Array(64).fill(7), dims: [1, 4, 2, 8] } }), [/out/]],
     ['out rank', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float32Array(64), dims: [2, 4, 8] } }), [/out/]],
     ['heap out of another shape', () => sdpa.customSdpa(q(), k(), v(), { out: heapOut }), [/out/, /\[1, 1, 4, 8\]/, /\[1, 2, 4, 8\]/]],
-    ['heap q and heap out: q rows vs k rows in a step', () => cache.step(heapOut, ckv(2), ckv(2), 4, { out: heapOut2 }), [/\bq has 1 row\b/, /\bk has 2\b/]],
+    ['heap q and heap out: q rows vs k rows in a step', () => cache.step(heapOut, ckv(2), ckv(2), 4, { out: heapOut2 }), [/\bquery has 1 row\b/, /\bkey has 2\b/]],
     ['mask length', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Float32Array(11), dims: [2, 6] }, out: sentinelOut }), [/attnMask/]],
     ['mask dim 0', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Float32Array(0), dims: [2, 0] }, out: sentinelOut }), [/attnMask/]],
-    ['update length', () => cache.update({ data: new Float32Array(15), dims: [1, 1, 2, 8] }, ckv(), 4), [/\bk\.data/]],
-    ['step q and k lengths differ', () => cache.step(cq(2), ckv(1), ckv(1), 4), [/\bq\b/, /\bk\b/]],
+    ['update length', () => cache.update({ data: new Float32Array(15), dims: [1, 1, 2, 8] }, ckv(), 4), [/\bkey\.data/]],
+    ['step q and k lengths differ', () => cache.step(cq(2), ckv(1), ckv(1), 4), [/\bquery\b/, /\bkey\b/]],
     ['read length 0', () => cache.read(0, 0), [/length/]],
     ['read length 1.5', () => cache.read(0, 1.5), [/length/]],
     ['createKVCache maxSeqLen 0', () => sdpa.createKVCache({ maxSeqLen: 0, numKvHeads: 2, headDim: 8 }), [/maxSeqLen/]],
@@ -254,7 +254,7 @@ test('E_DTYPE: q/k/v/out not float32, dtype field contradicting data, cache/allo
     ['dtype contradicts data', () => sdpa.customSdpa({ ...q(), dtype: 'float16' }, k(), v(), { out: sentinelOut }), [/query\.dtype/, /float16/]],
     ['out Float64Array', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float64Array(64), dims: [1, 2, 4, 8] } }), [/out/]],
     ['out bool heap tensor', () => sdpa.customSdpa(q(), k(), v(), { out: boolOut }), [/out/]],
-    ['update k Int32Array', () => cache.update({ data: new Int32Array(16), dims: [1, 1, 2, 8] }, ckv(), 4), [/\bk\b/]],
+    ['update k Int32Array', () => cache.update({ data: new Int32Array(16), dims: [1, 1, 2, 8] }, ckv(), 4), [/\bkey\b/]],
     ['cache dtype bfloat16', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8, dtype: 'bfloat16' }), [/dtype/, /bfloat16/, /int8/]],
     ['allocTensor float16', () => sdpa.allocTensor('float16', [4]), [/dtype/]],
     ['torch key Int16Array', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), { data: new Int16Array(16), dims: [1, 2, 2, 4] }, t([1, 2, 2, 4])), [/key/]],
@@ -268,8 +268,8 @@ test('E_BATCH: key/value/out batch differs from query (no broadcast in the fast 
     ['key batch', () => sdpa.customSdpa(q(), t([2, 6, 2, 8]), v(), { out: sentinelOut }), [/key/, /batch/]],
     ['value batch', () => sdpa.customSdpa(q(), k(), t([2, 6, 2, 8]), { out: sentinelOut }), [/value/, /batch/]],
     ['out batch', () => sdpa.customSdpa(q(), k(), v(), { out: { data: new Float32Array(128), dims: [2, 2, 4, 8] } }), [/out/, /batch/]],
-    ['update k batch', () => cache.update(t([2, 1, 2, 8]), t([2, 1, 2, 8]), 4), [/\bk\b/, /batch/]],
-    ['attend q batch', () => cache.attend(t([2, 1, 4, 8]), { startPos: 3 }), [/\bq\b/, /batch/]],
+    ['update k batch', () => cache.update(t([2, 1, 2, 8]), t([2, 1, 2, 8]), 4), [/\bkey\b/, /batch/]],
+    ['attend q batch', () => cache.attend(t([2, 1, 4, 8]), { startPos: 3 }), [/\bquery\b/, /batch/]],
     ['torch key batch 3 vs 2', () => sdpa.scaledDotProductAttention(t([2, 2, 2, 4]), t([3, 2, 2, 4]), t([2, 2, 2, 4])), [/key/, /batch/]],
   ]);
 });
@@ -285,8 +285,8 @@ test('E_HEADS: zero heads, Hkv > Hq, Hq % Hkv, key heads != value heads', () => 
     ['query and out with 0 heads', () => sdpa.customSdpa({ data: new Float32Array(0), dims: [1, 2, 0, 8] }, k(), v(), { out: { data: new Float32Array(0), dims: [1, 2, 0, 8] } }), [/0 heads/]],
     ['key with 0 heads', () => sdpa.customSdpa(q(), { data: new Float32Array(0), dims: [1, 6, 0, 8] }, v(), { out: sentinelOut }), [/key/]],
     ['cache numKvHeads 0', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 0, headDim: 8 }), [/numKvHeads/]],
-    ['update k heads', () => cache.update(t([1, 1, 4, 8]), t([1, 1, 4, 8]), 4), [/\bk\b/, /numKvHeads/]],
-    ['attend q 3 heads over 2', () => cache.attend(t([1, 1, 3, 8]), { startPos: 3 }), [/\bq\b/]],
+    ['update k heads', () => cache.update(t([1, 1, 4, 8]), t([1, 1, 4, 8]), 4), [/\bkey\b/, /numKvHeads/]],
+    ['attend q 3 heads over 2', () => cache.attend(t([1, 1, 3, 8]), { startPos: 3 }), [/\bquery\b/]],
     ['torch 4 over 2 without enableGqa', () => sdpa.scaledDotProductAttention(t([1, 4, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4])), [/key/, /enableGqa/]],
     ['torch 4 over 3 with enableGqa', () => sdpa.scaledDotProductAttention(t([1, 4, 2, 4]), t([1, 3, 2, 4]), t([1, 3, 2, 4]), { enableGqa: true }), [/key/]],
   ]);
@@ -296,8 +296,8 @@ test('E_HEAD_DIM: query, key and value head dims differ', () => {
   runCases('E_HEAD_DIM', [
     ['key D', () => sdpa.customSdpa(q(), t([1, 6, 2, 4]), v(), { out: sentinelOut }), [/key/, /head dim/]],
     ['value D', () => sdpa.customSdpa(q(), k(), t([1, 6, 2, 16]), { out: sentinelOut }), [/value/]],
-    ['update k D', () => cache.update(t([1, 1, 2, 4]), t([1, 1, 2, 4]), 4), [/\bk\b/, /headDim/]],
-    ['attend q D', () => cache.attend(t([1, 1, 4, 4]), { startPos: 3 }), [/\bq\b/]],
+    ['update k D', () => cache.update(t([1, 1, 2, 4]), t([1, 1, 2, 4]), 4), [/\bkey\b/, /headDim/]],
+    ['attend q D', () => cache.attend(t([1, 1, 4, 4]), { startPos: 3 }), [/\bquery\b/]],
     ['torch key E', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 8]), t([1, 2, 2, 4])), [/key/]],
   ]);
 });
@@ -305,8 +305,8 @@ test('E_HEAD_DIM: query, key and value head dims differ', () => {
 test('E_KV_LEN: key and value sequence lengths differ', () => {
   runCases('E_KV_LEN', [
     ['customSdpa', () => sdpa.customSdpa(q(), k(), t([1, 5, 2, 8]), { out: sentinelOut }), [/value/, /5/]],
-    ['update', () => cache.update(ckv(2), ckv(1), 4), [/\bv\b/]],
-    ['step', () => cache.step(cq(1), ckv(1), ckv(2), 4, { out: heapOut }), [/\bv\b/]],
+    ['update', () => cache.update(ckv(2), ckv(1), 4), [/\bvalue\b/]],
+    ['step', () => cache.step(cq(1), ckv(1), ckv(2), 4, { out: heapOut }), [/\bvalue\b/]],
     ['torch', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 3, 4]), t([1, 2, 2, 4])), [/value/]],
   ]);
 });
@@ -417,7 +417,7 @@ test('E_DISPOSED: heap tensors, caches and instances; second dispose is a no-op'
   tk.dispose(); tm.dispose(); tv.dispose();
   runCases('E_DISPOSED', [
     ['reading .data', () => ht.data, [/disposed/]],
-    ['disposed q', () => cache.attend(ht, { startPos: 3, out: heapOut }), [/\bq\b/, /disposed/]],
+    ['disposed q', () => cache.attend(ht, { startPos: 3, out: heapOut }), [/\bquery\b/, /disposed/]],
     ['disposed out', () => sdpa.customSdpa(t([1, 1, 4, 8]), k(), v(), { out: ht }), [/out/]],
     ['cache update', () => c2.update(ckv(), ckv(), 0), [/cache/]],
     ['cache attend', () => c2.attend(cq(), { startPos: 0 }), [/cache/]],
@@ -427,7 +427,7 @@ test('E_DISPOSED: heap tensors, caches and instances; second dispose is a no-op'
     ['torch disposed key', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), tk, t([1, 2, 2, 4])), [/^scaledDotProductAttention: key/]],
     ['torch disposed value', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), tk), [/value/]],
     ['plan with a disposed mask', () => sdpa.planAttention(t([1, 2, 2, 4]), t([1, 2, 2, 4]), t([1, 2, 2, 4]), { attnMask: tm }), [/attnMask/]],
-    ['update disposed v', () => cache.update(ckv(), tv, 4), [/\bv\b/]],
+    ['update disposed v', () => cache.update(ckv(), tv, 4), [/\bvalue\b/]],
   ]);
   const other = await createSdpa({ threads: 1 });
   const oc = other.createKVCache({ maxSeqLen: 4, numKvHeads: 1, headDim: 4 });

@@ -1,0 +1,435 @@
+// parity.test.js: every relational rule lives in two layers, js/validate.js
+// (so that a JS call is rejected before anything is copied into wasm memory,
+// with no caller code run after the snapshot, and E_DISPOSED in table order)
+// and src/contract/check.c (so that a C caller and the fuzzer never reach the
+// kernels with a bad problem). Two copies of a rule drift unless something
+// holds them together: this file runs every rule case through the JS API and
+// through the C API directly (the sdpa_tensor / sdpa_options structs written
+// here, bypassing JS validation, as js/runtime.js writes them) and wants the
+// same code and the same message, word for word.
+//
+// Not here, because only JS can see them (docs/CONTRACT.md section 2, "The C
+// layer ..."): JS types and missing arguments, unknown options, dims entries
+// that are not int32 integers, a typed array's type (E_DTYPE, E_MASK_DTYPE
+// for a Float64Array, ...), the dtype field, detached buffers, views of wasm
+// memory outside a heap tensor, absent vs 0 (softcap: 0, window: 0), a scale
+// that overflows float32, attend's implied startPos, E_DISPOSED, and E_OOM
+// (JS refuses one allocation of 2 GiB first, with its own message).
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { createSdpa, SdpaError, STATUS_CODES, INTERNALS } from '../../js/index.js';
+import { heapState, memoryOwner } from '../../js/heap.js';
+import { typedArrayTag } from '../../js/intrinsics.js';
+import { rng, randTensor } from './helpers.js';
+
+let sdpa, M, core;
+const C = {};        // the C caches: plain, win (pointers)
+const J = {};        // the JS caches with the same contents
+const rand = rng(11);
+const Q = randTensor(rand, [1, 2, 4, 8]);
+const K = randTensor(rand, [1, 6, 2, 8]);
+const V = randTensor(rand, [1, 6, 2, 8]);
+const q = () => ({ data: Q.data.slice(), dims: Q.dims.slice() });
+const k = () => ({ data: K.data.slice(), dims: K.dims.slice() });
+const v = () => ({ data: V.data.slice(), dims: V.dims.slice() });
+const t = (dims, fill = 0.5) => ({ data: new Float32Array(dims.reduce((a, b) => a * b, 1)).fill(fill), dims });
+const b8 = (dims) => ({ data: new Uint8Array(dims.reduce((a, b) => a * b, 1)).fill(1), dims });
+const cq = (S = 1) => t([1, S, 4, 8], 0.25);
+const ckv = (S = 1) => t([1, S, 2, 8], 0.75);
+const wq = (S = 1) => t([1, S, 2, 4], 0.25);
+const wkv = (S = 1) => t([1, S, 1, 4], 0.75);
+
+const PLAIN = { maxSeqLen: 8, numKvHeads: 2, headDim: 8 };
+const WIN = { maxSeqLen: 1024, numKvHeads: 1, headDim: 4, window: 8, sinkTokens: 2 };
+const WIN_ROWS = 300;  // evicts rows 2 .. windowStart-1
+
+// ---------------------------------------------------------------------------
+// Writing the C structs ourselves (js/runtime.js's layout, src/wasm/exports.c)
+
+const DTYPE = { float32: 1, bool: 2 };
+let allocs = [];
+const malloc = (n) => { const p = M._malloc(Math.max(n, 16)) >>> 0; allocs.push(p); return p; };
+const freeAll = () => { for (const p of allocs) M._free(p); allocs = []; };
+const u8 = () => core.views().u8, i32 = () => core.views().i32, u32 = () => core.views().u32, f32 = () => core.views().f32;
+
+/** The address of x's bytes in wasm memory; one copy per foreign ArrayBuffer, so that aliasing stays aliasing. */
+function addressOf(x, copies) {
+  const hs = heapState(x);
+  if (hs) return hs.ptr;
+  const buf = x.data.buffer;
+  if (memoryOwner(buf) === core) return x.data.byteOffset;
+  if (!copies.has(buf)) {
+    const p = malloc(buf.byteLength);
+    u8().set(new Uint8Array(buf), p);
+    copies.set(buf, p);
+  }
+  return copies.get(buf) + x.data.byteOffset;
+}
+
+/** An sdpa_tensor for x (null: none) at a fresh address; returns the address (0 for null). */
+function tensor(x, copies) {
+  if (x === null || x === undefined) return 0;
+  const at = malloc(32);
+  const hs = heapState(x);
+  const dims = hs ? hs.dims : x.dims;
+  const len = hs ? hs.n : x.data.length;
+  const dtype = hs ? DTYPE[hs.dtype] : ({ Float32Array: 1, Uint8Array: 2 })[typedArrayTag(x.data)] ?? 0;
+  const w = at >>> 2;
+  u32()[w] = addressOf(x, copies);
+  u32()[w + 1] = len;
+  i32()[w + 2] = dtype;
+  i32()[w + 3] = dims.length;
+  for (let i = 0; i < 4; i++) i32()[w + 4 + i] = i < dims.length ? dims[i] : 0;
+  return at;
+}
+
+/** An sdpa_options (js/runtime.js putOptions, but with dropoutP written as given). */
+function options(o, startPos, isCausal, copies) {
+  const at = malloc(40), w = at >>> 2;
+  u32()[w] = startPos % 0x100000000;
+  u32()[w + 1] = startPos < 0 ? 0xffffffff : Math.floor(startPos / 0x100000000);
+  i32()[w + 2] = isCausal ? 1 : 0;
+  i32()[w + 3] = o.scale === undefined ? 0 : 1;
+  f32()[w + 4] = o.scale ?? 0;
+  f32()[w + 5] = o.dropoutP ?? 0;
+  i32()[w + 6] = o.window ?? 0;
+  f32()[w + 7] = o.softcap ?? 0;
+  u32()[w + 8] = tensor(o.sinks, copies);
+  u32()[w + 9] = 0;
+  return at;
+}
+
+/** A fresh output for a query (the JS call makes one when no out is given). */
+function outFor(o, qx, copies) {
+  if (o.out) return tensor(o.out, copies);
+  const hs = heapState(qx);
+  const dims = hs ? hs.dims : qx.dims;
+  return tensor({ data: new Float32Array(dims.reduce((a, b) => a * b, 1)), dims }, copies);
+}
+
+/** The C call of a case: { code, message }. */
+function viaC(kind, which, args) {
+  const copies = new Map();
+  const cache = C[which];
+  let st;
+  try {
+    switch (kind) {
+      case 'custom': {
+        const [qx, kx, vx, o = {}] = args;
+        st = M._sdpa_custom(core.ctx, tensor(qx, copies), tensor(kx, copies), tensor(vx, copies), tensor(o.attnMask, copies),
+          options(o, o.startPos ?? 0, o.isCausal ?? false, copies), outFor(o, qx, copies));
+        break;
+      }
+      case 'attend': {
+        const [qx, o = {}] = args;
+        st = M._sdpa_kv_cache_attend(core.ctx, cache, tensor(qx, copies), tensor(o.attnMask, copies),
+          options(o, o.startPos, o.isCausal ?? !o.attnMask, copies), outFor(o, qx, copies));
+        break;
+      }
+      case 'step': {
+        const [qx, kx, vx, sp, o = {}] = args;
+        st = M._sdpa_kv_cache_step(core.ctx, cache, tensor(qx, copies), tensor(kx, copies), tensor(vx, copies), tensor(o.attnMask, copies),
+          options(o, sp ?? M._sdpa_kv_cache_length(cache), o.isCausal ?? !o.attnMask, copies), outFor(o, qx, copies));
+        break;
+      }
+      case 'update': {
+        const [kx, vx, sp] = args;
+        st = M._sdpa_kv_cache_update(core.ctx, cache, tensor(kx, copies), tensor(vx, copies), sp ?? M._sdpa_kv_cache_length(cache));
+        break;
+      }
+      case 'read': {
+        const [s, n] = args;
+        const geo = which === 'plain' ? PLAIN : WIN;
+        const dims = [1, Math.max(n, 1), geo.numKvHeads, geo.headDim];
+        const mk = () => tensor({ data: new Float32Array(dims.reduce((a, b) => a * b, 1)), dims }, copies);
+        st = M._sdpa_kv_cache_read(core.ctx, cache, s, n, mk(), mk());
+        break;
+      }
+      case 'truncate':
+        st = M._sdpa_kv_cache_truncate(core.ctx, cache, args[0]);
+        break;
+      case 'create': case 'plan': {
+        const g = { batch: 1, window: 0, sinkTokens: 0, dtype: 'float32', maxSeqLen: 0x7fffffff - 65536, ...args[0] };
+        const dt = { float32: 1, float16: 3, int8: 4 }[g.dtype] ?? 0;
+        const at = malloc(40);
+        st = kind === 'create'
+          ? M._sdpa_kv_cache_create_windowed(core.ctx, g.batch, g.maxSeqLen, g.numKvHeads, g.headDim, dt, g.window, g.sinkTokens, at)
+          : M._sdpa_kv_cache_plan(core.ctx, g.batch, g.maxSeqLen, g.numKvHeads, g.headDim, dt, g.window, g.sinkTokens, args[1] ?? g.maxSeqLen, at);
+        if (kind === 'create' && st === 0) M._sdpa_kv_cache_free(u32()[at >>> 2]);
+        break;
+      }
+      default: throw new Error(kind);
+    }
+  } finally { freeAll(); }
+  return { code: STATUS_CODES[st], message: st ? core.readCString(M._sdpa_ctx_last_error(core.ctx)) : '' };
+}
+
+/** The JS call of a case: { code, message }. */
+function viaJS(kind, which, args) {
+  const cache = J[which];
+  try {
+    switch (kind) {
+      case 'custom': sdpa.customSdpa(...args); break;
+      case 'attend': cache.attend(...args); break;
+      case 'step': cache.step(...args); break;
+      case 'update': cache.update(...args); break;
+      case 'read': cache.read(...args); break;
+      case 'truncate': cache.truncate(...args); break;
+      case 'create': sdpa.createKVCache(...args).dispose(); break;
+      case 'plan': sdpa.kvCacheSize(...args); break;
+      default: throw new Error(kind);
+    }
+  } catch (e) {
+    if (!(e instanceof SdpaError)) throw e;
+    return { code: e.code, message: e.message };
+  }
+  return { code: 'OK', message: '' };
+}
+
+let cases = 0;
+/** [label, kind, which cache, args (a function: fresh tensors for each layer), code] */
+function parity(list) {
+  for (const [label, kind, which, mk, code] of list) {
+    const js = viaJS(kind, which, mk());
+    const c = viaC(kind, which, mk());
+    assert.is(js.code, code, `${label}: JS gave ${js.code}: ${js.message}`);
+    assert.is(c.code, js.code, `${label}: C gave ${c.code} (${c.message}), JS ${js.code} (${js.message})`);
+    assert.is(c.message, js.message, `${label}: the messages differ`);
+    cases++;
+  }
+}
+
+test.before(async () => {
+  sdpa = await createSdpa({ threads: 1 });
+  ({ M, core } = sdpa[INTERNALS]);
+  const make = (g, rows, seed) => {
+    const at = malloc(8);
+    assert.is(M._sdpa_kv_cache_create_windowed(core.ctx, 1, g.maxSeqLen, g.numKvHeads, g.headDim, 1, g.window ?? 0, g.sinkTokens ?? 0, at), 0);
+    const ptr = u32()[at >>> 2];
+    freeAll();
+    const js = sdpa.createKVCache(g);
+    const r = rng(seed);
+    const kk = randTensor(r, [1, rows, g.numKvHeads, g.headDim]), vv = randTensor(r, [1, rows, g.numKvHeads, g.headDim]);
+    js.update(kk, vv, 0);
+    const copies = new Map();
+    assert.is(M._sdpa_kv_cache_update(core.ctx, ptr, tensor(kk, copies), tensor(vv, copies), 0), 0);
+    freeAll();
+    return [ptr, js];
+  };
+  [C.plain, J.plain] = make(PLAIN, 4, 1);
+  [C.win, J.win] = make(WIN, WIN_ROWS, 2);
+  assert.is(M._sdpa_kv_cache_window_start(C.win), J.win.windowStart);
+  assert.ok(J.win.windowStart > WIN.sinkTokens, 'the windowed cache evicted rows');
+});
+test.after(() => {
+  M._sdpa_kv_cache_free(C.plain);
+  M._sdpa_kv_cache_free(C.win);
+  sdpa.dispose();
+});
+
+test('E_ARG: aliasing, inputs in cache storage, window with a mask, the windowed cache rules', () => {
+  const qq = q();
+  const hq = sdpa.allocTensor('float32', [1, 2, 4, 8]);
+  const heapOut = sdpa.allocTensor('float32', [1, 1, 4, 8]);
+  const kk = k();
+  parity([
+    ['out aliases query', 'custom', null, () => [qq, k(), v(), { out: { data: qq.data, dims: [1, 2, 4, 8] } }], 'E_ARG'],
+    ['out overlaps key', 'custom', null, () => [q(), kk, v(), { out: { data: new Float32Array(kk.data.buffer, 32, 64), dims: [1, 2, 4, 8] } }], 'E_ARG'],
+    ['out overlaps value', 'custom', null, () => { const vv = v(); return [q(), k(), vv, { out: { data: vv.data.subarray(0, 64), dims: [1, 2, 4, 8] } }]; }, 'E_ARG'],
+    ['out overlaps the mask', 'custom', null, () => { const m = t([2, 6], 0); const big = new Float32Array(64); return [q(), k(), v(), { attnMask: { data: big.subarray(0, 12), dims: [2, 6] }, out: { data: big, dims: [1, 2, 4, 8] } }]; }, 'E_ARG'],
+    ['out overlaps sinks', 'custom', null, () => { const big = new Float32Array(64); return [q(), k(), v(), { sinks: { data: big.subarray(60), dims: [4] }, out: { data: big, dims: [1, 2, 4, 8] } }]; }, 'E_ARG'],
+    ['heap out is heap query', 'custom', null, () => [hq, k(), v(), { out: hq }], 'E_ARG'],
+    ['attend out aliases query', 'attend', 'plain', () => [heapOut, { startPos: 3, out: heapOut }], 'E_ARG'],
+    ['step out aliases the new key', 'step', 'plain', () => { const big = new Float32Array(32); return [cq(), { data: big.subarray(0, 16), dims: [1, 1, 2, 8] }, ckv(), 4, { out: { data: big, dims: [1, 1, 4, 8] } }]; }, 'E_ARG'],
+    ['window and a mask', 'custom', null, () => [q(), k(), v(), { window: 2, attnMask: t([2, 6], 0) }], 'E_ARG'],
+    ['windowed cache: a mask', 'attend', 'win', () => [wq(), { startPos: WIN_ROWS - 1, attnMask: t([1, 8], 0) }], 'E_ARG'],
+    ['windowed cache: isCausal false', 'attend', 'win', () => [wq(), { startPos: WIN_ROWS - 1, isCausal: false }], 'E_ARG'],
+    ['windowed cache: a wider window', 'attend', 'win', () => [wq(), { startPos: WIN_ROWS - 1, window: 9 }], 'E_ARG'],
+    ['windowed cache step: a mask', 'step', 'win', () => [wq(), wkv(), wkv(), WIN_ROWS, { attnMask: t([1, 8], 0) }], 'E_ARG'],
+    ['windowed cache step: isCausal false', 'step', 'win', () => [wq(), wkv(), wkv(), WIN_ROWS, { isCausal: false }], 'E_ARG'],
+    ['windowed cache step: window and mask (window first)', 'step', 'win', () => [wq(), wkv(), wkv(), WIN_ROWS, { window: 2, attnMask: t([1, 8], 0) }], 'E_ARG'],
+    ['createKVCache: sinkTokens without window', 'create', null, () => [{ maxSeqLen: 8, numKvHeads: 2, headDim: 8, sinkTokens: 2 }], 'E_ARG'],
+  ]);
+  hq.dispose(); heapOut.dispose();
+});
+
+test('E_ARG: inputs and out inside the cache storage', () => {
+  // a view of the JS cache's pages (its value rows): the C cache's pages are in the same pool
+  const f32v = new Float32Array(core.currentBuffer());
+  const page = M._sdpa_kv_cache_page(C.plain, 0, 0, 0, 1) >>> 2;
+  assert.ok(page > 0);
+  const view = f32v.subarray(page, page + 32);
+  const inCache = (dims) => ({ data: view.subarray(0, dims.reduce((a, b) => a * b, 1)), dims });
+  parity([
+    ['attend out in the cache', 'attend', 'plain', () => [cq(), { startPos: 3, out: inCache([1, 1, 4, 8]) }], 'E_ARG'],
+    ['attend query in the cache', 'attend', 'plain', () => [inCache([1, 1, 4, 8]), { startPos: 3 }], 'E_ARG'],
+    ['attend mask in the cache', 'attend', 'plain', () => [cq(), { attnMask: inCache([1, 4]) }], 'E_ARG'],
+    ['step query in the cache', 'step', 'plain', () => [inCache([1, 1, 4, 8]), ckv(), ckv(), 4], 'E_ARG'],
+    ['step key in the cache', 'step', 'plain', () => [cq(), inCache([1, 1, 2, 8]), ckv(), 4], 'E_ARG'],
+    ['step query and key in the cache (query first)', 'step', 'plain', () => [inCache([1, 1, 4, 8]), inCache([1, 1, 2, 8]), ckv(), 4], 'E_ARG'],
+    ['update value in the cache', 'update', 'plain', () => [ckv(), inCache([1, 1, 2, 8]), 4], 'E_ARG'],
+  ]);
+});
+
+test('E_RANK', () => {
+  const h1 = sdpa.allocTensor('float32', [64]), h3 = sdpa.allocTensor('float32', [1, 4, 8]);
+  parity([
+    ['heap query 1-D', 'custom', null, () => [h1, k(), v()], 'E_RANK'],
+    ['heap query 3-D through the cache', 'step', 'plain', () => [h3, ckv(), ckv(), 4], 'E_RANK'],
+    ['query 3-D', 'custom', null, () => [{ data: Q.data, dims: [2, 4, 8] }, k(), v(), { out: t([1, 2, 4, 8]) }], 'E_RANK'],
+    ['value 2-D', 'custom', null, () => [q(), k(), { data: V.data, dims: [12, 8] }], 'E_RANK'],
+    ['mask 3-D', 'custom', null, () => [q(), k(), v(), { attnMask: t([1, 2, 6], 0) }], 'E_RANK'],
+    ['mask 1-D', 'custom', null, () => [q(), k(), v(), { attnMask: t([12], 0) }], 'E_RANK'],
+    ['sinks 2-D', 'custom', null, () => [q(), k(), v(), { sinks: t([2, 2], 0) }], 'E_RANK'],
+    ['update key 3-D', 'update', 'plain', () => [{ data: new Float32Array(16), dims: [1, 2, 8] }, ckv(), 4], 'E_RANK'],
+    ['attend query 3-D', 'attend', 'plain', () => [{ data: new Float32Array(32), dims: [1, 4, 8] }, { startPos: 3 }], 'E_RANK'],
+    ['rank beats dropout', 'custom', null, () => [{ data: Q.data, dims: [2, 4, 8] }, k(), v(), { dropoutP: 0.5, out: t([1, 2, 4, 8]) }], 'E_RANK'],
+  ]);
+  h1.dispose(); h3.dispose();
+});
+
+test('E_DIMS', () => {
+  const heapOut = sdpa.allocTensor('float32', [1, 1, 4, 8]), heapOut2 = sdpa.allocTensor('float32', [1, 1, 4, 8]);
+  parity([
+    ['Sq = 0', 'custom', null, () => [{ data: new Float32Array(0), dims: [1, 0, 4, 8] }, k(), v(), { out: t([1, 2, 4, 8]) }], 'E_DIMS'],
+    ['negative batch', 'custom', null, () => [q(), k(), { data: V.data, dims: [-1, 6, 2, 8] }], 'E_DIMS'],
+    ['data length', 'custom', null, () => [{ data: Q.data.subarray(1), dims: [1, 2, 4, 8] }, k(), v(), { out: t([1, 2, 4, 8]) }], 'E_DIMS'],
+    ['out dims', 'custom', null, () => [q(), k(), v(), { out: { data: new Float32Array(64), dims: [1, 4, 2, 8] } }], 'E_DIMS'],
+    ['out rank', 'custom', null, () => [q(), k(), v(), { out: { data: new Float32Array(64), dims: [2, 4, 8] } }], 'E_DIMS'],
+    ['heap out of another shape', 'custom', null, () => [q(), k(), v(), { out: heapOut }], 'E_DIMS'],
+    ['step: query rows vs key rows', 'step', 'plain', () => [heapOut, ckv(2), ckv(2), 4, { out: heapOut2 }], 'E_DIMS'],
+    ['step: rows differ as in [B, H, S, D]', 'step', 'plain', () => [t([1, 4, 1, 8]), t([1, 2, 1, 8]), t([1, 2, 1, 8]), 3], 'E_DIMS'],
+    ['mask length', 'custom', null, () => [q(), k(), v(), { attnMask: { data: new Float32Array(11), dims: [2, 6] } }], 'E_DIMS'],
+    ['mask dim 0', 'custom', null, () => [q(), k(), v(), { attnMask: { data: new Float32Array(0), dims: [2, 0] } }], 'E_DIMS'],
+    ['update length', 'update', 'plain', () => [{ data: new Float32Array(15), dims: [1, 1, 2, 8] }, ckv(), 4], 'E_DIMS'],
+    ['step: query and key lengths differ', 'step', 'plain', () => [cq(2), ckv(1), ckv(1), 4], 'E_DIMS'],
+    ['step: lengths differ beats a far startPos', 'step', 'plain', () => [cq(2), ckv(1), ckv(1), 9, {}], 'E_DIMS'],
+    ['read length 0', 'read', 'plain', () => [0, 0], 'E_DIMS'],
+    ['out 0 heads vs query', 'custom', null, () => [{ data: new Float32Array(0), dims: [1, 2, 0, 8] }, k(), v(), { out: t([1, 2, 4, 8]) }], 'E_DIMS'],
+    ['createKVCache maxSeqLen 0', 'create', null, () => [{ maxSeqLen: 0, numKvHeads: 2, headDim: 8 }], 'E_DIMS'],
+    ['createKVCache batch -1', 'create', null, () => [{ batch: -1, maxSeqLen: 8, numKvHeads: 2, headDim: 8 }], 'E_DIMS'],
+    ['createKVCache headDim -3', 'create', null, () => [{ maxSeqLen: 8, numKvHeads: 2, headDim: -3 }], 'E_DIMS'],
+    ['createKVCache numKvHeads -2', 'create', null, () => [{ maxSeqLen: 8, numKvHeads: -2, headDim: 8 }], 'E_DIMS'],
+    ['createKVCache maxSeqLen past the key index', 'create', null, () => [{ maxSeqLen: 0x7fffffff, numKvHeads: 2, headDim: 8 }], 'E_DIMS'],
+    ['createKVCache maxSeqLen past the key index and a bad dtype', 'create', null, () => [{ maxSeqLen: 0x7fffffff, numKvHeads: 2, headDim: 8, dtype: 'bfloat16' }], 'E_DIMS'],
+    ['createKVCache window -1', 'create', null, () => [{ maxSeqLen: 8, numKvHeads: 2, headDim: 8, window: -1 }], 'E_DIMS'],
+    ['createKVCache sinkTokens -1', 'create', null, () => [{ numKvHeads: 2, headDim: 8, window: 4, sinkTokens: -1 }], 'E_DIMS'],
+    ['createKVCache window past the key index', 'create', null, () => [{ numKvHeads: 2, headDim: 8, window: 0x7fff0000 }], 'E_DIMS'],
+    ['kvCacheSize rows -1', 'plan', null, () => [PLAIN, -1], 'E_DIMS'],
+  ]);
+  heapOut.dispose(); heapOut2.dispose();
+});
+
+test('E_DTYPE (bool tensors: a dtype both layers know)', () => {
+  const boolOut = sdpa.allocTensor('bool', [1, 2, 4, 8]);
+  parity([
+    ['value bool', 'custom', null, () => [q(), k(), b8([1, 6, 2, 8])], 'E_DTYPE'],
+    ['query bool', 'custom', null, () => [b8([1, 2, 4, 8]), k(), v()], 'E_DTYPE'],
+    ['sinks bool', 'custom', null, () => [q(), k(), v(), { sinks: b8([4]) }], 'E_DTYPE'],
+    ['out bool heap tensor', 'custom', null, () => [q(), k(), v(), { out: boolOut }], 'E_DTYPE'],
+    ['update key bool', 'update', 'plain', () => [b8([1, 1, 2, 8]), ckv(), 4], 'E_DTYPE'],
+    ['step query and key bool (query first)', 'step', 'plain', () => [b8([1, 1, 4, 8]), b8([1, 1, 2, 8]), ckv(), 4], 'E_DTYPE'],
+    ['attend query bool', 'attend', 'plain', () => [b8([1, 1, 4, 8]), { startPos: 3 }], 'E_DTYPE'],
+  ]);
+  boolOut.dispose();
+});
+
+test('E_BATCH, E_HEADS, E_HEAD_DIM, E_KV_LEN', () => {
+  parity([
+    ['key batch', 'custom', null, () => [q(), t([2, 6, 2, 8]), t([2, 6, 2, 8])], 'E_BATCH'],
+    ['value batch', 'custom', null, () => [q(), k(), t([2, 6, 2, 8])], 'E_BATCH'],
+    ['out batch', 'custom', null, () => [q(), k(), v(), { out: t([2, 2, 4, 8]) }], 'E_BATCH'],
+    ['batch beats 0 heads', 'custom', null, () => [q(), { data: new Float32Array(0), dims: [1, 6, 0, 8] }, t([2, 6, 2, 8])], 'E_BATCH'],
+    ['update key batch', 'update', 'plain', () => [t([2, 1, 2, 8]), t([2, 1, 2, 8]), 4], 'E_BATCH'],
+    ['attend query batch', 'attend', 'plain', () => [t([2, 1, 4, 8]), { startPos: 3 }], 'E_BATCH'],
+    ['GQA: 4 over 3', 'custom', null, () => [q(), t([1, 6, 3, 8]), t([1, 6, 3, 8])], 'E_HEADS'],
+    ['key heads exceed query heads', 'custom', null, () => [q(), t([1, 6, 8, 8]), t([1, 6, 8, 8])], 'E_HEADS'],
+    ['key heads != value heads', 'custom', null, () => [q(), k(), t([1, 6, 4, 8])], 'E_HEADS'],
+    ['query with 0 heads', 'custom', null, () => [{ data: new Float32Array(0), dims: [1, 2, 0, 8] }, k(), v()], 'E_HEADS'],
+    ['key with 0 heads', 'custom', null, () => [q(), { data: new Float32Array(0), dims: [1, 6, 0, 8] }, v()], 'E_HEADS'],
+    ['PyTorch layout hint', 'custom', null, () => [t([1, 4, 2, 8]), t([1, 2, 6, 8]), t([1, 2, 6, 8])], 'E_HEADS'],
+    ['sinks of the wrong length', 'custom', null, () => [q(), k(), v(), { sinks: t([3], 0) }], 'E_HEADS'],
+    ['update key heads', 'update', 'plain', () => [t([1, 1, 4, 8]), t([1, 1, 4, 8]), 4], 'E_HEADS'],
+    ['update key heads, [B, H, S, D] hint', 'update', 'plain', () => [t([1, 2, 1, 8]), t([1, 2, 1, 8]), 4], 'E_HEADS'],
+    ['update heads beat a far startPos', 'update', 'plain', () => [t([1, 1, 3, 8]), t([1, 1, 3, 4]), 8], 'E_HEADS'],
+    ['attend query 3 heads over 2', 'attend', 'plain', () => [t([1, 1, 3, 8]), { startPos: 3 }], 'E_HEADS'],
+    ['createKVCache numKvHeads 0', 'create', null, () => [{ maxSeqLen: 8, numKvHeads: 0, headDim: 8 }], 'E_HEADS'],
+    ['key D', 'custom', null, () => [q(), t([1, 6, 2, 4]), v()], 'E_HEAD_DIM'],
+    ['value D', 'custom', null, () => [q(), k(), t([1, 6, 2, 16])], 'E_HEAD_DIM'],
+    ['update key D', 'update', 'plain', () => [t([1, 1, 2, 4]), t([1, 1, 2, 4]), 4], 'E_HEAD_DIM'],
+    ['attend query D', 'attend', 'plain', () => [t([1, 1, 4, 4]), { startPos: 3 }], 'E_HEAD_DIM'],
+    ['key/value lengths', 'custom', null, () => [q(), k(), t([1, 5, 2, 8])], 'E_KV_LEN'],
+    ['update lengths', 'update', 'plain', () => [ckv(2), ckv(1), 4], 'E_KV_LEN'],
+    ['step lengths', 'step', 'plain', () => [cq(1), ckv(1), ckv(2), 4], 'E_KV_LEN'],
+  ]);
+});
+
+test('E_START_POS', () => {
+  parity([
+    ['negative', 'custom', null, () => [q(), k(), v(), { startPos: -1 }], 'E_START_POS'],
+    ['past the keys', 'custom', null, () => [q(), k(), v(), { startPos: 5 }], 'E_START_POS'],
+    ['past the keys, [B, H, S, D] hint', 'custom', null, () => [t([1, 4, 2, 8]), t([1, 2, 3, 8]), t([1, 2, 3, 8])], 'E_HEADS'],
+    ['update negative', 'update', 'plain', () => [ckv(), ckv(), -2], 'E_START_POS'],
+    ['attend past maxSeqLen', 'attend', 'plain', () => [cq(2), { startPos: 7 }], 'E_START_POS'],
+    ['read negative start', 'read', 'plain', () => [-1, 1], 'E_START_POS'],
+    ['update leaving a hole', 'update', 'plain', () => [ckv(), ckv(), 5], 'E_START_POS'],
+    ['step leaving a hole', 'step', 'plain', () => [cq(), ckv(), ckv(), 6, { isCausal: true }], 'E_START_POS'],
+    ['attend a row past the rows written', 'attend', 'plain', () => [cq(1), { startPos: 4 }], 'E_START_POS'],
+    ['attend two rows, the last past the rows written', 'attend', 'plain', () => [cq(2), { startPos: 3, isCausal: false }], 'E_START_POS'],
+    ['truncate negative', 'truncate', 'plain', () => [-1], 'E_START_POS'],
+    ['start pos beats a mask dtype', 'custom', null, () => [q(), k(), v(), { startPos: -1, attnMask: t([2, 6], 0) }], 'E_START_POS'],
+    ['windowed: a write into evicted rows', 'update', 'win', () => [wkv(), wkv(), 100], 'E_START_POS'],
+    ['windowed: a step into evicted rows', 'step', 'win', () => [wq(), wkv(), wkv(), 100], 'E_START_POS'],
+    ['windowed: the window reaches evicted rows', 'attend', 'win', () => [wq(), { startPos: J.win.windowStart + 2 }], 'E_START_POS'],
+    ['windowed: attend past the rows written', 'attend', 'win', () => [wq(), { startPos: WIN_ROWS }], 'E_START_POS'],
+  ]);
+});
+
+test('E_CAPACITY', () => {
+  parity([
+    ['update past the end', 'update', 'plain', () => [ckv(5), ckv(5), 4], 'E_CAPACITY'],
+    ['append past the end', 'update', 'plain', () => [ckv(5), ckv(5)], 'E_CAPACITY'],
+    ['step past the end', 'step', 'plain', () => [cq(5), ckv(5), ckv(5), 4, { isCausal: true }], 'E_CAPACITY'],
+    ['step past the end with a mask', 'step', 'plain', () => [cq(5), ckv(5), ckv(5), 4, { attnMask: t([5, 8], 0) }], 'E_CAPACITY'],
+    ['truncate past the rows written', 'truncate', 'plain', () => [5], 'E_CAPACITY'],
+    ['read past the end', 'read', 'plain', () => [6, 3], 'E_CAPACITY'],
+    ['read one row past the end', 'read', 'plain', () => [8, 1], 'E_CAPACITY'],
+    ['windowed: read evicted rows', 'read', 'win', () => [1, 10], 'E_CAPACITY'],
+    ['windowed: read unwritten rows', 'read', 'win', () => [WIN_ROWS - 1, 2], 'E_CAPACITY'],
+    ['windowed: truncate into the evicted rows', 'truncate', 'win', () => [10], 'E_CAPACITY'],
+    ['kvCacheSize rows past maxSeqLen', 'plan', null, () => [PLAIN, 9], 'E_CAPACITY'],
+  ]);
+});
+
+test('E_MASK_SHAPE, E_MASK_CAUSAL, E_DROPOUT, E_SCALE', () => {
+  const heapOut = sdpa.allocTensor('float32', [1, 1, 4, 8]);
+  parity([
+    ['mask rows != Sq', 'custom', null, () => [q(), k(), v(), { attnMask: t([3, 6], 0) }], 'E_MASK_SHAPE'],
+    ['mask N > Skv', 'custom', null, () => [q(), k(), v(), { attnMask: t([2, 7], 0) }], 'E_MASK_SHAPE'],
+    ['bool mask broadcast row', 'custom', null, () => [q(), k(), v(), { attnMask: b8([1, 6]) }], 'E_MASK_SHAPE'],
+    ['attend N > maxSeqLen', 'attend', 'plain', () => [cq(), { attnMask: t([1, 9], 0), out: heapOut }], 'E_MASK_SHAPE'],
+    ['step mask rows != Sq', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { attnMask: t([2, 5], 0) }], 'E_MASK_SHAPE'],
+    ['mask shape beats the rest', 'custom', null, () => [q(), k(), v(), { startPos: 5, attnMask: t([2, 7], 0), isCausal: true }], 'E_MASK_SHAPE'],
+    ['mask and isCausal', 'custom', null, () => [q(), k(), v(), { attnMask: t([2, 6], 0), isCausal: true }], 'E_MASK_CAUSAL'],
+    ['attend mask and isCausal', 'attend', 'plain', () => [cq(), { attnMask: t([1, 4], 0), isCausal: true }], 'E_MASK_CAUSAL'],
+    ['step mask and isCausal', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { attnMask: t([1, 5], 0), isCausal: true }], 'E_MASK_CAUSAL'],
+    ['dropoutP 0.5', 'custom', null, () => [q(), k(), v(), { dropoutP: 0.5 }], 'E_DROPOUT'],
+    ['dropoutP NaN', 'custom', null, () => [q(), k(), v(), { dropoutP: NaN }], 'E_DROPOUT'],
+    ['step dropoutP', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { dropoutP: 0.5 }], 'E_DROPOUT'],
+    ['scale 0', 'custom', null, () => [q(), k(), v(), { scale: 0 }], 'E_SCALE'],
+    ['scale -1', 'custom', null, () => [q(), k(), v(), { scale: -1 }], 'E_SCALE'],
+    ['scale Infinity', 'custom', null, () => [q(), k(), v(), { scale: Infinity }], 'E_SCALE'],
+    ['scale NaN', 'custom', null, () => [q(), k(), v(), { scale: NaN }], 'E_SCALE'],
+    ['attend scale 0', 'attend', 'plain', () => [cq(), { startPos: 3, scale: 0 }], 'E_SCALE'],
+    ['softcap -2', 'custom', null, () => [q(), k(), v(), { softcap: -2 }], 'E_SCALE'],
+    ['softcap NaN', 'attend', 'plain', () => [cq(), { startPos: 3, softcap: NaN }], 'E_SCALE'],
+  ]);
+  heapOut.dispose();
+});
+
+test('every case agreed', () => {
+  assert.ok(cases === 136, `${cases} cases`);
+  console.log(`  parity: ${cases} rule cases, JS and C agree on code and message`);
+});
+
+test.run();
