@@ -7,8 +7,9 @@
  * 4 keys' (k[d], k[d+1]) with a broadcast (q16[d], q16[d+1]). A lane holds
  * one key's whole sum; the zero point comes off through sum(q16) and the two
  * scales are applied once per score. qmax = 32767 up to D = 257, lower above
- * so that sum q16 * (k - zp) (|k - zp| <= 255) fits an int32 lane; D > 1024
- * (qmax < 8224) decodes K instead. The relative error of q16 is ~1 / (2 qmax).
+ * so that sum q16 * (k - zp) (|k - zp| <= 255) fits an int32 lane; D >
+ * INT_Q_MAX_DIM = 1024 (qmax < 8224) decodes K instead (K_I8_DECODED, in
+ * flash.c). The relative error of q16 is ~1 / (2 qmax).
  *
  * P.V: after the softmax, a row's weights times the value rows' scales, w =
  * p * vscale, are quantized per tile to int16, w ~ wq * wscale with wscale =
@@ -113,7 +114,7 @@ static FLASH_INLINE void i8_key_scores(const block_state * st, int32_t x0, v128_
  * of 8 (16 for a single row), 4 rows at a time; scores past nt, up to the
  * pass, are computed from the page's rows and dropped by the caller. A pass
  * touches its share of the blocks ta_block and tb_block (NULL, or the V and
- * K of a tile ahead), as qk_groups does. */
+ * K of a tile ahead), as flash.c's qk_groups does. */
 uint32_t sdpa_int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
                           const void * ta_block, const void * tb_block) {
     const sdpa_page_format * fmt = f->p->kv.format;
