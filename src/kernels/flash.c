@@ -18,7 +18,7 @@
  * K block is stored that way (cache/kv_format.h) and read in place, a
  * float16 page's too (converted as loaded) or decoded into it, caller
  * tensors are transposed into it; int8 pages run Q.K and P.V as integer dot
- * products on their own layouts (flash_int8.c). Every key's score is the
+ * products on their own layouts (flash_int8.h). Every key's score is the
  * same sum in the same order whatever its source, so cache.attend and
  * customSdpa over the same rows agree bit for bit.
  *
@@ -47,6 +47,7 @@
  */
 #include "kernels/kernels.h"
 #include "kernels/flash_private.h"
+#include "kernels/flash_int8.h"
 #include "cache/page_pool.h"
 
 #include <float.h>
@@ -412,7 +413,7 @@ static void pv_rows_f16(float * acc, size_t lda, const float * p, size_t ldp, in
  *     touches its own V and the K and V of the tiles before TOUCH_AHEAD at
  *     once (touch_tiles_ahead); then every tile's score pass touches the K
  *     and V of the tile TOUCH_AHEAD on, a line per step (qk_group_rows,
- *     i8_key_rows in flash_int8.c; an int8 page whose K is decoded does the
+ *     i8_key_rows in flash_int8.h; an int8 page whose K is decoded does the
  *     first-tile touches only);
  *   caller tensors: transpose_k_rows touches the tile's own V rows;
  *   a float16 page decoded for an Inf or NaN: nothing.
@@ -531,7 +532,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
             st->bmask[x] = (const uint8_t *)p->mask + (size_t)i * p->mask_stride;
     }
     if (f->k_src == K_I8_PAGE) {  /* integer Q.K: the float kernels' broadcast q is not needed */
-        sdpa_int8_quantize_q(f, st);
+        quantize_q(f, st);
         return;
     }
     for (int32_t x = 0; x < st->n; x++)
@@ -663,7 +664,7 @@ static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks,
         case K_F16_PAGE:
             return qk_groups_f16(st->qs, ldqs, n, tile_block(kv->format, page, r0, 0), ldg, nt, D, st->s, ahead->v, ahead->k);
         case K_I8_PAGE:
-            return sdpa_int8_scores(f, st, page, r0, nt, ahead->v, ahead->k);
+            return int8_scores(f, st, page, r0, nt, ahead->v, ahead->k);
         case K_F32_TRANSPOSED: {
             const uint32_t touched = transpose_k_rows(sdpa_kv_key(kv, b, hk, ts), kv->stride_t, nt, D, st->ktile,
                                                       sdpa_kv_value(kv, b, hk, ts), kv->stride_t);
@@ -757,8 +758,8 @@ static void tile_values(const flash_plan * f, block_state * st, v_source vs, int
         case V_F16_PAGE: values_f16(f, st, tile_block(kv->format, page, r0, 1), nt); break;
         case V_F16_DECODED: values_f32(f, st, decode_f16_v_tile(f, st, page, r0, nt), (size_t)f->dim_pad, nt); break;
         case V_I8_PAGE:
-            sdpa_int8_weights(f, st, page, r0, nt4);
-            sdpa_int8_values(f, st, page, r0, nt);
+            int8_weights(f, st, page, r0, nt4);
+            int8_values(f, st, page, r0, nt);
             break;
     }
 }

@@ -1,6 +1,6 @@
 /* flash_private.h: what flash.c (the tile loop) shares with the
- * microkernels it calls from other files (flash_int8.c): the plan of a
- * call, the state of one block of rows, and which kernel reads a tile. */
+ * microkernels it includes from files of their own (flash_int8.h): the plan
+ * of a call, the state of one block of rows, and which kernel reads a tile. */
 #ifndef SDPA_FLASH_PRIVATE_H
 #define SDPA_FLASH_PRIVATE_H
 
@@ -21,7 +21,7 @@
 #endif
 
 /* An int8 cache's Q.K quantizes q to int16 up to this head dim and decodes
- * K above it (flash_int8.c says why). */
+ * K above it (flash_int8.h says why). */
 #define INT_Q_MAX_DIM 1024
 
 /* Where the Q.K stage of a tile gets its keys, and so which kernel computes
@@ -80,7 +80,7 @@ typedef struct block_state {
     float * ktile;                  /* TILE_KEYS x dim_pad floats: a key-transposed K tile */
     float * vtile;                  /* TILE_KEYS x dim_pad floats: decoded V rows */
     v128_t * qs;                    /* [BLOCK_ROWS / 4][dim_pad][4]: q[x][d] broadcast */
-    /* int8 pages (flash_int8.c); qpairs and wq live in the K and V tile areas */
+    /* int8 pages (flash_int8.h); qpairs and wq live in the K and V tile areas */
     v128_t * qpairs;                /* [BLOCK_ROWS / 4][k_pairs][4]: (q16[2p], q16[2p+1]) broadcast */
     float qscale[BLOCK_ROWS];       /* q[d] ~ q16[d] * qscale */
     int32_t qsum[BLOCK_ROWS];       /* sum_d q16[d] (for the zero points) */
@@ -88,20 +88,5 @@ typedef struct block_state {
     float wscale[BLOCK_ROWS];       /* weight ~ wq * wscale */
     int32_t wzp[BLOCK_ROWS];        /* sum_t wq[t] * zero_point[t] */
 } block_state;
-
-/* ---- int8 pages (flash_int8.c) ---- */
-
-/* K_I8_PAGE: st->qpairs, qscale, qsum from the block's q rows (a row that
- * cannot be quantized becomes suspect). */
-void sdpa_int8_quantize_q(const flash_plan * f, block_state * st);
-/* K_I8_PAGE: st->s[x][t] = q_x . k_t for keys [r0, r0 + nt) of an int8 page,
- * touching the blocks ta_block and tb_block meanwhile (NULL, or the V and K
- * of a tile ahead); returns the touches. */
-uint32_t sdpa_int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
-                          const void * ta_block, const void * tb_block);
-/* V_I8_PAGE: a tile's softmax weights (nt4 of them) times the V scales, to int16... */
-void sdpa_int8_weights(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4);
-/* ...then acc += weights . V for keys [r0, r0 + nt). */
-void sdpa_int8_values(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt);
 
 #endif

@@ -1,5 +1,8 @@
-/* flash_int8.c: the microkernels of flash.c's tile loop for int8 pages,
- * Q.K and P.V as integer dot products (K_I8_PAGE, V_I8_PAGE).
+/* flash_int8.h: the microkernels of flash.c's tile loop for int8 pages,
+ * Q.K and P.V as integer dot products (K_I8_PAGE, V_I8_PAGE). Included by
+ * flash.c alone, so that they compile into its translation unit: as an
+ * object file of their own (calls across files into the tile loop) int8
+ * decode measured 5-10% slower (bench/ab-trees.mjs, 1 thread).
  *
  * Q.K: each q row is quantized symmetrically to int16, q ~ q16 * qscale with
  * qscale = max|q| / qmax, and multiplied with the keys' int8 values (an
@@ -18,6 +21,9 @@
  * broadcast (wq[t], wq[t+1]). The zero points come off through sum wq * zp
  * (|wq * (v - zp)| summed over a tile < 2^30), then acc += sum * wscale.
  * The contract's int8 error bound (2e-3 (1 + max|ref|)) covers both. */
+#ifndef SDPA_FLASH_INT8_H
+#define SDPA_FLASH_INT8_H
+
 #include "kernels/flash_private.h"
 
 #include <float.h>
@@ -32,7 +38,7 @@ static int32_t int_q_max(int32_t D) {
  * the last quad are never read); a row whose q cannot be quantized (a
  * non-finite element, or so small that 1 / qscale overflows) gets zeros and
  * is recomputed by the reference (suspect). */
-void sdpa_int8_quantize_q(const flash_plan * f, block_state * st) {
+static void quantize_q(const flash_plan * f, block_state * st) {
     const sdpa_problem * p = f->p;
     const int32_t D = p->head_dim;
     const int32_t P = p->kv.format->k_pairs, qmax = int_q_max(D);
@@ -115,8 +121,8 @@ static FLASH_INLINE void i8_key_scores(const block_state * st, int32_t x0, v128_
  * pass, are computed from the page's rows and dropped by the caller. A pass
  * touches its share of the blocks ta_block and tb_block (NULL, or the V and
  * K of a tile ahead), as flash.c's qk_groups does. */
-uint32_t sdpa_int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
-                          const void * ta_block, const void * tb_block) {
+static uint32_t int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
+                            const void * ta_block, const void * tb_block) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const int32_t P = fmt->k_pairs, n = st->n, D = fmt->dim;
     const size_t ldk = (size_t)P * 2 * SDPA_I8_KEY_GROUP;
@@ -158,7 +164,7 @@ uint32_t sdpa_int8_scores(const flash_plan * f, block_state * st, const void * p
  * infinite weight (an overflowed value row with scale Inf) is recomputed by
  * the reference; weights below 1e-30 (a tile far below the row's max) add
  * nothing a float32 accumulator would keep: they are dropped. */
-void sdpa_int8_weights(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
+static void int8_weights(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const float * vs = sdpa_kv_scales(fmt, page, 1) + r0;
     const int8_t * zps = sdpa_kv_zero_points(fmt, page, 1) + r0;
@@ -237,7 +243,7 @@ static FLASH_INLINE void i8_value_rows(const block_state * st, int32_t x0, float
 /* acc += p . V for the keys [r0, r0 + nt) of an int8 page, from the weights
  * int8_weights left: 4 rows at a time, 8 elements per pass (16 for a single
  * row); a D % 8 tail element by element. */
-void sdpa_int8_values(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
+static void int8_values(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const int32_t D = fmt->dim, n = st->n, np = (nt + 1) / 2;
     const size_t Dp = (size_t)f->dim_pad, ldv = 2 * (size_t)D;
@@ -266,3 +272,4 @@ void sdpa_int8_values(const flash_plan * f, block_state * st, const void * page,
     }
 }
 
+#endif
