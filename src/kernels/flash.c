@@ -260,8 +260,8 @@ static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, in
  * decoded tile) and their lanes are independent (dropped by the caller's
  * limits). While a pass runs, it touches its share (the same keys) of two
  * blocks of rows of the same element type, ta_block and tb_block (NULL, or
- * the V and K of the tile TOUCH_AHEAD tiles on, see "touch-ahead"), so that their DRAM reads
- * overlap with this compute. */
+ * the V and K of the tile TOUCH_AHEAD tiles on: see "touch-ahead"), so that
+ * their DRAM reads overlap with this compute. */
 static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_t n, const void * k, size_t ldg,
                                           int32_t nt, int32_t D, float * s, const void * ta_block,
                                           const void * tb_block, const int F16) {
