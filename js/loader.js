@@ -36,6 +36,7 @@ import { describeValue } from './validate.js';
 
 export const MAX_AUTO_THREADS = 8;
 export const MAX_THREADS = 64; // SDPA_MAX_THREADS in include/sdpa.h
+const MAX_WORKERS = MAX_THREADS - 1; // pthread workers: the calling thread is the other one (CMakeLists.txt caps the pool alike)
 export const DEFAULT_INIT_TIMEOUT_MS = 30_000;
 
 const BUILDS = {
@@ -569,7 +570,7 @@ async function loadInner({ forced, threads, load, state }) {
   state.moduleArg = moduleArg;
 
   let M, watch = null;
-  const nWorkers = spec.threaded ? Math.min(63, Math.max(1, n - 1)) : 0;
+  const nWorkers = spec.threaded ? Math.min(MAX_WORKERS, Math.max(1, n - 1)) : 0;
   state.stage = spec.threaded
     ? `starting ${nWorkers} pthread worker${nWorkers > 1 ? 's' : ''} from ${workerWhere}, which import${nWorkers > 1 ? '' : 's'} ${glueWhere}`
     : `instantiating ${wasmName}`;

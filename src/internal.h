@@ -90,12 +90,6 @@ typedef struct sdpa_kv_view {
     const sdpa_page_format * format;   /* the cache's page format, or NULL */
 } sdpa_kv_view;
 
-/* Whether rows are float32 in memory (caller tensors, float32 caches): the
- * kernels then read them in place; other formats go through a tile loader. */
-static inline bool sdpa_kv_is_f32(const sdpa_kv_view * kv) {
-    return !kv->pages || kv->format->dtype == SDPA_DTYPE_FLOAT32;
-}
-
 /* Floats between consecutive float32 key (or value) rows. */
 static inline size_t sdpa_kv_row_stride(const sdpa_kv_view * kv) {
     return kv->pages ? (size_t)kv->dim : kv->stride_t;
@@ -106,10 +100,10 @@ static inline const void * sdpa_kv_page(const sdpa_kv_view * kv, int32_t b, int3
                      sdpa_page_slot(t / SDPA_PAGE_ROWS, kv->sink_pages, kv->ring_pages)];
 }
 
-/* Row t of a float32 view (sdpa_kv_is_f32) stored as a plain row: any row of
- * caller tensors, a V row of a cache page (a float32 page's K block is
- * key-transposed, cache/kv_format.h: its tiles come from the kernels' tile
- * loader, its elements from sdpa_kv_elem). */
+/* Row t of a float32 view (caller tensors, or a float32 cache) stored as a
+ * plain row: any row of caller tensors, a V row of a cache page (a float32
+ * page's K block is key-transposed, cache/kv_format.h: the kernels read its
+ * tiles in place, sdpa_kv_elem its elements). */
 static inline const float * sdpa_kv_row(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t, bool value) {
     if (kv->pages) return (const float *)sdpa_kv_raw_row(kv->format, sdpa_kv_page(kv, b, hk, t), t % SDPA_PAGE_ROWS, value);
     return (value ? kv->v : kv->k) + (size_t)b * kv->stride_b + (size_t)t * kv->stride_t + (size_t)hk * kv->stride_h;

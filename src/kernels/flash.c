@@ -3,24 +3,32 @@
  *
  * For each (b, hk) the query rows that share KV head hk are flattened into
  * R = Sq * r rows (row = i * r + j, head h = hk * r + j), cut into blocks of
- * BLOCK_ROWS rows. A block walks its keys in tiles of TILE_KEYS: scores for
- * all its rows, online softmax (running max m and sum l, rescale on a new
- * max), then acc += p * V (each V row loaded once per 4 rows). Scores come
- * from one kernel over a key-transposed K tile (qk_groups: per head-dim
- * element d, a broadcast q[x][d] times 4 keys per vector, each K vector
- * loaded once for 4 query rows, no horizontal sums): a float32 page's K
- * block is stored that way (cache/kv_format.h), float16 pages are decoded
- * into it, caller tensors transposed into it; int8 pages run Q.K and P.V
- * as integer dot products on their own layouts (int8_scores, int8_values:
- * the same tile loop, other microkernels). Every key's score is the same sum in the same
- * order whatever its source, so cache.attend and customSdpa over the same
- * rows agree bit for bit. When there are few blocks in all (decode), the
- * keys are also cut into chunks so that threads share even B = Hkv = 1; each
- * chunk leaves a partial (m, l, acc), and the last chunk of a block to finish
- * merges them in chunk order. Chunking depends only on the problem, never on
- * the thread count, so the result is bit-identical for any number of threads.
- * While a tile's scores are computed, memory it needs soon is touched so
- * that DRAM reads overlap with compute (see touch_bytes, TOUCH_AHEAD).
+ * BLOCK_ROWS rows. A block walks its keys in tiles of TILE_KEYS (block_tile):
+ * scores for all its rows, online softmax (running max m and sum l, rescale
+ * on a new max), then acc += p * V (each V row loaded once per 4 rows).
+ *
+ * Which kernel runs each of those stages depends on where the tile's keys
+ * and values come from: its K source and its V source (k_source, v_source
+ * in flash_private.h), chosen once per plan (plan_sources; a float16 page
+ * that may hold an Inf or NaN is decoded instead, tile_sources). Each stage
+ * switches on its own source and calls one microkernel per variant. Float
+ * scores come from one kernel over a key-transposed K tile (qk_groups: per
+ * head-dim element d, a broadcast q[x][d] times 4 keys per vector, each K
+ * vector loaded once for 4 query rows, no horizontal sums): a float32 page's
+ * K block is stored that way (cache/kv_format.h) and read in place, a
+ * float16 page's too (converted as loaded) or decoded into it, caller
+ * tensors are transposed into it; int8 pages run Q.K and P.V as integer dot
+ * products on their own layouts (flash_int8.h). Every key's score is the
+ * same sum in the same order whatever its source, so cache.attend and
+ * customSdpa over the same rows agree bit for bit.
+ *
+ * When there are few blocks in all (decode), the keys are also cut into
+ * chunks so that threads share even B = Hkv = 1; each chunk leaves a partial
+ * (m, l, acc), and the last chunk of a block to finish merges them in chunk
+ * order. Chunking depends only on the problem, never on the thread count, so
+ * the result is bit-identical for any number of threads. While a tile's
+ * scores are computed, memory it needs soon is touched so that DRAM reads
+ * overlap with compute (see "touch-ahead" below).
  *
  * Non-finite inputs are computed through: a NaN score makes its row NaN. A
  * row "sees nothing" (and outputs zeros) exactly when its sum l is 0.
@@ -38,7 +46,8 @@
  * thread's q area, which is free once a block's keys are done.
  */
 #include "kernels/kernels.h"
-#include "kernels/simd.h"
+#include "kernels/flash_private.h"
+#include "kernels/flash_int8.h"
 #include "cache/page_pool.h"
 
 #include <float.h>
@@ -46,47 +55,58 @@
 #include <stdbool.h>
 #include <string.h>
 
-#define BLOCK_ROWS 8
-#define TILE_KEYS 64
 #define SPLIT_MAX_UNITS 16    /* split keys only when B * Hkv * blocks is this small */
 #define CHUNK_MIN_KEYS 256    /* ...into chunks of at least this many keys */
 #define CHUNK_MIN_KEYS_INT8 1024  /* an int8 tile is 4x smaller: longer chunks (measured: MQA-8192 and
                                    * B-4096 5-6% faster, A-8192 the same), fewer first-tile touches */
 #define CHUNK_MAX_COUNT 64    /* ...and at most this many chunks */
-#define ALIGN 64
+#define SCRATCH_ALIGN SDPA_CACHE_LINE  /* threads never share a line of scratch */
 _Static_assert(SDPA_PAGE_ROWS % TILE_KEYS == 0, "a key tile never spans two cache pages");
-
-typedef struct flash_plan {
-    const sdpa_problem * p;
-    int32_t rows;          /* R = Sq * r per (b, hk) */
-    int32_t blocks;        /* per (b, hk) */
-    int32_t chunks;        /* key chunks per block (1 = no split) */
-    int64_t chunk_keys;    /* keys per chunk, a multiple of TILE_KEYS (may pass INT32_MAX) */
-    int32_t key_begin;     /* keys before it are outside every row's window (a TILE_KEYS multiple) */
-    int32_t dim_pad;       /* D rounded up to 4 */
-    uint64_t thread_bytes; /* per-thread scratch, ALIGN multiple (saturating) */
-    char * scratch;        /* [n_threads][thread_bytes] then partials */
-    float * partials;      /* [unit][BLOCK_ROWS][PARTIAL_HEAD + dim_pad] */
-    atomic_int * done;     /* [group]: chunks finished; the last one merges */
-} flash_plan;
 
 /* Byte counts are uint64_t and saturate (internal.h): on wasm32 the size_t
  * product of a thread count and a huge head dim would wrap. */
 static uint64_t align_up(uint64_t n) {
-    return n > UINT64_MAX - (ALIGN - 1) ? UINT64_MAX : (n + ALIGN - 1) & ~(uint64_t)(ALIGN - 1);
+    return n > UINT64_MAX - (SCRATCH_ALIGN - 1) ? UINT64_MAX : (n + SCRATCH_ALIGN - 1) & ~(uint64_t)(SCRATCH_ALIGN - 1);
 }
 
-/* q, acc: BLOCK_ROWS x dim_pad; scores: BLOCK_ROWS x TILE_KEYS; m, l; sink;
- * then the K and V tiles a float16 cache is decoded into (an int8 cache's
- * int16 q and weights), each
- * TILE_KEYS x dim_pad; then q broadcast for the key-transposed kernels,
- * BLOCK_ROWS x dim_pad vectors of 4. The q area also holds the reference
- * row's D doubles (see the header). */
+/* ---- per-thread scratch ------------------------------------------------ */
+
+/* One table that both sizes a thread's scratch (thread_bytes) and carves it
+ * (block_setup): area i holds per_dim * dim_pad + fixed floats, in this
+ * order. Every area is a whole number of 4-float vectors (dim_pad is a
+ * multiple of 4), so the vector areas stay 16-byte aligned. */
+typedef enum scratch_area {
+    AREA_Q, AREA_ACC, AREA_SCORES, AREA_MAX, AREA_SUM, AREA_TOUCHED,
+    AREA_K_TILE, AREA_V_TILE, AREA_Q_BROADCAST, AREA_COUNT
+} scratch_area;
+static const struct { uint32_t per_dim, fixed; } scratch_areas[AREA_COUNT] = {
+    [AREA_Q]           = { BLOCK_ROWS, 0 },              /* q rows, zero-padded; later the reference row's D doubles */
+    [AREA_ACC]         = { BLOCK_ROWS, 0 },              /* the rows' p . V accumulators */
+    [AREA_SCORES]      = { 0, BLOCK_ROWS * TILE_KEYS },  /* a tile's scores, then its weights */
+    [AREA_MAX]         = { 0, BLOCK_ROWS },              /* running max m */
+    [AREA_SUM]         = { 0, BLOCK_ROWS },              /* running sum l */
+    [AREA_TOUCHED]     = { 0, 4 },                       /* the touch-ahead loads' OR (one word) */
+    [AREA_K_TILE]      = { TILE_KEYS, 0 },               /* a transposed or decoded K tile; int8: q16 pairs */
+    [AREA_V_TILE]      = { TILE_KEYS, 0 },               /* a decoded V tile; int8: the int16 weights, a decoded K row */
+    [AREA_Q_BROADCAST] = { BLOCK_ROWS * 4, 0 },          /* q[x][d] broadcast to vectors */
+};
+_Static_assert(BLOCK_ROWS % 4 == 0 && (BLOCK_ROWS * TILE_KEYS) % 4 == 0, "scratch areas are whole vectors");
 _Static_assert(BLOCK_ROWS * sizeof(float) >= sizeof(double), "a reference row fits in the q area");
+
+/* Floats before area `a` (AREA_COUNT: all of them), saturating. */
+static uint64_t area_offset(scratch_area a, int32_t dim_pad) {
+    uint64_t floats = 0;
+    for (int i = 0; i < (int)a; i++)
+        floats = sdpa_size_add(floats, sdpa_size_add(sdpa_size_mul(scratch_areas[i].per_dim, (uint64_t)dim_pad),
+                                                     scratch_areas[i].fixed));
+    return floats;
+}
 static uint64_t thread_bytes(int32_t dim_pad) {
-    const uint64_t floats = sdpa_size_add(sdpa_size_mul((uint64_t)BLOCK_ROWS * 6 + 2 * TILE_KEYS, (uint64_t)dim_pad),
-                                          (uint64_t)BLOCK_ROWS * TILE_KEYS + 2 * BLOCK_ROWS + 4);
-    return align_up(sdpa_size_mul(floats, sizeof(float)));
+    return align_up(sdpa_size_mul(area_offset(AREA_COUNT, dim_pad), sizeof(float)));
+}
+/* Run time only: a reserved workspace fits in size_t. */
+static void * scratch_area_at(char * thread_scratch, scratch_area a, int32_t dim_pad) {
+    return (float *)(void *)thread_scratch + (size_t)area_offset(a, dim_pad);
 }
 
 static int32_t ceil_div(int32_t a, int32_t b) { return a / b + (a % b != 0); }
@@ -98,6 +118,28 @@ static uint64_t partial_floats_for(int32_t dim_pad) {
     return (uint64_t)BLOCK_ROWS * (PARTIAL_HEAD + (uint64_t)dim_pad);
 }
 
+/* The K and V sources of every tile of the plan (tile_sources refines them
+ * per page): the one place the kernels look at the cache dtype. */
+static void plan_sources(flash_plan * f) {
+    const sdpa_kv_view * kv = &f->p->kv;
+    f->k_src = K_F32_TRANSPOSED;
+    f->v_src = V_F32_ROWS;
+    if (!kv->pages) return;
+    switch (kv->format->dtype) {
+        case SDPA_DTYPE_FLOAT16:
+            f->k_src = K_F16_PAGE;
+            f->v_src = V_F16_PAGE;
+            break;
+        case SDPA_DTYPE_INT8:
+            f->k_src = f->p->head_dim <= INT_Q_MAX_DIM ? K_I8_PAGE : K_I8_DECODED;
+            f->v_src = V_I8_PAGE;
+            break;
+        default:
+            f->k_src = K_F32_PAGE;
+            break;
+    }
+}
+
 /* Validated problems have n_keys >= 1, B * Sq * Hq * D <= SIZE_MAX / 4 and,
  * by the checks in contract/, B * Sq * Hq and D <= SDPA_INDEX_LIMIT, so these
  * int32 values hold and every count below is >= 1. Key positions may reach
@@ -105,6 +147,7 @@ static uint64_t partial_floats_for(int32_t dim_pad) {
  * arithmetic that rounds or steps past n_keys is int64. */
 static void make_plan(flash_plan * f, const sdpa_problem * p) {
     f->p = p;
+    plan_sources(f);
     f->rows = p->q_len * p->group;
     f->blocks = ceil_div(f->rows, BLOCK_ROWS);
     f->dim_pad = pad4(p->head_dim);
@@ -119,7 +162,8 @@ static void make_plan(flash_plan * f, const sdpa_problem * p) {
     const int32_t keys = p->n_keys - f->key_begin;
     int32_t chunks = 1;
     if ((int64_t)p->batch * p->kv_heads * f->blocks <= SPLIT_MAX_UNITS) {
-        chunks = ceil_div(keys, (p->kv.pages && p->kv.format->dtype == SDPA_DTYPE_INT8) ? CHUNK_MIN_KEYS_INT8 : CHUNK_MIN_KEYS);
+        const bool int8_tiles = f->k_src == K_I8_PAGE || f->k_src == K_I8_DECODED;
+        chunks = ceil_div(keys, int8_tiles ? CHUNK_MIN_KEYS_INT8 : CHUNK_MIN_KEYS);
         if (chunks > CHUNK_MAX_COUNT) chunks = CHUNK_MAX_COUNT;
     }
     /* a cache's maxSeqLen may be near INT32_MAX: rounding up to a tile must not wrap */
@@ -143,7 +187,7 @@ static uint64_t split_bytes(uint64_t units, int32_t dim_pad) {
 }
 
 static uint64_t workspace_bytes(const flash_plan * f, int32_t n_threads) {
-    uint64_t bytes = sdpa_size_add(ALIGN, sdpa_size_mul((uint64_t)n_threads, f->thread_bytes));
+    uint64_t bytes = sdpa_size_add(SCRATCH_ALIGN, sdpa_size_mul((uint64_t)n_threads, f->thread_bytes));
     if (f->chunks > 1) bytes = sdpa_size_add(bytes, split_bytes((uint64_t)compute_units(f), f->dim_pad));
     return bytes;
 }
@@ -158,7 +202,7 @@ uint64_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p) {
  * chunks, so this bounds the workspace of every problem with this D. */
 uint64_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim) {
     const int32_t dim_pad = pad4(head_dim);
-    return sdpa_size_add(sdpa_size_add(ALIGN, sdpa_size_mul((uint64_t)n_threads, thread_bytes(dim_pad))),
+    return sdpa_size_add(sdpa_size_add(SCRATCH_ALIGN, sdpa_size_mul((uint64_t)n_threads, thread_bytes(dim_pad))),
                          split_bytes((uint64_t)SPLIT_MAX_UNITS * CHUNK_MAX_COUNT, dim_pad));
 }
 
@@ -172,29 +216,13 @@ uint64_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim) {
  * share its pass. R <= 4, NV <= 4 (R * NV <= 8 accumulators: they stay in
  * registers next to the NV key vectors). qs: q[x][d] already broadcast,
  * [D][4] vectors for the 4 rows of a quad, so that a step's loads all sit at
- * constant offsets from two pointers. Steps d < lines also touch one 64-byte
+ * constant offsets from two pointers. Steps d < lines also touch one cache
  * line of each of two regions, ta and tb (see touch_bytes): memory the tile
  * needs next, whose DRAM reads then overlap with this compute, spread out
  * so that they never pile up behind one another. F16: the keys are a float16
  * page's, converted as they are loaded (load4; its registers are why a
  * float16 pass takes NV = 1 for several rows: 8 accumulators spill). */
 #define KG SDPA_PAGE_KEY_GROUP
-#if defined(__GNUC__)
-#define FLASH_INLINE inline __attribute__((always_inline))
-#else
-#define FLASH_INLINE inline
-#endif
-/* binary16 -> float32 for finite halves, sign-extended into i32 lanes: sign,
- * exponent and mantissa shifted into place (the sign's copies above the
- * exponent masked off) and scaled by 2^112, normals and subnormals alike, in
- * 3 operations after the widening load. An Inf or NaN would come out as a
- * finite value >= 65536: pages that may hold one are marked
- * (SDPA_PAGE_MARK_NONFINITE) and decoded by f16x4_to_f32x4 instead. */
-static inline v128_t f16x4_finite(v128_t h) {
-    const v128_t bits = wasm_v128_and(wasm_i32x4_shl(h, 13), wasm_i32x4_splat((int32_t)0x8FFFE000u));
-    return wasm_f32x4_mul(bits, wasm_f32x4_splat(0x1p112f));
-}
-
 /* 4 float32 values from element i of a float32 (F16 = 0) or float16 (F16 =
  * 1: finite halves only, see f16x4_finite) array. */
 static FLASH_INLINE v128_t load4(const void * base, size_t i, const int F16) {
@@ -206,11 +234,11 @@ static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, in
                                            float * s, size_t lds, const int R, const int NV, const int F16,
                                            const uint32_t * ta, const uint32_t * tb, int32_t lines) {
     v128_t acc[4][4];
-    uint32_t sink = 0;
+    uint32_t touched = 0;
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = wasm_f32x4_splat(0.0f);
     for (int32_t d = 0; d < D; d++, qs += 4) {
-        if (d < lines) sink |= ta[(size_t)d * 16] | tb[(size_t)d * 16];
+        if (d < lines) touched |= ta[(size_t)d * SDPA_CACHE_LINE_WORDS] | tb[(size_t)d * SDPA_CACHE_LINE_WORDS];
         v128_t vk[4];
         for (int v = 0; v < NV; v++) vk[v] = load4(k, (size_t)d * KG + 4 * (size_t)v, F16);
         for (int r = 0; r < R; r++) {
@@ -220,39 +248,8 @@ static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, in
     }
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) wasm_v128_store(s + (size_t)r * lds + 4 * v, acc[r][v]);
-    return sink;
+    return touched;
 }
-
-/* Loads one word of every 64-byte line of n bytes. Run on the V rows of a
- * tile while its scores are computed, it starts their DRAM reads early, so
- * the value pass finds V in cache (wasm has no prefetch instruction;
- * measured: decode over a 64 MiB cache ~35% faster in V8). */
-static inline uint32_t touch_bytes(const void * x, size_t n) {
-    const uint32_t * w = (const uint32_t *)x;
-    uint32_t sink = 0;
-    for (size_t i = 0; i < n / 4; i += 16) sink |= w[i];
-    return sink;
-}
-
-/* The K (value = 0) or V block of the tile at key ts of a page; its bytes. */
-static const void * page_tile(const sdpa_kv_view * kv, int32_t b, int32_t hk, int64_t ts, int value) {
-    return (const char *)sdpa_kv_block(kv->format, sdpa_kv_page(kv, b, hk, (int32_t)ts), value) +
-           (size_t)(ts % SDPA_PAGE_ROWS) * sdpa_kv_row_bytes(kv->format, value);
-}
-static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
-    return (size_t)TILE_KEYS * sdpa_kv_row_bytes(kv->format, value);
-}
-
-/* How far ahead (in tiles) a page's K and V are touched. Measured
- * on decode (1 thread, caches cold, chunks of 4 tiles), median ms against
- * touching V of the tile itself and K of the next: 2 tiles ahead 1.10-1.20x
- * faster, 3 tiles 1.17-1.28x, 4 or 6 (the whole chunk at once) 0.75-0.8x.
- * Touching nothing is 1.3-1.5x slower, except with a single row (MHA), where
- * the kernel's own loads stream faster than with touches in between: those
- * touch nothing (float16 too: C-2048 1.80 -> 2.02 ms with touches). int8
- * pages touch even then (C-2048 1.29 -> 1.19 ms, 2 threads 0.79 -> 0.65),
- * at the same distance (1 or 2 tiles measured slower or the same). */
-#define TOUCH_AHEAD 3
 
 /* s[x][t] = q_x . k_t for n rows (broadcast q, quads ldqs vectors apart)
  * and keys [0, nt) of a key-transposed tile, float32 or (F16) a float16
@@ -263,23 +260,23 @@ static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
  * decoded tile) and their lanes are independent (dropped by the caller's
  * limits). While a pass runs, it touches its share (the same keys) of two
  * blocks of rows of the same element type, ta_block and tb_block (NULL, or
- * the V and K of the tile TOUCH_AHEAD tiles on), so that their DRAM reads
- * overlap with this compute. */
+ * the V and K of the tile TOUCH_AHEAD tiles on: see "touch-ahead"), so that
+ * their DRAM reads overlap with this compute. */
 static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_t n, const void * k, size_t ldg,
                                           int32_t nt, int32_t D, float * s, const void * ta_block,
                                           const void * tb_block, const int F16) {
     const int32_t step = n == 1 ? 16 : F16 ? 4 : 8;
     const size_t row_bytes = (size_t)D * (F16 ? 2 : 4);
-    /* a pass's share of a region: step rows, row_bytes each, a 64-byte line per d */
-    const int32_t lines = ta_block ? (int32_t)((size_t)step * row_bytes / 64) : 0;
-    uint32_t sink = 0;
+    /* a pass's share of a region: step rows, row_bytes each, a cache line per d */
+    const int32_t lines = ta_block ? (int32_t)((size_t)step * row_bytes / SDPA_CACHE_LINE) : 0;
+    uint32_t touched = 0;
     for (int32_t t = 0; t < nt; t += step) {
         const size_t at = (size_t)(t / KG) * ldg + t % KG;
         const void * kt = F16 ? (const void *)((const uint16_t *)k + at) : (const void *)((const float *)k + at);
         const uint32_t * ta = ta_block ? (const uint32_t *)(const void *)((const char *)ta_block + (size_t)t * row_bytes) : NULL;
         const uint32_t * tb = tb_block ? (const uint32_t *)(const void *)((const char *)tb_block + (size_t)t * row_bytes) : ta;
         if (n == 1) {
-            sink |= qk_group_rows(qs, kt, D, s + t, TILE_KEYS, 1, 4, F16, ta, tb, lines);
+            touched |= qk_group_rows(qs, kt, D, s + t, TILE_KEYS, 1, 4, F16, ta, tb, lines);
             continue;
         }
         for (int32_t x = 0; x < n; x += 4) {
@@ -287,14 +284,14 @@ static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_
             float * sx = s + (size_t)x * TILE_KEYS + t;
             const int32_t l = x == 0 ? lines : 0;
             switch (n - x) {
-                case 1: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 1, F16 ? 1 : 2, F16, ta, tb, l); break;
-                case 2: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 2, F16 ? 1 : 2, F16, ta, tb, l); break;
-                case 3: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 3, F16 ? 1 : 2, F16, ta, tb, l); break;
-                default: sink |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 4, F16 ? 1 : 2, F16, ta, tb, l); break;
+                case 1: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 1, F16 ? 1 : 2, F16, ta, tb, l); break;
+                case 2: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 2, F16 ? 1 : 2, F16, ta, tb, l); break;
+                case 3: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 3, F16 ? 1 : 2, F16, ta, tb, l); break;
+                default: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 4, F16 ? 1 : 2, F16, ta, tb, l); break;
             }
         }
     }
-    return sink;
+    return touched;
 }
 
 /* over a float32 tile, or a float16 page's K block in place (finite halves) */
@@ -406,321 +403,108 @@ static void pv_rows_f16(float * acc, size_t lda, const float * p, size_t ldp, in
     pv_rows_of(acc, lda, p, ldp, n_rows, v, ldv, nt, D, 1);
 }
 
+/* ---- touch-ahead --------------------------------------------------------
+ *
+ * While a tile's scores are computed, memory the loop needs soon is touched
+ * (touch_bytes: one load per cache line), so that its DRAM reads overlap
+ * with compute instead of stalling the value pass or the next tile. Who
+ * touches what:
+ *   pages read in place (touches_ahead): the first tile of a key range
+ *     touches its own V and the K and V of the tiles before TOUCH_AHEAD at
+ *     once (touch_tiles_ahead); then every tile's score pass touches the K
+ *     and V of the tile TOUCH_AHEAD on, a line per step (qk_group_rows,
+ *     i8_key_rows in flash_int8.h; an int8 page whose K is decoded does the
+ *     first-tile touches only);
+ *   caller tensors: transpose_k_rows touches the tile's own V rows;
+ *   a float16 page decoded for an Inf or NaN: nothing.
+ * Every touch's loads are ORed into st->touched, a store the compiler must
+ * keep, so the loads stay. */
+
+/* How far ahead (in tiles) a page's K and V are touched. Measured
+ * on decode (1 thread, caches cold, chunks of 4 tiles), median ms against
+ * touching V of the tile itself and K of the next: 2 tiles ahead 1.10-1.20x
+ * faster, 3 tiles 1.17-1.28x, 4 or 6 (the whole chunk at once) 0.75-0.8x.
+ * Touching nothing is 1.3-1.5x slower, except with a single row (MHA), where
+ * the kernel's own loads stream faster than with touches in between: those
+ * touch nothing (float16 too: C-2048 1.80 -> 2.02 ms with touches). int8
+ * pages touch even then (C-2048 1.29 -> 1.19 ms, 2 threads 0.79 -> 0.65),
+ * at the same distance (1 or 2 tiles measured slower or the same). */
+#define TOUCH_AHEAD 3
+
+/* The K (value = 0) or V block of a page's tile at row r0 (a TILE_KEYS
+ * multiple: every layout keeps such a tile's rows contiguous). */
+static const void * tile_block(const sdpa_page_format * fmt, const void * page, int32_t r0, int value) {
+    return (const char *)sdpa_kv_block(fmt, page, value) + (size_t)r0 * sdpa_kv_row_bytes(fmt, value);
+}
+/* The same for the tile at key ts of head (b, hk); its bytes. */
+static const void * page_tile(const sdpa_kv_view * kv, int32_t b, int32_t hk, int64_t ts, int value) {
+    return tile_block(kv->format, sdpa_kv_page(kv, b, hk, (int32_t)ts), (int32_t)(ts % SDPA_PAGE_ROWS), value);
+}
+static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
+    return (size_t)TILE_KEYS * sdpa_kv_row_bytes(kv->format, value);
+}
+
+/* Whether a tile of this K source touches ahead: pages read in place with
+ * more than one row (a single row's own loads stream faster without touches
+ * in between), int8 pages always (measured above). */
+static bool touches_ahead(k_source ks, int32_t n_rows) {
+    switch (ks) {
+        case K_F32_PAGE:
+        case K_F16_PAGE: return n_rows > 1;
+        case K_I8_PAGE:
+        case K_I8_DECODED: return true;
+        default: return false;
+    }
+}
+
+/* The K and V blocks of the tile TOUCH_AHEAD tiles on, for a score pass to touch. */
+typedef struct tile_ahead {
+    const void * k, * v;
+} tile_ahead;
+
+/* For the tile at ts of the range [t0, t1) being run: at the range's first
+ * tile, touches its own V and the tiles before TOUCH_AHEAD; sets *ahead to
+ * the tile TOUCH_AHEAD on (left NULL past t1). Returns the touches. */
+static uint32_t touch_tiles_ahead(const flash_plan * f, int32_t b, int32_t hk, int32_t ts, int32_t t0, int32_t t1,
+                                  tile_ahead * ahead) {
+    const sdpa_kv_view * kv = &f->p->kv;
+    uint32_t touched = 0;
+    if (ts == t0) {
+        touched |= touch_bytes(page_tile(kv, b, hk, ts, 1), tile_bytes(kv, 1));
+        for (int64_t tj = (int64_t)ts + TILE_KEYS; tj < t1 && tj < (int64_t)ts + TOUCH_AHEAD * TILE_KEYS; tj += TILE_KEYS)
+            touched |= touch_bytes(page_tile(kv, b, hk, tj, 0), tile_bytes(kv, 0)) |
+                       touch_bytes(page_tile(kv, b, hk, tj, 1), tile_bytes(kv, 1));
+    }
+    if ((int64_t)ts + TOUCH_AHEAD * TILE_KEYS < t1) {
+        ahead->k = page_tile(kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 0);
+        ahead->v = page_tile(kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 1);
+    }
+    return touched;
+}
+
 /* ---- one block of rows over one key range ------------------------------ */
-
-typedef struct block_state {
-    int32_t n;                      /* rows in this block */
-    int32_t row0;                   /* first flattened row */
-    int32_t limit[BLOCK_ROWS];      /* keys t < limit exist for the row */
-    int32_t lower[BLOCK_ROWS];      /* keys t < lower are outside the row's window */
-    const float * mask[BLOCK_ROWS]; /* row of a float mask, or NULL */
-    const uint8_t * bmask[BLOCK_ROWS];
-    bool suspect[BLOCK_ROWS];       /* a score left float range: recompute the row */
-    float * q;                      /* [BLOCK_ROWS][dim_pad] */
-    float * acc;                    /* [BLOCK_ROWS][dim_pad] */
-    float * s;                      /* [BLOCK_ROWS][TILE_KEYS] */
-    float * m;                      /* running max */
-    float * l;                      /* running sum */
-    uint32_t * sink;                /* where the V-touch loads end up */
-    float * ktile;                  /* TILE_KEYS x dim_pad floats: a key-transposed K tile (load_k_groups) */
-    float * vtile;
-    v128_t * qs;                    /* [BLOCK_ROWS / 4][dim_pad][4]: q[x][d] broadcast */
-    /* int8 caches (see "int8 caches" below) */
-    bool int_q;                     /* Q.K as integer dot products (else K is decoded) */
-    v128_t * qpairs;                /* [BLOCK_ROWS / 4][k_pairs][4]: (q16[2p], q16[2p+1]) broadcast */
-    float qscale[BLOCK_ROWS];       /* q[d] ~ q16[d] * qscale */
-    int32_t qsum[BLOCK_ROWS];       /* sum_d q16[d] (for the zero points) */
-    int16_t * wq;                   /* [BLOCK_ROWS][TILE_KEYS]: a tile's weights p * vscale in int16 */
-    float wscale[BLOCK_ROWS];       /* weight ~ wq * wscale */
-    int32_t wzp[BLOCK_ROWS];        /* sum_t wq[t] * zero_point[t] */
-} block_state;
-
-/* ---- int8 caches: Q.K and P.V as integer dot products -------------------
- *
- * Q.K: each q row is quantized symmetrically to int16, q ~ q16 * qscale with
- * qscale = max|q| / qmax, and multiplied with the keys' int8 values (an
- * I8_KEYS block, cache/kv_format.h): per element pair, i32x4.dot_i16x8_s of
- * 4 keys' (k[d], k[d+1]) with a broadcast (q16[d], q16[d+1]). A lane holds
- * one key's whole sum; the zero point comes off through sum(q16) and the two
- * scales are applied once per score. qmax = 32767 up to D = 257, lower above
- * so that sum q16 * (k - zp) (|k - zp| <= 255) fits an int32 lane; D > 1024
- * (qmax < 8224) decodes K instead. The relative error of q16 is ~1 / (2 qmax).
- *
- * P.V: after the softmax, a row's weights times the value rows' scales, w =
- * p * vscale, are quantized per tile to int16, w ~ wq * wscale with wscale =
- * max(w) / 32767, and multiplied with the values' int8 (an I8_PAIRS block):
- * i32x4.dot_i16x8_s of 2 keys' (v[t][d], v[t+1][d]) for 4 elements with a
- * broadcast (wq[t], wq[t+1]). The zero points come off through sum wq * zp
- * (|wq * (v - zp)| summed over a tile < 2^30), then acc += sum * wscale.
- * The contract's int8 error bound (2e-3 (1 + max|ref|)) covers both. */
-#define INT_Q_MAX_DIM 1024
-static int32_t int_q_max(int32_t D) {
-    const int64_t m = INT32_MAX / (255 * (int64_t)D);
-    return m < 32767 ? (int32_t)m : 32767;
-}
-
-/* Fills st->qpairs, qscale, qsum for the block's rows (rows past st->n of
- * the last quad are never read); a row whose q cannot be quantized (a
- * non-finite element, or so small that 1 / qscale overflows) gets zeros and
- * is recomputed by the reference (suspect). */
-static void quantize_q(const flash_plan * f, block_state * st) {
-    const sdpa_problem * p = f->p;
-    const int32_t D = p->head_dim;
-    st->int_q = false;
-    if (!p->kv.pages || p->kv.format->dtype != SDPA_DTYPE_INT8 || D > INT_Q_MAX_DIM) return;
-    const int32_t P = p->kv.format->k_pairs, qmax = int_q_max(D);
-    /* q rows are zero-padded to dim_pad (a multiple of 4 >= 2P): 4 elements, 2 pairs, per vector */
-    for (int32_t x = 0; x < st->n; x++) {
-        const float * q = st->q + (size_t)x * f->dim_pad;
-        v128_t vbig = wasm_f32x4_splat(0.0f);
-        for (int32_t d = 0; d < D; d += 4) vbig = wasm_f32x4_max(vbig, wasm_f32x4_abs(wasm_v128_load(q + d)));
-        const float big = f32x4_hmax(vbig);  /* NaN or Inf for a non-finite q */
-        const float scale = big > 0.0f ? big / (float)qmax : 1.0f, inv = 1.0f / scale;
-        const bool ok = big <= FLT_MAX && inv <= FLT_MAX;
-        if (!ok) st->suspect[x] = true;
-        const v128_t vinv = wasm_f32x4_splat(ok ? inv : 0.0f);
-        v128_t vsum = wasm_i32x4_splat(0);
-        v128_t * out = st->qpairs + (size_t)(x / 4) * P * 4 + x % 4;
-        for (int32_t i = 0; i < P; i += 2) {
-            /* |q * inv| <= qmax (1 + 2^-23): nearest never passes qmax */
-            const v128_t q32 = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(q + 2 * i), vinv)));
-            vsum = wasm_i32x4_add(vsum, q32);
-            const v128_t q16 = wasm_i16x8_narrow_i32x4(q32, q32);  /* pairs (q[2i], q[2i+1]) in i32 lanes 0, 1 */
-            out[(size_t)i * 4] = wasm_i32x4_shuffle(q16, q16, 0, 0, 0, 0);
-            if (i + 1 < P) out[(size_t)(i + 1) * 4] = wasm_i32x4_shuffle(q16, q16, 1, 1, 1, 1);
-        }
-        st->qscale[x] = scale;
-        st->qsum[x] = wasm_i32x4_extract_lane(vsum, 0) + wasm_i32x4_extract_lane(vsum, 1) +
-                      wasm_i32x4_extract_lane(vsum, 2) + wasm_i32x4_extract_lane(vsum, 3);
-    }
-    st->int_q = true;
-}
-
-/* acc[r][2g + h] (keys 8g + 4h .. +3 of the pass) = sum over element pairs
- * of q16 . k for R rows (quad vectors qb, [P][4]) and NG groups of 8 keys
- * (k: the first group's pairs, ldk bytes between groups). */
-static FLASH_INLINE uint32_t i8_key_rows(const v128_t * qb, const int8_t * k, size_t ldk, int32_t P,
-                                         v128_t acc[4][4], const int R, const int NG,
-                                         const uint32_t * ta, const uint32_t * tb, int32_t lines) {
-    uint32_t sink = 0;
-    for (int r = 0; r < R; r++)
-        for (int g = 0; g < 2 * NG; g++) acc[r][g] = wasm_i32x4_splat(0);
-    for (int32_t i = 0; i < P; i++, qb += 4, k += 16) {
-        if (i < lines) sink |= ta[(size_t)i * 16] | tb[(size_t)i * 16];
-        v128_t lo[2], hi[2];
-        for (int g = 0; g < NG; g++) {
-            const v128_t kv = wasm_v128_load(k + (size_t)g * ldk);
-            lo[g] = wasm_i16x8_extend_low_i8x16(kv);
-            hi[g] = wasm_i16x8_extend_high_i8x16(kv);
-        }
-        for (int r = 0; r < R; r++) {
-            const v128_t w = qb[r];
-            for (int g = 0; g < NG; g++) {
-                acc[r][2 * g] = wasm_i32x4_add(acc[r][2 * g], wasm_i32x4_dot_i16x8(lo[g], w));
-                acc[r][2 * g + 1] = wasm_i32x4_add(acc[r][2 * g + 1], wasm_i32x4_dot_i16x8(hi[g], w));
-            }
-        }
-    }
-    return sink;
-}
-
-/* s[x][t] = (acc - zp_t * qsum_x) * (qscale_x * kscale_t) for R rows and
- * 8 NG keys from key t0 (zps, ks: the page's K zero points and scales at t0). */
-static FLASH_INLINE void i8_key_scores(const block_state * st, int32_t x0, v128_t acc[4][4], const int8_t * zps,
-                                       const float * ks, float * s, const int R, const int NG) {
-    for (int g = 0; g < NG; g++) {
-        const v128_t z16 = wasm_i16x8_load8x8(zps + 8 * g);
-        const v128_t zp[2] = { wasm_i32x4_extend_low_i16x8(z16), wasm_i32x4_extend_high_i16x8(z16) };
-        const v128_t sc[2] = { wasm_v128_load(ks + 8 * g), wasm_v128_load(ks + 8 * g + 4) };
-        for (int r = 0; r < R; r++) {
-            const v128_t qsum = wasm_i32x4_splat(st->qsum[x0 + r]), qs = wasm_f32x4_splat(st->qscale[x0 + r]);
-            for (int h = 0; h < 2; h++) {
-                const v128_t dot = wasm_i32x4_sub(acc[r][2 * g + h], wasm_i32x4_mul(zp[h], qsum));
-                wasm_v128_store(s + (size_t)r * TILE_KEYS + 8 * g + 4 * h,
-                                wasm_f32x4_mul(wasm_f32x4_convert_i32x4(dot), wasm_f32x4_mul(qs, sc[h])));
-            }
-        }
-    }
-}
-
-/* Scores s[x][t] = q_x . k_t (unscaled, like the float path) for the keys
- * [r0, r0 + nt) of an int8 page (r0 a TILE_KEYS multiple). Keys go in passes
- * of 8 (16 for a single row), 4 rows at a time; scores past nt, up to the
- * pass, are computed from the page's rows and dropped by the caller. A pass
- * touches its share of the blocks ta_block and tb_block (NULL, or the V and
- * K of a tile ahead), as qk_groups does. */
-static uint32_t int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
-                            const void * ta_block, const void * tb_block) {
-    const sdpa_page_format * fmt = f->p->kv.format;
-    const int32_t P = fmt->k_pairs, n = st->n, D = fmt->dim;
-    const size_t ldk = (size_t)P * 2 * SDPA_I8_KEY_GROUP;
-    const int8_t * kblock = (const int8_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / SDPA_I8_KEY_GROUP) * ldk;
-    const int8_t * zps = sdpa_kv_zero_points(fmt, page, 0) + r0;
-    const float * ks = sdpa_kv_scales(fmt, page, 0) + r0;
-    const int32_t step = n == 1 ? 16 : 8;
-    /* a pass's share: step rows of D (V) or 2P (K) bytes; a 64-byte line per element pair */
-    const int32_t lines = ta_block ? step * D / 64 : 0;
-    uint32_t sink = 0;
-    v128_t acc[4][4];
-    for (int32_t t = 0; t < nt; t += step) {
-        const int8_t * kt = kblock + (size_t)(t / SDPA_I8_KEY_GROUP) * ldk;
-        const uint32_t * ta = ta_block ? (const uint32_t *)(const void *)((const char *)ta_block + (size_t)t * D) : NULL;
-        const uint32_t * tb = tb_block ? (const uint32_t *)(const void *)((const char *)tb_block + (size_t)t * 2 * P) : ta;
-        if (n == 1) {
-            sink |= i8_key_rows(st->qpairs, kt, ldk, P, acc, 1, 2, ta, tb, lines);
-            i8_key_scores(st, 0, acc, zps + t, ks + t, st->s + t, 1, 2);
-            continue;
-        }
-        for (int32_t x = 0; x < n; x += 4) {
-            const v128_t * qb = st->qpairs + (size_t)(x / 4) * P * 4;
-            float * sx = st->s + (size_t)x * TILE_KEYS + t;
-            const int32_t l = x == 0 ? lines : 0;
-            switch (n - x) {
-                case 1: sink |= i8_key_rows(qb, kt, ldk, P, acc, 1, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 1, 1); break;
-                case 2: sink |= i8_key_rows(qb, kt, ldk, P, acc, 2, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 2, 1); break;
-                case 3: sink |= i8_key_rows(qb, kt, ldk, P, acc, 3, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 3, 1); break;
-                default: sink |= i8_key_rows(qb, kt, ldk, P, acc, 4, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 4, 1); break;
-            }
-        }
-    }
-    return sink;
-}
-
-/* A tile's weights for the integer P.V: per row, w = p * vscale (0 where p
- * is 0: a row past the tile's keys may have an Inf scale) over the nt4
- * scores, quantized to st->wq with its wscale and wzp. A row with an
- * infinite weight (an overflowed value row with scale Inf) is recomputed by
- * the reference; weights below 1e-30 (a tile far below the row's max) add
- * nothing a float32 accumulator would keep: they are dropped. */
-static void int8_weights(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
-    const sdpa_page_format * fmt = f->p->kv.format;
-    const float * vs = sdpa_kv_scales(fmt, page, 1) + r0;
-    const int8_t * zps = sdpa_kv_zero_points(fmt, page, 1) + r0;
-    const v128_t zero = wasm_f32x4_splat(0.0f);
-    for (int32_t x = 0; x < st->n; x++) {
-        float * w = st->s + (size_t)x * TILE_KEYS;
-        int16_t * wq = st->wq + (size_t)x * TILE_KEYS;
-        v128_t vmax = zero;
-        for (int32_t t = 0; t < nt4; t += 4) {
-            /* (p > 0) also drops a NaN p: it comes from a NaN score, whose row is suspect already */
-            const v128_t pt = wasm_v128_load(w + t);
-            const v128_t wt = wasm_v128_and(wasm_f32x4_mul(pt, wasm_v128_load(vs + t)), wasm_f32x4_gt(pt, zero));
-            wasm_v128_store(w + t, wt);
-            vmax = wasm_f32x4_pmax(vmax, wt);
-        }
-        float wmax = f32x4_hmax(vmax);
-        if (!(wmax <= FLT_MAX)) {  /* Inf: a value row whose scale is Inf */
-            st->suspect[x] = true;
-            wmax = 0.0f;
-        }
-        if (wmax < 1e-30f) {
-            memset(wq, 0, sizeof(int16_t) * (size_t)TILE_KEYS);
-            st->wscale[x] = 0.0f;
-            st->wzp[x] = 0;
-            continue;
-        }
-        const v128_t inv = wasm_f32x4_splat(32767.0f / wmax);
-        v128_t zsum = wasm_i32x4_splat(0);
-        for (int32_t t = 0; t < nt4; t += 8) {
-            const v128_t a = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(w + t), inv)));
-            const v128_t b = t + 4 < nt4 ? wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(w + t + 4), inv)))
-                                         : wasm_i32x4_splat(0);
-            const v128_t q = wasm_i16x8_narrow_i32x4(a, b);
-            wasm_v128_store(wq + t, q);
-            zsum = wasm_i32x4_add(zsum, wasm_i32x4_dot_i16x8(q, wasm_i16x8_load8x8(zps + t)));
-        }
-        st->wscale[x] = wmax / 32767.0f;
-        st->wzp[x] = wasm_i32x4_extract_lane(zsum, 0) + wasm_i32x4_extract_lane(zsum, 1) +
-                     wasm_i32x4_extract_lane(zsum, 2) + wasm_i32x4_extract_lane(zsum, 3);
-    }
-}
-
-/* acc[r][d .. d + 8 NDV) += (sum_t wq[r][t] v_t - wzp_r) * wscale_r for R
- * rows, keys [0, 2 np) of an I8_PAIRS block (v: pair 0, element d; 2 D
- * bytes between pairs). */
-static FLASH_INLINE void i8_value_rows(const block_state * st, int32_t x0, float * acc, size_t lda, const int8_t * v,
-                                       size_t ldv, int32_t np, const int R, const int NDV) {
-    v128_t sum[4][4];
-    for (int r = 0; r < R; r++)
-        for (int j = 0; j < 2 * NDV; j++) sum[r][j] = wasm_i32x4_splat(0);
-    const int16_t * wq = st->wq + (size_t)x0 * TILE_KEYS;
-    for (int32_t i = 0; i < np; i++, v += ldv) {
-        v128_t lo[2], hi[2];
-        for (int j = 0; j < NDV; j++) {
-            const v128_t vv = wasm_v128_load(v + 16 * j);
-            lo[j] = wasm_i16x8_extend_low_i8x16(vv);
-            hi[j] = wasm_i16x8_extend_high_i8x16(vv);
-        }
-        for (int r = 0; r < R; r++) {
-            const v128_t w = wasm_v128_load32_splat(wq + (size_t)r * TILE_KEYS + 2 * i);
-            for (int j = 0; j < NDV; j++) {
-                sum[r][2 * j] = wasm_i32x4_add(sum[r][2 * j], wasm_i32x4_dot_i16x8(lo[j], w));
-                sum[r][2 * j + 1] = wasm_i32x4_add(sum[r][2 * j + 1], wasm_i32x4_dot_i16x8(hi[j], w));
-            }
-        }
-    }
-    for (int r = 0; r < R; r++) {
-        const v128_t wzp = wasm_i32x4_splat(st->wzp[x0 + r]), ws = wasm_f32x4_splat(st->wscale[x0 + r]);
-        float * a = acc + (size_t)r * lda;
-        for (int j = 0; j < 2 * NDV; j++)
-            wasm_v128_store(a + 4 * j, f32x4_fmadd(wasm_v128_load(a + 4 * j),
-                                                   wasm_f32x4_convert_i32x4(wasm_i32x4_sub(sum[r][j], wzp)), ws));
-    }
-}
-
-/* acc += p . V for the keys [r0, r0 + nt) of an int8 page, from the weights
- * int8_weights left: 4 rows at a time, 8 elements per pass (16 for a single
- * row); a D % 8 tail element by element. */
-static void int8_values(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
-    const sdpa_page_format * fmt = f->p->kv.format;
-    const int32_t D = fmt->dim, n = st->n, np = (nt + 1) / 2;
-    const size_t Dp = (size_t)f->dim_pad, ldv = 2 * (size_t)D;
-    const int8_t * vb = (const int8_t *)sdpa_kv_block(fmt, page, 1) + (size_t)(r0 / 2) * ldv;
-    for (int32_t x = 0; x < n; x += 4) {
-        const int32_t R = n - x < 4 ? n - x : 4;
-        float * acc = st->acc + (size_t)x * Dp;
-        int32_t d = 0;
-        if (R == 1)
-            for (; d + 16 <= D; d += 16) i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 1, 2);
-        for (; d + 8 <= D; d += 8) {
-            switch (R) {
-                case 1: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 1, 1); break;
-                case 2: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 2, 1); break;
-                case 3: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 3, 1); break;
-                default: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 4, 1); break;
-            }
-        }
-        for (; d < D; d++)
-            for (int32_t r = 0; r < R; r++) {
-                const int16_t * wq = st->wq + (size_t)(x + r) * TILE_KEYS;
-                int32_t sum = 0;
-                for (int32_t t = 0; t < 2 * np; t++) sum += wq[t] * vb[(size_t)(t / 2) * ldv + 2 * (size_t)d + t % 2];
-                acc[(size_t)r * Dp + d] += (float)(sum - st->wzp[x + r]) * st->wscale[x + r];
-            }
-    }
-}
 
 static void block_setup(const flash_plan * f, block_state * st, char * scratch, int32_t b,
                         int32_t hk, int32_t blk) {
     const sdpa_problem * p = f->p;
     const int32_t D = p->head_dim, Dp = f->dim_pad, r = p->group;
-    float * base = (float *)scratch;
-    st->q = base;
-    st->acc = st->q + (size_t)BLOCK_ROWS * Dp;
-    st->s = st->acc + (size_t)BLOCK_ROWS * Dp;
-    st->m = st->s + (size_t)BLOCK_ROWS * TILE_KEYS;
-    st->l = st->m + BLOCK_ROWS;
-    st->sink = (uint32_t *)(st->l + BLOCK_ROWS);
-    st->ktile = st->l + BLOCK_ROWS + 4;
-    st->vtile = st->ktile + (size_t)TILE_KEYS * Dp;
-    st->qs = (v128_t *)(void *)(st->vtile + (size_t)TILE_KEYS * Dp);  /* 16-byte aligned */
-    /* an int8 cache uses neither decoded tile: they hold its int16 q and weights
+    st->q = scratch_area_at(scratch, AREA_Q, Dp);
+    st->acc = scratch_area_at(scratch, AREA_ACC, Dp);
+    st->s = scratch_area_at(scratch, AREA_SCORES, Dp);
+    st->m = scratch_area_at(scratch, AREA_MAX, Dp);
+    st->l = scratch_area_at(scratch, AREA_SUM, Dp);
+    st->touched = scratch_area_at(scratch, AREA_TOUCHED, Dp);
+    st->ktile = scratch_area_at(scratch, AREA_K_TILE, Dp);
+    st->vtile = scratch_area_at(scratch, AREA_V_TILE, Dp);
+    st->qs = scratch_area_at(scratch, AREA_Q_BROADCAST, Dp);
+    /* an int8 page's Q.K and P.V use neither float tile: they hold its int16 q and weights
      * (8 rows x ceil(D / 2) vectors and 8 x TILE_KEYS int16 <= TILE_KEYS x dim_pad floats) */
     st->qpairs = (v128_t *)(void *)st->ktile;
     st->wq = (int16_t *)(void *)st->vtile;
     st->row0 = blk * BLOCK_ROWS;
     st->n = f->rows - st->row0 < BLOCK_ROWS ? f->rows - st->row0 : BLOCK_ROWS;
-    memset(st->q, 0, sizeof(float) * (size_t)BLOCK_ROWS * Dp * 2);  /* q pad + acc */
+    memset(st->q, 0, sizeof(float) * (size_t)BLOCK_ROWS * Dp);  /* q rows are zero-padded to dim_pad */
+    memset(st->acc, 0, sizeof(float) * (size_t)BLOCK_ROWS * Dp);
     for (int32_t x = 0; x < BLOCK_ROWS; x++) {
         st->m[x] = -INFINITY;
         st->l[x] = 0.0f;
@@ -747,27 +531,23 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         else if (p->mask)
             st->bmask[x] = (const uint8_t *)p->mask + (size_t)i * p->mask_stride;
     }
-    quantize_q(f, st);
-    if (st->int_q) return;  /* the float kernels' broadcast q is not needed */
+    if (f->k_src == K_I8_PAGE) {  /* integer Q.K: the float kernels' broadcast q is not needed */
+        quantize_q(f, st);
+        return;
+    }
     for (int32_t x = 0; x < st->n; x++)
         for (int32_t d = 0; d < D; d++)
             st->qs[((size_t)(x / 4) * Dp + d) * 4 + x % 4] = wasm_f32x4_splat(st->q[(size_t)x * Dp + d]);
 }
 
-/* ---- the tile loader: float32 rows in place, other cache dtypes decoded -- */
-
-/* binary16 bits in u32 lanes -> float32, exactly: shifted into a float's
- * exponent/mantissa field and scaled by 2^112 (normals and subnormals alike),
- * Inf/NaN given an all-ones exponent. No per-lane scalar conversion. */
-static inline v128_t f16x4_to_f32x4(v128_t h) {
-    const v128_t em = wasm_v128_and(h, wasm_i32x4_splat(0x7fff));
-    const v128_t sign = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16);
-    const v128_t shifted = wasm_i32x4_shl(em, 13);
-    const v128_t finite = wasm_f32x4_mul(shifted, wasm_f32x4_splat(0x1p112f));
-    const v128_t special = wasm_v128_or(shifted, wasm_i32x4_splat(0x7f800000));
-    const v128_t is_special = wasm_i32x4_ge(em, wasm_i32x4_splat(0x7c00));
-    return wasm_v128_or(wasm_v128_bitselect(special, finite, is_special), sign);
-}
+/* ---- K and V tiles loaded into scratch ---------------------------------
+ *
+ * The sources not read in place fill the block's K tile (key-transposed:
+ * groups of KG keys, D * KG floats apart, qk_groups' layout) or V tile (rows
+ * dim_pad floats apart). A K tile may hold keys past nt up to the group's
+ * end (the page's rows, or zeros): their lanes are independent and dropped.
+ * V is decoded only before the value pass, so the tile being used is the
+ * one in L1. */
 
 static void decode_f16_row(const uint16_t * h, int32_t D, float * out) {
     int32_t d = 0;
@@ -779,28 +559,6 @@ static void decode_f16_row(const uint16_t * h, int32_t D, float * out) {
     for (; d < D; d++) out[d] = sdpa_f16_to_f32(h[d]);
 }
 
-/* V rows [ts, ts + nt) of head (b, hk): float32 rows in place, or a
- * float16 page's rows decoded into the block's V tile (row stride
- * dim_pad; decoded only before the value pass, so the tile being used is the
- * one in L1). *ld: the row stride. */
-static const float * load_v_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts,
-                                 int32_t nt, size_t * ld) {
-    const int value = 1;
-    const sdpa_kv_view * kv = &f->p->kv;
-    if (sdpa_kv_is_f32(kv)) {
-        *ld = sdpa_kv_row_stride(kv);
-        return sdpa_kv_value(kv, b, hk, ts);
-    }
-    const sdpa_page_format * fmt = kv->format;
-    const void * page = sdpa_kv_page(kv, b, hk, ts);
-    const int32_t D = fmt->dim, r0 = ts % SDPA_PAGE_ROWS;
-    const size_t Dp = (size_t)f->dim_pad;
-    float * tile = st->vtile;
-    for (int32_t t = 0; t < nt; t++) decode_f16_row(sdpa_kv_raw_row(fmt, page, r0 + t, value), D, tile + (size_t)t * Dp);
-    *ld = Dp;
-    return tile;
-}
-
 /* Rows [t0, t0 + nt) of a [.., D] row-major float32 K (row stride ldk) into
  * the key-transposed layout at `out` (groups of KG keys, D * KG floats
  * apart), keys nt .. the group's end zero. 4 x 4 blocks go through
@@ -808,13 +566,13 @@ static const float * load_v_tile(const flash_plan * f, block_state * st, int32_t
  * (v, stride ldv) are touched meanwhile (see touch_bytes). */
 static uint32_t transpose_k_rows(const float * k, size_t ldk, int32_t nt, int32_t D, float * out,
                                  const float * v, size_t ldv) {
-    uint32_t sink = 0;
+    uint32_t touched = 0;
     const int32_t end = ceil_div(nt, KG) * KG;
     int32_t t = 0;
     for (; t + 4 <= nt; t += 4) {
         const float * r0 = k + (size_t)t * ldk, * r1 = r0 + ldk, * r2 = r1 + ldk, * r3 = r2 + ldk;
         float * dst = out + (size_t)(t / KG) * D * KG + t % KG;
-        for (int32_t y = 0; y < 4; y++) sink |= touch_bytes(v + (size_t)(t + y) * ldv, (size_t)D * sizeof(float));
+        for (int32_t y = 0; y < 4; y++) touched |= touch_bytes(v + (size_t)(t + y) * ldv, (size_t)D * sizeof(float));
         int32_t d = 0;
         for (; d + 4 <= D; d += 4) {
             const v128_t a = wasm_v128_load(r0 + d), b = wasm_v128_load(r1 + d);
@@ -834,157 +592,104 @@ static uint32_t transpose_k_rows(const float * k, size_t ldk, int32_t nt, int32_
     for (; t < end; t++) {
         const float * row = k + (size_t)t * ldk;
         float * dst = out + (size_t)(t / KG) * D * KG + t % KG;
-        if (t < nt) sink |= touch_bytes(v + (size_t)t * ldv, (size_t)D * sizeof(float));
+        if (t < nt) touched |= touch_bytes(v + (size_t)t * ldv, (size_t)D * sizeof(float));
         for (int32_t d = 0; d < D; d++) dst[(size_t)d * KG] = t < nt ? row[d] : 0.0f;
     }
-    return sink;
+    return touched;
 }
 
-/* Keys [ts, ts + nt) of head (b, hk) as a key-transposed tile (groups of KG
- * keys, *ldg floats apart; the score kernels' one layout):
- *   float32 page   its K block, in place;
- *   float16 page   decoded into the block's K tile (whole groups, the same
- *                  layout: one linear pass);
- *   caller tensors transposed into the K tile (their V rows touched meanwhile);
- *   int8 page      (only for D > INT_Q_MAX_DIM, see quantize_q) decoded
- *                  into the K tile.
- * The tile may hold keys past nt up to the group's end (the page's rows, or
- * zeros): their lanes are independent and dropped. */
-static const float * load_k_groups(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts,
-                                   int32_t nt, size_t * ldg, uint32_t * touch) {
-    const sdpa_kv_view * kv = &f->p->kv;
+/* K_F16_DECODED: a float16 page's K block has the K tile's layout: whole
+ * groups decoded in one linear pass. */
+static void decode_f16_k_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
     const int32_t D = f->p->head_dim, groups = ceil_div(nt, KG);
-    *ldg = (size_t)D * KG;
-    if (!kv->pages) {
-        *touch |= transpose_k_rows(sdpa_kv_key(kv, b, hk, ts), kv->stride_t, nt, D, st->ktile,
-                                   sdpa_kv_value(kv, b, hk, ts), kv->stride_t);
-        return st->ktile;
+    decode_f16_row(tile_block(f->p->kv.format, page, r0, 0), groups * D * KG, st->ktile);
+}
+
+/* K_I8_DECODED: an int8 page's K rows decoded one at a time (through the V
+ * tile, free: an int8 page's value pass holds only its weights there) and
+ * scattered into groups. */
+static void decode_i8_k_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
+    const sdpa_page_format * fmt = f->p->kv.format;
+    const int32_t D = f->p->head_dim, groups = ceil_div(nt, KG);
+    const size_t ldg = (size_t)D * KG;
+    float * row = st->vtile;
+    for (int32_t t = 0; t < groups * KG; t++) {
+        sdpa_kv_decode_row(fmt, page, r0 + t, 0, row);
+        float * dst = st->ktile + (size_t)(t / KG) * ldg + t % KG;
+        for (int32_t d = 0; d < D; d++) dst[(size_t)d * KG] = row[d];
     }
-    const sdpa_page_format * fmt = kv->format;
-    const void * page = sdpa_kv_page(kv, b, hk, ts);
-    const int32_t r0 = ts % SDPA_PAGE_ROWS;  /* a TILE_KEYS multiple, so a KG multiple */
-    const void * block = sdpa_kv_block(fmt, page, 0);
-    switch (fmt->dtype) {
-        case SDPA_DTYPE_FLOAT32: return (const float *)block + (size_t)(r0 / KG) * *ldg;
-        case SDPA_DTYPE_FLOAT16:
-            decode_f16_row((const uint16_t *)block + (size_t)(r0 / KG) * *ldg, groups * D * KG, st->ktile);
-            return st->ktile;
-        default: {
-            float * row = st->vtile;  /* free: an int8 cache's value pass holds only its weights there */
-            for (int32_t t = 0; t < groups * KG; t++) {
-                sdpa_kv_decode_row(fmt, page, r0 + t, 0, row);
-                float * dst = st->ktile + (size_t)(t / KG) * *ldg + t % KG;
-                for (int32_t d = 0; d < D; d++) dst[(size_t)d * KG] = row[d];
-            }
-            return st->ktile;
+}
+
+/* V_F16_DECODED: a float16 page's V rows [r0, r0 + nt) decoded into the V tile. */
+static const float * decode_f16_v_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0,
+                                       int32_t nt) {
+    const sdpa_page_format * fmt = f->p->kv.format;
+    const size_t Dp = (size_t)f->dim_pad;
+    for (int32_t t = 0; t < nt; t++) decode_f16_row(sdpa_kv_raw_row(fmt, page, r0 + t, 1), fmt->dim, st->vtile + (size_t)t * Dp);
+    return st->vtile;
+}
+
+/* ---- one tile: scores, online softmax, values -------------------------- */
+
+/* The sources of the tile in `page` (NULL: caller tensors): the plan's, but
+ * a float16 page that may hold an Inf or NaN is decoded (f16x4_finite
+ * converts finite halves only). */
+static void tile_sources(const flash_plan * f, const void * page, k_source * ks, v_source * vs) {
+    *ks = f->k_src;
+    *vs = f->v_src;
+    const bool f16_in_place = *ks == K_F16_PAGE || *vs == V_F16_PAGE;
+    if (f16_in_place && (sdpa_page_marks(page) & SDPA_PAGE_MARK_NONFINITE)) {
+        if (*ks == K_F16_PAGE) *ks = K_F16_DECODED;
+        if (*vs == V_F16_PAGE) *vs = V_F16_DECODED;
+    }
+}
+
+/* The float32 scores of a tile loaded into the K tile (no touches: they
+ * assume the page's own element type). */
+static void scores_from_k_tile(const flash_plan * f, block_state * st, int32_t nt) {
+    const int32_t D = f->p->head_dim;
+    qk_groups(st->qs, (size_t)f->dim_pad * 4, st->n, st->ktile, (size_t)D * KG, nt, D, st->s, NULL, NULL);
+}
+
+/* 1. st->s[x][t] = q_x . k_t (unscaled) for the tile's nt keys at ts, page
+ * row r0; the score pass touches `ahead`. Returns the touches. */
+static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks, int32_t b, int32_t hk, int32_t ts,
+                            const void * page, int32_t nt, const tile_ahead * ahead) {
+    const sdpa_kv_view * kv = &f->p->kv;
+    const int32_t D = f->p->head_dim, n = st->n, r0 = ts % SDPA_PAGE_ROWS;
+    const size_t ldqs = (size_t)f->dim_pad * 4, ldg = (size_t)D * KG;
+    switch (ks) {
+        case K_F32_PAGE:
+            return qk_groups(st->qs, ldqs, n, tile_block(kv->format, page, r0, 0), ldg, nt, D, st->s, ahead->v, ahead->k);
+        case K_F16_PAGE:
+            return qk_groups_f16(st->qs, ldqs, n, tile_block(kv->format, page, r0, 0), ldg, nt, D, st->s, ahead->v, ahead->k);
+        case K_I8_PAGE:
+            return int8_scores(f, st, page, r0, nt, ahead->v, ahead->k);
+        case K_F32_TRANSPOSED: {
+            const uint32_t touched = transpose_k_rows(sdpa_kv_key(kv, b, hk, ts), kv->stride_t, nt, D, st->ktile,
+                                                      sdpa_kv_value(kv, b, hk, ts), kv->stride_t);
+            scores_from_k_tile(f, st, nt);
+            return touched;
         }
+        case K_F16_DECODED:
+            decode_f16_k_tile(f, st, page, r0, nt);
+            scores_from_k_tile(f, st, nt);
+            return 0;
+        case K_I8_DECODED:
+            decode_i8_k_tile(f, st, page, r0, nt);
+            scores_from_k_tile(f, st, nt);
+            return 0;
     }
+    return 0;
 }
 
-/* out[d] = acc[d] * inv for d < D (out may be acc); false when an element is
- * not finite. Scales a tile's scores and finishes a row's output. */
-static bool scale_finite(float * out, const float * acc, float inv, int32_t D) {
-    const v128_t vinv = wasm_f32x4_splat(inv), vinf = wasm_f32x4_splat(INFINITY);
-    v128_t finite = wasm_i32x4_splat(-1);
-    int32_t d = 0;
-    for (; d + 4 <= D; d += 4) {
-        const v128_t o = wasm_f32x4_mul(wasm_v128_load(acc + d), vinv);
-        wasm_v128_store(out + d, o);
-        finite = wasm_v128_and(finite, wasm_f32x4_lt(wasm_f32x4_abs(o), vinf));
-    }
-    bool all_finite = wasm_i32x4_all_true(finite);
-    for (; d < D; d++) {
-        out[d] = acc[d] * inv;
-        all_finite &= isfinite(out[d]) != 0;
-    }
-    return all_finite;
-}
-
-/* ---- score transforms --------------------------------------------------- */
-
-/* s = c * tanh(s / c) for n scores (n a multiple of 4: a tile's padded
- * scores, whose pad is masked later, so there is no scalar tail). tanh(y) =
- * sign(y) (1 - e) / (1 + e) with e = exp(-2|y|) where that is accurate
- * (|y| >= 1/4), its Taylor series to y^9 below (truncation < 1e-8
- * relative); +-Inf gives +-c, NaN stays NaN. About 2 ulp: a cheaper
- * rational approximation (Eigen's, 7 ulp near 1) was tried and failed the
- * fuzzer, since with c = 50 its error of 4e-7 becomes 2e-5 in a score. */
-static void softcap_scores(float * s, int32_t n, float c) {
-    const v128_t vc = wasm_f32x4_splat(c), vinv = wasm_f32x4_splat(1.0f / c);
-    const v128_t one = wasm_f32x4_splat(1.0f), quarter = wasm_f32x4_splat(0.25f);
-    for (int32_t t = 0; t < n; t += 4) {
-        const v128_t y = wasm_f32x4_mul(wasm_v128_load(s + t), vinv);
-        const v128_t a = wasm_f32x4_abs(y);
-        const v128_t e = f32x4_exp_nonpositive(wasm_f32x4_mul(a, wasm_f32x4_splat(-2.0f)));
-        const v128_t big = wasm_f32x4_div(wasm_f32x4_sub(one, e), wasm_f32x4_add(one, e));
-        const v128_t y2 = wasm_f32x4_mul(a, a);
-        v128_t poly = wasm_f32x4_splat(62.0f / 2835.0f);
-        poly = f32x4_fmadd(wasm_f32x4_splat(-17.0f / 315.0f), poly, y2);
-        poly = f32x4_fmadd(wasm_f32x4_splat(2.0f / 15.0f), poly, y2);
-        poly = f32x4_fmadd(wasm_f32x4_splat(-1.0f / 3.0f), poly, y2);
-        const v128_t small = wasm_f32x4_add(a, wasm_f32x4_mul(wasm_f32x4_mul(a, y2), poly));
-        v128_t th = wasm_v128_bitselect(small, big, wasm_f32x4_lt(a, quarter));
-        /* sign of y back (a NaN y stays NaN: its |y| gives NaN in both branches) */
-        th = wasm_v128_or(th, wasm_v128_and(y, wasm_i32x4_splat((int32_t)0x80000000u)));
-        wasm_v128_store(s + t, wasm_f32x4_mul(th, vc));
-    }
-}
-
-/* Runs the nt keys of the tile at ts (a multiple of TILE_KEYS, so the tile
- * lies inside one cache page) of KV head (b, hk) through the block's online
- * softmax; the tile is one of the range [t0, t1) being run (which tiles to
- * touch ahead). Returns the touches (see touch_bytes). */
-static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts, int32_t nt,
-                           int32_t t0, int32_t t1) {
+/* 2. Scale, softcap and mask the tile's scores, then the online softmax per
+ * row: st->s becomes the weights exp(s - m), m and l are updated and acc
+ * rescaled on a new max. */
+static void tile_softmax(const flash_plan * f, block_state * st, int32_t ts, int32_t nt) {
     const sdpa_problem * p = f->p;
-    const int32_t D = p->head_dim, Dp = f->dim_pad, n = st->n;
+    const int32_t Dp = f->dim_pad, n = st->n;
     const int32_t nt4 = (nt + 3) & ~3;
-    uint32_t touch = 0;
-    size_t ldg = 0, ldv = 0;
-    /* The tile's source: float32 rows (caller tensors, float32 pages) are read
-     * in place, V touched while the scores run (see touch_bytes); a float16
-     * page in place too (f16x4_finite) unless it may hold an Inf or NaN, when
-     * it is decoded (K before the scores, V before the value pass); an int8
-     * page by integer dot products (int8_scores, int8_values). */
-    const sdpa_page_format * fmt = p->kv.format;
-    const void * page = p->kv.pages ? sdpa_kv_page(&p->kv, b, hk, ts) : NULL;
-    const int32_t r0 = ts % SDPA_PAGE_ROWS;
-    const bool int8 = page && fmt->dtype == SDPA_DTYPE_INT8;
-    const bool f16 = page && fmt->dtype == SDPA_DTYPE_FLOAT16 && !(sdpa_page_marks(page) & SDPA_PAGE_MARK_NONFINITE);
-    const bool f32 = sdpa_kv_is_f32(&p->kv);
-    const bool decoded = !f32 && !int8 && !f16;
-    const float * v = f32 ? load_v_tile(f, st, b, hk, ts, nt, &ldv) : NULL;
-    /* pages read in place (float32, float16, int8), more than one row (int8:
-     * any): the K and V of the tile TOUCH_AHEAD tiles on are touched during
-     * this tile's scores; the first tile of the range touches its own V and
-     * the tiles before that distance at once */
-    const bool ahead = page && !decoded && (n > 1 || int8);
-    const void * kn = NULL, * vn = NULL;
-    if (ahead) {
-        if (ts == t0) {
-            touch |= touch_bytes(page_tile(&p->kv, b, hk, ts, 1), tile_bytes(&p->kv, 1));
-            for (int64_t tj = (int64_t)ts + TILE_KEYS; tj < t1 && tj < (int64_t)ts + TOUCH_AHEAD * TILE_KEYS; tj += TILE_KEYS)
-                touch |= touch_bytes(page_tile(&p->kv, b, hk, tj, 0), tile_bytes(&p->kv, 0)) |
-                         touch_bytes(page_tile(&p->kv, b, hk, tj, 1), tile_bytes(&p->kv, 1));
-        }
-        if ((int64_t)ts + TOUCH_AHEAD * TILE_KEYS < t1) {
-            kn = page_tile(&p->kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 0);
-            vn = page_tile(&p->kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 1);
-        }
-    }
-    /* 1. scores s[x][t] = q_x . k_t */
-    if (st->int_q) {
-        touch |= int8_scores(f, st, page, r0, nt, vn, kn);
-    } else if (f16) {
-        ldg = (size_t)D * KG;
-        touch |= qk_groups_f16(st->qs, (size_t)Dp * 4, n, (const uint16_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / KG) * ldg,
-                               ldg, nt, D, st->s, vn, kn);
-    } else {
-        const float * kg = load_k_groups(f, st, b, hk, ts, nt, &ldg, &touch);
-        /* (the touches assume float32 rows: an int8 page decoded here touches nothing) */
-        touch |= qk_groups(st->qs, (size_t)Dp * 4, n, kg, ldg, nt, D, st->s, f32 ? vn : NULL, f32 ? kn : NULL);
-    }
-    /* 2. scale, mask, then online softmax per row */
     for (int32_t x = 0; x < n; x++) {
         float * s = st->s + (size_t)x * TILE_KEYS;
         const int32_t valid = st->limit[x] - ts < nt ? st->limit[x] - ts : nt;
@@ -1028,25 +733,53 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
         }
         st->l[x] += f32x4_hsum(vsum);
     }
-    /* 3. acc += p . V */
-    if (int8) {
-        int8_weights(f, st, page, r0, nt4);
-        int8_values(f, st, page, r0, nt);
-        return touch;
+}
+
+/* acc += p . V over float32 value rows (ldv floats apart) or a float16
+ * page's (D halves apart), 4 rows at a time. */
+static void values_f32(const flash_plan * f, block_state * st, const float * v, size_t ldv, int32_t nt) {
+    for (int32_t x = 0; x < st->n; x += 4)
+        pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS, TILE_KEYS,
+                st->n - x < 4 ? st->n - x : 4, v, ldv, nt, f->p->head_dim);
+}
+static void values_f16(const flash_plan * f, block_state * st, const uint16_t * v, int32_t nt) {
+    for (int32_t x = 0; x < st->n; x += 4)
+        pv_rows_f16(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS, TILE_KEYS,
+                    st->n - x < 4 ? st->n - x : 4, v, (size_t)f->p->head_dim, nt, f->p->head_dim);
+}
+
+/* 3. acc += p . V for the tile's nt keys at ts. */
+static void tile_values(const flash_plan * f, block_state * st, v_source vs, int32_t b, int32_t hk, int32_t ts,
+                        const void * page, int32_t nt) {
+    const sdpa_kv_view * kv = &f->p->kv;
+    const int32_t r0 = ts % SDPA_PAGE_ROWS, nt4 = (nt + 3) & ~3;
+    switch (vs) {
+        case V_F32_ROWS: values_f32(f, st, sdpa_kv_value(kv, b, hk, ts), sdpa_kv_row_stride(kv), nt); break;
+        case V_F16_PAGE: values_f16(f, st, tile_block(kv->format, page, r0, 1), nt); break;
+        case V_F16_DECODED: values_f32(f, st, decode_f16_v_tile(f, st, page, r0, nt), (size_t)f->dim_pad, nt); break;
+        case V_I8_PAGE:
+            int8_weights(f, st, page, r0, nt4);
+            int8_values(f, st, page, r0, nt);
+            break;
     }
-    if (f16) {
-        const uint16_t * vh = sdpa_kv_raw_row(fmt, page, r0, 1);
-        for (int32_t x = 0; x < n; x += 4)
-            pv_rows_f16(st->acc + (size_t)x * Dp, (size_t)Dp, st->s + (size_t)x * TILE_KEYS, TILE_KEYS,
-                        n - x < 4 ? n - x : 4, vh, (size_t)D, nt, D);
-        return touch;
-    }
-    if (decoded) v = load_v_tile(f, st, b, hk, ts, nt, &ldv);
-    for (int32_t x = 0; x < n; x += 4) {
-        const int32_t rows = n - x < 4 ? n - x : 4;
-        pv_rows(st->acc + (size_t)x * Dp, (size_t)Dp, st->s + (size_t)x * TILE_KEYS, TILE_KEYS, rows, v, ldv, nt, D);
-    }
-    return touch;
+}
+
+/* Runs the nt keys of the tile at ts (a multiple of TILE_KEYS, so the tile
+ * lies inside one cache page) of KV head (b, hk) through the block's online
+ * softmax; the tile is one of the range [t0, t1) being run (which tiles to
+ * touch ahead). Returns the touches. */
+static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, int32_t hk, int32_t ts, int32_t nt,
+                           int32_t t0, int32_t t1) {
+    const void * page = f->p->kv.pages ? sdpa_kv_page(&f->p->kv, b, hk, ts) : NULL;
+    k_source ks;
+    v_source vs;
+    tile_sources(f, page, &ks, &vs);
+    tile_ahead ahead = { NULL, NULL };
+    uint32_t touched = touches_ahead(ks, st->n) ? touch_tiles_ahead(f, b, hk, ts, t0, t1, &ahead) : 0;
+    touched |= tile_scores(f, st, ks, b, hk, ts, page, nt, &ahead);
+    tile_softmax(f, st, ts, nt);
+    tile_values(f, st, vs, b, hk, ts, page, nt);
+    return touched;
 }
 
 /* Runs keys [t0, t1) (t0 a multiple of TILE_KEYS) of KV head (b, hk)
@@ -1063,7 +796,7 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
     if (t1 > end) t1 = end;  /* causal: tiles above the diagonal are skipped */
     begin -= begin % TILE_KEYS;
     if (t0 < begin) t0 = begin;  /* window: tiles wholly before every row's window too */
-    uint32_t touch = 0;
+    uint32_t touched = 0;
     if (with_sinks && f->p->sink_tokens > 0) {
         /* the tiles [0, sink_t1) holding a sink row, up to the range below (t0 is a tile
          * multiple, so no tile is run twice) and the causal end */
@@ -1071,11 +804,11 @@ static void block_keys(const flash_plan * f, block_state * st, int32_t b, int32_
         if (sink_t1 > t0) sink_t1 = t0;
         if (sink_t1 > end) sink_t1 = end;
         for (int32_t ts = 0; ts < sink_t1; ts += TILE_KEYS)
-            touch |= block_tile(f, st, b, hk, ts, sink_t1 - ts < TILE_KEYS ? (int32_t)sink_t1 - ts : TILE_KEYS, 0, (int32_t)sink_t1);
+            touched |= block_tile(f, st, b, hk, ts, sink_t1 - ts < TILE_KEYS ? (int32_t)sink_t1 - ts : TILE_KEYS, 0, (int32_t)sink_t1);
     }
     for (int64_t ts = t0; ts < t1; ts += TILE_KEYS)  /* int64: t1 may be near INT32_MAX */
-        touch |= block_tile(f, st, b, hk, (int32_t)ts, t1 - ts < TILE_KEYS ? (int32_t)(t1 - ts) : TILE_KEYS, t0, t1);
-    *st->sink |= touch;  /* a store the compiler must keep, so the touches stay */
+        touched |= block_tile(f, st, b, hk, (int32_t)ts, t1 - ts < TILE_KEYS ? (int32_t)(t1 - ts) : TILE_KEYS, t0, t1);
+    *st->touched |= touched;  /* a store the compiler must keep, so the touches stay */
 }
 
 static float * row_out(const sdpa_problem * p, int32_t b, int32_t hk, int32_t row) {
@@ -1084,7 +817,6 @@ static float * row_out(const sdpa_problem * p, int32_t b, int32_t hk, int32_t ro
 }
 
 /* ---- finishing a row --------------------------------------------------- */
-
 
 /* The factor a row's accumulator (running max m, sum l > 0) is scaled by:
  * 1 / l, or with a sink logit for the row's head, which joins the max and
@@ -1221,7 +953,7 @@ static void merge_group(const flash_plan * f, int32_t group, char * thread_scrat
 void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch) {
     flash_plan f;
     make_plan(&f, p);
-    f.scratch = (char *)(((uintptr_t)scratch + ALIGN - 1) & ~(uintptr_t)(ALIGN - 1));
+    f.scratch = (char *)(((uintptr_t)scratch + SCRATCH_ALIGN - 1) & ~(uintptr_t)(SCRATCH_ALIGN - 1));
     /* the reserved workspace (workspace_bytes) fits in size_t, so these offsets do */
     f.partials = (float *)(f.scratch + (size_t)sdpa_pool_threads(pool) * (size_t)f.thread_bytes);
     f.done = (atomic_int *)(f.partials + (f.chunks > 1 ? (size_t)compute_units(&f) * partial_floats(&f) : 0));

@@ -1,0 +1,92 @@
+/* flash_private.h: what flash.c (the tile loop) shares with the
+ * microkernels it includes from files of their own (flash_int8.h): the plan
+ * of a call, the state of one block of rows, and which kernel reads a tile. */
+#ifndef SDPA_FLASH_PRIVATE_H
+#define SDPA_FLASH_PRIVATE_H
+
+#include "internal.h"
+#include "kernels/simd.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define BLOCK_ROWS 8
+#define TILE_KEYS 64
+
+#if defined(__GNUC__)
+#define FLASH_INLINE inline __attribute__((always_inline))
+#else
+#define FLASH_INLINE inline
+#endif
+
+/* An int8 cache's Q.K quantizes q to int16 up to this head dim and decodes
+ * K above it (flash_int8.h says why). */
+#define INT_Q_MAX_DIM 1024
+
+/* Where the Q.K stage of a tile gets its keys, and so which kernel computes
+ * the scores. Chosen per plan (plan_sources); a float16 page that may hold
+ * an Inf or NaN turns K_F16_PAGE into K_F16_DECODED (tile_sources). */
+typedef enum k_source {
+    K_F32_TRANSPOSED,  /* caller tensors: rows transposed into the K tile */
+    K_F32_PAGE,        /* a float32 page's key-transposed K block, read in place */
+    K_F16_PAGE,        /* a float16 page's K block in place, finite halves converted as loaded */
+    K_F16_DECODED,     /* a float16 page's K block decoded into the K tile (Inf / NaN exact) */
+    K_I8_PAGE,         /* an int8 page's K block: integer dot products with the int16 q */
+    K_I8_DECODED,      /* an int8 page's K rows decoded into the K tile (D > INT_Q_MAX_DIM) */
+} k_source;
+
+/* Where the P.V stage of a tile gets its values (likewise per plan, then
+ * V_F16_PAGE -> V_F16_DECODED per page). */
+typedef enum v_source {
+    V_F32_ROWS,        /* float32 rows in place: caller tensors or a float32 page's V block */
+    V_F16_PAGE,        /* a float16 page's V rows in place, finite halves converted as loaded */
+    V_F16_DECODED,     /* a float16 page's V rows decoded into the V tile */
+    V_I8_PAGE,         /* an int8 page's V block: int16 weights times int8 values */
+} v_source;
+
+typedef struct flash_plan {
+    const sdpa_problem * p;
+    k_source k_src;        /* the Q.K and P.V sources of every tile (but see tile_sources) */
+    v_source v_src;
+    int32_t rows;          /* R = Sq * r per (b, hk) */
+    int32_t blocks;        /* per (b, hk) */
+    int32_t chunks;        /* key chunks per block (1 = no split) */
+    int64_t chunk_keys;    /* keys per chunk, a multiple of TILE_KEYS (may pass INT32_MAX) */
+    int32_t key_begin;     /* keys before it are outside every row's window (a TILE_KEYS multiple) */
+    int32_t dim_pad;       /* D rounded up to 4 */
+    uint64_t thread_bytes; /* per-thread scratch, a cache-line multiple (saturating) */
+    char * scratch;        /* [n_threads][thread_bytes] then partials */
+    float * partials;      /* [unit][BLOCK_ROWS][PARTIAL_HEAD + dim_pad] */
+    atomic_int * done;     /* [group]: chunks finished; the last one merges */
+} flash_plan;
+
+/* One block of rows over one key range; its arrays live in the thread's
+ * scratch (flash.c: scratch_areas). */
+typedef struct block_state {
+    int32_t n;                      /* rows in this block */
+    int32_t row0;                   /* first flattened row */
+    int32_t limit[BLOCK_ROWS];      /* keys t < limit exist for the row */
+    int32_t lower[BLOCK_ROWS];      /* keys t < lower are outside the row's window */
+    const float * mask[BLOCK_ROWS]; /* row of a float mask, or NULL */
+    const uint8_t * bmask[BLOCK_ROWS];
+    bool suspect[BLOCK_ROWS];       /* a score left float range: recompute the row */
+    float * q;                      /* [BLOCK_ROWS][dim_pad] */
+    float * acc;                    /* [BLOCK_ROWS][dim_pad] */
+    float * s;                      /* [BLOCK_ROWS][TILE_KEYS] */
+    float * m;                      /* running max */
+    float * l;                      /* running sum */
+    uint32_t * touched;             /* where the touch-ahead loads end up */
+    float * ktile;                  /* TILE_KEYS x dim_pad floats: a key-transposed K tile */
+    float * vtile;                  /* TILE_KEYS x dim_pad floats: decoded V rows */
+    v128_t * qs;                    /* [BLOCK_ROWS / 4][dim_pad][4]: q[x][d] broadcast */
+    /* int8 pages (flash_int8.h); qpairs and wq live in the K and V tile areas */
+    v128_t * qpairs;                /* [BLOCK_ROWS / 4][k_pairs][4]: (q16[2p], q16[2p+1]) broadcast */
+    float qscale[BLOCK_ROWS];       /* q[d] ~ q16[d] * qscale */
+    int32_t qsum[BLOCK_ROWS];       /* sum_d q16[d] (for the zero points) */
+    int16_t * wq;                   /* [BLOCK_ROWS][TILE_KEYS]: a tile's weights p * vscale in int16 */
+    float wscale[BLOCK_ROWS];       /* weight ~ wq * wscale */
+    int32_t wzp[BLOCK_ROWS];        /* sum_t wq[t] * zero_point[t] */
+} block_state;
+
+#endif
