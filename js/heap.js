@@ -48,6 +48,20 @@ function stateOf(t, what) {
   return s;
 }
 
+/** State of a live `t`; E_DISPOSED once disposed. */
+function liveState(t, what) {
+  const s = stateOf(t, what);
+  if (s.disposed) throw fail('E_DISPOSED', `HeapTensor.${what}: this heap tensor (${s.dtype} ${fmtDims(s.dims)}) was disposed`);
+  return s;
+}
+
+/** The current view, for the caller: remembered as the last one handed out (staleInputWarning). */
+function handOut(s) {
+  const view = heapView(s);
+  s.handedOut = s.buffer;
+  return view;
+}
+
 /** A fresh view of a live heap tensor's memory, from its state alone (no property of the tensor is read). */
 export function heapView(s) {
   const buffer = s.rt.currentBuffer();
@@ -104,13 +118,7 @@ export class HeapTensor {
 
   /** A typed array over the tensor's wasm memory (Float32Array, or Uint8Array for 'bool'). */
   get data() {
-    const s = stateOf(this, 'data');
-    if (s.disposed) {
-      throw fail('E_DISPOSED', `HeapTensor.data: this heap tensor (${s.dtype} ${fmtDims(s.dims)}) was disposed`);
-    }
-    const view = heapView(s);
-    s.handedOut = s.buffer;
-    return view;
+    return handOut(liveState(this, 'data'));
   }
 
   /**
@@ -119,15 +127,12 @@ export class HeapTensor {
    * growth in every build. E_ARG for another source, E_DIMS when it does not fit.
    */
   set(source, offset = 0) {
-    const s = stateOf(this, 'set');
-    if (s.disposed) throw fail('E_DISPOSED', `HeapTensor.set: this heap tensor (${s.dtype} ${fmtDims(s.dims)}) was disposed`);
+    const s = liveState(this, 'set');
     const n = typedArrayTag(source) !== undefined ? typedArrayLength(source) : isArray(source) ? source.length : -1;
     if (n < 0) throw fail('E_ARG', `HeapTensor.set: source must be a typed array or an Array of numbers, got ${describeValue(source)}`);
     if (!Number.isSafeInteger(offset) || offset < 0) throw fail('E_ARG', `HeapTensor.set: offset is ${describeValue(offset)}; expected a non-negative integer`);
     if (offset + n > s.n) throw fail('E_DIMS', `HeapTensor.set: ${n} elements at offset ${offset} do not fit the tensor's ${s.n} (${s.dtype} ${fmtDims(s.dims)})`);
-    const view = heapView(s);
-    s.handedOut = s.buffer;
-    typedArraySet(view, source, offset);
+    typedArraySet(handOut(s), source, offset);
   }
 
   get dims() { return stateOf(this, 'dims').dims; }

@@ -14,7 +14,7 @@ import {
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
 import { KVCache, PAGE_ROWS } from './kv-cache.js';
-import { KVCacheGroup, inLayer } from './kv-cache-group.js';
+import { KVCacheGroup, makeEach } from './kv-cache-group.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
 import { makeTorchEntry } from './torch.js';
 import { VERSION } from './version.js';
@@ -112,8 +112,7 @@ function makeInstance(core, info) {
     const at = core.slot('stats');
     core.check(M._sdpa_kv_cache_plan(core.ctx, geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim, CACHE_DTYPES[geo.dtype],
                                      geo.window, geo.sinkTokens, rows, at), fn);
-    const u32 = core.views().u32, w = at >>> 2;
-    const i64 = (i) => u32[w + 2 * i] + u32[w + 2 * i + 1] * 0x100000000;
+    const i64 = (i) => core.int64At(at, i);
     return { pages: i64(0), pageBytes: i64(1), poolBytes: i64(2), tableBytes: i64(3), bytes: i64(4) };
   }
 
@@ -176,31 +175,16 @@ function makeInstance(core, info) {
     const fn = 'createKVCacheGroup';
     const ck = new Checks(fn);
     const list = readLayerConfigs(ck, configs);  // the snapshot
-    const geos = [];
-    if (list !== null) {
-      for (let i = 0; i < list.length; i++) {
-        ck.prefix = `layers[${i}]: `;
-        geos.push(readCacheConfig(ck, list[i]));
-      }
-    }
-    ck.prefix = '';
     core.checkAlive(ck);
-    if (!core.disposed) {
-      for (let i = 0; i < geos.length; i++) {
-        ck.prefix = `layers[${i}]: `;
-        if (geos[i] !== null) checkCacheFits(ck, fn, geos[i]);
-      }
-      ck.prefix = '';
-    }
+    const geos = (list ?? []).map((config, i) => {
+      ck.prefix = `layers[${i}]: `;
+      const geo = readCacheConfig(ck, config);
+      if (geo !== null && !core.disposed) checkCacheFits(ck, fn, geo);
+      return geo;
+    });
+    ck.prefix = '';
     ck.done();
-    const made = [];
-    try {
-      for (const geo of geos) made.push(makeCache(fn, geo));
-    } catch (e) {
-      for (const c of made) c.dispose();
-      throw inLayer(e, fn, made.length);
-    }
-    return new KVCacheGroup(core, made);
+    return new KVCacheGroup(core, makeEach(fn, geos, (geo) => makeCache(fn, geo)));
   }
 
   function allocTensor(dtype, dims) {
@@ -233,10 +217,9 @@ function makeInstance(core, info) {
     ck.done();
     const at = core.slot('stats');
     M._sdpa_ctx_memory(core.ctx, at);
-    const u32 = core.views().u32, w = at >>> 2;
-    const i64 = (i) => u32[w + 2 * i] + u32[w + 2 * i + 1] * 0x100000000;
+    const i64 = (i) => core.int64At(at, i);
     return {
-      pageRows: core.views().i32[w + 10],
+      pageRows: core.views().i32[(at >>> 2) + 10],
       bytesReserved: i64(0),
       bytesInUse: i64(1),
       bytesFree: i64(2),
@@ -245,7 +228,7 @@ function makeInstance(core, info) {
     };
   }
 
-  /** Grows the page pool until `bytes` are free for pages, so that writes up to that much allocate nothing. */
+  /** Grows the page pool so that writes into the caches that exist now, taking at most `bytes` of pages, allocate nothing. */
   function reserve(bytes) {
     const fn = 'sdpa.reserve';
     const ck = new Checks(fn);

@@ -13,9 +13,24 @@ import { cacheHooks } from './kv-cache.js';
 import { SdpaError } from './errors.js';
 
 /** A layer's SdpaError ("KVCache.fork: ...") as the group's ("KVCacheGroup.fork: layer 3: ..."). */
-export function inLayer(e, fn, i) {
+function inLayer(e, fn, i) {
   if (!(e instanceof SdpaError)) return e;
   return new SdpaError(e.code, `${fn}: layer ${i}: ${e.message.replace(/^[\w.]+: /, '')}`, { cause: e, status: e.status });
+}
+
+/**
+ * make(item) for every item, all or nothing: when one throws (E_OOM), the
+ * caches made so far are disposed and its error names the layer.
+ */
+export function makeEach(fn, items, make) {
+  const made = [];
+  try {
+    for (const item of items) made.push(make(item));
+  } catch (e) {
+    for (const c of made) c.dispose();
+    throw inLayer(e, fn, made.length);
+  }
+  return made;
 }
 
 export class KVCacheGroup {
@@ -74,14 +89,7 @@ export class KVCacheGroup {
   fork() {
     const fn = 'KVCacheGroup.fork';
     this.#checkEach(fn, (c, ck) => cacheHooks.checkAlive(c, ck));
-    const made = [];
-    try {
-      for (const c of this.#layers) made.push(c.fork());
-    } catch (e) {
-      for (const c of made) c.dispose();
-      throw inLayer(e, fn, made.length);
-    }
-    return new KVCacheGroup(this.#core, made);
+    return new KVCacheGroup(this.#core, makeEach(fn, this.#layers, (c) => c.fork()));
   }
 
   /** Disposes every layer (pages shared with a fork stay with it). A second call is a no-op. */

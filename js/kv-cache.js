@@ -282,8 +282,7 @@ export class KVCache {
   /** truncate's rules into `ck`; returns the length, or null when invalid. */
   #checkTruncate(ck, length) {
     this.#checkAlive(ck);
-    const alive = this.#alive();
-    return checkCacheTruncate(ck, this.#geo, length, alive ? this.length : Infinity, alive ? this.#windowStartOf() : 0);
+    return checkCacheTruncate(ck, this.#geo, length, this.#writtenOrUnknown(), this.#alive() ? this.#windowStartOf() : 0);
   }
 
   #truncateChecked(fn, n) {

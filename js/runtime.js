@@ -142,6 +142,12 @@ export class Core {
 
   heapBytes() { return this.currentBuffer().byteLength; }
 
+  /** The i-th int64 of a C struct at byte address `at` (non-negative, exact below 2^53). */
+  int64At(at, i) {
+    const u32 = this.views().u32, w = (at >>> 2) + 2 * i;
+    return u32[w] + u32[w + 1] * 0x100000000;
+  }
+
   /** malloc or E_OOM; returns the unsigned address. */
   malloc(bytes, fn, what) {
     const p = bytes > 0xffffffff ? 0 : this.M._malloc(bytes) >>> 0;

@@ -37,6 +37,11 @@ static void * row_page(const sdpa_kv_cache * c, void ** pages, size_t pos) {
  * and a rollback (truncate) of up to 64 rows can go on decoding:
  * ceil((W - 1) / ROWS) + 2 slots. (sink_pages, ring_pages: 0 when
  * maxSeqLen fits without a ring.) Arguments already checked. */
+/* Bytes of a page table: one pointer per slot of every (batch row, KV head). */
+static uint64_t table_bytes_of(uint64_t heads, uint64_t pages_per_head) {
+    return sdpa_size_mul(sdpa_size_mul(heads, pages_per_head), sizeof(void *));
+}
+
 typedef struct cache_layout {
     uint64_t page_bytes, pages_per_head, sink_pages, ring_pages, table_bytes;
 } cache_layout;
@@ -51,7 +56,7 @@ static void layout_of(cache_layout * L, sdpa_page_format * format, int32_t batch
     if (ring_wraps) L->pages_per_head = sink_pages + ring;
     L->sink_pages = ring_wraps ? sink_pages : 0;
     L->ring_pages = ring_wraps ? ring : 0;
-    L->table_bytes = sdpa_size_mul(sdpa_size_mul((uint64_t)batch * (uint64_t)kv_heads, L->pages_per_head), sizeof(void *));
+    L->table_bytes = table_bytes_of((uint64_t)batch * (uint64_t)kv_heads, L->pages_per_head);
 }
 
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
@@ -135,8 +140,8 @@ int32_t sdpa_kv_cache_pages(const sdpa_kv_cache * cache) {
 
 double sdpa_kv_cache_bytes(const sdpa_kv_cache * cache) {
     if (!cache) return 0;
-    const uint64_t table = (uint64_t)head_count(cache) * (uint64_t)cache->pages_per_head * sizeof(void *);
-    return (double)sdpa_kv_cache_pages(cache) * (double)sdpa_page_pool_slot_bytes(cache->format.page_bytes) + (double)table;
+    return (double)sdpa_kv_cache_pages(cache) * (double)sdpa_page_pool_slot_bytes(cache->format.page_bytes) +
+           (double)table_bytes_of(head_count(cache), (uint64_t)cache->pages_per_head);
 }
 
 sdpa_status sdpa_kv_cache_plan(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len, int32_t kv_heads,
@@ -158,7 +163,7 @@ sdpa_status sdpa_kv_cache_plan(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_le
     uint64_t per_head = ((uint64_t)rows + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
     if (per_head > L.pages_per_head) per_head = L.pages_per_head;
     out->pages = (int64_t)(per_head * (uint64_t)batch * (uint64_t)kv_heads);
-    out->page_bytes = (int64_t)(L.page_bytes + sdpa_page_pool_slot_bytes(0));  /* (uint64: size_t is 32 bits on wasm32) */
+    out->page_bytes = (int64_t)sdpa_page_pool_slot_bytes(L.page_bytes);
     out->pool_bytes = (int64_t)sdpa_size_mul((uint64_t)out->pages, (uint64_t)out->page_bytes);
     out->table_bytes = (int64_t)L.table_bytes;
     out->bytes = out->pool_bytes + out->table_bytes;

@@ -44,7 +44,7 @@ struct sdpa_page_pool {
 };
 
 static size_t slot_bytes(size_t page_bytes) { return PAGE_ALIGN + page_bytes; }
-size_t sdpa_page_pool_slot_bytes(size_t page_bytes) { return slot_bytes(page_bytes); }
+uint64_t sdpa_page_pool_slot_bytes(uint64_t page_bytes) { return PAGE_ALIGN + page_bytes; }  /* (64-bit: a planned page may pass 4 GiB) */
 static page_header * header_of(const void * page) { return (page_header *)((char *)page - PAGE_ALIGN); }
 
 sdpa_page_pool * sdpa_page_pool_create(void) { return calloc(1, sizeof(sdpa_page_pool)); }

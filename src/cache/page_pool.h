@@ -29,7 +29,7 @@ sdpa_page_pool * sdpa_page_pool_create(void);
 void sdpa_page_pool_free(sdpa_page_pool * pool);
 
 /* The pool bytes one page of `page_bytes` takes: its header slot included. */
-size_t sdpa_page_pool_slot_bytes(size_t page_bytes);
+uint64_t sdpa_page_pool_slot_bytes(uint64_t page_bytes);
 
 /* Registers the page size `bytes` (a multiple of 64) and makes its zero
  * page; false when memory runs out. Idempotent. */

@@ -28,7 +28,7 @@ for (const file of EXAMPLES) {
     assert.is(threads.status, 0, `threads build: ${threads.stdout}\n${threads.stderr}`);
     const single = run(file, ['--import', SINGLE]);
     assert.is(single.status, 0, `single-thread build: ${single.stdout}\n${single.stderr}`);
-    assert.match(single.stdout + single.stderr, file === 'decode-loop.mjs' ? /build: 'simd'/ : /./);
+    // (the fixture exits 3 unless the example created its instances through it, in the 'simd' build)
     assert.is(normal(single.stdout), normal(threads.stdout), 'the same output in both builds');
     for (const r of [threads, single]) assert.not.match(r.stderr, /sdpa-wasm:/, `no warning from the package: ${r.stderr}`);
   });

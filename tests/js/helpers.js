@@ -24,6 +24,20 @@ export function randTensor(rand, dims, amp = 1) {
 
 export const randInt = (rand, lo, hi) => lo + Math.floor(rand() * (hi - lo + 1));
 
+/** A float32 tensor { data, dims } with every element `fill`. */
+export const filled = (dims, fill = 0.5) => ({ data: new Float32Array(dims.reduce((a, b) => a * b, 1)).fill(fill), dims });
+
+/**
+ * The rule tests' customSdpa geometry (B=1 Sq=2 Hq=4 Skv=6 Hkv=2 D=8), seeded:
+ * { Q, K, V } and q(), k(), v() making a fresh copy of each per call.
+ */
+export function ruleTensors(seed) {
+  const rand = rng(seed);
+  const Q = randTensor(rand, [1, 2, 4, 8]), K = randTensor(rand, [1, 6, 2, 8]), V = randTensor(rand, [1, 6, 2, 8]);
+  const copy = (x) => () => ({ data: x.data.slice(), dims: x.dims.slice() });
+  return { rand, Q, K, V, q: copy(Q), k: copy(K), v: copy(V) };
+}
+
 /** |got - ref| <= 1e-5 * (1 + max|ref|) everywhere; reports the worst element. */
 export function assertClose(got, ref, label = 'result') {
   assert.is(got.length, ref.length, `${label}: length`);

@@ -20,19 +20,13 @@ import * as assert from 'uvu/assert';
 import { createSdpa, SdpaError, STATUS_CODES, INTERNALS } from '../../js/index.js';
 import { heapState, memoryOwner } from '../../js/heap.js';
 import { typedArrayTag } from '../../js/intrinsics.js';
-import { rng, randTensor } from './helpers.js';
+import { rng, randTensor, ruleTensors, filled } from './helpers.js';
 
 let sdpa, M, core;
 const C = {};        // the C caches: plain, win (pointers)
 const J = {};        // the JS caches with the same contents
-const rand = rng(11);
-const Q = randTensor(rand, [1, 2, 4, 8]);
-const K = randTensor(rand, [1, 6, 2, 8]);
-const V = randTensor(rand, [1, 6, 2, 8]);
-const q = () => ({ data: Q.data.slice(), dims: Q.dims.slice() });
-const k = () => ({ data: K.data.slice(), dims: K.dims.slice() });
-const v = () => ({ data: V.data.slice(), dims: V.dims.slice() });
-const t = (dims, fill = 0.5) => ({ data: new Float32Array(dims.reduce((a, b) => a * b, 1)).fill(fill), dims });
+const { rand, Q, K, V, q, k, v } = ruleTensors(11);  // (validation.test.js's geometry)
+const t = filled;
 const b8 = (dims) => ({ data: new Uint8Array(dims.reduce((a, b) => a * b, 1)).fill(1), dims });
 const cq = (S = 1) => t([1, S, 4, 8], 0.25);
 const ckv = (S = 1) => t([1, S, 2, 8], 0.75);

@@ -5,19 +5,13 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createSdpa, SdpaError, INTERNALS } from '../../js/index.js';
-import { rng, randTensor, expectError, expectReject, sameBits, assertClose } from './helpers.js';
+import { rng, randTensor, ruleTensors, filled, expectError, expectReject, sameBits, assertClose } from './helpers.js';
 import { refCustomSdpa } from './reference.js';
 
 let sdpa, cache, cacheSnapshot, heapOut;
-const rand = rng(7);
 // customSdpa geometry: B=1 Sq=2 Hq=4 Skv=6 Hkv=2 D=8
-const Q = randTensor(rand, [1, 2, 4, 8]);
-const K = randTensor(rand, [1, 6, 2, 8]);
-const V = randTensor(rand, [1, 6, 2, 8]);
-const q = () => ({ data: Q.data.slice(), dims: Q.dims.slice() });
-const k = () => ({ data: K.data.slice(), dims: K.dims.slice() });
-const v = () => ({ data: V.data.slice(), dims: V.dims.slice() });
-const t = (dims, fill = 0.5) => ({ data: new Float32Array(dims.reduce((a, b) => a * b, 1)).fill(fill), dims });
+const { rand, Q, K, V, q, k, v } = ruleTensors(7);
+const t = filled;
 let sentinelOut;
 const freshOut = () => { sentinelOut = { data: new Float32Array(64).fill(7), dims: [1, 2, 4, 8] }; return sentinelOut; };
 // cache geometry: B=1 maxSeqLen=8 Hkv=2 D=8, rows 0..3 filled
