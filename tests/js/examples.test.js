@@ -1,6 +1,6 @@
 // examples.test.js: every file in examples/ runs, in the build Node picks (threads)
 // and in the single-thread build a page that is not cross-origin isolated gets
-// (fixtures/single-thread.mjs), with the same output and no warning: code
+// (tests/fixtures/single-thread.mjs), with the same output and no warning: code
 // written in Node must not break on a non-isolated page.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -11,7 +11,8 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const EXAMPLES = fs.readdirSync(path.join(ROOT, 'examples')).filter((f) => f.endsWith('.mjs'));
-const SINGLE = path.join(ROOT, 'tests', 'js', 'fixtures', 'single-thread.mjs');
+// (outside tests/js, whose every file uvu loads as a test: the fixture's exit check would fail it)
+const SINGLE = path.join(ROOT, 'tests', 'fixtures', 'single-thread.mjs');
 
 const run = (file, pre) => spawnSync(process.execPath, [...pre, path.join(ROOT, 'examples', file)],
   { cwd: ROOT, encoding: 'utf8', timeout: 60000 });
