@@ -19,7 +19,11 @@
  *                            [SDPA_PAGE_ROWS, D], K [SDPA_PAGE_ROWS / G, D, G]
  *                            (G = SDPA_PAGE_KEY_GROUP); int8: K
  *                            [SDPA_PAGE_ROWS / 8, ceil(D / 2), 8, 2], V
- *                            [SDPA_PAGE_ROWS / 2, D, 2] (src/cache/kv_format.h)
+ *                            [SDPA_PAGE_ROWS / 2, D, 2]; int4: nibbles, K
+ *                            [SDPA_PAGE_ROWS / 8, ceil(D / 4), 8, 2] bytes, V
+ *                            [SDPA_PAGE_ROWS / 2, ceil(D / 16), 8, 2] bytes;
+ *                            K and V may each have their own dtype
+ *                            (src/cache/kv_format.h)
  *
  * Semantics, for every b, h, i (query row i sits at absolute position sp + i):
  *   hk = h / r;  N = mask ? mask.dims[1] : sp + Sq   (only keys t < N exist)
@@ -100,6 +104,7 @@ typedef enum sdpa_dtype {
     SDPA_DTYPE_BOOL = 2,     ///< uint8_t, masks only: non-zero = attend
     SDPA_DTYPE_FLOAT16 = 3,  ///< caches only: IEEE binary16, round to nearest even on write
     SDPA_DTYPE_INT8 = 4,     ///< caches only: ExecuTorch's per-token asymmetric int8 (scale + zero point per row)
+    SDPA_DTYPE_INT4 = 5,     ///< caches only: 4-bit levels with a float16 scale + offset per 32 elements (q4_1-like)
 } sdpa_dtype;
 
 /// A caller-owned dense tensor. `len` is the element count the buffer really
@@ -203,6 +208,8 @@ sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,
 /// element d of row t at t * D + d. int8 pages interleave pairs for integer
 /// dot products: K element d of row t at ((t / 8 * ceil(D / 2) + d / 2) * 8 +
 /// t % 8) * 2 + d % 2, V element d of row t at (t / 2 * D + d) * 2 + t % 2.
+/// int4 blocks hold nibbles in the same spirit (src/cache/kv_format.h states
+/// the index of each).
 #define SDPA_PAGE_KEY_GROUP 16
 
 /// Largest single allocation of a cache, in bytes, on every build (a page,
@@ -215,13 +222,27 @@ sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,
 /// head_dim) keys and as many values: a page table (one pointer per
 /// SDPA_PAGE_ROWS rows of max_seq_len, batch row and head) and no pages yet;
 /// reserves scratch for attending over it. Unwritten rows read as zeros.
-/// dtype: SDPA_DTYPE_FLOAT32, _FLOAT16 or _INT8 (how rows are stored; writes
+/// dtype: SDPA_DTYPE_FLOAT32, _FLOAT16, _INT8 or _INT4 (how rows are stored; writes
 /// convert float32 input, reads and attention see the stored values decoded
 /// to float32, see docs/CONTRACT.md). E_ARG (NULL out), E_DIMS, E_HEADS,
 /// E_DTYPE, E_OOM.
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
                                  int32_t kv_heads, int32_t head_dim, int32_t dtype,
                                  sdpa_kv_cache ** out_cache);
+
+/// Everything a cache is made from. On wasm32 this struct is 32 bytes: eight
+/// int32 in this order. key_dtype and value_dtype: SDPA_DTYPE_FLOAT32,
+/// _FLOAT16, _INT8 or _INT4 each (any of the 16 pairs). window = 0 (and
+/// sink_tokens = 0) for a plain cache.
+typedef struct sdpa_kv_cache_desc {
+    int32_t batch, max_seq_len, kv_heads, head_dim;
+    int32_t key_dtype, value_dtype;
+    int32_t window, sink_tokens;
+} sdpa_kv_cache_desc;
+
+/// The general create: sdpa_kv_cache_create and _create_windowed are this
+/// with key_dtype = value_dtype. Their errors.
+sdpa_status sdpa_kv_cache_create_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, sdpa_kv_cache ** out_cache);
 
 /// A windowed (ring) cache, for sliding-window layers and StreamingLLM-style
 /// chats: it keeps only the first `sink_tokens` rows ("sink" rows) and the
@@ -295,6 +316,9 @@ typedef struct sdpa_kv_cache_size {
 sdpa_status sdpa_kv_cache_plan(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len, int32_t kv_heads,
                                int32_t head_dim, int32_t dtype, int32_t window, int32_t sink_tokens,
                                int32_t rows, sdpa_kv_cache_size * out);
+/// The same for any desc (K and V dtypes of their own).
+sdpa_status sdpa_kv_cache_plan_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, int32_t rows,
+                                    sdpa_kv_cache_size * out);
 
 /// The K (which = 0) or V (which = 1) block (SDPA_PAGE_ROWS rows of D
 /// elements of the cache's dtype, laid out as SDPA_PAGE_KEY_GROUP says; for
@@ -307,8 +331,11 @@ sdpa_status sdpa_kv_cache_plan(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_le
 const void * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t h, int32_t page,
                                 int32_t which);
 
-/// SDPA_DTYPE_FLOAT32, _FLOAT16 or _INT8: how the cache stores its rows.
+/// How the cache stores its rows: the dtype of K and V when they are the
+/// same, else 0; the K and V dtypes each.
 int32_t sdpa_kv_cache_dtype(const sdpa_kv_cache * cache);
+int32_t sdpa_kv_cache_key_dtype(const sdpa_kv_cache * cache);
+int32_t sdpa_kv_cache_value_dtype(const sdpa_kv_cache * cache);
 
 /// Writes k, v [B, Snew, Hkv, D] at rows start_pos .. start_pos+Snew-1
 /// (ExecuTorch update_cache), taking pages as needed (a shared page is
@@ -345,14 +372,20 @@ sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
                                sdpa_tensor * key_out, sdpa_tensor * value_out);
 
 /// The stored form of rows start .. start+length-1 of K (which = 0) or V
-/// (which = 1): `data` gets (batch, length, kv_heads, head_dim) elements of the
-/// cache dtype (float32; float16 as its uint16 bits; int8), exactly
-/// `data_bytes` bytes; for an int8 cache `scales` (float32) and `zero_points`
-/// (int8) get one value per (batch, row, head), else they may be NULL.
-/// E_ARG, E_DIMS (size), E_START_POS, E_CAPACITY.
-sdpa_status sdpa_kv_cache_read_raw(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start,
-                                   int32_t length, int32_t which, void * data, size_t data_bytes,
-                                   float * scales, int8_t * zero_points);
+/// (which = 1): one record per (batch row, row, head), in that order, each
+/// the row's stored bytes in row order (docs/FORMAT.md, "records"):
+///   float32  D float32          float16  D uint16 (binary16 bits)
+///   int8     D int8, then its float32 scale and int8 zero point (D + 5 bytes)
+///   int4     ceil(D/2) bytes (element 2i in the low nibble of byte i, 2i+1 in
+///            the high one), then G = ceil(D/32) float16 scales, then G float16
+///            offsets (element = level * scale + offset)
+/// `out` must hold exactly batch * length * kv_heads records (E_DIMS) and not
+/// lie in cache storage (E_ARG). E_ARG, E_DIMS, E_START_POS, E_CAPACITY.
+sdpa_status sdpa_kv_cache_read_records(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start,
+                                       int32_t length, int32_t which, void * out, size_t out_bytes);
+
+/// Bytes of one record of K (which = 0) or V (which = 1); 0 for a bad argument.
+size_t sdpa_kv_cache_record_bytes(const sdpa_kv_cache * cache, int32_t which);
 
 /// Keeps rows 0 .. length-1: whole pages past them go back to the pool, the
 /// rows past `length` in the last kept page become zeros (that page is

@@ -46,17 +46,22 @@ typedef struct cache_layout {
     uint64_t page_bytes, pages_per_head, sink_pages, ring_pages, table_bytes;
 } cache_layout;
 
-static void layout_of(cache_layout * L, sdpa_page_format * format, int32_t batch, int32_t max_seq_len,
-                      int32_t kv_heads, int32_t head_dim, int32_t dtype, int32_t window, int32_t sink_tokens) {
-    L->page_bytes = sdpa_page_format_make(format, dtype, head_dim);
-    L->pages_per_head = ((uint64_t)max_seq_len + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
-    const uint64_t sink_pages = ((uint64_t)sink_tokens + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
-    const uint64_t ring = window ? ((uint64_t)window - 1 + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS + 2 : 0;
-    const bool ring_wraps = window && sink_pages + ring < L->pages_per_head;  /* else maxSeqLen fits: no ring */
+static void layout_of(cache_layout * L, sdpa_page_format * format, const sdpa_kv_cache_desc * d) {
+    L->page_bytes = sdpa_page_format_make(format, d->key_dtype, d->value_dtype, d->head_dim);
+    L->pages_per_head = ((uint64_t)d->max_seq_len + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
+    const uint64_t sink_pages = ((uint64_t)d->sink_tokens + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
+    const uint64_t ring = d->window ? ((uint64_t)d->window - 1 + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS + 2 : 0;
+    const bool ring_wraps = d->window && sink_pages + ring < L->pages_per_head;  /* else maxSeqLen fits: no ring */
     if (ring_wraps) L->pages_per_head = sink_pages + ring;
     L->sink_pages = ring_wraps ? sink_pages : 0;
     L->ring_pages = ring_wraps ? ring : 0;
-    L->table_bytes = table_bytes_of((uint64_t)batch * (uint64_t)kv_heads, L->pages_per_head);
+    L->table_bytes = table_bytes_of((uint64_t)d->batch * (uint64_t)d->kv_heads, L->pages_per_head);
+}
+
+static sdpa_status check_desc(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * d, const void * out) {
+    if (!d) return sdpa_fail(ctx, SDPA_E_ARG, "%s: desc is missing", fn);
+    return sdpa_check_cache_create(ctx, fn, d->batch, d->max_seq_len, d->kv_heads, d->head_dim, d->key_dtype,
+                                   d->value_dtype, d->window, d->sink_tokens, out);
 }
 
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
@@ -69,14 +74,20 @@ sdpa_status sdpa_kv_cache_create_windowed(sdpa_ctx * ctx, int32_t batch, int32_t
                                           int32_t kv_heads, int32_t head_dim, int32_t dtype,
                                           int32_t window, int32_t sink_tokens,
                                           sdpa_kv_cache ** out_cache) {
+    const sdpa_kv_cache_desc d = { batch, max_seq_len, kv_heads, head_dim, dtype, dtype, window, sink_tokens };
+    return sdpa_kv_cache_create_desc(ctx, &d, out_cache);
+}
+
+sdpa_status sdpa_kv_cache_create_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, sdpa_kv_cache ** out_cache) {
     static const char fn[] = "createKVCache";
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, dtype,
-                                            window, sink_tokens, out_cache);
+    sdpa_status s = check_desc(ctx, fn, desc, out_cache);
     if (s != SDPA_OK) return s;
+    const int32_t batch = desc->batch, max_seq_len = desc->max_seq_len, kv_heads = desc->kv_heads;
+    const int32_t head_dim = desc->head_dim, window = desc->window, sink_tokens = desc->sink_tokens;
     sdpa_page_format format;
     cache_layout L;
-    layout_of(&L, &format, batch, max_seq_len, kv_heads, head_dim, dtype, window, sink_tokens);
+    layout_of(&L, &format, desc);
     const uint64_t page_bytes = L.page_bytes, table_bytes = L.table_bytes, pages_per_head = L.pages_per_head;
     if (page_bytes == 0 || page_bytes > SDPA_MAX_PAGE_BYTES || table_bytes > SDPA_MAX_PAGE_BYTES)
         return sdpa_fail(ctx, SDPA_E_OOM,
@@ -147,18 +158,24 @@ double sdpa_kv_cache_bytes(const sdpa_kv_cache * cache) {
 sdpa_status sdpa_kv_cache_plan(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len, int32_t kv_heads,
                                int32_t head_dim, int32_t dtype, int32_t window, int32_t sink_tokens,
                                int32_t rows, sdpa_kv_cache_size * out) {
+    const sdpa_kv_cache_desc d = { batch, max_seq_len, kv_heads, head_dim, dtype, dtype, window, sink_tokens };
+    return sdpa_kv_cache_plan_desc(ctx, &d, rows, out);
+}
+
+sdpa_status sdpa_kv_cache_plan_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, int32_t rows,
+                                    sdpa_kv_cache_size * out) {
     static const char fn[] = "sdpa.kvCacheSize";
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, dtype,
-                                            window, sink_tokens, out);
+    sdpa_status s = check_desc(ctx, fn, desc, out);
     if (s != SDPA_OK) return s;
+    const int32_t batch = desc->batch, max_seq_len = desc->max_seq_len, kv_heads = desc->kv_heads;
     if (rows < 0)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: rows is %d; expected a non-negative integer", fn, rows);
     if (rows > max_seq_len)
         return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: rows is %d but the cache holds maxSeqLen = %d", fn, rows, max_seq_len);
     sdpa_page_format format;
     cache_layout L;
-    layout_of(&L, &format, batch, max_seq_len, kv_heads, head_dim, dtype, window, sink_tokens);
+    layout_of(&L, &format, desc);
     /* rows 0 .. rows-1 fill the table's slots in order; a ring's slots are reused */
     uint64_t per_head = ((uint64_t)rows + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
     if (per_head > L.pages_per_head) per_head = L.pages_per_head;
@@ -184,7 +201,15 @@ const void * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t 
     return sdpa_kv_block(&cache->format, p, which);
 }
 
-int32_t sdpa_kv_cache_dtype(const sdpa_kv_cache * cache) { return cache ? cache->format.dtype : 0; }
+int32_t sdpa_kv_cache_key_dtype(const sdpa_kv_cache * cache) { return cache ? sdpa_kv_dtype(&cache->format, 0) : 0; }
+int32_t sdpa_kv_cache_value_dtype(const sdpa_kv_cache * cache) { return cache ? sdpa_kv_dtype(&cache->format, 1) : 0; }
+int32_t sdpa_kv_cache_dtype(const sdpa_kv_cache * cache) {
+    const int32_t k = sdpa_kv_cache_key_dtype(cache);
+    return k == sdpa_kv_cache_value_dtype(cache) ? k : 0;
+}
+size_t sdpa_kv_cache_record_bytes(const sdpa_kv_cache * cache, int32_t which) {
+    return cache && (which == 0 || which == 1) ? sdpa_kv_record_bytes(&cache->format, which) : 0;
+}
 int32_t sdpa_kv_cache_window(const sdpa_kv_cache * cache) { return cache ? cache->window : 0; }
 int32_t sdpa_kv_cache_sink_tokens(const sdpa_kv_cache * cache) { return cache ? cache->sink_tokens : 0; }
 int32_t sdpa_kv_cache_window_start(const sdpa_kv_cache * cache) { return cache ? cache->window_start : 0; }
@@ -259,9 +284,9 @@ static void encode_rows(const sdpa_kv_cache * c, const float * k, const float * 
             for (int32_t t = 0; t < n; t++) {
                 const size_t dense = ((b * (size_t)src_len + (size_t)(from + t)) * H + h) * D;
                 const int32_t row = (pos + t) % SDPA_PAGE_ROWS;
-                const bool special_k = sdpa_kv_encode_row(&c->format, page, row, 0, k + dense);
-                const bool special_v = sdpa_kv_encode_row(&c->format, page, row, 1, v + dense);
-                if (special_k || special_v) sdpa_page_set_marks(page, sdpa_page_marks(page) | SDPA_PAGE_MARK_NONFINITE);
+                const uint32_t marks = (sdpa_kv_encode_row(&c->format, page, row, 0, k + dense) ? SDPA_PAGE_MARK_K_NONFINITE : 0) |
+                                       (sdpa_kv_encode_row(&c->format, page, row, 1, v + dense) ? SDPA_PAGE_MARK_V_NONFINITE : 0);
+                if (marks) sdpa_page_set_marks(page, sdpa_page_marks(page) | marks);
             }
         }
 }
@@ -392,27 +417,21 @@ sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
     return SDPA_OK;
 }
 
-sdpa_status sdpa_kv_cache_read_raw(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start, int32_t length,
-                                   int32_t which, void * data, size_t data_bytes, float * scales,
-                                   int8_t * zero_points) {
+sdpa_status sdpa_kv_cache_read_records(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start,
+                                       int32_t length, int32_t which, void * out, size_t out_bytes) {
     static const char fn[] = "KVCache.readRaw";
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_check_cache_read_raw(ctx, fn, cache, start, length, which, data, data_bytes, scales, zero_points);
+    sdpa_status s = sdpa_check_cache_read_records(ctx, fn, cache, start, length, which, out, out_bytes);
     if (s != SDPA_OK) return s;
     const sdpa_page_format * fmt = &cache->format;
-    const size_t H = (size_t)cache->kv_heads, row_bytes = (size_t)fmt->dim * fmt->elem_bytes;
+    const size_t H = (size_t)cache->kv_heads, record = sdpa_kv_record_bytes(fmt, which);
     for (size_t b = 0; b < (size_t)cache->batch; b++)
         for (size_t h = 0; h < H; h++) {
             void ** pages = head_pages(cache, b * H + h);
             for (size_t t = 0; t < (size_t)length; t++) {
                 const size_t pos = (size_t)start + t, at = (b * (size_t)length + t) * H + h;
-                const void * page = row_page(cache, pages, pos);
-                const int32_t row = (int32_t)(pos % SDPA_PAGE_ROWS);
-                sdpa_kv_copy_raw_row(fmt, page, row, which, (char *)data + at * row_bytes);
-                if (fmt->dtype == SDPA_DTYPE_INT8) {
-                    scales[at] = sdpa_kv_row_scale(fmt, page, row, which);
-                    zero_points[at] = sdpa_kv_row_zero_point(fmt, page, row, which);
-                }
+                sdpa_kv_export_row(fmt, row_page(cache, pages, pos), (int32_t)(pos % SDPA_PAGE_ROWS), which,
+                                   (uint8_t *)out + at * record);
             }
         }
     sdpa_clear_error(ctx);

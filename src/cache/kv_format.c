@@ -15,37 +15,73 @@
 static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static float float_of(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
-uint64_t sdpa_page_format_make(sdpa_page_format * f, int32_t dtype, int32_t head_dim) {
-    memset(f, 0, sizeof *f);
-    const uint64_t rows = SDPA_PAGE_ROWS, D = (uint64_t)(head_dim > 0 ? head_dim : 0);
-    uint64_t elem;
+bool sdpa_is_cache_dtype(int32_t dtype) {
+    return dtype == SDPA_DTYPE_FLOAT32 || dtype == SDPA_DTYPE_FLOAT16 || dtype == SDPA_DTYPE_INT8 ||
+           dtype == SDPA_DTYPE_INT4;
+}
+
+/* One block's layout for `dtype` (K when !value) and head dim D (<= 2^31):
+ * fills bf but for its offsets; returns the block's bytes, *side its side
+ * data's (scales, zero points or offsets). No wrap: D < 2^31. */
+static uint64_t block_make(sdpa_block_format * bf, int32_t dtype, int value, uint64_t D, uint64_t * side) {
+    const uint64_t rows = SDPA_PAGE_ROWS;
+    uint64_t row_bytes;
+    *side = 0;
+    bf->dtype = dtype;
+    bf->units = (int32_t)D;
+    bf->groups = 0;
     switch (dtype) {
-        case SDPA_DTYPE_FLOAT32: elem = 4; break;
-        case SDPA_DTYPE_FLOAT16: elem = 2; break;
-        case SDPA_DTYPE_INT8: elem = 1; break;
-        default: return 0;
+        case SDPA_DTYPE_FLOAT32:
+        case SDPA_DTYPE_FLOAT16:
+            bf->elem_bytes = dtype == SDPA_DTYPE_FLOAT32 ? 4 : 2;
+            bf->layout = value ? SDPA_LAYOUT_ROWS : SDPA_LAYOUT_KEY_GROUPS;
+            row_bytes = D * bf->elem_bytes;
+            break;
+        case SDPA_DTYPE_INT8:
+            bf->elem_bytes = 1;
+            bf->layout = value ? SDPA_LAYOUT_I8_PAIRS : SDPA_LAYOUT_I8_KEYS;
+            if (!value) bf->units = (int32_t)((D + 1) / 2);        /* an I8_KEYS block pads D to even */
+            row_bytes = value ? D : 2 * (uint64_t)bf->units;
+            *side = rows * sizeof(float) + rows;                    /* scales, zero points */
+            break;
+        default:  /* SDPA_DTYPE_INT4 */
+            bf->elem_bytes = 0;
+            bf->layout = value ? SDPA_LAYOUT_I4_PAIRS : SDPA_LAYOUT_I4_KEYS;
+            bf->units = (int32_t)(value ? (D + 15) / 16 : (D + 3) / 4);
+            row_bytes = value ? 8 * (uint64_t)bf->units : 2 * (uint64_t)bf->units;
+            bf->groups = (int32_t)((D + SDPA_I4_GROUP - 1) / SDPA_I4_GROUP);
+            *side = 2 * (uint64_t)bf->groups * rows * sizeof(uint16_t);  /* scales, offsets */
+            break;
     }
-    /* an int8 K block pads D to even (I8_KEYS) */
-    const uint64_t k_block = rows * (dtype == SDPA_DTYPE_INT8 ? (D + 1) / 2 * 2 : D) * elem;  /* < 2^40: no wrap */
-    uint64_t bytes = k_block + rows * D * elem;
-    uint64_t scale_offset = 0, zp_offset = 0;
-    if (dtype == SDPA_DTYPE_INT8) {
-        scale_offset = bytes;
-        zp_offset = scale_offset + 2 * rows * sizeof(float);
-        bytes = zp_offset + 2 * rows;
-    }
-    bytes = (bytes + 63) & ~(uint64_t)63;
+    bf->row_bytes = (size_t)row_bytes;  /* < 2^34: fits (only stored when the page fits) */
+    return rows * row_bytes;
+}
+
+uint64_t sdpa_page_format_make(sdpa_page_format * f, int32_t key_dtype, int32_t value_dtype, int32_t head_dim) {
+    memset(f, 0, sizeof *f);
+    if (!sdpa_is_cache_dtype(key_dtype) || !sdpa_is_cache_dtype(value_dtype)) return 0;
+    const uint64_t D = (uint64_t)(head_dim > 0 ? head_dim : 0);
+    sdpa_page_format made;
+    memset(&made, 0, sizeof made);
+    uint64_t side[2], block[2];
+    for (int value = 0; value < 2; value++)
+        block[value] = block_make(&made.block[value], value ? value_dtype : key_dtype, value, D, &side[value]);
+    /* K block, V block, K side data, V side data: every part a multiple of 64 bytes */
+    const uint64_t bytes = ((block[0] + block[1] + side[0] + side[1]) + 63) & ~(uint64_t)63;  /* < 2^40 */
     if (bytes > SDPA_MAX_PAGE_BYTES) return bytes;
-    f->dtype = dtype;
-    f->dim = head_dim;
-    f->elem_bytes = (size_t)elem;
-    f->k_layout = dtype == SDPA_DTYPE_INT8 ? SDPA_LAYOUT_I8_KEYS : SDPA_LAYOUT_KEY_GROUPS;
-    f->v_layout = dtype == SDPA_DTYPE_INT8 ? SDPA_LAYOUT_I8_PAIRS : SDPA_LAYOUT_ROWS;
-    f->k_pairs = (int32_t)((D + 1) / 2);
-    f->v_offset = (size_t)k_block;
-    f->scale_offset = (size_t)scale_offset;
-    f->zp_offset = (size_t)zp_offset;
-    f->page_bytes = (size_t)bytes;
+    made.dim = head_dim;
+    made.block[0].offset = 0;
+    made.block[1].offset = (size_t)block[0];
+    uint64_t at = block[0] + block[1];
+    for (int value = 0; value < 2; value++) {
+        sdpa_block_format * bf = &made.block[value];
+        bf->scale_offset = (size_t)at;
+        bf->zp_offset = (size_t)(at + (bf->dtype == SDPA_DTYPE_INT8 ? SDPA_PAGE_ROWS * sizeof(float)
+                                                                      : side[value] / 2));
+        at += side[value];
+    }
+    made.page_bytes = (size_t)bytes;
+    *f = made;
     return bytes;
 }
 
@@ -105,59 +141,89 @@ int8_t sdpa_quantize_value(float x, float inv, int8_t zero_point) {
     return (int8_t)v;
 }
 
+/* ---- int4 ---------------------------------------------------------------- */
+
+#define F16_NAN 0x7e00u
+
+/* The float16 after h (toward +Inf); -0 and +0 go to the least positive subnormal. */
+static uint16_t f16_next_up(uint16_t h) {
+    if ((h & 0x7fffu) == 0) return 1;
+    return (uint16_t)(h & 0x8000u ? h - 1 : h + 1);
+}
+static uint16_t f16_next_down(uint16_t h) {
+    if ((h & 0x7fffu) == 0) return 0x8001u;
+    return (uint16_t)(h & 0x8000u ? h + 1 : h - 1);
+}
+
+void sdpa_int4_params(const float * x, int32_t n, uint16_t * scale_out, uint16_t * offset_out) {
+    float lo = INFINITY, hi = -INFINITY;
+    bool storable = n > 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!(x[i] >= -65504.0f && x[i] <= 65504.0f)) storable = false;  /* NaN, Inf, beyond float16 */
+        if (x[i] < lo) lo = x[i];
+        if (x[i] > hi) hi = x[i];
+    }
+    if (!storable) {
+        *scale_out = *offset_out = F16_NAN;
+        return;
+    }
+    /* offset: the least float16 >= lo (|lo| <= 65504, so it is finite) */
+    uint16_t off = sdpa_f32_to_f16(lo);
+    if (sdpa_f16_to_f32(off) < lo) off = f16_next_up(off);
+    const float offset = sdpa_f16_to_f32(off);
+    if (offset > hi) {  /* no float16 in [lo, hi]: the group reads as the nearest float16 to lo */
+        *offset_out = sdpa_f32_to_f16(lo);
+        *scale_out = 0;
+        return;
+    }
+    /* scale: the greatest float16 >= 0 with offset + 15 scale <= hi, as the decoder adds */
+    uint16_t sc = sdpa_f32_to_f16((hi - offset) / 15.0f);  /* >= 0, <= 131008 / 15: finite */
+    while (sc != 0 && (float)15.0f * sdpa_f16_to_f32(sc) + offset > hi) sc = f16_next_down(sc);
+    *scale_out = sc;
+    *offset_out = off;
+}
+
+uint8_t sdpa_int4_level(float x, float scale, float offset) {
+    if (!(scale > 0.0f)) return 0;  /* a constant group (or a NaN one) */
+    const float q = nearbyintf((x - offset) / scale);
+    return (uint8_t)(q < 0.0f ? 0.0f : q > 15.0f ? 15.0f : q);
+}
+
+static uint8_t get_nibble(const uint8_t * block, size_t at) {
+    return (uint8_t)((block[at / 2] >> (4 * (at % 2))) & 0xfu);
+}
+static void put_nibble(uint8_t * block, size_t at, uint8_t q) {
+    const unsigned shift = 4u * (unsigned)(at % 2);
+    block[at / 2] = (uint8_t)((block[at / 2] & ~(0xfu << shift)) | ((unsigned)q << shift));
+}
+
+/* ---- rows ---------------------------------------------------------------- */
+
 _Static_assert(SDPA_PAGE_ROWS % SDPA_PAGE_KEY_GROUP == 0 && SDPA_PAGE_ROWS % SDPA_I8_KEY_GROUP == 0,
                "a page holds whole key groups");
 
+static void * block_mut(const sdpa_page_format * f, void * page, int value) {
+    return (char *)page + sdpa_kv_blockf(f, value)->offset;
+}
+static uint16_t * i4_side_mut(const sdpa_page_format * f, void * page, int value, int offsets, int32_t g) {
+    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    return (uint16_t *)(void *)((char *)page + (offsets ? bf->zp_offset : bf->scale_offset)) + (size_t)g * SDPA_PAGE_ROWS;
+}
+static uint16_t load_u16(const uint16_t * p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
 const void * sdpa_kv_raw_row(const sdpa_page_format * f, const void * page, int32_t row, int value) {
-    return (const char *)sdpa_kv_block(f, page, value) + (size_t)row * (size_t)f->dim * f->elem_bytes;
-}
-
-void sdpa_kv_copy_raw_row(const sdpa_page_format * f, const void * page, int32_t row, int value, void * out) {
-    const size_t eb = f->elem_bytes;
-    if (sdpa_kv_layout(f, value) == SDPA_LAYOUT_ROWS) {
-        memcpy(out, sdpa_kv_raw_row(f, page, row, value), (size_t)f->dim * eb);
-        return;
-    }
-    const char * block = sdpa_kv_block(f, page, value);
-    for (int32_t d = 0; d < f->dim; d++)
-        memcpy((char *)out + (size_t)d * eb, block + sdpa_kv_elem_index(f, row, value, d) * eb, eb);
-}
-
-void sdpa_kv_clear_rows(const sdpa_page_format * f, void * page, int32_t first) {
-    const size_t rows = (size_t)(SDPA_PAGE_ROWS - first), eb = f->elem_bytes;
-    char * base = page;
-    for (int value = 0; value < 2; value++) {
-        char * block = (char *)(uintptr_t)sdpa_kv_block(f, page, value);
-        if (sdpa_kv_layout(f, value) == SDPA_LAYOUT_ROWS) {
-            memset(block + (size_t)first * (size_t)f->dim * eb, 0, rows * (size_t)f->dim * eb);
-        } else {
-            for (int32_t t = first; t < SDPA_PAGE_ROWS; t++)
-                for (int32_t d = 0; d < f->dim; d++) memset(block + sdpa_kv_elem_index(f, t, value, d) * eb, 0, eb);
-        }
-        if (f->dtype == SDPA_DTYPE_INT8) {
-            memset(base + f->scale_offset + ((value ? SDPA_PAGE_ROWS : 0) + (size_t)first) * sizeof(float), 0, rows * sizeof(float));
-            memset(base + f->zp_offset + (value ? SDPA_PAGE_ROWS : 0) + (size_t)first, 0, rows);
-        }
-    }
-}
-
-float sdpa_kv_row_scale(const sdpa_page_format * f, const void * page, int32_t row, int value) {
-    float s;
-    memcpy(&s, sdpa_kv_scales(f, page, value) + row, sizeof s);
-    return s;
-}
-
-int8_t sdpa_kv_row_zero_point(const sdpa_page_format * f, const void * page, int32_t row, int value) {
-    return sdpa_kv_zero_points(f, page, value)[row];
+    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    return (const char *)sdpa_kv_block(f, page, value) + (size_t)row * (size_t)f->dim * bf->elem_bytes;
 }
 
 bool sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
     const int32_t D = f->dim;
-    void * block = (void *)(uintptr_t)sdpa_kv_block(f, page, value);
+    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    void * block = block_mut(f, page, value);
     uint32_t special = 0;
-    switch (f->dtype) {
+    switch (bf->dtype) {
         case SDPA_DTYPE_FLOAT32:
-            if (sdpa_kv_layout(f, value) == SDPA_LAYOUT_ROWS) {  /* V: one contiguous row (a decode step's write) */
+            if (bf->layout == SDPA_LAYOUT_ROWS) {  /* V: one contiguous row (a decode step's write) */
                 memcpy((float *)block + (size_t)row * (size_t)D, x, (size_t)D * sizeof(float));
                 break;
             }
@@ -170,7 +236,7 @@ bool sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, in
                 special |= (h & 0x7c00u) == 0x7c00u;  /* Inf or NaN */
             }
             break;
-        default: {
+        case SDPA_DTYPE_INT8: {
             float scale;
             int8_t zp;
             sdpa_quantize_params(x, D, &scale, &zp);
@@ -181,6 +247,19 @@ bool sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, in
             ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row] = zp;
             break;
         }
+        default:  /* int4 */
+            for (int32_t g = 0; g < bf->groups; g++) {
+                const int32_t d0 = g * SDPA_I4_GROUP, n = D - d0 < SDPA_I4_GROUP ? D - d0 : SDPA_I4_GROUP;
+                uint16_t sc, off;
+                sdpa_int4_params(x + d0, n, &sc, &off);
+                const float scale = sdpa_f16_to_f32(sc), offset = sdpa_f16_to_f32(off);
+                for (int32_t d = d0; d < d0 + n; d++)
+                    put_nibble(block, sdpa_kv_elem_index(f, row, value, d), sdpa_int4_level(x[d], scale, offset));
+                i4_side_mut(f, page, value, 0, g)[row] = sc;
+                i4_side_mut(f, page, value, 1, g)[row] = off;
+                special |= sc == F16_NAN;
+            }
+            break;
     }
     return special != 0;
 }
@@ -188,21 +267,152 @@ bool sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, in
 float sdpa_kv_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {
     const void * block = sdpa_kv_block(f, page, value);
     const size_t at = sdpa_kv_elem_index(f, row, value, d);
-    switch (f->dtype) {
+    switch (sdpa_kv_dtype(f, value)) {
         case SDPA_DTYPE_FLOAT32: return ((const float *)block)[at];
         case SDPA_DTYPE_FLOAT16: return sdpa_f16_to_f32(((const uint16_t *)block)[at]);
-        default: {
-            const float scale = sdpa_kv_row_scale(f, page, row, value);
-            const int32_t zp = sdpa_kv_row_zero_point(f, page, row, value);
+        case SDPA_DTYPE_INT8: {
+            float scale;
+            memcpy(&scale, sdpa_kv_scales(f, page, value) + row, sizeof scale);
+            const int32_t zp = sdpa_kv_zero_points(f, page, value)[row];
             return (float)(((const int8_t *)block)[at] - zp) * scale;
+        }
+        default: {  /* int4: q * scale + offset, two float32 steps */
+            const int32_t g = d / SDPA_I4_GROUP;
+            const float scale = sdpa_f16_to_f32(load_u16(sdpa_kv_i4_scales(f, page, value, g) + row));
+            const float offset = sdpa_f16_to_f32(load_u16(sdpa_kv_i4_offsets(f, page, value, g) + row));
+            const float scaled = (float)get_nibble(block, at) * scale;
+            return scaled + offset;
         }
     }
 }
 
 void sdpa_kv_decode_row(const sdpa_page_format * f, const void * page, int32_t row, int value, float * out) {
-    if (f->dtype == SDPA_DTYPE_FLOAT32 && sdpa_kv_layout(f, value) == SDPA_LAYOUT_ROWS) {
+    if (sdpa_kv_dtype(f, value) == SDPA_DTYPE_FLOAT32 && sdpa_kv_layout(f, value) == SDPA_LAYOUT_ROWS) {
         memcpy(out, sdpa_kv_raw_row(f, page, row, value), (size_t)f->dim * sizeof(float));
         return;
     }
     for (int32_t d = 0; d < f->dim; d++) out[d] = sdpa_kv_decode(f, page, row, value, d);
+}
+
+/* ---- records ------------------------------------------------------------- */
+
+size_t sdpa_kv_record_bytes(const sdpa_page_format * f, int value) {
+    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    const size_t D = (size_t)f->dim;
+    switch (bf->dtype) {
+        case SDPA_DTYPE_FLOAT32: return 4 * D;
+        case SDPA_DTYPE_FLOAT16: return 2 * D;
+        case SDPA_DTYPE_INT8: return D + sizeof(float) + 1;
+        default: return (D + 1) / 2 + 4 * (size_t)bf->groups;
+    }
+}
+
+void sdpa_kv_export_row(const sdpa_page_format * f, const void * page, int32_t row, int value, uint8_t * out) {
+    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    const int32_t D = f->dim;
+    const uint8_t * block = sdpa_kv_block(f, page, value);
+    if (bf->dtype == SDPA_DTYPE_INT4) {
+        memset(out, 0, ((size_t)D + 1) / 2);
+        for (int32_t d = 0; d < D; d++) put_nibble(out, (size_t)d, get_nibble(block, sdpa_kv_elem_index(f, row, value, d)));
+        uint8_t * side = out + ((size_t)D + 1) / 2;
+        for (int32_t g = 0; g < bf->groups; g++) {
+            memcpy(side + 2 * (size_t)g, sdpa_kv_i4_scales(f, page, value, g) + row, 2);
+            memcpy(side + 2 * ((size_t)bf->groups + (size_t)g), sdpa_kv_i4_offsets(f, page, value, g) + row, 2);
+        }
+        return;
+    }
+    const size_t eb = bf->elem_bytes;
+    if (bf->layout == SDPA_LAYOUT_ROWS) {
+        memcpy(out, sdpa_kv_raw_row(f, page, row, value), (size_t)D * eb);
+    } else {
+        for (int32_t d = 0; d < D; d++)
+            memcpy(out + (size_t)d * eb, block + sdpa_kv_elem_index(f, row, value, d) * eb, eb);
+    }
+    if (bf->dtype == SDPA_DTYPE_INT8) {
+        memcpy(out + D, sdpa_kv_scales(f, page, value) + row, sizeof(float));
+        out[(size_t)D + sizeof(float)] = (uint8_t)sdpa_kv_zero_points(f, page, value)[row];
+    }
+}
+
+int sdpa_kv_import_row(const sdpa_page_format * f, void * page, int32_t row, int value, const uint8_t * in) {
+    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    const int32_t D = f->dim;
+    uint8_t * block = block_mut(f, page, value);
+    int special = 0;
+    switch (bf->dtype) {
+        case SDPA_DTYPE_INT8: {
+            float scale;
+            memcpy(&scale, in + D, sizeof scale);
+            if (!((scale >= FLT_EPSILON && scale <= FLT_MAX) || scale == INFINITY)) return -1;
+            break;
+        }
+        case SDPA_DTYPE_INT4: {
+            if (D % 2 && (in[D / 2] >> 4) != 0) return -1;  /* the unused high nibble */
+            const uint8_t * side = in + ((size_t)D + 1) / 2;
+            for (int32_t g = 0; g < 2 * bf->groups; g++) {
+                uint16_t h;
+                memcpy(&h, side + 2 * (size_t)g, 2);
+                special |= (h & 0x7c00u) == 0x7c00u;
+            }
+            break;
+        }
+        case SDPA_DTYPE_FLOAT16:
+            for (int32_t d = 0; d < D; d++) {
+                uint16_t h;
+                memcpy(&h, in + 2 * (size_t)d, 2);
+                special |= (h & 0x7c00u) == 0x7c00u;
+            }
+            break;
+        default: break;
+    }
+    if (bf->dtype == SDPA_DTYPE_INT4) {
+        for (int32_t d = 0; d < D; d++) put_nibble(block, sdpa_kv_elem_index(f, row, value, d), get_nibble(in, (size_t)d));
+        const uint8_t * side = in + ((size_t)D + 1) / 2;
+        for (int32_t g = 0; g < bf->groups; g++) {
+            memcpy(i4_side_mut(f, page, value, 0, g) + row, side + 2 * (size_t)g, 2);
+            memcpy(i4_side_mut(f, page, value, 1, g) + row, side + 2 * ((size_t)bf->groups + (size_t)g), 2);
+        }
+        return special;
+    }
+    const size_t eb = bf->elem_bytes;
+    if (bf->layout == SDPA_LAYOUT_ROWS) {
+        memcpy(block + (size_t)row * (size_t)D * eb, in, (size_t)D * eb);
+    } else {
+        for (int32_t d = 0; d < D; d++)
+            memcpy(block + sdpa_kv_elem_index(f, row, value, d) * eb, in + (size_t)d * eb, eb);
+    }
+    if (bf->dtype == SDPA_DTYPE_INT8) {
+        memcpy((char *)page + bf->scale_offset + (size_t)row * sizeof(float), in + D, sizeof(float));
+        ((int8_t *)page + bf->zp_offset)[row] = (int8_t)in[(size_t)D + sizeof(float)];
+    }
+    return special;
+}
+
+void sdpa_kv_clear_rows(const sdpa_page_format * f, void * page, int32_t first) {
+    const size_t rows = (size_t)(SDPA_PAGE_ROWS - first);
+    char * base = page;
+    for (int value = 0; value < 2; value++) {
+        const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+        const size_t eb = bf->elem_bytes;
+        uint8_t * block = block_mut(f, page, value);
+        if (bf->layout == SDPA_LAYOUT_ROWS) {
+            memset(block + (size_t)first * (size_t)f->dim * eb, 0, rows * (size_t)f->dim * eb);
+        } else {
+            for (int32_t t = first; t < SDPA_PAGE_ROWS; t++)
+                for (int32_t d = 0; d < f->dim; d++) {
+                    const size_t at = sdpa_kv_elem_index(f, t, value, d);
+                    if (bf->dtype == SDPA_DTYPE_INT4) put_nibble(block, at, 0);
+                    else memset(block + at * eb, 0, eb);
+                }
+        }
+        if (bf->dtype == SDPA_DTYPE_INT8) {
+            memset(base + bf->scale_offset + (size_t)first * sizeof(float), 0, rows * sizeof(float));
+            memset(base + bf->zp_offset + (size_t)first, 0, rows);
+        } else if (bf->dtype == SDPA_DTYPE_INT4) {
+            for (int32_t g = 0; g < bf->groups; g++) {
+                memset(i4_side_mut(f, page, value, 0, g) + first, 0, rows * sizeof(uint16_t));
+                memset(i4_side_mut(f, page, value, 1, g) + first, 0, rows * sizeof(uint16_t));
+            }
+        }
+    }
 }

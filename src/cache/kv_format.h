@@ -1,23 +1,35 @@
-/* kv_format.h: how a cache page stores its rows, per cache dtype, and the
+/* kv_format.h: how a cache page stores its rows, per K and V dtype, and the
  * exact encode / decode of one row (CONTRACT.md section 3, "Cache dtypes").
  *
- * A page holds SDPA_PAGE_ROWS rows of one batch row and KV head, a K block
- * then a V block (then, for int8, K scales [ROWS] f32, V scales [ROWS] f32,
- * K zero points [ROWS] i8, V zero points [ROWS] i8; page bytes rounded up to
- * 64). Each block has one of four layouts, chosen for the kernel that reads
- * it (kernels/flash.c), with element (t, d) of page row t at
- * sdpa_kv_elem_index:
- *   ROWS        [ROWS][D]                float32 / float16 V
- *   KEY_GROUPS  [ROWS/G][D][G]           float32 / float16 K, G = SDPA_PAGE_KEY_GROUP:
- *                                        Q.K is a broadcast q[d] times G keys, no
- *                                        horizontal sums
- *   I8_KEYS     [ROWS/8][ceil(D/2)][8][2] int8 K: 16 bytes hold d, d+1 of 8 keys, so
- *                                        i32x4.dot_i16x8_s with a broadcast (q[d], q[d+1])
- *                                        sums two elements of 4 keys per lane (D padded
- *                                        to even; the pad is never read as a value)
- *   I8_PAIRS    [ROWS/2][D][2]           int8 V: 16 bytes hold d .. d+7 of 2 keys, so the
- *                                        dot with a broadcast pair of weights sums 2 keys
- *                                        for 4 elements per lane
+ * A page holds SDPA_PAGE_ROWS rows of one batch row and KV head: a K block,
+ * a V block, then each block's side data (int8: scales [ROWS] f32 and zero
+ * points [ROWS] i8; int4: scales [G][ROWS] and offsets [G][ROWS] float16,
+ * G = ceil(D / 32) groups of 32 elements), page bytes rounded up to 64. K
+ * and V each have their own dtype (a "K int8 / V int4" page is a K block of
+ * one and a V block of the other). Each block has one of six layouts,
+ * chosen for the kernel that reads it (kernels/flash.c), with element (t, d)
+ * of page row t at sdpa_kv_elem_index (in elements; int4: in nibbles, the
+ * low nibble of a byte first):
+ *   ROWS        [ROWS][D]                  float32 / float16 V
+ *   KEY_GROUPS  [ROWS/G][D][G]             float32 / float16 K, G = SDPA_PAGE_KEY_GROUP:
+ *                                          Q.K is a broadcast q[d] times G keys, no
+ *                                          horizontal sums
+ *   I8_KEYS     [ROWS/8][ceil(D/2)][8][2]  int8 K: 16 bytes hold d, d+1 of 8 keys, so
+ *                                          i32x4.dot_i16x8_s with a broadcast (q[d], q[d+1])
+ *                                          sums two elements of 4 keys per lane (D padded
+ *                                          to even; the pad is never read as a value)
+ *   I8_PAIRS    [ROWS/2][D][2]             int8 V: 16 bytes hold d .. d+7 of 2 keys, so the
+ *                                          dot with a broadcast pair of weights sums 2 keys
+ *                                          for 4 elements per lane
+ *   I4_KEYS     [ROWS/8][ceil(D/4)][8][2]  int4 K, bytes: the byte of (key j, element d)
+ *                                          holds d in its low nibble when d % 4 < 2, else in
+ *                                          its high nibble: the low nibbles of 16 bytes are
+ *                                          I8_KEYS' pair d/2 for d % 4 = 0, the high ones the
+ *                                          next pair (one AND, one shift unpack them)
+ *   I4_PAIRS    [ROWS/2][ceil(D/16)][8][2] int4 V, bytes: 16 bytes hold elements d0 .. d0+15
+ *                                          of 2 keys, d0 .. d0+7 in the low nibbles (I8_PAIRS'
+ *                                          order), d0+8 .. d0+15 in the high ones
+ * (int4 pads D to the layout's multiple with zero nibbles, never read as values.)
  * Encoding happens on write, decoding on read and in the kernels: every
  * reader sees the same float32 value of a stored element, `sdpa_kv_decode`.
  */
@@ -35,25 +47,48 @@ typedef enum sdpa_block_layout {
     SDPA_LAYOUT_KEY_GROUPS,
     SDPA_LAYOUT_I8_KEYS,
     SDPA_LAYOUT_I8_PAIRS,
+    SDPA_LAYOUT_I4_KEYS,
+    SDPA_LAYOUT_I4_PAIRS,
 } sdpa_block_layout;
 
-#define SDPA_I8_KEY_GROUP 8   /* keys per group of an I8_KEYS block */
+#define SDPA_I8_KEY_GROUP 8   /* keys per group of an I8_KEYS / I4_KEYS block */
+#define SDPA_I4_GROUP 32      /* elements of D per int4 scale and offset */
+
+/* One block (K or V) of a page. */
+typedef struct sdpa_block_format {
+    int32_t dtype;            /* SDPA_DTYPE_FLOAT32, _FLOAT16, _INT8 or _INT4 */
+    sdpa_block_layout layout;
+    size_t elem_bytes;        /* 4, 2, 1; 0 for int4 (two elements per byte) */
+    int32_t units;            /* I8_KEYS: ceil(D/2) element pairs; I4_KEYS: ceil(D/4) quads;
+                               * I4_PAIRS: ceil(D/16) runs of 16 elements; else D */
+    int32_t groups;           /* int4: ceil(D / SDPA_I4_GROUP); else 0 */
+    size_t offset;            /* bytes from the page start to the block */
+    size_t row_bytes;         /* bytes per page row: a tile at row r0 (a multiple of
+                               * every layout's key group) starts r0 * row_bytes in */
+    size_t scale_offset;      /* int8: [ROWS] f32 scales; int4: [groups][ROWS] f16 scales */
+    size_t zp_offset;         /* int8: [ROWS] i8 zero points; int4: [groups][ROWS] f16 offsets */
+} sdpa_block_format;
 
 typedef struct sdpa_page_format {
-    int32_t dtype;        /* SDPA_DTYPE_FLOAT32, _FLOAT16 or _INT8 */
-    int32_t dim;          /* D */
-    size_t elem_bytes;    /* 4, 2, 1 */
-    sdpa_block_layout k_layout, v_layout;
-    int32_t k_pairs;      /* I8_KEYS: ceil(D / 2) element pairs per key */
-    size_t v_offset;      /* bytes from the page start to the V block */
-    size_t scale_offset;  /* int8: K scales, then V scales at + ROWS * 4 */
-    size_t zp_offset;     /* int8: K zero points, then V zero points at + ROWS */
-    size_t page_bytes;    /* a multiple of 64 */
+    int32_t dim;                    /* D */
+    sdpa_block_format block[2];     /* [0] K, [1] V */
+    size_t page_bytes;              /* a multiple of 64 */
 } sdpa_page_format;
 
-/* The bytes of a page for a dtype and head dim (0 when the dtype is not a
+/* Whether `dtype` is a cache dtype (float32, float16, int8, int4). */
+bool sdpa_is_cache_dtype(int32_t dtype);
+
+/* The bytes of a page for these dtypes and head dim (0 when a dtype is not a
  * cache dtype); fills `f` only when they fit in SDPA_MAX_PAGE_BYTES. */
-uint64_t sdpa_page_format_make(sdpa_page_format * f, int32_t dtype, int32_t head_dim);
+uint64_t sdpa_page_format_make(sdpa_page_format * f, int32_t key_dtype, int32_t value_dtype, int32_t head_dim);
+
+static inline const sdpa_block_format * sdpa_kv_blockf(const sdpa_page_format * f, int value) {
+    return &f->block[value ? 1 : 0];
+}
+static inline int32_t sdpa_kv_dtype(const sdpa_page_format * f, int value) { return sdpa_kv_blockf(f, value)->dtype; }
+static inline sdpa_block_layout sdpa_kv_layout(const sdpa_page_format * f, int value) {
+    return sdpa_kv_blockf(f, value)->layout;
+}
 
 /* float32 -> IEEE binary16 bits, round to nearest even; overflow -> +-Inf,
  * NaN stays NaN (quiet), like a C cast, PyTorch's .half() or Math.f16round. */
@@ -69,31 +104,50 @@ void sdpa_quantize_params(const float * x, int32_t n, float * scale, int8_t * ze
  * +Inf stores 127, -Inf -128, NaN stores the zero point (reads back as 0). */
 int8_t sdpa_quantize_value(float x, float inv, int8_t zero_point);
 
+/* int4: the scale and offset (float16 bits) of one group of n values, as
+ * the contract states: offset = the least float16 >= min, scale = the
+ * greatest float16 with offset + 15 * scale <= max (both as decoded); a
+ * group holding an Inf, a NaN or a value beyond float16's range gets NaN
+ * for both (every element reads NaN). */
+void sdpa_int4_params(const float * x, int32_t n, uint16_t * scale, uint16_t * offset);
+/* The level 0..15 of one value of such a group (scale, offset decoded). */
+uint8_t sdpa_int4_level(float x, float scale, float offset);
+
 /* Encodes row `row` of page `page` (K when !value) from n = D floats; true
- * when it stored a float16 Inf or NaN (see SDPA_PAGE_MARK_NONFINITE). */
+ * when the block may now hold a non-finite value that the kernels' in-place
+ * readers cannot convert (a float16 Inf or NaN, an int4 NaN group: see
+ * SDPA_PAGE_MARK_*). */
 bool sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x);
 /* Decodes it into D floats. */
 void sdpa_kv_decode_row(const sdpa_page_format * f, const void * page, int32_t row, int value, float * out);
 /* One element of it (the scalar reference's reader). */
 float sdpa_kv_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d);
 
-static inline sdpa_block_layout sdpa_kv_layout(const sdpa_page_format * f, int value) {
-    return value ? f->v_layout : f->k_layout;
-}
-
-/* Element index of (row, d) inside the K (value = 0) or V block. */
+/* Element index of (row, d) inside the K (value = 0) or V block: in
+ * elements of elem_bytes, or for int4 in nibbles (byte index / 2, nibble
+ * index % 2: 0 low, 1 high). */
 static inline size_t sdpa_kv_elem_index(const sdpa_page_format * f, int32_t row, int value, int32_t d) {
-    const size_t t = (size_t)row, D = (size_t)f->dim, e = (size_t)d;
-    switch (sdpa_kv_layout(f, value)) {
+    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    const size_t t = (size_t)row, D = (size_t)f->dim, e = (size_t)d, U = (size_t)bf->units;
+    switch (bf->layout) {
         case SDPA_LAYOUT_KEY_GROUPS: {
             const size_t G = SDPA_PAGE_KEY_GROUP;
             return (t / G * D + e) * G + t % G;
         }
         case SDPA_LAYOUT_I8_KEYS: {
             const size_t G = SDPA_I8_KEY_GROUP;
-            return ((t / G * (size_t)f->k_pairs + e / 2) * G + t % G) * 2 + e % 2;
+            return ((t / G * U + e / 2) * G + t % G) * 2 + e % 2;
         }
         case SDPA_LAYOUT_I8_PAIRS: return (t / 2 * D + e) * 2 + t % 2;
+        case SDPA_LAYOUT_I4_KEYS: {
+            const size_t G = SDPA_I8_KEY_GROUP;
+            const size_t byte = ((t / G * U + e / 4) * G + t % G) * 2 + e % 2;
+            return byte * 2 + e % 4 / 2;
+        }
+        case SDPA_LAYOUT_I4_PAIRS: {
+            const size_t byte = (t / 2 * U + e / 16) * 16 + e % 8 * 2 + t % 2;
+            return byte * 2 + e % 16 / 8;
+        }
         default: return t * D + e;
     }
 }
@@ -102,35 +156,54 @@ static inline size_t sdpa_kv_elem_index(const sdpa_page_format * f, int32_t row,
  * that starts at a multiple of its group contiguous: the tile at row r0
  * starts r0 * this into the block). */
 static inline size_t sdpa_kv_row_bytes(const sdpa_page_format * f, int value) {
-    const size_t elems = sdpa_kv_layout(f, value) == SDPA_LAYOUT_I8_KEYS ? 2 * (size_t)f->k_pairs : (size_t)f->dim;
-    return elems * f->elem_bytes;
+    return sdpa_kv_blockf(f, value)->row_bytes;
 }
 
 /* The K (value = 0) or V block of a page. */
 static inline const void * sdpa_kv_block(const sdpa_page_format * f, const void * page, int value) {
-    return (const char *)page + (value ? f->v_offset : 0);
+    return (const char *)page + sdpa_kv_blockf(f, value)->offset;
 }
 
 /* A row of a ROWS block (float32 / float16 V): its D stored elements, contiguous. */
 const void * sdpa_kv_raw_row(const sdpa_page_format * f, const void * page, int32_t row, int value);
 
-/* An int8 page's K (value = 0) or V scales / zero points of rows 0 .. ROWS-1. */
+/* An int8 block's scales / zero points of rows 0 .. ROWS-1. */
 static inline const float * sdpa_kv_scales(const sdpa_page_format * f, const void * page, int value) {
-    return (const float *)(const void *)((const char *)page + f->scale_offset) + (value ? SDPA_PAGE_ROWS : 0);
+    return (const float *)(const void *)((const char *)page + sdpa_kv_blockf(f, value)->scale_offset);
 }
 static inline const int8_t * sdpa_kv_zero_points(const sdpa_page_format * f, const void * page, int value) {
-    return (const int8_t *)page + f->zp_offset + (value ? SDPA_PAGE_ROWS : 0);
+    return (const int8_t *)page + sdpa_kv_blockf(f, value)->zp_offset;
+}
+/* An int4 block's float16 scales / offsets of group g, rows 0 .. ROWS-1. */
+static inline const uint16_t * sdpa_kv_i4_scales(const sdpa_page_format * f, const void * page, int value, int32_t g) {
+    return (const uint16_t *)(const void *)((const char *)page + sdpa_kv_blockf(f, value)->scale_offset) +
+           (size_t)g * SDPA_PAGE_ROWS;
+}
+static inline const uint16_t * sdpa_kv_i4_offsets(const sdpa_page_format * f, const void * page, int value, int32_t g) {
+    return (const uint16_t *)(const void *)((const char *)page + sdpa_kv_blockf(f, value)->zp_offset) +
+           (size_t)g * SDPA_PAGE_ROWS;
 }
 
-/* Raw access for cache.readRaw: the row's stored bytes (D elements, in row
- * order whatever the block's layout) copied to `out`, and for int8 its scale
- * and zero point. */
-void sdpa_kv_copy_raw_row(const sdpa_page_format * f, const void * page, int32_t row, int value, void * out);
-float sdpa_kv_row_scale(const sdpa_page_format * f, const void * page, int32_t row, int value);
-int8_t sdpa_kv_row_zero_point(const sdpa_page_format * f, const void * page, int32_t row, int value);
+/* The stored form of a row ("record", the unit of readRaw and of a saved
+ * cache's payload, docs/FORMAT.md), in row order whatever the block's
+ * layout, little-endian:
+ *   float32  D x f32            float16  D x u16 (binary16 bits)
+ *   int8     D x i8, f32 scale, i8 zero point
+ *   int4     ceil(D/2) bytes (element 2i in the low nibble of byte i, 2i+1
+ *            in the high one; an odd D's last high nibble 0), G x u16 scales,
+ *            G x u16 offsets (float16 bits)
+ * record_bytes: its size; export: copies it out of a page; import: writes
+ * one into a page (the row's slot; the caller owns the page), returning 0,
+ * or 1 when it holds a non-finite value the kernels must decode (as
+ * encode_row's true), or -1 when it holds what no encoder writes (an int8
+ * scale that is NaN, negative or below FLT_EPSILON but not +Inf; an int4
+ * nibble pad that is not 0): then the row is left as it was. */
+size_t sdpa_kv_record_bytes(const sdpa_page_format * f, int value);
+void sdpa_kv_export_row(const sdpa_page_format * f, const void * page, int32_t row, int value, uint8_t * out);
+int sdpa_kv_import_row(const sdpa_page_format * f, void * page, int32_t row, int value, const uint8_t * in);
 
-/* Rows first .. ROWS-1 of K and V (and their int8 scales and zero points)
- * set to all-zero bytes (they decode to 0.0, as an unwritten row). */
+/* Rows first .. ROWS-1 of K and V (and their side data) set to all-zero
+ * bytes (they decode to 0.0, as an unwritten row). */
 void sdpa_kv_clear_rows(const sdpa_page_format * f, void * page, int32_t first);
 
 #endif

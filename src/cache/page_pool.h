@@ -57,7 +57,10 @@ bool sdpa_page_is_zero(const void * page);
 /* Bits the cache keeps about a page's contents (SDPA_PAGE_MARK_*): 0 on a
  * page just taken and on the zero page (which ignores set_marks). A copy of
  * a page's bytes takes its marks along. */
-#define SDPA_PAGE_MARK_NONFINITE 1u   /* may hold a float16 Inf or NaN */
+/* the K (V) block may hold a value the kernels' in-place readers cannot
+ * convert: a float16 Inf or NaN, an int4 group's NaN (or Inf) scale or offset */
+#define SDPA_PAGE_MARK_K_NONFINITE 1u
+#define SDPA_PAGE_MARK_V_NONFINITE 2u
 uint32_t sdpa_page_marks(const void * page);
 void sdpa_page_set_marks(void * page, uint32_t marks);
 

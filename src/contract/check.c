@@ -23,6 +23,7 @@ static const char * dtype_name(int32_t dtype) {
         case SDPA_DTYPE_BOOL: return "bool";
         case SDPA_DTYPE_FLOAT16: return "float16";
         case SDPA_DTYPE_INT8: return "int8";
+        case SDPA_DTYPE_INT4: return "int4";
         default: return "unknown";
     }
 }
@@ -553,40 +554,30 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
     return check_rows(ctx, fn, cache, start, length, "start", false);
 }
 
-sdpa_status sdpa_check_cache_read_raw(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                      int64_t start, int64_t length, int32_t which, const void * data,
-                                      uint64_t data_bytes, const float * scales, const int8_t * zero_points) {
+sdpa_status sdpa_check_cache_read_records(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                          int64_t start, int64_t length, int32_t which, const void * out,
+                                          uint64_t out_bytes) {
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
-    if (!data) return sdpa_fail(ctx, SDPA_E_ARG, "%s: data is missing", fn);
+    if (!out) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out is missing", fn);
     if (which != 0 && which != 1) return sdpa_fail(ctx, SDPA_E_ARG, "%s: which is %d; expected 0 (keys) or 1 (values)", fn, which);
-    const bool int8 = cache->format.dtype == SDPA_DTYPE_INT8;
-    if (int8 && (!scales || !zero_points))
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: an int8 cache needs scales and zero_points buffers", fn);
     if (length <= 0)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
     TRY(check_rows(ctx, fn, cache, start, length, "start", false));
     const uint64_t rows = (uint64_t)cache->batch * (uint64_t)length * (uint64_t)cache->kv_heads;
-    const uint64_t want = sdpa_size_mul(sdpa_size_mul(rows, (uint64_t)cache->head_dim), cache->format.elem_bytes);
-    if (data_bytes != want)
-        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: data holds %llu bytes but [%d, %lld, %d, %d] %s elements take %llu", fn,
-                         (unsigned long long)data_bytes, cache->batch, (long long)length, cache->kv_heads, cache->head_dim,
-                         dtype_name(cache->format.dtype), (unsigned long long)want);
-    const uint64_t span[3] = { want, int8 ? rows * sizeof(float) : 0, int8 ? rows : 0 };
-    const void * bufs[3] = { data, scales, zero_points };
-    for (int i = 0; i < 3; i++) {
-        if (!span[i]) continue;
-        if (sdpa_page_pool_overlaps(cache->ctx->pages, bufs[i], span[i]))
-            return sdpa_fail(ctx, SDPA_E_ARG, "%s: an output lies inside cache storage; pass a separate buffer", fn);
-        for (int j = 0; j < i; j++)
-            if (span[j] && ranges_overlap(bufs[i], span[i], bufs[j], span[j]))
-                return sdpa_fail(ctx, SDPA_E_ARG, "%s: the outputs overlap each other", fn);
-    }
+    const uint64_t want = sdpa_size_mul(rows, sdpa_kv_record_bytes(&cache->format, which));
+    if (out_bytes != want)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out holds %llu bytes but [%d, %lld, %d] %s records of head dim %d take %llu", fn,
+                         (unsigned long long)out_bytes, cache->batch, (long long)length, cache->kv_heads,
+                         dtype_name(sdpa_kv_dtype(&cache->format, which)), cache->head_dim, (unsigned long long)want);
+    if (sdpa_page_pool_overlaps(cache->ctx->pages, out, want))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: out lies inside cache storage; pass a separate buffer", fn);
     return SDPA_OK;
 }
 
 sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,
                                     int32_t max_seq_len, int32_t kv_heads, int32_t head_dim,
-                                    int32_t dtype, int32_t window, int32_t sink_tokens, const void * out_cache) {
+                                    int32_t key_dtype, int32_t value_dtype, int32_t window, int32_t sink_tokens,
+                                    const void * out_cache) {
     if (!out_cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out_cache is missing", fn);
     if (sink_tokens > 0 && window == 0)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: sinkTokens is %d but no window was given; sink rows belong to a windowed cache", fn, sink_tokens);
@@ -601,8 +592,13 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t bat
     if (max_seq_len > SDPA_INDEX_LIMIT) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; at most %d", fn, max_seq_len, SDPA_INDEX_LIMIT);
     if (kv_heads < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: numKvHeads is %d; expected a positive integer", fn, kv_heads);
     if (head_dim <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: headDim is %d; expected a positive integer", fn, head_dim);
-    if (dtype != SDPA_DTYPE_FLOAT32 && dtype != SDPA_DTYPE_FLOAT16 && dtype != SDPA_DTYPE_INT8)
-        return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: dtype %s (%d) is not supported for a cache; expected float32, float16 or int8", fn, dtype_name(dtype), dtype);
+    /* (one message for dtype, keyDtype and valueDtype: JS names the option the value came from) */
+    for (int value = 0; value < 2; value++) {
+        const int32_t dtype = value ? value_dtype : key_dtype;
+        if (!sdpa_is_cache_dtype(dtype))
+            return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: %s %s (%d) is not supported for a cache; expected float32, float16, int8 or int4",
+                             fn, value ? "valueDtype" : "keyDtype", dtype_name(dtype), dtype);
+    }
     if (kv_heads == 0)
         return sdpa_fail(ctx, SDPA_E_HEADS, "%s: numKvHeads is 0; expected a positive integer", fn);
     return SDPA_OK;

@@ -48,13 +48,14 @@ sdpa_status sdpa_check_cache_fork(sdpa_ctx * ctx, const char * fn, const sdpa_kv
 
 /* read_raw: rows start .. start+length-1 of K or V in their stored form
  * into data (exactly data_bytes), and int8 scales / zero points. */
-sdpa_status sdpa_check_cache_read_raw(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                      int64_t start, int64_t length, int32_t which, const void * data,
-                                      uint64_t data_bytes, const float * scales, const int8_t * zero_points);
+sdpa_status sdpa_check_cache_read_records(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                          int64_t start, int64_t length, int32_t which, const void * out,
+                                          uint64_t out_bytes);
 
 /* cache geometry at creation (window 0: a plain cache, sink_tokens 0). */
 sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,
                                     int32_t max_seq_len, int32_t kv_heads, int32_t head_dim,
-                                    int32_t dtype, int32_t window, int32_t sink_tokens, const void * out_cache);
+                                    int32_t key_dtype, int32_t value_dtype, int32_t window, int32_t sink_tokens,
+                                    const void * out_cache);
 
 #endif

@@ -48,6 +48,7 @@
 #include "kernels/kernels.h"
 #include "kernels/flash_private.h"
 #include "kernels/flash_int8.h"
+#include "kernels/flash_int4.h"
 #include "cache/page_pool.h"
 
 #include <float.h>
@@ -77,7 +78,7 @@ static uint64_t align_up(uint64_t n) {
  * multiple of 4), so the vector areas stay 16-byte aligned. */
 typedef enum scratch_area {
     AREA_Q, AREA_ACC, AREA_SCORES, AREA_MAX, AREA_SUM, AREA_TOUCHED,
-    AREA_K_TILE, AREA_V_TILE, AREA_Q_BROADCAST, AREA_COUNT
+    AREA_K_TILE, AREA_V_TILE, AREA_Q_BROADCAST, AREA_Q_INT, AREA_W_INT, AREA_COUNT
 } scratch_area;
 static const struct { uint32_t per_dim, fixed; } scratch_areas[AREA_COUNT] = {
     [AREA_Q]           = { BLOCK_ROWS, 0 },              /* q rows, zero-padded; later the reference row's D doubles */
@@ -86,9 +87,16 @@ static const struct { uint32_t per_dim, fixed; } scratch_areas[AREA_COUNT] = {
     [AREA_MAX]         = { 0, BLOCK_ROWS },              /* running max m */
     [AREA_SUM]         = { 0, BLOCK_ROWS },              /* running sum l */
     [AREA_TOUCHED]     = { 0, 4 },                       /* the touch-ahead loads' OR (one word) */
-    [AREA_K_TILE]      = { TILE_KEYS, 0 },               /* a transposed or decoded K tile; int8: q16 pairs */
-    [AREA_V_TILE]      = { TILE_KEYS, 0 },               /* a decoded V tile; int8: the int16 weights, a decoded K row */
+    [AREA_K_TILE]      = { TILE_KEYS, 0 },               /* a transposed or decoded K tile */
+    [AREA_V_TILE]      = { TILE_KEYS, 0 },               /* a decoded V tile, or a decoded K row */
     [AREA_Q_BROADCAST] = { BLOCK_ROWS * 4, 0 },          /* q[x][d] broadcast to vectors */
+    /* int8 / int4 K: q16 pairs, 8 rows x (ceil(D/4) * 2 <= D/2 + 2) x 4 lanes, then int4's
+     * group sums, 8 rows x ceil(D/32) floats */
+    [AREA_Q_INT]       = { 17, 96 },
+    /* int8 / int4 V: a tile's int16 weights, 8 rows x groups x TILE_KEYS (int8: one group),
+     * then int4's wscale and offset sums, 8 rows x groups x 2 floats: 272 groups floats,
+     * groups <= ceil(D / 32) */
+    [AREA_W_INT]       = { 9, 288 },
 };
 _Static_assert(BLOCK_ROWS % 4 == 0 && (BLOCK_ROWS * TILE_KEYS) % 4 == 0, "scratch areas are whole vectors");
 _Static_assert(BLOCK_ROWS * sizeof(float) >= sizeof(double), "a reference row fits in the q area");
@@ -119,24 +127,24 @@ static uint64_t partial_floats_for(int32_t dim_pad) {
 }
 
 /* The K and V sources of every tile of the plan (tile_sources refines them
- * per page): the one place the kernels look at the cache dtype. */
+ * per page), each from its own block's dtype: the one place the kernels
+ * look at the cache dtypes. */
 static void plan_sources(flash_plan * f) {
     const sdpa_kv_view * kv = &f->p->kv;
     f->k_src = K_F32_TRANSPOSED;
     f->v_src = V_F32_ROWS;
     if (!kv->pages) return;
-    switch (kv->format->dtype) {
-        case SDPA_DTYPE_FLOAT16:
-            f->k_src = K_F16_PAGE;
-            f->v_src = V_F16_PAGE;
-            break;
-        case SDPA_DTYPE_INT8:
-            f->k_src = f->p->head_dim <= INT_Q_MAX_DIM ? K_I8_PAGE : K_I8_DECODED;
-            f->v_src = V_I8_PAGE;
-            break;
-        default:
-            f->k_src = K_F32_PAGE;
-            break;
+    switch (sdpa_kv_dtype(kv->format, 0)) {
+        case SDPA_DTYPE_FLOAT16: f->k_src = K_F16_PAGE; break;
+        case SDPA_DTYPE_INT8: f->k_src = f->p->head_dim <= INT_Q_MAX_DIM ? K_I8_PAGE : K_DECODED; break;
+        case SDPA_DTYPE_INT4: f->k_src = K_I4_PAGE; break;
+        default: f->k_src = K_F32_PAGE; break;
+    }
+    switch (sdpa_kv_dtype(kv->format, 1)) {
+        case SDPA_DTYPE_FLOAT16: f->v_src = V_F16_PAGE; break;
+        case SDPA_DTYPE_INT8: f->v_src = V_I8_PAGE; break;
+        case SDPA_DTYPE_INT4: f->v_src = V_I4_PAGE; break;
+        default: f->v_src = V_F32_ROWS; break;
     }
 }
 
@@ -162,8 +170,9 @@ static void make_plan(flash_plan * f, const sdpa_problem * p) {
     const int32_t keys = p->n_keys - f->key_begin;
     int32_t chunks = 1;
     if ((int64_t)p->batch * p->kv_heads * f->blocks <= SPLIT_MAX_UNITS) {
-        const bool int8_tiles = f->k_src == K_I8_PAGE || f->k_src == K_I8_DECODED;
-        chunks = ceil_div(keys, int8_tiles ? CHUNK_MIN_KEYS_INT8 : CHUNK_MIN_KEYS);
+        const int32_t kd = p->kv.pages ? sdpa_kv_dtype(p->kv.format, 0) : 0;
+        const bool int_tiles = kd == SDPA_DTYPE_INT8 || kd == SDPA_DTYPE_INT4;
+        chunks = ceil_div(keys, int_tiles ? CHUNK_MIN_KEYS_INT8 : CHUNK_MIN_KEYS);
         if (chunks > CHUNK_MAX_COUNT) chunks = CHUNK_MAX_COUNT;
     }
     /* a cache's maxSeqLen may be near INT32_MAX: rounding up to a tile must not wrap */
@@ -259,22 +268,19 @@ static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, in
  * up to nt rounded up to the pass: those keys exist in the page (or the
  * decoded tile) and their lanes are independent (dropped by the caller's
  * limits). While a pass runs, it touches its share (the same keys) of two
- * blocks of rows of the same element type, ta_block and tb_block (NULL, or
- * the V and K of the tile TOUCH_AHEAD tiles on: see "touch-ahead"), so that
- * their DRAM reads overlap with this compute. */
+ * blocks of rows, tr->a and tr->b (NULL, or the V and K of the tile
+ * TOUCH_AHEAD tiles on: see "touch-ahead"), so that their DRAM reads
+ * overlap with this compute. */
 static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_t n, const void * k, size_t ldg,
-                                          int32_t nt, int32_t D, float * s, const void * ta_block,
-                                          const void * tb_block, const int F16) {
+                                          int32_t nt, int32_t D, float * s, const touch_rows * tr, const int F16) {
     const int32_t step = n == 1 ? 16 : F16 ? 4 : 8;
-    const size_t row_bytes = (size_t)D * (F16 ? 2 : 4);
-    /* a pass's share of a region: step rows, row_bytes each, a cache line per d */
-    const int32_t lines = ta_block ? (int32_t)((size_t)step * row_bytes / SDPA_CACHE_LINE) : 0;
+    const int32_t lines = touch_lines(tr, step);
     uint32_t touched = 0;
     for (int32_t t = 0; t < nt; t += step) {
         const size_t at = (size_t)(t / KG) * ldg + t % KG;
         const void * kt = F16 ? (const void *)((const uint16_t *)k + at) : (const void *)((const float *)k + at);
-        const uint32_t * ta = ta_block ? (const uint32_t *)(const void *)((const char *)ta_block + (size_t)t * row_bytes) : NULL;
-        const uint32_t * tb = tb_block ? (const uint32_t *)(const void *)((const char *)tb_block + (size_t)t * row_bytes) : ta;
+        const uint32_t * ta, * tb;
+        touch_pass(tr, t, &ta, &tb);
         if (n == 1) {
             touched |= qk_group_rows(qs, kt, D, s + t, TILE_KEYS, 1, 4, F16, ta, tb, lines);
             continue;
@@ -296,12 +302,12 @@ static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_
 
 /* over a float32 tile, or a float16 page's K block in place (finite halves) */
 static uint32_t qk_groups(const v128_t * qs, size_t ldqs, int32_t n, const float * k, size_t ldg, int32_t nt,
-                          int32_t D, float * s, const void * ta_block, const void * tb_block) {
-    return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, ta_block, tb_block, 0);
+                          int32_t D, float * s, const touch_rows * tr) {
+    return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, tr, 0);
 }
 static uint32_t qk_groups_f16(const v128_t * qs, size_t ldqs, int32_t n, const uint16_t * k, size_t ldg, int32_t nt,
-                              int32_t D, float * s, const void * ta_block, const void * tb_block) {
-    return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, ta_block, tb_block, 1);
+                              int32_t D, float * s, const touch_rows * tr) {
+    return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, tr, 1);
 }
 
 /* acc[r][:] += sum_t p[r][t] * v_t[:] for n_rows (<= 4) rows, nt keys, V
@@ -447,12 +453,13 @@ static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
 /* Whether a tile of this K source touches ahead: pages read in place with
  * more than one row (a single row's own loads stream faster without touches
  * in between), int8 pages always (measured above). */
-static bool touches_ahead(k_source ks, int32_t n_rows) {
+static bool touches_ahead(k_source ks, int32_t n_rows, const sdpa_page_format * kv_format) {
     switch (ks) {
         case K_F32_PAGE:
         case K_F16_PAGE: return n_rows > 1;
         case K_I8_PAGE:
-        case K_I8_DECODED: return true;
+        case K_I4_PAGE: return true;
+        case K_DECODED: return sdpa_kv_dtype(kv_format, 0) == SDPA_DTYPE_INT8;
         default: return false;
     }
 }
@@ -497,10 +504,10 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
     st->ktile = scratch_area_at(scratch, AREA_K_TILE, Dp);
     st->vtile = scratch_area_at(scratch, AREA_V_TILE, Dp);
     st->qs = scratch_area_at(scratch, AREA_Q_BROADCAST, Dp);
-    /* an int8 page's Q.K and P.V use neither float tile: they hold its int16 q and weights
-     * (8 rows x ceil(D / 2) vectors and 8 x TILE_KEYS int16 <= TILE_KEYS x dim_pad floats) */
-    st->qpairs = (v128_t *)(void *)st->ktile;
-    st->wq = (int16_t *)(void *)st->vtile;
+    st->qpairs = scratch_area_at(scratch, AREA_Q_INT, Dp);
+    st->qgroup = (float *)(void *)(st->qpairs + (size_t)BLOCK_ROWS * (size_t)(ceil_div(D, 4) * 2));
+    st->wq = scratch_area_at(scratch, AREA_W_INT, Dp);
+    st->wgroup = (float *)(void *)(st->wq + (size_t)BLOCK_ROWS * TILE_KEYS * (size_t)ceil_div(D, SDPA_I4_GROUP));
     st->row0 = blk * BLOCK_ROWS;
     st->n = f->rows - st->row0 < BLOCK_ROWS ? f->rows - st->row0 : BLOCK_ROWS;
     memset(st->q, 0, sizeof(float) * (size_t)BLOCK_ROWS * Dp);  /* q rows are zero-padded to dim_pad */
@@ -532,9 +539,11 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
             st->bmask[x] = (const uint8_t *)p->mask + (size_t)i * p->mask_stride;
     }
     if (f->k_src == K_I8_PAGE) {  /* integer Q.K: the float kernels' broadcast q is not needed */
-        quantize_q(f, st);
+        quantize_q(f, st, f->p->kv.format->block[0].units, int_q_max(D), NULL);
         return;
     }
+    if (f->k_src == K_I4_PAGE)  /* integer Q.K, and the broadcast q for a page decoded instead */
+        quantize_q(f, st, 2 * f->p->kv.format->block[0].units, INT16_MAX, st->qgroup);
     for (int32_t x = 0; x < st->n; x++)
         for (int32_t d = 0; d < D; d++)
             st->qs[((size_t)(x / 4) * Dp + d) * 4 + x % 4] = wasm_f32x4_splat(st->q[(size_t)x * Dp + d]);
@@ -605,10 +614,9 @@ static void decode_f16_k_tile(const flash_plan * f, block_state * st, const void
     decode_f16_row(tile_block(f->p->kv.format, page, r0, 0), groups * D * KG, st->ktile);
 }
 
-/* K_I8_DECODED: an int8 page's K rows decoded one at a time (through the V
- * tile, free: an int8 page's value pass holds only its weights there) and
- * scattered into groups. */
-static void decode_i8_k_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
+/* K_DECODED: a page's K rows decoded one at a time (through the V tile,
+ * free until the value pass) and scattered into groups. */
+static void decode_k_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const int32_t D = f->p->head_dim, groups = ceil_div(nt, KG);
     const size_t ldg = (size_t)D * KG;
@@ -620,27 +628,37 @@ static void decode_i8_k_tile(const flash_plan * f, block_state * st, const void 
     }
 }
 
-/* V_F16_DECODED: a float16 page's V rows [r0, r0 + nt) decoded into the V tile. */
-static const float * decode_f16_v_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0,
-                                       int32_t nt) {
+/* V_F16_DECODED / V_DECODED: a page's V rows [r0, r0 + nt) decoded into the V tile. */
+static const float * decode_v_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0,
+                                   int32_t nt) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const size_t Dp = (size_t)f->dim_pad;
-    for (int32_t t = 0; t < nt; t++) decode_f16_row(sdpa_kv_raw_row(fmt, page, r0 + t, 1), fmt->dim, st->vtile + (size_t)t * Dp);
+    const bool f16 = sdpa_kv_dtype(fmt, 1) == SDPA_DTYPE_FLOAT16;
+    for (int32_t t = 0; t < nt; t++) {
+        if (f16) decode_f16_row(sdpa_kv_raw_row(fmt, page, r0 + t, 1), fmt->dim, st->vtile + (size_t)t * Dp);
+        else sdpa_kv_decode_row(fmt, page, r0 + t, 1, st->vtile + (size_t)t * Dp);
+    }
     return st->vtile;
 }
 
 /* ---- one tile: scores, online softmax, values -------------------------- */
 
 /* The sources of the tile in `page` (NULL: caller tensors): the plan's, but
- * a float16 page that may hold an Inf or NaN is decoded (f16x4_finite
- * converts finite halves only). */
+ * a block marked as holding what the in-place readers cannot convert (a
+ * float16 Inf or NaN: f16x4_finite converts finite halves only; an int4
+ * NaN group) is decoded. */
 static void tile_sources(const flash_plan * f, const void * page, k_source * ks, v_source * vs) {
     *ks = f->k_src;
     *vs = f->v_src;
-    const bool f16_in_place = *ks == K_F16_PAGE || *vs == V_F16_PAGE;
-    if (f16_in_place && (sdpa_page_marks(page) & SDPA_PAGE_MARK_NONFINITE)) {
+    if (!page) return;
+    const uint32_t marks = sdpa_page_marks(page);
+    if (marks & SDPA_PAGE_MARK_K_NONFINITE) {
         if (*ks == K_F16_PAGE) *ks = K_F16_DECODED;
+        if (*ks == K_I4_PAGE) *ks = K_DECODED;
+    }
+    if (marks & SDPA_PAGE_MARK_V_NONFINITE) {
         if (*vs == V_F16_PAGE) *vs = V_F16_DECODED;
+        if (*vs == V_I4_PAGE) *vs = V_DECODED;
     }
 }
 
@@ -648,7 +666,8 @@ static void tile_sources(const flash_plan * f, const void * page, k_source * ks,
  * assume the page's own element type). */
 static void scores_from_k_tile(const flash_plan * f, block_state * st, int32_t nt) {
     const int32_t D = f->p->head_dim;
-    qk_groups(st->qs, (size_t)f->dim_pad * 4, st->n, st->ktile, (size_t)D * KG, nt, D, st->s, NULL, NULL);
+    const touch_rows none = { NULL, NULL, 0, 0 };
+    qk_groups(st->qs, (size_t)f->dim_pad * 4, st->n, st->ktile, (size_t)D * KG, nt, D, st->s, &none);
 }
 
 /* 1. st->s[x][t] = q_x . k_t (unscaled) for the tile's nt keys at ts, page
@@ -658,13 +677,17 @@ static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks,
     const sdpa_kv_view * kv = &f->p->kv;
     const int32_t D = f->p->head_dim, n = st->n, r0 = ts % SDPA_PAGE_ROWS;
     const size_t ldqs = (size_t)f->dim_pad * 4, ldg = (size_t)D * KG;
+    const touch_rows tr = { ahead->v, ahead->k, kv->pages ? sdpa_kv_row_bytes(kv->format, 1) : 0,
+                            kv->pages ? sdpa_kv_row_bytes(kv->format, 0) : 0 };
     switch (ks) {
         case K_F32_PAGE:
-            return qk_groups(st->qs, ldqs, n, tile_block(kv->format, page, r0, 0), ldg, nt, D, st->s, ahead->v, ahead->k);
+            return qk_groups(st->qs, ldqs, n, tile_block(kv->format, page, r0, 0), ldg, nt, D, st->s, &tr);
         case K_F16_PAGE:
-            return qk_groups_f16(st->qs, ldqs, n, tile_block(kv->format, page, r0, 0), ldg, nt, D, st->s, ahead->v, ahead->k);
+            return qk_groups_f16(st->qs, ldqs, n, tile_block(kv->format, page, r0, 0), ldg, nt, D, st->s, &tr);
         case K_I8_PAGE:
-            return int8_scores(f, st, page, r0, nt, ahead->v, ahead->k);
+            return int8_scores(f, st, page, r0, nt, &tr);
+        case K_I4_PAGE:
+            return int4_scores(f, st, page, r0, nt, &tr);
         case K_F32_TRANSPOSED: {
             const uint32_t touched = transpose_k_rows(sdpa_kv_key(kv, b, hk, ts), kv->stride_t, nt, D, st->ktile,
                                                       sdpa_kv_value(kv, b, hk, ts), kv->stride_t);
@@ -675,8 +698,8 @@ static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks,
             decode_f16_k_tile(f, st, page, r0, nt);
             scores_from_k_tile(f, st, nt);
             return 0;
-        case K_I8_DECODED:
-            decode_i8_k_tile(f, st, page, r0, nt);
+        case K_DECODED:
+            decode_k_tile(f, st, page, r0, nt);
             scores_from_k_tile(f, st, nt);
             return 0;
     }
@@ -756,10 +779,15 @@ static void tile_values(const flash_plan * f, block_state * st, v_source vs, int
     switch (vs) {
         case V_F32_ROWS: values_f32(f, st, sdpa_kv_value(kv, b, hk, ts), sdpa_kv_row_stride(kv), nt); break;
         case V_F16_PAGE: values_f16(f, st, tile_block(kv->format, page, r0, 1), nt); break;
-        case V_F16_DECODED: values_f32(f, st, decode_f16_v_tile(f, st, page, r0, nt), (size_t)f->dim_pad, nt); break;
+        case V_F16_DECODED:
+        case V_DECODED: values_f32(f, st, decode_v_tile(f, st, page, r0, nt), (size_t)f->dim_pad, nt); break;
         case V_I8_PAGE:
             int8_weights(f, st, page, r0, nt4);
             int8_values(f, st, page, r0, nt);
+            break;
+        case V_I4_PAGE:
+            int4_weights(f, st, page, r0, nt4);
+            int4_values(f, st, page, r0, nt);
             break;
     }
 }
@@ -775,7 +803,7 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
     v_source vs;
     tile_sources(f, page, &ks, &vs);
     tile_ahead ahead = { NULL, NULL };
-    uint32_t touched = touches_ahead(ks, st->n) ? touch_tiles_ahead(f, b, hk, ts, t0, t1, &ahead) : 0;
+    uint32_t touched = touches_ahead(ks, st->n, f->p->kv.format) ? touch_tiles_ahead(f, b, hk, ts, t0, t1, &ahead) : 0;
     touched |= tile_scores(f, st, ks, b, hk, ts, page, nt, &ahead);
     tile_softmax(f, st, ts, nt);
     tile_values(f, st, vs, b, hk, ts, page, nt);

@@ -11,7 +11,7 @@
  * one key's whole sum; the zero point comes off through sum(q16) and the two
  * scales are applied once per score. qmax = 32767 up to D = 257, lower above
  * so that sum q16 * (k - zp) (|k - zp| <= 255) fits an int32 lane; D >
- * INT_Q_MAX_DIM = 1024 (qmax < 8224) decodes K instead (K_I8_DECODED, in
+ * INT_Q_MAX_DIM = 1024 (qmax < 8224) decodes K instead (K_DECODED, in
  * flash.c). The relative error of q16 is ~1 / (2 qmax).
  *
  * P.V: after the softmax, a row's weights times the value rows' scales, w =
@@ -34,14 +34,15 @@ static int32_t int_q_max(int32_t D) {
     return m < INT16_MAX ? (int32_t)m : INT16_MAX;
 }
 
-/* Fills st->qpairs, qscale, qsum for the block's rows (rows past st->n of
- * the last quad are never read); a row whose q cannot be quantized (a
- * non-finite element, or so small that 1 / qscale overflows) gets zeros and
- * is recomputed by the reference (suspect). */
-static void quantize_q(const flash_plan * f, block_state * st) {
+/* Fills st->qpairs (P element pairs per row), qscale, qsum for the block's
+ * rows (rows past st->n of the last quad are never read), quantizing to
+ * |q16| <= qmax; with `group` (int4 K) also group[x * G + g] = the sum of
+ * q16 over group g's elements (G = ceil(2P / SDPA_I4_GROUP) groups). A row
+ * whose q cannot be quantized (a non-finite element, or so small that 1 /
+ * qscale overflows) gets zeros and is recomputed by the reference (suspect). */
+static void quantize_q(const flash_plan * f, block_state * st, int32_t P, int32_t qmax, float * group) {
     const sdpa_problem * p = f->p;
-    const int32_t D = p->head_dim;
-    const int32_t P = p->kv.format->k_pairs, qmax = int_q_max(D);
+    const int32_t D = p->head_dim, G = (2 * P + SDPA_I4_GROUP - 1) / SDPA_I4_GROUP;
     /* q rows are zero-padded to dim_pad (a multiple of 4 >= 2P): 4 elements, 2 pairs, per vector */
     for (int32_t x = 0; x < st->n; x++) {
         const float * q = st->q + (size_t)x * f->dim_pad;
@@ -52,7 +53,7 @@ static void quantize_q(const flash_plan * f, block_state * st) {
         const bool ok = big <= FLT_MAX && inv <= FLT_MAX;
         if (!ok) st->suspect[x] = true;
         const v128_t vinv = wasm_f32x4_splat(ok ? inv : 0.0f);
-        v128_t vsum = wasm_i32x4_splat(0);
+        v128_t vsum = wasm_i32x4_splat(0), gsum = wasm_i32x4_splat(0);
         v128_t * out = st->qpairs + (size_t)(x / 4) * P * 4 + x % 4;
         for (int32_t i = 0; i < P; i += 2) {
             /* |q * inv| <= qmax (1 + 2^-23): nearest never passes qmax */
@@ -61,6 +62,15 @@ static void quantize_q(const flash_plan * f, block_state * st) {
             const v128_t q16 = wasm_i16x8_narrow_i32x4(q32, q32);  /* pairs (q[2i], q[2i+1]) in i32 lanes 0, 1 */
             out[(size_t)i * 4] = wasm_i32x4_shuffle(q16, q16, 0, 0, 0, 0);
             if (i + 1 < P) out[(size_t)(i + 1) * 4] = wasm_i32x4_shuffle(q16, q16, 1, 1, 1, 1);
+            if (group) {  /* elements 2i .. 2i+3 lie in one group (32 is a multiple of 4) */
+                gsum = wasm_i32x4_add(gsum, q32);
+                if ((2 * i + 4) % SDPA_I4_GROUP == 0 || i + 2 >= P) {
+                    group[(size_t)x * G + (size_t)(2 * i / SDPA_I4_GROUP)] =
+                        (float)(wasm_i32x4_extract_lane(gsum, 0) + wasm_i32x4_extract_lane(gsum, 1) +
+                                wasm_i32x4_extract_lane(gsum, 2) + wasm_i32x4_extract_lane(gsum, 3));
+                    gsum = wasm_i32x4_splat(0);
+                }
+            }
         }
         st->qscale[x] = scale;
         st->qsum[x] = wasm_i32x4_extract_lane(vsum, 0) + wasm_i32x4_extract_lane(vsum, 1) +
@@ -119,25 +129,24 @@ static FLASH_INLINE void i8_key_scores(const block_state * st, int32_t x0, v128_
  * [r0, r0 + nt) of an int8 page (r0 a TILE_KEYS multiple). Keys go in passes
  * of 8 (16 for a single row), 4 rows at a time; scores past nt, up to the
  * pass, are computed from the page's rows and dropped by the caller. A pass
- * touches its share of the blocks ta_block and tb_block (NULL, or the V and
- * K of a tile ahead), as flash.c's qk_groups does. */
+ * touches its share of the blocks of a tile ahead (tr), as flash.c's
+ * qk_groups does. */
 static uint32_t int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
-                            const void * ta_block, const void * tb_block) {
+                            const touch_rows * tr) {
     const sdpa_page_format * fmt = f->p->kv.format;
-    const int32_t P = fmt->k_pairs, n = st->n, D = fmt->dim;
+    const int32_t P = fmt->block[0].units, n = st->n;
     const size_t ldk = (size_t)P * 2 * SDPA_I8_KEY_GROUP;
     const int8_t * kblock = (const int8_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / SDPA_I8_KEY_GROUP) * ldk;
     const int8_t * zps = sdpa_kv_zero_points(fmt, page, 0) + r0;
     const float * ks = sdpa_kv_scales(fmt, page, 0) + r0;
     const int32_t step = n == 1 ? 16 : 8;
-    /* a pass's share: step rows of D (V) or 2P (K) bytes; a cache line per element pair */
-    const int32_t lines = ta_block ? step * D / SDPA_CACHE_LINE : 0;
+    const int32_t lines = touch_lines(tr, step);  /* a cache line per element pair */
     uint32_t touched = 0;
     v128_t acc[4][4];
     for (int32_t t = 0; t < nt; t += step) {
         const int8_t * kt = kblock + (size_t)(t / SDPA_I8_KEY_GROUP) * ldk;
-        const uint32_t * ta = ta_block ? (const uint32_t *)(const void *)((const char *)ta_block + (size_t)t * D) : NULL;
-        const uint32_t * tb = tb_block ? (const uint32_t *)(const void *)((const char *)tb_block + (size_t)t * 2 * P) : ta;
+        const uint32_t * ta, * tb;
+        touch_pass(tr, t, &ta, &tb);
         if (n == 1) {
             touched |= i8_key_rows(st->qpairs, kt, ldk, P, acc, 1, 2, ta, tb, lines);
             i8_key_scores(st, 0, acc, zps + t, ks + t, st->s + t, 1, 2);

@@ -25,24 +25,29 @@
 #define INT_Q_MAX_DIM 1024
 
 /* Where the Q.K stage of a tile gets its keys, and so which kernel computes
- * the scores. Chosen per plan (plan_sources); a float16 page that may hold
- * an Inf or NaN turns K_F16_PAGE into K_F16_DECODED (tile_sources). */
+ * the scores. Chosen per plan from the K block's dtype (plan_sources); a
+ * page marked as holding a value the in-place readers cannot convert turns
+ * K_F16_PAGE into K_F16_DECODED and K_I4_PAGE into K_DECODED (tile_sources). */
 typedef enum k_source {
     K_F32_TRANSPOSED,  /* caller tensors: rows transposed into the K tile */
     K_F32_PAGE,        /* a float32 page's key-transposed K block, read in place */
     K_F16_PAGE,        /* a float16 page's K block in place, finite halves converted as loaded */
     K_F16_DECODED,     /* a float16 page's K block decoded into the K tile (Inf / NaN exact) */
     K_I8_PAGE,         /* an int8 page's K block: integer dot products with the int16 q */
-    K_I8_DECODED,      /* an int8 page's K rows decoded into the K tile (D > INT_Q_MAX_DIM) */
+    K_I4_PAGE,         /* an int4 page's K block: nibbles unpacked in registers, int16 q */
+    K_DECODED,         /* any page's K rows decoded into the K tile (int8 above INT_Q_MAX_DIM, marked int4) */
 } k_source;
 
-/* Where the P.V stage of a tile gets its values (likewise per plan, then
- * V_F16_PAGE -> V_F16_DECODED per page). */
+/* Where the P.V stage of a tile gets its values (likewise per plan from the
+ * V block's dtype, then V_F16_PAGE -> V_F16_DECODED, V_I4_PAGE -> V_DECODED
+ * per marked page). */
 typedef enum v_source {
     V_F32_ROWS,        /* float32 rows in place: caller tensors or a float32 page's V block */
     V_F16_PAGE,        /* a float16 page's V rows in place, finite halves converted as loaded */
     V_F16_DECODED,     /* a float16 page's V rows decoded into the V tile */
     V_I8_PAGE,         /* an int8 page's V block: int16 weights times int8 values */
+    V_I4_PAGE,         /* an int4 page's V block: per-group int16 weights times nibbles */
+    V_DECODED,         /* any page's V rows decoded into the V tile (a marked int4 page) */
 } v_source;
 
 typedef struct flash_plan {
@@ -80,13 +85,36 @@ typedef struct block_state {
     float * ktile;                  /* TILE_KEYS x dim_pad floats: a key-transposed K tile */
     float * vtile;                  /* TILE_KEYS x dim_pad floats: decoded V rows */
     v128_t * qs;                    /* [BLOCK_ROWS / 4][dim_pad][4]: q[x][d] broadcast */
-    /* int8 pages (flash_int8.h); qpairs and wq live in the K and V tile areas */
-    v128_t * qpairs;                /* [BLOCK_ROWS / 4][k_pairs][4]: (q16[2p], q16[2p+1]) broadcast */
+    /* int8 and int4 pages (flash_int8.h, flash_int4.h) */
+    v128_t * qpairs;                /* [BLOCK_ROWS / 4][pairs][4]: (q16[2p], q16[2p+1]) broadcast */
+    float * qgroup;                 /* int4 K: [BLOCK_ROWS][groups] sum of a group's q16, as float */
     float qscale[BLOCK_ROWS];       /* q[d] ~ q16[d] * qscale */
     int32_t qsum[BLOCK_ROWS];       /* sum_d q16[d] (for the zero points) */
-    int16_t * wq;                   /* [BLOCK_ROWS][TILE_KEYS]: a tile's weights p * vscale in int16 */
+    int16_t * wq;                   /* int8 V: [BLOCK_ROWS][TILE_KEYS] a tile's weights p * vscale in int16;
+                                     * int4 V: [BLOCK_ROWS][groups][TILE_KEYS], per group */
+    float * wgroup;                 /* int4 V: [BLOCK_ROWS][groups][2]: wscale, sum_t p * offset */
     float wscale[BLOCK_ROWS];       /* weight ~ wq * wscale */
     int32_t wzp[BLOCK_ROWS];        /* sum_t wq[t] * zero_point[t] */
 } block_state;
+
+/* The touches of a score pass: the pass over keys [t, t + step) touches
+ * lines of a and b at t rows in (a_row, b_row bytes per row: the blocks of
+ * a tile ahead, each of its own dtype), `lines` lines of each. */
+typedef struct touch_rows {
+    const char * a, * b;    /* NULL: no touches */
+    size_t a_row, b_row;
+} touch_rows;
+
+/* The touch pointers of the score pass at key t (see touch_rows), and how
+ * many lines each pass touches: its share of the smaller block. */
+static FLASH_INLINE int32_t touch_lines(const touch_rows * tr, int32_t step) {
+    const size_t row = tr->a_row < tr->b_row ? tr->a_row : tr->b_row;
+    return tr->a ? (int32_t)((size_t)step * row / SDPA_CACHE_LINE) : 0;
+}
+static FLASH_INLINE void touch_pass(const touch_rows * tr, int32_t t, const uint32_t ** ta, const uint32_t ** tb) {
+    *ta = tr->a ? (const uint32_t *)(const void *)(tr->a + (size_t)t * tr->a_row) : NULL;
+    *tb = tr->b ? (const uint32_t *)(const void *)(tr->b + (size_t)t * tr->b_row) : *ta;
+}
+
 
 #endif

@@ -149,3 +149,63 @@ void naive_int8_quantize(const float * x, int n, int8_t * q, float * scale_out, 
     *zp_out = (int8_t)zp;
 }
 
+
+/* Every finite binary16 value, ascending (the positive ones from their bits,
+ * by the IEEE formula; the negative ones mirrored), built once. */
+static double g_halves[2 * 31744 - 1];
+static int g_halves_n;
+static void build_halves(void) {
+    if (g_halves_n) return;
+    int n = 0;
+    for (int m = 31743; m >= 1; m--) {  /* negative: -65504 .. -2^-24 */
+        const int e = m >> 10, f = m & 1023;
+        g_halves[n++] = -(e ? ldexp(1.0 + f / 1024.0, e - 15) : ldexp((double)f, -24));
+    }
+    for (int m = 0; m <= 31743; m++) {  /* 0 .. 65504 */
+        const int e = m >> 10, f = m & 1023;
+        g_halves[n++] = e ? ldexp(1.0 + f / 1024.0, e - 15) : ldexp((double)f, -24);
+    }
+    g_halves_n = n;
+}
+
+void naive_int4_quantize(const float * x, int n, uint8_t * level, float * scale_out, float * offset_out) {
+    build_halves();
+    double lo = INFINITY, hi = -INFINITY;
+    int storable = 1;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(x[i]) || fabs((double)x[i]) > 65504.0) storable = 0;
+        lo = fmin(lo, (double)x[i]);
+        hi = fmax(hi, (double)x[i]);
+    }
+    for (int i = 0; i < n; i++) level[i] = 0;
+    if (!storable) { *scale_out = *offset_out = NAN; return; }
+    int a = 0, b = g_halves_n - 1;  /* the least half >= lo (binary search; g_halves[last] = 65504 >= lo) */
+    while (a < b) {
+        const int m = (a + b) / 2;
+        if (g_halves[m] >= lo) b = m; else a = m + 1;
+    }
+    const float offset = (float)g_halves[a];
+    if ((double)offset > hi) {  /* none in [lo, hi] */
+        *scale_out = 0.0f;
+        *offset_out = naive_f16_value((float)lo);
+        return;
+    }
+    /* the greatest half s >= 0 with fl(fl(15 s) + offset) <= hi */
+    const int zero = 31743;  /* g_halves[zero] == 0 */
+    int best = zero, top = g_halves_n - 1;  /* fits(best), and every j > top does not (fits is monotone in s) */
+    while (best < top) {
+        const int m = (best + top + 1) / 2;
+        volatile float t = 15.0f * (float)g_halves[m];
+        t = t + offset;
+        if ((double)t <= hi) best = m; else top = m - 1;
+    }
+    const float scale = (float)g_halves[best];
+    for (int i = 0; i < n && scale > 0.0f; i++) {
+        volatile float t = x[i] - offset;
+        t = t / scale;
+        const float r = round_half_even(t);
+        level[i] = (uint8_t)fminf(fmaxf(r, 0.0f), 15.0f);
+    }
+    *scale_out = scale;
+    *offset_out = offset;
+}

@@ -66,4 +66,14 @@ float naive_f16_value(float x);
 /// +-Inf -> 127 / -128). The stored value of element i is (q[i] - zp) * scale.
 void naive_int8_quantize(const float * x, int n, int8_t * q, float * scale, int8_t * zp);
 
+/// The int4 storage of one group of n (1..32) values, as the contract states
+/// it: offset = the least float16 >= min, scale = the greatest float16 >= 0
+/// with fl(fl(15 scale) + offset) <= max (scale 0 and offset = the nearest
+/// float16 to min when no float16 lies in [min, max]); level = round half to
+/// even of fl(fl(x - offset) / scale) clamped to 0..15 (0 when scale = 0);
+/// a group with a NaN, an Inf or |x| > 65504 stores scale = offset = NaN and
+/// levels 0. *scale, *offset: the float16 values as floats. The stored value
+/// of element i is fl(fl(level[i] * scale) + offset).
+void naive_int4_quantize(const float * x, int n, uint8_t * level, float * scale, float * offset);
+
 #endif /* SDPA_NAIVE_REF_H */

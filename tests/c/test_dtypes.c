@@ -11,7 +11,12 @@
  * - int8: ExecuTorch's choose_qparams_per_token_asymmetric + quantize_per_token,
  *   re-derived here step by step in float32 (a tie-to-even of our own), on
  *   ties, all-zero rows, constant rows, rows of one sign, +-large values and
- *   non-finite ones; what the cache stores (sdpa_kv_cache_read_raw) must equal it.
+ *   non-finite ones; what the cache stores (sdpa_kv_cache_read_records) must equal it.
+ * - int4: the contract's group formula re-derived here (naive_int4_quantize:
+ *   float16 offset and scale found by search over every half), on groups that
+ *   are constant, tiny, wide, short (D % 32), non-finite or beyond float16;
+ *   records, read() values, the half-step bound and [min, max] checked.
+ * - K and V of different dtypes (every pair of float32, float16, int8, int4).
  * - attention over a float16 / int8 cache equals the float64 reference fed the
  *   dequantized cache (sdpa_kv_cache_read) within the float32 tolerance, for
  *   decode, prefill, masks, GQA, split-KV and D with SIMD tails; 1 and 2
@@ -168,10 +173,14 @@ static void test_int8_rows(void) {
     for (int i = 0; i < nr; i++) {
         sdpa_tensor t = tu_tensor4(rows[i], SDPA_DTYPE_FLOAT32, 1, 1, 1, D);
         TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &t, &t, i) == SDPA_OK, "write row %d", i);
-        int8_t q[D], zp;
-        float scale;
-        TU_CHECK(sdpa_kv_cache_read_raw(g_ctx1, c, i, 1, 0, q, sizeof q, &scale, &zp) == SDPA_OK, "read_raw: %s",
+        uint8_t rec[D + 5];  /* the record: D int8, the float32 scale, the int8 zero point */
+        TU_CHECK(sdpa_kv_cache_record_bytes(c, 0) == sizeof rec, "int8 record bytes");
+        TU_CHECK(sdpa_kv_cache_read_records(g_ctx1, c, i, 1, 0, rec, sizeof rec) == SDPA_OK, "read_records: %s",
                  sdpa_ctx_last_error(g_ctx1));
+        int8_t q[D], zp = (int8_t)rec[D + 4];
+        float scale;
+        memcpy(q, rec, D);
+        memcpy(&scale, rec + D, 4);
         qrow want;
         naive_int8_quantize(rows[i], D, want.q, &want.scale, &want.zp);
         int same = memcmp(&scale, &want.scale, 4) == 0 && zp == want.zp && memcmp(q, want.q, D) == 0;
@@ -191,14 +200,117 @@ static void test_int8_rows(void) {
     sdpa_kv_cache_free(c);
 }
 
+/* ---- int4 (a float16 scale and offset per group of 32 elements) -------- */
+
+static uint16_t rd16(const uint8_t * p) { uint16_t h; memcpy(&h, p, 2); return h; }
+static int same_value(float a, float b) { return (isnan(a) && isnan(b)) || memcmp(&a, &b, 4) == 0; }
+
+static void test_int4_rows(void) {
+    enum { D = 72, G = 3, REC = (D + 1) / 2 + 4 * G };  /* groups of 32, 32 and 8 elements */
+    sdpa_kv_cache * c = NULL;
+    const sdpa_kv_cache_desc desc = { 1, 64, 1, D, SDPA_DTYPE_INT4, SDPA_DTYPE_INT4, 0, 0 };
+    sdpa_status st = sdpa_kv_cache_create_desc(g_ctx1, &desc, &c);
+    if (!TU_CHECK(st == SDPA_OK, "int4 cache: %s", sdpa_status_code(st))) return;
+    TU_CHECK(sdpa_kv_cache_dtype(c) == SDPA_DTYPE_INT4 && sdpa_kv_cache_key_dtype(c) == SDPA_DTYPE_INT4, "dtype");
+    TU_CHECK(sdpa_kv_cache_record_bytes(c, 0) == REC && sdpa_kv_cache_record_bytes(c, 1) == REC, "int4 record bytes %zu",
+             sdpa_kv_cache_record_bytes(c, 0));
+    static float rows[60][D];
+    tu_rng rng;
+    tu_rng_seed(&rng, 19);
+    int nr = 0;
+    for (int d = 0; d < D; d++) rows[nr][d] = 0.0f;                                   /* all zero */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = 0.7f;                                   /* constant, not a half */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = 1.00012f + 1e-5f * (float)(d % 5);      /* no half in [min, max] */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = (float)(d % 16) * 0.25f - 1.0f;         /* exactly 16 levels */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = 1e-6f * (float)(d % 7);                 /* subnormal scales */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = d % 2 ? 65504.0f : -65504.0f;           /* float16's range */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = d == 40 ? NAN : (float)d;               /* group 1 NaN */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = d == 70 ? INFINITY : (float)d;          /* the short group +Inf */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = d == 3 ? -70000.0f : 0.5f * (float)d;   /* beyond float16 */
+    nr++;
+    for (int d = 0; d < D; d++) rows[nr][d] = 100.0f + 0.01f * (float)d;              /* offset rounding > half a step */
+    nr++;
+    while (nr < 60) {
+        const float amp = (float)pow(10.0, tu_rng_uniform(&rng, -4.0f, 3.0f));
+        for (int d = 0; d < D; d++) rows[nr][d] = tu_rng_uniform(&rng, -amp, amp * tu_rng_uniform(&rng, 0.0f, 2.0f));
+        nr++;
+    }
+    long bad = 0, bound_bad = 0, range_bad = 0;
+    for (int i = 0; i < nr; i++) {
+        sdpa_tensor t = tu_tensor4(rows[i], SDPA_DTYPE_FLOAT32, 1, 1, 1, D);
+        TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &t, &t, i) == SDPA_OK, "write row %d", i);
+        uint8_t rec[REC];
+        TU_CHECK(sdpa_kv_cache_read_records(g_ctx1, c, i, 1, 1, rec, sizeof rec) == SDPA_OK, "read_records: %s",
+                 sdpa_ctx_last_error(g_ctx1));
+        float kd[D], vd[D];
+        sdpa_tensor tk = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, 1, 1, D), tv = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, 1, 1, D);
+        TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, i, 1, &tk, &tv) == SDPA_OK, "read");
+        for (int g = 0; g < G; g++) {
+            const int d0 = 32 * g, n = D - d0 < 32 ? D - d0 : 32;
+            uint8_t lv[32];
+            float scale, offset;
+            naive_int4_quantize(rows[i] + d0, n, lv, &scale, &offset);
+            const float got_scale = sdpa_f16_to_f32(rd16(rec + (D + 1) / 2 + 2 * g));
+            const float got_offset = sdpa_f16_to_f32(rd16(rec + (D + 1) / 2 + 2 * (G + g)));
+            if ((!same_value(got_scale, scale) || !same_value(got_offset, offset)) && !bad++)
+                TU_CHECK(0, "row %d group %d: scale %.9g offset %.9g; expected %.9g %.9g", i, g, (double)got_scale,
+                         (double)got_offset, (double)scale, (double)offset);
+            double lo = INFINITY, hi = -INFINITY;
+            for (int e = 0; e < n; e++) { lo = fmin(lo, rows[i][d0 + e]); hi = fmax(hi, rows[i][d0 + e]); }
+            for (int e = 0; e < n; e++) {
+                const int d = d0 + e;
+                const uint8_t got = (uint8_t)((rec[d / 2] >> (4 * (d % 2))) & 15);
+                if (got != lv[e] && !bad++) TU_CHECK(0, "row %d element %d: level %d, expected %d", i, d, got, lv[e]);
+                volatile float deq = (float)lv[e] * scale;
+                deq = deq + offset;
+                if (!same_value(vd[d], deq) || !same_value(kd[d], deq))
+                    if (!bad++) TU_CHECK(0, "row %d: read[%d] = %g, expected %g", i, d, (double)vd[d], (double)deq);
+                if (isnan(scale)) {  /* a group that cannot be stored reads NaN, never a finite number */
+                    if (!isnan(vd[d]) && !bad++) TU_CHECK(0, "row %d element %d: %g, expected NaN", i, d, (double)vd[d]);
+                    continue;
+                }
+                /* half a step, or the distance to the nearest end level (the float16 rounding of
+                 * offset and scale), plus float32 rounding */
+                const double top = (double)(15.0f * scale + offset), x = rows[i][d];
+                const double allow = fmax(fmax(scale / 2.0, (double)offset - lo), hi - top) * (1 + 1e-6) + 1e-7 * fabs(x);
+                if (fabs(x - (double)vd[d]) > allow && !bound_bad++)
+                    TU_CHECK(0, "row %d element %d: %.9g stored as %.9g (allowed %.3g)", i, d, x, (double)vd[d], allow);
+                const bool representable = (double)offset >= lo && (double)offset <= hi;  /* a half in [lo, hi] */
+                if (representable && ((double)vd[d] < lo || (double)vd[d] > hi) && !range_bad++)
+                    TU_CHECK(0, "row %d element %d: %.9g outside the group's [%.9g, %.9g]", i, d, (double)vd[d], lo, hi);
+            }
+        }
+        if (D % 2 && (rec[D / 2] >> 4)) TU_CHECK(0, "the unused nibble is not 0");
+    }
+    TU_CHECK(bad == 0 && bound_bad == 0 && range_bad == 0, "int4 rows: %ld differ from the formula, %ld out of bound, %ld out of range",
+             bad, bound_bad, range_bad);
+    sdpa_kv_cache_free(c);
+}
+
 /* ---- attention over compact caches ------------------------------------- */
 
 typedef struct shape { int32_t B, Hq, Hkv, D, keys, Sq; int causal, mask; float v_shift; } shape;
 /* v_shift: values of one sign (an int8 zero point far from 0: -128 for all-positive rows) */
 
-static void attention_case(int32_t dtype, const shape * s, uint64_t seed) {
-    snprintf(tu_context, sizeof tu_context, "%s cache B=%d Hq=%d Hkv=%d D=%d keys=%d Sq=%d causal=%d mask=%d v_shift=%g",
-             dtype == SDPA_DTYPE_FLOAT16 ? "float16" : "int8", s->B, s->Hq, s->Hkv, s->D, s->keys, s->Sq, s->causal, s->mask, (double)s->v_shift);
+static const char * dtype_str(int32_t d) {
+    return d == SDPA_DTYPE_FLOAT32 ? "float32" : d == SDPA_DTYPE_FLOAT16 ? "float16" : d == SDPA_DTYPE_INT8 ? "int8" : "int4";
+}
+static bool is_int(int32_t d) { return d == SDPA_DTYPE_INT8 || d == SDPA_DTYPE_INT4; }
+
+/* The errors seen, per (K dtype, V dtype), for the printout. */
+static double g_err_stored[6][6], g_err_orig[6][6];
+
+static void attention_case(int32_t kdt, int32_t vdt, const shape * s, uint64_t seed) {
+    snprintf(tu_context, sizeof tu_context, "K %s V %s cache B=%d Hq=%d Hkv=%d D=%d keys=%d Sq=%d causal=%d mask=%d v_shift=%g",
+             dtype_str(kdt), dtype_str(vdt), s->B, s->Hq, s->Hkv, s->D, s->keys, s->Sq, s->causal, s->mask, (double)s->v_shift);
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     const int32_t S = s->keys;
@@ -207,8 +319,9 @@ static void attention_case(int32_t dtype, const shape * s, uint64_t seed) {
     for (size_t i = 0; i < nkv; i++) { k[i] = tu_rng_normal(&rng); v[i] = tu_rng_normal(&rng) + s->v_shift; }
     for (size_t i = 0; i < nq; i++) q[i] = tu_rng_normal(&rng);
     sdpa_kv_cache * c1 = NULL, * c2 = NULL;
-    sdpa_status st1 = sdpa_kv_cache_create(g_ctx1, s->B, S, s->Hkv, s->D, dtype, &c1);
-    sdpa_status st2 = sdpa_kv_cache_create(g_ctx2, s->B, S, s->Hkv, s->D, dtype, &c2);
+    const sdpa_kv_cache_desc desc = { s->B, S, s->Hkv, s->D, kdt, vdt, 0, 0 };
+    sdpa_status st1 = sdpa_kv_cache_create_desc(g_ctx1, &desc, &c1);
+    sdpa_status st2 = sdpa_kv_cache_create_desc(g_ctx2, &desc, &c2);
     if (!TU_CHECK(st1 == SDPA_OK && st2 == SDPA_OK, "create")) return;
     /* rows 0 .. S-Sq-1 by update, the last Sq by step */
     const int32_t past = S - s->Sq;
@@ -256,25 +369,31 @@ static void attention_case(int32_t dtype, const shape * s, uint64_t seed) {
     TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0 && naive_sdpa(&np, q, k, v, orig) == 0, "reference");
     /* int8: q and the softmax weights are quantized to int16 (the contract's int8 bound) */
     tu_close_tol("vs the float64 reference over the stored values", o1, ref, nq, tq.dims,
-                 dtype == SDPA_DTYPE_INT8 ? TU_INT8_TOL : TU_TOL);
+                 is_int(kdt) || is_int(vdt) ? TU_INT8_TOL : TU_TOL);
     double worst_stored = 0, mref_stored = 0;
     for (size_t i = 0; i < nq; i++) { worst_stored = fmax(worst_stored, fabs(o1[i] - ref[i])); mref_stored = fmax(mref_stored, fabs(ref[i])); }
-    static double stored_f16, stored_i8;
-    double * ws = dtype == SDPA_DTYPE_FLOAT16 ? &stored_f16 : &stored_i8;
-    if (worst_stored / (1 + mref_stored) > *ws) *ws = worst_stored / (1 + mref_stored);
+    g_err_stored[kdt][vdt] = fmax(g_err_stored[kdt][vdt], worst_stored / (1 + mref_stored));
     double worst = 0, mref = 0;
     for (size_t i = 0; i < nq; i++) { worst = fmax(worst, fabs(o1[i] - orig[i])); mref = fmax(mref, fabs(orig[i])); }
-    static double worst_f16, worst_i8;
-    double * w = dtype == SDPA_DTYPE_FLOAT16 ? &worst_f16 : &worst_i8;
-    if (worst / (1 + mref) > *w) *w = worst / (1 + mref);
+    g_err_orig[kdt][vdt] = fmax(g_err_orig[kdt][vdt], worst / (1 + mref));
     /* the reference above reads the cache back; this one does not: a format that stores and decodes wrongly
-       in the same way is caught here (bounds as in tests/js/dtypes.test.js, ~10x the errors measured) */
-    double bound = dtype == SDPA_DTYPE_FLOAT16 ? 2e-3 : 2e-2;
+       in the same way is caught here (bounds ~10x the errors measured; the coarser of K's and V's) */
+    const int32_t coarse = (kdt == SDPA_DTYPE_INT4 || vdt == SDPA_DTYPE_INT4) ? SDPA_DTYPE_INT4
+                         : (kdt == SDPA_DTYPE_INT8 || vdt == SDPA_DTYPE_INT8) ? SDPA_DTYPE_INT8 : SDPA_DTYPE_FLOAT16;
+    const double bound = coarse == SDPA_DTYPE_FLOAT16 ? 2e-3 : coarse == SDPA_DTYPE_INT8 ? 2e-2 : 0.4;
     TU_CHECK(worst / (1 + mref) < bound, "error against the original float32 K/V %.2e (/ (1 + max|ref| %.2e)) exceeds %.0e",
              worst / (1 + mref), mref, bound);
-    if (seed == 999) {
-        printf("  error against the float64 reference over the stored values, / (1 + max|ref|): float16 %.2e, int8 %.2e\n", stored_f16, stored_i8);
-        printf("  error against the original float32 K/V, / (1 + max|ref|): float16 %.2e, int8 %.2e\n", worst_f16, worst_i8);
+    /* each of K and V holds its own dtype: K's (V's) error against the written rows is that dtype's */
+    for (int which = 0; which < 2; which++) {
+        const int32_t dt = which ? vdt : kdt;
+        const float * stored = which ? vd : kd, * written = which ? v : k;
+        double e = 0, m = 0;
+        for (size_t i = 0; i < nkv; i++) { e = fmax(e, fabs((double)stored[i] - written[i])); m = fmax(m, fabs(written[i])); }
+        /* float32 exact; float16 2^-11 relative; int8 half a step of 255 over the row range; int4 of 15 */
+        const double allow = dt == SDPA_DTYPE_FLOAT32 ? 0 : dt == SDPA_DTYPE_FLOAT16 ? m * 0x1p-11
+                           : dt == SDPA_DTYPE_INT8 ? 2 * m / 255 : 2 * m / 15 + m * 0x1p-10;
+        TU_CHECK(e <= allow * 1.0001, "%s (%s) read back within %.3g of what was written: %.3g",
+                 which ? "V" : "K", dtype_str(dt), allow, e);
     }
     sdpa_kv_cache_free(c1);
     sdpa_kv_cache_free(c2);
@@ -338,17 +457,36 @@ static void test_attention(void) {
         {1, 4, 2, 2, 100, 1, 1, 0, 0.0f},    /* D = 2 */
         {1, 4, 2, 300, 200, 1, 1, 0, 1.0f},  /* D = 300: int8 q16 below 32767 (a key's sum must fit an int32) */
     };
-    const int32_t dtypes[] = {SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8};
-    for (size_t d = 0; d < 2; d++)
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) attention_case(dtypes[d], &shapes[i], 100 + i);
-    attention_case(SDPA_DTYPE_INT8, &shapes[0], 999);  /* prints the errors against float32 */
+    const int32_t same[] = {SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4};
+    for (size_t d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) attention_case(same[d], same[d], &shapes[i], 100 + i);
+    /* K and V each their own dtype: every other pair on a few shapes (decode GQA, MQA, tails, prefill) */
+    static const int32_t all[] = {SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4};
+    static const size_t mixed_shapes[] = {0, 2, 3, 5, 13};
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++) {
+            if (a == b) continue;
+            for (size_t i = 0; i < sizeof mixed_shapes / sizeof mixed_shapes[0]; i++)
+                attention_case(all[a], all[b], &shapes[mixed_shapes[i]], 200 + mixed_shapes[i]);
+        }
+    printf("  error / (1 + max|ref|), K dtype x V dtype: against the float64 reference over the stored values | against the float32 K/V written\n");
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++)
+            if (a || b)
+                printf("    K %-7s V %-7s %.2e | %.2e\n", dtype_str(all[a]), dtype_str(all[b]), g_err_stored[all[a]][all[b]],
+                       g_err_orig[all[a]][all[b]]);
 }
 
 static void test_bytes(void) {
-    sdpa_kv_cache * f32 = NULL, * f16 = NULL, * i8 = NULL;
+    sdpa_kv_cache * f32 = NULL, * f16 = NULL, * i8 = NULL, * i4 = NULL, * i8i4 = NULL, * f16i4 = NULL;
     sdpa_kv_cache_create(g_ctx1, 1, 64, 8, 128, SDPA_DTYPE_FLOAT32, &f32);
     sdpa_kv_cache_create(g_ctx1, 1, 64, 8, 128, SDPA_DTYPE_FLOAT16, &f16);
     sdpa_kv_cache_create(g_ctx1, 1, 64, 8, 128, SDPA_DTYPE_INT8, &i8);
+    sdpa_kv_cache_create(g_ctx1, 1, 64, 8, 128, SDPA_DTYPE_INT4, &i4);
+    const sdpa_kv_cache_desc d84 = { 1, 64, 8, 128, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4, 0, 0 };
+    const sdpa_kv_cache_desc d164 = { 1, 64, 8, 128, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT4, 0, 0 };
+    sdpa_kv_cache_create_desc(g_ctx1, &d84, &i8i4);
+    sdpa_kv_cache_create_desc(g_ctx1, &d164, &f16i4);
     float * x = calloc((size_t)64 * 8 * 128, 4);
     sdpa_tensor t = tu_tensor4(x, SDPA_DTYPE_FLOAT32, 1, 64, 8, 128);
     sdpa_memory_stats m0, m1, m2, m3;
@@ -359,6 +497,16 @@ static void test_bytes(void) {
     sdpa_ctx_memory(g_ctx1, &m2);
     sdpa_kv_cache_update(g_ctx1, i8, &t, &t, 0);
     sdpa_ctx_memory(g_ctx1, &m3);
+    /* the others by cache.bytes (pages as the pool counts them + table), against float32's */
+    sdpa_kv_cache_update(g_ctx1, i4, &t, &t, 0);
+    sdpa_kv_cache_update(g_ctx1, i8i4, &t, &t, 0);
+    sdpa_kv_cache_update(g_ctx1, f16i4, &t, &t, 0);
+    const double c32 = sdpa_kv_cache_bytes(f32), c4 = sdpa_kv_cache_bytes(i4), c84 = sdpa_kv_cache_bytes(i8i4),
+                 c164 = sdpa_kv_cache_bytes(f16i4);
+    printf("  cache.bytes of 64 rows x 8 heads x D 128: int4 %.3f x, K int8 V int4 %.3f x, K float16 V int4 %.3f x of float32\n",
+           c4 / c32, c84 / c32, c164 / c32);
+    TU_CHECK(c4 / c32 <= 0.17 && c84 / c32 <= 0.22, "int4 %.3f x (at most 0.17), K int8 V int4 %.3f x (at most 0.22)",
+             c4 / c32, c84 / c32);
     const double b32 = (double)(m1.bytes_in_use - m0.bytes_in_use), b16 = (double)(m2.bytes_in_use - m1.bytes_in_use),
                  b8 = (double)(m3.bytes_in_use - m2.bytes_in_use);
     printf("  pages of 64 rows x 8 heads x D 128: float32 %.0f, float16 %.0f (%.3f x), int8 %.0f (%.3f x) bytes\n", b32, b16,
@@ -368,6 +516,9 @@ static void test_bytes(void) {
     sdpa_kv_cache_free(f32);
     sdpa_kv_cache_free(f16);
     sdpa_kv_cache_free(i8);
+    sdpa_kv_cache_free(i4);
+    sdpa_kv_cache_free(i8i4);
+    sdpa_kv_cache_free(f16i4);
 }
 
 /* A query row with a NaN or an Inf in an int8 cache (q cannot be quantized:
@@ -466,7 +617,11 @@ static void test_f16_nonfinite(void) {
 static void random_case(uint64_t seed) {
     tu_rng rng;
     tu_rng_seed(&rng, seed);
-    const int32_t dtype = tu_rng_unit(&rng) < 0.5 ? SDPA_DTYPE_FLOAT16 : SDPA_DTYPE_INT8;
+    /* half the cases one dtype for both (float16, int8, int4), the others any pair */
+    static const int32_t all[] = {SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4};
+    const bool one = tu_rng_unit(&rng) < 0.5;
+    const int32_t kdt = one ? all[tu_rng_int(&rng, 1, 3)] : all[tu_rng_int(&rng, 0, 3)];
+    const int32_t vdt = one ? kdt : all[tu_rng_int(&rng, 0, 3)];
     static const int groups[] = {1, 2, 3, 4, 7, 8};
     static const int dims[] = {64, 80, 96, 128, 160, 256, 300};
     const int32_t B = tu_rng_unit(&rng) < 0.2 ? 2 : 1, Hkv = tu_rng_int(&rng, 1, 4), Hq = Hkv * tu_rng_pick(&rng, groups, 6);
@@ -481,12 +636,12 @@ static void random_case(uint64_t seed) {
      * float32 rounding alone passes 1e-5 (1 + max|ref|), a float32 cache's too */
     const float scale = with_scale ? tu_rng_uniform(&rng, 0.01f, 0.3f) : 0.0f;
     static const float kscales_i8[] = {1e-3f, 0.1f, 1.0f}, kscales_f16[] = {1e-3f, 1.0f, 3.0f}, vscales[] = {1e-3f, 1.0f, 1e3f};
-    const float ks = dtype == SDPA_DTYPE_INT8 ? kscales_i8[tu_rng_int(&rng, 0, 2)] : kscales_f16[tu_rng_int(&rng, 0, 2)];
+    const float ks = is_int(kdt) ? kscales_i8[tu_rng_int(&rng, 0, 2)] : kscales_f16[tu_rng_int(&rng, 0, 2)];
     const float vs = vscales[tu_rng_int(&rng, 0, 2)], vshift = tu_rng_unit(&rng) < 0.2 ? 3.0f * vs : 0.0f;
     const bool extremes = tu_rng_unit(&rng) < 0.15;
     snprintf(tu_context, sizeof tu_context,
-             "random %s case %llu: B=%d Hq=%d Hkv=%d D=%d S=%d Sq=%d mode=%d window=%d softcap=%g sinks=%d scale=%g ks=%g vs=%g extremes=%d",
-             dtype == SDPA_DTYPE_FLOAT16 ? "float16" : "int8", (unsigned long long)seed, B, Hq, Hkv, D, S, Sq, mode, window,
+             "random K %s V %s case %llu: B=%d Hq=%d Hkv=%d D=%d S=%d Sq=%d mode=%d window=%d softcap=%g sinks=%d scale=%g ks=%g vs=%g extremes=%d",
+             dtype_str(kdt), dtype_str(vdt), (unsigned long long)seed, B, Hq, Hkv, D, S, Sq, mode, window,
              (double)softcap, with_sinks, (double)scale, (double)ks, (double)vs, extremes);
     const size_t row = (size_t)Hkv * D, nq = (size_t)B * Sq * Hq * D;
     float * k = tu_malloc((size_t)B * S * row * 4), * v = tu_malloc((size_t)B * S * row * 4), * q = tu_malloc(nq * 4);
@@ -511,7 +666,8 @@ static void random_case(uint64_t seed) {
     sdpa_kv_cache * c[2] = {NULL, NULL};
     sdpa_ctx * ctx[2] = {g_ctx1, g_ctx2};
     bool ok = true;
-    for (int j = 0; j < 2; j++) ok &= sdpa_kv_cache_create(ctx[j], B, S, Hkv, D, dtype, &c[j]) == SDPA_OK;
+    const sdpa_kv_cache_desc desc = { B, S, Hkv, D, kdt, vdt, 0, 0 };
+    for (int j = 0; j < 2; j++) ok &= sdpa_kv_cache_create_desc(ctx[j], &desc, &c[j]) == SDPA_OK;
     /* rows 0 .. past-1 by update, the last Sq by step: dense copies of the [B, past] and [B, Sq] parts */
     float * kp = tu_malloc((size_t)B * (past + 1) * row * 4), * vp = tu_malloc((size_t)B * (past + 1) * row * 4);
     float * kl = tu_malloc((size_t)B * Sq * row * 4), * vl = tu_malloc((size_t)B * Sq * row * 4);
@@ -546,7 +702,7 @@ static void random_case(uint64_t seed) {
         TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0, "reference");
         /* int8: the contract's bound (sharper softmaxes than the fixed cases amplify the int16 q rounding) */
         tu_close_tol("vs the float64 reference over the stored values", o1, ref, nq, tq.dims,
-                     dtype == SDPA_DTYPE_INT8 ? 2e-3 : TU_TOL);
+                     is_int(kdt) || is_int(vdt) ? 2e-3 : TU_TOL);
     }
     for (int j = 0; j < 2; j++) sdpa_kv_cache_free(c[j]);
     free(k); free(v); free(q); free(kd); free(vd); free(o1); free(o2); free(sinks); free(ref); free(mask);
@@ -565,6 +721,7 @@ int main(void) {
     test_f16_decode();
     test_f16_encode();
     test_int8_rows();
+    test_int4_rows();
     test_int8_tiny_query();
     test_int8_nonfinite_query();
     test_f16_nonfinite();

@@ -373,7 +373,7 @@ static void test_rules(void) {
     expect_status(sdpa_kv_cache_read(g_one, c, S - 1, 2, &r2k, &r2v), SDPA_E_CAPACITY, "evicted", "read across the sinks' end");
     expect_status(sdpa_kv_cache_read(g_one, c, n - 1, 2, &r2k, &r2v), SDPA_E_CAPACITY, "written", "read past length");
     int8_t raw[B * 2 * H * D * 4];
-    expect_status(sdpa_kv_cache_read_raw(g_one, c, ws - 1, 2, 0, raw, sizeof raw, NULL, NULL), SDPA_E_CAPACITY, "evicted", "readRaw of an evicted row");
+    expect_status(sdpa_kv_cache_read_records(g_one, c, ws - 1, 2, 0, raw, sizeof raw), SDPA_E_CAPACITY, "evicted", "readRaw of an evicted row");
     expect_status(sdpa_kv_cache_truncate(g_one, c, ws - 1), SDPA_E_CAPACITY, "evicted", "truncate into evicted rows");
     expect_unchanged(c, &before, "after the rejected calls");
     /* the edges that must work: write at window_start, read of the sinks and of the window */

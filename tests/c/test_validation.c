@@ -661,7 +661,7 @@ static void test_cache_create(void) {
         {"head_dim 0", 1, 16, 2, 0, 1, SDPA_E_DIMS, OK_, "dim"},
         {"kv_heads 0", 1, 16, 0, 5, 1, SDPA_E_HEADS, OK_, "head"},
         {"kv_heads -2", 1, 16, -2, 5, 1, SDPA_E_DIMS, SDPA_E_HEADS, "head"},
-        {"dtype 5 (not a cache dtype)", 1, 16, 2, 5, 5, SDPA_E_DTYPE, OK_, "dtype|type"},
+        {"dtype 6 (not a cache dtype)", 1, 16, 2, 5, 6, SDPA_E_DTYPE, OK_, "dtype|type"},
         {"dtype bool", 1, 16, 2, 5, SDPA_DTYPE_BOOL, SDPA_E_DTYPE, OK_, "dtype|type"},
         {"dtype 0", 1, 16, 2, 5, 0, SDPA_E_DTYPE, OK_, "dtype|type"},
         {"order: batch 0 + dtype 0", 0, 16, 2, 5, 0, SDPA_E_DIMS, OK_, "batch"},

@@ -1,0 +1,277 @@
+/* flash_int4.h: the microkernels of flash.c's tile loop for int4 blocks
+ * (K_I4_PAGE, V_I4_PAGE): Q.K and P.V as integer dot products on nibbles
+ * unpacked in registers (one AND or one shift per 16 bytes), never a decoded
+ * tile. Included by flash.c alone (flash_int8.h says why).
+ *
+ * An int4 element is q * scale_g + offset_g, q = 0..15, with a float16 scale
+ * and offset per group g of 32 elements of D (cache/kv_format.h).
+ *
+ * Q.K: q is quantized to int16 as for int8 (flash_int8.h quantize_q, qmax
+ * 32767: a group's sum 32 * 15 * 32767 fits an int32 whatever D), so
+ *   q . k ~ qscale * sum_g (scale_g * sum_{d in g} q16[d] q[d] + offset_g * sum_{d in g} q16[d])
+ * The inner sums are i32x4.dot_i16x8_s of 4 keys' nibble pairs (an I4_KEYS
+ * block's low nibbles are I8_KEYS' pair 2j, its high nibbles pair 2j + 1)
+ * with a broadcast q16 pair; per group, the scales and offsets of 4 keys
+ * are one float16 load each, and the group's partial scores are added into
+ * the tile's score rows in memory (so the accumulators stay as few as
+ * int8's: 8 and the data fit V8's 16 SIMD registers).
+ *
+ * P.V: per group g, the weights w = p * scale_g of a tile's keys differ, so
+ * each group gets its own int16 weights, quantized relative to the group's
+ * largest |w| (as int8's), and
+ *   acc[d] += wscale_g * sum_t wq_g[t] q_t[d] + sum_t p_t offset_g[t]
+ * with the dot over pairs of keys (an I4_PAIRS block: the low nibbles of 16
+ * bytes are I8_PAIRS' elements d0 .. d0+7 of 2 keys, the high ones d0+8 ..
+ * d0+15) and the offset term a float sum per row and group.
+ *
+ * Errors: a score moves by the int16 rounding of q as for int8 (relative
+ * 1 / 65534 of max|q| per element), a value sum by 1 / 65534 of the group's
+ * largest weight per key; the contract's int8 bound covers both. A page
+ * holding a NaN group (marked on write) is decoded instead (K_DECODED,
+ * V_DECODED), so the float16 scales read here are finite. */
+#ifndef SDPA_FLASH_INT4_H
+#define SDPA_FLASH_INT4_H
+
+#include "kernels/flash_private.h"
+
+#include <string.h>
+
+/* 4 float32 from 4 finite float16 at h (the page is not marked). */
+static FLASH_INLINE v128_t half4(const uint16_t * h) {
+    return f16x4_finite(wasm_i32x4_load16x4(h));
+}
+
+/* acc[r][2g + h] (keys 8g + 4h .. + 3 of the pass) += q16 . nibbles over the
+ * quads [j0, j1) of one group, for R rows (quad vectors qb: pair i of row r
+ * at qb[i * 4 + r]) and NG groups of 8 keys (k: the first key group's quad 0,
+ * ldk bytes between key groups). Quads j < lines also touch a line of ta
+ * and tb. */
+static FLASH_INLINE uint32_t i4_key_rows(const v128_t * qb, const uint8_t * k, size_t ldk, int32_t j0, int32_t j1,
+                                         v128_t acc[4][4], const int R, const int NG,
+                                         const uint32_t * ta, const uint32_t * tb, int32_t lines) {
+    uint32_t touched = 0;
+    const v128_t low = wasm_i8x16_splat(0x0f);
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < 2 * NG; g++) acc[r][g] = wasm_i32x4_splat(0);
+    for (int32_t j = j0; j < j1; j++) {
+        if (j < lines) touched |= ta[(size_t)j * SDPA_CACHE_LINE_WORDS] | tb[(size_t)j * SDPA_CACHE_LINE_WORDS];
+        v128_t lo[2][2], hi[2][2];
+        for (int g = 0; g < NG; g++) {
+            const v128_t kv = wasm_v128_load(k + (size_t)g * ldk + (size_t)j * 16);
+            const v128_t n0 = wasm_v128_and(kv, low), n1 = wasm_u8x16_shr(kv, 4);
+            lo[g][0] = wasm_u16x8_extend_low_u8x16(n0);
+            lo[g][1] = wasm_u16x8_extend_high_u8x16(n0);
+            hi[g][0] = wasm_u16x8_extend_low_u8x16(n1);
+            hi[g][1] = wasm_u16x8_extend_high_u8x16(n1);
+        }
+        for (int r = 0; r < R; r++) {
+            const v128_t w0 = qb[(size_t)(2 * j) * 4 + r], w1 = qb[(size_t)(2 * j + 1) * 4 + r];
+            for (int g = 0; g < NG; g++)
+                for (int h = 0; h < 2; h++)
+                    acc[r][2 * g + h] = wasm_i32x4_add(acc[r][2 * g + h],
+                                                       wasm_i32x4_add(wasm_i32x4_dot_i16x8(lo[g][h], w0),
+                                                                      wasm_i32x4_dot_i16x8(hi[g][h], w1)));
+        }
+    }
+    return touched;
+}
+
+/* Adds group g's part of the scores of R rows (from x0) and 8 NG keys:
+ * s += acc * scale + offset * qgroup; the first group stores, the last
+ * multiplies by qscale. sc, off: the group's scales and offsets at the
+ * pass's first key. */
+static FLASH_INLINE void i4_key_group(const block_state * st, int32_t x0, int32_t G, int32_t g, v128_t acc[4][4],
+                                      const uint16_t * sc, const uint16_t * off, float * s, const int R, const int NG) {
+    for (int kg = 0; kg < NG; kg++)
+        for (int h = 0; h < 2; h++) {
+            const v128_t vs = half4(sc + 8 * kg + 4 * h), vo = half4(off + 8 * kg + 4 * h);
+            for (int r = 0; r < R; r++) {
+                float * at = s + (size_t)r * TILE_KEYS + 8 * kg + 4 * h;
+                const v128_t qg = wasm_f32x4_splat(st->qgroup[(size_t)(x0 + r) * G + g]);
+                v128_t v = wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(acc[r][2 * kg + h]), vs),
+                                          wasm_f32x4_mul(vo, qg));
+                if (g > 0) v = wasm_f32x4_add(wasm_v128_load(at), v);
+                if (g == G - 1) v = wasm_f32x4_mul(v, wasm_f32x4_splat(st->qscale[x0 + r]));
+                wasm_v128_store(at, v);
+            }
+        }
+}
+
+/* One pass of R rows over 8 NG keys, group by group. */
+static FLASH_INLINE uint32_t i4_key_pass(const block_state * st, int32_t x0, const v128_t * qb, const uint8_t * kt,
+                                         size_t ldk, int32_t Q, int32_t G, const uint16_t * sc0, const uint16_t * off0,
+                                         float * s, const int R, const int NG,
+                                         const uint32_t * ta, const uint32_t * tb, int32_t lines) {
+    uint32_t touched = 0;
+    v128_t acc[4][4];
+    for (int32_t g = 0; g < G; g++) {
+        const int32_t j0 = g * (SDPA_I4_GROUP / 4), j1 = j0 + SDPA_I4_GROUP / 4 < Q ? j0 + SDPA_I4_GROUP / 4 : Q;
+        touched |= i4_key_rows(qb, kt, ldk, j0, j1, acc, R, NG, ta, tb, lines);
+        i4_key_group(st, x0, G, g, acc, sc0 + (size_t)g * SDPA_PAGE_ROWS, off0 + (size_t)g * SDPA_PAGE_ROWS, s, R, NG);
+    }
+    return touched;
+}
+
+/* Scores s[x][t] = q_x . k_t (unscaled) for the keys [r0, r0 + nt) of an
+ * int4 K block (r0 a TILE_KEYS multiple), in passes of 8 keys (16 for a
+ * single row), 4 rows at a time; scores past nt, up to the pass, come from
+ * the page's rows and are dropped by the caller. Touches as int8_scores. */
+static uint32_t int4_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
+                            const touch_rows * tr) {
+    const sdpa_page_format * fmt = f->p->kv.format;
+    const int32_t Q = fmt->block[0].units, G = fmt->block[0].groups, P = 2 * Q, n = st->n;
+    const size_t ldk = (size_t)Q * 2 * SDPA_I8_KEY_GROUP;
+    const uint8_t * kblock = (const uint8_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / SDPA_I8_KEY_GROUP) * ldk;
+    const uint16_t * sc = sdpa_kv_i4_scales(fmt, page, 0, 0) + r0, * off = sdpa_kv_i4_offsets(fmt, page, 0, 0) + r0;
+    const int32_t step = n == 1 ? 16 : 8;
+    const int32_t lines = touch_lines(tr, step);  /* a cache line per quad */
+    uint32_t touched = 0;
+    for (int32_t t = 0; t < nt; t += step) {
+        const uint8_t * kt = kblock + (size_t)(t / SDPA_I8_KEY_GROUP) * ldk;
+        const uint32_t * ta, * tb;
+        touch_pass(tr, t, &ta, &tb);
+        if (n == 1) {
+            touched |= i4_key_pass(st, 0, st->qpairs, kt, ldk, Q, G, sc + t, off + t, st->s + t, 1, 2, ta, tb, lines);
+            continue;
+        }
+        for (int32_t x = 0; x < n; x += 4) {
+            const v128_t * qb = st->qpairs + (size_t)(x / 4) * P * 4;
+            float * sx = st->s + (size_t)x * TILE_KEYS + t;
+            const int32_t l = x == 0 ? lines : 0;
+            switch (n - x) {
+                case 1: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, sc + t, off + t, sx, 1, 1, ta, tb, l); break;
+                case 2: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, sc + t, off + t, sx, 2, 1, ta, tb, l); break;
+                case 3: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, sc + t, off + t, sx, 3, 1, ta, tb, l); break;
+                default: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, sc + t, off + t, sx, 4, 1, ta, tb, l); break;
+            }
+        }
+    }
+    return touched;
+}
+
+/* A tile's weights for the integer P.V over an int4 V block, per row and
+ * group g: w = p * scale_g over the nt4 keys, quantized to int16 relative to
+ * the group's largest |w| (wq, wgroup[0] = its scale), and wgroup[1] = sum_t
+ * p_t offset_g[t]. As int8_weights: (p > 0) drops a NaN p (its row is
+ * suspect already), and weights below 1e-30 are dropped. */
+static void int4_weights(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
+    const sdpa_page_format * fmt = f->p->kv.format;
+    const int32_t G = fmt->block[1].groups;
+    const v128_t zero = wasm_f32x4_splat(0.0f);
+    float w[TILE_KEYS] __attribute__((aligned(16)));
+    for (int32_t x = 0; x < st->n; x++) {
+        const float * p = st->s + (size_t)x * TILE_KEYS;
+        for (int32_t g = 0; g < G; g++) {
+            const uint16_t * sc = sdpa_kv_i4_scales(fmt, page, 1, g) + r0, * off = sdpa_kv_i4_offsets(fmt, page, 1, g) + r0;
+            int16_t * wq = st->wq + ((size_t)x * G + g) * TILE_KEYS;
+            float * wg = st->wgroup + ((size_t)x * G + g) * 2;
+            v128_t vmax = zero, vos = zero;
+            for (int32_t t = 0; t < nt4; t += 4) {
+                const v128_t pt = wasm_v128_load(p + t);
+                const v128_t pk = wasm_v128_and(pt, wasm_f32x4_gt(pt, zero));
+                const v128_t wt = wasm_f32x4_mul(pk, half4(sc + t));
+                wasm_v128_store(w + t, wt);
+                vmax = wasm_f32x4_pmax(vmax, wasm_f32x4_abs(wt));
+                vos = wasm_f32x4_add(vos, wasm_f32x4_mul(pk, half4(off + t)));
+            }
+            const float wmax = f32x4_hmax(vmax);
+            wg[1] = f32x4_hsum(vos);
+            if (wmax < 1e-30f) {
+                memset(wq, 0, sizeof(int16_t) * (size_t)TILE_KEYS);
+                wg[0] = 0.0f;
+                continue;
+            }
+            const v128_t inv = wasm_f32x4_splat((float)INT16_MAX / wmax);
+            for (int32_t t = 0; t < nt4; t += 8) {
+                const v128_t a = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(w + t), inv)));
+                const v128_t b = t + 4 < nt4 ? wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(w + t + 4), inv)))
+                                             : wasm_i32x4_splat(0);
+                wasm_v128_store(wq + t, wasm_i16x8_narrow_i32x4(a, b));
+            }
+            wg[0] = wmax / (float)INT16_MAX;
+        }
+    }
+}
+
+/* acc[r][d0 .. d0 + 8 NDV) += (sum_t wq[r][g][t] q_t) * wscale + osum for R
+ * rows over the key pairs [0, np) of one I4_PAIRS run (v: the run at pair 0;
+ * ldv bytes between pairs): NDV = 2 both halves (d0 .. d0+15), NDV = 1 the
+ * low (high = 0) or high half. */
+static FLASH_INLINE void i4_value_rows(const block_state * st, int32_t x0, int32_t G, int32_t g, float * acc, size_t lda,
+                                       const uint8_t * v, size_t ldv, int32_t np, const int R, const int NDV, int high) {
+    v128_t sum[4][4];
+    const v128_t low = wasm_i8x16_splat(0x0f);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 2 * NDV; j++) sum[r][j] = wasm_i32x4_splat(0);
+    for (int32_t i = 0; i < np; i++, v += ldv) {
+        const v128_t vv = wasm_v128_load(v);
+        v128_t lo[2], hi[2];
+        for (int j = 0; j < NDV; j++) {
+            const v128_t n = NDV == 2 ? (j ? wasm_u8x16_shr(vv, 4) : wasm_v128_and(vv, low))
+                                      : (high ? wasm_u8x16_shr(vv, 4) : wasm_v128_and(vv, low));
+            lo[j] = wasm_u16x8_extend_low_u8x16(n);
+            hi[j] = wasm_u16x8_extend_high_u8x16(n);
+        }
+        for (int r = 0; r < R; r++) {
+            const v128_t w = wasm_v128_load32_splat(st->wq + ((size_t)(x0 + r) * G + g) * TILE_KEYS + 2 * i);
+            for (int j = 0; j < NDV; j++) {
+                sum[r][2 * j] = wasm_i32x4_add(sum[r][2 * j], wasm_i32x4_dot_i16x8(lo[j], w));
+                sum[r][2 * j + 1] = wasm_i32x4_add(sum[r][2 * j + 1], wasm_i32x4_dot_i16x8(hi[j], w));
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const float * wg = st->wgroup + ((size_t)(x0 + r) * G + g) * 2;
+        const v128_t ws = wasm_f32x4_splat(wg[0]), os = wasm_f32x4_splat(wg[1]);
+        float * a = acc + (size_t)r * lda;
+        for (int j = 0; j < 2 * NDV; j++)
+            wasm_v128_store(a + 4 * j, wasm_f32x4_add(wasm_v128_load(a + 4 * j),
+                                                      wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(sum[r][j]), ws), os)));
+    }
+}
+
+/* acc += p . V for the keys [r0, r0 + nt) of an int4 V block, from the
+ * weights int4_weights left: 4 rows at a time, 16 elements per pass for up
+ * to 2 rows, else 8; a D % 8 tail element by element. */
+static void int4_values(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
+    const sdpa_page_format * fmt = f->p->kv.format;
+    const int32_t D = fmt->dim, n = st->n, np = (nt + 1) / 2, U = fmt->block[1].units, G = fmt->block[1].groups;
+    const size_t Dp = (size_t)f->dim_pad, ldv = (size_t)U * 16;
+    const uint8_t * vb = (const uint8_t *)sdpa_kv_block(fmt, page, 1) + (size_t)(r0 / 2) * ldv;
+    for (int32_t x = 0; x < n; x += 4) {
+        const int32_t R = n - x < 4 ? n - x : 4;
+        float * acc = st->acc + (size_t)x * Dp;
+        int32_t d = 0;
+        if (R <= 2)
+            for (; d + 16 <= D; d += 16) {
+                const uint8_t * v = vb + (size_t)(d / 16) * 16;
+                if (R == 1) i4_value_rows(st, x, G, d / SDPA_I4_GROUP, acc + d, Dp, v, ldv, np, 1, 2, 0);
+                else i4_value_rows(st, x, G, d / SDPA_I4_GROUP, acc + d, Dp, v, ldv, np, 2, 2, 0);
+            }
+        for (; d + 8 <= D; d += 8) {
+            const uint8_t * v = vb + (size_t)(d / 16) * 16;
+            const int32_t g = d / SDPA_I4_GROUP, high = d % 16 / 8;
+            switch (R) {
+                case 1: i4_value_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 1, 1, high); break;
+                case 2: i4_value_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 2, 1, high); break;
+                case 3: i4_value_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 3, 1, high); break;
+                default: i4_value_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 4, 1, high); break;
+            }
+        }
+        for (; d < D; d++) {
+            const int32_t g = d / SDPA_I4_GROUP;
+            const size_t run = (size_t)(d / 16) * 16 + (size_t)(d % 8) * 2;
+            const unsigned shift = 4u * (unsigned)(d % 16 / 8);
+            for (int32_t r = 0; r < R; r++) {
+                const int16_t * wq = st->wq + ((size_t)(x + r) * G + g) * TILE_KEYS;
+                const float * wg = st->wgroup + ((size_t)(x + r) * G + g) * 2;
+                int32_t sum = 0;
+                for (int32_t t = 0; t < 2 * np; t++)
+                    sum += wq[t] * (int32_t)((vb[(size_t)(t / 2) * ldv + run + (size_t)(t % 2)] >> shift) & 0xfu);
+                acc[(size_t)r * Dp + d] += (float)sum * wg[0] + wg[1];
+            }
+        }
+    }
+}
+
+#endif
