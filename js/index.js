@@ -9,7 +9,7 @@
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
   Checks, readOptions, checkStartPos, inspectTensor, checkAttention, describeValue, checkLive, checkLiveOptions,
-  CUSTOM_OPTIONS, CACHE_DTYPES, readCacheConfig, readLayerConfigs, checkPlanRows, readAllocArgs, checkReserveBytes,
+  CUSTOM_OPTIONS, readCacheConfig, readLayerConfigs, checkPlanRows, readAllocArgs, checkReserveBytes,
 } from './validate.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
@@ -110,8 +110,7 @@ function makeInstance(core, info) {
   /** sdpa_kv_cache_plan of a checked geometry with `rows` rows written (C's sizes: kv_cache.c). */
   function planCache(fn, geo, rows) {
     const at = core.slot('stats');
-    core.check(M._sdpa_kv_cache_plan(core.ctx, geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim, CACHE_DTYPES[geo.dtype],
-                                     geo.window, geo.sinkTokens, rows, at), fn);
+    core.check(M._sdpa_kv_cache_plan_desc(core.ctx, core.cacheDesc(geo), rows, at), fn);
     const i64 = (i) => core.int64At(at, i);
     return { pages: i64(0), pageBytes: i64(1), poolBytes: i64(2), tableBytes: i64(3), bytes: i64(4) };
   }
@@ -141,8 +140,7 @@ function makeInstance(core, info) {
   function makeCache(fn, geo) {
     const outAt = core.slot('ptr');
     core.views().u32[outAt >>> 2] = 0;
-    const st = M._sdpa_kv_cache_create_windowed(core.ctx, geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim, CACHE_DTYPES[geo.dtype],
-                                                geo.window, geo.sinkTokens, outAt);
+    const st = M._sdpa_kv_cache_create_desc(core.ctx, core.cacheDesc(geo), outAt);
     core.check(st, fn);
     const ptr = core.views().u32[outAt >>> 2];
     const cache = new KVCache(core, ptr, geo);

@@ -26,13 +26,39 @@ import { typedArrayTag, isArray } from './intrinsics.js';
 /** Token rows per page: SDPA_PAGE_ROWS in include/sdpa.h. */
 export const PAGE_ROWS = 64;
 
-const ELEM_BYTES = Object.freeze({ float32: 4, float16: 2, int8: 1 });
+
 
 /** step(q, k, v, opts): an options object in startPos's place (not a number) is the options. */
 const isOptionsLike = (x) => x !== null && typeof x === 'object' && !isArray(x) && typedArrayTag(x) === undefined;
 
 /** The group's access to a cache's checks (filled by KVCache's static block; not exported from the package). */
 export const cacheHooks = {};
+
+/** readRaw's parts from `rows` records (include/sdpa.h, sdpa_kv_cache_read_records) of one dtype. */
+function splitRecords(u8, dtype, rows, D, dims) {
+  if (dtype === 'float32') return { data: new Float32Array(u8.buffer), dims, dtype };
+  if (dtype === 'float16') return { data: new Uint16Array(u8.buffer), dims, dtype };
+  const view = new DataView(u8.buffer);
+  if (dtype === 'int8') {
+    const data = new Int8Array(rows * D), scales = new Float32Array(rows), zeroPoints = new Int8Array(rows);
+    for (let r = 0, at = 0; r < rows; r++, at += D + 5) {
+      data.set(new Int8Array(u8.buffer, at, D), r * D);
+      scales[r] = view.getFloat32(at + D, true);
+      zeroPoints[r] = view.getInt8(at + D + 4);
+    }
+    return { data, dims, dtype, scales, zeroPoints };
+  }
+  const half = (D + 1) >> 1, G = Math.ceil(D / 32), rec = half + 4 * G;
+  const data = new Uint8Array(rows * half), scales = new Uint16Array(rows * G), offsets = new Uint16Array(rows * G);
+  for (let r = 0, at = 0; r < rows; r++, at += rec) {
+    data.set(u8.subarray(at, at + half), r * half);
+    for (let g = 0; g < G; g++) {
+      scales[r * G + g] = view.getUint16(at + half + 2 * g, true);
+      offsets[r * G + g] = view.getUint16(at + half + 2 * (G + g), true);
+    }
+  }
+  return { data, dims, dtype, scales, offsets };
+}
 
 export class KVCache {
   #core;
@@ -64,8 +90,16 @@ export class KVCache {
   get maxSeqLen() { return this.#geo.maxSeqLen; }
   get numKvHeads() { return this.#geo.numKvHeads; }
   get headDim() { return this.#geo.headDim; }
-  /** How rows are stored: 'float32', 'float16' or 'int8' (writes convert; reads and attention see the stored values). */
+  /**
+   * How rows are stored: 'float32', 'float16', 'int8' or 'int4' (writes
+   * convert; reads and attention see the stored values); null when K and V
+   * have dtypes of their own (keyDtype, valueDtype).
+   */
   get dtype() { return this.#geo.dtype; }
+  /** How K rows are stored. */
+  get keyDtype() { return this.#geo.keyDtype; }
+  /** How V rows are stored. */
+  get valueDtype() { return this.#geo.valueDtype; }
   /** A windowed cache's window (0: a plain cache). */
   get window() { return this.#geo.window; }
   /** A windowed cache's sink rows, kept for good (0 for a plain cache). */
@@ -232,38 +266,37 @@ export class KVCache {
 
   /**
    * The stored form of rows start .. start+length-1: { k, v }, each
-   * { data, dims [B, length, Hkv, D], dtype } with data a Float32Array
-   * (float32), Uint16Array (float16 bits) or Int8Array (int8); an int8 cache
-   * adds scales (Float32Array) and zeroPoints (Int8Array), [B, length, Hkv].
+   * { data, dims [B, length, Hkv, D], dtype } in the K or V dtype:
+   *   float32  data Float32Array;  float16  data Uint16Array (binary16 bits)
+   *   int8     data Int8Array, scales Float32Array and zeroPoints Int8Array [B, length, Hkv]
+   *   int4     data Uint8Array of ceil(D / 2) bytes per row (element 2i in the
+   *            low nibble of byte i), scales and offsets Uint16Array (float16
+   *            bits) [B, length, Hkv, ceil(D / 32)]: element = level * scale + offset
+   * C writes the rows' records (sdpa_kv_cache_read_records); this splits them.
    */
   readRaw(start, length) {
     const fn = 'KVCache.readRaw';
     const [s, n] = this.#checkRows(fn, start, length);
     const c = this.#core;
-    const { batch, numKvHeads, headDim, dtype } = this.#geo;
-    const dims = [batch, n, numKvHeads, headDim];
-    const rows = batch * n * numKvHeads, bytes = rows * headDim * ELEM_BYTES[dtype];
-    const int8 = dtype === 'int8';
-    const Ctor = dtype === 'float32' ? Float32Array : dtype === 'float16' ? Uint16Array : Int8Array;
+    const { batch, numKvHeads, headDim: D } = this.#geo;
+    const dims = [batch, n, numKvHeads, D];
+    const rows = batch * n * numKvHeads;
     const result = {};
-    let pd = 0, ps = 0, pz = 0;
+    let p = 0;
     try {
-      pd = c.malloc(bytes, fn, 'a temporary copy of the stored rows');
-      if (int8) { ps = c.malloc(rows * 4, fn, 'a temporary copy of the scales'); pz = c.malloc(rows, fn, 'a temporary copy of the zero points'); }
-      for (const [which, name] of [[0, 'k'], [1, 'v']]) {
-        c.check(c.M._sdpa_kv_cache_read_raw(c.ctx, this.#ptr, s, n, which, pd, bytes, ps, pz), fn);
+      for (const [which, name, dtype] of [[0, 'k', this.#geo.keyDtype], [1, 'v', this.#geo.valueDtype]]) {
+        const rec = c.M._sdpa_kv_cache_record_bytes(this.#ptr, which), bytes = rows * rec;
+        p = c.malloc(bytes, fn, 'a temporary copy of the stored rows');
+        c.check(c.M._sdpa_kv_cache_read_records(c.ctx, this.#ptr, s, n, which, p, bytes), fn);
         // (a typed array's slice copies into a fresh, unshared buffer)
-        const u8 = c.views().u8;
-        const part = { data: new Ctor(u8.slice(pd, pd + bytes).buffer), dims: dims.slice(), dtype };
-        if (int8) {
-          part.scales = new Float32Array(u8.slice(ps, ps + rows * 4).buffer);
-          part.zeroPoints = new Int8Array(u8.slice(pz, pz + rows).buffer);
-        }
-        result[name] = part;
+        const u8 = c.views().u8.slice(p, p + bytes);
+        c.free(p);
+        p = 0;
+        result[name] = splitRecords(u8, dtype, rows, D, dims.slice());
       }
       return result;
     } finally {
-      c.free(pd); c.free(ps); c.free(pz);
+      c.free(p);
     }
   }
 

@@ -11,13 +11,16 @@ import { SdpaError, codeOfStatus } from './errors.js';
 import { HeapTensor, DTYPE_BYTES, heapState, heapView, noteMemoryBuffer, memoryOwner, staleInputWarning } from './heap.js';
 import { prod, fmtDims } from './shape.js';
 import { typedArraySet } from './intrinsics.js';
+import { CACHE_DTYPES } from './validate.js';
 
 // Scratch layout (bytes). sdpa_tensor is 32 bytes on wasm32:
 // data@0 len@4 dtype@8 rank@12 dims@16..31; sdpa_options is 40 bytes:
 // start_pos@0 (int64) is_causal@8 has_scale@12 scale@16 dropout_p@20
 // window@24 softcap@28 sinks@32 (a pointer: 0 or the sinks slot);
-// sdpa_memory_stats is 48 bytes: five int64 then page_rows@40.
-export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 232, stats: 240 });
+// sdpa_memory_stats is 48 bytes: five int64 then page_rows@40;
+// sdpa_kv_cache_desc is 32 bytes: eight int32 (batch, maxSeqLen, Hkv, D,
+// key dtype, value dtype, window, sinkTokens).
+export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 232, stats: 240, desc: 288 });
 export const SCRATCH_BYTES = 320;
 const DTYPE_ENUM = Object.freeze({ float32: 1, bool: 2 });
 
@@ -191,6 +194,15 @@ export class Core {
   }
 
   slot(name) { return this.scratch + SLOT[name]; }
+
+  /** A checked cache geometry as sdpa_kv_cache_desc in its slot (its address). */
+  cacheDesc(geo) {
+    const at = this.scratch + SLOT.desc, i32 = this.views().i32, w = at >>> 2;
+    const fields = [geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim, CACHE_DTYPES[geo.keyDtype],
+      CACHE_DTYPES[geo.valueDtype], geo.window, geo.sinkTokens];
+    for (let i = 0; i < 8; i++) i32[w + i] = fields[i];
+    return at;
+  }
 
   // -- placing tensors in wasm memory --------------------------------------
 

@@ -818,9 +818,18 @@ export function checkCacheTruncate(ck, geo, length, held, windowStart) {
 // ---------------------------------------------------------------------------
 // createKVCache's options, kvCacheSize's rows, allocTensor, reserve
 
-export const CACHE_OPTIONS = Object.freeze(['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype', 'window', 'sinkTokens']);
+export const CACHE_OPTIONS = Object.freeze(['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype', 'keyDtype', 'valueDtype', 'window', 'sinkTokens']);
 /** Cache dtypes -> sdpa_dtype (include/sdpa.h). */
-export const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { float32: 1, float16: 3, int8: 4 }));
+export const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { float32: 1, float16: 3, int8: 4, int4: 5 }));
+
+/** A cache dtype option (`name`: dtype, keyDtype or valueDtype), `dflt` when absent; null after a failed rule. */
+function readCacheDtype(ck, name, value, dflt) {
+  if (value === undefined || value === null) return dflt;
+  if (typeof value !== 'string') ck.add('E_ARG', `${name} must be a string, got ${describeValue(value)}`);
+  else if (CACHE_DTYPES[value] === undefined) ck.add('E_DTYPE', `${name} '${value}' is not supported; caches are 'float32', 'float16', 'int8' or 'int4'`);
+  else return value;
+  return null;
+}
 
 /**
  * Reads and checks a cache configuration (createKVCache's options) into
@@ -839,11 +848,15 @@ export function readCacheConfig(ck, config) {
   const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: given && window === 0, dflt: KEY_INDEX_LIMIT, max: KEY_INDEX_LIMIT });
   const numKvHeads = checkSize(ck, o.numKvHeads, 'numKvHeads', { zeroCode: 'E_HEADS', required: given });
   const headDim = checkSize(ck, o.headDim, 'headDim', { required: given });
-  const dtype = o.dtype === undefined || o.dtype === null ? 'float32' : o.dtype;
-  if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
-  else if (CACHE_DTYPES[dtype] === undefined) ck.add('E_DTYPE', `dtype '${dtype}' is not supported; caches are 'float32', 'float16' or 'int8'`);
-  if (sinksAlone || !(batch && maxSeqLen && numKvHeads && headDim && CACHE_DTYPES[dtype] !== undefined)) return null;
-  return { batch, maxSeqLen, numKvHeads, headDim, dtype, window: window || 0, sinkTokens: sinkTokens || 0 };
+  // dtype for both, keyDtype / valueDtype for one of them (each overrides dtype)
+  const dtype = readCacheDtype(ck, 'dtype', o.dtype, 'float32');
+  const keyDtype = readCacheDtype(ck, 'keyDtype', o.keyDtype, dtype);
+  const valueDtype = readCacheDtype(ck, 'valueDtype', o.valueDtype, dtype);
+  if (sinksAlone || !(batch && maxSeqLen && numKvHeads && headDim && keyDtype && valueDtype)) return null;
+  return {
+    batch, maxSeqLen, numKvHeads, headDim, dtype: keyDtype === valueDtype ? keyDtype : null, keyDtype, valueDtype,
+    window: window || 0, sinkTokens: sinkTokens || 0,
+  };
 }
 
 /** createKVCacheGroup's configs: a non-empty array, read once (the snapshot); null after E_ARG. */

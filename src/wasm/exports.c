@@ -25,6 +25,10 @@ static_assert(offsetof(sdpa_options, softcap) == 28, "sdpa_options.softcap");
 static_assert(offsetof(sdpa_options, sinks) == 32, "sdpa_options.sinks");
 static_assert(sizeof(sdpa_memory_stats) == 48, "sdpa_memory_stats layout");
 static_assert(sizeof(sdpa_kv_cache_size) == 40, "sdpa_kv_cache_size layout");
+static_assert(sizeof(sdpa_kv_cache_desc) == 32, "sdpa_kv_cache_desc layout");
+static_assert(offsetof(sdpa_kv_cache_desc, key_dtype) == 16 && offsetof(sdpa_kv_cache_desc, value_dtype) == 20 &&
+              offsetof(sdpa_kv_cache_desc, window) == 24 && offsetof(sdpa_kv_cache_desc, sink_tokens) == 28,
+              "sdpa_kv_cache_desc fields");
 static_assert(offsetof(sdpa_kv_cache_size, bytes) == 32, "sdpa_kv_cache_size.bytes");
 static_assert(offsetof(sdpa_memory_stats, bytes_reserved) == 0, "sdpa_memory_stats.bytes_reserved");
 static_assert(offsetof(sdpa_memory_stats, bytes_in_use) == 8, "sdpa_memory_stats.bytes_in_use");

@@ -116,12 +116,12 @@ test('createKVCacheGroup: every layer is checked first; nothing is made for a re
   assert.is(count(), n0, 'no cache was made');
   // E_OOM while making the layers (C refuses the 3rd): the two made are disposed again
   const { M } = sdpa[INTERNALS];
-  const real = M._sdpa_kv_cache_create_windowed;
+  const real = M._sdpa_kv_cache_create_desc;
   let calls = 0;
-  M._sdpa_kv_cache_create_windowed = (...a) => (++calls === 3 ? 17 : real(...a));
+  M._sdpa_kv_cache_create_desc = (...a) => (++calls === 3 ? 17 : real(...a));
   try {
     expectError(() => sdpa.createKVCacheGroup(CONFIGS), 'E_OOM', [/layer 2: /]);
-  } finally { M._sdpa_kv_cache_create_windowed = real; }
+  } finally { M._sdpa_kv_cache_create_desc = real; }
   assert.is(count(), n0, 'all or nothing');
   assert.is(sdpa.memory().pagesInUse, 0);
 });
