@@ -174,7 +174,7 @@ export interface AttentionPlan {
 }
 
 /** How a cache stores its rows (CONTRACT.md section 3, "Cache dtypes"). */
-export type CacheDType = 'float32' | 'float16' | 'int8';
+export type CacheDType = 'float32' | 'float16' | 'int8' | 'int4';
 
 /** What every cache takes (createKVCache, kvCacheSize, createKVCacheGroup's entries). */
 export interface KVCacheBaseOptions {
@@ -186,10 +186,17 @@ export interface KVCacheBaseOptions {
    * 'float32' (default); 'float16' (IEEE binary16, round to nearest even);
    * 'int8' (ExecuTorch's per-token asymmetric quantization: a float32 scale
    * and an int8 zero point per row; attention runs Q·K and P·V as int16 dot
-   * products, error <= 2e-3 (1 + max|ref|) against the stored values).
-   * Writes take float32 and convert.
+   * products, error <= 2e-3 (1 + max|ref|) against the stored values);
+   * 'int4' (16 levels with a float16 scale and offset per 32 elements of a
+   * row: 0.16x the bytes of float32; a group holding an Inf, a NaN or a
+   * value beyond float16's range reads back as NaN). Writes take float32
+   * and convert. K and V both, unless keyDtype / valueDtype say otherwise.
    */
   dtype?: CacheDType | undefined;
+  /** How K rows are stored (overrides dtype): e.g. 'int8' with valueDtype 'int4'. */
+  keyDtype?: CacheDType | undefined;
+  /** How V rows are stored (overrides dtype). */
+  valueDtype?: CacheDType | undefined;
 }
 
 /** A plain cache: maxSeqLen rows at most; no window, no sink rows. */
@@ -221,7 +228,11 @@ export type KVCacheOptions = PlainKVCacheOptions | WindowedKVCacheOptions;
 
 /** The typed array readRaw gives for a cache dtype. */
 export type RawDataOf<T extends CacheDType> =
-  T extends 'float32' ? Float32Array : T extends 'float16' ? Uint16Array : Int8Array;
+  T extends 'float32' ? Float32Array : T extends 'float16' ? Uint16Array : T extends 'int8' ? Int8Array : Uint8Array;
+
+/** cache.dtype: the dtype of K and V when they are the same, else null. */
+export type CommonDType<K extends CacheDType, V extends CacheDType> =
+  [K] extends [V] ? ([V] extends [K] ? ([CacheDType] extends [K] ? CacheDType | null : K) : null) : null;
 
 /** What sdpa.kvCacheSize returns (CONTRACT.md section 3, "Bytes"). */
 export interface KVCacheSize {
@@ -239,13 +250,24 @@ export interface KVCacheSize {
 
 /** One half of KVCache.readRaw: the stored form of some rows. */
 export interface RawRows<T extends CacheDType = CacheDType> {
-  /** float32 values, float16 bits, or int8 values; [B, length, Hkv, D]. */
+  /**
+   * float32 values, float16 bits, int8 values ([B, length, Hkv, D]), or int4
+   * levels packed two per byte (ceil(D / 2) bytes per row, element 2i in the
+   * low nibble of byte i).
+   */
   data: RawDataOf<T>;
+  /** [B, length, Hkv, D] */
   dims: number[];
   dtype: T;
-  /** int8 only: one per (batch row, row, head), [B, length, Hkv]. */
-  scales: T extends 'int8' ? Float32Array : undefined;
+  /**
+   * int8: one float32 per (batch row, row, head), [B, length, Hkv]; int4:
+   * float16 bits, one per 32 elements, [B, length, Hkv, ceil(D / 32)].
+   */
+  scales: T extends 'int8' ? Float32Array : T extends 'int4' ? Uint16Array : undefined;
+  /** int8 only, [B, length, Hkv]: element = (value - zeroPoint) * scale. */
   zeroPoints: T extends 'int8' ? Int8Array : undefined;
+  /** int4 only, float16 bits like scales: element = level * scale + offset. */
+  offsets: T extends 'int4' ? Uint16Array : undefined;
 }
 
 /**
@@ -256,13 +278,16 @@ export interface RawRows<T extends CacheDType = CacheDType> {
  * A write may not start past `length` (E_START_POS: no holes). No input or
  * `out` of its calls may lie inside cache storage (E_ARG).
  */
-export class KVCache<T extends CacheDType = CacheDType> {
+export class KVCache<K extends CacheDType = CacheDType, V extends CacheDType = K> {
   private constructor();
   readonly batch: number;
   readonly maxSeqLen: number;
   readonly numKvHeads: number;
   readonly headDim: number;
-  readonly dtype: T;
+  /** The dtype of K and V; null when each has its own (keyDtype, valueDtype). */
+  readonly dtype: CommonDType<K, V>;
+  readonly keyDtype: K;
+  readonly valueDtype: V;
   /** A windowed cache's window; 0 for a plain cache. */
   readonly window: number;
   /** A windowed cache's sink rows; 0 for a plain cache. */
@@ -301,8 +326,8 @@ export class KVCache<T extends CacheDType = CacheDType> {
   step(q: FloatTensor, k: FloatTensor, v: FloatTensor, opts?: StepOptions): OutputTensor;
   /** Copies of rows start .. start+length-1, each [B, length, Hkv, D] (rows never written: zeros). */
   read(start: number, length: number): { k: OutputTensor; v: OutputTensor };
-  /** The stored form of rows start .. start+length-1 (float16 bits, int8 values with scales and zero points). */
-  readRaw(start: number, length: number): { k: RawRows<T>; v: RawRows<T> };
+  /** The stored form of rows start .. start+length-1 (float16 bits, int8 values with scales and zero points, int4 nibbles with scales and offsets), K and V each in its dtype. */
+  readRaw(start: number, length: number): { k: RawRows<K>; v: RawRows<V> };
   /**
    * Keeps rows 0 .. length-1 (rollback): whole pages past them go back to the
    * pool, rows past `length` read as zeros again. O(pages). E_CAPACITY past `length`.
@@ -312,7 +337,7 @@ export class KVCache<T extends CacheDType = CacheDType> {
    * A new cache sharing every page of this one, copy-on-write: the first
    * write into a shared page (by either cache) copies that page only. O(pages).
    */
-  fork(): KVCache<T>;
+  fork(): KVCache<K, V>;
   /** Returns its pages to the pool (pages shared with a fork stay with it); a second call is a no-op. */
   dispose(): void;
 }
@@ -361,9 +386,9 @@ export interface Sdpa {
   /** ExecuTorch custom_sdpa on [B, S, H, D] tensors; returns [B, Sq, Hq, D]. */
   customSdpa<O extends FloatTensor>(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
   customSdpa(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
-  createKVCache(options: KVCacheOptions & { dtype: 'int8' }): KVCache<'int8'>;
-  createKVCache(options: KVCacheOptions & { dtype: 'float16' }): KVCache<'float16'>;
-  createKVCache(options: KVCacheOptions & { dtype?: 'float32' | undefined }): KVCache<'float32'>;
+  createKVCache<Kd extends CacheDType, Vd extends CacheDType>(options: KVCacheOptions & { keyDtype: Kd; valueDtype: Vd }): KVCache<Kd, Vd>;
+  createKVCache<T extends CacheDType>(options: KVCacheOptions & { dtype: T; keyDtype?: undefined; valueDtype?: undefined }): KVCache<T, T>;
+  createKVCache(options: KVCacheOptions & { dtype?: undefined; keyDtype?: undefined; valueDtype?: undefined }): KVCache<'float32', 'float32'>;
   createKVCache(options: KVCacheOptions): KVCache;
   /** The caches of all the layers of a model: one createKVCache options object per layer; all or nothing. */
   createKVCacheGroup(configs: readonly KVCacheOptions[]): KVCacheGroup;

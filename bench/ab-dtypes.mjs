@@ -1,6 +1,7 @@
 // Quick interleaved A/B of the cache dtypes on a few decode shapes: every
 // round times 5 calls of each dtype in turn, so a load change hits all alike.
 // Usage: node bench/ab-dtypes.mjs [--threads=1] [--shapes=A-8192,MQA-8192,B-4096] [--rounds=30] [--build=simd-threads]
+//        [--dtypes=float32,float16,int8,int4,int8/int4,float16/int4]   ('K/V': K and V each a dtype; ratios are against the first)
 import { createSdpaPeer } from './sdpa-peer.mjs';
 import { SHAPES } from './shapes.mjs';
 import { randomF32, now, stats, fmtMs } from './util.mjs';
@@ -9,7 +10,7 @@ const arg = (k, d) => (process.argv.find(a => a.startsWith(`--${k}=`)) || `=${d}
 const threads = Number(arg('threads', 1)), rounds = Number(arg('rounds', 30));
 const ids = arg('shapes', 'A-8192,MQA-8192,B-4096').split(',');
 const peer = await createSdpaPeer({ threads, build: arg('build', threads > 1 ? 'simd-threads' : 'simd') });
-const dtypes = ['float32', 'float16', 'int8'];
+const dtypes = arg('dtypes', 'float32,float16,int8,int4,int8/int4,float16/int4').split(',');
 console.log(`${peer.info.build}, ${threads} thread(s), ${rounds} rounds x 5 calls, median ms`);
 for (const id of ids) {
   const s = SHAPES.find(x => x.id === id);

@@ -41,7 +41,10 @@ export async function createSdpaPeer({ threads, build }) {
    */
   function openShape(s, data, check, { dtype = 'float32', checkStored = null } = {}) {
     const { Hq, Hkv, D, Sq, keys } = s;
-    const bytes = work(s).kvBytes * { float32: 1, float16: 0.5, int8: 0.26 }[dtype];
+    // 'int8/int4': K int8, V int4
+    const [keyDtype, valueDtype = keyDtype] = dtype.split('/');
+    const share = { float32: 1, float16: 0.5, int8: 0.26, int4: 0.16 };
+    const bytes = work(s).kvBytes * (share[keyDtype] + share[valueDtype]) / 2;
     const nCaches = Math.max(1, Math.min(64, Math.ceil(ROTATE_BYTES / bytes)));
     const caches = [];
     let q, out;
@@ -49,7 +52,7 @@ export async function createSdpaPeer({ threads, build }) {
       const k = { data: data.k, dims: [1, keys, Hkv, D] };
       const v = { data: data.v, dims: [1, keys, Hkv, D] };
       for (let i = 0; i < nCaches; i++) {
-        const c = sdpa.createKVCache({ batch: 1, maxSeqLen: keys, numKvHeads: Hkv, headDim: D, dtype });
+        const c = sdpa.createKVCache({ batch: 1, maxSeqLen: keys, numKvHeads: Hkv, headDim: D, keyDtype, valueDtype });
         caches.push(c);
         c.update(k, v, 0);
       }

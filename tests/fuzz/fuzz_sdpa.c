@@ -568,7 +568,7 @@ static void fuzz_custom(rd * r, int use_reference) {
 
 typedef struct fcache {
     sdpa_kv_cache * c;
-    int32_t dtype;     /* float32, float16 or int8 */
+    int32_t kdtype, vdtype;  /* float32, float16, int8 or int4 each */
     int32_t B, S, H, D;
     int32_t length;    /* rows written (highest written row + 1): writes may not leave a hole */
     int nonfinite;     /* non-finite keys may be stored (see maybe_inject) */
@@ -577,8 +577,8 @@ typedef struct fcache {
 
 /* Stored values equal to the host copy's: bit for bit for a float32 cache,
  * NaN equal to any NaN otherwise (a float16 NaN keeps part of its payload). */
-static int same_values(const fcache * fc, const float * a, const float * b, size_t n) {
-    if (fc->dtype == SDPA_DTYPE_FLOAT32) return memcmp(a, b, n * 4) == 0;
+static int same_values(int32_t dtype, const float * a, const float * b, size_t n) {
+    if (dtype == SDPA_DTYPE_FLOAT32) return memcmp(a, b, n * 4) == 0;
     for (size_t i = 0; i < n; i++)
         if (isnan(a[i]) ? !isnan(b[i]) : memcmp(&a[i], &b[i], 4) != 0) return 0;
     return 1;
@@ -593,7 +593,7 @@ static size_t cache_elems(const fcache * fc) {
 static int cache_same_as_host(const fcache * fc) {
     static const float zeros[64];
     if (sdpa_kv_cache_length(fc->c) != fc->length) return 0;
-    if (fc->dtype != SDPA_DTYPE_FLOAT32) {
+    if (fc->kdtype != SDPA_DTYPE_FLOAT32 || fc->vdtype != SDPA_DTYPE_FLOAT32) {
         /* a compact cache's pages are the kernels' business: compare what read() decodes */
         const size_t n = cache_elems(fc);
         float * k = malloc(n * 4 + 4), * v = malloc(n * 4 + 4);
@@ -601,7 +601,7 @@ static int cache_same_as_host(const fcache * fc) {
         sdpa_tensor tk = { k, n, SDPA_DTYPE_FLOAT32, 4, { fc->B, fc->S, fc->H, fc->D } }, tv = tk;
         tv.data = v;
         const int ok = sdpa_kv_cache_read(g_ctx, fc->c, 0, fc->S, &tk, &tv) == SDPA_OK &&
-                       same_values(fc, k, fc->hk, n) && same_values(fc, v, fc->hv, n);
+                       same_values(fc->kdtype, k, fc->hk, n) && same_values(fc->vdtype, v, fc->hv, n);
         free(k);
         free(v);
         return ok;
@@ -638,11 +638,23 @@ static int model_update(const fcache * fc, const sdpa_tensor * k, const sdpa_ten
     return 1;
 }
 
-/* A row of D written values as the cache's dtype stores them. */
-static void host_store_row(const fcache * fc, float * x) {
-    if (fc->dtype == SDPA_DTYPE_FLOAT16) {
+/* A row of D written values as the cache's K (V) dtype stores them. */
+static void host_store_row(const fcache * fc, int value, float * x) {
+    const int32_t dtype = value ? fc->vdtype : fc->kdtype;
+    if (dtype == SDPA_DTYPE_FLOAT16) {
         for (int32_t d = 0; d < fc->D; d++) x[d] = naive_f16_value(x[d]);
-    } else if (fc->dtype == SDPA_DTYPE_INT8) {
+    } else if (dtype == SDPA_DTYPE_INT4) {
+        for (int32_t d0 = 0; d0 < fc->D; d0 += 32) {
+            const int n = fc->D - d0 < 32 ? fc->D - d0 : 32;
+            uint8_t lv[32];
+            float scale, offset;
+            naive_int4_quantize(x + d0, n, lv, &scale, &offset);
+            for (int e = 0; e < n; e++) {
+                volatile float t = (float)lv[e] * scale;
+                x[d0 + e] = t + offset;
+            }
+        }
+    } else if (dtype == SDPA_DTYPE_INT8) {
         int8_t * q = malloc((size_t)fc->D);
         float scale;
         int8_t zp;
@@ -662,8 +674,8 @@ static void host_write(fcache * fc, const sdpa_tensor * k, const sdpa_tensor * v
         memcpy(hk, (const float *)k->data + (size_t)b * n * row, (size_t)n * row * 4);
         memcpy(hv, (const float *)v->data + (size_t)b * n * row, (size_t)n * row * 4);
         for (size_t t = 0; t < (size_t)n * fc->H; t++) {  /* one (token, head) row of D at a time */
-            host_store_row(fc, hk + t * fc->D);
-            host_store_row(fc, hv + t * fc->D);
+            host_store_row(fc, 0, hk + t * fc->D);
+            host_store_row(fc, 1, hv + t * fc->D);
         }
     }
 }
@@ -707,13 +719,17 @@ static void fuzz_cache(rd * r) {
     int32_t g[4];
     int expect;
     cache_geometry(r, g, &expect);
-    static const int32_t dtypes[] = {SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8};
-    int32_t dtype = rare(r, 32) ? 5 /* not a cache dtype */ : dtypes[u8(r) % 4];
-    const int cache_dtype = dtype == SDPA_DTYPE_FLOAT32 || dtype == SDPA_DTYPE_FLOAT16 || dtype == SDPA_DTYPE_INT8;
+    static const int32_t dtypes[] = {SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4};
+    int32_t dtype = rare(r, 32) ? 6 /* not a cache dtype */ : dtypes[u8(r) % 5];
+    /* a quarter of the caches: V of its own dtype */
+    int32_t vdtype = u8(r) < 64 ? (rare(r, 32) ? 0 : dtypes[u8(r) % 5]) : dtype;
+    const int cache_dtype = dtype != 6 && vdtype != 0;
     fcache fc;
     memset(&fc, 0, sizeof fc);
-    fc.dtype = dtype;
-    sdpa_status st = sdpa_kv_cache_create(g_ctx, g[0], g[1], g[2], g[3], dtype, &fc.c);
+    fc.kdtype = dtype;
+    fc.vdtype = vdtype;
+    const sdpa_kv_cache_desc desc = { g[0], g[1], g[2], g[3], dtype, vdtype, 0, 0 };
+    sdpa_status st = sdpa_kv_cache_create_desc(g_ctx, &desc, &fc.c);
     if (expect == SDPA_OK && !cache_dtype) expect = SDPA_E_DTYPE;
     if (expect == SDPA_OK) {
         if (st != SDPA_OK || !fc.c)
@@ -721,8 +737,14 @@ static void fuzz_cache(rd * r) {
                   sdpa_ctx_last_error(g_ctx));
         if (sdpa_ctx_last_error(g_ctx)[0]) FAILF("kv_cache_create: last_error not cleared on success");
     } else {
+        /* an int4 block is 8x smaller than float32: a head dim whose float32 page is past the
+         * allocation limit may fit (the model's E_OOM is float32's) */
+        if (st == SDPA_OK && expect == SDPA_E_OOM && (dtype == SDPA_DTYPE_INT4 || vdtype == SDPA_DTYPE_INT4)) {
+            sdpa_kv_cache_free(fc.c);
+            return;
+        }
         if (st == SDPA_OK || fc.c) FAILF("kv_cache_create(%d, %d, %d, %d, dtype %d) accepted", g[0], g[1], g[2], g[3], dtype);
-        if (expect > 0 && dtype == SDPA_DTYPE_FLOAT32 && st != (sdpa_status)expect)
+        if (expect > 0 && dtype == SDPA_DTYPE_FLOAT32 && vdtype == SDPA_DTYPE_FLOAT32 && st != (sdpa_status)expect)
             FAILF("kv_cache_create(%d, %d, %d, %d): %s, expected %s", g[0], g[1], g[2], g[3], sdpa_status_code(st),
                   sdpa_status_code((sdpa_status)expect));
         if (!sdpa_ctx_last_error(g_ctx)[0]) FAILF("kv_cache_create rejected without a message");
@@ -769,9 +791,9 @@ static void fuzz_cache(rd * r) {
                 size_t row = (size_t)fc.H * fc.D;
                 for (int32_t b = 0; b < fc.B; b++) {
                     size_t src = ((size_t)b * fc.S + (size_t)start) * row, dst = (size_t)b * len * row;
-                    if (!same_values(&fc, (float *)ko.t.data + dst, fc.hk + src, (size_t)len * row) ||
-                        !same_values(&fc, (float *)vo.t.data + dst, fc.hv + src, (size_t)len * row))
-                        FAILF("kv_cache_read(%d, %d) returned other data than was written (dtype %d)", start, len, fc.dtype);
+                    if (!same_values(fc.kdtype, (float *)ko.t.data + dst, fc.hk + src, (size_t)len * row) ||
+                        !same_values(fc.vdtype, (float *)vo.t.data + dst, fc.hv + src, (size_t)len * row))
+                        FAILF("kv_cache_read(%d, %d) returned other data than was written (dtypes %d, %d)", start, len, fc.kdtype, fc.vdtype);
                 }
             }
             free(before);
@@ -833,7 +855,8 @@ static void fuzz_cache(rd * r) {
         if (!cache_same_as_host(&fc))
             FAILF("%s (%s): cache storage differs from what was written", what, sdpa_status_code(st));
         if (st == SDPA_OK && kind != 0 && fo.tame && !(fc.nonfinite && subnormal_scale(po)))
-            check_rows(what, &q.t, fc.hk, fc.hv, fc.S, fc.H, pm, po, out.t.data, r, fc.dtype == SDPA_DTYPE_INT8 ? 2e-3 : 1e-5);
+            check_rows(what, &q.t, fc.hk, fc.hv, fc.S, fc.H, pm, po, out.t.data, r, fc.kdtype == SDPA_DTYPE_INT8 || fc.kdtype == SDPA_DTYPE_INT4 ||
+                                                                                 fc.vdtype == SDPA_DTYPE_INT8 || fc.vdtype == SDPA_DTYPE_INT4 ? 2e-3 : 1e-5);
         free(before);
         free(after);
         free_tensor(&q);

@@ -18,7 +18,21 @@ sdpa.createKVCache({ numKvHeads: 2, headDim: 64 });
 // @ts-expect-error: sinkTokens without a window
 sdpa.createKVCache({ maxSeqLen: 256, numKvHeads: 2, headDim: 64, sinkTokens: 4 });
 // @ts-expect-error: not a cache dtype
-sdpa.createKVCache({ maxSeqLen: 256, numKvHeads: 2, headDim: 64, dtype: 'int4' });
+sdpa.createKVCache({ maxSeqLen: 256, numKvHeads: 2, headDim: 64, dtype: 'int3' });
+// int4, and K and V each a dtype of its own
+const i4 = sdpa.createKVCache({ maxSeqLen: 64, numKvHeads: 1, headDim: 8, dtype: 'int4' });
+const i4dtype: 'int4' = i4.dtype;
+const nibbles: Uint8Array = i4.readRaw(0, 1).k.data;
+const i4scales: Uint16Array = i4.readRaw(0, 1).k.scales;
+const i4offsets: Uint16Array = i4.readRaw(0, 1).v.offsets;
+const mixed = sdpa.createKVCache({ maxSeqLen: 64, numKvHeads: 1, headDim: 8, keyDtype: 'int8', valueDtype: 'int4' });
+const mixedDtype: null = mixed.dtype;
+const mixedK: Int8Array = mixed.readRaw(0, 1).k.data;
+const mixedV: Uint8Array = mixed.readRaw(0, 1).v.data;
+const mixedFork: KVCache<'int8', 'int4'> = mixed.fork();
+// @ts-expect-error: a mixed cache's dtype is null, not a string
+const mixedString: string = mixed.dtype;
+void [i4dtype, nibbles, i4scales, i4offsets, mixedDtype, mixedK, mixedV, mixedFork, mixedString];
 // @ts-expect-error: a typo is not an option
 sdpa.createKVCache({ maxSeqLen: 256, numKvHeads: 2, headDim: 64, max_seq_len: 9 });
 
