@@ -349,7 +349,7 @@ fillThreadOptions();
     }
   }
   for (const k of ['layers', 'ctx', 'prompt']) if (params.has(k)) el[k].value = params.get(k);
-  if (['float32', 'float16', 'int8'].includes(params.get('dtype'))) el.dtype.value = params.get('dtype');
+  if (['float32', 'float16', 'int8', 'int4', 'int8/int4'].includes(params.get('dtype'))) el.dtype.value = params.get('dtype');
   if (params.has('threads')) {
     const t = params.get('threads');
     if (![...el.threads.options].some((o) => o.value === t)) {

@@ -119,7 +119,9 @@ async function run(cfg) {
     const window = cfg.window || 0, softcap = cfg.softcap || 0;
     const caches = [];
     for (let l = 0; l < layers; l++) {
-      const shape = { batch: 1, maxSeqLen: ctx, numKvHeads: hkv, headDim: d, dtype };
+      // 'int8/int4': K int8, V int4
+      const [keyDtype, valueDtype = keyDtype] = dtype.split('/');
+      const shape = { batch: 1, maxSeqLen: ctx, numKvHeads: hkv, headDim: d, keyDtype, valueDtype };
       caches.push(sdpa.createKVCache(window ? { ...shape, window } : shape));
     }
     // gpt-oss: one learned sink logit per query head and layer (seeded here)

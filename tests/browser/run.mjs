@@ -133,12 +133,18 @@ function checkRun(d, { build, minChecks = 2 }) {
   assert(d.points.every(([x, y], i) => x === Math.min(cfg.prompt, cfg.ctx) + i + 1 && Number.isFinite(y) && y >= 0), 'points are not [length, ms] in order');
   assert(typeof d.maxError === 'number' && d.maxError < 1e-4, `max error ${d.maxError} (need < 1e-4)`);
   assert(d.checks >= minChecks, `only ${d.checks} correctness checks`);
-  // the paged caches hold ceil(ctx / 64) pages per layer and KV head (K + V; int8: + a float32
-  // scale and an int8 zero point per row of each; rounded up to 64 bytes), plus their page tables;
-  // a windowed cache (sliding-window presets) at most its ring: ceil((window - 1) / 64) + 2 pages;
-  // a page is counted as the pool counts it, with its 64-byte header (CONTRACT.md section 3, "Bytes")
-  const elem = { float32: 4, float16: 2, int8: 1 }[cfg.dtype];
-  const page = Math.ceil((2 * 64 * cfg.d * elem + (cfg.dtype === 'int8' ? 2 * 64 * 5 : 0)) / 64) * 64 + 64;
+  // the paged caches hold ceil(ctx / 64) pages per layer and KV head (K + V, each its dtype's part,
+  // rounded up to 64 bytes), plus their page tables; a windowed cache (sliding-window presets) at
+  // most its ring: ceil((window - 1) / 64) + 2 pages; a page is counted as the pool counts it, with
+  // its 64-byte header (CONTRACT.md section 3, "Bytes")
+  const D = cfg.d, up = (a, b) => Math.ceil(a / b);
+  const part = (dtype, value) => ({
+    float32: 64 * D * 4, float16: 64 * D * 2,
+    int8: value ? 64 * D + 320 : 64 * 2 * up(D, 2) + 320,
+    int4: (value ? 64 * 8 * up(D, 16) : 64 * 2 * up(D, 4)) + 64 * 4 * up(D, 32),
+  })[dtype];
+  const [keyDtype, valueDtype = keyDtype] = cfg.dtype.split('/');
+  const page = up(part(keyDtype, 0) + part(valueDtype, 1), 64) * 64 + 64;
   const slots = Math.min(Math.ceil(cfg.ctx / 64), cfg.window ? Math.ceil((cfg.window - 1) / 64) + 2 : Infinity);
   const pageBytes = cfg.layers * cfg.hkv * slots * page;
   const tableBytes = cfg.layers * cfg.hkv * slots * 4;
@@ -173,9 +179,9 @@ test('isolated: relaxed-SIMD threads build (feature detection), correct, plotted
   }
 });
 
-test('a float16 and an int8 cache: correct against the values they store, memory shown', async () => {
+test('float16, int8, int4 and K int8 / V int4 caches: correct against the values they store, memory shown', async () => {
   const notes = [];
-  for (const dtype of ['float16', 'int8']) {
+  for (const dtype of ['float16', 'int8', 'int4', 'int8/int4']) {
     const { page, context, problems } = await openPage(`${iso.url}?preset=llama3.2-1b&layers=2&ctx=300&prompt=64&threads=2&dtype=${dtype}&autostart=1`);
     try {
       const d = await waitForEnd(page);

@@ -191,7 +191,11 @@ const hostileOpts = fc.record({
   unknown: weighted([[undefined, 4], ['is_causal', 1], ['startpos', 1]]),
   effect: weighted([['none', 2], ['disposeCache', 1], ['disposeHeap', 1], ['disposeSdpa', 1], ['reenter', 1], ['throw', 1]]),
 });
+// createKVCache's dtype options: K and V each any cache dtype (or a bad value)
+const CACHE_DTYPE = weighted([[undefined, 8], ['float32', 1], ['float16', 1], ['int8', 1], ['int4', 2], ['int3', 1], [4, 1]]);
+const cacheDtypes = fc.record({ dtype: CACHE_DTYPE, keyDtype: CACHE_DTYPE, valueDtype: CACHE_DTYPE });
 const caseArb = fc.record({
+  cacheDtypes,
   op: weighted([['custom', 6], ['attend', 4], ['step', 4], ['update', 3], ['read', 1], ['alloc', 1], ['torch', 3], ['plan', 1], ['createCache', 1]]),
   threads: fc.constantFrom(1, 2),
   geo: fc.record({ B: fc.integer({ min: 1, max: 2 }), Sq: fc.integer({ min: 1, max: 3 }), Hkv: fc.integer({ min: 1, max: 2 }), group: fc.integer({ min: 1, max: 2 }), D: fc.integer({ min: 1, max: 6 }), Skv: fc.integer({ min: 1, max: 6 }), sp: fc.nat(6), Ev: fc.integer({ min: 1, max: 6 }) }),
@@ -649,7 +653,10 @@ async function runCase(c) {
         break;
       }
       case 'createCache': {
-        const vals = { maxSeqLen: g.Skv, numKvHeads: g.Hkv, headDim: g.D };
+        const vals = { maxSeqLen: g.Skv, numKvHeads: g.Hkv, headDim: g.D, ...c.cacheDtypes };
+        const known = (x) => x === undefined || ['float32', 'float16', 'int8', 'int4'].includes(x);
+        for (const name of ['dtype', 'keyDtype', 'valueDtype']) if (!known(c.cacheDtypes[name])) b.invalid(`${name} ${c.cacheDtypes[name]}`);
+        const wantK = c.cacheDtypes.keyDtype ?? c.cacheDtypes.dtype ?? 'float32', wantV = c.cacheDtypes.valueDtype ?? c.cacheDtypes.dtype ?? 'float32';
         if (c.q.dimMutation) { vals[['maxSeqLen', 'numKvHeads', 'headDim', 'batch'][c.q.dimMutation.at]] = c.q.dimMutation.value; b.invalid(); }
         if (c.opts.unknown) b.invalid();
         const opts = b.options(vals);
@@ -658,6 +665,7 @@ async function runCase(c) {
           try {
             const first = nc.read(0, Math.min(nc.maxSeqLen, 8)), last = nc.read(nc.maxSeqLen - 1, 1);
             if (b.valid && (nc.maxSeqLen !== g.Skv || nc.numKvHeads !== g.Hkv || nc.headDim !== g.D)) return 'createKVCache: wrong geometry';
+            if (b.valid && (nc.keyDtype !== wantK || nc.valueDtype !== wantV || nc.dtype !== (wantK === wantV ? wantK : null))) return `createKVCache: dtypes ${nc.keyDtype}/${nc.valueDtype}, expected ${wantK}/${wantV}`;
             if (first.k.data.some((x) => x !== 0) || last.v.data.some((x) => x !== 0)) return 'createKVCache: not zero-filled';
           } finally { nc.dispose(); }
           return unchangedElse(b, null);
