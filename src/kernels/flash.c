@@ -77,8 +77,8 @@ static uint64_t align_up(uint64_t n) {
  * order. Every area is a whole number of 4-float vectors (dim_pad is a
  * multiple of 4), so the vector areas stay 16-byte aligned. */
 typedef enum scratch_area {
-    AREA_Q, AREA_ACC, AREA_SCORES, AREA_MAX, AREA_SUM, AREA_TOUCHED,
-    AREA_K_TILE, AREA_V_TILE, AREA_Q_BROADCAST, AREA_Q_INT, AREA_W_INT, AREA_COUNT
+    AREA_Q, AREA_ACC, AREA_SCORES, AREA_MAX, AREA_SUM, AREA_TOUCHED, AREA_Q_INT, AREA_W_INT,
+    AREA_K_TILE, AREA_V_TILE, AREA_Q_BROADCAST, AREA_COUNT
 } scratch_area;
 static const struct { uint32_t per_dim, fixed; } scratch_areas[AREA_COUNT] = {
     [AREA_Q]           = { BLOCK_ROWS, 0 },              /* q rows, zero-padded; later the reference row's D doubles */
@@ -94,9 +94,9 @@ static const struct { uint32_t per_dim, fixed; } scratch_areas[AREA_COUNT] = {
      * group sums, 8 rows x ceil(D/32) floats */
     [AREA_Q_INT]       = { 17, 96 },
     /* int8 / int4 V: a tile's int16 weights, 8 rows x groups x TILE_KEYS (int8: one group),
-     * then int4's wscale and offset sums, 8 rows x groups x 2 floats: 272 groups floats,
-     * groups <= ceil(D / 32) */
-    [AREA_W_INT]       = { 9, 288 },
+     * then int4's wscale and offset sums, 8 rows x groups x 2 floats, then its scales and
+     * offsets as float32, groups x 2 x TILE_KEYS: 400 groups floats, groups <= ceil(D / 32) */
+    [AREA_W_INT]       = { 13, 416 },
 };
 _Static_assert(BLOCK_ROWS % 4 == 0 && (BLOCK_ROWS * TILE_KEYS) % 4 == 0, "scratch areas are whole vectors");
 _Static_assert(BLOCK_ROWS * sizeof(float) >= sizeof(double), "a reference row fits in the q area");
@@ -508,6 +508,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
     st->qgroup = (float *)(void *)(st->qpairs + (size_t)BLOCK_ROWS * (size_t)(ceil_div(D, 4) * 2));
     st->wq = scratch_area_at(scratch, AREA_W_INT, Dp);
     st->wgroup = (float *)(void *)(st->wq + (size_t)BLOCK_ROWS * TILE_KEYS * (size_t)ceil_div(D, SDPA_I4_GROUP));
+    st->vside = st->wgroup + (size_t)BLOCK_ROWS * 2 * (size_t)ceil_div(D, SDPA_I4_GROUP);
     st->row0 = blk * BLOCK_ROWS;
     st->n = f->rows - st->row0 < BLOCK_ROWS ? f->rows - st->row0 : BLOCK_ROWS;
     memset(st->q, 0, sizeof(float) * (size_t)BLOCK_ROWS * Dp);  /* q rows are zero-padded to dim_pad */
@@ -641,6 +642,18 @@ static const float * decode_v_tile(const flash_plan * f, block_state * st, const
     return st->vtile;
 }
 
+/* The int4 stages are called through these pointers, which no optimizer
+ * can see through, so that they stay functions of their own: inlined into
+ * block_tile (binaryen inlines a function with one caller whatever C says)
+ * they made it so large that V8 compiled the other dtypes' paths in it
+ * 1.3-1.9x slower, and int4's own 1.6x slower (measured: MQA-8192 decode,
+ * 1 thread). int8's stages measured 10-15% slower as functions of their
+ * own, so they stay inlined. (Not in a header: nothing else calls them.) */
+uint32_t (*sdpa_flash_int4_scores)(const flash_plan *, block_state *, const void *, int32_t, int32_t,
+                                   const touch_rows *) = int4_scores;
+void (*sdpa_flash_int4_weights)(const flash_plan *, block_state *, const void *, int32_t, int32_t) = int4_weights;
+void (*sdpa_flash_int4_values)(const flash_plan *, block_state *, const void *, int32_t, int32_t) = int4_values;
+
 /* ---- one tile: scores, online softmax, values -------------------------- */
 
 /* The sources of the tile in `page` (NULL: caller tensors): the plan's, but
@@ -687,7 +700,7 @@ static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks,
         case K_I8_PAGE:
             return int8_scores(f, st, page, r0, nt, &tr);
         case K_I4_PAGE:
-            return int4_scores(f, st, page, r0, nt, &tr);
+            return sdpa_flash_int4_scores(f, st, page, r0, nt, &tr);
         case K_F32_TRANSPOSED: {
             const uint32_t touched = transpose_k_rows(sdpa_kv_key(kv, b, hk, ts), kv->stride_t, nt, D, st->ktile,
                                                       sdpa_kv_value(kv, b, hk, ts), kv->stride_t);
@@ -786,8 +799,8 @@ static void tile_values(const flash_plan * f, block_state * st, v_source vs, int
             int8_values(f, st, page, r0, nt);
             break;
         case V_I4_PAGE:
-            int4_weights(f, st, page, r0, nt4);
-            int4_values(f, st, page, r0, nt);
+            sdpa_flash_int4_weights(f, st, page, r0, nt4);
+            sdpa_flash_int4_values(f, st, page, r0, nt);
             break;
     }
 }

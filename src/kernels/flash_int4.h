@@ -152,27 +152,37 @@ static uint32_t int4_scores(const flash_plan * f, block_state * st, const void *
 /* A tile's weights for the integer P.V over an int4 V block, per row and
  * group g: w = p * scale_g over the nt4 keys, quantized to int16 relative to
  * the group's largest |w| (wq, wgroup[0] = its scale), and wgroup[1] = sum_t
- * p_t offset_g[t]. As int8_weights: (p > 0) drops a NaN p (its row is
- * suspect already), and weights below 1e-30 are dropped. */
+ * p_t offset_g[t]. The page's float16 scales and offsets are converted once
+ * per tile for all rows (st->vside). Weights below 1e-30 are dropped (as
+ * int8_weights). A NaN p (a NaN score: the row is suspect already) is
+ * dropped by the max and quantizes to 0; no mask is needed for the keys
+ * past the tile's end (p = 0 there, and the page's scales are finite). */
 static void int4_weights(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const int32_t G = fmt->block[1].groups;
     const v128_t zero = wasm_f32x4_splat(0.0f);
     float w[TILE_KEYS] __attribute__((aligned(16)));
+    for (int32_t g = 0; g < G; g++) {
+        const uint16_t * sc = sdpa_kv_i4_scales(fmt, page, 1, g) + r0, * off = sdpa_kv_i4_offsets(fmt, page, 1, g) + r0;
+        float * vs = st->vside + (size_t)g * 2 * TILE_KEYS;
+        for (int32_t t = 0; t < nt4; t += 4) {
+            wasm_v128_store(vs + t, half4(sc + t));
+            wasm_v128_store(vs + TILE_KEYS + t, half4(off + t));
+        }
+    }
     for (int32_t x = 0; x < st->n; x++) {
         const float * p = st->s + (size_t)x * TILE_KEYS;
         for (int32_t g = 0; g < G; g++) {
-            const uint16_t * sc = sdpa_kv_i4_scales(fmt, page, 1, g) + r0, * off = sdpa_kv_i4_offsets(fmt, page, 1, g) + r0;
+            const float * sc = st->vside + (size_t)g * 2 * TILE_KEYS, * off = sc + TILE_KEYS;
             int16_t * wq = st->wq + ((size_t)x * G + g) * TILE_KEYS;
             float * wg = st->wgroup + ((size_t)x * G + g) * 2;
             v128_t vmax = zero, vos = zero;
             for (int32_t t = 0; t < nt4; t += 4) {
                 const v128_t pt = wasm_v128_load(p + t);
-                const v128_t pk = wasm_v128_and(pt, wasm_f32x4_gt(pt, zero));
-                const v128_t wt = wasm_f32x4_mul(pk, half4(sc + t));
+                const v128_t wt = wasm_f32x4_mul(pt, wasm_v128_load(sc + t));
                 wasm_v128_store(w + t, wt);
                 vmax = wasm_f32x4_pmax(vmax, wasm_f32x4_abs(wt));
-                vos = wasm_f32x4_add(vos, wasm_f32x4_mul(pk, half4(off + t)));
+                vos = wasm_f32x4_add(vos, wasm_f32x4_mul(pt, wasm_v128_load(off + t)));
             }
             const float wmax = f32x4_hmax(vmax);
             wg[1] = f32x4_hsum(vos);

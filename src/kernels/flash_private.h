@@ -93,6 +93,7 @@ typedef struct block_state {
     int16_t * wq;                   /* int8 V: [BLOCK_ROWS][TILE_KEYS] a tile's weights p * vscale in int16;
                                      * int4 V: [BLOCK_ROWS][groups][TILE_KEYS], per group */
     float * wgroup;                 /* int4 V: [BLOCK_ROWS][groups][2]: wscale, sum_t p * offset */
+    float * vside;                  /* int4 V: [groups][2][TILE_KEYS]: a tile's scales, offsets as float32 */
     float wscale[BLOCK_ROWS];       /* weight ~ wq * wscale */
     int32_t wzp[BLOCK_ROWS];        /* sum_t wq[t] * zero_point[t] */
 } block_state;
