@@ -91,8 +91,9 @@ static const struct { uint32_t per_dim, fixed; } scratch_areas[AREA_COUNT] = {
     [AREA_V_TILE]      = { TILE_KEYS, 0 },               /* a decoded V tile, or a decoded K row */
     [AREA_Q_BROADCAST] = { BLOCK_ROWS * 4, 0 },          /* q[x][d] broadcast to vectors */
     /* int8 / int4 K: q16 pairs, 8 rows x (ceil(D/4) * 2 <= D/2 + 2) x 4 lanes, then int4's
-     * group sums, 8 rows x ceil(D/32) floats */
-    [AREA_Q_INT]       = { 17, 96 },
+     * group sums, 8 rows x ceil(D/32) floats, then a tile's scales and offsets as float32,
+     * ceil(D/32) x 2 x TILE_KEYS */
+    [AREA_Q_INT]       = { 21, 224 },
     /* int8 / int4 V: a tile's int16 weights, 8 rows x groups x TILE_KEYS (int8: one group),
      * then int4's wscale and offset sums, 8 rows x groups x 2 floats, then its scales and
      * offsets as float32, groups x 2 x TILE_KEYS: 400 groups floats, groups <= ceil(D / 32) */
@@ -506,6 +507,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
     st->qs = scratch_area_at(scratch, AREA_Q_BROADCAST, Dp);
     st->qpairs = scratch_area_at(scratch, AREA_Q_INT, Dp);
     st->qgroup = (float *)(void *)(st->qpairs + (size_t)BLOCK_ROWS * (size_t)(ceil_div(D, 4) * 2));
+    st->kside = st->qgroup + (size_t)BLOCK_ROWS * (size_t)ceil_div(D, SDPA_I4_GROUP);
     st->wq = scratch_area_at(scratch, AREA_W_INT, Dp);
     st->wgroup = (float *)(void *)(st->wq + (size_t)BLOCK_ROWS * TILE_KEYS * (size_t)ceil_div(D, SDPA_I4_GROUP));
     st->vside = st->wgroup + (size_t)BLOCK_ROWS * 2 * (size_t)ceil_div(D, SDPA_I4_GROUP);

@@ -58,7 +58,7 @@ static FLASH_INLINE uint32_t i4_key_rows(const v128_t * qb, const uint8_t * k, s
         v128_t lo[2][2], hi[2][2];
         for (int g = 0; g < NG; g++) {
             const v128_t kv = wasm_v128_load(k + (size_t)g * ldk + (size_t)j * 16);
-            const v128_t n0 = wasm_v128_and(kv, low), n1 = wasm_u8x16_shr(kv, 4);
+            const v128_t n0 = wasm_v128_and(kv, low), n1 = wasm_v128_and(wasm_u16x8_shr(kv, 4), low);
             lo[g][0] = wasm_u16x8_extend_low_u8x16(n0);
             lo[g][1] = wasm_u16x8_extend_high_u8x16(n0);
             hi[g][0] = wasm_u16x8_extend_low_u8x16(n1);
@@ -78,13 +78,13 @@ static FLASH_INLINE uint32_t i4_key_rows(const v128_t * qb, const uint8_t * k, s
 
 /* Adds group g's part of the scores of R rows (from x0) and 8 NG keys:
  * s += acc * scale + offset * qgroup; the first group stores, the last
- * multiplies by qscale. sc, off: the group's scales and offsets at the
- * pass's first key. */
+ * multiplies by qscale. sc, off: the group's scales and offsets (float32,
+ * converted once per tile) at the pass's first key. */
 static FLASH_INLINE void i4_key_group(const block_state * st, int32_t x0, int32_t G, int32_t g, v128_t acc[4][4],
-                                      const uint16_t * sc, const uint16_t * off, float * s, const int R, const int NG) {
+                                      const float * sc, const float * off, float * s, const int R, const int NG) {
     for (int kg = 0; kg < NG; kg++)
         for (int h = 0; h < 2; h++) {
-            const v128_t vs = half4(sc + 8 * kg + 4 * h), vo = half4(off + 8 * kg + 4 * h);
+            const v128_t vs = wasm_v128_load(sc + 8 * kg + 4 * h), vo = wasm_v128_load(off + 8 * kg + 4 * h);
             for (int r = 0; r < R; r++) {
                 float * at = s + (size_t)r * TILE_KEYS + 8 * kg + 4 * h;
                 const v128_t qg = wasm_f32x4_splat(st->qgroup[(size_t)(x0 + r) * G + g]);
@@ -97,19 +97,35 @@ static FLASH_INLINE void i4_key_group(const block_state * st, int32_t x0, int32_
         }
 }
 
-/* One pass of R rows over 8 NG keys, group by group. */
+/* One pass of R rows over 8 NG keys, group by group (side: the tile's
+ * scales then offsets per group, TILE_KEYS floats each, at the pass's first key). */
 static FLASH_INLINE uint32_t i4_key_pass(const block_state * st, int32_t x0, const v128_t * qb, const uint8_t * kt,
-                                         size_t ldk, int32_t Q, int32_t G, const uint16_t * sc0, const uint16_t * off0,
-                                         float * s, const int R, const int NG,
-                                         const uint32_t * ta, const uint32_t * tb, int32_t lines) {
+                                         size_t ldk, int32_t Q, int32_t G, const float * side, float * s,
+                                         const int R, const int NG, const uint32_t * ta, const uint32_t * tb, int32_t lines) {
     uint32_t touched = 0;
     v128_t acc[4][4];
     for (int32_t g = 0; g < G; g++) {
         const int32_t j0 = g * (SDPA_I4_GROUP / 4), j1 = j0 + SDPA_I4_GROUP / 4 < Q ? j0 + SDPA_I4_GROUP / 4 : Q;
         touched |= i4_key_rows(qb, kt, ldk, j0, j1, acc, R, NG, ta, tb, lines);
-        i4_key_group(st, x0, G, g, acc, sc0 + (size_t)g * SDPA_PAGE_ROWS, off0 + (size_t)g * SDPA_PAGE_ROWS, s, R, NG);
+        const float * sc = side + (size_t)g * 2 * TILE_KEYS;
+        i4_key_group(st, x0, G, g, acc, sc, sc + TILE_KEYS, s, R, NG);
     }
     return touched;
+}
+
+/* The float16 scales and offsets of a block's G groups at rows [r0, r0 + n)
+ * (n a multiple of 4) as float32, side[g][0][t] scales and side[g][1][t]
+ * offsets: converted once per tile, for every row of the block. */
+static void i4_side_floats(const sdpa_page_format * fmt, const void * page, int value, int32_t r0, int32_t n, float * side) {
+    const int32_t G = fmt->block[value].groups;
+    for (int32_t g = 0; g < G; g++) {
+        const uint16_t * sc = sdpa_kv_i4_scales(fmt, page, value, g) + r0, * off = sdpa_kv_i4_offsets(fmt, page, value, g) + r0;
+        float * out = side + (size_t)g * 2 * TILE_KEYS;
+        for (int32_t t = 0; t < n; t += 4) {
+            wasm_v128_store(out + t, half4(sc + t));
+            wasm_v128_store(out + TILE_KEYS + t, half4(off + t));
+        }
+    }
 }
 
 /* Scores s[x][t] = q_x . k_t (unscaled) for the keys [r0, r0 + nt) of an
@@ -122,16 +138,17 @@ static uint32_t int4_scores(const flash_plan * f, block_state * st, const void *
     const int32_t Q = fmt->block[0].units, G = fmt->block[0].groups, P = 2 * Q, n = st->n;
     const size_t ldk = (size_t)Q * 2 * SDPA_I8_KEY_GROUP;
     const uint8_t * kblock = (const uint8_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / SDPA_I8_KEY_GROUP) * ldk;
-    const uint16_t * sc = sdpa_kv_i4_scales(fmt, page, 0, 0) + r0, * off = sdpa_kv_i4_offsets(fmt, page, 0, 0) + r0;
     const int32_t step = n == 1 ? 16 : 8;
     const int32_t lines = touch_lines(tr, step);  /* a cache line per quad */
+    i4_side_floats(fmt, page, 0, r0, (nt + step - 1) / step * step, st->kside);
     uint32_t touched = 0;
     for (int32_t t = 0; t < nt; t += step) {
         const uint8_t * kt = kblock + (size_t)(t / SDPA_I8_KEY_GROUP) * ldk;
+        const float * side = st->kside + t;
         const uint32_t * ta, * tb;
         touch_pass(tr, t, &ta, &tb);
         if (n == 1) {
-            touched |= i4_key_pass(st, 0, st->qpairs, kt, ldk, Q, G, sc + t, off + t, st->s + t, 1, 2, ta, tb, lines);
+            touched |= i4_key_pass(st, 0, st->qpairs, kt, ldk, Q, G, side, st->s + t, 1, 2, ta, tb, lines);
             continue;
         }
         for (int32_t x = 0; x < n; x += 4) {
@@ -139,10 +156,10 @@ static uint32_t int4_scores(const flash_plan * f, block_state * st, const void *
             float * sx = st->s + (size_t)x * TILE_KEYS + t;
             const int32_t l = x == 0 ? lines : 0;
             switch (n - x) {
-                case 1: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, sc + t, off + t, sx, 1, 1, ta, tb, l); break;
-                case 2: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, sc + t, off + t, sx, 2, 1, ta, tb, l); break;
-                case 3: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, sc + t, off + t, sx, 3, 1, ta, tb, l); break;
-                default: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, sc + t, off + t, sx, 4, 1, ta, tb, l); break;
+                case 1: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, side, sx, 1, 1, ta, tb, l); break;
+                case 2: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, side, sx, 2, 1, ta, tb, l); break;
+                case 3: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, side, sx, 3, 1, ta, tb, l); break;
+                default: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, side, sx, 4, 1, ta, tb, l); break;
             }
         }
     }
@@ -162,14 +179,7 @@ static void int4_weights(const flash_plan * f, block_state * st, const void * pa
     const int32_t G = fmt->block[1].groups;
     const v128_t zero = wasm_f32x4_splat(0.0f);
     float w[TILE_KEYS] __attribute__((aligned(16)));
-    for (int32_t g = 0; g < G; g++) {
-        const uint16_t * sc = sdpa_kv_i4_scales(fmt, page, 1, g) + r0, * off = sdpa_kv_i4_offsets(fmt, page, 1, g) + r0;
-        float * vs = st->vside + (size_t)g * 2 * TILE_KEYS;
-        for (int32_t t = 0; t < nt4; t += 4) {
-            wasm_v128_store(vs + t, half4(sc + t));
-            wasm_v128_store(vs + TILE_KEYS + t, half4(off + t));
-        }
-    }
+    i4_side_floats(fmt, page, 1, r0, nt4, st->vside);
     for (int32_t x = 0; x < st->n; x++) {
         const float * p = st->s + (size_t)x * TILE_KEYS;
         for (int32_t g = 0; g < G; g++) {
@@ -217,8 +227,8 @@ static FLASH_INLINE void i4_value_rows(const block_state * st, int32_t x0, int32
         const v128_t vv = wasm_v128_load(v);
         v128_t lo[2], hi[2];
         for (int j = 0; j < NDV; j++) {
-            const v128_t n = NDV == 2 ? (j ? wasm_u8x16_shr(vv, 4) : wasm_v128_and(vv, low))
-                                      : (high ? wasm_u8x16_shr(vv, 4) : wasm_v128_and(vv, low));
+            const v128_t n = NDV == 2 ? (j ? wasm_v128_and(wasm_u16x8_shr(vv, 4), low) : wasm_v128_and(vv, low))
+                                      : (high ? wasm_v128_and(wasm_u16x8_shr(vv, 4), low) : wasm_v128_and(vv, low));
             lo[j] = wasm_u16x8_extend_low_u8x16(n);
             hi[j] = wasm_u16x8_extend_high_u8x16(n);
         }

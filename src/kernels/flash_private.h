@@ -94,6 +94,7 @@ typedef struct block_state {
                                      * int4 V: [BLOCK_ROWS][groups][TILE_KEYS], per group */
     float * wgroup;                 /* int4 V: [BLOCK_ROWS][groups][2]: wscale, sum_t p * offset */
     float * vside;                  /* int4 V: [groups][2][TILE_KEYS]: a tile's scales, offsets as float32 */
+    float * kside;                  /* int4 K: the same for the K block */
     float wscale[BLOCK_ROWS];       /* weight ~ wq * wscale */
     int32_t wzp[BLOCK_ROWS];        /* sum_t wq[t] * zero_point[t] */
 } block_state;
