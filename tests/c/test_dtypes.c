@@ -607,6 +607,66 @@ static void test_f16_nonfinite(void) {
     sdpa_kv_cache_free(c);
 }
 
+/* An int4 cache (and K int8 / V int4) whose groups hold an Inf, a NaN or a
+ * value beyond float16: those groups read back as NaN, the pages that hold
+ * one are marked and decoded exactly, and attention gives the reference's
+ * NaN where such a key or value is seen (and not where it is not: the keys
+ * up to 60 see only page 0). Also through a fork that copies such a page. */
+static void test_int4_nonfinite(int32_t kdt) {
+    enum { S = 200, H = 2, Hq = 4, D = 40 };
+    snprintf(tu_context, sizeof tu_context, "K %s V int4 cache with Inf / NaN / huge values", dtype_str(kdt));
+    tu_rng rng;
+    tu_rng_seed(&rng, 12);
+    static float k[S * H * D], v[S * H * D], q[Hq * D], kd[S * H * D], vd[S * H * D], out[Hq * D];
+    for (int i = 0; i < S * H * D; i++) { k[i] = tu_rng_normal(&rng); v[i] = tu_rng_normal(&rng); }
+    for (int i = 0; i < Hq * D; i++) q[i] = tu_rng_normal(&rng);
+    k[(70 * H + 0) * D + 3] = INFINITY;  /* page 1, head 0: a K group NaN (int4 K) */
+    v[(150 * H + 0) * D + 35] = NAN;     /* page 2, head 0: V's short group NaN */
+    v[(10 * H + 1) * D + 9] = 7e4f;      /* page 0, head 1: beyond float16 */
+    sdpa_kv_cache * c = NULL, * fork = NULL;
+    const sdpa_kv_cache_desc desc = { 1, S + 64, H, D, kdt, SDPA_DTYPE_INT4, 0, 0 };
+    if (!TU_CHECK(sdpa_kv_cache_create_desc(g_ctx1, &desc, &c) == SDPA_OK, "create")) return;
+    sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, S, H, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, S, H, D);
+    TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &tk, &tv, 0) == SDPA_OK, "update");
+    TU_CHECK(sdpa_kv_cache_fork(g_ctx1, c, &fork) == SDPA_OK, "fork");
+    sdpa_tensor tk1 = tu_tensor4(k + 71 * H * D, SDPA_DTYPE_FLOAT32, 1, 1, H, D), tv1 = tu_tensor4(v + 71 * H * D, SDPA_DTYPE_FLOAT32, 1, 1, H, D);
+    TU_CHECK(sdpa_kv_cache_update(g_ctx1, fork, &tk1, &tv1, 71) == SDPA_OK, "fork update");
+    sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, H, D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, H, D);
+    TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+    TU_CHECK(isnan(vd[(150 * H + 0) * D + 32]) && isnan(vd[(10 * H + 1) * D + 0]) &&
+             (kdt != SDPA_DTYPE_INT4 || isnan(kd[(70 * H + 0) * D + 31])), "the groups read back as NaN");
+    TU_CHECK(!isnan(vd[(150 * H + 0) * D + 31]), "the group before it does not");
+    sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, 1, 1, Hq, D), to = tu_tensor4(out, SDPA_DTYPE_FLOAT32, 1, 1, Hq, D);
+    const int32_t lens[] = { 60, 140, S };
+    for (int li = 0; li < 3; li++) {
+        const int32_t n = lens[li];
+        naive_params np = {.B = 1, .Sq = 1, .Skv = n, .Hq = Hq, .Hkv = H, .D = D, .start_pos = n - 1, .is_causal = 1};
+        double ref[Hq * D];
+        TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0, "reference");
+        sdpa_options o = {.start_pos = n - 1, .is_causal = 1};
+        for (sdpa_kv_cache * cc = c; cc; cc = cc == c ? fork : NULL) {
+            if (cc == fork) {  /* the fork's row 71 is its own */
+                sdpa_tensor fkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, H, D), fvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, H, D);
+                TU_CHECK(sdpa_kv_cache_read(g_ctx1, fork, 0, S, &fkd, &fvd) == SDPA_OK, "read fork");
+                TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0, "reference");
+            }
+            for (sdpa_ctx * ctx = g_ctx1; ctx; ctx = ctx == g_ctx1 ? g_ctx2 : NULL) {
+                tu_fill_nan(out, Hq * D);
+                tu_dirty_error(ctx);
+                sdpa_status st = sdpa_kv_cache_attend(ctx, cc, &tq, NULL, &o, &to);
+                char what[96];
+                snprintf(what, sizeof what, "%s, %d keys", cc == c ? "cache" : "fork", n);
+                /* the quantized kernels' bound; NaN where the reference is NaN */
+                if (TU_CHECK(st == SDPA_OK, "%s: %s", what, sdpa_ctx_last_error(ctx)))
+                    tu_close_tol(what, out, ref, Hq * D, tq.dims, TU_INT8_TOL);
+            }
+        }
+        TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+    }
+    sdpa_kv_cache_free(fork);
+    sdpa_kv_cache_free(c);
+}
+
 /* Random compact-cache attention: what the fixed cases do not reach. Any D
  * from 1 to 300, 1-70 query rows, GQA groups 1-8, B 1-2, float and bool
  * masks, windows, softcap, sinks, custom scales, value scales 1e-3 to 1e3
@@ -725,6 +785,8 @@ int main(void) {
     test_int8_tiny_query();
     test_int8_nonfinite_query();
     test_f16_nonfinite();
+    test_int4_nonfinite(SDPA_DTYPE_INT4);
+    test_int4_nonfinite(SDPA_DTYPE_INT8);
     test_attention();
     test_random_cases();
     test_bytes();
