@@ -165,6 +165,15 @@ const char * sdpa_ctx_last_error(const sdpa_ctx * ctx);
 /// reference instead of the SIMD kernels (for tests and debugging).
 void sdpa_ctx_use_reference(sdpa_ctx * ctx, int32_t on);
 
+/// A compute call whose work (2 x B x Sq x Hq x keys read x D multiply-adds)
+/// is below this runs on the calling thread alone: waking the pool costs more
+/// than it saves there (bench/README.md, "Small decode steps"). The work is
+/// cut into the same units either way, so the result is bit-identical. Default
+/// SDPA_PARALLEL_MIN_MACS; 0: every call that has more than one unit uses the
+/// pool (tests use it to exercise the workers on small shapes).
+#define SDPA_PARALLEL_MIN_MACS 400000.0
+void sdpa_ctx_set_parallel_min_macs(sdpa_ctx * ctx, double macs);
+
 /// Scratch bytes a customSdpa-shaped call needs (q_len rows of q_heads over
 /// kv_heads, head_dim, attending up to n_keys keys). 0 on invalid sizes;
 /// SIZE_MAX when the need does not fit this build's address space (computed

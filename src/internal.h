@@ -39,6 +39,7 @@ struct sdpa_ctx {
     sdpa_pool * pool;
     int32_t     n_threads;
     int32_t     use_reference;
+    double      parallel_min_macs;  /* calls with less work run on the calling thread */
     void *      scratch;        /* owned; kernels align inside it */
     size_t      scratch_bytes;
     struct sdpa_page_pool * pages;  /* every page of every cache of this context */
@@ -160,7 +161,9 @@ sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, const char * fn, uint64_t bytes
 sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const char * fn, const sdpa_problem * p);
 
 /* Runs a reserved problem: the scalar reference when `reference` or the
- * context's switch says so, else the flash kernel. Clears the last error. */
+ * context's switch says so, else the flash kernel (on the calling thread
+ * alone when its work is below ctx->parallel_min_macs). Clears the last
+ * error. */
 void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference);
 
 #endif

@@ -45,6 +45,7 @@ sdpa_ctx * sdpa_ctx_create(int32_t n_threads, sdpa_status * status) {
         return NULL;
     }
     ctx->n_threads = sdpa_pool_threads(ctx->pool);
+    ctx->parallel_min_macs = SDPA_PARALLEL_MIN_MACS;
     if (status) *status = SDPA_OK;
     return ctx;
 }
@@ -61,6 +62,10 @@ int32_t sdpa_ctx_threads(const sdpa_ctx * ctx) { return ctx ? ctx->n_threads : 0
 
 const char * sdpa_ctx_last_error(const sdpa_ctx * ctx) {
     return ctx ? ctx->last_error : "sdpa: the context is NULL";
+}
+
+void sdpa_ctx_set_parallel_min_macs(sdpa_ctx * ctx, double macs) {
+    if (ctx) ctx->parallel_min_macs = macs > 0 ? macs : 0;  /* (NaN: 0) */
 }
 
 void sdpa_ctx_use_reference(sdpa_ctx * ctx, int32_t on) {
@@ -127,9 +132,18 @@ size_t sdpa_workspace_size(const sdpa_ctx * ctx, int32_t batch, int32_t q_len, i
     return need > SIZE_MAX ? SIZE_MAX : (size_t)need;  /* saturates: reserving SIZE_MAX is E_OOM */
 }
 
+/* Multiply-adds of a problem's Q.K and P.V, counting the keys a row can
+ * see: a windowed one its window and sink rows, else n_keys (causal
+ * prefill: about twice what it does; a bound is all the decision needs). */
+static double problem_macs(const sdpa_problem * p) {
+    double keys = p->n_keys;
+    if (p->window && (double)p->window + p->q_len + p->sink_tokens < keys) keys = (double)p->window + p->q_len + p->sink_tokens;
+    return 2.0 * p->batch * p->q_len * p->q_heads * keys * p->head_dim;
+}
+
 void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference) {
     if (reference || ctx->use_reference) sdpa_reference_run(ctx->pool, p, ctx->scratch);
-    else sdpa_flash_run(ctx->pool, p, ctx->scratch);
+    else sdpa_flash_run(ctx->pool, p, ctx->scratch, problem_macs(p) < ctx->parallel_min_macs);
     sdpa_clear_error(ctx);
 }
 

@@ -993,7 +993,7 @@ static void merge_group(const flash_plan * f, int32_t group, char * thread_scrat
     }
 }
 
-void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch) {
+void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch, bool serial) {
     flash_plan f;
     make_plan(&f, p);
     f.scratch = (char *)(((uintptr_t)scratch + SCRATCH_ALIGN - 1) & ~(uintptr_t)(SCRATCH_ALIGN - 1));
@@ -1002,5 +1002,9 @@ void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch) {
     f.done = (atomic_int *)(f.partials + (f.chunks > 1 ? (size_t)compute_units(&f) * partial_floats(&f) : 0));
     if (f.chunks > 1)
         for (int32_t g = 0; g < p->batch * p->kv_heads * f.blocks; g++) atomic_init(&f.done[g], 0);
+    if (serial) {
+        for (int32_t u = 0; u < compute_units(&f); u++) compute_unit(&f, u, 0);
+        return;
+    }
     sdpa_pool_run(pool, compute_unit, &f, compute_units(&f));
 }

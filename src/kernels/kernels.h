@@ -19,6 +19,8 @@ void sdpa_reference_row(const sdpa_problem * p, int32_t b, int32_t i, int32_t h,
 uint64_t sdpa_flash_workspace(int32_t n_threads, const sdpa_problem * p);
 /* Upper bound of sdpa_flash_workspace over every problem with this head_dim. */
 uint64_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim);
-void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch);
+/* serial: run every unit on the calling thread (thread 0's scratch), the
+ * pool left asleep; the units and so the result are the same. */
+void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch, bool serial);
 
 #endif

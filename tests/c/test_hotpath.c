@@ -48,6 +48,7 @@ static sdpa_ctx * make_ctx(int32_t threads) {
     }
 #ifndef __EMSCRIPTEN__
     TU_CHECK(sdpa_ctx_threads(ctx) == threads, "sdpa_ctx_create(%d) runs %d threads", threads, sdpa_ctx_threads(ctx));
+    sdpa_ctx_set_parallel_min_macs(ctx, 0);  /* the workers run even the small steps here */
 #endif
     if (sdpa_ctx_threads(ctx) != threads && g_fewer++ == 0)
         printf("  note: sdpa_ctx_create(%d) runs %d threads here\n", threads, sdpa_ctx_threads(ctx));
@@ -421,6 +422,43 @@ static void test_determinism(int quick) {
     det_run(&rc, seed++);
 }
 
+/* The default SDPA_PARALLEL_MIN_MACS: a decode step below it runs on the
+ * calling thread, one above it on the pool; both give the 1-thread bits
+ * (and the pool's, with the threshold off). Qwen2-0.5B's layer (14/2/64)
+ * at 128 keys is 0.23 M multiply-adds, at 2048 keys 3.7 M. */
+static void test_parallel_threshold(void) {
+    static const int32_t lens[] = { 128, 2048 };
+    for (int li = 0; li < 2; li++) {
+        const int32_t N = lens[li], Hq = 14, Hkv = 2, D = 64;
+        snprintf(tu_context, sizeof tu_context, "parallel threshold: decode 14/2/64 over %d keys", N);
+        tu_rng rng;
+        tu_rng_seed(&rng, 77 + (uint64_t)li);
+        const size_t nq = (size_t)Hq * D, nkv = (size_t)N * Hkv * D;
+        float * q = tu_malloc(nq * 4), * k = tu_malloc(nkv * 4), * v = tu_malloc(nkv * 4), * out[3];
+        fill_normal(q, nq, &rng, 1.0f);
+        fill_normal(k, nkv, &rng, 1.0f);
+        fill_normal(v, nkv, &rng, 1.0f);
+        sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, 1, 1, Hq, D);
+        sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, N, Hkv, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, N, Hkv, D);
+        sdpa_options opt = {.start_pos = N - 1, .is_causal = 1};
+        for (int c = 0; c < 3; c++) {  /* 1 thread; 2 threads at the default; 2 threads, the pool always */
+            out[c] = tu_malloc(nq * 4);
+            sdpa_status st = SDPA_E_ARG;
+            sdpa_ctx * ctx = sdpa_ctx_create(c ? 2 : 1, &st);
+            if (!TU_CHECK(ctx != NULL, "create")) return;
+            if (c == 2) sdpa_ctx_set_parallel_min_macs(ctx, 0);
+            sdpa_tensor to = tu_tensor4(out[c], SDPA_DTYPE_FLOAT32, 1, 1, Hq, D);
+            TU_CHECK(sdpa_custom(ctx, &tq, &tk, &tv, NULL, &opt, &to) == SDPA_OK, "sdpa_custom: %s", sdpa_ctx_last_error(ctx));
+            g_calls++;
+            sdpa_ctx_free(ctx);
+        }
+        tu_identical("2 threads at the default threshold vs 1 thread", out[0], out[1], nq, tq.dims);
+        tu_identical("2 threads, pool always, vs 1 thread", out[0], out[2], nq, tq.dims);
+        for (int c = 0; c < 3; c++) free(out[c]);
+        free(q); free(k); free(v);
+    }
+}
+
 int main(void) {
     double t0 = tu_seconds();
     const int quick = tu_quick();
@@ -431,6 +469,7 @@ int main(void) {
     printf("  no allocation   %6.2f s\n", tu_seconds() - s0);
     s0 = tu_seconds();
     test_determinism(quick);
+    test_parallel_threshold();
     printf("  determinism     %6.2f s\n", tu_seconds() - s0);
     printf("  %ld calls, %.2f s%s\n", g_calls, tu_seconds() - t0, quick ? " (quick)" : "");
     return tu_summary("test_hotpath");

@@ -470,6 +470,7 @@ int main(void) {
     if (!TU_CHECK(g_ctx8 && st == SDPA_OK, "sdpa_ctx_create(8): %s", sdpa_status_code(st))) return tu_summary("test_limits");
 #ifndef __EMSCRIPTEN__
     TU_CHECK(sdpa_ctx_threads(g_ctx8) == 8, "sdpa_ctx_create(8) runs %d threads", sdpa_ctx_threads(g_ctx8));
+    sdpa_ctx_set_parallel_min_macs(g_ctx8, 0);
 #endif
     if (sdpa_ctx_threads(g_ctx8) != 8) printf("  note: sdpa_ctx_create(8) runs %d threads here\n", sdpa_ctx_threads(g_ctx8));
     struct {

@@ -337,6 +337,7 @@ int main(void) {
     sdpa_status st;
     g_ctx = sdpa_ctx_create(2, &st);
     if (!TU_CHECK(g_ctx != NULL, "ctx: %s", sdpa_status_code(st))) return tu_summary("test_pages");
+    sdpa_ctx_set_parallel_min_macs(g_ctx, 0);
     tu_rng_seed(&g_rng, 7);
     test_fork_and_truncate();
     test_byte_counts();

@@ -249,6 +249,9 @@ int tu_ctx_pair(sdpa_ctx ** one, sdpa_ctx ** two) {
         *one = *two = NULL;
         return 0;
     }
+    /* every call with more than one work unit uses the pool, however small
+     * (the default runs small calls on the calling thread alone) */
+    sdpa_ctx_set_parallel_min_macs(*two, 0);
     TU_CHECK(sdpa_ctx_threads(*one) == 1, "1-thread context runs %d threads", sdpa_ctx_threads(*one));
     TU_CHECK(sdpa_ctx_threads(*two) == 2, "2-thread context runs %d threads", sdpa_ctx_threads(*two));
     return 1;

@@ -131,6 +131,7 @@ static void large_sweep(uint64_t * seed, double deadline) {
         sdpa_status st = SDPA_E_ARG;
         sdpa_ctx * ctx = sdpa_ctx_create(threads, &st);
         if (!ctx) FAILF("sdpa_ctx_create(%d): %s", threads, sdpa_status_code(st));
+        sdpa_ctx_set_parallel_min_macs(ctx, 0);
         const int32_t T = sdpa_ctx_threads(ctx);
         /* from 2 GiB of scratch (no single wasm32 malloc that large) to the wrap at 4 GiB and past */
         const int64_t d_2g = (int64_t)((UINT64_C(1) << 31) / (64u * (uint64_t)T));
