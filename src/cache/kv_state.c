@@ -108,7 +108,7 @@ static sdpa_status check_save(sdpa_ctx * ctx, const sdpa_kv_cache * c, int32_t s
     const int64_t end = (int64_t)start + length;
     if (end > c->length)
         return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: rows %d .. %lld are past the %d %s written (cache.length); a save holds written rows only",
-                         SAVE_FN, start, (long long)end - 1, c->length, c->length == 1 ? "row" : "rows");
+                         SAVE_FN, start, (long long)(end > start ? end : (int64_t)start + 1) - 1, c->length, c->length == 1 ? "row" : "rows");
     if (c->window && end > c->sink_tokens && end < c->window_start)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
                          "%s: the saved rows would end at row %lld, inside the evicted rows %d .. %d of the windowed cache; expected an end <= %d (sink rows only) or >= %d",
