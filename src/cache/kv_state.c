@@ -409,6 +409,12 @@ static sdpa_status parse_header(sdpa_kv_loader * L) {
     const int32_t max_len = L->max_seq_len ? L->max_seq_len : max_seq;
     if (max_len < end)
         return load_fail(L, SDPA_E_FORMAT, "maxSeqLen is %d but the saved cache has length %d; expected maxSeqLen >= %d", max_len, end, end);
+    /* pages beyond the address space: E_OOM now, before the pool grows towards it */
+    const uint64_t pages_per_head = (uint64_t)(rows.a1 - rows.a0 + rows.b1 - rows.b0) / SDPA_PAGE_ROWS + 2;
+    const uint64_t need = sdpa_size_mul(sdpa_size_mul((uint64_t)batch * (uint64_t)heads, pages_per_head), page_bytes);
+    if (need > SIZE_MAX)
+        return load_fail(L, SDPA_E_OOM, "the saved rows need about %llu bytes of pages; more than this build's address space",
+                         (unsigned long long)need);
     /* make it: a new cache, and every page of its saved rows */
     sdpa_kv_cache * c = NULL;
     s = sdpa_kv_cache_create_windowed(L->ctx, batch, max_len, heads, dim, kd, window, sinks, &c);
