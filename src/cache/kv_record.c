@@ -46,10 +46,23 @@ uint64_t sdpa_kv_record_bytes(int32_t dtype, int32_t head_dim) {
     }
 }
 
-/* Element d of row t is at base + d * step for these layouts (kv_format.h). */
+/* Element d of row t is at base + d * step for these layouts (kv_format.h);
+ * I8_KEYS keeps pairs: base + (d / 2) * pair_step + d % 2. */
 static bool affine_layout(sdpa_block_layout l) {
     return l == SDPA_LAYOUT_ROWS || l == SDPA_LAYOUT_KEY_GROUPS || l == SDPA_LAYOUT_I8_PAIRS;
 }
+
+/* The loops of move_elems, one per element size and direction (the compiler
+ * keeps the element moves as plain loads and stores). */
+#define MOVE_AFFINE(TYPE, TO_PAGE)                                                       \
+    do {                                                                                 \
+        TYPE * e_ = (TYPE *)(void *)(block + base * sizeof(TYPE));                       \
+        for (int32_t d = 0; d < D; d++) {                                                \
+            TYPE v_;                                                                     \
+            if (TO_PAGE) { memcpy(&v_, rec + (size_t)d * sizeof(TYPE), sizeof(TYPE)); e_[(size_t)d * step] = v_; } \
+            else { v_ = e_[(size_t)d * step]; memcpy(rec + (size_t)d * sizeof(TYPE), &v_, sizeof(TYPE)); }        \
+        }                                                                                \
+    } while (0)
 
 /* Copies D elements of `eb` bytes between a page row and a record (to_page: record -> page). */
 static void move_elems(const sdpa_page_format * f, unsigned char * block, int32_t row, int value,
@@ -64,27 +77,19 @@ static void move_elems(const sdpa_page_format * f, unsigned char * block, int32_
     }
     if (affine_layout(layout) && D > 1) {
         const size_t step = sdpa_kv_elem_index(f, row, value, 1) - base;
-        if (eb == 4) {
-            uint32_t * e = (uint32_t *)(void *)(block + base * 4);
-            for (int32_t d = 0; d < D; d++, rec += 4) {
-                if (to_page) memcpy(&e[(size_t)d * step], rec, 4); else memcpy(rec, &e[(size_t)d * step], 4);
-            }
-            return;
+        if (eb == 4) { if (to_page) MOVE_AFFINE(uint32_t, 1); else MOVE_AFFINE(uint32_t, 0); return; }
+        if (eb == 2) { if (to_page) MOVE_AFFINE(uint16_t, 1); else MOVE_AFFINE(uint16_t, 0); return; }
+        if (eb == 1) { if (to_page) MOVE_AFFINE(uint8_t, 1); else MOVE_AFFINE(uint8_t, 0); return; }
+    }
+    if (layout == SDPA_LAYOUT_I8_KEYS && eb == 1 && D > 2) {
+        const size_t pair_step = sdpa_kv_elem_index(f, row, value, 2) - base;
+        unsigned char * e = block + base;
+        int32_t d = 0;
+        for (; d + 1 < D; d += 2, e += pair_step) {
+            if (to_page) { e[0] = rec[d]; e[1] = rec[d + 1]; } else { rec[d] = e[0]; rec[d + 1] = e[1]; }
         }
-        if (eb == 2) {
-            uint16_t * e = (uint16_t *)(void *)(block + base * 2);
-            for (int32_t d = 0; d < D; d++, rec += 2) {
-                if (to_page) memcpy(&e[(size_t)d * step], rec, 2); else memcpy(rec, &e[(size_t)d * step], 2);
-            }
-            return;
-        }
-        if (eb == 1) {
-            unsigned char * e = block + base;
-            for (int32_t d = 0; d < D; d++) {
-                if (to_page) e[(size_t)d * step] = rec[d]; else rec[d] = e[(size_t)d * step];
-            }
-            return;
-        }
+        if (d < D) { if (to_page) e[0] = rec[d]; else rec[d] = e[0]; }
+        return;
     }
     for (int32_t d = 0; d < D; d++) {
         unsigned char * p = block + sdpa_kv_elem_index(f, row, value, d) * eb;
@@ -145,10 +150,26 @@ sdpa_record_fault sdpa_kv_record_import(const sdpa_page_format * f, void * page,
         switch (dtype) {
             case SDPA_DTYPE_FLOAT32: move_elems(f, block, row, value, rec, 4, true); break;
             case SDPA_DTYPE_FLOAT16: {
+                const sdpa_block_layout layout = sdpa_kv_layout(f, value);
                 uint32_t special = 0;
-                for (size_t d = 0; d < D; d++) special |= ((uint32_t)in[2 * d + 1] & 0x7cu) == 0x7cu;  /* exponent all ones */
+                if (affine_layout(layout) && D > 1) {  /* move and look for Inf / NaN (exponent all ones) in one pass */
+                    const size_t base = sdpa_kv_elem_index(f, row, value, 0), step = sdpa_kv_elem_index(f, row, value, 1) - base;
+                    uint16_t * e = (uint16_t *)(void *)(block + base * 2);
+                    for (size_t d = 0; d < D; d++) {
+                        uint16_t h;
+                        memcpy(&h, in + 2 * d, 2);
+                        special |= (uint32_t)((h & 0x7c00u) == 0x7c00u);
+                        e[d * step] = h;
+                    }
+                } else {
+                    for (size_t d = 0; d < D; d++) {
+                        uint16_t h;
+                        memcpy(&h, in + 2 * d, 2);
+                        special |= (uint32_t)((h & 0x7c00u) == 0x7c00u);
+                    }
+                    move_elems(f, block, row, value, rec, 2, true);
+                }
                 *nonfinite |= special != 0;
-                move_elems(f, block, row, value, rec, 2, true);
                 break;
             }
             default: {  /* int8 */
