@@ -86,7 +86,7 @@ static void move_elems(const sdpa_page_format * f, unsigned char * block, int32_
         unsigned char * e = block + base;
         int32_t d = 0;
         for (; d + 1 < D; d += 2, e += pair_step) {
-            if (to_page) { e[0] = rec[d]; e[1] = rec[d + 1]; } else { rec[d] = e[0]; rec[d + 1] = e[1]; }
+            if (to_page) memcpy(e, rec + d, 2); else memcpy(rec + d, e, 2);
         }
         if (d < D) { if (to_page) e[0] = rec[d]; else rec[d] = e[0]; }
         return;
@@ -94,6 +94,23 @@ static void move_elems(const sdpa_page_format * f, unsigned char * block, int32_
     for (int32_t d = 0; d < D; d++) {
         unsigned char * p = block + sdpa_kv_elem_index(f, row, value, d) * eb;
         if (to_page) memcpy(p, rec + (size_t)d * eb, eb); else memcpy(rec + (size_t)d * eb, p, eb);
+    }
+}
+
+/* I8_PAIRS (int8 V) keeps rows 2k and 2k + 1 interleaved byte by byte: when
+ * `row` is even and row + 1 follows it that way, both rows move together,
+ * one 16-bit element pair at a time (recs[0] row, recs[1] row + 1). */
+static bool paired_rows(const sdpa_page_format * f, int32_t row, int value) {
+    return sdpa_kv_layout(f, value) == SDPA_LAYOUT_I8_PAIRS && row % 2 == 0 && row + 1 < SDPA_PAGE_ROWS &&
+           sdpa_kv_elem_index(f, row + 1, value, 0) == sdpa_kv_elem_index(f, row, value, 0) + 1 &&
+           (f->dim < 2 || sdpa_kv_elem_index(f, row, value, 1) == sdpa_kv_elem_index(f, row, value, 0) + 2);
+}
+static void move_row_pair(const sdpa_page_format * f, unsigned char * block, int32_t row, int value,
+                          unsigned char * a, unsigned char * b, bool to_page) {
+    unsigned char * e = block + sdpa_kv_elem_index(f, row, value, 0);
+    const int32_t D = f->dim;
+    for (int32_t d = 0; d < D; d++, e += 2) {
+        if (to_page) { e[0] = a[d]; e[1] = b[d]; } else { a[d] = e[0]; b[d] = e[1]; }
     }
 }
 
@@ -112,10 +129,15 @@ void sdpa_kv_record_export(const sdpa_page_format * f, const void * page, int32_
             case SDPA_DTYPE_FLOAT32: move_elems(f, block, row, value, out, 4, false); break;
             case SDPA_DTYPE_FLOAT16: move_elems(f, block, row, value, out, 2, false); break;
             default: {  /* int8 */
-                move_elems(f, block, row, value, out, 1, false);
-                const float scale = sdpa_kv_row_scale(f, page, row, value);
-                memcpy(out + D, &scale, 4);
-                out[D + 4] = (unsigned char)sdpa_kv_row_zero_point(f, page, row, value);
+                const bool pair = i + 1 < n && paired_rows(f, row, value);
+                if (pair) move_row_pair(f, block, row, value, out, out + stride, false);
+                else move_elems(f, block, row, value, out, 1, false);
+                for (int32_t k = 0; k <= (int32_t)pair; k++) {
+                    const float scale = sdpa_kv_row_scale(f, page, row + k, value);
+                    memcpy(out + (size_t)k * stride + D, &scale, 4);
+                    out[(size_t)k * stride + D + 4] = (unsigned char)sdpa_kv_row_zero_point(f, page, row + k, value);
+                }
+                if (pair) { i++; out += stride; }
                 break;
             }
         }
@@ -173,13 +195,21 @@ sdpa_record_fault sdpa_kv_record_import(const sdpa_page_format * f, void * page,
                 break;
             }
             default: {  /* int8 */
-                if (!int8_record_ok(in, D)) {
-                    *bad_row = i;
-                    return SDPA_RECORD_BAD_SCALE;
+                const bool pair = i + 1 < n && paired_rows(f, row, value);
+                for (int32_t k = 0; k <= (int32_t)pair; k++) {
+                    if (!int8_record_ok(in + (size_t)k * stride, D)) {
+                        *bad_row = i + k;
+                        return SDPA_RECORD_BAD_SCALE;
+                    }
                 }
-                move_elems(f, block, row, value, rec, 1, true);
-                memcpy((unsigned char *)(uintptr_t)sdpa_kv_scales(f, page, value) + (size_t)row * 4, in + D, 4);
-                ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row] = (int8_t)in[D + 4];
+                if (pair) move_row_pair(f, block, row, value, rec, rec + stride, true);
+                else move_elems(f, block, row, value, rec, 1, true);
+                for (int32_t k = 0; k <= (int32_t)pair; k++) {
+                    const unsigned char * r = in + (size_t)k * stride;
+                    memcpy((unsigned char *)(uintptr_t)sdpa_kv_scales(f, page, value) + (size_t)(row + k) * 4, r + D, 4);
+                    ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row + k] = (int8_t)r[D + 4];
+                }
+                if (pair) { i++; in += stride; }
                 break;
             }
         }
