@@ -154,7 +154,6 @@ function chunkIterator(core, fn, parts, chunkBytes) {
         if (core.disposed && left > 0) throw new SdpaError('E_DISPOSED', `${fn}: this sdpa instance was disposed during the save`);
         return { done: true, value: undefined };
       }
-      if (left === 0) { finish(); untrack(); return { done: true, value: undefined }; }
       try {
         if (st === null) st = staging(core, fn, Math.min(chunkBytes, total));
         const out = new Uint8Array(Math.min(chunkBytes, left));
@@ -173,6 +172,7 @@ function chunkIterator(core, fn, parts, chunkBytes) {
           }
         }
         left -= out.length;
+        if (left === 0) { finish(); untrack(); }   // the last chunk: the snapshot goes now, not at the next call
         return { done: false, value: out };
       } catch (e) {
         finish(); untrack();

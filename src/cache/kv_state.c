@@ -562,11 +562,14 @@ sdpa_status sdpa_kv_load_feed(sdpa_kv_loader * L, const void * data, size_t n, s
 
 int32_t sdpa_kv_load_done(const sdpa_kv_loader * L) { return L && !L->failed && L->phase == PHASE_DONE; }
 
+/* the header was read whole and passed every rule */
+static bool header_read(const sdpa_kv_loader * L) { return L && L->head && L->phase >= PHASE_PAYLOAD && L->pend; }
+
 const void * sdpa_kv_load_meta(const sdpa_kv_loader * L) {
-    return L && L->cache ? L->head + FIXED_BYTES : NULL;
+    return header_read(L) ? L->head + FIXED_BYTES : NULL;
 }
 double sdpa_kv_load_meta_bytes(const sdpa_kv_loader * L) {
-    return L && L->cache ? (double)(L->head_bytes - HEADER_MIN) : 0;
+    return header_read(L) ? (double)(L->head_bytes - HEADER_MIN) : 0;
 }
 
 sdpa_status sdpa_kv_load_finish(sdpa_kv_loader * L, sdpa_kv_cache ** out_cache) {
