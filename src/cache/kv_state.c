@@ -202,7 +202,6 @@ static int32_t save_run(sdpa_kv_saver * sv, unsigned char * out, size_t max) {
     const int32_t row = t % SDPA_PAGE_ROWS;
     sdpa_kv_record_export(&c->format, page, row, n, 0, out, sv->pair);
     sdpa_kv_record_export(&c->format, page, row, n, 1, out + sv->krec, sv->pair);
-    sv->crc = sdpa_crc32c_update(sv->crc, out, (size_t)n * sv->pair);
     sv->i += n;
     if (sv->i == sv->per_head) {
         sv->i = 0;
@@ -214,7 +213,7 @@ static int32_t save_run(sdpa_kv_saver * sv, unsigned char * out, size_t max) {
 size_t sdpa_kv_save_read(sdpa_kv_saver * sv, void * out_, size_t cap) {
     if (!sv || !out_) return 0;
     unsigned char * out = out_;
-    size_t done = 0;
+    size_t done = 0, pay_from = 0, pay_len = 0;  /* the payload bytes of this call: one run of out, CRC'ed at once */
     const uint64_t payload_end = sv->total - 4;
     while (done < cap && sv->pos < sv->total) {
         const size_t room = cap - done;
@@ -224,6 +223,7 @@ size_t sdpa_kv_save_read(sdpa_kv_saver * sv, void * out_, size_t cap) {
             if (n > room) n = room;
             memcpy(out + done, sv->head + sv->pos, n);
         } else if (sv->pos < payload_end) {                  /* records */
+            if (pay_len == 0) pay_from = done;
             if (sv->pend_off < sv->pend_len) {               /* the rest of a straddling pair */
                 n = sv->pend_len - sv->pend_off;
                 if (n > room) n = room;
@@ -237,7 +237,9 @@ size_t sdpa_kv_save_read(sdpa_kv_saver * sv, void * out_, size_t cap) {
                 sv->pend_len = sv->pair;
                 continue;
             }
+            pay_len += n;
         } else {                                             /* the payload's CRC */
+            if (pay_len) { sv->crc = sdpa_crc32c_update(sv->crc, out + pay_from, pay_len); pay_len = 0; }
             if (sv->pos == payload_end) put32(sv->trailer, sv->crc);
             const size_t at = (size_t)(sv->pos - payload_end);
             n = 4 - at;
@@ -247,6 +249,7 @@ size_t sdpa_kv_save_read(sdpa_kv_saver * sv, void * out_, size_t cap) {
         done += n;
         sv->pos += n;
     }
+    if (pay_len) sv->crc = sdpa_crc32c_update(sv->crc, out + pay_from, pay_len);
     return done;
 }
 
@@ -482,7 +485,7 @@ sdpa_status sdpa_kv_load_feed(sdpa_kv_loader * L, const void * data, size_t n, s
     if (L->failed) return sdpa_fail(L->ctx, L->failed, "%s", L->message);
     if (n > 0 && !data) return load_fail(L, SDPA_E_ARG, "data is missing");
     const unsigned char * in = data;
-    size_t used = 0;
+    size_t used = 0, pay_from = 0, pay_len = 0;  /* the payload bytes of this call: one run of `in`, CRC'ed at once */
     while (used < n && L->phase != PHASE_DONE) {
         const size_t avail = n - used;
         if (L->phase == PHASE_START) {
@@ -519,26 +522,28 @@ sdpa_status sdpa_kv_load_feed(sdpa_kv_loader * L, const void * data, size_t n, s
             sdpa_status s = parse_header(L);
             if (s != SDPA_OK) { L->fed += used; return s; }
         } else if (L->phase == PHASE_PAYLOAD) {
+            if (pay_len == 0) pay_from = used;
             if (L->have > 0 || avail < L->pair) {            /* a pair split between pieces */
                 size_t k = L->pair - L->have;
                 if (k > avail) k = avail;
                 memcpy(L->pend + L->have, in + used, k);
                 L->have += k;
                 used += k;
+                pay_len += k;
                 if (L->have < L->pair) continue;
                 L->have = 0;
-                L->crc = sdpa_crc32c_update(L->crc, L->pend, L->pair);
                 sdpa_status s = load_run(L, L->pend, 1);
                 if (s != SDPA_OK) { L->fed += used; return s; }
                 continue;
             }
             int32_t k = run_at(&L->rows, L->i);
             if ((size_t)k > avail / L->pair) k = (int32_t)(avail / L->pair);
-            L->crc = sdpa_crc32c_update(L->crc, in + used, (size_t)k * L->pair);
             sdpa_status s = load_run(L, in + used, k);
             used += (size_t)k * L->pair;
+            pay_len += (size_t)k * L->pair;
             if (s != SDPA_OK) { L->fed += used; return s; }
         } else {                                             /* PHASE_TRAILER */
+            if (pay_len) { L->crc = sdpa_crc32c_update(L->crc, in + pay_from, pay_len); pay_len = 0; }
             size_t k = 4 - L->have;
             if (k > avail) k = avail;
             memcpy(L->trailer + L->have, in + used, k);
@@ -554,6 +559,7 @@ sdpa_status sdpa_kv_load_feed(sdpa_kv_loader * L, const void * data, size_t n, s
             L->phase = PHASE_DONE;
         }
     }
+    if (pay_len) L->crc = sdpa_crc32c_update(L->crc, in + pay_from, pay_len);
     L->fed += used;
     if (consumed) *consumed = used;
     sdpa_clear_error(L->ctx);

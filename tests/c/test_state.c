@@ -105,6 +105,20 @@ static void test_records(void) {
             free(page); free(page2); free(x); free(rec); free(raw);
         }
     TU_CHECK(sdpa_crc32c(0, "123456789", 9) == 0xE3069283u, "CRC-32C check value");
+    {   /* the wasm build's 16-lane path (inputs of 64 KiB and more) against a bitwise CRC, split anywhere */
+        const size_t n = 3 * 65536 + 777;
+        unsigned char * b = tu_malloc(n);
+        for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(tu_rng_u64(&g_rng) >> 56);
+        uint32_t c = ~0u;
+        for (size_t i = 0; i < n; i++) {
+            c ^= b[i];
+            for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        }
+        c = ~c;
+        const size_t cut = 65536 + 3;
+        TU_CHECK(sdpa_crc32c(0, b, n) == c && sdpa_crc32c(sdpa_crc32c(0, b, cut), b + cut, n - cut) == c, "CRC-32C of %zu bytes", n);
+        free(b);
+    }
     TU_CHECK(sdpa_kv_record_bytes(5, 64) == 0 && sdpa_kv_record_dtype_known(5), "int4 known, not supported yet");
 }
 
