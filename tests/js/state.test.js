@@ -278,6 +278,38 @@ test('E_OOM while loading: the pages taken go back, and a smaller load still wor
   cache.dispose(); c.dispose();
 });
 
+test('E_OOM when the pool runs out while a load takes its pages: the pool as it was, no cache, the instance goes on', async () => {
+  const s2 = await createSdpa({ threads: 1 });
+  try {
+    const c = s2.createKVCache({ maxSeqLen: 64, numKvHeads: 2, headDim: 24, dtype: 'int8' });
+    fillCache(c, 1, 10);
+    const before = s2.memory().bytesInUse, caches = s2[INTERNALS].core.caches.size;
+    // 1.5 GiB of the heap taken (malloc'ed, never touched), then a consistent header (CRC resealed) for
+    // 7946 heads x 100 pages of int8 rows: 3 GB of pages, within the address space (so the pool really
+    // tries to grow) and more than the heap has left
+    const { M } = s2[INTERNALS];
+    const hog = M._malloc(1.5 * 2 ** 30) >>> 0;
+    assert.ok(hog !== 0, 'the heap gave 1.5 GiB');
+    const h = c.save().slice();
+    const dv = new DataView(h.buffer);
+    dv.setUint32(28, 3973, true);      // batch
+    dv.setUint32(40, 6400, true);      // maxSeqLen
+    dv.setUint32(56, 6400, true);      // length
+    dv.setUint32(80, 6400, true);      // rows per head
+    dv.setBigUint64(72, BigInt(3973 * 2 * 6400 * 2 * 29), true);
+    resealHeader(h);
+    const hb = dv.getUint32(12, true);
+    await expectReject(s2.loadKVCache(h.subarray(0, hb)), 'E_OOM', [/^sdpa\.loadKVCache: the page pool cannot grow by \d+ pages/]);
+    assert.is(s2.memory().bytesInUse, before, 'pages in use as before');
+    assert.is(s2[INTERNALS].core.caches.size, caches, 'no cache made');
+    M._free(hog);
+    const { cache } = await s2.loadKVCache(c.save());
+    assert.ok(bytesEqual(rawBytes(cache, 0, 10), rawBytes(c, 0, 10)), 'a load still works');
+  } finally {
+    s2.dispose();
+  }
+});
+
 test('KVCacheGroup: save / saveChunks / saveStream and loadKVCacheGroup, all layers, meta; a bad layer names it', async () => {
   const configs = [PLAIN, { ...WIN, dtype: 'int8' }, { ...PLAIN, dtype: 'float16' }];
   const g = sdpa.createKVCacheGroup(configs);
