@@ -41,7 +41,7 @@ function track(core, obj) {
 
 /** One C saver (sdpa_kv_saver) of a checked cache and rows. */
 class Saver {
-  constructor(core, fn, ptr, start, length, meta) {
+  constructor(core, fn, ptr, start, length, meta, layer = null) {
     this.core = core;
     this.fn = fn;
     const M = core.M;
@@ -53,7 +53,13 @@ class Saver {
       }
       const outAt = core.slot('ptr');
       core.views().u32[outAt >>> 2] = 0;
-      core.check(M._sdpa_kv_save_begin(core.ctx, ptr, start, length, mp, meta ? meta.length : 0, outAt), fn);
+      try {
+        core.check(M._sdpa_kv_save_begin(core.ctx, ptr, start, length, mp, meta ? meta.length : 0, outAt), 'KVCache.save');
+      } catch (e) {
+        // C names KVCache.save; the caller may have called saveChunks, saveStream or a group's save
+        if (!(e instanceof SdpaError) || fn === 'KVCache.save') throw e;
+        throw new SdpaError(e.code, `${fn}: ${layer === null ? '' : `layer ${layer}: `}${e.message.replace(/^KVCache\.save: /, '')}`, { cause: e, status: e.status });
+      }
       this.ptr = core.views().u32[outAt >>> 2];
     } finally {
       core.free(mp);
@@ -265,7 +271,7 @@ function groupSavers(fn, group, layers, hooks, opts, allowed) {
   const core = hooks.state(layers[0]).core;
   const savers = [];
   try {
-    for (let i = 0; i < layers.length; i++) savers.push(new Saver(core, fn, rows[i].ptr, rows[i].start, rows[i].length, null));
+    for (let i = 0; i < layers.length; i++) savers.push(new Saver(core, fn, rows[i].ptr, rows[i].start, rows[i].length, null, i));
   } catch (e) {
     for (const s of savers) s.free();
     throw e;

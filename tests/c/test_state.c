@@ -77,7 +77,17 @@ static void test_records(void) {
             sdpa_record_fault f2 = sdpa_kv_record_import(&f, page2, 0, SDPA_PAGE_ROWS, 1, rec + rb, 2 * rb, &badrow, &nonfinite);
             TU_CHECK(f1 == SDPA_RECORD_OK && f2 == SDPA_RECORD_OK && !nonfinite, "import ok, dtype %d D %d", dtype, D);
             TU_CHECK(memcmp(page, page2, f.page_bytes) == 0, "import(export(page)) == page, dtype %d D %d", dtype, D);
-            if (dtype == SDPA_DTYPE_FLOAT16) {  /* an Inf element is reported */
+            if (dtype == SDPA_DTYPE_FLOAT16) {  /* an Inf or NaN element is reported, by every path */
+                unsigned char * r13 = rec + (2 * 13 + 1) * rb + 2 * (size_t)(D - 1);   /* V record of row 13, last element */
+                r13[0] = 0x01; r13[1] = 0xfe;                                           /* a NaN */
+                nonfinite = false;
+                sdpa_kv_record_import(&f, page2, 0, SDPA_PAGE_ROWS, 1, rec + rb, 2 * rb, &badrow, &nonfinite);
+                TU_CHECK(nonfinite, "float16 NaN in V row 13 sets nonfinite (D %d)", D);
+                unsigned char * k13 = rec + (2 * 13) * rb + 2 * (size_t)(D - 1);
+                k13[0] = 0x00; k13[1] = 0x7c;                                           /* +Inf in K row 13 */
+                nonfinite = false;
+                sdpa_kv_record_import(&f, page2, 0, SDPA_PAGE_ROWS, 0, rec, 2 * rb, &badrow, &nonfinite);
+                TU_CHECK(nonfinite, "float16 Inf in K row 13 sets nonfinite (D %d)", D);
                 rec[0] = 0x00; rec[1] = 0x7c;
                 nonfinite = false;
                 sdpa_kv_record_import(&f, page2, 0, 1, 0, rec, 2 * rb, &badrow, &nonfinite);
