@@ -6,6 +6,8 @@ export type SdpaErrorCode =
   | 'E_ARG' | 'E_RANK' | 'E_DIMS' | 'E_DTYPE' | 'E_BATCH' | 'E_HEADS' | 'E_HEAD_DIM'
   | 'E_KV_LEN' | 'E_START_POS' | 'E_CAPACITY' | 'E_MASK_DTYPE' | 'E_MASK_SHAPE'
   | 'E_MASK_CAUSAL' | 'E_DROPOUT' | 'E_SCALE' | 'E_DISPOSED' | 'E_OOM'
+  /** Saved KV state that cannot be read (docs/FORMAT.md): truncated, changed, another version, ... */
+  | 'E_FORMAT'
   /** Not a contract rule: the package's wasm/glue files are missing or broken. */
   | 'E_LOAD';
 
@@ -338,8 +340,55 @@ export class KVCache<K extends CacheDType = CacheDType, V extends CacheDType = K
    * write into a shared page (by either cache) copies that page only. O(pages).
    */
   fork(): KVCache<K, V>;
+  /**
+   * Rows start .. start+length-1 (default: every row written; a windowed
+   * cache's evicted rows are left out) as saved KV state (docs/FORMAT.md):
+   * sdpa.loadKVCache makes the cache again, in any instance or build, with
+   * bit-identical attention. Never changes the cache. E_CAPACITY past
+   * length (or ending inside a windowed cache's evicted rows).
+   */
+  save(opts?: SaveOptions): Uint8Array;
+  /** save() as Uint8Array chunks of chunkBytes (default 4 MiB; the last shorter), of a snapshot taken now. */
+  saveChunks(opts?: SaveChunkOptions): SaveChunks;
+  /** save() as a ReadableStream of Uint8Array chunks, pulled one at a time. */
+  saveStream(opts?: SaveChunkOptions): ReadableStream<Uint8Array>;
   /** Returns its pages to the pool (pages shared with a fork stay with it); a second call is a no-op. */
   dispose(): void;
+}
+
+/** A JSON value (what JSON.stringify writes and JSON.parse gives back). */
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+
+/** KVCache.save's options. */
+export interface SaveOptions {
+  /** The first row saved (default 0; rows below it read as zeros after a load). */
+  start?: number | null | undefined;
+  /** Rows saved (default: every row written from start on). */
+  length?: number | null | undefined;
+  /** Saved with the rows and returned by the load (a model id, a tokenizer hash, ...); at most 1 MiB as JSON. */
+  meta?: unknown;
+}
+
+export interface SaveChunkOptions extends SaveOptions {
+  /** Bytes per chunk (default 4 MiB, at most 2^30). */
+  chunkBytes?: number | null | undefined;
+}
+
+/** The chunks of a save (an iterator; break or return() frees its snapshot early). */
+export interface SaveChunks extends IterableIterator<Uint8Array> {
+  /** Bytes of the whole save. */
+  readonly bytes: number;
+  return(): IteratorResult<Uint8Array, undefined>;
+}
+
+/** What sdpa.loadKVCache reads: one buffer, a Blob, a Response, a stream or an (async) iterable of chunks. */
+export type KVStateSource =
+  | Uint8Array | ArrayBuffer | ArrayBufferView | Blob | Response | ReadableStream<Uint8Array>
+  | Iterable<Uint8Array | ArrayBuffer | ArrayBufferView> | AsyncIterable<Uint8Array | ArrayBuffer | ArrayBufferView>;
+
+export interface LoadOptions {
+  /** The restored cache's maxSeqLen (default: the saved one; at least the saved length, else E_FORMAT). */
+  maxSeqLen?: number | null | undefined;
 }
 
 /**
@@ -361,6 +410,10 @@ export class KVCacheGroup {
   truncate(length: number): void;
   /** A group of forks of every layer (copy-on-write), all or nothing. */
   fork(): KVCacheGroup;
+  /** Every layer saved (each with KVCache.save's start / length), one meta: sdpa.loadKVCacheGroup reads it. */
+  save(opts?: SaveOptions): Uint8Array;
+  saveChunks(opts?: SaveChunkOptions): SaveChunks;
+  saveStream(opts?: SaveChunkOptions): ReadableStream<Uint8Array>;
   /** Disposes every layer; a second call is a no-op. */
   dispose(): void;
   [Symbol.iterator](): IterableIterator<KVCache>;
@@ -392,6 +445,14 @@ export interface Sdpa {
   createKVCache(options: KVCacheOptions): KVCache;
   /** The caches of all the layers of a model: one createKVCache options object per layer; all or nothing. */
   createKVCacheGroup(configs: readonly KVCacheOptions[]): KVCacheGroup;
+  /**
+   * A new cache of this instance from saved KV state (KVCache.save):
+   * E_FORMAT for anything that is not a whole, unchanged save this build
+   * reads (nothing is made then); E_OOM when the pool cannot hold it.
+   */
+  loadKVCache(source: KVStateSource, opts?: LoadOptions): Promise<{ cache: KVCache; meta: JsonValue | undefined }>;
+  /** A new group from KVCacheGroup.save's bytes (all layers or none). */
+  loadKVCacheGroup(source: KVStateSource, opts?: LoadOptions): Promise<{ group: KVCacheGroup; meta: JsonValue | undefined }>;
   /**
    * What a cache made with `options` holds once rows 0 .. rows-1 are written
    * (default: maxSeqLen): reserve(poolBytes) after creating the caches and

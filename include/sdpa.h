@@ -94,6 +94,7 @@ typedef enum sdpa_status {
     SDPA_E_SCALE = 15,      ///< scale given and not finite > 0
     SDPA_E_DISPOSED = 16,   ///< (JS only) use of a disposed object
     SDPA_E_OOM = 17,        ///< allocation failed; nothing half-made is kept
+    SDPA_E_FORMAT = 18,     ///< saved KV state that cannot be read (docs/FORMAT.md); nothing is made
 } sdpa_status;
 
 /// "E_ARG", "E_RANK", ... (the JS error code); "OK" for 0, "E_UNKNOWN" otherwise.
@@ -429,6 +430,72 @@ sdpa_status sdpa_ctx_reserve_pages(sdpa_ctx * ctx, double bytes);
 /// cache's storage). For the JS wrapper's messages. (No unbalanced square
 /// brackets in this header: CMake reads it as a list to find the exports.)
 int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes);
+
+/* ==================================================================
+ * Saved KV state: a cache as portable bytes (docs/FORMAT.md)
+ * ==================================================================
+ *
+ * A save holds a header (geometry, dtypes, length, window_start, a caller's
+ * meta bytes, a CRC-32C), the row records of the saved rows (their stored
+ * form, no requantization: a load is exact) and a CRC-32C of those. It is
+ * produced and consumed in pieces of any size, so neither side needs the
+ * whole save in memory. A load makes a new cache of the loading context
+ * that attends bit-identically to the saved one, in any build. Bad input
+ * is SDPA_E_FORMAT with a message naming what is wrong; no cache is made
+ * and every page taken goes back to the pool. */
+
+/// Largest meta a save carries, in bytes.
+#define SDPA_STATE_MAX_META (1 << 20)
+
+typedef struct sdpa_kv_saver sdpa_kv_saver;
+
+/// Starts a save of rows start .. start+length-1 of `cache` (a windowed
+/// cache: the evicted rows among them are left out) with `meta_bytes`
+/// bytes of meta (copied). The saver holds a copy-on-write fork of the
+/// cache, so writes to the cache while the save is read change nothing
+/// in it; free it with sdpa_kv_save_free before the cache's context.
+/// E_ARG (NULL, meta above SDPA_STATE_MAX_META), E_START_POS (start < 0),
+/// E_DIMS (length < 0), E_CAPACITY (rows past cache length, or an end
+/// inside a windowed cache's evicted rows), E_OOM.
+sdpa_status sdpa_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start, int32_t length,
+                               const void * meta, size_t meta_bytes, sdpa_kv_saver ** out_saver);
+/// Bytes of the whole save (a double, exact below 2^53, for JS).
+double sdpa_kv_save_bytes(const sdpa_kv_saver * saver);
+/// Writes the next min(cap, bytes left) bytes of the save to `out`; returns
+/// how many (0 once all were read).
+size_t sdpa_kv_save_read(sdpa_kv_saver * saver, void * out, size_t cap);
+/// NULL is a no-op.
+void sdpa_kv_save_free(sdpa_kv_saver * saver);
+
+typedef struct sdpa_kv_loader sdpa_kv_loader;
+
+/// Starts a load into a new cache of `ctx` whose max_seq_len is
+/// `max_seq_len` (0: the saved one; E_DIMS when negative or above the key
+/// index limit).
+sdpa_status sdpa_kv_load_begin(sdpa_ctx * ctx, int32_t max_seq_len, sdpa_kv_loader ** out_loader);
+/// Feeds the next n bytes. *consumed (may be NULL) gets how many were taken:
+/// all of them, or fewer when the save ended inside them (the rest is
+/// another save's, or trailing bytes). Any failure is sticky: later feeds
+/// and sdpa_kv_load_finish return it again. E_FORMAT, E_OOM (when the
+/// header asks for pages the pool cannot supply).
+sdpa_status sdpa_kv_load_feed(sdpa_kv_loader * loader, const void * data, size_t n, size_t * consumed);
+/// 1 once the whole save was fed (its last CRC checked).
+int32_t sdpa_kv_load_done(const sdpa_kv_loader * loader);
+/// The saved meta (NULL and 0 bytes until the header was read).
+const void * sdpa_kv_load_meta(const sdpa_kv_loader * loader);
+double sdpa_kv_load_meta_bytes(const sdpa_kv_loader * loader);
+/// The cache, once done (E_FORMAT: the data ended early, saying where).
+/// The cache is the caller's from then on.
+sdpa_status sdpa_kv_load_finish(sdpa_kv_loader * loader, sdpa_kv_cache ** out_cache);
+/// Frees the loader and a cache it has not handed out. NULL is a no-op.
+void sdpa_kv_load_free(sdpa_kv_loader * loader);
+
+/// A whole save in one buffer (trailing bytes are E_FORMAT).
+sdpa_status sdpa_kv_cache_load(sdpa_ctx * ctx, const void * data, size_t n, int32_t max_seq_len,
+                               sdpa_kv_cache ** out_cache);
+
+/// CRC-32C (Castagnoli) of n bytes, extending `crc` (0 to start).
+uint32_t sdpa_crc32c(uint32_t crc, const void * data, size_t n);
 
 #ifdef __cplusplus
 }

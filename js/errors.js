@@ -21,6 +21,7 @@ export const STATUS_CODES = Object.freeze([
   'E_SCALE',      // 15
   'E_DISPOSED',   // 16
   'E_OOM',        // 17
+  'E_FORMAT',     // 18: saved KV state that cannot be read (docs/FORMAT.md)
 ]);
 
 /**

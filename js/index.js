@@ -15,6 +15,7 @@ import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild,
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
 import { KVCache, PAGE_ROWS } from './kv-cache.js';
 import { KVCacheGroup, makeEach } from './kv-cache-group.js';
+import { loadState, CacheSink, GroupSink } from './kv-state.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
 import { makeTorchEntry } from './torch.js';
 import { VERSION } from './version.js';
@@ -194,10 +195,33 @@ function makeInstance(core, info) {
     return core.allocTensor(fn, dtype, arr);
   }
 
+  /** A KVCache object for a cache C made (a load). */
+  function adoptCache(ptr, geo) {
+    const cache = new KVCache(core, ptr, geo);
+    core.caches.add(cache);
+    return cache;
+  }
+
+  /**
+   * A new cache of this instance from saved KV state (cache.save(),
+   * docs/FORMAT.md): `source` a Uint8Array, ArrayBuffer, Blob, Response,
+   * ReadableStream or (async) iterable of chunks. Resolves to { cache, meta }.
+   */
+  function loadKVCache(source, opts) {
+    return loadState(core, 'sdpa.loadKVCache', source, opts, CacheSink, adoptCache);
+  }
+
+  /** A new KVCacheGroup from group.save()'s bytes: resolves to { group, meta }. */
+  function loadKVCacheGroup(source, opts) {
+    return loadState(core, 'sdpa.loadKVCacheGroup', source, opts, GroupSink, adoptCache)
+      .then(({ caches, meta }) => ({ group: new KVCacheGroup(core, caches), meta }));
+  }
+
   const torch = makeTorchEntry(core, runCustom);
 
   function dispose() {
     if (core.disposed) return;
+    for (const s of [...core.states]) s.free();
     for (const c of [...core.caches]) c.dispose();
     for (const t of [...core.tensors]) t.dispose();
     core.disposed = true;
@@ -241,6 +265,8 @@ function makeInstance(core, info) {
     customSdpa,
     createKVCache,
     createKVCacheGroup,
+    loadKVCache,
+    loadKVCacheGroup,
     kvCacheSize,
     allocTensor,
     memory,

@@ -11,6 +11,7 @@
 import { Checks } from './validate.js';
 import { cacheHooks } from './kv-cache.js';
 import { SdpaError } from './errors.js';
+import { saveGroup, saveGroupChunks, saveGroupStream } from './kv-state.js';
 
 /** A layer's SdpaError ("KVCache.fork: ...") as the group's ("KVCacheGroup.fork: layer 3: ..."). */
 function inLayer(e, fn, i) {
@@ -91,6 +92,15 @@ export class KVCacheGroup {
     this.#checkEach(fn, (c, ck) => cacheHooks.checkAlive(c, ck));
     return new KVCacheGroup(this.#core, makeEach(fn, this.#layers, (c) => c.fork()));
   }
+
+  /** Every layer saved (KVCache.save's options, for each layer; one meta) as one Uint8Array: sdpa.loadKVCacheGroup reads it. */
+  save(opts) { return saveGroup(this, this.#layers, cacheHooks, opts); }
+
+  /** save() as an iterator of Uint8Array chunks (chunkBytes, default 4 MiB) of a snapshot of every layer taken now. */
+  saveChunks(opts) { return saveGroupChunks(this, this.#layers, cacheHooks, opts); }
+
+  /** save() as a ReadableStream of Uint8Array chunks. */
+  saveStream(opts) { return saveGroupStream(this, this.#layers, cacheHooks, opts); }
 
   /** Disposes every layer (pages shared with a fork stay with it). A second call is a no-op. */
   dispose() {

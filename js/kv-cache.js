@@ -22,6 +22,7 @@ import {
 import { SLOT } from './runtime.js';
 import { prod } from './shape.js';
 import { typedArrayTag, isArray } from './intrinsics.js';
+import { saveCache, saveCacheChunks, saveCacheStream } from './kv-state.js';
 
 /** Token rows per page: SDPA_PAGE_ROWS in include/sdpa.h. */
 export const PAGE_ROWS = 64;
@@ -328,7 +329,25 @@ export class KVCache {
     cacheHooks.checkTruncate = (cache, ck, length) => cache.#checkTruncate(ck, length);
     cacheHooks.truncateChecked = (cache, fn, n) => cache.#truncateChecked(fn, n);
     cacheHooks.checkAlive = (cache, ck) => cache.#checkAlive(ck);
+    // For kv-state.js (save): what a save reads of a cache.
+    cacheHooks.state = (cache) => {
+      const alive = cache.#alive();
+      return { core: cache.#core, ptr: cache.#ptr, geo: cache.#geo, alive, length: alive ? cache.length : 0, windowStart: alive ? cache.#windowStartOf() : 0 };
+    };
   }
+
+  /**
+   * The rows start .. start+length-1 (default: all rows written) as saved KV
+   * state (docs/FORMAT.md): a Uint8Array that sdpa.loadKVCache turns back
+   * into a cache, in any instance and build; `meta` (a JSON value) goes with it.
+   */
+  save(opts) { return saveCache(this, cacheHooks, opts); }
+
+  /** save() as an iterator of Uint8Array chunks of `chunkBytes` (default 4 MiB; the last shorter), of a snapshot taken now. */
+  saveChunks(opts) { return saveCacheChunks(this, cacheHooks, opts); }
+
+  /** save() as a ReadableStream of Uint8Array chunks (pulled one at a time). */
+  saveStream(opts) { return saveCacheStream(this, cacheHooks, opts); }
 
   /**
    * A new cache of this instance sharing every page of this one,

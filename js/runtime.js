@@ -74,6 +74,8 @@ export class Core {
     this.disposed = false;
     this.tensors = new Set();
     this.caches = new Set();
+    /** Savers and loaders of saved KV state under way (kv-state.js): freed first by sdpa.dispose(). */
+    this.states = new Set();
     this._buf = null;
     this._seen = null; // the last buffer recorded by noteMemoryBuffer
     this.staleWarned = false;

@@ -897,3 +897,71 @@ export function checkReserveBytes(ck, bytes, fmtBytes) {
   else if (!(bytes >= 0) || !Number.isFinite(bytes)) ck.add('E_ARG', `bytes is ${bytes}; expected a finite non-negative number`);
   else if (bytes > 0xffffffff) ck.add('E_OOM', `bytes is ${fmtBytes(bytes)}; the wasm heap holds at most 4 GiB`);
 }
+
+// ---------------------------------------------------------------------------
+// Saved KV state (js/kv-state.js, docs/FORMAT.md): save's rows, load's options
+
+/** SDPA_STATE_MAX_META (include/sdpa.h): the largest meta a save carries, as UTF-8 JSON. */
+export const MAX_META_BYTES = 1 << 20;
+export const SAVE_OPTIONS = Object.freeze(['start', 'length', 'meta']);
+export const SAVE_CHUNK_OPTIONS = Object.freeze(['start', 'length', 'meta', 'chunkBytes']);
+export const LOAD_OPTIONS = Object.freeze(['maxSeqLen']);
+const utf8 = new TextEncoder();
+
+/**
+ * A save's meta as UTF-8 JSON bytes (the snapshot of `meta`: JSON.stringify
+ * runs its toJSON methods and getters once, here); null when absent.
+ */
+export function readSaveMeta(ck, meta) {
+  if (meta === undefined) return null;
+  let json;
+  try {
+    json = JSON.stringify(meta);
+  } catch (e) {
+    if (!(e instanceof TypeError)) throw e;  // the caller's own toJSON or getter: propagates unchanged
+    ck.add('E_ARG', `meta must be a JSON value (JSON.stringify failed: ${e.message})`);
+    return null;
+  }
+  if (json === undefined) { ck.add('E_ARG', `meta must be a JSON value, got ${describeValue(meta)}`); return null; }
+  const bytes = utf8.encode(json);
+  if (bytes.length > MAX_META_BYTES) { ck.add('E_ARG', `meta is ${bytes.length} bytes as JSON; at most ${MAX_META_BYTES}`); return null; }
+  return bytes;
+}
+
+/** chunkBytes of saveChunks / saveStream: a positive integer up to 2^30 (default 4 MiB). */
+export function checkChunkBytes(ck, value) {
+  return checkSize(ck, value, 'chunkBytes', { required: false, dflt: 4 << 20, max: 1 << 30 });
+}
+
+/**
+ * save's rows (src/cache/kv_state.c check_save has the same words): start,
+ * length (default: the rest of the rows written); `written` the cache's
+ * length (-1 once disposed: only the types are checked), windowStart its
+ * first kept row after the sinks. Returns [start, length] (nulls when invalid).
+ */
+export function checkSaveRows(ck, geo, start, length, written, windowStart) {
+  const s = checkStartPos(ck, start, 'start');
+  let n;
+  if (length === undefined || length === null) {
+    n = s !== null && written >= 0 ? Math.max(written - s, 0) : 0;
+  } else if (typeof length !== 'number') {
+    ck.add('E_ARG', `length must be a number, got ${describeValue(length)}`); n = null;
+  } else if (!Number.isSafeInteger(length) || length < 0 || length > INT32_MAX) {
+    ck.add('E_DIMS', `length is ${length}; expected a non-negative integer`); n = null;
+  } else {
+    n = length;
+  }
+  if (s === null || n === null || written < 0) return [s, n];
+  const end = s + n;
+  if (end > written || s > written) {
+    ck.add('E_CAPACITY', `rows ${s} .. ${Math.max(end, s + 1) - 1} are past the ${fmtRows(written)} written (cache.length); a save holds written rows only`);
+  } else if (geo.window && end > geo.sinkTokens && end < windowStart) {
+    ck.add('E_CAPACITY', `the saved rows would end at row ${end}, inside the evicted rows ${geo.sinkTokens} .. ${windowStart - 1} of the windowed cache; expected an end <= ${geo.sinkTokens} (sink rows only) or >= ${windowStart}`);
+  }
+  return [s, n];
+}
+
+/** loadKVCache's maxSeqLen: absent (0: the saved one) or a positive integer up to the key index limit. */
+export function checkLoadMaxSeqLen(ck, value) {
+  return checkSize(ck, value, 'maxSeqLen', { required: false, dflt: 0, max: KEY_INDEX_LIMIT });
+}

@@ -38,7 +38,7 @@ const SUITES = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'wasm-relaxed', 'wasm-
 // Node 20 runs relaxed SIMD only with this flag (on by default from Node 21).
 const RELAXED_NODE_FLAG = '--experimental-wasm-relaxed-simd';
 // tests/js files that use the default build (threads, loader, pack and hostile assert plain build names).
-const RELAXED_UVU_PATTERN = '(cache|dtypes|fuzz|int4|memory|numerics|options|paged|relaxed|torch|validation)\\.test';
+const RELAXED_UVU_PATTERN = '(cache|dtypes|fuzz|int4|memory|numerics|options|paged|relaxed|state|state-fuzz|torch|validation)\.test';
 const SCALE = Number(process.env.SDPA_TEST_TIMEOUT_SCALE) || 1;
 const MIN = 60e3;
 const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, 'wasm-relaxed': 20 * MIN, 'wasm-asan': 10 * MIN, uvu: 10 * MIN, 'uvu-relaxed': 10 * MIN, browser: 5 * MIN, bundlers: 5 * MIN, bench: 10 * MIN };
@@ -191,7 +191,25 @@ const SUITE_FN = {
     const lines = r.out.split('\n');
     log(lines.length > 60 ? [...lines.slice(0, 15), `... (${lines.length - 55} lines) ...`, ...lines.slice(-40)].join('\n') : r.out);
     const ok = r.code === 0 && !r.timedOut;
-    return { passed: ok ? 1 : 0, failed: ok ? 0 : 1, note: ok ? '' : `fuzzer exit ${r.code}${r.timedOut ? ', timed out' : ''}; artifacts in build/fuzz/artifacts` };
+    // the loader of saved KV state (tests/fuzz/fuzz_state.c): a third of the time, its own corpus
+    const stateExe = path.join(ROOT, 'build/fuzz/fuzz_state');
+    let okState = true, noteState = '';
+    if (fs.existsSync(stateExe)) {
+      const stateWork = path.join(ROOT, 'build/fuzz/corpus-state');
+      fs.mkdirSync(stateWork, { recursive: true });
+      const stateDirs = [stateWork, ...(exists('tests/fuzz/corpus-state') ? [path.join(ROOT, 'tests/fuzz/corpus-state')] : [])];
+      const rs = await run(stateExe, [`-max_total_time=${Math.max(10, Math.round(opts.fuzzTime / 3))}`, '-seed=1', '-timeout=25', '-rss_limit_mb=4096',
+        '-print_final_stats=1', `-artifact_prefix=${artifacts}/state-`, ...stateDirs],
+      { timeoutMs: TIMEOUT.fuzz * SCALE, quiet: true, env: buildEnv({ ASAN_OPTIONS: FUZZ_ASAN_OPTIONS }) });
+      log(rs.out.split('\n').slice(-12).join('\n'));
+      okState = rs.code === 0 && !rs.timedOut;
+      if (!okState) noteState = `fuzz_state exit ${rs.code}${rs.timedOut ? ', timed out' : ''}; artifacts in build/fuzz/artifacts/state-*`;
+    } else {
+      okState = false;
+      noteState = 'build/fuzz/fuzz_state missing';
+    }
+    const notes = [ok ? '' : `fuzzer exit ${r.code}${r.timedOut ? ', timed out' : ''}; artifacts in build/fuzz/artifacts`, noteState].filter(Boolean).join('; ');
+    return { passed: (ok ? 1 : 0) + (okState ? 1 : 0), failed: (ok ? 0 : 1) + (okState ? 0 : 1), note: notes };
   },
 
   wasm: () => ctestSuite('wasm', 'build/wasm'),

@@ -12,7 +12,7 @@
 static const char * const status_codes[] = {
     "OK", "E_ARG", "E_RANK", "E_DIMS", "E_DTYPE", "E_BATCH", "E_HEADS", "E_HEAD_DIM",
     "E_KV_LEN", "E_START_POS", "E_CAPACITY", "E_MASK_DTYPE", "E_MASK_SHAPE",
-    "E_MASK_CAUSAL", "E_DROPOUT", "E_SCALE", "E_DISPOSED", "E_OOM",
+    "E_MASK_CAUSAL", "E_DROPOUT", "E_SCALE", "E_DISPOSED", "E_OOM", "E_FORMAT",
 };
 
 const char * sdpa_status_code(sdpa_status status) {

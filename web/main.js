@@ -41,6 +41,9 @@ const demo = {
   checks: 0,
   error: null,
   runs: 0,
+  saved: null,      // { length, bytes, storage, ms } once the caches were saved (?saveAt=N)
+  restored: null,   // the same once they were restored (?restore=1)
+  next: null,       // { length, bits }: the step after the save or the restore (bits per layer)
 };
 window.__demo = demo;
 
@@ -98,6 +101,10 @@ function readConfig() {
     checkEvery: urlCheck,
     pkgUrl: packageUrl(),
     build: urlBuild, // ?build=simd-threads etc. forces a build (default: feature detection)
+    // ?saveAt=N: save every layer's cache (OPFS / IndexedDB) once they hold N rows;
+    // ?restore=1: restore them instead of prefilling, and go on decoding (after a reload)
+    saveAt: params.has('saveAt') ? Number(params.get('saveAt')) : 0,
+    restore: params.get('restore') === '1',
   };
   // Only the page's own knobs are checked here; shapes and sizes are the library's to judge
   // (its SdpaError is what the page shows for an impossible shape or a too-large cache).
@@ -176,7 +183,9 @@ function render() {
   el.mem.textContent = demo.kvBytes != null
     ? `${fmtBytes(demo.kvBytes)} held (${cfg.layers} layer${cfg.layers === 1 ? '' : 's'} × K+V, ${cfg.dtype}, pages of 64 tokens${cfg.window ? `, a ring for the last ${cfg.window} tokens: flat from here on` : ''})${demo.kvFullBytes ? `; ${fmtBytes(demo.kvFullBytes)} at the full context in float32` : ''}`
     : '–';
-  el.prefill.textContent = demo.prefillMs != null ? `${fmtMs(demo.prefillMs)} ms for ${Math.min(cfg.prompt, cfg.ctx)} tokens` : '–';
+  const kept = (what, x) => (x ? ` · ${what} ${x.length} rows (${fmtBytes(x.bytes)}, ${x.storage}) in ${fmtMs(x.ms)} ms` : '');
+  el.prefill.textContent = (demo.prefillMs != null ? `${fmtMs(demo.prefillMs)} ms for ${Math.min(cfg.prompt, cfg.ctx)} tokens` : demo.restored ? 'none (restored)' : '–') +
+    kept('saved', demo.saved) + kept('restored', demo.restored);
 
   // Last 32 tokens: the median when timers are fine-grained; the mean (minus the largest) when
   // they are coarse (100 µs without cross-origin isolation), where a median would stick to a tick.
@@ -235,7 +244,7 @@ function start() {
   if (worker) return;
   const { cfg, bad } = readConfig();
   showError(null);
-  Object.assign(demo, { config: cfg, length: 0, target: cfg.ctx, points: [], prefillMs: null, kvBytes: null, kvFullBytes: null, maxError: null, checks: 0, build: null, threads: null });
+  Object.assign(demo, { config: cfg, length: 0, target: cfg.ctx, points: [], prefillMs: null, kvBytes: null, kvFullBytes: null, maxError: null, checks: 0, build: null, threads: null, saved: null, restored: null, next: null });
   demo.runs++;
   if (bad.length) {
     showError({ name: 'Invalid input', code: null, message: bad.join('; '), stage: null });
@@ -311,6 +320,13 @@ function onWorkerMessage(m) {
     case 'check':
       demo.maxError = m.maxError;
       demo.checks = m.checks;
+      break;
+    case 'saved':
+    case 'restored':
+      demo[m.type] = { length: m.length, bytes: m.bytes, storage: m.storage, ms: m.ms };
+      break;
+    case 'next':
+      demo.next = { length: m.length, bits: m.bits };
       break;
     case 'done':
     case 'stopped':

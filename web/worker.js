@@ -4,7 +4,10 @@
 //   { type: 'start', config: { pkgUrl, hq, hkv, d, layers, ctx, prompt, threads, seed, checkEvery, dtype, build,
 //                              window, sinks, softcap } }
 // (window > 0: a sliding-window layer on a windowed cache, whose memory stays flat;
-// sinks: a per-head sink logit as gpt-oss has; softcap: Gemma 2's logit cap)
+// sinks: a per-head sink logit as gpt-oss has; softcap: Gemma 2's logit cap;
+// saveAt N: once the caches hold N rows, save all layers (KVCacheGroup.saveStream) to OPFS,
+// or to IndexedDB where OPFS cannot be written, then go on; restore: load the saved caches
+// instead of prefilling and go on decoding from where they end)
 //   { type: 'stop' }
 // (worker → page):
 //   { type: 'ready', info, crossOriginIsolated, sharedArrayBuffer, reason, warnings }
@@ -12,6 +15,11 @@
 //   { type: 'prefill', tokens, ms }
 //   { type: 'progress', length, target, points: [[length, ms], ...], lastMs, kvBytes }
 //   { type: 'check', length, layer, row, error, maxError, checks }
+//   { type: 'saved', length, bytes, storage, ms }      the caches were saved (saveAt)
+//   { type: 'restored', length, bytes, storage, ms }   the caches were loaded (restore)
+//   { type: 'next', length, bits }   the step right after a save or a restore: every layer's
+//                                    output as float32 bits (an uninterrupted run and a reload
+//                                    must give the same)
 //   { type: 'done' | 'stopped', length }
 //   { type: 'error', error: { name, code, message, stage } }
 // After done/stopped/error the worker has disposed everything; the page terminates it.
@@ -19,6 +27,52 @@
 import { attentionRef64, fillRow } from './reference.js';
 
 let stopRequested = false;
+
+// ---- saved caches: OPFS, or IndexedDB where OPFS cannot be written ----
+const STORE = 'sdpa-demo-kv';
+
+function idb(mode, f) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(STORE, 1);
+    open.onupgradeneeded = () => open.result.createObjectStore('caches');
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const tx = open.result.transaction('caches', mode);
+      const req = f(tx.objectStore('caches'));
+      tx.oncomplete = () => { open.result.close(); resolve(req.result); };
+      tx.onerror = () => { open.result.close(); reject(tx.error); };
+    };
+  });
+}
+
+/** Saves the group (every layer) with `meta`; returns { storage, bytes }. */
+async function saveCaches(group, meta) {
+  try {
+    const dir = await navigator.storage.getDirectory();
+    const file = await dir.getFileHandle(`${STORE}.kv`, { create: true });
+    const writable = await file.createWritable();
+    await group.saveStream({ meta }).pipeTo(writable);   // chunk by chunk: no second copy in memory
+    return { storage: 'OPFS', bytes: (await file.getFile()).size };
+  } catch (e) {
+    if (e && e.name === 'SdpaError') throw e;
+    const bytes = group.save({ meta });
+    await idb('readwrite', (store) => store.put(bytes, 'caches'));
+    return { storage: 'IndexedDB', bytes: bytes.length };
+  }
+}
+
+/** What saveCaches stored: { source (a File or a Uint8Array), storage }. */
+async function savedCaches() {
+  try {
+    const dir = await navigator.storage.getDirectory();
+    const file = await (await dir.getFileHandle(`${STORE}.kv`)).getFile();
+    return { source: file, storage: 'OPFS', bytes: file.size };
+  } catch {
+    const bytes = await idb('readonly', (store) => store.get('caches'));
+    if (!bytes) throw new Error('nothing was saved yet: run with saveAt first');
+    return { source: bytes, storage: 'IndexedDB', bytes: bytes.length };
+  }
+}
 let running = false;
 
 self.onmessage = (ev) => {
@@ -117,13 +171,32 @@ async function run(cfg) {
     // (a windowed cache: only for its window, recycled as the window slides).
     stage = 'createKVCache';
     const window = cfg.window || 0, softcap = cfg.softcap || 0;
-    const caches = [];
-    for (let l = 0; l < layers; l++) {
-      // 'int8/int4': K int8, V int4
-      const [keyDtype, valueDtype = keyDtype] = dtype.split('/');
-      const shape = { batch: 1, maxSeqLen: ctx, numKvHeads: hkv, headDim: d, keyDtype, valueDtype };
-      caches.push(sdpa.createKVCache(window ? { ...shape, window } : shape));
+    // all layers as one group: saved and restored together
+    // 'int8/int4': K int8, V int4
+    const [keyDtype, valueDtype = keyDtype] = dtype.split('/');
+    const shape = { batch: 1, maxSeqLen: ctx, numKvHeads: hkv, headDim: d, keyDtype, valueDtype };
+    const configs = Array.from({ length: layers }, () => (window ? { ...shape, window } : shape));
+    // what a saved state must have been made with to go on here
+    const run = { seed, hq, hkv, d, layers, dtype, window, ctx, sinks: !!cfg.sinks, softcap };
+    let group, restoredAt = -1;
+    if (cfg.restore) {
+      stage = 'restore';
+      const t0 = performance.now();
+      const saved = await savedCaches();
+      const loaded = await sdpa.loadKVCacheGroup(saved.source);
+      const same = Object.keys(run).every((k) => loaded.meta?.run?.[k] === run[k]);
+      if (!same) {
+        loaded.group.dispose();
+        throw new Error(`the saved caches were made by another configuration (${JSON.stringify(loaded.meta?.run)}; this one is ${JSON.stringify(run)})`);
+      }
+      group = loaded.group;
+      restoredAt = group.length;
+      post({ type: 'restored', length: restoredAt, bytes: saved.bytes, storage: saved.storage, ms: performance.now() - t0 });
+      stage = 'createKVCache';
+    } else {
+      group = sdpa.createKVCacheGroup(configs);
     }
+    const caches = group.layers;
     // gpt-oss: one learned sink logit per query head and layer (seeded here)
     const sinks = [];
     for (let l = 0; l < layers && cfg.sinks; l++) {
@@ -155,7 +228,7 @@ async function run(cfg) {
     // ---- prefill: the prompt in one causal step per layer ----
     // One set of prompt-sized heap tensors, refilled per layer (only the steps are timed).
     stage = 'prefill';
-    {
+    if (restoredAt < 0) {
       const q = sdpa.allocTensor('float32', [1, prompt, hq, d]);
       const k = sdpa.allocTensor('float32', [1, prompt, hkv, d]);
       const v = sdpa.allocTensor('float32', [1, prompt, hkv, d]);
@@ -183,7 +256,8 @@ async function run(cfg) {
       for (const t of [q, k, v, out]) t.dispose();
       post({ type: 'prefill', tokens: prompt, ms });
     }
-    post({ type: 'progress', length: prompt, target: ctx, points: [], lastMs: null, kvBytes: heldBytes() });
+    const first = restoredAt >= 0 ? restoredAt : prompt;
+    post({ type: 'progress', length: first, target: ctx, points: [], lastMs: null, kvBytes: heldBytes() });
 
     // ---- decode: one token at a time, cache.step on every layer ----
     stage = 'decode';
@@ -198,11 +272,20 @@ async function run(cfg) {
     let pending = [];
     let lastPost = performance.now();
     let lastYield = lastPost;
-    let lastCheckPos = prompt - 1;
+    let lastCheckPos = first - 1;
     let lastMs = null;
-    let pos = prompt;
+    let pos = first;
+    let nextAt = restoredAt;   // the step whose outputs a reload must reproduce
     for (; pos < ctx; pos++) {
       if (stopRequested) break;
+      if (cfg.saveAt && pos === Math.max(cfg.saveAt, prompt) && restoredAt < 0) {
+        stage = 'save';
+        const t0 = performance.now();
+        const { storage, bytes } = await saveCaches(group, { run, length: pos });
+        post({ type: 'saved', length: pos, bytes, storage, ms: performance.now() - t0 });
+        nextAt = pos;
+        stage = 'decode';
+      }
       // New token's q/k/v for every layer (not timed).
       for (let l = 0; l < layers; l++) {
         fillRow(qs[l].data, 0, hq * d, seed, l, pos, 'q');
@@ -216,6 +299,9 @@ async function run(cfg) {
       const t1 = performance.now();
       lastMs = t1 - t0;
       pending.push([pos + 1, lastMs]);
+      if (pos === nextAt) {
+        post({ type: 'next', length: pos + 1, bits: outs.map((o) => Array.from(new Uint32Array(o.data.slice().buffer))) });
+      }
 
       if (pos - lastCheckPos >= checkEvery || pos === ctx - 1) {
         const layer = checks % layers;

@@ -208,7 +208,7 @@ int32_t sdpa_kv_cache_dtype(const sdpa_kv_cache * cache) {
     return k == sdpa_kv_cache_value_dtype(cache) ? k : 0;
 }
 size_t sdpa_kv_cache_record_bytes(const sdpa_kv_cache * cache, int32_t which) {
-    return cache && (which == 0 || which == 1) ? sdpa_kv_record_bytes(&cache->format, which) : 0;
+    return cache && (which == 0 || which == 1) ? sdpa_kv_block_record_bytes(&cache->format, which) : 0;
 }
 int32_t sdpa_kv_cache_window(const sdpa_kv_cache * cache) { return cache ? cache->window : 0; }
 int32_t sdpa_kv_cache_sink_tokens(const sdpa_kv_cache * cache) { return cache ? cache->sink_tokens : 0; }
@@ -424,7 +424,7 @@ sdpa_status sdpa_kv_cache_read_records(sdpa_ctx * ctx, const sdpa_kv_cache * cac
     sdpa_status s = sdpa_check_cache_read_records(ctx, fn, cache, start, length, which, out, out_bytes);
     if (s != SDPA_OK) return s;
     const sdpa_page_format * fmt = &cache->format;
-    const size_t H = (size_t)cache->kv_heads, record = sdpa_kv_record_bytes(fmt, which);
+    const size_t H = (size_t)cache->kv_heads, record = sdpa_kv_block_record_bytes(fmt, which);
     for (size_t b = 0; b < (size_t)cache->batch; b++)
         for (size_t h = 0; h < H; h++) {
             void ** pages = head_pages(cache, b * H + h);
@@ -533,4 +533,34 @@ int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) 
     if (!ctx || !(bytes > 0)) return 0;  /* (NaN too) */
     const uint64_t span = bytes < 0x1p64 ? (uint64_t)bytes : UINT64_MAX;  /* a larger double does not convert */
     return sdpa_page_pool_overlaps(ctx->pages, p, span);
+}
+
+/* ---- the write path of a load of saved state (cache/kv_state.c) ----
+ * What put_rows does for rows [start, start + len), without encoding: every
+ * page the rows need is taken (a fresh, zeroed page; reserve_write first, so
+ * E_OOM changes nothing), a ring page taken over is cleared, window_start
+ * and length move as for a write. kv_state.c then imports the records into
+ * those pages (sdpa_kv_cache_row_page). */
+sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t start, int32_t len) {
+    if (len <= 0) return SDPA_OK;
+    sdpa_status s = reserve_write(ctx, fn, c, start, len);
+    if (s != SDPA_OK) return s;
+    for (int32_t at = start; at < start + len;) {
+        const int32_t page = at / SDPA_PAGE_ROWS;
+        const int64_t page_end = (int64_t)(page + 1) * SDPA_PAGE_ROWS;
+        const int32_t end = (int64_t)start + len < page_end ? start + len : (int32_t)page_end;
+        const bool new_ring_page = c->ring_pages && page >= c->sink_pages && (int64_t)page * SDPA_PAGE_ROWS >= c->length;
+        own_slot(c, page_slot(c, page), new_ring_page);
+        if (new_ring_page) {
+            const int64_t kept = ((int64_t)page - c->ring_pages + 1) * SDPA_PAGE_ROWS;
+            if (kept > c->window_start) c->window_start = (int32_t)kept;
+        }
+        if (end > c->length) c->length = end;
+        at = end;
+    }
+    return SDPA_OK;
+}
+
+void * sdpa_kv_cache_row_page(const sdpa_kv_cache * c, int32_t b, int32_t h, int32_t t) {
+    return row_page(c, head_pages(c, (size_t)b * (size_t)c->kv_heads + (size_t)h), (size_t)t);
 }

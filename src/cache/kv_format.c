@@ -296,7 +296,7 @@ void sdpa_kv_decode_row(const sdpa_page_format * f, const void * page, int32_t r
 
 /* ---- records ------------------------------------------------------------- */
 
-size_t sdpa_kv_record_bytes(const sdpa_page_format * f, int value) {
+size_t sdpa_kv_block_record_bytes(const sdpa_page_format * f, int value) {
     const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
     const size_t D = (size_t)f->dim;
     switch (bf->dtype) {

@@ -198,7 +198,7 @@ static inline const uint16_t * sdpa_kv_i4_offsets(const sdpa_page_format * f, co
  * encode_row's true), or -1 when it holds what no encoder writes (an int8
  * scale that is NaN, negative or below FLT_EPSILON but not +Inf; an int4
  * nibble pad that is not 0): then the row is left as it was. */
-size_t sdpa_kv_record_bytes(const sdpa_page_format * f, int value);
+size_t sdpa_kv_block_record_bytes(const sdpa_page_format * f, int value);
 void sdpa_kv_export_row(const sdpa_page_format * f, const void * page, int32_t row, int value, uint8_t * out);
 int sdpa_kv_import_row(const sdpa_page_format * f, void * page, int32_t row, int value, const uint8_t * in);
 

@@ -235,6 +235,41 @@ test('forced plain SIMD (?build=simd-threads, ?build=simd): the build asked runs
   return notes.join('; ');
 });
 
+test('caches saved to OPFS / IndexedDB and restored after a reload: the next step equals the uninterrupted run bit for bit', async () => {
+  const notes = [];
+  for (const [preset, dtype] of [['llama3.2-1b', 'float32'], ['gemma2-2b', 'int8']]) {
+    const base = `${iso.url}?preset=${preset}&layers=2&ctx=200&prompt=64&threads=2&dtype=${dtype}`;
+    const { page, context, problems } = await openPage(`${base}&saveAt=130&autostart=1`);
+    try {
+      const a = await waitForEnd(page);
+      assert(a.status === 'done', `first run: ${a.status} ${a.error ? `${a.error.code} ${a.error.message}` : ''}`);
+      assert(a.saved && a.saved.length === 130 && a.saved.bytes > 0, `saved ${JSON.stringify(a.saved)}`);
+      assert(a.next && a.next.length === 131 && a.next.bits.length === 2, `next ${JSON.stringify(a.next && a.next.length)}`);
+      // the page reloads (same browser context: same storage); nothing of the first run survives but the saved bytes
+      await page.goto(`${base}&restore=1&autostart=1`, { waitUntil: 'load', timeout: 30_000 });
+      const b = await waitForEnd(page);
+      assert(b.status === 'done', `restored run: ${b.status} ${b.error ? `${b.error.code} ${b.error.message}` : ''}`);
+      assert(b.runs === 1 && b.restored && b.restored.length === 130 && b.restored.storage === a.saved.storage, `restored ${JSON.stringify(b.restored)}`);
+      assert(b.prefillMs === null, 'the restored run prefilled');
+      assert(b.length === 200 && b.nPoints === 70, `length ${b.length}, ${b.nPoints} points`);
+      assert(b.next && b.next.length === 131, 'no next step after the restore');
+      for (let l = 0; l < 2; l++) {
+        const x = a.next.bits[l], y = b.next.bits[l];
+        const i = x.findIndex((v, j) => v !== y[j]);
+        assert(x.length === y.length && i < 0, `layer ${l}: the step after the reload differs at element ${i} (bits ${x[i]} vs ${y[i]})`);
+      }
+      assert(b.build === a.build, `builds ${a.build} / ${b.build}`);
+      assert(typeof b.maxError === 'number' && b.maxError < 1e-4 && b.checks >= 2, `restored run: max error ${b.maxError} over ${b.checks} checks`);
+      assert(/restored 130 rows/.test(await text(page, '#s-prefill')), 'the page does not say it restored');
+      assert(problems.length === 0, problems.join('\n'));
+      notes.push(`${preset} ${dtype}: ${a.saved.bytes} bytes to ${a.saved.storage} in ${a.saved.ms.toFixed(1)} ms, restored in ${b.restored.ms.toFixed(1)} ms, next step identical`);
+    } finally {
+      await context.close();
+    }
+  }
+  return notes.join('; ');
+});
+
 test('no COOP/COEP: single-thread build, says so, correct', async () => {
   const { page, context, problems } = await openPage(`${noIso.url}?preset=qwen2-0.5b&layers=2&ctx=300&prompt=64&autostart=1`);
   try {

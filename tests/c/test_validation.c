@@ -975,14 +975,14 @@ static void test_misc(void) {
     static const char * const names[] = {"OK", "E_ARG", "E_RANK", "E_DIMS", "E_DTYPE", "E_BATCH", "E_HEADS",
                                          "E_HEAD_DIM", "E_KV_LEN", "E_START_POS", "E_CAPACITY", "E_MASK_DTYPE",
                                          "E_MASK_SHAPE", "E_MASK_CAUSAL", "E_DROPOUT", "E_SCALE", "E_DISPOSED",
-                                         "E_OOM"};
-    for (int i = 0; i <= 17; i++) {
+                                         "E_OOM", "E_FORMAT"};
+    for (int i = 0; i <= 18; i++) {
         const char * s = sdpa_status_code((sdpa_status)i);
         TU_CHECK(s && strcmp(s, names[i]) == 0, "sdpa_status_code(%d) = '%s', want '%s'", i, s ? s : "(null)",
                  names[i]);
     }
-    const char * u = sdpa_status_code((sdpa_status)18);
-    TU_CHECK(u && strcmp(u, "E_UNKNOWN") == 0, "sdpa_status_code(18) = '%s'", u ? u : "(null)");
+    const char * u = sdpa_status_code((sdpa_status)19);
+    TU_CHECK(u && strcmp(u, "E_UNKNOWN") == 0, "sdpa_status_code(19) = '%s'", u ? u : "(null)");
     u = sdpa_status_code((sdpa_status)-1);
     TU_CHECK(u && strcmp(u, "E_UNKNOWN") == 0, "sdpa_status_code(-1) = '%s'", u ? u : "(null)");
 

@@ -84,10 +84,30 @@ const twin: KVCacheGroup = group.fork();
 // @ts-expect-error: a group's entry is a cache's options
 sdpa.createKVCacheGroup([{ numKvHeads: 2 }]);
 
+// saved state
+const saved: Uint8Array = plain.save({ meta: { model: 'x' }, start: 0, length: undefined });
+const chunks = plain.saveChunks({ chunkBytes: 1 << 20 });
+const total: number = chunks.bytes;
+for (const chunk of chunks) { const c: Uint8Array = chunk; void c; }
+const stream: ReadableStream<Uint8Array> = group.saveStream();
+const loaded = await sdpa.loadKVCache(saved, { maxSeqLen: 512 });
+const restored: KVCache = loaded.cache;
+const meta = loaded.meta;
+await sdpa.loadKVCache(stream);
+await sdpa.loadKVCache([saved.subarray(0, 10), saved.subarray(10)]);
+await sdpa.loadKVCache(new Blob([saved.slice()]));
+const { group: g2 } = await sdpa.loadKVCacheGroup(group.save());
+// @ts-expect-error: not a source
+await sdpa.loadKVCache('bytes');
+// @ts-expect-error: a typo is not an option
+plain.save({ metadata: 1 });
+const code: pkg.SdpaErrorCode = 'E_FORMAT';
+
 // the test-only internals key is not public
 // @ts-expect-error
 pkg.INTERNALS;
 
 try { plain.attend(q); } catch (e) { if (e instanceof SdpaError) { const code: string = e.code; void code; } }
+void [saved, total, restored, meta, g2, code];
 void [windowed, explicitUndefined, f32, i8, scales, zps, f16, wrong, noScales, someRaw, forked, fromVar, td, m, same, layer0, twin];
 sdpa.dispose();

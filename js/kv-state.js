@@ -1,0 +1,599 @@
+// kv-state.js: saved KV state (docs/FORMAT.md): a cache, or a group of them,
+// as portable bytes, and back.
+//
+// The bytes are made and read by the C core (src/cache/kv_state.c: header,
+// row records, CRC-32C) in pieces through a staging buffer in wasm memory,
+// so no form here holds more than the result (save), one chunk (saveChunks,
+// saveStream) or the caller's chunk (load) in JS memory. A save begins with a
+// copy-on-write snapshot of the cache (a fork inside C), so writes while a
+// streaming save is read change nothing in it. A load parses the header in C
+// before it makes anything, and on any failure (bad bytes, a source that
+// throws or ends early, E_OOM, the instance disposed meanwhile) frees the
+// cache it was making: every page taken goes back to the pool.
+//
+// A group's save is a small container (its own header and CRC) followed by
+// one ordinary save per layer.
+
+import { SdpaError } from './errors.js';
+import {
+  Checks, readOptions, describeValue, SAVE_OPTIONS, SAVE_CHUNK_OPTIONS, LOAD_OPTIONS,
+  readSaveMeta, checkChunkBytes, checkSaveRows, checkLoadMaxSeqLen,
+} from './validate.js';
+import { formatBytes } from './runtime.js';
+import { typedArrayTag, typedArrayBuffer, typedArrayByteOffset, typedArrayByteLength, typedArraySet, isView } from './intrinsics.js';
+
+/** The staging buffer in wasm memory: pieces of at most this many bytes cross the boundary. */
+const STAGING_BYTES = 4 << 20;
+const CACHE_DTYPE_NAMES = Object.freeze({ 1: 'float32', 3: 'float16', 4: 'int8', 5: 'int4' });
+const GROUP_MAGIC = Object.freeze([0x89, 0x53, 0x44, 0x50, 0x41, 0x4b, 0x47, 0x0a]); // "\x89SDPAKG\n"
+const GROUP_VERSION = 1;
+const GROUP_FIXED = 24;
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** Registers `obj` (with a free()) so that sdpa.dispose() frees it first; returns an unregister function. */
+function track(core, obj) {
+  core.states.add(obj);
+  return () => core.states.delete(obj);
+}
+
+// ---------------------------------------------------------------------------
+// Save
+
+/** One C saver (sdpa_kv_saver) of a checked cache and rows. */
+class Saver {
+  constructor(core, fn, ptr, start, length, meta, layer = null) {
+    this.core = core;
+    this.fn = fn;
+    const M = core.M;
+    let mp = 0;
+    try {
+      if (meta && meta.length) {
+        mp = core.malloc(meta.length, fn, 'a temporary copy of meta');
+        typedArraySet(core.views().u8, meta, mp);
+      }
+      const outAt = core.slot('ptr');
+      core.views().u32[outAt >>> 2] = 0;
+      try {
+        core.check(M._sdpa_kv_save_begin(core.ctx, ptr, start, length, mp, meta ? meta.length : 0, outAt), 'KVCache.save');
+      } catch (e) {
+        // C names KVCache.save; the caller may have called saveChunks, saveStream or a group's save
+        if (!(e instanceof SdpaError) || fn === 'KVCache.save') throw e;
+        throw new SdpaError(e.code, `${fn}: ${layer === null ? '' : `layer ${layer}: `}${e.message.replace(/^KVCache\.save: /, '')}`, { cause: e, status: e.status });
+      }
+      this.ptr = core.views().u32[outAt >>> 2];
+    } finally {
+      core.free(mp);
+    }
+    this.total = M._sdpa_kv_save_bytes(this.ptr);
+    this.left = this.total;
+    this.untrack = track(core, this);
+  }
+
+  /** Reads the next bytes into `out` from `at` (at most out.length - at); returns how many. */
+  readInto(out, at, stagingPtr, stagingBytes) {
+    const c = this.core;
+    let done = 0;
+    const want = Math.min(out.length - at, this.left);
+    while (done < want) {
+      const n = c.M._sdpa_kv_save_read(this.ptr, stagingPtr, Math.min(stagingBytes, want - done)) >>> 0;
+      if (n === 0) break;
+      typedArraySet(out, c.views().u8.subarray(stagingPtr, stagingPtr + n), at + done);
+      done += n;
+    }
+    this.left -= done;
+    return done;
+  }
+
+  free() {
+    if (!this.ptr) return;
+    if (!this.core.disposed) this.core.M._sdpa_kv_save_free(this.ptr);
+    this.ptr = 0;
+    this.untrack();
+  }
+}
+
+/** Reads and checks save's options for one cache (rows, meta); throws the first broken rule. */
+function readSave(fn, cache, hooks, opts, allowed) {
+  const ck = new Checks(fn);
+  const o = readOptions(ck, opts, allowed);
+  const meta = readSaveMeta(ck, o.meta);
+  const chunkBytes = allowed === SAVE_CHUNK_OPTIONS ? checkChunkBytes(ck, o.chunkBytes) : 0;
+  hooks.checkAlive(cache, ck);
+  const st = hooks.state(cache);
+  const [start, length] = checkSaveRows(ck, st.geo, o.start, o.length, st.alive ? st.length : -1, st.windowStart);
+  ck.done();
+  return { start, length, meta, chunkBytes, ptr: st.ptr };
+}
+
+/** A staging buffer of min(bytes, STAGING_BYTES) in wasm memory (the caller frees it). */
+function staging(core, fn, bytes) {
+  const n = Math.max(16, Math.min(bytes, STAGING_BYTES));
+  return { ptr: core.malloc(n, fn, 'a staging buffer'), bytes: n };
+}
+
+/** The bytes of sources [Saver | Uint8Array] one after another, into one Uint8Array. */
+function readAll(core, fn, parts) {
+  const total = parts.reduce((a, p) => a + (p instanceof Saver ? p.total : p.length), 0);
+  if (total > 2 ** 32) throw new SdpaError('E_OOM', `${fn}: the save is ${formatBytes(total)}; one Uint8Array holds at most 4 GiB (use saveChunks or saveStream)`);
+  let out;
+  try {
+    out = new Uint8Array(total);
+  } catch (e) {
+    throw new SdpaError('E_OOM', `${fn}: cannot allocate ${formatBytes(total)} for the save (use saveChunks or saveStream)`, { cause: e });
+  }
+  const st = staging(core, fn, total);
+  try {
+    let at = 0;
+    for (const p of parts) {
+      if (p instanceof Saver) at += p.readInto(out, at, st.ptr, st.bytes);
+      else { typedArraySet(out, p, at); at += p.length; }
+    }
+  } finally {
+    core.free(st.ptr);
+  }
+  return out;
+}
+
+/**
+ * An iterator of chunks of `chunkBytes` (the last one shorter) over the
+ * parts; frees its savers when done, on return(), or on an error.
+ */
+function chunkIterator(core, fn, parts, chunkBytes) {
+  const savers = parts.filter((p) => p instanceof Saver);
+  let st = null, i = 0, off = 0, finished = false;
+  const total = parts.reduce((a, p) => a + (p instanceof Saver ? p.total : p.length), 0);
+  let left = total;
+  const finish = () => {
+    if (finished) return;
+    finished = true;
+    if (st && !core.disposed) core.free(st.ptr);
+    st = null;
+    for (const s of savers) s.free();
+  };
+  const entry = { free: finish };
+  const untrack = track(core, entry);
+  const it = {
+    /** Bytes of the whole save. */
+    bytes: total,
+    next() {
+      if (finished) {
+        if (core.disposed && left > 0) throw new SdpaError('E_DISPOSED', `${fn}: this sdpa instance was disposed during the save`);
+        return { done: true, value: undefined };
+      }
+      try {
+        if (st === null) st = staging(core, fn, Math.min(chunkBytes, total));
+        const out = new Uint8Array(Math.min(chunkBytes, left));
+        let at = 0;
+        while (at < out.length) {
+          const p = parts[i];
+          if (p instanceof Saver) {
+            const n = p.readInto(out, at, st.ptr, st.bytes);
+            at += n;
+            if (p.left === 0) { p.free(); i++; }
+          } else {
+            const n = Math.min(p.length - off, out.length - at);
+            typedArraySet(out, p.subarray(off, off + n), at);
+            at += n; off += n;
+            if (off === p.length) { off = 0; i++; }
+          }
+        }
+        left -= out.length;
+        if (left === 0) { finish(); untrack(); }   // the last chunk: the snapshot goes now, not at the next call
+        return { done: false, value: out };
+      } catch (e) {
+        finish(); untrack();
+        throw e;
+      }
+    },
+    return() { finish(); untrack(); return { done: true, value: undefined }; },
+    [Symbol.iterator]() { return this; },
+  };
+  return it;
+}
+
+/** A ReadableStream of an iterator's chunks (pulled one at a time: at most one chunk queued). */
+function streamOf(it) {
+  return new ReadableStream({
+    pull(controller) {
+      const r = it.next();
+      if (r.done) controller.close();
+      else controller.enqueue(r.value);
+    },
+    cancel() { it.return(); },
+  }, { highWaterMark: 0 });
+}
+
+export function saveCache(cache, hooks, opts) {
+  const fn = 'KVCache.save';
+  const a = readSave(fn, cache, hooks, opts, SAVE_OPTIONS);
+  const { core } = hooks.state(cache);
+  const s = new Saver(core, fn, a.ptr, a.start, a.length, a.meta);
+  try {
+    return readAll(core, fn, [s]);
+  } finally {
+    s.free();
+  }
+}
+
+export function saveCacheChunks(cache, hooks, opts, fn = 'KVCache.saveChunks') {
+  const a = readSave(fn, cache, hooks, opts, SAVE_CHUNK_OPTIONS);
+  const { core } = hooks.state(cache);
+  return chunkIterator(core, fn, [new Saver(core, fn, a.ptr, a.start, a.length, a.meta)], a.chunkBytes);
+}
+
+export function saveCacheStream(cache, hooks, opts) {
+  return streamOf(saveCacheChunks(cache, hooks, opts, 'KVCache.saveStream'));
+}
+
+// -- groups
+
+/** The group container's header: magic, version, layers, meta bytes, reserved, meta, CRC-32C. */
+function groupHeader(core, layers, meta) {
+  const m = meta ? meta.length : 0;
+  const h = new Uint8Array(GROUP_FIXED + m + 4);
+  const dv = new DataView(h.buffer);
+  h.set(GROUP_MAGIC, 0);
+  dv.setUint32(8, GROUP_VERSION, true);
+  dv.setUint32(12, layers, true);
+  dv.setUint32(16, m, true);
+  dv.setUint32(20, 0, true);
+  if (m) h.set(meta, GROUP_FIXED);
+  dv.setUint32(GROUP_FIXED + m, crc32c(core, 'KVCacheGroup.save', h.subarray(0, GROUP_FIXED + m)), true);
+  return h;
+}
+
+/** CRC-32C of a small byte array, by the C core (sdpa_crc32c). */
+function crc32c(core, fn, bytes) {
+  const p = core.malloc(Math.max(bytes.length, 1), fn, 'a temporary copy of a header');
+  try {
+    typedArraySet(core.views().u8, bytes, p);
+    return core.M._sdpa_crc32c(0, p, bytes.length) >>> 0;
+  } finally {
+    core.free(p);
+  }
+}
+
+/** Every layer's save rules (messages name the layer), then a Saver per layer (all or nothing). */
+function groupSavers(fn, group, layers, hooks, opts, allowed) {
+  const ck = new Checks(fn);
+  const o = readOptions(ck, opts, allowed);
+  const meta = readSaveMeta(ck, o.meta);
+  const chunkBytes = allowed === SAVE_CHUNK_OPTIONS ? checkChunkBytes(ck, o.chunkBytes) : 0;
+  const rows = layers.map((c, i) => {
+    ck.prefix = `layer ${i}: `;
+    hooks.checkAlive(c, ck);
+    const st = hooks.state(c);
+    const [start, length] = checkSaveRows(ck, st.geo, o.start, o.length, st.alive ? st.length : -1, st.windowStart);
+    return { start, length, ptr: st.ptr };
+  });
+  ck.prefix = '';
+  ck.done();
+  const core = hooks.state(layers[0]).core;
+  const savers = [];
+  try {
+    for (let i = 0; i < layers.length; i++) savers.push(new Saver(core, fn, rows[i].ptr, rows[i].start, rows[i].length, null, i));
+  } catch (e) {
+    for (const s of savers) s.free();
+    throw e;
+  }
+  return { core, parts: [groupHeader(core, layers.length, meta), ...savers], chunkBytes };
+}
+
+export function saveGroup(group, layers, hooks, opts) {
+  const fn = 'KVCacheGroup.save';
+  const { core, parts } = groupSavers(fn, group, layers, hooks, opts, SAVE_OPTIONS);
+  try {
+    return readAll(core, fn, parts);
+  } finally {
+    for (const p of parts) if (p instanceof Saver) p.free();
+  }
+}
+
+export function saveGroupChunks(group, layers, hooks, opts, fn = 'KVCacheGroup.saveChunks') {
+  const { core, parts, chunkBytes } = groupSavers(fn, group, layers, hooks, opts, SAVE_CHUNK_OPTIONS);
+  return chunkIterator(core, fn, parts, chunkBytes);
+}
+
+export function saveGroupStream(group, layers, hooks, opts) {
+  return streamOf(saveGroupChunks(group, layers, hooks, opts, 'KVCacheGroup.saveStream'));
+}
+
+// ---------------------------------------------------------------------------
+// Load
+
+/** One C loader (sdpa_kv_loader). */
+class Loader {
+  constructor(core, fn, maxSeqLen) {
+    this.core = core;
+    this.fn = fn;
+    const outAt = core.slot('ptr');
+    core.views().u32[outAt >>> 2] = 0;
+    core.check(core.M._sdpa_kv_load_begin(core.ctx, maxSeqLen, outAt), fn);
+    this.ptr = core.views().u32[outAt >>> 2];
+    this.untrack = track(core, this);
+  }
+
+  get done() { return this.core.M._sdpa_kv_load_done(this.ptr) !== 0; }
+
+  /** Feeds bytes[at ..] through the staging buffer; returns how many it took (fewer: the save ended). */
+  feed(bytes, at, st) {
+    const c = this.core;
+    let used = 0;
+    while (at + used < bytes.length) {
+      const n = Math.min(st.bytes, bytes.length - at - used);
+      typedArraySet(c.views().u8, bytes.subarray(at + used, at + used + n), st.ptr);
+      const cAt = c.slot('stats');
+      c.views().u32[cAt >>> 2] = 0;
+      const s = c.M._sdpa_kv_load_feed(this.ptr, st.ptr, n, cAt);
+      c.check(s, this.fn);
+      const took = c.views().u32[cAt >>> 2];
+      used += took;
+      if (took < n) break;
+    }
+    return used;
+  }
+
+  /** { ptr, geo, meta } of the finished cache (the caller owns ptr from here). */
+  finish() {
+    const c = this.core, M = c.M;
+    const mp = M._sdpa_kv_load_meta(this.ptr) >>> 0, mn = M._sdpa_kv_load_meta_bytes(this.ptr);
+    const metaBytes = mn ? c.views().u8.slice(mp, mp + mn) : null;
+    const outAt = c.slot('ptr');
+    c.views().u32[outAt >>> 2] = 0;
+    c.check(M._sdpa_kv_load_finish(this.ptr, outAt), this.fn);
+    const ptr = c.views().u32[outAt >>> 2];
+    const at = c.slot('stats');
+    M._sdpa_kv_cache_shape(ptr, at, at + 4, at + 8, at + 12);
+    const i32 = c.views().i32, w = at >>> 2;
+    const geo = {
+      batch: i32[w], maxSeqLen: i32[w + 1], numKvHeads: i32[w + 2], headDim: i32[w + 3],
+      keyDtype: CACHE_DTYPE_NAMES[M._sdpa_kv_cache_key_dtype(ptr)], valueDtype: CACHE_DTYPE_NAMES[M._sdpa_kv_cache_value_dtype(ptr)],
+      window: M._sdpa_kv_cache_window(ptr), sinkTokens: M._sdpa_kv_cache_sink_tokens(ptr),
+    };
+    geo.dtype = geo.keyDtype === geo.valueDtype ? geo.keyDtype : null;  // as createKVCache's geometry
+    return { ptr, geo, metaBytes };
+  }
+
+  free() {
+    if (!this.ptr) return;
+    if (!this.core.disposed) this.core.M._sdpa_kv_load_free(this.ptr);
+    this.ptr = 0;
+    this.untrack();
+  }
+}
+
+/** A chunk as a Uint8Array over its bytes (intrinsic getters: a subclass cannot lie), or null. */
+function bytesOf(x) {
+  if (x instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && x instanceof SharedArrayBuffer)) return new Uint8Array(x);
+  if (typedArrayTag(x) !== undefined) return new Uint8Array(typedArrayBuffer(x), typedArrayByteOffset(x), typedArrayByteLength(x));
+  if (isView(x)) return new Uint8Array(x.buffer, x.byteOffset, x.byteLength);  // a DataView
+  return null;
+}
+
+const isBlob = (x) => typeof Blob !== 'undefined' && x instanceof Blob;
+const isResponse = (x) => typeof Response !== 'undefined' && x instanceof Response;
+const isStream = (x) => typeof ReadableStream !== 'undefined' && x instanceof ReadableStream;
+
+/**
+ * What a load reads: { bytes } for one buffer (read now, synchronously), or
+ * { chunks: async iterator of byte chunks, what } for everything else; an
+ * E_ARG into ck for anything else.
+ */
+function sourceOf(ck, source) {
+  const b = bytesOf(source);
+  if (b !== null) return { bytes: b };
+  if (isResponse(source)) {
+    if (!source.ok) return { error: `the Response has status ${source.status}${source.url ? ` (${source.url})` : ''}; expected a successful response holding a save` };
+    return source.body ? { stream: source.body, what: 'the Response' } : { bytes: new Uint8Array(0) };
+  }
+  if (isBlob(source)) return { stream: source.stream(), what: 'the Blob' };
+  if (isStream(source)) return { stream: source, what: 'the ReadableStream' };
+  if (source !== null && typeof source === 'object' && typeof source[Symbol.asyncIterator] === 'function') return { iter: source[Symbol.asyncIterator](), what: 'the async iterable' };
+  if (source !== null && typeof source === 'object' && typeof source[Symbol.iterator] === 'function') return { iter: source[Symbol.iterator](), what: 'the iterable' };
+  ck.add('E_ARG', `source must be a Uint8Array, an ArrayBuffer, a Blob, a Response, a ReadableStream or an (async) iterable of Uint8Array chunks, got ${describeValue(source)}`);
+  return null;
+}
+
+/** Pulls chunks from a source: async next() → Uint8Array | null (the end); cancel() on an early exit. */
+function chunkReader(src) {
+  if (src.stream) {
+    const reader = src.stream.getReader();
+    return {
+      async next() { const r = await reader.read(); return r.done ? null : r.value; },
+      cancel() { reader.cancel().catch(() => {}); },
+    };
+  }
+  const it = src.iter;
+  return {
+    async next() { const r = await it.next(); return r.done ? null : r.value; },
+    cancel() { if (typeof it.return === 'function') { try { Promise.resolve(it.return()).catch(() => {}); } catch { /* its own problem */ } } },
+  };
+}
+
+/**
+ * Consumes a single cache's or a group's save: push(bytes) takes chunks,
+ * end() returns the result. Throws SdpaErrors; free() undoes everything.
+ */
+class CacheSink {
+  constructor(core, fn, maxSeqLen, makeCache) {
+    this.core = core; this.fn = fn; this.fed = 0;
+    this.makeCache = makeCache;
+    this.st = staging(core, fn, STAGING_BYTES);
+    this.loader = new Loader(core, fn, maxSeqLen);
+  }
+  push(bytes) {
+    const used = this.loader.feed(bytes, 0, this.st);
+    this.fed += used;
+    if (used < bytes.length) trailing(this.fn, bytes.length - used, this.fed);
+  }
+  end() {
+    const { ptr, geo, metaBytes } = this.loader.finish();
+    const cache = this.makeCache(ptr, geo);
+    return { cache, meta: parseMeta(this.fn, metaBytes) };
+  }
+  free() {
+    if (this.st) { if (!this.core.disposed) this.core.free(this.st.ptr); this.st = null; }
+    this.loader.free();
+  }
+}
+
+function trailing(fn, n, at) {
+  throw new SdpaError('E_FORMAT', `${fn}: ${n} bytes follow the end of the saved cache (byte ${at}); expected none`);
+}
+
+function parseMeta(fn, bytes) {
+  if (bytes === null) return undefined;
+  try {
+    return JSON.parse(utf8.decode(bytes));
+  } catch (e) {
+    throw new SdpaError('E_FORMAT', `${fn}: the saved meta is not UTF-8 JSON (${e.message})`, { cause: e });
+  }
+}
+
+class GroupSink {
+  constructor(core, fn, maxSeqLen, makeCache) {
+    this.core = core; this.fn = fn; this.maxSeqLen = maxSeqLen; this.makeCache = makeCache;
+    this.head = new Uint8Array(GROUP_FIXED);
+    this.have = 0;
+    this.layers = -1;
+    this.meta = undefined;
+    this.made = [];
+    this.loader = null;
+    this.st = staging(core, fn, STAGING_BYTES);
+    this.fed = 0;
+  }
+  #fail(msg) { throw new SdpaError('E_FORMAT', `${this.fn}: ${msg}`); }
+  /** Header bytes first (fixed part, then meta and CRC), then each layer's save. */
+  push(bytes) {
+    let at = 0;
+    while (at < bytes.length) {
+      if (this.layers < 0) {
+        const n = Math.min(this.head.length - this.have, bytes.length - at);
+        this.head.set(bytes.subarray(at, at + n), this.have);
+        this.have += n; at += n; this.fed += n;
+        for (let i = 0; i < Math.min(this.have, 8); i++) {
+          if (this.head[i] !== GROUP_MAGIC[i]) this.#fail(`this is not a saved KV cache group: byte ${i} is 0x${this.head[i].toString(16).padStart(2, '0')}, expected 0x${GROUP_MAGIC[i].toString(16)} (the magic "\\x89SDPAKG\\n")`);
+        }
+        if (this.have < this.head.length) continue;
+        const dv = new DataView(this.head.buffer);
+        if (this.head.length === GROUP_FIXED) {
+          const version = dv.getUint32(8, true), m = dv.getUint32(16, true);
+          if (version !== GROUP_VERSION) this.#fail(`group format version ${version} ${version > GROUP_VERSION ? 'is newer than this build' : 'is unknown'}; this build reads version ${GROUP_VERSION}`);
+          if (m > (1 << 20)) this.#fail(`the group header's meta is ${m} bytes; at most ${1 << 20}`);
+          const grown = new Uint8Array(GROUP_FIXED + m + 4);
+          grown.set(this.head);
+          this.head = grown;
+          continue;
+        }
+        const m = dv.getUint32(16, true), want = dv.getUint32(GROUP_FIXED + m, true);
+        const got = crc32c(this.core, this.fn, this.head.subarray(0, GROUP_FIXED + m));
+        if (got !== want) this.#fail(`the group header's CRC-32C is 0x${got.toString(16).padStart(8, '0')} but the data says 0x${want.toString(16).padStart(8, '0')}; the header was changed or damaged`);
+        const layers = dv.getUint32(12, true);
+        if (layers < 1 || layers > 65536) this.#fail(`the group header says ${layers} layers; expected 1 .. 65536`);
+        if (dv.getUint32(20, true) !== 0) this.#fail('the group header\'s reserved field (byte 20) is not 0');
+        this.meta = parseMeta(this.fn, m ? this.head.slice(GROUP_FIXED, GROUP_FIXED + m) : null);
+        this.layers = layers;
+        continue;
+      }
+      if (this.made.length === this.layers) trailing(this.fn, bytes.length - at, this.fed);
+      if (this.loader === null) this.loader = new Loader(this.core, `${this.fn}: layer ${this.made.length}`, this.maxSeqLen);
+      const used = this.#layerCall(() => this.loader.feed(bytes, at, this.st));
+      at += used; this.fed += used;
+      if (this.loader.done) {
+        const { ptr, geo } = this.#layerCall(() => this.loader.finish());
+        this.made.push(this.makeCache(ptr, geo));
+        this.loader.free();
+        this.loader = null;
+      }
+    }
+  }
+  /** A layer's C error ('sdpa.loadKVCache: ...') as the group's ('sdpa.loadKVCacheGroup: layer 3: ...'). */
+  #layerCall(f) {
+    try {
+      return f();
+    } catch (e) {
+      if (!(e instanceof SdpaError)) throw e;
+      const msg = e.message.replace(/^sdpa\.loadKVCacheGroup: layer \d+: /, '').replace(/^sdpa\.loadKVCache: /, '');
+      throw new SdpaError(e.code, `${this.fn}: layer ${this.made.length}: ${msg}`, { cause: e, status: e.status });
+    }
+  }
+  end() {
+    if (this.layers < 0) this.#fail(`the data ends after ${this.fed} bytes, inside the group header (${this.head.length === GROUP_FIXED ? 'at least ' : ''}${this.head.length + (this.head.length === GROUP_FIXED ? 4 : 0)} bytes)`);
+    if (this.made.length < this.layers) {
+      if (this.loader) this.#layerCall(() => this.loader.finish());  // throws where the data ended
+      this.#fail(`the data ends after ${this.fed} bytes, after ${this.made.length} of ${this.layers} layers`);
+    }
+    const made = this.made;
+    this.made = [];
+    return { caches: made, meta: this.meta };
+  }
+  free() {
+    if (this.st) { if (!this.core.disposed) this.core.free(this.st.ptr); this.st = null; }
+    if (this.loader) this.loader.free();
+    for (const c of this.made) c.dispose();
+    this.made = [];
+  }
+}
+
+/**
+ * sdpa.loadKVCache / loadKVCacheGroup: reads the source into a sink. A
+ * Uint8Array or ArrayBuffer is read before this returns (its bytes are the
+ * snapshot); other sources chunk by chunk. Resolves to sink.end().
+ */
+export function loadState(core, fn, source, opts, Sink, makeCache) {
+  const ck = new Checks(fn);
+  const src = sourceOf(ck, source);
+  const o = readOptions(ck, opts, LOAD_OPTIONS);
+  const maxSeqLen = checkLoadMaxSeqLen(ck, o.maxSeqLen);
+  core.checkAlive(ck);
+  if (src && src.error) ck.add('E_FORMAT', src.error);
+  try {
+    ck.done();
+  } catch (e) {
+    return Promise.reject(e);
+  }
+  if (src.bytes) {
+    // synchronously, now: the caller may change the bytes once this returns
+    try {
+      const sink = new Sink(core, fn, maxSeqLen, makeCache);
+      try {
+        sink.push(src.bytes);
+        return Promise.resolve(sink.end());
+      } finally {
+        sink.free();
+      }
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+  return loadChunks(core, fn, src, maxSeqLen, Sink, makeCache);
+}
+
+async function loadChunks(core, fn, src, maxSeqLen, Sink, makeCache) {
+  const sink = new Sink(core, fn, maxSeqLen, makeCache);
+  const reader = chunkReader(src);
+  let fed = 0, ended = false;
+  try {
+    for (;;) {
+      let chunk;
+      try {
+        chunk = await reader.next();
+      } catch (e) {
+        ended = true;
+        throw new SdpaError('E_FORMAT', `${fn}: ${src.what} failed after ${fed} bytes: ${e && e.message ? e.message : String(e)}`, { cause: e });
+      }
+      if (core.disposed) throw new SdpaError('E_DISPOSED', `${fn}: this sdpa instance was disposed during the load`);
+      if (chunk === null) { ended = true; break; }
+      const bytes = bytesOf(chunk);
+      if (bytes === null) throw new SdpaError('E_ARG', `${fn}: ${src.what} gave ${describeValue(chunk)} after ${fed} bytes; expected Uint8Array chunks`);
+      sink.push(bytes);
+      fed += bytes.length;
+    }
+    return sink.end();
+  } finally {
+    if (!ended) reader.cancel();
+    sink.free();
+  }
+}
+
+export { CacheSink, GroupSink };

@@ -1,0 +1,461 @@
+/* kv_record.c: row records, the canonical stored form of a row (see
+ * kv_record.h and docs/FORMAT.md). The only place that knows a record's
+ * bytes per dtype. Pages are read and written through kv_format.h's
+ * element index, so a page layout change needs nothing here; the ROWS and
+ * KEY_GROUPS layouts (float32 / float16) get a strided fast path, and a
+ * test (tests/c/test_state.c) holds every path to sdpa_kv_copy_raw_row. */
+#include "cache/kv_record.h"
+
+#include <float.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/simd.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "row records are little-endian and copied as host values: a big-endian build needs byte swaps here"
+#endif
+
+int32_t sdpa_kv_record_block_dtype(const sdpa_page_format * f, int value) {
+    return sdpa_kv_dtype(f, value);
+}
+
+static float row_scale(const sdpa_page_format * f, const void * page, int32_t row, int value) {
+    float s;
+    memcpy(&s, sdpa_kv_scales(f, page, value) + row, sizeof s);
+    return s;
+}
+static int8_t row_zero_point(const sdpa_page_format * f, const void * page, int32_t row, int value) {
+    return sdpa_kv_zero_points(f, page, value)[row];
+}
+
+bool sdpa_kv_record_dtype_known(int32_t dtype) {
+    return dtype == SDPA_DTYPE_FLOAT32 || dtype == SDPA_DTYPE_FLOAT16 || dtype == SDPA_DTYPE_INT8 ||
+           dtype == SDPA_DTYPE_INT4;
+}
+
+const char * sdpa_kv_record_dtype_name(int32_t dtype) {
+    switch (dtype) {
+        case SDPA_DTYPE_FLOAT32: return "float32";
+        case SDPA_DTYPE_FLOAT16: return "float16";
+        case SDPA_DTYPE_INT8: return "int8";
+        case SDPA_DTYPE_INT4: return "int4";
+        default: return "unknown";
+    }
+}
+
+uint64_t sdpa_kv_record_bytes(int32_t dtype, int32_t head_dim) {
+    if (head_dim < 1) return 0;
+    const uint64_t D = (uint64_t)head_dim;
+    switch (dtype) {
+        case SDPA_DTYPE_FLOAT32: return 4 * D;
+        case SDPA_DTYPE_FLOAT16: return 2 * D;
+        case SDPA_DTYPE_INT8: return D + 5;
+        case SDPA_DTYPE_INT4: return (D + 1) / 2 + 4 * ((D + SDPA_I4_GROUP - 1) / SDPA_I4_GROUP);
+        default: return 0;
+    }
+}
+
+/* Element d of row t is at base + d * step for these layouts (kv_format.h);
+ * I8_KEYS keeps pairs: base + (d / 2) * pair_step + d % 2. */
+static bool affine_layout(sdpa_block_layout l) {
+    return l == SDPA_LAYOUT_ROWS || l == SDPA_LAYOUT_KEY_GROUPS || l == SDPA_LAYOUT_I8_PAIRS;
+}
+
+/* The loops of move_elems, one per element size and direction (the compiler
+ * keeps the element moves as plain loads and stores). */
+#define MOVE_AFFINE(TYPE, TO_PAGE)                                                       \
+    do {                                                                                 \
+        TYPE * e_ = (TYPE *)(void *)(block + base * sizeof(TYPE));                       \
+        for (int32_t d = 0; d < D; d++) {                                                \
+            TYPE v_;                                                                     \
+            if (TO_PAGE) { memcpy(&v_, rec + (size_t)d * sizeof(TYPE), sizeof(TYPE)); e_[(size_t)d * step] = v_; } \
+            else { v_ = e_[(size_t)d * step]; memcpy(rec + (size_t)d * sizeof(TYPE), &v_, sizeof(TYPE)); }        \
+        }                                                                                \
+    } while (0)
+
+/* Copies D elements of `eb` bytes between a page row and a record (to_page: record -> page). */
+static void move_elems(const sdpa_page_format * f, unsigned char * block, int32_t row, int value,
+                       unsigned char * rec, size_t eb, bool to_page) {
+    const int32_t D = f->dim;
+    const sdpa_block_layout layout = sdpa_kv_layout(f, value);
+    const size_t base = sdpa_kv_elem_index(f, row, value, 0);
+    if (layout == SDPA_LAYOUT_ROWS) {
+        unsigned char * p = block + base * eb;
+        if (to_page) memcpy(p, rec, (size_t)D * eb); else memcpy(rec, p, (size_t)D * eb);
+        return;
+    }
+    if (affine_layout(layout) && D > 1) {
+        const size_t step = sdpa_kv_elem_index(f, row, value, 1) - base;
+        if (eb == 4) { if (to_page) MOVE_AFFINE(uint32_t, 1); else MOVE_AFFINE(uint32_t, 0); return; }
+        if (eb == 2) { if (to_page) MOVE_AFFINE(uint16_t, 1); else MOVE_AFFINE(uint16_t, 0); return; }
+        if (eb == 1) { if (to_page) MOVE_AFFINE(uint8_t, 1); else MOVE_AFFINE(uint8_t, 0); return; }
+    }
+    if (layout == SDPA_LAYOUT_I8_KEYS && eb == 1 && D > 2) {
+        const size_t pair_step = sdpa_kv_elem_index(f, row, value, 2) - base;
+        unsigned char * e = block + base;
+        int32_t d = 0;
+        for (; d + 1 < D; d += 2, e += pair_step) {
+            if (to_page) memcpy(e, rec + d, 2); else memcpy(rec + d, e, 2);
+        }
+        if (d < D) { if (to_page) e[0] = rec[d]; else rec[d] = e[0]; }
+        return;
+    }
+    for (int32_t d = 0; d < D; d++) {
+        unsigned char * p = block + sdpa_kv_elem_index(f, row, value, d) * eb;
+        if (to_page) memcpy(p, rec + (size_t)d * eb, eb); else memcpy(rec + (size_t)d * eb, p, eb);
+    }
+}
+
+/* I8_PAIRS (int8 V) keeps rows 2k and 2k + 1 interleaved byte by byte: when
+ * `row` is even and row + 1 follows it that way, both rows move together,
+ * one 16-bit element pair at a time (recs[0] row, recs[1] row + 1). */
+static bool paired_rows(const sdpa_page_format * f, int32_t row, int value) {
+    return sdpa_kv_layout(f, value) == SDPA_LAYOUT_I8_PAIRS && row % 2 == 0 && row + 1 < SDPA_PAGE_ROWS &&
+           sdpa_kv_elem_index(f, row + 1, value, 0) == sdpa_kv_elem_index(f, row, value, 0) + 1 &&
+           (f->dim < 2 || sdpa_kv_elem_index(f, row, value, 1) == sdpa_kv_elem_index(f, row, value, 0) + 2);
+}
+static void move_row_pair(const sdpa_page_format * f, unsigned char * block, int32_t row, int value,
+                          unsigned char * a, unsigned char * b, bool to_page) {
+    unsigned char * e = block + sdpa_kv_elem_index(f, row, value, 0);
+    const int32_t D = f->dim;
+    int32_t d = 0;
+    for (; d + 8 <= D; d += 8, e += 16) {  /* 8 elements of both rows: one 16-byte (de)interleave */
+        if (to_page) {
+            const v128_t ab = wasm_i64x2_make((int64_t)0, (int64_t)0);
+            v128_t x = wasm_v128_load64_lane(a + d, ab, 0);
+            x = wasm_v128_load64_lane(b + d, x, 1);
+            wasm_v128_store(e, wasm_i8x16_shuffle(x, x, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15));
+        } else {
+            const v128_t x = wasm_v128_load(e);
+            const v128_t y = wasm_i8x16_shuffle(x, x, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+            wasm_v128_store64_lane(a + d, y, 0);
+            wasm_v128_store64_lane(b + d, y, 1);
+        }
+    }
+    for (; d < D; d++, e += 2) {
+        if (to_page) { e[0] = a[d]; e[1] = b[d]; } else { a[d] = e[0]; b[d] = e[1]; }
+    }
+}
+
+/* int8 K (I8_KEYS): 8 rows of one key group, all their whole element pairs
+ * at once. The group keeps pair p of its rows 0..7 in 16 bytes (8 x 16
+ * bits), so 8 pairs of 8 rows are an 8 x 16-bit matrix to transpose (three
+ * rounds of 16-bit interleaves) into 16 bytes of each row's record. True
+ * when the layout is that (checked through kv_format.h's index) and it ran;
+ * the pairs from (D / 2) / 8 * 8 on, and an odd D's last element, are left
+ * to the caller. */
+static bool key_group_layout(const sdpa_page_format * f, int32_t row, int value) {
+    return sdpa_kv_layout(f, value) == SDPA_LAYOUT_I8_KEYS && row % SDPA_I8_KEY_GROUP == 0 && f->dim >= 16 &&
+           sdpa_kv_elem_index(f, row + 1, value, 0) == sdpa_kv_elem_index(f, row, value, 0) + 2 &&
+           sdpa_kv_elem_index(f, row, value, 2) == sdpa_kv_elem_index(f, row, value, 0) + 16 &&
+           sdpa_kv_elem_index(f, row, value, 1) == sdpa_kv_elem_index(f, row, value, 0) + 1;
+}
+
+static void transpose8x16(v128_t v[8]) {
+    v128_t t[8];
+    for (int round = 0; round < 3; round++) {
+        for (int k = 0; k < 4; k++) {
+            t[2 * k] = wasm_i16x8_shuffle(v[k], v[k + 4], 0, 8, 1, 9, 2, 10, 3, 11);
+            t[2 * k + 1] = wasm_i16x8_shuffle(v[k], v[k + 4], 4, 12, 5, 13, 6, 14, 7, 15);
+        }
+        for (int k = 0; k < 8; k++) v[k] = t[k];
+    }
+}
+
+/* Pairs 0 .. 8 * floor(D / 16) - 1 of rows row .. row + 7 (to_page: records -> page);
+ * returns the first element not moved (the caller moves the rest of each row). */
+static int32_t move_key_group(const sdpa_page_format * f, unsigned char * block, int32_t row, int value,
+                              unsigned char * rec, size_t stride, bool to_page) {
+    unsigned char * g = block + sdpa_kv_elem_index(f, row, value, 0);
+    const int32_t blocks = f->dim / 16;
+    for (int32_t q = 0; q < blocks; q++) {
+        v128_t v[8];
+        unsigned char * page_part = g + (size_t)q * 8 * 16, * rec_part = rec + (size_t)q * 16;
+        if (to_page) {
+            for (int r = 0; r < 8; r++) v[r] = wasm_v128_load(rec_part + (size_t)r * stride);
+            transpose8x16(v);
+            for (int p = 0; p < 8; p++) wasm_v128_store(page_part + (size_t)p * 16, v[p]);
+        } else {
+            for (int p = 0; p < 8; p++) v[p] = wasm_v128_load(page_part + (size_t)p * 16);
+            transpose8x16(v);
+            for (int r = 0; r < 8; r++) wasm_v128_store(rec_part + (size_t)r * stride, v[r]);
+        }
+    }
+    return blocks * 16;
+}
+
+/* The elements from `from` on of one row (the tail move_key_group leaves). */
+static void move_tail(const sdpa_page_format * f, unsigned char * block, int32_t row, int value, unsigned char * rec,
+                      int32_t from, bool to_page) {
+    for (int32_t d = from; d < f->dim; d++) {
+        unsigned char * p = block + sdpa_kv_elem_index(f, row, value, d);
+        if (to_page) *p = rec[d]; else rec[d] = *p;
+    }
+}
+
+/* float32 / float16 K (KEY_GROUPS): R rows of one key group at once (R = 4
+ * float32 or 8 float16 elements: one v128), each v128 of the page holding
+ * one element of R consecutive rows; R x R blocks are transposed into (or
+ * out of) the records. Returns the first element not moved (the caller
+ * moves the rest). */
+static bool row_group_layout(const sdpa_page_format * f, int32_t row, int value, int32_t rows) {
+    return sdpa_kv_layout(f, value) == SDPA_LAYOUT_KEY_GROUPS && row % rows == 0 && f->dim >= rows &&
+           SDPA_PAGE_KEY_GROUP % rows == 0 &&
+           sdpa_kv_elem_index(f, row + 1, value, 0) == sdpa_kv_elem_index(f, row, value, 0) + 1 &&
+           sdpa_kv_elem_index(f, row, value, 1) == sdpa_kv_elem_index(f, row, value, 0) + SDPA_PAGE_KEY_GROUP;
+}
+
+static inline void transpose4x32(v128_t v[4]) {
+    const v128_t a = wasm_i32x4_shuffle(v[0], v[1], 0, 4, 1, 5), b = wasm_i32x4_shuffle(v[0], v[1], 2, 6, 3, 7);
+    const v128_t c = wasm_i32x4_shuffle(v[2], v[3], 0, 4, 1, 5), d = wasm_i32x4_shuffle(v[2], v[3], 2, 6, 3, 7);
+    v[0] = wasm_i64x2_shuffle(a, c, 0, 2);
+    v[1] = wasm_i64x2_shuffle(a, c, 1, 3);
+    v[2] = wasm_i64x2_shuffle(b, d, 0, 2);
+    v[3] = wasm_i64x2_shuffle(b, d, 1, 3);
+}
+
+static void transpose8x16(v128_t v[8]);
+
+static int32_t move_row_group(const sdpa_page_format * f, unsigned char * block, int32_t row, int value, size_t eb,
+                              unsigned char * rec, size_t stride, bool to_page) {
+    const int32_t R = (int32_t)(16 / eb), blocks = f->dim / R;
+    const size_t G = SDPA_PAGE_KEY_GROUP;
+    unsigned char * g = block + sdpa_kv_elem_index(f, row, value, 0) * eb;
+    for (int32_t q = 0; q < blocks; q++) {
+        v128_t v[8];
+        unsigned char * page_part = g + (size_t)q * (size_t)R * G * eb, * rec_part = rec + (size_t)q * 16;
+        if (to_page) {
+            for (int32_t r = 0; r < R; r++) v[r] = wasm_v128_load(rec_part + (size_t)r * stride);
+        } else {
+            for (int32_t e = 0; e < R; e++) v[e] = wasm_v128_load(page_part + (size_t)e * G * eb);
+        }
+        if (R == 4) transpose4x32(v); else transpose8x16(v);
+        if (to_page) {
+            for (int32_t e = 0; e < R; e++) wasm_v128_store(page_part + (size_t)e * G * eb, v[e]);
+        } else {
+            for (int32_t r = 0; r < R; r++) wasm_v128_store(rec_part + (size_t)r * stride, v[r]);
+        }
+    }
+    return blocks * R;
+}
+
+/* Elements from `from` on of one row, `eb` bytes each. */
+static void move_tail_eb(const sdpa_page_format * f, unsigned char * block, int32_t row, int value, unsigned char * rec,
+                         int32_t from, size_t eb, bool to_page) {
+    for (int32_t d = from; d < f->dim; d++) {
+        unsigned char * p = block + sdpa_kv_elem_index(f, row, value, d) * eb;
+        if (to_page) memcpy(p, rec + (size_t)d * eb, eb); else memcpy(rec + (size_t)d * eb, p, eb);
+    }
+}
+
+/* Whether a float16 record holds an Inf or a NaN (exponent all ones). */
+static bool f16_record_special(const unsigned char * rec, size_t D) {
+    const v128_t mask = wasm_i16x8_splat(0x7c00);
+    v128_t any = wasm_i16x8_splat(0);
+    size_t d = 0;
+    for (; d + 8 <= D; d += 8) any = wasm_v128_or(any, wasm_i16x8_eq(wasm_v128_and(wasm_v128_load(rec + 2 * d), mask), mask));
+    bool special = wasm_v128_any_true(any);
+    for (; d < D; d++) {
+        uint16_t h;
+        memcpy(&h, rec + 2 * d, 2);
+        special |= (h & 0x7c00u) == 0x7c00u;
+    }
+    return special;
+}
+
+static unsigned char * block_of(const sdpa_page_format * f, const void * page, int value) {
+    return (unsigned char *)(uintptr_t)sdpa_kv_block(f, page, value);
+}
+
+void sdpa_kv_record_export(const sdpa_page_format * f, const void * page, int32_t first, int32_t n, int value,
+                           unsigned char * out, size_t stride) {
+    const int32_t dtype = sdpa_kv_record_block_dtype(f, value);
+    const size_t D = (size_t)f->dim;
+    unsigned char * block = block_of(f, page, value);
+    if (dtype == SDPA_DTYPE_INT4) {  /* nibbles, scales and offsets: kv_format.c's row codec */
+        for (int32_t i = 0; i < n; i++, out += stride) sdpa_kv_export_row(f, page, first + i, value, out);
+        return;
+    }
+    for (int32_t i = 0; i < n; i++, out += stride) {
+        const int32_t row = first + i;
+        switch (dtype) {
+            case SDPA_DTYPE_FLOAT32:
+            case SDPA_DTYPE_FLOAT16: {
+                const size_t eb = dtype == SDPA_DTYPE_FLOAT32 ? 4 : 2;
+                const int32_t R = (int32_t)(16 / eb);
+                if (i + R <= n && row_group_layout(f, row, value, R)) {
+                    const int32_t from = move_row_group(f, block, row, value, eb, out, stride, false);
+                    for (int32_t k = 0; k < R; k++) move_tail_eb(f, block, row + k, value, out + (size_t)k * stride, from, eb, false);
+                    i += R - 1;
+                    out += (size_t)(R - 1) * stride;
+                } else {
+                    move_elems(f, block, row, value, out, eb, false);
+                }
+                break;
+            }
+            default: {  /* int8 */
+                if (i + SDPA_I8_KEY_GROUP <= n && key_group_layout(f, row, value)) {
+                    const int32_t from = move_key_group(f, block, row, value, out, stride, false);
+                    for (int32_t k = 0; k < SDPA_I8_KEY_GROUP; k++) {
+                        unsigned char * o = out + (size_t)k * stride;
+                        move_tail(f, block, row + k, value, o, from, false);
+                        const float scale = row_scale(f, page, row + k, value);
+                        memcpy(o + D, &scale, 4);
+                        o[D + 4] = (unsigned char)row_zero_point(f, page, row + k, value);
+                    }
+                    i += SDPA_I8_KEY_GROUP - 1;
+                    out += (size_t)(SDPA_I8_KEY_GROUP - 1) * stride;
+                    break;
+                }
+                const bool pair = i + 1 < n && paired_rows(f, row, value);
+                if (pair) move_row_pair(f, block, row, value, out, out + stride, false);
+                else move_elems(f, block, row, value, out, 1, false);
+                for (int32_t k = 0; k <= (int32_t)pair; k++) {
+                    const float scale = row_scale(f, page, row + k, value);
+                    memcpy(out + (size_t)k * stride + D, &scale, 4);
+                    out[(size_t)k * stride + D + 4] = (unsigned char)row_zero_point(f, page, row + k, value);
+                }
+                if (pair) { i++; out += stride; }
+                break;
+            }
+        }
+    }
+}
+
+static uint32_t f32_bits(const unsigned char * p) { uint32_t u; memcpy(&u, p, 4); return u; }
+
+/* An int8 record's scale: one an encoder makes (sdpa_quantize_params: finite
+ * >= FLT_EPSILON, or +Inf when hi - lo overflows), or the all-zero record
+ * of an unwritten row (what the zero page holds). */
+static bool int8_record_ok(const unsigned char * rec, size_t D) {
+    const uint32_t u = f32_bits(rec + D);
+    float eps = FLT_EPSILON;
+    uint32_t eps_bits;
+    memcpy(&eps_bits, &eps, 4);
+    if (u >= eps_bits && u <= 0x7f800000u) return true;  /* positive: bits order as values; up to +Inf */
+    if (u != 0 || rec[D + 4] != 0) return false;
+    for (size_t d = 0; d < D; d++)
+        if (rec[d] != 0) return false;
+    return true;
+}
+
+sdpa_record_fault sdpa_kv_record_import(const sdpa_page_format * f, void * page, int32_t first, int32_t n, int value,
+                                        const unsigned char * in, size_t stride, int32_t * bad_row, bool * nonfinite) {
+    const int32_t dtype = sdpa_kv_record_block_dtype(f, value);
+    const size_t D = (size_t)f->dim;
+    unsigned char * block = block_of(f, page, value);
+    if (dtype == SDPA_DTYPE_INT4) {  /* kv_format.c's row codec: any float16 bits, the odd D's pad nibble 0 */
+        for (int32_t i = 0; i < n; i++, in += stride) {
+            const int r = sdpa_kv_import_row(f, page, first + i, value, in);
+            if (r < 0) {
+                *bad_row = i;
+                return SDPA_RECORD_BAD_PAD;
+            }
+            *nonfinite |= r > 0;
+        }
+        return SDPA_RECORD_OK;
+    }
+    for (int32_t i = 0; i < n; i++, in += stride) {
+        const int32_t row = first + i;
+        unsigned char * rec = (unsigned char *)(uintptr_t)in;  /* read only: move_elems copies to the page */
+        switch (dtype) {
+            case SDPA_DTYPE_FLOAT32:
+                if (i + 4 <= n && row_group_layout(f, row, value, 4)) {
+                    const int32_t from = move_row_group(f, block, row, value, 4, rec, stride, true);
+                    for (int32_t k = 0; k < 4; k++) move_tail_eb(f, block, row + k, value, rec + (size_t)k * stride, from, 4, true);
+                    i += 3;
+                    in += 3 * stride;
+                } else {
+                    move_elems(f, block, row, value, rec, 4, true);
+                }
+                break;
+            case SDPA_DTYPE_FLOAT16: {
+                if (i + 8 <= n && row_group_layout(f, row, value, 8)) {
+                    for (int32_t k = 0; k < 8; k++) *nonfinite |= f16_record_special(in + (size_t)k * stride, D);
+                    const int32_t from = move_row_group(f, block, row, value, 2, rec, stride, true);
+                    for (int32_t k = 0; k < 8; k++) move_tail_eb(f, block, row + k, value, rec + (size_t)k * stride, from, 2, true);
+                    i += 7;
+                    in += 7 * stride;
+                    break;
+                }
+                const sdpa_block_layout layout = sdpa_kv_layout(f, value);
+                uint32_t special = 0;
+                if (affine_layout(layout) && D > 1) {  /* move and look for Inf / NaN (exponent all ones) in one pass */
+                    const size_t base = sdpa_kv_elem_index(f, row, value, 0), step = sdpa_kv_elem_index(f, row, value, 1) - base;
+                    uint16_t * e = (uint16_t *)(void *)(block + base * 2);
+                    for (size_t d = 0; d < D; d++) {
+                        uint16_t h;
+                        memcpy(&h, in + 2 * d, 2);
+                        special |= (uint32_t)((h & 0x7c00u) == 0x7c00u);
+                        e[d * step] = h;
+                    }
+                } else {
+                    for (size_t d = 0; d < D; d++) {
+                        uint16_t h;
+                        memcpy(&h, in + 2 * d, 2);
+                        special |= (uint32_t)((h & 0x7c00u) == 0x7c00u);
+                    }
+                    move_elems(f, block, row, value, rec, 2, true);
+                }
+                *nonfinite |= special != 0;
+                break;
+            }
+            default: {  /* int8 */
+                if (i + SDPA_I8_KEY_GROUP <= n && key_group_layout(f, row, value)) {
+                    for (int32_t k = 0; k < SDPA_I8_KEY_GROUP; k++) {
+                        if (!int8_record_ok(in + (size_t)k * stride, D)) {
+                            *bad_row = i + k;
+                            return SDPA_RECORD_BAD_SCALE;
+                        }
+                    }
+                    const int32_t from = move_key_group(f, block, row, value, rec, stride, true);
+                    for (int32_t k = 0; k < SDPA_I8_KEY_GROUP; k++) {
+                        unsigned char * r = rec + (size_t)k * stride;
+                        move_tail(f, block, row + k, value, r, from, true);
+                        memcpy((unsigned char *)(uintptr_t)sdpa_kv_scales(f, page, value) + (size_t)(row + k) * 4, r + D, 4);
+                        ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row + k] = (int8_t)r[D + 4];
+                    }
+                    i += SDPA_I8_KEY_GROUP - 1;
+                    in += (size_t)(SDPA_I8_KEY_GROUP - 1) * stride;
+                    break;
+                }
+                const bool pair = i + 1 < n && paired_rows(f, row, value);
+                for (int32_t k = 0; k <= (int32_t)pair; k++) {
+                    if (!int8_record_ok(in + (size_t)k * stride, D)) {
+                        *bad_row = i + k;
+                        return SDPA_RECORD_BAD_SCALE;
+                    }
+                }
+                if (pair) move_row_pair(f, block, row, value, rec, rec + stride, true);
+                else move_elems(f, block, row, value, rec, 1, true);
+                for (int32_t k = 0; k <= (int32_t)pair; k++) {
+                    const unsigned char * r = in + (size_t)k * stride;
+                    memcpy((unsigned char *)(uintptr_t)sdpa_kv_scales(f, page, value) + (size_t)(row + k) * 4, r + D, 4);
+                    ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row + k] = (int8_t)r[D + 4];
+                }
+                if (pair) { i++; in += stride; }
+                break;
+            }
+        }
+    }
+    return SDPA_RECORD_OK;
+}
+
+void sdpa_kv_record_describe(sdpa_record_fault fault, int32_t dtype, int32_t head_dim, const unsigned char * record,
+                             char * buf, size_t cap) {
+    if (fault == SDPA_RECORD_BAD_SCALE && dtype == SDPA_DTYPE_INT8 && head_dim > 0) {
+        const uint32_t u = f32_bits(record + head_dim);
+        float s;
+        memcpy(&s, &u, 4);
+        snprintf(buf, cap, "its int8 scale is %g (bits 0x%08x); expected a finite scale >= %g (FLT_EPSILON), +Infinity, "
+                 "or 0 with a zero point and values of 0 (an unwritten row)", (double)s, (unsigned)u, (double)FLT_EPSILON);
+        return;
+    }
+    if (fault == SDPA_RECORD_BAD_PAD && dtype == SDPA_DTYPE_INT4 && head_dim > 0) {
+        snprintf(buf, cap, "the unused high nibble of its last byte (head dim %d is odd) is %u; expected 0",
+                 head_dim, (unsigned)(record[head_dim / 2] >> 4));
+        return;
+    }
+    snprintf(buf, cap, "it is not a valid %s record", sdpa_kv_record_dtype_name(dtype));
+}

@@ -1,0 +1,68 @@
+/* kv_record.h: the canonical stored form of one K or V row (a "row
+ * record"), what saved KV state carries (docs/FORMAT.md, "Row records"),
+ * independent of the page layouts of kv_format.h. Every byte of a record
+ * that depends on a dtype is read or written here and nowhere else, so a
+ * new cache dtype extends this file only:
+ *
+ *   float32  D x float32                                   4·D bytes
+ *   float16  D x uint16 (binary16 bits)                    2·D bytes
+ *   int8     D x int8, float32 scale, int8 zero point      D + 5 bytes
+ *   int4     ceil(D/2) bytes of nibbles (element 2i low, 2i+1
+ *            high; an odd D's last high nibble 0), G = ceil(D/32) float16
+ *            scales, G float16 offsets                     ceil(D/2) + 4·G bytes
+ *
+ * All little-endian, no padding. */
+#ifndef SDPA_KV_RECORD_H
+#define SDPA_KV_RECORD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/kv_format.h"
+
+/* Bytes of one row record of `dtype` (an sdpa_dtype number) and head dim D;
+ * 0 when this build cannot store that dtype in a cache (bool, unknown
+ * numbers), or D < 1. */
+uint64_t sdpa_kv_record_bytes(int32_t dtype, int32_t head_dim);
+
+/* Whether `dtype` names a record dtype of the format at all (float32,
+ * float16, int8, int4), supported by this build or not. */
+bool sdpa_kv_record_dtype_known(int32_t dtype);
+
+/* The dtype's name ("float32", ...; "unknown" for other numbers). */
+const char * sdpa_kv_record_dtype_name(int32_t dtype);
+
+/* The dtype of the K (value = 0) or V block of a page format. */
+int32_t sdpa_kv_record_block_dtype(const sdpa_page_format * f, int value);
+
+/* The records of rows first .. first + n - 1 of the K (value = 0) or V
+ * block of `page`, one each, `stride` bytes apart from `out` (the payload
+ * interleaves a row's K and V records). */
+void sdpa_kv_record_export(const sdpa_page_format * f, const void * page, int32_t first, int32_t n, int value,
+                           unsigned char * out, size_t stride);
+
+/* Why a record cannot be imported (SDPA_RECORD_OK: it can). */
+typedef enum sdpa_record_fault {
+    SDPA_RECORD_OK = 0,
+    SDPA_RECORD_BAD_SCALE,   /* int8: a scale no encoder makes (NaN, negative, -0, 0 < s < FLT_EPSILON,
+                              * or 0 outside the all-zero record of an unwritten row) */
+    SDPA_RECORD_BAD_PAD,     /* int4: an odd head dim's unused nibble is not 0 */
+} sdpa_record_fault;
+
+/* Checks the records of rows first .. first + n - 1 (one each, `stride`
+ * bytes apart from `in`) and writes them into the K (value = 0) or V block
+ * of `page` (a private page of this format). Stops at the first faulty
+ * record (*bad_row: its index in 0 .. n-1; rows before it are written) and
+ * returns its fault. *nonfinite |= whether the block now holds what the
+ * kernels' in-place readers cannot convert: a float16 Inf or NaN, an int4
+ * scale or offset that is (the caller sets SDPA_PAGE_MARK_K/V_NONFINITE). */
+sdpa_record_fault sdpa_kv_record_import(const sdpa_page_format * f, void * page, int32_t first, int32_t n, int value,
+                                        const unsigned char * in, size_t stride, int32_t * bad_row, bool * nonfinite);
+
+/* A sentence for a fault ("its scale is -1 (bits 0xbf800000); expected ..."),
+ * into buf (cap bytes), for E_FORMAT messages. `record` is the faulty record. */
+void sdpa_kv_record_describe(sdpa_record_fault fault, int32_t dtype, int32_t head_dim, const unsigned char * record,
+                             char * buf, size_t cap);
+
+#endif
