@@ -49,10 +49,12 @@ test('E_FORMAT is status 18, after E_OOM', () => {
   assert.is(STATUS_CODES.indexOf('E_OOM'), 17);
 });
 
-for (const dtype of ['float32', 'float16', 'int8']) {
+// every dtype, and K and V each a dtype of its own (the header keeps both)
+for (const dtype of ['float32', 'float16', 'int8', 'int4', 'int8/int4', 'int4/float16']) {
+  const [keyDtype, valueDtype = keyDtype] = dtype.split('/');
   for (const [name, config, rows] of [['plain', PLAIN, 150], ['windowed', WIN, 333]]) {
     test(`${dtype} ${name}: save -> loadKVCache is exact, attention and the next step bit-identical`, async () => {
-      const c = sdpa.createKVCache({ ...config, dtype });
+      const c = sdpa.createKVCache({ ...config, keyDtype, valueDtype });
       fillCache(c, 3, rows);
       const before = rawBytes(c, ...keptRanges(c)[keptRanges(c).length - 1]);
       const bytesBefore = c.bytes;
@@ -62,6 +64,7 @@ for (const dtype of ['float32', 'float16', 'int8']) {
       assert.is(c.bytes, bytesBefore);
       const { cache, meta } = await sdpa.loadKVCache(save);
       assert.equal(meta, { model: 'llama', tokens: [1, 2, 3] });
+      assert.equal([cache.keyDtype, cache.valueDtype, cache.dtype], [keyDtype, valueDtype, keyDtype === valueDtype ? keyDtype : null]);
       assert.is(cache.maxSeqLen, c.maxSeqLen);
       assert.is(cache.bytes, c.bytes, 'the same pages');
       sameCache(c, cache, 'restored');
@@ -232,8 +235,9 @@ test('bad input is E_FORMAT naming what is wrong; no cache made, the pool unchan
   await bad(v0, /format version 0 is unknown/);
   const dt = (k, v) => { const s = save.slice(); s[20] = k; s[24] = v; return resealHeader(s); };
   await bad(dt(9, 9), /the key dtype is 9, which is no cache dtype/);
-  await bad(dt(5, 5), /the key dtype is int4, which this build does not support/);
-  await bad(dt(4, 3), /the key dtype is int8 and the value dtype float16; caches of mixed dtypes are not supported by this build/);
+  // a dtype this save's records are not: their sizes give it away (int4 and mixed caches load: tests below)
+  await bad(dt(5, 5), /the header's record sizes are \d+ \(K\) and \d+ \(V\) bytes; int4 at head dim \d+ has \d+ and \d+/);
+  await bad(dt(4, 3), /the header's record sizes are/);
   const field = (at, v) => { const s = save.slice(); new DataView(s.buffer).setUint32(at, v, true); return resealHeader(s); };
   await bad(field(36, 0), /the saved geometry is not a cache's: headDim is 0; expected a positive integer/);
   await bad(field(36, 2 ** 31), /the header's headDim is 2147483648; at most 2147418111/);
