@@ -17,11 +17,11 @@ const arg = (name, dflt) => {
 };
 const MIB = Number(arg('mib', 256)), ROUNDS = Number(arg('rounds', 5)), BUILD = arg('build', 'simd');
 const H = 8, D = 128;
-const RECORD = { float32: 4 * D, float16: 2 * D, int8: D + 5 };
+const RECORD = { float32: 4 * D, float16: 2 * D, int8: D + 5, int4: D / 2 + 4 * (D / 32) };
 const sdpa = await createSdpa({ build: BUILD, threads: 1 });
 const median = (xs) => xs.slice().sort((a, b) => a - b)[xs.length >> 1];
 const rows = [];
-for (const dtype of ['float32', 'float16', 'int8']) {
+for (const dtype of arg('dtypes', 'float32,float16,int8,int4').split(',')) {
   const n = Math.ceil((MIB * 2 ** 20) / (2 * H * RECORD[dtype]));
   const maxSeqLen = Math.ceil(n / 64) * 64;
   const cache = sdpa.createKVCache({ maxSeqLen, numKvHeads: H, headDim: D, dtype });
