@@ -122,7 +122,8 @@ typedef struct sdpa_tensor {
 
 /// Per-call options. On wasm32 this struct is 40 bytes: start_pos@0 (int64)
 /// is_causal@8 has_scale@12 scale@16 dropout_p@20 window@24 softcap@28
-/// sinks@32 (a pointer) and 4 bytes of padding.
+/// sinks@32 (a pointer) tree_mask@36 (a pointer; see the issue-21 section
+/// at the end of this header).
 typedef struct sdpa_options {
     int64_t start_pos;  ///< >= 0; no effect on attention when a mask is given
     int32_t is_causal;  ///< 0 or 1
@@ -138,6 +139,8 @@ typedef struct sdpa_options {
     /// NULL: none. A float32 [Hq] tensor of per-head sink logits: head h's
     /// softmax denominator gets exp(sinks[h] - m) (the sink has no value row).
     const struct sdpa_tensor * sinks;
+    /// NULL: none. Cache attend / step only (the issue-21 section below).
+    const struct sdpa_tensor * tree_mask;
 } sdpa_options;
 
 typedef struct sdpa_ctx sdpa_ctx;
@@ -429,6 +432,31 @@ sdpa_status sdpa_ctx_reserve_pages(sdpa_ctx * ctx, double bytes);
 /// cache's storage). For the JS wrapper's messages. (No unbalanced square
 /// brackets in this header: CMake reads it as a list to find the exports.)
 int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes);
+
+/* ---- Issue 21: what an LLM runtime calls per layer ---------------------
+ *
+ * Tree masks (speculative decoding). options->tree_mask, for
+ * sdpa_kv_cache_attend and sdpa_kv_cache_step only (sdpa_custom: E_ARG):
+ * a bool (uint8, non-zero = visible) tensor [Sq, Sq] over the call's own
+ * query rows start_pos .. start_pos+Sq-1. Query row i sees key
+ * start_pos + j (j <= i) iff tree_mask[i][j]; every key before start_pos
+ * stays visible (a window still applies). is_causal must be 1 and no mask
+ * given (E_ARG); entries above the diagonal are not read (causal). Rank 2
+ * (E_RANK), bool (E_MASK_DTYPE), exactly [Sq, Sq] (E_MASK_SHAPE). The cost
+ * is that of a causal step.
+ */
+
+/// Keeps the accepted rows of a verified draft: for k = 0 .. n-1 row
+/// start + rows[k] becomes row start + k (K and V as stored, bit for bit),
+/// then the cache is truncated to start + n. rows must be strictly
+/// increasing, non-negative, with start + rows[n-1] < length (E_START_POS);
+/// start <= length (E_CAPACITY, as truncate); a windowed cache: the rows
+/// read and written must be kept rows and start + n a valid truncate length
+/// (E_CAPACITY). n = 0 is truncate(start). E_OOM when a shared page
+/// (fork) cannot be copied: the cache is then unchanged.
+/// JS: KVCache.keepRows(start, rows).
+sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t start,
+                                    const int32_t * rows, int32_t n);
 
 #ifdef __cplusplus
 }

@@ -141,6 +141,13 @@ typedef struct sdpa_problem {
     const void *  mask;    /* NULL, or [Sq, n_keys_mask] with row stride mask_stride */
     int32_t       mask_dtype;
     int32_t       mask_stride;
+    /* a tree mask (issue 21): NULL, or bool rows tree_stride bytes apart, row
+     * i of this problem at tree + i * tree_stride; key t >= tree_pos (and
+     * t <= start_pos + i: causal) is visible iff its entry t - tree_pos is
+     * non-zero. (A windowed step's pieces keep the whole step's tree_pos.) */
+    const uint8_t * tree;
+    int32_t       tree_stride;
+    int64_t       tree_pos;
 } sdpa_problem;
 
 /* Records a failure on the context; returns `status` for tail calls. */

@@ -357,6 +357,7 @@ static sdpa_problem step_piece(const sdpa_problem * p, int32_t at, int32_t * nex
     piece.q_len = *next - at;
     piece.start_pos = at;
     piece.n_keys = *next;
+    if (p->tree) piece.tree = p->tree + (size_t)(at - p->start_pos) * (size_t)p->tree_stride;  /* tree_pos stays */
     return piece;
 }
 
@@ -533,4 +534,45 @@ int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) 
     if (!ctx || !(bytes > 0)) return 0;  /* (NaN too) */
     const uint64_t span = bytes < 0x1p64 ? (uint64_t)bytes : UINT64_MAX;  /* a larger double does not convert */
     return sdpa_page_pool_overlaps(ctx->pages, p, span);
+}
+
+/* ---- issue 21: keep the accepted rows of a verified draft ---------------
+ * Row start + rows[k] moves to start + k as stored (a record out of its
+ * page and into the other: bit for bit, marks carried), in increasing k, so
+ * a row is read before anything overwrites it (start + k <= start +
+ * rows[k] < start + rows[k+1]). Pages (a fork's shared ones) and the
+ * record buffer (scratch) are taken first: E_OOM changes nothing. */
+sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t start,
+                                    const int32_t * rows, int32_t n) {
+    static const char fn[] = "KVCache.keepRows";
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status s = sdpa_check_cache_keep_rows(ctx, fn, cache, start, rows, n);
+    if (s != SDPA_OK) return s;
+    int32_t first = 0;  /* the first row that moves */
+    while (first < n && rows[first] == first) first++;
+    if (first < n) {
+        const size_t kb = sdpa_kv_record_bytes(&cache->format, 0), vb = sdpa_kv_record_bytes(&cache->format, 1);
+        s = sdpa_scratch_reserve(ctx, fn, (uint64_t)kb + vb);
+        if (s == SDPA_OK) s = reserve_write(ctx, fn, cache, start + first, n - first);
+        if (s != SDPA_OK) return s;
+        for (int32_t page = (start + first) / SDPA_PAGE_ROWS; page <= (start + n - 1) / SDPA_PAGE_ROWS; page++)
+            own_slot(cache, page_slot(cache, page), false);
+        uint8_t * rec = ctx->scratch;
+        for (size_t head = 0; head < head_count(cache); head++) {
+            void ** pages = head_pages(cache, head);
+            for (int32_t k = first; k < n; k++) {
+                const size_t from = (size_t)start + (size_t)rows[k], to = (size_t)start + (size_t)k;
+                const void * src = row_page(cache, pages, from);
+                void * dst = row_page(cache, pages, to);
+                const int32_t rf = (int32_t)(from % SDPA_PAGE_ROWS), rt = (int32_t)(to % SDPA_PAGE_ROWS);
+                sdpa_kv_export_row(&cache->format, src, rf, 0, rec);
+                sdpa_kv_export_row(&cache->format, src, rf, 1, rec + kb);
+                const uint32_t marks = (sdpa_kv_import_row(&cache->format, dst, rt, 0, rec) == 1 ? SDPA_PAGE_MARK_K_NONFINITE : 0) |
+                                       (sdpa_kv_import_row(&cache->format, dst, rt, 1, rec + kb) == 1 ? SDPA_PAGE_MARK_V_NONFINITE : 0);
+                if (marks) sdpa_page_set_marks(dst, sdpa_page_marks(dst) | marks);
+            }
+        }
+    }
+    /* the pages past start + n go; the last kept page is private already when a row moved */
+    return sdpa_kv_cache_truncate(ctx, cache, start + n);
 }

@@ -522,6 +522,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         st->lower[x] = 0;
         st->mask[x] = NULL;
         st->bmask[x] = NULL;
+        st->tmask[x] = NULL;
         st->suspect[x] = false;
     }
     for (int32_t x = 0; x < st->n; x++) {
@@ -540,6 +541,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
             st->mask[x] = (const float *)p->mask + (size_t)i * p->mask_stride;
         else if (p->mask)
             st->bmask[x] = (const uint8_t *)p->mask + (size_t)i * p->mask_stride;
+        if (p->tree) st->tmask[x] = p->tree + (size_t)i * p->tree_stride;
     }
     if (f->k_src == K_I8_PAGE) {  /* integer Q.K: the float kernels' broadcast q is not needed */
         quantize_q(f, st, f->p->kv.format->block[0].units, int_q_max(D), NULL);
@@ -740,6 +742,10 @@ static void tile_softmax(const flash_plan * f, block_state * st, int32_t ts, int
         for (int32_t t = p->sink_tokens > ts ? p->sink_tokens - ts : 0, lo = st->lower[x] - ts; t < lo && t < nt4; t++)
             s[t] = -INFINITY;
         if (st->bmask[x]) for (int32_t t = 0; t < valid; t++) if (!st->bmask[x][ts + t]) s[t] = -INFINITY;
+        if (st->tmask[x]) {  /* a tree mask: keys tree_pos .. limit-1 as its row says */
+            const uint8_t * tm = st->tmask[x] - p->tree_pos;  /* (indexed by key; only keys >= tree_pos read) */
+            for (int64_t t = p->tree_pos > ts ? p->tree_pos - ts : 0; t < valid; t++) if (!tm[ts + t]) s[t] = -INFINITY;
+        }
         for (int32_t t = valid < 0 ? 0 : valid; t < nt4; t++) s[t] = -INFINITY;
         v128_t vmax = wasm_f32x4_splat(-INFINITY), vnan = wasm_i32x4_splat(0);
         for (int32_t t = 0; t < nt4; t += 4) {

@@ -23,6 +23,7 @@ static_assert(offsetof(sdpa_options, dropout_p) == 20, "sdpa_options.dropout_p")
 static_assert(offsetof(sdpa_options, window) == 24, "sdpa_options.window");
 static_assert(offsetof(sdpa_options, softcap) == 28, "sdpa_options.softcap");
 static_assert(offsetof(sdpa_options, sinks) == 32, "sdpa_options.sinks");
+static_assert(offsetof(sdpa_options, tree_mask) == 36, "sdpa_options.tree_mask");
 static_assert(sizeof(sdpa_memory_stats) == 48, "sdpa_memory_stats layout");
 static_assert(sizeof(sdpa_kv_cache_size) == 40, "sdpa_kv_cache_size layout");
 static_assert(sizeof(sdpa_kv_cache_desc) == 32, "sdpa_kv_cache_desc layout");
