@@ -1,0 +1,314 @@
+/*
+ * test_runtime.c: issue 21 in C.
+ *
+ * treeMask (options->tree_mask) on sdpa_kv_cache_attend and _step, plain
+ * and windowed caches, float32 and int8, GQA, against the tests' float64
+ * reference (naive_ref.c) fed the equivalent full bool mask [Sq, N] (key t
+ * visible to row i: t < sp, or t = sp + j with j <= i and tree[i][j]; a
+ * window's and sink rows' rule on top), 1 vs 2 threads bit-identical; a chain
+ * (lower-triangular) tree is bit-identical to isCausal alone. The rules.
+ *
+ * sdpa_kv_cache_keep_rows: the kept rows are the source rows bit for bit
+ * (read back against the host's copy, float32; int8 against a read before),
+ * length and the rows past it (zeros), a fork keeps its own rows, windowed
+ * caches, every rule with the cache unchanged.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "naive_ref.h"
+#include "sdpa.h"
+#include "testutil.h"
+
+enum { B = 2, HQ = 4, H = 2, D = 24 };
+
+static sdpa_ctx * g_one, * g_two;
+static tu_rng g_rng;
+
+static void fill(float * p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = tu_rng_uniform(&g_rng, -1.0f, 1.0f);
+}
+
+/* A random tree over n nodes in topological order: each node's parent is an
+ * earlier node (or none: the root of a forest); the mask row is the node's
+ * ancestors and itself. chain: the lower triangle. */
+static void make_tree(uint8_t * tree, int32_t n, int chain) {
+    int32_t parent[64];
+    memset(tree, 0, (size_t)n * n);
+    for (int32_t i = 0; i < n; i++) {
+        parent[i] = chain ? i - 1 : (i == 0 ? -1 : tu_rng_int(&g_rng, -1, i - 1));
+        for (int32_t a = i; a >= 0; a = parent[a]) tree[(size_t)i * n + a] = 1;
+    }
+}
+
+/* One case: a cache holding `past` rows, then a step (or update + attend) of
+ * n rows with a tree mask; windowed when W > 0. */
+static void tree_case(int32_t dtype, int32_t W, int32_t S, int32_t past, int32_t n, int use_step, int chain) {
+    const int32_t L = past + n + 8 + (W ? 1000 : 0), total = past + n;  /* (windowed: long enough for a ring) */
+    char what[160];
+    snprintf(what, sizeof what, "tree dtype %d W %d S %d past %d n %d %s%s", dtype, W, S, past, n,
+             use_step ? "step" : "attend", chain ? " chain" : "");
+    sdpa_kv_cache * c1 = NULL, * c2 = NULL;
+    sdpa_status s1 = sdpa_kv_cache_create_windowed(g_one, B, L, H, D, dtype, W, S, &c1);
+    sdpa_status s2 = sdpa_kv_cache_create_windowed(g_two, B, L, H, D, dtype, W, S, &c2);
+    if (!TU_CHECK(s1 == SDPA_OK && s2 == SDPA_OK, "%s: create: %s", what, sdpa_ctx_last_error(g_one))) return;
+    const size_t kv_n = (size_t)B * total * H * D, q_n = (size_t)B * n * HQ * D;
+    float * k = tu_malloc(kv_n * 4), * v = tu_malloc(kv_n * 4), * q = tu_malloc(q_n * 4);
+    float * o1 = tu_malloc(q_n * 4), * o2 = tu_malloc(q_n * 4), * oc = tu_malloc(q_n * 4);
+    float * kn = tu_malloc((size_t)B * n * H * D * 4), * vn = tu_malloc((size_t)B * n * H * D * 4);
+    double * ref = tu_malloc(q_n * 8);
+    uint8_t * tree = tu_malloc((size_t)n * n), * full = tu_malloc((size_t)n * total);
+    fill(k, kv_n); fill(v, kv_n); fill(q, q_n);
+    make_tree(tree, n, chain);
+    /* the past rows, then the new ones (the new ones: a copy in [B, n, H, D]) */
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t t = 0; t < n; t++) {
+            memcpy(kn + ((size_t)b * n + t) * H * D, k + ((size_t)b * total + past + t) * H * D, (size_t)H * D * 4);
+            memcpy(vn + ((size_t)b * n + t) * H * D, v + ((size_t)b * total + past + t) * H * D, (size_t)H * D * 4);
+        }
+    if (past > 0) {
+        float * kp = tu_malloc((size_t)B * past * H * D * 4), * vp = tu_malloc((size_t)B * past * H * D * 4);
+        for (int32_t b = 0; b < B; b++) {
+            memcpy(kp + (size_t)b * past * H * D, k + (size_t)b * total * H * D, (size_t)past * H * D * 4);
+            memcpy(vp + (size_t)b * past * H * D, v + (size_t)b * total * H * D, (size_t)past * H * D * 4);
+        }
+        sdpa_tensor tk = tu_tensor4(kp, SDPA_DTYPE_FLOAT32, B, past, H, D), tv = tu_tensor4(vp, SDPA_DTYPE_FLOAT32, B, past, H, D);
+        TU_CHECK(sdpa_kv_cache_update(g_one, c1, &tk, &tv, 0) == SDPA_OK && sdpa_kv_cache_update(g_two, c2, &tk, &tv, 0) == SDPA_OK,
+                 "%s: past update: %s", what, sdpa_ctx_last_error(g_one));
+        free(kp); free(vp);
+    }
+    sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, B, n, HQ, D);
+    sdpa_tensor tk = tu_tensor4(kn, SDPA_DTYPE_FLOAT32, B, n, H, D), tv = tu_tensor4(vn, SDPA_DTYPE_FLOAT32, B, n, H, D);
+    sdpa_tensor tt = tu_tensor2(tree, SDPA_DTYPE_BOOL, n, n);
+    sdpa_tensor to1 = tu_tensor4(o1, SDPA_DTYPE_FLOAT32, B, n, HQ, D), to2 = tu_tensor4(o2, SDPA_DTYPE_FLOAT32, B, n, HQ, D);
+    sdpa_tensor toc = tu_tensor4(oc, SDPA_DTYPE_FLOAT32, B, n, HQ, D);
+    sdpa_options o = {.start_pos = past, .is_causal = 1, .tree_mask = &tt};
+    sdpa_options oplain = {.start_pos = past, .is_causal = 1};
+    tu_fill_nan(o1, q_n); tu_fill_nan(o2, q_n);
+    tu_dirty_error(g_one);
+    if (use_step) {
+        s1 = sdpa_kv_cache_step(g_one, c1, &tq, &tk, &tv, NULL, &o, &to1);
+        s2 = sdpa_kv_cache_step(g_two, c2, &tq, &tk, &tv, NULL, &o, &to2);
+    } else {
+        s1 = sdpa_kv_cache_update(g_one, c1, &tk, &tv, past);
+        s2 = sdpa_kv_cache_update(g_two, c2, &tk, &tv, past);
+        TU_CHECK(s1 == SDPA_OK && s2 == SDPA_OK, "%s: update: %s", what, sdpa_ctx_last_error(g_one));
+        tu_dirty_error(g_one);
+        s1 = sdpa_kv_cache_attend(g_one, c1, &tq, NULL, &o, &to1);
+        s2 = sdpa_kv_cache_attend(g_two, c2, &tq, NULL, &o, &to2);
+    }
+    TU_CHECK(s2 == SDPA_OK, "%s: 2 threads: %s", what, sdpa_ctx_last_error(g_two));
+    /* the reference over the stored values (a float32 cache stores k, v exactly; int8: read them back) */
+    float * kd = k, * vd = v;
+    if (dtype != SDPA_DTYPE_FLOAT32 && W == 0) {
+        kd = tu_malloc(kv_n * 4); vd = tu_malloc(kv_n * 4);
+        sdpa_tensor rk = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, B, total, H, D), rv = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, B, total, H, D);
+        TU_CHECK(sdpa_kv_cache_read(g_one, c1, 0, total, &rk, &rv) == SDPA_OK, "%s: read", what);
+    }
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t t = 0; t < total; t++) {
+            const int64_t p = past + i;
+            int vis = t < past ? 1 : (t - past <= i && tree[(size_t)i * n + (t - past)]);
+            if (W && t <= p - W && t >= S) vis = 0;
+            full[(size_t)i * total + t] = (uint8_t)vis;
+        }
+    naive_params np = { B, n, total, HQ, H, D, NAIVE_MASK_BOOL, full, total, 0, 0, 0, 0.0, 0, 0.0, NULL };
+    naive_sdpa(&np, q, kd, vd, ref);
+    const int32_t dims[4] = { B, n, HQ, D };
+    if (dtype == SDPA_DTYPE_FLOAT32) tu_check_output(g_one, s1, what, o1, ref, q_n, dims);
+    else {
+        TU_CHECK(s1 == SDPA_OK, "%s: %s", what, sdpa_ctx_last_error(g_one));
+        tu_close_tol(what, o1, ref, q_n, dims, 2e-3);
+    }
+    tu_identical(what, o1, o2, q_n, dims);
+    if (chain && use_step == 0) {  /* a chain is isCausal's lower triangle: the same bits */
+        s1 = sdpa_kv_cache_attend(g_one, c1, &tq, NULL, &oplain, &toc);
+        TU_CHECK(s1 == SDPA_OK, "%s: causal", what);
+        tu_identical("chain tree vs isCausal", o1, oc, q_n, dims);
+    }
+    if (kd != k) { free(kd); free(vd); }
+    free(k); free(v); free(q); free(o1); free(o2); free(oc); free(kn); free(vn); free(ref); free(tree); free(full);
+    sdpa_kv_cache_free(c1);
+    sdpa_kv_cache_free(c2);
+}
+
+static void test_tree(void) {
+    const int32_t pasts[] = { 0, 5, 64, 130 }, ns[] = { 1, 3, 8, 17 };
+    for (int pi = 0; pi < 4; pi++)
+        for (int ni = 0; ni < 4; ni++) {
+            tree_case(SDPA_DTYPE_FLOAT32, 0, 0, pasts[pi], ns[ni], (pi + ni) % 2, 0);
+            tree_case(SDPA_DTYPE_FLOAT32, 0, 0, pasts[pi], ns[ni], 0, 1);
+        }
+    tree_case(SDPA_DTYPE_INT8, 0, 0, 70, 8, 1, 0);
+    tree_case(SDPA_DTYPE_INT4, 0, 0, 70, 8, 0, 0);
+    /* windowed: a step of n rows is cut into page-sized pieces inside */
+    tree_case(SDPA_DTYPE_FLOAT32, 40, 0, 100, 9, 1, 0);
+    tree_case(SDPA_DTYPE_FLOAT32, 40, 4, 60, 12, 1, 0);  /* crosses a page boundary (64) */
+    tree_case(SDPA_DTYPE_FLOAT32, 16, 2, 120, 8, 0, 0);
+}
+
+static void expect(sdpa_ctx * ctx, sdpa_status got, sdpa_status want, const char * needle, const char * what) {
+    TU_CHECK(got == want, "%s: got %s, want %s (%s)", what, sdpa_status_code(got), sdpa_status_code(want), sdpa_ctx_last_error(ctx));
+    TU_CHECK(tu_contains_ci(sdpa_ctx_last_error(ctx), needle), "%s: message '%s' lacks '%s'", what, sdpa_ctx_last_error(ctx), needle);
+}
+
+static void test_tree_rules(void) {
+    sdpa_kv_cache * c = NULL;
+    TU_CHECK(sdpa_kv_cache_create(g_one, 1, 32, 1, 4, SDPA_DTYPE_FLOAT32, &c) == SDPA_OK, "create");
+    float q[2 * 4] = { 0 }, kv[2 * 4] = { 0 }, out[2 * 4], sentinel[2 * 4];
+    uint8_t tree[9] = { 1, 0, 0, 1, 1, 0, 1, 1, 1 };
+    float ftree[4] = { 0 };
+    sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, 1, 2, 1, 4), tk = tu_tensor4(kv, SDPA_DTYPE_FLOAT32, 1, 2, 1, 4);
+    sdpa_tensor to = tu_tensor4(out, SDPA_DTYPE_FLOAT32, 1, 2, 1, 4);
+    sdpa_tensor t22 = tu_tensor2(tree, SDPA_DTYPE_BOOL, 2, 2), t33 = tu_tensor2(tree, SDPA_DTYPE_BOOL, 3, 3);
+    sdpa_tensor tf = tu_tensor2(ftree, SDPA_DTYPE_FLOAT32, 2, 2), t1 = tu_tensor4(tree, SDPA_DTYPE_BOOL, 1, 2, 2, 1);
+    t1.rank = 3;
+    sdpa_tensor mask = tu_tensor2(ftree, SDPA_DTYPE_FLOAT32, 2, 2);
+    sdpa_tensor talias = tu_tensor2(out, SDPA_DTYPE_BOOL, 2, 2);
+    tu_fill_nan(out, 8);
+    memcpy(sentinel, out, sizeof out);
+    sdpa_options o = {.start_pos = 0, .is_causal = 1, .tree_mask = &t22};
+    o.is_causal = 0;
+    expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_ARG, "KVCache.step: treeMask was given with isCausal: false", "not causal");
+    o.is_causal = 0;
+    expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, &mask, &o, &to), SDPA_E_ARG, "treeMask and attnMask were both given", "with a mask");
+    o.is_causal = 1;
+    o.tree_mask = &talias;
+    expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_ARG, "out shares memory with treeMask", "alias");
+    o.tree_mask = &t1;
+    expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_RANK, "treeMask has rank 3", "rank");
+    o.tree_mask = &tf;
+    expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_MASK_DTYPE, "KVCache.step: treeMask has dtype float32 (1); expected bool", "dtype");
+    o.tree_mask = &t33;
+    expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_MASK_SHAPE,
+           "KVCache.step: treeMask has dims [3, 3] but must be [Sq, Sq] = [2, 2] (the new rows over the new rows)", "shape");
+    TU_CHECK(sdpa_kv_cache_length(c) == 0 && memcmp(out, sentinel, sizeof out) == 0, "rejected steps wrote nothing");
+    /* customSdpa has no treeMask */
+    o.tree_mask = &t22;
+    expect(g_one, sdpa_custom(g_one, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_ARG, "customSdpa: treeMask is an option of KVCache.attend and KVCache.step", "custom");
+    sdpa_kv_cache_free(c);
+}
+
+/* ---- keep_rows ---------------------------------------------------------- */
+
+static void keep_case(int32_t dtype, int32_t W, int32_t S, int32_t start, int32_t extra, const int32_t * rows, int32_t n, int with_fork) {
+    char what[128];
+    snprintf(what, sizeof what, "keepRows dtype %d W %d S %d start %d extra %d n %d%s", dtype, W, S, start, extra, n, with_fork ? " fork" : "");
+    const int32_t total = start + extra, L = total + 70;
+    sdpa_kv_cache * c = NULL, * f = NULL;
+    if (!TU_CHECK(sdpa_kv_cache_create_windowed(g_one, B, L, H, D, dtype, W, S, &c) == SDPA_OK, "%s: create", what)) return;
+    const size_t rn = (size_t)B * total * H * D;
+    float * k = tu_malloc(rn * 4), * v = tu_malloc(rn * 4);
+    fill(k, rn); fill(v, rn);
+    sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, B, total, H, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, B, total, H, D);
+    TU_CHECK(sdpa_kv_cache_update(g_one, c, &tk, &tv, 0) == SDPA_OK, "%s: write: %s", what, sdpa_ctx_last_error(g_one));
+    /* what the cache stores, before (float32: k, v themselves), from row `from` on (a windowed cache: its kept rows) */
+    const int32_t from = W ? start : 0, span = total - from;
+    const size_t sn = (size_t)B * span * H * D;
+    float * bk = tu_malloc(sn * 4), * bv = tu_malloc(sn * 4);
+    sdpa_tensor rk = tu_tensor4(bk, SDPA_DTYPE_FLOAT32, B, span, H, D), rv = tu_tensor4(bv, SDPA_DTYPE_FLOAT32, B, span, H, D);
+    TU_CHECK(sdpa_kv_cache_read(g_one, c, from, span, &rk, &rv) == SDPA_OK, "%s: read before: %s", what, sdpa_ctx_last_error(g_one));
+    if (with_fork) TU_CHECK(sdpa_kv_cache_fork(g_one, c, &f) == SDPA_OK, "%s: fork", what);
+    tu_dirty_error(g_one);
+    sdpa_status s = sdpa_kv_cache_keep_rows(g_one, c, start, rows, n);
+    TU_CHECK(s == SDPA_OK && sdpa_ctx_last_error(g_one)[0] == 0, "%s: %s", what, sdpa_ctx_last_error(g_one));
+    TU_CHECK(sdpa_kv_cache_length(c) == start + n, "%s: length %d, want %d", what, sdpa_kv_cache_length(c), start + n);
+    /* rows from .. start+n-1 and the row after (zeros), read back */
+    const int32_t got_span = start + n - from + 1;
+    const size_t gn = (size_t)B * got_span * H * D;
+    float * gk = tu_malloc(gn * 4), * gv = tu_malloc(gn * 4);
+    sdpa_tensor gtk = tu_tensor4(gk, SDPA_DTYPE_FLOAT32, B, got_span, H, D), gtv = tu_tensor4(gv, SDPA_DTYPE_FLOAT32, B, got_span, H, D);
+    if (W == 0 || got_span > 1) {
+        int32_t read_span = W ? got_span - 1 : got_span;  /* a windowed cache reads kept (written) rows only */
+        gtk.dims[1] = gtv.dims[1] = read_span;
+        gtk.len = gtv.len = (int32_t)((size_t)B * read_span * H * D);
+        TU_CHECK(sdpa_kv_cache_read(g_one, c, from, read_span, &gtk, &gtv) == SDPA_OK, "%s: read after: %s", what, sdpa_ctx_last_error(g_one));
+        int bad = 0;
+        for (int32_t b = 0; b < B; b++)
+            for (int32_t t = 0; t < read_span; t++) {
+                const int32_t row = from + t;  /* its source row */
+                int32_t src = row < start ? row : row < start + n ? start + rows[row - start] : -1;
+                const float * gkr = gk + ((size_t)b * read_span + t) * H * D, * gvr = gv + ((size_t)b * read_span + t) * H * D;
+                for (int32_t e = 0; e < H * D; e++) {
+                    const float wk = src < 0 ? 0.0f : bk[((size_t)b * span + (src - from)) * H * D + e];
+                    const float wv = src < 0 ? 0.0f : bv[((size_t)b * span + (src - from)) * H * D + e];
+                    if (memcmp(&wk, &gkr[e], 4) || memcmp(&wv, &gvr[e], 4)) bad++;
+                }
+            }
+        TU_CHECK(bad == 0, "%s: %d elements differ from the source rows", what, bad);
+        if (dtype == SDPA_DTYPE_FLOAT32 && W == 0) {  /* and those are the values written */
+            int diff = 0;
+            for (int32_t b = 0; b < B; b++)
+                for (int32_t x = 0; x < n; x++)
+                    diff += memcmp(gk + ((size_t)b * read_span + start + x) * H * D, k + ((size_t)b * total + start + rows[x]) * H * D, (size_t)H * D * 4) != 0;
+            TU_CHECK(diff == 0, "%s: float32 rows differ from the host's", what);
+        }
+    }
+    if (f) {  /* the fork still holds every row as written */
+        float * fk = tu_malloc(sn * 4), * fv = tu_malloc(sn * 4);
+        sdpa_tensor ftk = tu_tensor4(fk, SDPA_DTYPE_FLOAT32, B, span, H, D), ftv = tu_tensor4(fv, SDPA_DTYPE_FLOAT32, B, span, H, D);
+        TU_CHECK(sdpa_kv_cache_read(g_one, f, from, span, &ftk, &ftv) == SDPA_OK, "%s: fork read", what);
+        TU_CHECK(memcmp(fk, bk, sn * 4) == 0 && memcmp(fv, bv, sn * 4) == 0 && sdpa_kv_cache_length(f) == total, "%s: the fork changed", what);
+        free(fk); free(fv);
+        sdpa_kv_cache_free(f);
+    }
+    free(k); free(v); free(bk); free(bv); free(gk); free(gv);
+    sdpa_kv_cache_free(c);
+}
+
+static void test_keep(void) {
+    const int32_t a[] = { 0, 2, 5, 6 }, b[] = { 3 }, chain[] = { 0, 1, 2 }, wide[] = { 1, 4, 9, 30, 61, 62, 70 };
+    keep_case(SDPA_DTYPE_FLOAT32, 0, 0, 10, 8, a, 4, 0);
+    keep_case(SDPA_DTYPE_FLOAT32, 0, 0, 10, 8, a, 4, 1);
+    keep_case(SDPA_DTYPE_FLOAT32, 0, 0, 60, 8, b, 1, 1);       /* across a page boundary */
+    keep_case(SDPA_DTYPE_FLOAT32, 0, 0, 20, 8, chain, 3, 0);   /* nothing moves: truncate */
+    keep_case(SDPA_DTYPE_FLOAT32, 0, 0, 20, 8, NULL, 0, 0);    /* nothing kept */
+    keep_case(SDPA_DTYPE_FLOAT32, 0, 0, 3, 75, wide, 7, 1);    /* rows from two pages into one */
+    keep_case(SDPA_DTYPE_INT8, 0, 0, 10, 8, a, 4, 1);
+    keep_case(SDPA_DTYPE_INT4, 0, 0, 60, 8, a, 4, 0);
+    keep_case(SDPA_DTYPE_FLOAT16, 0, 0, 60, 8, a, 4, 1);
+    keep_case(SDPA_DTYPE_FLOAT32, 40, 0, 200, 8, a, 4, 0);     /* windowed: within the rollback bound */
+    keep_case(SDPA_DTYPE_FLOAT32, 40, 4, 250, 8, a, 4, 1);
+}
+
+static void test_keep_rules(void) {
+    sdpa_kv_cache * c = NULL, * w = NULL;
+    TU_CHECK(sdpa_kv_cache_create(g_one, 1, 400, 1, 4, SDPA_DTYPE_FLOAT32, &c) == SDPA_OK, "create");
+    TU_CHECK(sdpa_kv_cache_create_windowed(g_one, 1, 400, 1, 4, SDPA_DTYPE_FLOAT32, 8, 0, &w) == SDPA_OK, "create windowed");
+    float kv[300 * 4];
+    fill(kv, 300 * 4);
+    sdpa_tensor t = tu_tensor4(kv, SDPA_DTYPE_FLOAT32, 1, 20, 1, 4), t3 = tu_tensor4(kv, SDPA_DTYPE_FLOAT32, 1, 300, 1, 4);
+    sdpa_kv_cache_update(g_one, c, &t, &t, 0);
+    sdpa_kv_cache_update(g_one, w, &t3, &t3, 0);
+    const int32_t neg[] = { -1 }, dup[] = { 1, 1 }, past[] = { 0, 5 }, ok[] = { 0, 2 };
+    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, -1, ok, 2), SDPA_E_START_POS, "KVCache.keepRows: start is -1; expected a non-negative integer", "negative start");
+    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, 10, neg, 1), SDPA_E_START_POS, "KVCache.keepRows: rows[0] is -1; expected non-negative offsets from start in increasing order", "negative row");
+    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, 10, dup, 2), SDPA_E_START_POS, "rows[1] is 1; expected non-negative offsets from start in increasing order (after 1)", "not increasing");
+    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, 15, past, 2), SDPA_E_START_POS, "KVCache.keepRows: rows[1] = 5 is row 20, past the 20 rows written (cache.length)", "past length");
+    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, 21, NULL, 0), SDPA_E_CAPACITY, "KVCache.keepRows: length 21 is past the 20 rows written", "start past length");
+    TU_CHECK(sdpa_kv_cache_length(c) == 20, "rejected keepRows left the length");
+    /* windowed: 300 rows written with W = 8: rows before windowStart were evicted */
+    const int32_t ws = sdpa_kv_cache_window_start(w);
+    TU_CHECK(ws > 100, "window start %d", ws);
+    expect(g_one, sdpa_kv_cache_keep_rows(g_one, w, ws - 1, ok, 2), SDPA_E_CAPACITY, "evicted from the windowed cache", "evicted");
+    expect(g_one, sdpa_kv_cache_keep_rows(g_one, w, ws - 1, NULL, 0), SDPA_E_CAPACITY, "would end inside the evicted rows", "evicted truncate");
+    TU_CHECK(sdpa_kv_cache_length(w) == 300, "rejected keepRows left the windowed length");
+    sdpa_kv_cache_free(c);
+    sdpa_kv_cache_free(w);
+}
+
+int main(void) {
+    double t0 = tu_seconds();
+    tu_rng_seed(&g_rng, tu_base_seed(0x21u));
+    if (!tu_ctx_pair(&g_one, &g_two)) return 1;
+    test_tree();
+    test_tree_rules();
+    test_keep();
+    test_keep_rules();
+    sdpa_ctx_free(g_one);
+    sdpa_ctx_free(g_two);
+    printf("  %.2f s\n", tu_seconds() - t0);
+    return tu_summary("test_runtime");
+}
