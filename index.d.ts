@@ -151,8 +151,21 @@ export interface CustomSdpaOptions {
   out?: FloatTensor | undefined;
 }
 
+/** KVCache.attend options: customSdpa's and treeMask. */
+export interface AttendOptions extends CustomSdpaOptions {
+  /**
+   * bool [Sq, Sq] over the call's own query rows startPos .. startPos+Sq-1
+   * (speculative decoding: a draft chain or tree): query row i sees row
+   * startPos + j (j <= i) iff treeMask[i][j]; every row before startPos stays
+   * visible (a window still applies). Causal only (isCausal: false is E_ARG),
+   * not with attnMask; entries above the diagonal are not read. The cost of a
+   * causal step.
+   */
+  treeMask?: Tensor<Uint8Array> | HeapTensor<Uint8Array> | null | undefined;
+}
+
 /** KVCache.step options: attend's options without startPos. */
-export type StepOptions = Omit<CustomSdpaOptions, 'startPos'>;
+export type StepOptions = Omit<AttendOptions, 'startPos'>;
 
 export interface ScaledDotProductAttentionOptions {
   /** Rank 1-4, broadcastable to [B, Hq, L, S]; float32 (additive) or bool (true = attend). */
@@ -313,8 +326,8 @@ export class KVCache<K extends CacheDType = CacheDType, V extends CacheDType = K
    * decides). Without startPos, q is the last Sq rows written (startPos =
    * length - Sq); without a mask, query rows past length are E_START_POS.
    */
-  attend<O extends FloatTensor>(q: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
-  attend(q: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
+  attend<O extends FloatTensor>(q: FloatTensor, opts: AttendOptions & { out: O }): O;
+  attend(q: FloatTensor, opts?: AttendOptions): OutputTensor;
   /**
    * update(k, v, startPos) then attend(q, { startPos, ...opts }), causal by
    * default; q and k have the same length. Without startPos (or
@@ -333,6 +346,15 @@ export class KVCache<K extends CacheDType = CacheDType, V extends CacheDType = K
    * pool, rows past `length` read as zeros again. O(pages). E_CAPACITY past `length`.
    */
   truncate(length: number): void;
+  /**
+   * Keeps the accepted rows of a verified draft: row start + rows[k] becomes
+   * row start + k (K and V as stored, bit for bit), then the cache ends at
+   * start + rows.length (rows not kept leave nothing behind). rows: strictly
+   * increasing offsets from start, each row written (E_START_POS); a
+   * windowed cache: only kept rows (E_CAPACITY). keepRows(start, []) is
+   * truncate(start).
+   */
+  keepRows(start: number, rows: readonly number[] | Int32Array): void;
   /**
    * A new cache sharing every page of this one, copy-on-write: the first
    * write into a shared page (by either cache) copies that page only. O(pages).

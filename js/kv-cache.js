@@ -18,6 +18,7 @@ import {
   Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkLive, checkLiveOptions,
   checkCacheWrite, checkOutAliasing, checkCacheAttention, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
   checkWriteStart, checkImpliedStart, checkStepRows, checkCacheRows, checkCacheTruncate,
+  ATTEND_OPTIONS, checkKeepRows,
 } from './validate.js';
 import { SLOT } from './runtime.js';
 import { prod } from './shape.js';
@@ -176,7 +177,7 @@ export class KVCache {
     const ck = new Checks(fn);
     // snapshot
     const Q = inspectTensor(ck, 'query', q, 'input');
-    const o = readOptions(ck, opts, CUSTOM_OPTIONS);
+    const o = readOptions(ck, opts, ATTEND_OPTIONS);
     // state, then the rules
     this.#checkAlive(ck);
     checkLive(ck, Q);
@@ -316,6 +317,28 @@ export class KVCache {
   #checkTruncate(ck, length) {
     this.#checkAlive(ck);
     return checkCacheTruncate(ck, this.#geo, length, this.#writtenOrUnknown(), this.#alive() ? this.#windowStartOf() : 0);
+  }
+
+  /**
+   * Keeps the accepted rows of a verified draft (issue 21): row
+   * start + rows[k] becomes row start + k (as stored, bit for bit), then the
+   * cache ends at start + rows.length; the rows not kept leave nothing behind.
+   */
+  keepRows(start, rows) {
+    const fn = 'KVCache.keepRows';
+    const ck = new Checks(fn);
+    this.#checkAlive(ck);
+    const live = this.#alive();
+    const list = checkKeepRows(ck, this.#geo, start, rows, live ? this.length : Infinity, live ? this.#windowStartOf() : 0);
+    ck.done();
+    const c = this.#core, n = list.length;
+    const p = n ? c.malloc(n * 4, fn, 'a temporary copy of rows') : 0;
+    try {
+      if (n) c.views().i32.set(list, p >>> 2);
+      c.check(c.M._sdpa_kv_cache_keep_rows(c.ctx, this.#ptr, start, p, n), fn);
+    } finally {
+      c.free(p);
+    }
   }
 
   #truncateChecked(fn, n) {

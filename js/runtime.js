@@ -20,8 +20,8 @@ import { CACHE_DTYPES } from './validate.js';
 // sdpa_memory_stats is 48 bytes: five int64 then page_rows@40;
 // sdpa_kv_cache_desc is 32 bytes: eight int32 (batch, maxSeqLen, Hkv, D,
 // key dtype, value dtype, window, sinkTokens).
-export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 232, stats: 240, desc: 288 });
-export const SCRATCH_BYTES = 320;
+export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 232, stats: 240, desc: 288, tree: 320 });
+export const SCRATCH_BYTES = 352;
 const DTYPE_ENUM = Object.freeze({ float32: 1, bool: 2 });
 
 export function formatBytes(n) {
@@ -46,7 +46,7 @@ function putTensor(v, at, ptr, len, dtype, dims) {
  * rejects any other). window / softcap: 0 for none; sinksAt: the address of
  * the sinks tensor struct, or 0.
  */
-function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, sinksAt = 0) {
+function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, sinksAt = 0, treeAt = 0) {
   const w = at >>> 2;
   const hasScale = scale !== null && scale !== undefined;
   v.u32[w] = startPos % 0x100000000;
@@ -58,7 +58,7 @@ function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, s
   v.i32[w + 6] = window;
   v.f32[w + 7] = softcap;
   v.u32[w + 8] = sinksAt >>> 0;
-  v.u32[w + 9] = 0;
+  v.u32[w + 9] = treeAt >>> 0; // tree_mask (issue 21)
 }
 
 const decoder = new TextDecoder();
@@ -239,7 +239,7 @@ export class Core {
    * With every tensor a heap tensor of this instance nothing is malloc'ed or copied.
    */
   runAttention(fn, P, startPos, K, V, invoke) {
-    const { Q, M, O, S } = P;
+    const { Q, M, O, S, T } = P;
     const n = Q.len;
     this.warnStaleInputs(Q, K, V);
     // Every address inside wasm memory first (out included), then temporaries.
@@ -249,9 +249,11 @@ export class Core {
     let k = K ? this.addressOf(K) : 0;
     let v = V ? this.addressOf(V) : 0;
     let sk = S ? this.addressOf(S) : 0;
-    let tm = 0, tq = 0, tk = 0, tv = 0, to = 0, ts = 0;
+    let tr = T ? this.addressOf(T) : 0;
+    let tm = 0, tq = 0, tk = 0, tv = 0, to = 0, ts = 0, tt = 0;
     try {
       if (sk === -1) sk = ts = this.copyIn(S, fn);
+      if (tr === -1) tr = tt = this.copyIn(T, fn);
       if (m === -1) m = tm = this.copyIn(M, fn);
       if (q === -1) q = tq = this.copyIn(Q, fn);
       if (k === -1) k = tk = this.copyIn(K, fn);
@@ -264,7 +266,8 @@ export class Core {
       if (M) putTensor(h, s + SLOT.mask, m, M.len, M.dtype, M.dims);
       putTensor(h, s + SLOT.out, o, n, 'float32', Q.dims);
       if (S) putTensor(h, s + SLOT.sinks, sk, S.len, 'float32', S.dims);
-      putOptions(h, s + SLOT.opts, startPos, P.isCausal, P.scale, P.window, P.softcap, S ? s + SLOT.sinks : 0);
+      if (T) putTensor(h, s + SLOT.tree, tr, T.len, T.dtype, T.dims);
+      putOptions(h, s + SLOT.opts, startPos, P.isCausal, P.scale, P.window, P.softcap, S ? s + SLOT.sinks : 0, T ? s + SLOT.tree : 0);
       this.check(invoke(M ? s + SLOT.mask : 0), fn);
       if (to === 0) return O.t;
       const f32 = this.views().f32, w = to >>> 2;
@@ -272,7 +275,7 @@ export class Core {
       typedArraySet(result, f32.subarray(w, w + n));
       return O ? O.t : { data: result, dims: Q.dims.slice(), dtype: 'float32' };
     } finally {
-      this.free(tm); this.free(tq); this.free(tk); this.free(tv); this.free(to); this.free(ts);
+      this.free(tm); this.free(tq); this.free(tk); this.free(tv); this.free(to); this.free(ts); this.free(tt);
     }
   }
 

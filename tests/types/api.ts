@@ -72,6 +72,15 @@ const same: HeapTensor<Float32Array> = out;
 plain.attend(q, { startPos: undefined, attnMask: undefined, scale: null });
 // @ts-expect-error: isCausal is a boolean
 plain.attend(q, { isCausal: 1 });
+// issue 21: a tree mask over the new rows, and keeping the accepted ones
+plain.attend(q, { treeMask: { data: new Uint8Array(1), dims: [1, 1] } });
+plain.step(q, sdpa.allocTensor('float32', [1, 1, 2, 64]), sdpa.allocTensor('float32', [1, 1, 2, 64]), { treeMask: m });
+// @ts-expect-error: a tree mask is bool
+plain.attend(q, { treeMask: { data: new Float32Array(1), dims: [1, 1] } });
+// @ts-expect-error: customSdpa has no treeMask
+sdpa.customSdpa(q, q, q, { treeMask: m });
+plain.keepRows(0, [0, 2]);
+plain.keepRows(0, new Int32Array([1]));
 
 // sizes and groups
 const size: KVCacheSize = sdpa.kvCacheSize({ maxSeqLen: 256, numKvHeads: 2, headDim: 64 }, 100);
