@@ -458,6 +458,26 @@ int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes);
 sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t start,
                                     const int32_t * rows, int32_t n);
 
+/// Several sequences in one call: item i is sdpa_kv_cache_attend(ctx,
+/// cache, query, mask, options, out) of its own, and all of them run on one
+/// dispatch of the thread pool (their work scheduled together), each with
+/// the bits of its own call. Every item is checked before anything is
+/// written (messages "sdpa.attendMany: items[i]: ..."; the first rule in
+/// table order over all items wins, ties to the lowest item); then: two
+/// items of one cache, or an item's out overlapping another item's out or
+/// inputs, is E_ARG. 1 .. SDPA_MANY_MAX items (E_ARG). On wasm32 an item is
+/// 20 bytes: cache@0 query@4 mask@8 options@12 out@16.
+/// JS: sdpa.attendMany(items).
+#define SDPA_MANY_MAX 64
+typedef struct sdpa_attend_item {
+    sdpa_kv_cache * cache;
+    const sdpa_tensor * query;
+    const sdpa_tensor * mask;
+    const sdpa_options * options;
+    sdpa_tensor * out;
+} sdpa_attend_item;
+sdpa_status sdpa_kv_cache_attend_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -173,4 +173,10 @@ sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const char * fn, const sdpa_pro
  * error. */
 void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference);
 
+/* Issue 21: n problems: the scratch for all of them at once (E_OOM), and
+ * their run on one pool dispatch (each problem's bits as on its own; the
+ * reference switch runs them one by one). */
+sdpa_status sdpa_reserve_problems(sdpa_ctx * ctx, const char * fn, const sdpa_problem * ps, int32_t n);
+void sdpa_run_problems(sdpa_ctx * ctx, const sdpa_problem * ps, int32_t n);
+
 #endif

@@ -692,3 +692,59 @@ sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv
     if (first.status != SDPA_OK) memcpy(ctx->last_error, first.message, sizeof first.message);
     return first.status;
 }
+
+/* ---- issue 21: attendMany ----------------------------------------------- */
+
+static const sdpa_tensor * item_input(const sdpa_attend_item * it, int which, const char ** name) {
+    static const char * const names[4] = { "query", "attnMask", "sinks", "treeMask" };
+    *name = names[which];
+    switch (which) {
+    case 0: return it->query;
+    case 1: return it->mask;
+    case 2: return it->options ? it->options->sinks : NULL;
+    default: return it->options ? it->options->tree_mask : NULL;
+    }
+}
+
+sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
+                                   sdpa_problem * problems) {
+    if (!items || n < 1)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: items is empty; expected 1 .. %d items", fn, SDPA_MANY_MAX);
+    if (n > SDPA_MANY_MAX)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: %d items; at most %d in one call", fn, n, SDPA_MANY_MAX);
+    first_failure first = { SDPA_OK, "" };
+    char name[96];
+    for (int32_t i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "%s: items[%d]", fn, i);
+        keep_first(&first, ctx, sdpa_check_cache_attend(ctx, name, items[i].cache, items[i].query, items[i].mask,
+                                                        items[i].options, items[i].out, true, &problems[i]));
+    }
+    if (first.status != SDPA_E_ARG) {  /* the rules between items (E_ARG: they rank after an item's own E_ARG) */
+        sdpa_status s = SDPA_OK;
+        for (int32_t j = 1; j < n && s == SDPA_OK; j++)
+            for (int32_t i = 0; i < j && s == SDPA_OK; i++) {
+                const sdpa_attend_item * a = &items[i], * b = &items[j];
+                const char * what;
+                if (a->cache && a->cache == b->cache) {
+                    s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d] uses the same cache as items[%d]; one item per cache", fn, j, i);
+                    break;
+                }
+                if (!present(a->out) || !present(b->out)) continue;
+                if (overlaps(b->out, a->out)) {
+                    s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].out; out must not overlap any input or another item's out", fn, j, i);
+                    break;
+                }
+                for (int w = 0; w < 4 && s == SDPA_OK; w++) {
+                    const sdpa_tensor * x = item_input(a, w, &what);
+                    if (present(x) && overlaps(b->out, x))
+                        s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].%s; out must not overlap any input or another item's out", fn, j, i, what);
+                    x = item_input(b, w, &what);
+                    if (s == SDPA_OK && present(x) && overlaps(a->out, x))
+                        s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].%s; out must not overlap any input or another item's out", fn, i, j, what);
+                }
+            }
+        if (s != SDPA_OK) return s;
+    }
+    if (first.status != SDPA_OK) memcpy(ctx->last_error, first.message, sizeof first.message);
+    return first.status;
+}

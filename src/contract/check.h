@@ -47,6 +47,11 @@ sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdp
 sdpa_status sdpa_check_cache_keep_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                        int64_t start, const int32_t * rows, int32_t n);
 
+/* attend_many (issue 21): every item as sdpa_check_cache_attend (fn
+ * "sdpa.attendMany: items[i]"), then the rules between items; problems: n. */
+sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
+                                   sdpa_problem * problems);
+
 /* fork: a cache of this context and a place for the new one. */
 sdpa_status sdpa_check_cache_fork(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, const void * out_cache);
 

@@ -299,6 +299,95 @@ static void test_keep_rules(void) {
     sdpa_kv_cache_free(w);
 }
 
+/* ---- attend_many ------------------------------------------------------- */
+
+typedef struct many_item {
+    int32_t B, Hq, Hkv, D, len, Sq, dtype, W;
+    sdpa_kv_cache * c;
+    float * q, * out, * solo;
+} many_item;
+
+static void test_many_on(sdpa_ctx * ctx, const char * label) {
+    many_item it[5] = {
+        { 1, 14, 2, 64, 1024, 1, SDPA_DTYPE_FLOAT32, 0 , NULL, NULL, NULL, NULL },
+        { 2, 8, 2, 24, 70, 3, SDPA_DTYPE_FLOAT32, 0 , NULL, NULL, NULL, NULL },
+        { 1, 4, 4, 16, 300, 1, SDPA_DTYPE_INT8, 0 , NULL, NULL, NULL, NULL },
+        { 1, 8, 2, 32, 200, 2, SDPA_DTYPE_FLOAT32, 40 , NULL, NULL, NULL, NULL },
+        { 1, 14, 2, 64, 17, 1, SDPA_DTYPE_INT4, 0 , NULL, NULL, NULL, NULL },
+    };
+    sdpa_attend_item items[5];
+    sdpa_tensor tq[5], to[5];
+    sdpa_options o[5];
+    for (int i = 0; i < 5; i++) {
+        many_item * m = &it[i];
+        if (!TU_CHECK(sdpa_kv_cache_create_windowed(ctx, m->B, 4096, m->Hkv, m->D, m->dtype, m->W, 0, &m->c) == SDPA_OK, "%s: create %d", label, i)) return;
+        const size_t kn = (size_t)m->B * m->len * m->Hkv * m->D, qn = (size_t)m->B * m->Sq * m->Hq * m->D;
+        float * k = tu_malloc(kn * 4), * v = tu_malloc(kn * 4);
+        fill(k, kn); fill(v, kn);
+        sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, m->B, m->len, m->Hkv, m->D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, m->B, m->len, m->Hkv, m->D);
+        TU_CHECK(sdpa_kv_cache_update(ctx, m->c, &tk, &tv, 0) == SDPA_OK, "%s: write %d", label, i);
+        free(k); free(v);
+        m->q = tu_malloc(qn * 4); m->out = tu_malloc(qn * 4); m->solo = tu_malloc(qn * 4);
+        fill(m->q, qn);
+        tu_fill_nan(m->out, qn);
+        tq[i] = tu_tensor4(m->q, SDPA_DTYPE_FLOAT32, m->B, m->Sq, m->Hq, m->D);
+        to[i] = tu_tensor4(m->out, SDPA_DTYPE_FLOAT32, m->B, m->Sq, m->Hq, m->D);
+        o[i] = (sdpa_options){ .start_pos = m->len - m->Sq, .is_causal = 1 };
+        items[i] = (sdpa_attend_item){ m->c, &tq[i], NULL, &o[i], &to[i] };
+    }
+    tu_dirty_error(ctx);
+    sdpa_status s = sdpa_kv_cache_attend_many(ctx, items, 5);
+    TU_CHECK(s == SDPA_OK && sdpa_ctx_last_error(ctx)[0] == 0, "%s: attend_many: %s", label, sdpa_ctx_last_error(ctx));
+    for (int i = 0; i < 5; i++) {
+        many_item * m = &it[i];
+        const size_t qn = (size_t)m->B * m->Sq * m->Hq * m->D;
+        sdpa_tensor ts = tu_tensor4(m->solo, SDPA_DTYPE_FLOAT32, m->B, m->Sq, m->Hq, m->D);
+        TU_CHECK(sdpa_kv_cache_attend(ctx, m->c, &tq[i], NULL, &o[i], &ts) == SDPA_OK, "%s: solo %d", label, i);
+        char what[64];
+        snprintf(what, sizeof what, "%s: item %d = its own call", label, i);
+        const int32_t dims[4] = { m->B, m->Sq, m->Hq, m->D };
+        tu_identical(what, m->out, m->solo, qn, dims);
+        if (m->dtype == SDPA_DTYPE_FLOAT32 && m->W == 0) {  /* and the float64 reference over what the cache holds */
+            const size_t kn = (size_t)m->B * m->len * m->Hkv * m->D;
+            float * kd = tu_malloc(kn * 4), * vd = tu_malloc(kn * 4);
+            double * ref = tu_malloc(qn * 8);
+            sdpa_tensor rk = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, m->B, m->len, m->Hkv, m->D), rv = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, m->B, m->len, m->Hkv, m->D);
+            sdpa_kv_cache_read(ctx, m->c, 0, m->len, &rk, &rv);
+            naive_params np = { m->B, m->Sq, m->len, m->Hq, m->Hkv, m->D, NAIVE_MASK_NONE, NULL, 0, m->len - m->Sq, 1, 0, 0.0, 0, 0.0, NULL };
+            naive_sdpa(&np, m->q, kd, vd, ref);
+            snprintf(what, sizeof what, "%s: item %d vs reference", label, i);
+            tu_close(what, m->out, ref, qn, dims);
+            free(kd); free(vd); free(ref);
+        }
+    }
+    /* the rules: nothing written */
+    for (int i = 0; i < 5; i++) tu_fill_nan(it[i].out, (size_t)it[i].B * it[i].Sq * it[i].Hq * it[i].D);
+    items[3].cache = items[1].cache;  /* (item 3's own rules fail there too, E_BATCH: the E_ARG between items ranks first) */
+    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 5), SDPA_E_ARG, "sdpa.attendMany: items[3] uses the same cache as items[1]; one item per cache", "same cache");
+    items[3].cache = it[3].c;
+    sdpa_tensor alias = to[0];  /* item 4's out over item 0's query */
+    alias.data = it[0].q;
+    items[4].out = &alias;
+    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 5), SDPA_E_ARG, "sdpa.attendMany: items[4].out shares memory with items[0].query", "out over another item's query");
+    items[4].out = &to[4];
+    sdpa_options bad = o[2];
+    bad.has_scale = 1; bad.scale = -1.0f;
+    items[2].options = &bad;
+    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 5), SDPA_E_SCALE, "sdpa.attendMany: items[2]: scale is -1", "an item's own rule");
+    items[2].options = &o[2];
+    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 0), SDPA_E_ARG, "sdpa.attendMany: items is empty; expected 1 .. 64 items", "empty");
+    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 65), SDPA_E_ARG, "sdpa.attendMany: 65 items; at most 64 in one call", "too many");
+    int untouched = 1;
+    for (int i = 0; i < 5; i++) untouched &= isnan(it[i].out[0]);
+    TU_CHECK(untouched, "%s: rejected calls wrote nothing", label);
+    for (int i = 0; i < 5; i++) { sdpa_kv_cache_free(it[i].c); free(it[i].q); free(it[i].out); free(it[i].solo); }
+}
+
+static void test_many(void) {
+    test_many_on(g_one, "1 thread");
+    test_many_on(g_two, "2 threads");
+}
+
 int main(void) {
     double t0 = tu_seconds();
     tu_rng_seed(&g_rng, tu_base_seed(0x21u));
@@ -307,6 +396,7 @@ int main(void) {
     test_tree_rules();
     test_keep();
     test_keep_rules();
+    test_many();
     sdpa_ctx_free(g_one);
     sdpa_ctx_free(g_two);
     printf("  %.2f s\n", tu_seconds() - t0);
