@@ -164,6 +164,12 @@ export interface AttendOptions extends CustomSdpaOptions {
   treeMask?: Tensor<Uint8Array> | HeapTensor<Uint8Array> | null | undefined;
 }
 
+/** One item of sdpa.attendMany: a cache of this instance, its query and attend's options. */
+export interface AttendManyItem extends AttendOptions {
+  cache: KVCache<CacheDType, CacheDType>;
+  q: FloatTensor;
+}
+
 /** KVCache.step options: attend's options without startPos. */
 export type StepOptions = Omit<AttendOptions, 'startPos'>;
 
@@ -406,6 +412,16 @@ export interface Sdpa {
   readonly info: SdpaInfo;
   readonly disposed: boolean;
   /** ExecuTorch custom_sdpa on [B, S, H, D] tensors; returns [B, Sq, Hq, D]. */
+  /**
+   * Several sequences in one call (beam search, parallel sampling, concurrent
+   * requests): item i is items[i].cache.attend(items[i].q, options) of its own,
+   * with exactly its bits, and all of them run on one dispatch of the thread
+   * pool. Every item is checked before anything is written (messages name
+   * `items[i]`); two items of one cache, or an item's out overlapping another
+   * item's out or inputs, is E_ARG. 1 .. 64 items. Returns the outputs in
+   * item order (an item's `out` when given).
+   */
+  attendMany(items: readonly AttendManyItem[]): Array<OutputTensor | FloatTensor>;
   customSdpa<O extends FloatTensor>(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
   customSdpa(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
   createKVCache<Kd extends CacheDType, Vd extends CacheDType>(options: KVCacheOptions & { keyDtype: Kd; valueDtype: Vd }): KVCache<Kd, Vd>;

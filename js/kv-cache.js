@@ -351,6 +351,22 @@ export class KVCache {
     cacheHooks.checkTruncate = (cache, ck, length) => cache.#checkTruncate(ck, length);
     cacheHooks.truncateChecked = (cache, fn, n) => cache.#truncateChecked(fn, n);
     cacheHooks.checkAlive = (cache, ck) => cache.#checkAlive(ck);
+    // For attendMany (many.js): is this a cache of `core`; one item's attend rules (as attend's, after the item's snapshot).
+    cacheHooks.isCacheOf = (x, core) => #core in x && x.#core === core;
+    cacheHooks.checkAttendItem = (cache, ck, Q, o) => cache.#checkAttendItem(ck, Q, o);
+  }
+
+  /** attend's state and rules for a snapshot (Q, o); returns { P, sp, ptr }. */
+  #checkAttendItem(ck, Q, o) {
+    this.#checkAlive(ck);
+    checkLive(ck, Q);
+    checkLiveOptions(ck, o);
+    let sp;
+    if (o.startPos === undefined || o.startPos === null) sp = checkImpliedStart(ck, Q, o.M !== null, this.#alive() ? this.length : -1);
+    else sp = checkStartPos(ck, o.startPos, 'startPos');
+    const P = checkAttention(ck, o, sp, Q, this.#kv, this.#kv);
+    checkCacheAttention(ck, P, this.#geo, this.#writtenOrUnknown(), this.#windowStartOf(), sp, true);
+    return { P, sp, ptr: this.#ptr };
   }
 
   /**

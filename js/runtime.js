@@ -22,6 +22,12 @@ import { CACHE_DTYPES } from './validate.js';
 // key dtype, value dtype, window, sinkTokens).
 export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 232, stats: 240, desc: 288, tree: 320 });
 export const SCRATCH_BYTES = 352;
+/**
+ * attendMany's block: the sdpa_attend_item array (20 bytes each, 64 of them:
+ * ITEMS_BYTES), then per item ITEM_BYTES holding its tensors and options:
+ * query@0, mask@32, out@64, sinks@96, treeMask@128, options@160.
+ */
+const ITEMS_BYTES = 1280, ITEM_BYTES = 256;
 const DTYPE_ENUM = Object.freeze({ float32: 1, bool: 2 });
 
 export function formatBytes(n) {
@@ -77,6 +83,7 @@ export class Core {
     this._buf = null;
     this._seen = null; // the last buffer recorded by noteMemoryBuffer
     this.staleWarned = false;
+    this.manyBlock = 0; // attendMany's items block (runMany), made at its first call
   }
 
   /**
@@ -276,6 +283,60 @@ export class Core {
       return O ? O.t : { data: result, dims: Q.dims.slice(), dtype: 'float32' };
     } finally {
       this.free(tm); this.free(tq); this.free(tk); this.free(tv); this.free(to); this.free(ts); this.free(tt);
+    }
+  }
+
+  /**
+   * Issue 21: attendMany's checked items ({ P, sp, ptr }) as sdpa_attend_item
+   * structs in one block made at the first call (ITEM_BYTES per item, for
+   * MANY_MAX items: a decode loop allocates nothing), one C call; returns the
+   * outputs in item order.
+   */
+  runMany(fn, items) {
+    const n = items.length;
+    const addr = items.map(({ P }) => ({
+      o: P.O ? this.addressOf(P.O) : -1, q: this.addressOf(P.Q), m: P.M ? this.addressOf(P.M) : 0,
+      s: P.S ? this.addressOf(P.S) : 0, t: P.T ? this.addressOf(P.T) : 0,
+    }));
+    const temps = [], outs = new Array(n).fill(0);
+    if (!this.manyBlock) this.manyBlock = this.malloc(ITEMS_BYTES + ITEM_BYTES * 64, fn, 'the items block'); // (once per instance)
+    for (const { P } of items) this.warnStaleInputs(P.Q, null, null);
+    try {
+      for (let i = 0; i < n; i++) {
+        const P = items[i].P, a = addr[i];
+        if (a.s === -1) temps.push(a.s = this.copyIn(P.S, fn));
+        if (a.m === -1) temps.push(a.m = this.copyIn(P.M, fn));
+        if (a.t === -1) temps.push(a.t = this.copyIn(P.T, fn));
+        if (a.q === -1) temps.push(a.q = this.copyIn(P.Q, fn));
+        if (a.o === -1) temps.push(a.o = outs[i] = this.malloc(P.Q.len * 4, fn, 'a temporary output'));
+      }
+      const h = this.views();
+      for (let i = 0; i < n; i++) {
+        // (the sdpa_attend_item array first, 20 bytes apart; then each item's tensors and options)
+        const { P, sp, ptr } = items[i], a = addr[i], at = this.manyBlock + ITEMS_BYTES + i * ITEM_BYTES, w = (this.manyBlock + 20 * i) >>> 2;
+        putTensor(h, at, a.q, P.Q.len, P.Q.dtype, P.Q.dims);
+        if (P.M) putTensor(h, at + 32, a.m, P.M.len, P.M.dtype, P.M.dims);
+        putTensor(h, at + 64, a.o, P.Q.len, 'float32', P.Q.dims);
+        if (P.S) putTensor(h, at + 96, a.s, P.S.len, 'float32', P.S.dims);
+        if (P.T) putTensor(h, at + 128, a.t, P.T.len, P.T.dtype, P.T.dims);
+        putOptions(h, at + 160, sp, P.isCausal, P.scale, P.window, P.softcap, P.S ? at + 96 : 0, P.T ? at + 128 : 0);
+        h.u32[w] = ptr >>> 0;
+        h.u32[w + 1] = at;
+        h.u32[w + 2] = P.M ? at + 32 : 0;
+        h.u32[w + 3] = at + 160;
+        h.u32[w + 4] = at + 64;
+      }
+      this.check(this.M._sdpa_kv_cache_attend_many(this.ctx, this.manyBlock, n), fn);
+      const f32 = this.views().f32;
+      return items.map(({ P }, i) => {
+        if (outs[i] === 0) return P.O.t;
+        const w = outs[i] >>> 2, len = P.Q.len;
+        const result = P.O ? (P.O.heap ? heapView(P.O.heap) : P.O.data) : new Float32Array(len);
+        typedArraySet(result, f32.subarray(w, w + len));
+        return P.O ? P.O.t : { data: result, dims: P.Q.dims.slice(), dtype: 'float32' };
+      });
+    } finally {
+      for (const p of temps) this.free(p);
     }
   }
 

@@ -966,3 +966,39 @@ export function checkKeepRows(ck, geo, start, rows, length, windowStart) {
   }
   return list;
 }
+
+// ---------------------------------------------------------------------------
+// Issue 21: attendMany(items)
+
+/** An item of attendMany: its cache, its query and attend's options. */
+export const MANY_ITEM_OPTIONS = Object.freeze(['cache', 'q', ...ATTEND_OPTIONS]);
+export const MANY_MAX = 64; // SDPA_MANY_MAX
+
+const ITEM_INPUTS = Object.freeze([['Q', 'query'], ['M', 'attnMask'], ['S', 'sinks'], ['T', 'treeMask']]);
+
+/**
+ * The rules between checked items (C's sdpa_check_attend_many, in its
+ * order): one item per cache; an item's out overlapping another's out or
+ * inputs. `items`: [{ cache, P }] (P: checkAttention's result, or null).
+ */
+export function checkManyItems(ck, items) {
+  for (let j = 1; j < items.length; j++) {
+    for (let i = 0; i < j; i++) {
+      const a = items[i], b = items[j];
+      if (a.cache !== null && a.cache === b.cache) {
+        ck.add('E_ARG', `items[${j}] uses the same cache as items[${i}]; one item per cache`);
+        return;
+      }
+      if (!a.P || !b.P) continue;
+      // (an item without out gets a temporary one: it overlaps nothing)
+      const ao = a.P.O, bo = b.P.O;
+      const tail = "; out must not overlap any input or another item's out";
+      const R = regionOf;
+      if (ao && bo && overlaps(R(bo), R(ao))) { ck.add('E_ARG', `items[${j}].out shares memory with items[${i}].out${tail}`); return; }
+      for (const [key, name] of ITEM_INPUTS) {
+        if (bo && a.P[key] && overlaps(R(bo), R(a.P[key]))) { ck.add('E_ARG', `items[${j}].out shares memory with items[${i}].${name}${tail}`); return; }
+        if (ao && b.P[key] && overlaps(R(ao), R(b.P[key]))) { ck.add('E_ARG', `items[${i}].out shares memory with items[${j}].${name}${tail}`); return; }
+      }
+    }
+  }
+}

@@ -729,17 +729,16 @@ sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_a
                     s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d] uses the same cache as items[%d]; one item per cache", fn, j, i);
                     break;
                 }
-                if (!present(a->out) || !present(b->out)) continue;
-                if (overlaps(b->out, a->out)) {
+                if (present(a->out) && present(b->out) && overlaps(b->out, a->out)) {
                     s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].out; out must not overlap any input or another item's out", fn, j, i);
                     break;
                 }
                 for (int w = 0; w < 4 && s == SDPA_OK; w++) {
                     const sdpa_tensor * x = item_input(a, w, &what);
-                    if (present(x) && overlaps(b->out, x))
+                    if (present(x) && present(b->out) && overlaps(b->out, x))
                         s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].%s; out must not overlap any input or another item's out", fn, j, i, what);
                     x = item_input(b, w, &what);
-                    if (s == SDPA_OK && present(x) && overlaps(a->out, x))
+                    if (s == SDPA_OK && present(x) && present(a->out) && overlaps(a->out, x))
                         s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].%s; out must not overlap any input or another item's out", fn, i, j, what);
                 }
             }

@@ -142,6 +142,19 @@ function viaC(kind, which, args) {
       case 'truncate':
         st = M._sdpa_kv_cache_truncate(core.ctx, cache, args[0]);
         break;
+      case 'many': {  // args: [[which, q, opts], ...] (explicit startPos)
+        const at = malloc(20 * Math.max(args.length, 1));
+        args.forEach(([w, qx, o], i) => {
+          const x = (at >>> 2) + 5 * i;
+          u32()[x] = C[w];
+          u32()[x + 1] = tensor(qx, copies);
+          u32()[x + 2] = tensor(o.attnMask, copies);
+          u32()[x + 3] = options(o, o.startPos, o.isCausal ?? !o.attnMask, copies);
+          u32()[x + 4] = outFor(o, qx, copies);
+        });
+        st = M._sdpa_kv_cache_attend_many(core.ctx, at, args.length);
+        break;
+      }
       case 'keepRows': {
         const [s, list] = args;
         const p = malloc(4 * list.length);
@@ -177,6 +190,7 @@ function viaJS(kind, which, args) {
       case 'read': cache.read(...args); break;
       case 'truncate': cache.truncate(...args); break;
       case 'keepRows': cache.keepRows(...args); break;
+      case 'many': sdpa.attendMany(args.map(([w, qx, o]) => ({ cache: J[w], q: qx, ...o }))); break;
       case 'create': sdpa.createKVCache(...args).dispose(); break;
       case 'plan': sdpa.kvCacheSize(...args); break;
       default: throw new Error(kind);
@@ -444,11 +458,16 @@ test('issue 21: treeMask, keepRows', () => {
     ['keepRows start past length', 'keepRows', 'plain', () => [5, []], 'E_CAPACITY'],
     ['keepRows evicted rows', 'keepRows', 'win', () => [J.win.windowStart - 1, [0, 1]], 'E_CAPACITY'],
     ['keepRows into evicted rows', 'keepRows', 'win', () => [J.win.windowStart - 1, []], 'E_CAPACITY'],
+    ['attendMany: the same cache twice', 'many', null, () => [['plain', cq(), { startPos: 3 }], ['plain', cq(), { startPos: 3 }]], 'E_ARG'],
+    ['attendMany: an item\'s own rule', 'many', null, () => [['plain', cq(), { startPos: 3 }], ['win', wq(), { startPos: WIN_ROWS - 1, scale: 0 }]], 'E_SCALE'],
+    ['attendMany: an item\'s evicted rows', 'many', null, () => [['plain', cq(), { startPos: 3 }], ['win', wq(), { startPos: 5 }]], 'E_START_POS'],
+    ['attendMany: out over another item\'s query', 'many', null, () => { const q0 = cq(); return [['plain', q0, { startPos: 3 }], ['win', wq(), { startPos: WIN_ROWS - 1, out: { data: q0.data.subarray(0, 8), dims: [1, 1, 2, 4] } }]]; }, 'E_ARG'],
+    ['attendMany: no items', 'many', null, () => [], 'E_ARG'],
   ]);
 });
 
 test('every case agreed', () => {
-  assert.ok(cases === 149, `${cases} cases`);
+  assert.ok(cases === 154, `${cases} cases`);
   console.log(`  parity: ${cases} rule cases, JS and C agree on code and message`);
 });
 

@@ -227,4 +227,91 @@ test('keepRows: the rules, the cache unchanged', () => {
   w.dispose();
 });
 
+// ---------------------------------------------------------------------------
+// attendMany
+
+/** Caches of several shapes and dtypes, each with its q; the same on both instances. */
+function manyCases(sdpa, seed) {
+  const rand = rng(seed);
+  const shapes = [
+    { B: 1, Hq: 14, Hkv: 2, D: 64, len: 1024, Sq: 1 },
+    { B: 2, Hq: 8, Hkv: 2, D: 24, len: 70, Sq: 3 },
+    { B: 1, Hq: 4, Hkv: 4, D: 16, len: 300, Sq: 1, dtype: 'int8' },
+    { B: 1, Hq: 8, Hkv: 2, D: 32, len: 200, Sq: 2, window: 40 },
+    { B: 1, Hq: 14, Hkv: 2, D: 64, len: 17, Sq: 4, tree: true },
+  ];
+  return shapes.map((s) => {
+    const cache = sdpa.createKVCache({ batch: s.B, maxSeqLen: 2048, numKvHeads: s.Hkv, headDim: s.D, dtype: s.dtype ?? 'float32', window: s.window });
+    const k = randTensor(rand, [s.B, s.len, s.Hkv, s.D]), v = randTensor(rand, [s.B, s.len, s.Hkv, s.D]);
+    cache.update(k, v);
+    const q = randTensor(rand, [s.B, s.Sq, s.Hq, s.D]);
+    const opts = s.tree ? { treeMask: randomTree(rand, s.Sq) } : {};
+    return { s, cache, k, v, q, opts };
+  });
+}
+
+test('attendMany: each item is its own attend, bit for bit, 1 and 2 threads; the reference', () => {
+  for (const sdpa of [one, two]) {
+    const cases = manyCases(sdpa, 3);
+    const outs = sdpa.attendMany(cases.map(({ cache, q, opts }) => ({ cache, q, ...opts })));
+    assert.is(outs.length, cases.length);
+    cases.forEach(({ s, cache, k, v, q, opts }, i) => {
+      const solo = cache.attend(q, opts).data;
+      assert.ok(sameBits(outs[i].data, solo), `item ${i} = cache.attend`);
+      assert.equal(outs[i].dims, q.dims);
+      if (!s.dtype && !s.window) {
+        const sp = s.len - s.Sq;
+        const ref = refCustomSdpa(q, k, v, opts.treeMask ? { attnMask: fullMask(opts.treeMask, sp, s.Sq) } : { startPos: sp, isCausal: true });
+        assertClose(outs[i].data, ref, `item ${i} vs reference`);
+      }
+    });
+    for (const c of cases) c.cache.dispose();
+  }
+});
+
+test('attendMany: heap tensors as q and out are written in place and returned', () => {
+  const cases = manyCases(one, 4);
+  const heapQ = cases.map(({ q }) => { const t = one.allocTensor('float32', q.dims); t.set(q.data); return t; });
+  const heapO = cases.map(({ q }) => one.allocTensor('float32', q.dims));
+  const outs = one.attendMany(cases.map(({ cache, opts }, i) => ({ cache, q: heapQ[i], out: heapO[i], ...opts })));
+  cases.forEach(({ cache, q, opts }, i) => {
+    assert.is(outs[i], heapO[i]);
+    assert.ok(sameBits(heapO[i].data, cache.attend(q, opts).data));
+  });
+  for (const c of cases) c.cache.dispose();
+  for (const t of [...heapQ, ...heapO]) t.dispose();
+});
+
+test('attendMany: the rules, nothing written for any item', () => {
+  const cases = manyCases(one, 5);
+  const outs = cases.map(({ q }) => ({ data: new Float32Array(q.data.length).fill(7), dims: q.dims }));
+  const items = () => cases.map(({ cache, q, opts }, i) => ({ cache, q, out: outs[i], ...opts }));
+  let it = items();
+  it[3] = { ...it[3], cache: cases[1].cache };
+  expectError(() => one.attendMany(it), 'E_ARG', [/^sdpa\.attendMany: items\[3\] uses the same cache as items\[1\]; one item per cache$/]);
+  it = items();
+  it[4] = { ...it[4], out: { data: cases[0].q.data, dims: cases[4].q.dims } };
+  expectError(() => one.attendMany(it), 'E_ARG', [/items\[4\]\.out shares memory with items\[0\]\.query/]);
+  it = items();
+  it[2] = { ...it[2], scale: -1 };
+  expectError(() => one.attendMany(it), 'E_SCALE', [/^sdpa\.attendMany: items\[2\]: scale is -1/]);
+  it = items();
+  it[1] = { ...it[1], is_causal: true };
+  expectError(() => one.attendMany(it), 'E_ARG', [/^sdpa\.attendMany: items\[1\]: unknown option 'is_causal'/]);
+  it = items();
+  it[0] = { ...it[0], cache: {} };
+  expectError(() => one.attendMany(it), 'E_ARG', [/items\[0\]: cache must be a KVCache of this instance/]);
+  const other = two.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 64 });
+  it[0] = { ...it[0], cache: other };
+  expectError(() => one.attendMany(it), 'E_ARG', [/items\[0\]: cache must be a KVCache of this instance/]);
+  other.dispose();
+  expectError(() => one.attendMany([]), 'E_ARG', [/items is empty; expected 1 \.\. 64 items/]);
+  expectError(() => one.attendMany(new Array(65).fill(items()[0])), 'E_ARG', [/65 items; at most 64 in one call/]);
+  expectError(() => one.attendMany({}), 'E_ARG', [/items must be an Array/]);
+  for (const o of outs) assert.ok(o.data.every((x) => x === 7), 'nothing written');
+  cases[2].cache.dispose();
+  expectError(() => one.attendMany(items()), 'E_DISPOSED', [/items\[2\]: this KV cache was disposed/]);
+  for (const c of cases) c.cache.dispose();
+});
+
 test.run();

@@ -3,7 +3,7 @@
 // after a `@ts-expect-error` (an unused one is itself an error). types.test.js runs it.
 import {
   createSdpa, SdpaError, KVCache, KVCacheGroup, HeapTensor,
-  type CacheDType, type DType, type KVCacheOptions, type RawRows, type KVCacheSize,
+  type CacheDType, type DType, type KVCacheOptions, type RawRows, type KVCacheSize, type OutputTensor, type FloatTensor,
 } from 'sdpa-wasm';
 import * as pkg from 'sdpa-wasm';
 
@@ -81,6 +81,10 @@ plain.attend(q, { treeMask: { data: new Float32Array(1), dims: [1, 1] } });
 sdpa.customSdpa(q, q, q, { treeMask: m });
 plain.keepRows(0, [0, 2]);
 plain.keepRows(0, new Int32Array([1]));
+const many: Array<OutputTensor | FloatTensor> = sdpa.attendMany([{ cache: plain, q }, { cache: plain, q, startPos: 0, treeMask: m, out: q }]);
+// @ts-expect-error: an item needs its query
+sdpa.attendMany([{ cache: plain }]);
+void many;
 
 // sizes and groups
 const size: KVCacheSize = sdpa.kvCacheSize({ maxSeqLen: 256, numKvHeads: 2, headDim: 64 }, 100);
