@@ -166,7 +166,8 @@ export interface AttendOptions extends CustomSdpaOptions {
 
 /** One item of sdpa.attendMany: a cache of this instance, its query and attend's options. */
 export interface AttendManyItem extends AttendOptions {
-  cache: KVCache<CacheDType, CacheDType>;
+  // (any dtypes: KVCache<K, V> is invariant in them)
+  cache: KVCache<any, any>;
   q: FloatTensor;
 }
 
