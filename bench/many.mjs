@@ -15,13 +15,17 @@ const SHAPES = [
 ];
 
 function setup(sdpa, s, n) {
-  const seqs = [];
-  for (let i = 0; i < n; i++) {
+  const seqs = [], caches = [];
+  for (let i = 0; i < n; i++) {  // (the caches first: the tensors' views are made after memory grew)
     const cache = sdpa.createKVCache({ maxSeqLen: s.ctx, numKvHeads: s.Hkv, headDim: s.D });
     for (let t = 0; t < s.ctx; t += 256) {
       const kv = { data: randomF32(256 * s.Hkv * s.D, 100 * i + t + 1), dims: [1, 256, s.Hkv, s.D] };
       cache.update(kv, kv);
     }
+    caches.push(cache);
+  }
+  for (let i = 0; i < n; i++) {
+    const cache = caches[i];
     const q = sdpa.allocTensor('float32', [1, 1, s.Hq, s.D]);
     q.set(randomF32(s.Hq * s.D, i + 7));
     const out = sdpa.allocTensor('float32', [1, 1, s.Hq, s.D]);
