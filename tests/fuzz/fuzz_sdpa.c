@@ -96,7 +96,7 @@ static sdpa_ctx * g_ctx;
    the standalone driver). */
 static struct {
     long calls, accepted, rejected, rows_compared, caches, injected, nan_rows;
-    long trees, trees_ok, keeps, keeps_ok;  /* issue 21: tree-mask calls and keepRows (accepted ones) */
+    long trees, trees_ok, keeps, keeps_ok, manys, manys_ok;  /* issue 21: tree-mask calls, keepRows, attendMany (accepted ones) */
 } g_stats;
 
 /* A dim: usually the intended value, sometimes broken. */
@@ -902,7 +902,18 @@ static void fuzz_cache(rd * r) {
             valid = q.present && out.present && model_attend(&q.t, fc.B, fc.S, fc.H, fc.D, pm, po, &out.t) &&
                     model_tree(&q.t, pm, po, &out.t) &&
                     ((pm && pm->data) || sp + q.t.dims[1] <= fc.length);  /* without a mask: written rows only */
-            st = sdpa_kv_cache_attend(g_ctx, fc.c, tp(&q), pm, po, out.present ? &out.t : NULL);
+            const int many = rare(r, 4) ? 1 + (int)(u8(r) % 2) : 0;  /* issue 21: as attendMany's item (twice: E_ARG) */
+            if (many) {
+                const sdpa_attend_item its[2] = { { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL },
+                                                  { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL } };
+                what = many == 1 ? "kv_cache_attend_many" : "kv_cache_attend_many (one cache twice)";
+                if (many == 2) valid = 0;
+                st = sdpa_kv_cache_attend_many(g_ctx, its, many);
+                g_stats.manys++;
+                g_stats.manys_ok += st == SDPA_OK;
+            } else {
+                st = sdpa_kv_cache_attend(g_ctx, fc.c, tp(&q), pm, po, out.present ? &out.t : NULL);
+            }
         } else {
             what = "kv_cache_step";
             if (rare(r, 8) && out.t.data && k.t.data) out.t.data = k.t.data;  /* out aliases key */
@@ -1016,8 +1027,8 @@ int main(int argc, char ** argv) {
            "(%ld of them NaN), %ld non-finite injections\n",
            g_stats.calls, g_stats.accepted, g_stats.rejected, g_stats.caches, g_stats.rows_compared,
            g_stats.nan_rows, g_stats.injected);
-    printf("fuzz_sdpa: %ld tree-mask calls (%ld accepted), %ld keepRows (%ld accepted)\n",
-           g_stats.trees, g_stats.trees_ok, g_stats.keeps, g_stats.keeps_ok);
+    printf("fuzz_sdpa: %ld tree-mask calls (%ld accepted), %ld keepRows (%ld accepted), %ld attendMany (%ld accepted)\n",
+           g_stats.trees, g_stats.trees_ok, g_stats.keeps, g_stats.keeps_ok, g_stats.manys, g_stats.manys_ok);
     sdpa_ctx_free(g_ctx);
     g_ctx = NULL;
     return 0;
