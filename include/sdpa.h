@@ -466,7 +466,8 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
 /// table order over all items wins, ties to the lowest item); then: two
 /// items of one cache, or an item's out overlapping another item's out or
 /// inputs, is E_ARG. 1 .. SDPA_MANY_MAX items (E_ARG). On wasm32 an item is
-/// 20 bytes: cache@0 query@4 mask@8 options@12 out@16.
+/// 28 bytes: cache@0 query@4 mask@8 options@12 out@16 key@20 value@24 (key,
+/// value: stepMany's; attendMany does not read them).
 /// JS: sdpa.attendMany(items).
 #define SDPA_MANY_MAX 64
 typedef struct sdpa_attend_item {
@@ -475,8 +476,20 @@ typedef struct sdpa_attend_item {
     const sdpa_tensor * mask;
     const sdpa_options * options;
     sdpa_tensor * out;
+    const sdpa_tensor * key;
+    const sdpa_tensor * value;
 } sdpa_attend_item;
 sdpa_status sdpa_kv_cache_attend_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n);
+
+/// The step form: item i is sdpa_kv_cache_step(ctx, cache, query, key, value,
+/// mask, options, out) (options->start_pos: where its rows are written) of
+/// its own, the same bits; every item's rules (messages "sdpa.stepMany:
+/// items[i]: ...") and the rules between items (as attend_many's, key and
+/// value counting as inputs) before anything is written; the pages of all
+/// writes are taken first (E_OOM: nothing written). The attention of all
+/// items runs on one dispatch (a windowed cache's step that spans pages runs
+/// its pieces after it). JS: sdpa.stepMany(items).
+sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n);
 
 #ifdef __cplusplus
 }

@@ -695,19 +695,21 @@ sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv
 
 /* ---- issue 21: attendMany ----------------------------------------------- */
 
-static const sdpa_tensor * item_input(const sdpa_attend_item * it, int which, const char ** name) {
-    static const char * const names[4] = { "query", "attnMask", "sinks", "treeMask" };
+static const sdpa_tensor * item_input(const sdpa_attend_item * it, int which, const char ** name, bool step) {
+    static const char * const names[6] = { "query", "attnMask", "sinks", "treeMask", "key", "value" };
     *name = names[which];
     switch (which) {
     case 0: return it->query;
     case 1: return it->mask;
     case 2: return it->options ? it->options->sinks : NULL;
-    default: return it->options ? it->options->tree_mask : NULL;
+    case 3: return it->options ? it->options->tree_mask : NULL;
+    case 4: return step ? it->key : NULL;
+    default: return step ? it->value : NULL;
     }
 }
 
-sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
-                                   sdpa_problem * problems) {
+static sdpa_status check_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
+                              sdpa_problem * problems, bool step) {
     if (!items || n < 1)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: items is empty; expected 1 .. %d items", fn, SDPA_MANY_MAX);
     if (n > SDPA_MANY_MAX)
@@ -716,8 +718,12 @@ sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_a
     char name[96];
     for (int32_t i = 0; i < n; i++) {
         snprintf(name, sizeof name, "%s: items[%d]", fn, i);
-        keep_first(&first, ctx, sdpa_check_cache_attend(ctx, name, items[i].cache, items[i].query, items[i].mask,
-                                                        items[i].options, items[i].out, true, &problems[i]));
+        if (step)
+            keep_first(&first, ctx, sdpa_check_cache_step(ctx, name, items[i].cache, items[i].query, items[i].key, items[i].value,
+                                                          items[i].mask, items[i].options, items[i].out, &problems[i]));
+        else
+            keep_first(&first, ctx, sdpa_check_cache_attend(ctx, name, items[i].cache, items[i].query, items[i].mask,
+                                                            items[i].options, items[i].out, true, &problems[i]));
     }
     if (first.status != SDPA_E_ARG) {  /* the rules between items (E_ARG: they rank after an item's own E_ARG) */
         sdpa_status s = SDPA_OK;
@@ -733,11 +739,11 @@ sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_a
                     s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].out; out must not overlap any input or another item's out", fn, j, i);
                     break;
                 }
-                for (int w = 0; w < 4 && s == SDPA_OK; w++) {
-                    const sdpa_tensor * x = item_input(a, w, &what);
+                for (int w = 0; w < 6 && s == SDPA_OK; w++) {
+                    const sdpa_tensor * x = item_input(a, w, &what, step);
                     if (present(x) && present(b->out) && overlaps(b->out, x))
                         s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].%s; out must not overlap any input or another item's out", fn, j, i, what);
-                    x = item_input(b, w, &what);
+                    x = item_input(b, w, &what, step);
                     if (s == SDPA_OK && present(x) && present(a->out) && overlaps(a->out, x))
                         s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].%s; out must not overlap any input or another item's out", fn, i, j, what);
                 }
@@ -746,4 +752,14 @@ sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_a
     }
     if (first.status != SDPA_OK) memcpy(ctx->last_error, first.message, sizeof first.message);
     return first.status;
+}
+
+sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
+                                   sdpa_problem * problems) {
+    return check_many(ctx, fn, items, n, problems, false);
+}
+
+sdpa_status sdpa_check_step_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
+                                 sdpa_problem * problems) {
+    return check_many(ctx, fn, items, n, problems, true);
 }

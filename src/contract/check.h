@@ -52,6 +52,10 @@ sdpa_status sdpa_check_cache_keep_rows(sdpa_ctx * ctx, const char * fn, const sd
 sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
                                    sdpa_problem * problems);
 
+/* step_many: every item as sdpa_check_cache_step, then the rules between items. */
+sdpa_status sdpa_check_step_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
+                                 sdpa_problem * problems);
+
 /* fork: a cache of this context and a place for the new one. */
 sdpa_status sdpa_check_cache_fork(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, const void * out_cache);
 

@@ -37,5 +37,6 @@ static_assert(offsetof(sdpa_memory_stats, bytes_free) == 16, "sdpa_memory_stats.
 static_assert(offsetof(sdpa_memory_stats, pages_in_use) == 24, "sdpa_memory_stats.pages_in_use");
 static_assert(offsetof(sdpa_memory_stats, pages_free) == 32, "sdpa_memory_stats.pages_free");
 static_assert(offsetof(sdpa_memory_stats, page_rows) == 40, "sdpa_memory_stats.page_rows");
-static_assert(sizeof(sdpa_attend_item) == 20 && offsetof(sdpa_attend_item, query) == 4 && offsetof(sdpa_attend_item, mask) == 8 &&
-              offsetof(sdpa_attend_item, options) == 12 && offsetof(sdpa_attend_item, out) == 16, "sdpa_attend_item layout");
+static_assert(sizeof(sdpa_attend_item) == 28 && offsetof(sdpa_attend_item, query) == 4 && offsetof(sdpa_attend_item, mask) == 8 &&
+              offsetof(sdpa_attend_item, options) == 12 && offsetof(sdpa_attend_item, out) == 16 &&
+              offsetof(sdpa_attend_item, key) == 20 && offsetof(sdpa_attend_item, value) == 24, "sdpa_attend_item layout");

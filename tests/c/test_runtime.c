@@ -333,7 +333,7 @@ static void test_many_on(sdpa_ctx * ctx, const char * label) {
         tq[i] = tu_tensor4(m->q, SDPA_DTYPE_FLOAT32, m->B, m->Sq, m->Hq, m->D);
         to[i] = tu_tensor4(m->out, SDPA_DTYPE_FLOAT32, m->B, m->Sq, m->Hq, m->D);
         o[i] = (sdpa_options){ .start_pos = m->len - m->Sq, .is_causal = 1 };
-        items[i] = (sdpa_attend_item){ m->c, &tq[i], NULL, &o[i], &to[i] };
+        items[i] = (sdpa_attend_item){ m->c, &tq[i], NULL, &o[i], &to[i], NULL, NULL };
     }
     tu_dirty_error(ctx);
     sdpa_status s = sdpa_kv_cache_attend_many(ctx, items, 5);
@@ -383,9 +383,88 @@ static void test_many_on(sdpa_ctx * ctx, const char * label) {
     for (int i = 0; i < 5; i++) { sdpa_kv_cache_free(it[i].c); free(it[i].q); free(it[i].out); free(it[i].solo); }
 }
 
+/* step_many: twin caches (same writes), one side by step_many, the other by separate steps */
+static void test_step_many_on(sdpa_ctx * ctx, const char * label) {
+    enum { N = 5 };
+    const struct { int32_t B, Hq, Hkv, D, len, Sn, dtype, W, tree; } sh[N] = {
+        { 1, 14, 2, 64, 1000, 1, SDPA_DTYPE_FLOAT32, 0, 0 },
+        { 2, 8, 2, 24, 70, 3, SDPA_DTYPE_FLOAT32, 0, 1 },
+        { 1, 4, 4, 16, 300, 1, SDPA_DTYPE_INT8, 0, 0 },
+        { 1, 8, 2, 32, 250, 1, SDPA_DTYPE_FLOAT32, 40, 0 },
+        { 1, 8, 2, 32, 250, 20, SDPA_DTYPE_FLOAT32, 40, 0 },  /* rows 250 .. 269: two pieces */
+    };
+    sdpa_kv_cache * a[N], * b[N];
+    float * q[N], * k[N], * v[N], * oa[N], * ob[N];
+    uint8_t tree[9] = { 1, 0, 0, 1, 1, 0, 1, 0, 1 };
+    sdpa_tensor tq[N], tk[N], tv[N], toa[N], tob[N], tt = tu_tensor2(tree, SDPA_DTYPE_BOOL, 3, 3);
+    sdpa_options o[N];
+    sdpa_attend_item items[N];
+    for (int i = 0; i < N; i++) {
+        TU_CHECK(sdpa_kv_cache_create_windowed(ctx, sh[i].B, 4096, sh[i].Hkv, sh[i].D, sh[i].dtype, sh[i].W, 0, &a[i]) == SDPA_OK &&
+                 sdpa_kv_cache_create_windowed(ctx, sh[i].B, 4096, sh[i].Hkv, sh[i].D, sh[i].dtype, sh[i].W, 0, &b[i]) == SDPA_OK, "%s: create", label);
+        const size_t pn = (size_t)sh[i].B * sh[i].len * sh[i].Hkv * sh[i].D;
+        float * pk = tu_malloc(pn * 4), * pv = tu_malloc(pn * 4);
+        fill(pk, pn); fill(pv, pn);
+        sdpa_tensor ptk = tu_tensor4(pk, SDPA_DTYPE_FLOAT32, sh[i].B, sh[i].len, sh[i].Hkv, sh[i].D), ptv = tu_tensor4(pv, SDPA_DTYPE_FLOAT32, sh[i].B, sh[i].len, sh[i].Hkv, sh[i].D);
+        sdpa_kv_cache_update(ctx, a[i], &ptk, &ptv, 0);
+        sdpa_kv_cache_update(ctx, b[i], &ptk, &ptv, 0);
+        free(pk); free(pv);
+        const size_t qn = (size_t)sh[i].B * sh[i].Sn * sh[i].Hq * sh[i].D, kn = (size_t)sh[i].B * sh[i].Sn * sh[i].Hkv * sh[i].D;
+        q[i] = tu_malloc(qn * 4); k[i] = tu_malloc(kn * 4); v[i] = tu_malloc(kn * 4); oa[i] = tu_malloc(qn * 4); ob[i] = tu_malloc(qn * 4);
+        fill(q[i], qn); fill(k[i], kn); fill(v[i], kn);
+        tu_fill_nan(oa[i], qn); tu_fill_nan(ob[i], qn);
+        tq[i] = tu_tensor4(q[i], SDPA_DTYPE_FLOAT32, sh[i].B, sh[i].Sn, sh[i].Hq, sh[i].D);
+        tk[i] = tu_tensor4(k[i], SDPA_DTYPE_FLOAT32, sh[i].B, sh[i].Sn, sh[i].Hkv, sh[i].D);
+        tv[i] = tu_tensor4(v[i], SDPA_DTYPE_FLOAT32, sh[i].B, sh[i].Sn, sh[i].Hkv, sh[i].D);
+        toa[i] = tu_tensor4(oa[i], SDPA_DTYPE_FLOAT32, sh[i].B, sh[i].Sn, sh[i].Hq, sh[i].D);
+        tob[i] = tu_tensor4(ob[i], SDPA_DTYPE_FLOAT32, sh[i].B, sh[i].Sn, sh[i].Hq, sh[i].D);
+        o[i] = (sdpa_options){ .start_pos = sh[i].len, .is_causal = 1, .tree_mask = sh[i].tree ? &tt : NULL };
+        items[i] = (sdpa_attend_item){ a[i], &tq[i], NULL, &o[i], &toa[i], &tk[i], &tv[i] };
+    }
+    /* the rules first: nothing written */
+    items[2].cache = a[0];
+    expect(ctx, sdpa_kv_cache_step_many(ctx, items, N), SDPA_E_ARG, "sdpa.stepMany: items[2] uses the same cache as items[0]; one item per cache", "same cache");
+    items[2].cache = a[2];
+    sdpa_tensor alias = tob[1];  /* item 1's out over item 0's key */
+    float * big = tu_malloc(sizeof(float) * (size_t)2 * 3 * 8 * 24);
+    alias.data = big;
+    items[1].out = &alias;
+    items[0].key = &(sdpa_tensor){ big, (size_t)14 * 0 + 128, SDPA_DTYPE_FLOAT32, 4, { 1, 1, 2, 64 } };
+    expect(ctx, sdpa_kv_cache_step_many(ctx, items, N), SDPA_E_ARG, "sdpa.stepMany: items[1].out shares memory with items[0].key", "out over another item's key");
+    free(big);
+    items[0].key = &tk[0];
+    items[1].out = &toa[1];
+    for (int i = 0; i < N; i++)
+        TU_CHECK(sdpa_kv_cache_length(a[i]) == sh[i].len && isnan(oa[i][0]), "%s: rejected stepMany wrote nothing (item %d)", label, i);
+    tu_dirty_error(ctx);
+    sdpa_status s = sdpa_kv_cache_step_many(ctx, items, N);
+    TU_CHECK(s == SDPA_OK && sdpa_ctx_last_error(ctx)[0] == 0, "%s: step_many: %s", label, sdpa_ctx_last_error(ctx));
+    for (int i = 0; i < N; i++) {
+        TU_CHECK(sdpa_kv_cache_step(ctx, b[i], &tq[i], &tk[i], &tv[i], NULL, &o[i], &tob[i]) == SDPA_OK, "%s: solo step %d: %s", label, i, sdpa_ctx_last_error(ctx));
+        const int32_t dims[4] = { sh[i].B, sh[i].Sn, sh[i].Hq, sh[i].D };
+        char what[80];
+        snprintf(what, sizeof what, "%s: stepMany item %d = its own step", label, i);
+        tu_identical(what, oa[i], ob[i], (size_t)sh[i].B * sh[i].Sn * sh[i].Hq * sh[i].D, dims);
+        TU_CHECK(sdpa_kv_cache_length(a[i]) == sdpa_kv_cache_length(b[i]) && sdpa_kv_cache_window_start(a[i]) == sdpa_kv_cache_window_start(b[i]), "%s: item %d length", label, i);
+        /* the rows written are the same */
+        const int32_t from = sh[i].len, n = sh[i].Sn;
+        const size_t rn = (size_t)sh[i].B * n * sh[i].Hkv * sh[i].D;
+        float * ra = tu_malloc(rn * 8), * rb = tu_malloc(rn * 8);
+        sdpa_tensor rak = tu_tensor4(ra, SDPA_DTYPE_FLOAT32, sh[i].B, n, sh[i].Hkv, sh[i].D), rav = tu_tensor4(ra + rn, SDPA_DTYPE_FLOAT32, sh[i].B, n, sh[i].Hkv, sh[i].D);
+        sdpa_tensor rbk = tu_tensor4(rb, SDPA_DTYPE_FLOAT32, sh[i].B, n, sh[i].Hkv, sh[i].D), rbv = tu_tensor4(rb + rn, SDPA_DTYPE_FLOAT32, sh[i].B, n, sh[i].Hkv, sh[i].D);
+        TU_CHECK(sdpa_kv_cache_read(ctx, a[i], from, n, &rak, &rav) == SDPA_OK && sdpa_kv_cache_read(ctx, b[i], from, n, &rbk, &rbv) == SDPA_OK &&
+                 memcmp(ra, rb, rn * 8) == 0, "%s: item %d rows written", label, i);
+        free(ra); free(rb);
+        sdpa_kv_cache_free(a[i]); sdpa_kv_cache_free(b[i]);
+        free(q[i]); free(k[i]); free(v[i]); free(oa[i]); free(ob[i]);
+    }
+}
+
 static void test_many(void) {
     test_many_on(g_one, "1 thread");
     test_many_on(g_two, "2 threads");
+    test_step_many_on(g_one, "1 thread");
+    test_step_many_on(g_two, "2 threads");
 }
 
 int main(void) {
