@@ -171,6 +171,16 @@ export interface AttendManyItem extends AttendOptions {
   q: FloatTensor;
 }
 
+/** One item of sdpa.stepMany: a cache of this instance, its q, k, v, where its rows go (default: its length) and step's options. */
+export interface StepManyItem extends StepOptions {
+  // (any dtypes: KVCache<K, V> is invariant in them)
+  cache: KVCache<any, any>;
+  q: FloatTensor;
+  k: FloatTensor;
+  v: FloatTensor;
+  startPos?: number | null | undefined;
+}
+
 /** KVCache.step options: attend's options without startPos. */
 export type StepOptions = Omit<AttendOptions, 'startPos'>;
 
@@ -423,6 +433,14 @@ export interface Sdpa {
    * item order (an item's `out` when given).
    */
   attendMany(items: readonly AttendManyItem[]): Array<OutputTensor | FloatTensor>;
+  /**
+   * The step form of attendMany: item i is
+   * items[i].cache.step(q, k, v, startPos, options) of its own, the same bits
+   * (outputs and rows written); every item's rules and the rules between
+   * items (key and value count as inputs) before anything is written; the
+   * pages of every write are taken first. 1 .. 64 items, one per cache.
+   */
+  stepMany(items: readonly StepManyItem[]): Array<OutputTensor | FloatTensor>;
   customSdpa<O extends FloatTensor>(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
   customSdpa(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
   createKVCache<Kd extends CacheDType, Vd extends CacheDType>(options: KVCacheOptions & { keyDtype: Kd; valueDtype: Vd }): KVCache<Kd, Vd>;

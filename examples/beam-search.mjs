@@ -1,7 +1,7 @@
 // Beam search over forked caches (Whisper-like decoder layer): one shared,
 // read-only cross-attention cache holding the encoder's K/V, and one
 // self-attention cache per beam, forked (copy-on-write) when beams are
-// reordered. Per step: every beam's self-attention in ONE attendMany call
+// reordered. Per step: every beam's self-attention step in ONE stepMany call
 // (one dispatch of the thread pool for all beams), and the cross-attention of
 // all beams as the rows of one non-causal attend over the encoder cache.
 // Every output is checked against a float64 attention written out below.
@@ -41,10 +41,10 @@ prompt.step(rows(3), pk, pv);
 let beam = Array.from({ length: beams }, () => ({ cache: prompt.fork(), k: [0, 1, 2].map((i) => rowOf(pk, i)), v: [0, 1, 2].map((i) => rowOf(pv, i)), score: 0 }));
 
 for (let step = 0; step < steps; step++) {
-  // self-attention: each beam writes its token's K/V, then all beams attend in one call
+  // self-attention: every beam's step (write its token's K/V, attend) in one call
   const qs = beam.map(() => rows(1)), ks = beam.map(() => rows(1)), vs = beam.map(() => rows(1));
-  beam.forEach((b, i) => { b.cache.update(ks[i], vs[i]); b.k.push(rowOf(ks[i], 0)); b.v.push(rowOf(vs[i], 0)); });
-  const self = sdpa.attendMany(beam.map((b, i) => ({ cache: b.cache, q: qs[i] })));
+  const self = sdpa.stepMany(beam.map((b, i) => ({ cache: b.cache, q: qs[i], k: ks[i], v: vs[i] })));
+  beam.forEach((b, i) => { b.k.push(rowOf(ks[i], 0)); b.v.push(rowOf(vs[i], 0)); });
   beam.forEach((b, i) => check(self[i].data, 0, reference(rowOf(qs[i], 0), b.k, b.v)));
 
   // cross-attention: the beams' queries are the rows of one query; non-causal, so each row is one
@@ -62,7 +62,7 @@ for (let step = 0; step < steps; step++) {
   });
   for (const b of beam) b.cache.dispose();
   beam = next;
-  console.log(`step ${step}: ${beams} beams, self-attention in one attendMany call, parents ${scored.slice(0, beams).map((s) => s.parent).join(',')}`);
+  console.log(`step ${step}: ${beams} beams, self-attention in one stepMany call, parents ${scored.slice(0, beams).map((s) => s.parent).join(',')}`);
 }
 console.log(`beams hold ${beam[0].cache.length} rows each; every output within 1e-5 of the float64 reference: ${worst < 1e-5}`);
 if (!(worst < 1e-5)) process.exit(1);

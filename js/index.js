@@ -13,7 +13,7 @@ import {
 } from './validate.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
-import { attendMany } from './many.js';
+import { attendMany, stepMany } from './many.js';
 import { KVCache, PAGE_ROWS } from './kv-cache.js';
 import { KVCacheGroup, makeEach } from './kv-cache-group.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
@@ -252,6 +252,7 @@ function makeInstance(core, info) {
     planAttention: torch.planAttention,
     /** Issue 21: several caches' attend in one call (many.js). */
     attendMany: (items) => attendMany(core, items),
+    stepMany: (items) => stepMany(core, items),
     dispose,
     get disposed() { return core.disposed; },
   };

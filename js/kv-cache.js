@@ -354,6 +354,26 @@ export class KVCache {
     // For attendMany (many.js): is this a cache of `core`; one item's attend rules (as attend's, after the item's snapshot).
     cacheHooks.isCacheOf = (x, core) => #core in x && x.#core === core;
     cacheHooks.checkAttendItem = (cache, ck, Q, o) => cache.#checkAttendItem(ck, Q, o);
+    cacheHooks.checkStepItem = (cache, ck, Q, K, V, startPos, o) => cache.#checkStepItem(ck, Q, K, V, startPos, o);
+  }
+
+  /** step's state and rules for a snapshot (Q, K, V, startPos, o); returns { P, sp, ptr, K, V }. */
+  #checkStepItem(ck, Q, K, V, startPos, o) {
+    this.#checkAlive(ck);
+    checkLive(ck, Q);
+    checkLive(ck, K);
+    checkLive(ck, V);
+    checkLiveOptions(ck, o);
+    const length = this.#writtenOrUnknown();
+    const sp = checkWriteStart(ck, startPos, length);
+    const windowStart = this.#windowStartOf();
+    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, windowStart);
+    const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
+    checkCacheAttention(ck, P, this.#geo, length, windowStart, sp, false);
+    checkOutAliasing(ck, P.O, W.K);
+    checkOutAliasing(ck, P.O, W.V);
+    checkStepRows(ck, P, W, this.#geo);
+    return { P, sp, ptr: this.#ptr, K: W.K, V: W.V };
   }
 
   /** attend's state and rules for a snapshot (Q, o); returns { P, sp, ptr }. */

@@ -23,11 +23,12 @@ import { CACHE_DTYPES } from './validate.js';
 export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 232, stats: 240, desc: 288, tree: 320 });
 export const SCRATCH_BYTES = 352;
 /**
- * attendMany's block: the sdpa_attend_item array (20 bytes each, 64 of them:
- * ITEMS_BYTES), then per item ITEM_BYTES holding its tensors and options:
- * query@0, mask@32, out@64, sinks@96, treeMask@128, options@160.
+ * attendMany's / stepMany's block: the sdpa_attend_item array (28 bytes
+ * each, 64 of them: ITEMS_BYTES), then per item ITEM_BYTES holding its
+ * tensors and options: query@0, mask@32, out@64, sinks@96, treeMask@128,
+ * options@160 (40 bytes), key@200, value@232.
  */
-const ITEMS_BYTES = 1280, ITEM_BYTES = 256;
+const ITEMS_BYTES = 1792, ITEM_BYTES = 264;
 const DTYPE_ENUM = Object.freeze({ float32: 1, bool: 2 });
 
 export function formatBytes(n) {
@@ -292,15 +293,16 @@ export class Core {
    * MANY_MAX items: a decode loop allocates nothing), one C call; returns the
    * outputs in item order.
    */
-  runMany(fn, items) {
+  runMany(fn, items, step = false) {
     const n = items.length;
-    const addr = items.map(({ P }) => ({
+    const addr = items.map(({ P, K, V }) => ({
       o: P.O ? this.addressOf(P.O) : -1, q: this.addressOf(P.Q), m: P.M ? this.addressOf(P.M) : 0,
       s: P.S ? this.addressOf(P.S) : 0, t: P.T ? this.addressOf(P.T) : 0,
+      k: K ? this.addressOf(K) : 0, v: V ? this.addressOf(V) : 0,
     }));
     const temps = [], outs = new Array(n).fill(0);
     if (!this.manyBlock) this.manyBlock = this.malloc(ITEMS_BYTES + ITEM_BYTES * 64, fn, 'the items block'); // (once per instance)
-    for (const { P } of items) this.warnStaleInputs(P.Q, null, null);
+    for (const { P, K, V } of items) this.warnStaleInputs(P.Q, K, V);
     try {
       for (let i = 0; i < n; i++) {
         const P = items[i].P, a = addr[i];
@@ -308,12 +310,14 @@ export class Core {
         if (a.m === -1) temps.push(a.m = this.copyIn(P.M, fn));
         if (a.t === -1) temps.push(a.t = this.copyIn(P.T, fn));
         if (a.q === -1) temps.push(a.q = this.copyIn(P.Q, fn));
+        if (a.k === -1) temps.push(a.k = this.copyIn(items[i].K, fn));
+        if (a.v === -1) temps.push(a.v = this.copyIn(items[i].V, fn));
         if (a.o === -1) temps.push(a.o = outs[i] = this.malloc(P.Q.len * 4, fn, 'a temporary output'));
       }
       const h = this.views();
       for (let i = 0; i < n; i++) {
-        // (the sdpa_attend_item array first, 20 bytes apart; then each item's tensors and options)
-        const { P, sp, ptr } = items[i], a = addr[i], at = this.manyBlock + ITEMS_BYTES + i * ITEM_BYTES, w = (this.manyBlock + 20 * i) >>> 2;
+        // (the sdpa_attend_item array first, 28 bytes apart; then each item's tensors and options)
+        const { P, sp, ptr } = items[i], a = addr[i], at = this.manyBlock + ITEMS_BYTES + i * ITEM_BYTES, w = (this.manyBlock + 28 * i) >>> 2;
         putTensor(h, at, a.q, P.Q.len, P.Q.dtype, P.Q.dims);
         if (P.M) putTensor(h, at + 32, a.m, P.M.len, P.M.dtype, P.M.dims);
         putTensor(h, at + 64, a.o, P.Q.len, 'float32', P.Q.dims);
@@ -325,8 +329,13 @@ export class Core {
         h.u32[w + 2] = P.M ? at + 32 : 0;
         h.u32[w + 3] = at + 160;
         h.u32[w + 4] = at + 64;
+        const { K, V } = items[i];
+        if (K) putTensor(h, at + 200, a.k, K.len, K.dtype, K.dims);
+        if (V) putTensor(h, at + 232, a.v, V.len, V.dtype, V.dims);
+        h.u32[w + 5] = K ? at + 200 : 0;
+        h.u32[w + 6] = V ? at + 232 : 0;
       }
-      this.check(this.M._sdpa_kv_cache_attend_many(this.ctx, this.manyBlock, n), fn);
+      this.check((step ? this.M._sdpa_kv_cache_step_many : this.M._sdpa_kv_cache_attend_many)(this.ctx, this.manyBlock, n), fn);
       const f32 = this.views().f32;
       return items.map(({ P }, i) => {
         if (outs[i] === 0) return P.O.t;

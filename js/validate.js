@@ -972,9 +972,11 @@ export function checkKeepRows(ck, geo, start, rows, length, windowStart) {
 
 /** An item of attendMany: its cache, its query and attend's options. */
 export const MANY_ITEM_OPTIONS = Object.freeze(['cache', 'q', ...ATTEND_OPTIONS]);
+/** An item of stepMany: its cache, q, k, v, startPos (where its rows are written; default: its length) and step's options. */
+export const STEP_MANY_ITEM_OPTIONS = Object.freeze(['cache', 'q', 'k', 'v', 'startPos', ...STEP_OPTIONS]);
 export const MANY_MAX = 64; // SDPA_MANY_MAX
 
-const ITEM_INPUTS = Object.freeze([['Q', 'query'], ['M', 'attnMask'], ['S', 'sinks'], ['T', 'treeMask']]);
+const ITEM_INPUTS = Object.freeze([['Q', 'query'], ['M', 'attnMask'], ['S', 'sinks'], ['T', 'treeMask'], ['K', 'key'], ['V', 'value']]);
 
 /**
  * The rules between checked items (C's sdpa_check_attend_many, in its

@@ -143,9 +143,11 @@ function viaC(kind, which, args) {
         st = M._sdpa_kv_cache_truncate(core.ctx, cache, args[0]);
         break;
       case 'many': {  // args: [[which, q, opts], ...] (explicit startPos)
-        const at = malloc(20 * Math.max(args.length, 1));
+        const at = malloc(28 * Math.max(args.length, 1));
         args.forEach(([w, qx, o], i) => {
-          const x = (at >>> 2) + 5 * i;
+          const x = (at >>> 2) + 7 * i;
+          u32()[x + 5] = 0;
+          u32()[x + 6] = 0;
           u32()[x] = C[w];
           u32()[x + 1] = tensor(qx, copies);
           u32()[x + 2] = tensor(o.attnMask, copies);
@@ -153,6 +155,21 @@ function viaC(kind, which, args) {
           u32()[x + 4] = outFor(o, qx, copies);
         });
         st = M._sdpa_kv_cache_attend_many(core.ctx, at, args.length);
+        break;
+      }
+      case 'stepMany': {  // args: [[which, q, k, v, opts], ...] (explicit startPos)
+        const at = malloc(28 * Math.max(args.length, 1));
+        args.forEach(([w, qx, kx, vx, o], i) => {
+          const x = (at >>> 2) + 7 * i;
+          u32()[x] = C[w];
+          u32()[x + 1] = tensor(qx, copies);
+          u32()[x + 2] = tensor(o.attnMask, copies);
+          u32()[x + 3] = options(o, o.startPos, o.isCausal ?? !o.attnMask, copies);
+          u32()[x + 4] = outFor(o, qx, copies);
+          u32()[x + 5] = tensor(kx, copies);
+          u32()[x + 6] = tensor(vx, copies);
+        });
+        st = M._sdpa_kv_cache_step_many(core.ctx, at, args.length);
         break;
       }
       case 'keepRows': {
@@ -190,6 +207,7 @@ function viaJS(kind, which, args) {
       case 'read': cache.read(...args); break;
       case 'truncate': cache.truncate(...args); break;
       case 'keepRows': cache.keepRows(...args); break;
+      case 'stepMany': sdpa.stepMany(args.map(([w, qx, kx, vx, o]) => ({ cache: J[w], q: qx, k: kx, v: vx, ...o }))); break;
       case 'many': sdpa.attendMany(args.map(([w, qx, o]) => ({ cache: J[w], q: qx, ...o }))); break;
       case 'create': sdpa.createKVCache(...args).dispose(); break;
       case 'plan': sdpa.kvCacheSize(...args); break;
@@ -463,11 +481,14 @@ test('issue 21: treeMask, keepRows', () => {
     ['attendMany: an item\'s evicted rows', 'many', null, () => [['plain', cq(), { startPos: 3 }], ['win', wq(), { startPos: 5 }]], 'E_START_POS'],
     ['attendMany: out over another item\'s query', 'many', null, () => { const q0 = cq(); return [['plain', q0, { startPos: 3 }], ['win', wq(), { startPos: WIN_ROWS - 1, out: { data: q0.data.subarray(0, 8), dims: [1, 1, 2, 4] } }]]; }, 'E_ARG'],
     ['attendMany: no items', 'many', null, () => [], 'E_ARG'],
+    ['stepMany: the same cache twice', 'stepMany', null, () => [['plain', cq(), ckv(), ckv(), { startPos: 4 }], ['plain', cq(), ckv(), ckv(), { startPos: 4 }]], 'E_ARG'],
+    ['stepMany: a hole', 'stepMany', null, () => [['plain', cq(), ckv(), ckv(), { startPos: 4 }], ['win', wq(), wkv(), wkv(), { startPos: WIN_ROWS + 1 }]], 'E_START_POS'],
+    ['stepMany: out over another item\'s value', 'stepMany', null, () => { const v0 = ckv(); return [['plain', cq(), ckv(), v0, { startPos: 4 }], ['win', wq(), wkv(), wkv(), { startPos: WIN_ROWS, out: { data: v0.data.subarray(0, 8), dims: [1, 1, 2, 4] } }]]; }, 'E_ARG'],
   ]);
 });
 
 test('every case agreed', () => {
-  assert.ok(cases === 154, `${cases} cases`);
+  assert.ok(cases === 157, `${cases} cases`);
   console.log(`  parity: ${cases} rule cases, JS and C agree on code and message`);
 });
 

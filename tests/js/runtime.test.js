@@ -314,4 +314,51 @@ test('attendMany: the rules, nothing written for any item', () => {
   for (const c of cases) c.cache.dispose();
 });
 
+// ---------------------------------------------------------------------------
+// stepMany
+
+test('stepMany: each item is its own step, bit for bit (outputs and rows written), 1 and 2 threads', () => {
+  for (const sdpa of [one, two]) {
+    const rand = rng(9);
+    const shapes = [
+      { B: 1, Hq: 14, Hkv: 2, D: 64, len: 1000, Sn: 1 },
+      { B: 2, Hq: 8, Hkv: 2, D: 24, len: 70, Sn: 3, tree: true },
+      { B: 1, Hq: 4, Hkv: 4, D: 16, len: 300, Sn: 1, dtype: 'int8' },
+      { B: 1, Hq: 8, Hkv: 2, D: 32, len: 250, Sn: 1, window: 40 },
+      { B: 1, Hq: 8, Hkv: 2, D: 32, len: 250, Sn: 20, window: 40 }, // a step over two pages of the ring
+    ];
+    const twins = shapes.map((s) => {
+      const opts = { batch: s.B, maxSeqLen: 4096, numKvHeads: s.Hkv, headDim: s.D, dtype: s.dtype ?? 'float32', window: s.window };
+      const a = sdpa.createKVCache(opts), b = sdpa.createKVCache(opts);
+      const k = randTensor(rand, [s.B, s.len, s.Hkv, s.D]), v = randTensor(rand, [s.B, s.len, s.Hkv, s.D]);
+      a.update(k, v); b.update(k, v);
+      const q = randTensor(rand, [s.B, s.Sn, s.Hq, s.D]), kn = randTensor(rand, [s.B, s.Sn, s.Hkv, s.D]), vn = randTensor(rand, [s.B, s.Sn, s.Hkv, s.D]);
+      return { s, a, b, q, kn, vn, opts: s.tree ? { treeMask: randomTree(rand, s.Sn) } : {} };
+    });
+    const outs = sdpa.stepMany(twins.map(({ a, q, kn, vn, opts }) => ({ cache: a, q, k: kn, v: vn, ...opts })));
+    twins.forEach(({ s, a, b, q, kn, vn, opts }, i) => {
+      const solo = b.step(q, kn, vn, opts).data;
+      assert.ok(sameBits(outs[i].data, solo), `item ${i} = cache.step`);
+      assert.is(a.length, b.length);
+      const ra = a.read(s.len, s.Sn), rb = b.read(s.len, s.Sn);
+      assert.ok(sameBits(ra.k.data, rb.k.data) && sameBits(ra.v.data, rb.v.data), `item ${i}: the rows written`);
+      a.dispose(); b.dispose();
+    });
+  }
+});
+
+test('stepMany: the rules, nothing written', () => {
+  const rand = rng(10);
+  const c1 = one.createKVCache({ maxSeqLen: 64, numKvHeads: 2, headDim: 8 }), c2 = one.createKVCache({ maxSeqLen: 64, numKvHeads: 2, headDim: 8 });
+  const q = () => randTensor(rand, [1, 1, 4, 8]), kv = () => randTensor(rand, [1, 1, 2, 8]);
+  const shared = new Float32Array(32), k0 = { data: shared.subarray(0, 16), dims: [1, 1, 2, 8] };
+  expectError(() => one.stepMany([{ cache: c1, q: q(), k: kv(), v: kv() }, { cache: c1, q: q(), k: kv(), v: kv() }]), 'E_ARG', [/^sdpa\.stepMany: items\[1\] uses the same cache as items\[0\]/]);
+  expectError(() => one.stepMany([{ cache: c1, q: q(), k: k0, v: kv() }, { cache: c2, q: q(), k: kv(), v: kv(), out: { data: shared, dims: [1, 1, 4, 8] } }]), 'E_ARG', [/items\[1\]\.out shares memory with items\[0\]\.key/]);
+  expectError(() => one.stepMany([{ cache: c1, q: q(), k: kv(), v: kv() }, { cache: c2, q: q(), k: kv(), v: kv(), startPos: 3 }]), 'E_START_POS', [/^sdpa\.stepMany: items\[1\]: startPos 3 is past/]);
+  expectError(() => one.stepMany([{ cache: c1, q: q(), k: randTensor(rand, [1, 2, 2, 8]), v: randTensor(rand, [1, 2, 2, 8]) }]), 'E_DIMS', [/items\[0\]: query has 1 row but key has 2/]);
+  assert.is(c1.length, 0);
+  assert.is(c2.length, 0);
+  c1.dispose(); c2.dispose();
+});
+
 test.run();

@@ -85,6 +85,10 @@ const many: Array<OutputTensor | FloatTensor> = sdpa.attendMany([{ cache: plain,
 // @ts-expect-error: an item needs its query
 sdpa.attendMany([{ cache: plain }]);
 void many;
+const stepped: Array<OutputTensor | FloatTensor> = sdpa.stepMany([{ cache: plain, q, k: q, v: q }, { cache: plain, q, k: q, v: q, startPos: 3, out: q }]);
+// @ts-expect-error: a step item needs k and v
+sdpa.stepMany([{ cache: plain, q }]);
+void stepped;
 
 // sizes and groups
 const size: KVCacheSize = sdpa.kvCacheSize({ maxSeqLen: 256, numKvHeads: 2, headDim: 64 }, 100);
