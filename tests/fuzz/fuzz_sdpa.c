@@ -904,8 +904,8 @@ static void fuzz_cache(rd * r) {
                     ((pm && pm->data) || sp + q.t.dims[1] <= fc.length);  /* without a mask: written rows only */
             const int many = rare(r, 4) ? 1 + (int)(u8(r) % 2) : 0;  /* issue 21: as attendMany's item (twice: E_ARG) */
             if (many) {
-                const sdpa_attend_item its[2] = { { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL },
-                                                  { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL } };
+                const sdpa_attend_item its[2] = { { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, NULL, NULL },
+                                                  { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, NULL, NULL } };
                 what = many == 1 ? "kv_cache_attend_many" : "kv_cache_attend_many (one cache twice)";
                 if (many == 2) valid = 0;
                 st = sdpa_kv_cache_attend_many(g_ctx, its, many);
@@ -922,7 +922,18 @@ static void fuzz_cache(rd * r) {
                     model_tree(&q.t, pm, po, &out.t) && q.t.dims[1] == k.t.dims[1] &&
                     !ranges_overlap(out.t.data, tbytes(&out.t), k.t.data, tbytes(&k.t)) &&
                     !ranges_overlap(out.t.data, tbytes(&out.t), v.t.data, tbytes(&v.t));
-            st = sdpa_kv_cache_step(g_ctx, fc.c, tp(&q), tp(&k), tp(&v), pm, po, out.present ? &out.t : NULL);
+            const int many = po && rare(r, 4) ? 1 + (int)(u8(r) % 2) : 0;  /* issue 21: as stepMany's item (twice: E_ARG) */
+            if (many) {
+                const sdpa_attend_item its[2] = { { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, tp(&k), tp(&v) },
+                                                  { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, tp(&k), tp(&v) } };
+                what = many == 1 ? "kv_cache_step_many" : "kv_cache_step_many (one cache twice)";
+                if (many == 2) valid = 0;
+                st = sdpa_kv_cache_step_many(g_ctx, its, many);
+                g_stats.manys++;
+                g_stats.manys_ok += st == SDPA_OK;
+            } else {
+                st = sdpa_kv_cache_step(g_ctx, fc.c, tp(&q), tp(&k), tp(&v), pm, po, out.present ? &out.t : NULL);
+            }
             if (st == SDPA_OK) host_write(&fc, &k.t, &v.t, sp);
         }
         uint8_t * after = snapshot(all, 6, &tot);
@@ -1027,7 +1038,7 @@ int main(int argc, char ** argv) {
            "(%ld of them NaN), %ld non-finite injections\n",
            g_stats.calls, g_stats.accepted, g_stats.rejected, g_stats.caches, g_stats.rows_compared,
            g_stats.nan_rows, g_stats.injected);
-    printf("fuzz_sdpa: %ld tree-mask calls (%ld accepted), %ld keepRows (%ld accepted), %ld attendMany (%ld accepted)\n",
+    printf("fuzz_sdpa: %ld tree-mask calls (%ld accepted), %ld keepRows (%ld accepted), %ld attendMany/stepMany (%ld accepted)\n",
            g_stats.trees, g_stats.trees_ok, g_stats.keeps, g_stats.keeps_ok, g_stats.manys, g_stats.manys_ok);
     sdpa_ctx_free(g_ctx);
     g_ctx = NULL;
