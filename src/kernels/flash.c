@@ -1034,7 +1034,7 @@ static uint64_t many_layout(int32_t n_threads, const sdpa_problem * ps, int32_t 
         flash_plan f;
         make_plan(&f, &ps[i]);
         if (f.thread_bytes > tb) tb = f.thread_bytes;
-        if (f.chunks > 1) split = sdpa_size_add(split, split_bytes((uint64_t)compute_units(&f), f.dim_pad));
+        if (f.chunks > 1) split = sdpa_size_add(split, align_up(split_bytes((uint64_t)compute_units(&f), f.dim_pad)));
     }
     *stride = tb;
     uint64_t bytes = sdpa_size_add(SCRATCH_ALIGN, sdpa_size_mul((uint64_t)n_threads, tb));
@@ -1090,7 +1090,7 @@ void sdpa_flash_run_many(sdpa_pool * pool, const sdpa_problem * ps, int32_t n, v
         f->done = (atomic_int *)(f->partials + (f->chunks > 1 ? (size_t)compute_units(f) * partial_floats(f) : 0));
         if (f->chunks > 1) {
             for (int32_t g = 0; g < ps[i].batch * ps[i].kv_heads * f->blocks; g++) atomic_init(&f->done[g], 0);
-            at += (size_t)split_bytes((uint64_t)compute_units(f), f->dim_pad);
+            at += (size_t)align_up(split_bytes((uint64_t)compute_units(f), f->dim_pad));  /* each plan's partials on a line of their own */
         }
         m.first[i] = units;
         units += compute_units(f);
