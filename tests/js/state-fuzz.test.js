@@ -26,7 +26,8 @@ test.before(async () => { sdpa = await createSdpa({ threads: 1 }); });
 test.after(() => sdpa.dispose());
 
 const geometry = fc.record({
-  dtype: fc.constantFrom('float32', 'float16', 'int8'),
+  dtype: fc.constantFrom('float32', 'float16', 'int8', 'int4'),
+  valueDtype: fc.constantFrom(null, 'float32', 'float16', 'int8', 'int4'),   // null: the same as dtype
   batch: fc.integer({ min: 1, max: 2 }),
   numKvHeads: fc.integer({ min: 1, max: 3 }),
   headDim: fc.integer({ min: 1, max: 40 }),
@@ -89,9 +90,10 @@ test(`mutated saves: a cache or E_FORMAT / E_OOM, nothing made on failure, the p
   const started = Date.now();
   await fc.assert(fc.asyncProperty(geometry, fc.array(mutation, { minLength: 0, maxLength: 4 }), delivery, async (g, muts, d) => {
     if (TIME_MS && Date.now() - started > TIME_MS) return;
+    const dtypes = { keyDtype: g.dtype, valueDtype: g.valueDtype ?? g.dtype };
     const config = g.windowed
-      ? { batch: g.batch, numKvHeads: g.numKvHeads, headDim: g.headDim, dtype: g.dtype, window: g.window, sinkTokens: g.sinkTokens }
-      : { batch: g.batch, numKvHeads: g.numKvHeads, headDim: g.headDim, dtype: g.dtype, maxSeqLen: Math.max(1, g.rows + 10) };
+      ? { batch: g.batch, numKvHeads: g.numKvHeads, headDim: g.headDim, ...dtypes, window: g.window, sinkTokens: g.sinkTokens }
+      : { batch: g.batch, numKvHeads: g.numKvHeads, headDim: g.headDim, ...dtypes, maxSeqLen: Math.max(1, g.rows + 10) };
     const orig = sdpa.createKVCache(config);
     try {
       fillCache(orig, g.seed, g.rows);

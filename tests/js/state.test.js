@@ -31,6 +31,8 @@ function sameCache(a, b, label) {
   assert.is(b.length, a.length, `${label}: length`);
   assert.is(b.windowStart, a.windowStart, `${label}: windowStart`);
   assert.is(b.dtype, a.dtype, `${label}: dtype`);
+  assert.is(b.keyDtype, a.keyDtype, `${label}: keyDtype`);
+  assert.is(b.valueDtype, a.valueDtype, `${label}: valueDtype`);
   assert.equal([b.batch, b.numKvHeads, b.headDim, b.window, b.sinkTokens], [a.batch, a.numKvHeads, a.headDim, a.window, a.sinkTokens], `${label}: geometry`);
   for (const [s, n] of keptRanges(a)) assert.ok(bytesEqual(rawBytes(a, s, n), rawBytes(b, s, n)), `${label}: rows ${s} .. ${s + n - 1} identical`);
 }
@@ -49,10 +51,13 @@ test('E_FORMAT is status 18, after E_OOM', () => {
   assert.is(STATUS_CODES.indexOf('E_OOM'), 17);
 });
 
-for (const dtype of ['float32', 'float16', 'int8']) {
+// every cache dtype, and caches whose K and V dtypes differ (keyDtype / valueDtype)
+const DTYPES = [['float32'], ['float16'], ['int8'], ['int4'], ['int8', 'int4'], ['float16', 'int4']];
+for (const [keyDtype, valueDtype = keyDtype] of DTYPES) {
+  const dtype = keyDtype === valueDtype ? keyDtype : `K ${keyDtype} / V ${valueDtype}`;
   for (const [name, config, rows] of [['plain', PLAIN, 150], ['windowed', WIN, 333]]) {
     test(`${dtype} ${name}: save -> loadKVCache is exact, attention and the next step bit-identical`, async () => {
-      const c = sdpa.createKVCache({ ...config, dtype });
+      const c = sdpa.createKVCache({ ...config, keyDtype, valueDtype });
       fillCache(c, 3, rows);
       const before = rawBytes(c, ...keptRanges(c)[keptRanges(c).length - 1]);
       const bytesBefore = c.bytes;
@@ -232,8 +237,11 @@ test('bad input is E_FORMAT naming what is wrong; no cache made, the pool unchan
   await bad(v0, /format version 0 is unknown/);
   const dt = (k, v) => { const s = save.slice(); s[20] = k; s[24] = v; return resealHeader(s); };
   await bad(dt(9, 9), /the key dtype is 9, which is no cache dtype/);
-  await bad(dt(5, 5), /the key dtype is int4, which this build does not support/);
-  await bad(dt(4, 3), /the key dtype is int8 and the value dtype float16; caches of mixed dtypes are not supported by this build/);
+  await bad(dt(2, 4), /the key dtype is 2, which is no cache dtype/);
+  await bad(dt(4, 0), /the value dtype is 0, which is no cache dtype/);
+  // another (supported) dtype than the records were made for: the sizes no longer agree
+  await bad(dt(5, 5), /the header's record sizes are 29 \(K\) and 29 \(V\) bytes; K int4 \/ V int4 at head dim 24 have 16 and 16/);
+  await bad(dt(4, 3), /the header's record sizes are 29 \(K\) and 29 \(V\) bytes; K int8 \/ V float16 at head dim 24 have 29 and 48/);
   const field = (at, v) => { const s = save.slice(); new DataView(s.buffer).setUint32(at, v, true); return resealHeader(s); };
   await bad(field(36, 0), /the saved geometry is not a cache's: headDim is 0; expected a positive integer/);
   await bad(field(36, 2 ** 31), /the header's headDim is 2147483648; at most 2147418111/);
