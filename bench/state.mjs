@@ -2,7 +2,7 @@
 //
 //   node bench/state.mjs [--mib=256] [--rounds=5] [--build=simd]
 //
-// For each cache dtype, a cache of Hkv 8 x D 128 whose stored rows take --mib MiB
+// For each cache dtype (and K int8 / V int4), a cache of Hkv 8 x D 128 whose stored rows take --mib MiB
 // (the payload) is filled through update(), then timed (median of --rounds):
 //   save        cache.save() -> one Uint8Array
 //   saveChunks  for (const c of cache.saveChunks()) (4 MiB chunks, dropped: a writer's view)
@@ -17,14 +17,16 @@ const arg = (name, dflt) => {
 };
 const MIB = Number(arg('mib', 256)), ROUNDS = Number(arg('rounds', 5)), BUILD = arg('build', 'simd');
 const H = 8, D = 128;
-const RECORD = { float32: 4 * D, float16: 2 * D, int8: D + 5 };
+const RECORD = { float32: 4 * D, float16: 2 * D, int8: D + 5, int4: D / 2 + 4 * (D / 32) };
 const sdpa = await createSdpa({ build: BUILD, threads: 1 });
 const median = (xs) => xs.slice().sort((a, b) => a - b)[xs.length >> 1];
 const rows = [];
-for (const dtype of ['float32', 'float16', 'int8']) {
-  const n = Math.ceil((MIB * 2 ** 20) / (2 * H * RECORD[dtype]));
+// every cache dtype, and K int8 / V int4 (a cache whose K and V dtypes differ)
+for (const dtype of ['float32', 'float16', 'int8', 'int4', 'int8/int4']) {
+  const [keyDtype, valueDtype = keyDtype] = dtype.split('/');
+  const n = Math.ceil((MIB * 2 ** 20) / (H * (RECORD[keyDtype] + RECORD[valueDtype])));
   const maxSeqLen = Math.ceil(n / 64) * 64;
-  const cache = sdpa.createKVCache({ maxSeqLen, numKvHeads: H, headDim: D, dtype });
+  const cache = sdpa.createKVCache({ maxSeqLen, numKvHeads: H, headDim: D, keyDtype, valueDtype });
   const step = 1024, k = new Float32Array(step * H * D), v = new Float32Array(step * H * D);
   for (let at = 0; at < n; at += step) {
     const m = Math.min(step, n - at);

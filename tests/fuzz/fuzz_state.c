@@ -4,7 +4,7 @@
  *
  * Each input is either (first byte even) raw bytes handed to the loader as a
  * save, or (odd) a recipe: a small cache (geometry, dtype, window from the
- * input) is filled and saved, then the save is mutated by the input (bit
+ * input; any K and V dtypes) is filled and saved, then the save is mutated by the input (bit
  * flips, byte writes, a truncation, header fields written with the header
  * CRC resealed, or the payload CRC resealed too) and loaded, in one buffer
  * and in pieces of an input-chosen size.
@@ -65,35 +65,29 @@ static unsigned char * save_of(const sdpa_kv_cache * c, int32_t start, int32_t l
     return out;
 }
 
-/* the stored rows of a cache, all kept ranges, K and V (malloc'ed) */
+/* the stored rows of a cache, all kept ranges, K and V, as records (malloc'ed) */
 static unsigned char * raw_of(const sdpa_kv_cache * c, size_t * n) {
     int32_t B, H, D;
     sdpa_kv_cache_shape(c, &B, NULL, &H, &D);
+    (void)D;
     const int32_t len = sdpa_kv_cache_length(c), S = sdpa_kv_cache_sink_tokens(c), ws = sdpa_kv_cache_window_start(c);
-    const int32_t dt = sdpa_kv_cache_dtype(c), eb = dt == SDPA_DTYPE_FLOAT32 ? 4 : dt == SDPA_DTYPE_FLOAT16 ? 2 : 1;
     int32_t ranges[2][2] = { { 0, len }, { 0, 0 } };
     if (sdpa_kv_cache_window(c)) {
         ranges[0][1] = len < S ? len : S;
         ranges[1][0] = ws > S ? ws : S;
         ranges[1][1] = len - ranges[1][0];
     }
+    const size_t rec[2] = { sdpa_kv_cache_record_bytes(c, 0), sdpa_kv_cache_record_bytes(c, 1) };
     size_t total = 0;
-    for (int r = 0; r < 2; r++) if (ranges[r][1] > 0) {
-            const size_t rows = (size_t)B * ranges[r][1] * H;
-            total += 2 * ((rows * (size_t)(D * eb) + 3) / 4 * 4 + rows * 4 + (rows + 3) / 4 * 4);
-        }
+    for (int r = 0; r < 2; r++)
+        if (ranges[r][1] > 0) total += (size_t)B * ranges[r][1] * H * (rec[0] + rec[1]);
     unsigned char * out = calloc(1, total + 1), * p = out;
     for (int r = 0; r < 2; r++) {
         if (ranges[r][1] <= 0) continue;
         const size_t rows = (size_t)B * ranges[r][1] * H;
         for (int which = 0; which < 2; which++) {
-            unsigned char * data = p;
-            const size_t db = (rows * (size_t)(D * eb) + 3) / 4 * 4;  /* the scales 4-byte aligned */
-            float * sc = (float *)(void *)(p + db);
-            int8_t * zp = (int8_t *)(p + db + rows * 4);
-            CHECK(sdpa_kv_cache_read_raw(g_ctx, c, ranges[r][0], ranges[r][1], which, data, rows * D * eb,
-                                         dt == SDPA_DTYPE_INT8 ? sc : NULL, dt == SDPA_DTYPE_INT8 ? zp : NULL) == SDPA_OK, "read_raw");
-            p += db + rows * 4 + (rows + 3) / 4 * 4;
+            CHECK(sdpa_kv_cache_read_records(g_ctx, c, ranges[r][0], ranges[r][1], which, p, rows * rec[which]) == SDPA_OK, "read_records");
+            p += rows * rec[which];
         }
     }
     *n = total;
@@ -159,13 +153,16 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         return 0;
     }
     rd r = { data, size, 1 };
-    static const int32_t dtypes[] = { SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8 };
-    const int32_t dtype = dtypes[take(&r, 3)], B = 1 + (int32_t)take(&r, 2), H = 1 + (int32_t)take(&r, 2), D = 1 + (int32_t)take(&r, 20);
+    static const int32_t dtypes[] = { SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4 };
+    const int32_t dtype = dtypes[take(&r, 4)], B = 1 + (int32_t)take(&r, 2), H = 1 + (int32_t)take(&r, 2), D = 1 + (int32_t)take(&r, 40);
+    const uint32_t vpick = take(&r, 6);   /* 4, 5: the same as K */
+    const int32_t vdtype = vpick < 4 ? dtypes[vpick] : dtype;
     const int windowed = (int)take(&r, 2);
     const int32_t W = windowed ? 1 + (int32_t)take(&r, 70) : 0, S = windowed ? (int32_t)take(&r, 5) : 0;
     const int32_t L = windowed ? 1000 : 1 + (int32_t)take(&r, 200), rows = (int32_t)take(&r, (uint32_t)(windowed ? 300 : L) + 1);
     sdpa_kv_cache * c = NULL;
-    if (sdpa_kv_cache_create_windowed(g_ctx, B, L, H, D, dtype, W, S, &c) != SDPA_OK) return 0;
+    const sdpa_kv_cache_desc desc = { B, L, H, D, dtype, vdtype, W, S };
+    if (sdpa_kv_cache_create_desc(g_ctx, &desc, &c) != SDPA_OK) return 0;
     float * kv = malloc((size_t)B * 64 * H * D * 4);
     for (int32_t at = 0; at < rows; at += 64) {
         const int32_t m = rows - at < 64 ? rows - at : 64;
