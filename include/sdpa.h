@@ -331,9 +331,9 @@ sdpa_status sdpa_kv_cache_plan_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * d
                                     sdpa_kv_cache_size * out);
 
 /// The K (which = 0) or V (which = 1) block (SDPA_PAGE_ROWS rows of D
-/// elements of the cache's dtype, laid out as SDPA_PAGE_KEY_GROUP says; for
-/// int8 the page's scales and zero points
-/// follow both blocks, see src/cache/kv_format.h) of page
+/// elements of that block's dtype, laid out as SDPA_PAGE_KEY_GROUP says; an
+/// int8 or int4 block's scales and zero points or offsets follow both
+/// blocks, see src/cache/kv_format.h) of page
 /// `page` (rows page*SDPA_PAGE_ROWS ..) of batch row b, KV head h; NULL when
 /// that page was never written (it reads as zeros) or out of range. For
 /// zero-copy readers and tests; owned by the pool, valid until the next

@@ -46,8 +46,8 @@ sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdp
 /* fork: a cache of this context and a place for the new one. */
 sdpa_status sdpa_check_cache_fork(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, const void * out_cache);
 
-/* read_raw: rows start .. start+length-1 of K or V in their stored form
- * into data (exactly data_bytes), and int8 scales / zero points. */
+/* read_records: rows start .. start+length-1 of K or V as row records
+ * (cache/kv_format.h) into out (exactly out_bytes). */
 sdpa_status sdpa_check_cache_read_records(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                           int64_t start, int64_t length, int32_t which, const void * out,
                                           uint64_t out_bytes);

@@ -65,7 +65,7 @@ static unsigned char * save_of(const sdpa_kv_cache * c, int32_t start, int32_t l
     return out;
 }
 
-/* the stored rows of a cache, all kept ranges, K and V, as records (malloc'ed) */
+/* the stored rows of a cache, all kept ranges, K and V, as row records (malloc'ed) */
 static unsigned char * raw_of(const sdpa_kv_cache * c, size_t * n) {
     int32_t B, H, D;
     sdpa_kv_cache_shape(c, &B, NULL, &H, &D);
@@ -77,17 +77,18 @@ static unsigned char * raw_of(const sdpa_kv_cache * c, size_t * n) {
         ranges[1][0] = ws > S ? ws : S;
         ranges[1][1] = len - ranges[1][0];
     }
-    const size_t rec[2] = { sdpa_kv_cache_record_bytes(c, 0), sdpa_kv_cache_record_bytes(c, 1) };
     size_t total = 0;
     for (int r = 0; r < 2; r++)
-        if (ranges[r][1] > 0) total += (size_t)B * ranges[r][1] * H * (rec[0] + rec[1]);
+        if (ranges[r][1] > 0)
+            for (int which = 0; which < 2; which++)
+                total += (size_t)B * (size_t)ranges[r][1] * (size_t)H * sdpa_kv_cache_record_bytes(c, which);
     unsigned char * out = calloc(1, total + 1), * p = out;
     for (int r = 0; r < 2; r++) {
         if (ranges[r][1] <= 0) continue;
-        const size_t rows = (size_t)B * ranges[r][1] * H;
         for (int which = 0; which < 2; which++) {
-            CHECK(sdpa_kv_cache_read_records(g_ctx, c, ranges[r][0], ranges[r][1], which, p, rows * rec[which]) == SDPA_OK, "read_records");
-            p += rows * rec[which];
+            const size_t bytes = (size_t)B * (size_t)ranges[r][1] * (size_t)H * sdpa_kv_cache_record_bytes(c, which);
+            CHECK(sdpa_kv_cache_read_records(g_ctx, c, ranges[r][0], ranges[r][1], which, p, bytes) == SDPA_OK, "read_records");
+            p += bytes;
         }
     }
     *n = total;
