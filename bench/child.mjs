@@ -105,8 +105,9 @@ async function main() {
     // the compact cache dtypes, checked against the values they store
     if (sdpa && cfg.dtypes) {
       const checkStored = (got, k, v) => compareRows(got, referenceRows({ q: data.q, k, v, Hq: s.Hq, Hkv: s.Hkv, D: s.D, sp: s.past, causal: s.causal, nKeys: s.keys, rows }), rows, s.Hq * s.D);
-      for (const dtype of ['float16', 'int8']) {
-        const key = dtype === 'float16' ? 'sdpaF16' : 'sdpaI8';
+      const KEYS = { float16: 'sdpaF16', int8: 'sdpaI8', int4: 'sdpaI4', 'int8/int4': 'sdpaI8I4' };  // 'K/V': K int8, V int4
+      for (const dtype of Object.keys(KEYS)) {
+        const key = KEYS[dtype];
         try {
           const r = await sdpa.runShape(s, data, TIMING.sdpa, check, { dtype, checkStored });
           delete r.output;

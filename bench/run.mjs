@@ -143,6 +143,13 @@ function targets(byThreads) {
       if ((r.id === 'MQA-8192' || r.id === 'B-4096') && i8) {
         out.push({ target: `${r.id} (${T}t): int8 cache ≥ 1.3× faster than float32`, value: f32 / i8, limit: 1.3, met: f32 / i8 >= 1.3 });
       }
+      // issue 19 (1 thread): int4 >= 1.4x float32 and >= 0.85x int8; K int8 + V int4 >= 0.9x int8
+      const i4 = med(r.sdpaI4?.time), i84 = med(r.sdpaI8I4?.time);
+      if (T === 1 && (r.id === 'A-8192' || r.id === 'MQA-8192') && i4 && i8) {
+        out.push({ target: `${r.id} (1t): int4 cache ≥ 1.4× faster than float32`, value: f32 / i4, limit: 1.4, met: f32 / i4 >= 1.4 });
+        out.push({ target: `${r.id} (1t): int4 cache ≥ 0.85× the speed of int8`, value: i8 / i4, limit: 0.85, met: i8 / i4 >= 0.85 });
+        if (i84) out.push({ target: `${r.id} (1t): K int8 + V int4 ≥ 0.9× the speed of int8`, value: i8 / i84, limit: 0.9, met: i8 / i84 >= 0.9 });
+      }
     }
   }
   // the relaxed-SIMD build on the compute-bound rows, in the same run
@@ -224,7 +231,8 @@ function table(res) {
     if (!rows.length) continue;
     L.push('');
     L.push(`== cache dtypes, ${c.threads} thread${c.threads > 1 ? 's' : ''}: ms per call, ×f32 = float32 time / this time (> 1: faster), bytes = cache bytes / float32 cache bytes, ÷ORT16 = ORT float16 GQA op / f16 ms`);
-    const head = ['shape', 'f32 ms', 'f16 ms', '×f32', 'f16 bytes', 'f16 |Δ| vs f32 data', 'ORT GQA f16 op ms', 'run ms', '÷ORT16', 'ORT16 |Δ|', 'int8 ms', '×f32', 'int8 bytes', 'int8 |Δ| vs f32 data', 'check'];
+    const head = ['shape', 'f32 ms', 'f16 ms', '×f32', 'f16 bytes', 'f16 |Δ| vs f32 data', 'ORT GQA f16 op ms', 'run ms', '÷ORT16', 'ORT16 |Δ|', 'int8 ms', '×f32', 'int8 bytes', 'int8 |Δ| vs f32 data',
+      'int4 ms', '×f32', 'int4 bytes', 'int4 |Δ| vs f32 data', 'K8/V4 ms', '×f32', 'K8/V4 bytes', 'K8/V4 |Δ| vs f32 data', 'check'];
     const tab = [head];
     for (const r of rows) {
       const f32 = med(r.sdpa?.time);
@@ -233,8 +241,8 @@ function table(res) {
         x?.vsFloat32 ? x.vsFloat32.maxAbs.toExponential(2) : '-']);
       const g = r.gqa16;
       const ort16 = g?.error ? ['ERROR', '', '', ''] : [fmtMs(med(g?.op)), fmtMs(med(g?.run)), fmtX(r.ratios.gqa16OpOverF16), g?.check ? g.check.maxAbs.toExponential(2) : '-'];
-      const ok = [r.sdpaF16, r.sdpaI8, g].every((x) => !x || (!x.error && x.check?.ok));
-      tab.push([r.id, fmtMs(f32), ...cell(r.sdpaF16), ...ort16, ...cell(r.sdpaI8), ok ? 'ok' : 'MISMATCH']);
+      const ok = [r.sdpaF16, r.sdpaI8, r.sdpaI4, r.sdpaI8I4, g].every((x) => !x || (!x.error && x.check?.ok));
+      tab.push([r.id, fmtMs(f32), ...cell(r.sdpaF16), ...ort16, ...cell(r.sdpaI8), ...cell(r.sdpaI4), ...cell(r.sdpaI8I4), ok ? 'ok' : 'MISMATCH']);
     }
     const w = head.map((_, i) => Math.max(...tab.map((t) => t[i].length)));
     for (const t of tab) L.push(t.map((x, i) => (i < 1 ? x.padEnd(w[i]) : x.padStart(w[i]))).join('  '));

@@ -296,6 +296,51 @@ void sdpa_kv_decode_row(const sdpa_page_format * f, const void * page, int32_t r
 
 /* ---- records ------------------------------------------------------------- */
 
+/* An int4 row's nibbles between its record (element 2i low in byte i) and
+ * its block, whole units at a time; returns the elements done (the rest:
+ * element by element). I4_KEYS: a quad j of D (elements 4j .. 4j+3) is the
+ * row's byte pair at unit j, x = (4j | 4j+2 << 4), y = (4j+1 | 4j+3 << 4),
+ * i.e. record bytes a = (4j | 4j+1 << 4), b = (4j+2 | 4j+3 << 4).
+ * I4_PAIRS: a run u of 16 elements is 8 of the row's bytes (every other
+ * byte from its unit's start), byte k holding elements k (low) and k+8. */
+static int32_t i4_move_units(const sdpa_page_format * f, uint8_t * block, int32_t row, int value, uint8_t * rec,
+                             bool to_page) {
+    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    const int32_t D = f->dim;
+    if (bf->layout == SDPA_LAYOUT_I4_KEYS) {
+        const int32_t quads = D / 4;
+        uint8_t * p = block + sdpa_kv_elem_index(f, row, value, 0) / 2;
+        for (int32_t j = 0; j < quads; j++, p += 16) {
+            if (to_page) {
+                const uint8_t a = rec[2 * j], b = rec[2 * j + 1];
+                p[0] = (uint8_t)((a & 0x0f) | (b << 4));
+                p[1] = (uint8_t)((a >> 4) | (b & 0xf0));
+            } else {
+                const uint8_t x = p[0], y = p[1];
+                rec[2 * j] = (uint8_t)((x & 0x0f) | (y << 4));
+                rec[2 * j + 1] = (uint8_t)((x >> 4) | (y & 0xf0));
+            }
+        }
+        return 4 * quads;
+    }
+    const int32_t runs = D / 16;
+    uint8_t * p = block + sdpa_kv_elem_index(f, row, value, 0) / 2;
+    for (int32_t u = 0; u < runs; u++, p += 16, rec += 8) {
+        for (int32_t m = 0; m < 4; m++) {
+            if (to_page) {
+                const uint8_t lo = rec[m], hi = rec[m + 4];  /* elements 2m, 2m+1; 8+2m, 9+2m */
+                p[4 * m] = (uint8_t)((lo & 0x0f) | (hi << 4));
+                p[4 * m + 2] = (uint8_t)((lo >> 4) | (hi & 0xf0));
+            } else {
+                const uint8_t z0 = p[4 * m], z1 = p[4 * m + 2];  /* elements 2m | 8+2m, 2m+1 | 9+2m */
+                rec[m] = (uint8_t)((z0 & 0x0f) | (z1 << 4));
+                rec[m + 4] = (uint8_t)((z0 >> 4) | (z1 & 0xf0));
+            }
+        }
+    }
+    return 16 * runs;
+}
+
 size_t sdpa_kv_block_record_bytes(const sdpa_page_format * f, int value) {
     const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
     const size_t D = (size_t)f->dim;
@@ -313,7 +358,8 @@ void sdpa_kv_export_row(const sdpa_page_format * f, const void * page, int32_t r
     const uint8_t * block = sdpa_kv_block(f, page, value);
     if (bf->dtype == SDPA_DTYPE_INT4) {
         memset(out, 0, ((size_t)D + 1) / 2);
-        for (int32_t d = 0; d < D; d++) put_nibble(out, (size_t)d, get_nibble(block, sdpa_kv_elem_index(f, row, value, d)));
+        const int32_t done = i4_move_units(f, (uint8_t *)(uintptr_t)block, row, value, out, false);
+        for (int32_t d = done; d < D; d++) put_nibble(out, (size_t)d, get_nibble(block, sdpa_kv_elem_index(f, row, value, d)));
         uint8_t * side = out + ((size_t)D + 1) / 2;
         for (int32_t g = 0; g < bf->groups; g++) {
             memcpy(side + 2 * (size_t)g, sdpa_kv_i4_scales(f, page, value, g) + row, 2);
@@ -366,7 +412,8 @@ int sdpa_kv_import_row(const sdpa_page_format * f, void * page, int32_t row, int
         default: break;
     }
     if (bf->dtype == SDPA_DTYPE_INT4) {
-        for (int32_t d = 0; d < D; d++) put_nibble(block, sdpa_kv_elem_index(f, row, value, d), get_nibble(in, (size_t)d));
+        const int32_t done = i4_move_units(f, block, row, value, (uint8_t *)(uintptr_t)in, true);
+        for (int32_t d = done; d < D; d++) put_nibble(block, sdpa_kv_elem_index(f, row, value, d), get_nibble(in, (size_t)d));
         const uint8_t * side = in + ((size_t)D + 1) / 2;
         for (int32_t g = 0; g < bf->groups; g++) {
             memcpy(i4_side_mut(f, page, value, 0, g) + row, side + 2 * (size_t)g, 2);

@@ -592,7 +592,7 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t bat
     if (max_seq_len > SDPA_INDEX_LIMIT) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; at most %d", fn, max_seq_len, SDPA_INDEX_LIMIT);
     if (kv_heads < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: numKvHeads is %d; expected a positive integer", fn, kv_heads);
     if (head_dim <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: headDim is %d; expected a positive integer", fn, head_dim);
-    /* (one message for dtype, keyDtype and valueDtype: JS names the option the value came from) */
+    /* K then V (C sees two dtypes; JS names the option a bad value came from: dtype, keyDtype or valueDtype) */
     for (int value = 0; value < 2; value++) {
         const int32_t dtype = value ? value_dtype : key_dtype;
         if (!sdpa_is_cache_dtype(dtype))
