@@ -153,8 +153,38 @@ export interface CustomSdpaOptions {
   out?: FloatTensor | undefined;
 }
 
+/** KVCache.attend options: customSdpa's and treeMask. */
+export interface AttendOptions extends CustomSdpaOptions {
+  /**
+   * bool [Sq, Sq] over the call's own query rows startPos .. startPos+Sq-1
+   * (speculative decoding: a draft chain or tree): query row i sees row
+   * startPos + j (j <= i) iff treeMask[i][j]; every row before startPos stays
+   * visible (a window still applies). Causal only (isCausal: false is E_ARG),
+   * not with attnMask; entries above the diagonal are not read. The cost of a
+   * causal step.
+   */
+  treeMask?: Tensor<Uint8Array> | HeapTensor<Uint8Array> | null | undefined;
+}
+
+/** One item of sdpa.attendMany: a cache of this instance, its query and attend's options. */
+export interface AttendManyItem extends AttendOptions {
+  // (any dtypes: KVCache<K, V> is invariant in them)
+  cache: KVCache<any, any>;
+  q: FloatTensor;
+}
+
+/** One item of sdpa.stepMany: a cache of this instance, its q, k, v, where its rows go (default: its length) and step's options. */
+export interface StepManyItem extends StepOptions {
+  // (any dtypes: KVCache<K, V> is invariant in them)
+  cache: KVCache<any, any>;
+  q: FloatTensor;
+  k: FloatTensor;
+  v: FloatTensor;
+  startPos?: number | null | undefined;
+}
+
 /** KVCache.step options: attend's options without startPos. */
-export type StepOptions = Omit<CustomSdpaOptions, 'startPos'>;
+export type StepOptions = Omit<AttendOptions, 'startPos'>;
 
 export interface ScaledDotProductAttentionOptions {
   /** Rank 1-4, broadcastable to [B, Hq, L, S]; float32 (additive) or bool (true = attend). */
@@ -315,8 +345,8 @@ export class KVCache<K extends CacheDType = CacheDType, V extends CacheDType = K
    * decides). Without startPos, q is the last Sq rows written (startPos =
    * length - Sq); without a mask, query rows past length are E_START_POS.
    */
-  attend<O extends FloatTensor>(q: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
-  attend(q: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
+  attend<O extends FloatTensor>(q: FloatTensor, opts: AttendOptions & { out: O }): O;
+  attend(q: FloatTensor, opts?: AttendOptions): OutputTensor;
   /**
    * update(k, v, startPos) then attend(q, { startPos, ...opts }), causal by
    * default; q and k have the same length. Without startPos (or
@@ -335,6 +365,15 @@ export class KVCache<K extends CacheDType = CacheDType, V extends CacheDType = K
    * pool, rows past `length` read as zeros again. O(pages). E_CAPACITY past `length`.
    */
   truncate(length: number): void;
+  /**
+   * Keeps the accepted rows of a verified draft: row start + rows[k] becomes
+   * row start + k (K and V as stored, bit for bit), then the cache ends at
+   * start + rows.length (rows not kept leave nothing behind). rows: strictly
+   * increasing offsets from start, each row written (E_START_POS); a
+   * windowed cache: only kept rows (E_CAPACITY). keepRows(start, []) is
+   * truncate(start).
+   */
+  keepRows(start: number, rows: readonly number[] | Int32Array): void;
   /**
    * A new cache sharing every page of this one, copy-on-write: the first
    * write into a shared page (by either cache) copies that page only. O(pages).
@@ -437,6 +476,24 @@ export interface Sdpa {
   readonly info: SdpaInfo;
   readonly disposed: boolean;
   /** ExecuTorch custom_sdpa on [B, S, H, D] tensors; returns [B, Sq, Hq, D]. */
+  /**
+   * Several sequences in one call (beam search, parallel sampling, concurrent
+   * requests): item i is items[i].cache.attend(items[i].q, options) of its own,
+   * with exactly its bits, and all of them run on one dispatch of the thread
+   * pool. Every item is checked before anything is written (messages name
+   * `items[i]`); two items of one cache, or an item's out overlapping another
+   * item's out or inputs, is E_ARG. 1 .. 64 items. Returns the outputs in
+   * item order (an item's `out` when given).
+   */
+  attendMany(items: readonly AttendManyItem[]): Array<OutputTensor | FloatTensor>;
+  /**
+   * The step form of attendMany: item i is
+   * items[i].cache.step(q, k, v, startPos, options) of its own, the same bits
+   * (outputs and rows written); every item's rules and the rules between
+   * items (key and value count as inputs) before anything is written; the
+   * pages of every write are taken first. 1 .. 64 items, one per cache.
+   */
+  stepMany(items: readonly StepManyItem[]): Array<OutputTensor | FloatTensor>;
   customSdpa<O extends FloatTensor>(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts: CustomSdpaOptions & { out: O }): O;
   customSdpa(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts?: CustomSdpaOptions): OutputTensor;
   createKVCache<Kd extends CacheDType, Vd extends CacheDType>(options: KVCacheOptions & { keyDtype: Kd; valueDtype: Vd }): KVCache<Kd, Vd>;

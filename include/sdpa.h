@@ -123,7 +123,8 @@ typedef struct sdpa_tensor {
 
 /// Per-call options. On wasm32 this struct is 40 bytes: start_pos@0 (int64)
 /// is_causal@8 has_scale@12 scale@16 dropout_p@20 window@24 softcap@28
-/// sinks@32 (a pointer) and 4 bytes of padding.
+/// sinks@32 (a pointer) tree_mask@36 (a pointer; see the issue-21 section
+/// at the end of this header).
 typedef struct sdpa_options {
     int64_t start_pos;  ///< >= 0; no effect on attention when a mask is given
     int32_t is_causal;  ///< 0 or 1
@@ -139,6 +140,8 @@ typedef struct sdpa_options {
     /// NULL: none. A float32 [Hq] tensor of per-head sink logits: head h's
     /// softmax denominator gets exp(sinks[h] - m) (the sink has no value row).
     const struct sdpa_tensor * sinks;
+    /// NULL: none. Cache attend / step only (the issue-21 section below).
+    const struct sdpa_tensor * tree_mask;
 } sdpa_options;
 
 typedef struct sdpa_ctx sdpa_ctx;
@@ -496,6 +499,63 @@ sdpa_status sdpa_kv_cache_load(sdpa_ctx * ctx, const void * data, size_t n, int3
 
 /// CRC-32C (Castagnoli) of n bytes, extending `crc` (0 to start).
 uint32_t sdpa_crc32c(uint32_t crc, const void * data, size_t n);
+/* ---- Issue 21: what an LLM runtime calls per layer ---------------------
+ *
+ * Tree masks (speculative decoding). options->tree_mask, for
+ * sdpa_kv_cache_attend and sdpa_kv_cache_step only (sdpa_custom: E_ARG):
+ * a bool (uint8, non-zero = visible) tensor [Sq, Sq] over the call's own
+ * query rows start_pos .. start_pos+Sq-1. Query row i sees key
+ * start_pos + j (j <= i) iff tree_mask[i][j]; every key before start_pos
+ * stays visible (a window still applies). is_causal must be 1 and no mask
+ * given (E_ARG); entries above the diagonal are not read (causal). Rank 2
+ * (E_RANK), bool (E_MASK_DTYPE), exactly [Sq, Sq] (E_MASK_SHAPE). The cost
+ * is that of a causal step.
+ */
+
+/// Keeps the accepted rows of a verified draft: for k = 0 .. n-1 row
+/// start + rows[k] becomes row start + k (K and V as stored, bit for bit),
+/// then the cache is truncated to start + n. rows must be strictly
+/// increasing, non-negative, with start + rows[n-1] < length (E_START_POS);
+/// start <= length (E_CAPACITY, as truncate); a windowed cache: the rows
+/// read and written must be kept rows and start + n a valid truncate length
+/// (E_CAPACITY). n = 0 is truncate(start). E_OOM when a shared page
+/// (fork) cannot be copied: the cache is then unchanged.
+/// JS: KVCache.keepRows(start, rows).
+sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t start,
+                                    const int32_t * rows, int32_t n);
+
+/// Several sequences in one call: item i is sdpa_kv_cache_attend(ctx,
+/// cache, query, mask, options, out) of its own, and all of them run on one
+/// dispatch of the thread pool (their work scheduled together), each with
+/// the bits of its own call. Every item is checked before anything is
+/// written (messages "sdpa.attendMany: items[i]: ..."; the first rule in
+/// table order over all items wins, ties to the lowest item); then: two
+/// items of one cache, or an item's out overlapping another item's out or
+/// inputs, is E_ARG. 1 .. SDPA_MANY_MAX items (E_ARG). On wasm32 an item is
+/// 28 bytes: cache@0 query@4 mask@8 options@12 out@16 key@20 value@24 (key,
+/// value: stepMany's; attendMany does not read them).
+/// JS: sdpa.attendMany(items).
+#define SDPA_MANY_MAX 64
+typedef struct sdpa_attend_item {
+    sdpa_kv_cache * cache;
+    const sdpa_tensor * query;
+    const sdpa_tensor * mask;
+    const sdpa_options * options;
+    sdpa_tensor * out;
+    const sdpa_tensor * key;
+    const sdpa_tensor * value;
+} sdpa_attend_item;
+sdpa_status sdpa_kv_cache_attend_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n);
+
+/// The step form: item i is sdpa_kv_cache_step(ctx, cache, query, key, value,
+/// mask, options, out) (options->start_pos: where its rows are written) of
+/// its own, the same bits; every item's rules (messages "sdpa.stepMany:
+/// items[i]: ...") and the rules between items (as attend_many's, key and
+/// value counting as inputs) before anything is written; the pages of all
+/// writes are taken first (E_OOM: nothing written). The attention of all
+/// items runs on one dispatch (a windowed cache's step that spans pages runs
+/// its pieces after it). JS: sdpa.stepMany(items).
+sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@ import {
 } from './validate.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
+import { attendMany, stepMany } from './many.js';
 import { KVCache, PAGE_ROWS } from './kv-cache.js';
 import { KVCacheGroup, makeEach } from './kv-cache-group.js';
 import { loadState, CacheSink, GroupSink } from './kv-state.js';
@@ -227,6 +228,8 @@ function makeInstance(core, info) {
     core.disposed = true;
     M._sdpa_ctx_free(core.ctx);
     M._free(core.scratch);
+    if (core.manyBlock) M._free(core.manyBlock);
+    core.manyBlock = 0;
     core.ctx = 0;
     core.scratch = 0;
     if (M.PThread) M.PThread.terminateAllThreads();
@@ -273,6 +276,9 @@ function makeInstance(core, info) {
     reserve,
     scaledDotProductAttention: torch.scaledDotProductAttention,
     planAttention: torch.planAttention,
+    /** Issue 21: several caches' attend in one call (many.js). */
+    attendMany: (items) => attendMany(core, items),
+    stepMany: (items) => stepMany(core, items),
     dispose,
     get disposed() { return core.disposed; },
   };

@@ -18,6 +18,7 @@ import {
   Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkLive, checkLiveOptions,
   checkCacheWrite, checkOutAliasing, checkCacheAttention, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
   checkWriteStart, checkImpliedStart, checkStepRows, checkCacheRows, checkCacheTruncate,
+  ATTEND_OPTIONS, checkKeepRows,
 } from './validate.js';
 import { SLOT } from './runtime.js';
 import { prod } from './shape.js';
@@ -177,7 +178,7 @@ export class KVCache {
     const ck = new Checks(fn);
     // snapshot
     const Q = inspectTensor(ck, 'query', q, 'input');
-    const o = readOptions(ck, opts, CUSTOM_OPTIONS);
+    const o = readOptions(ck, opts, ATTEND_OPTIONS);
     // state, then the rules
     this.#checkAlive(ck);
     checkLive(ck, Q);
@@ -319,6 +320,28 @@ export class KVCache {
     return checkCacheTruncate(ck, this.#geo, length, this.#writtenOrUnknown(), this.#alive() ? this.#windowStartOf() : 0);
   }
 
+  /**
+   * Keeps the accepted rows of a verified draft (issue 21): row
+   * start + rows[k] becomes row start + k (as stored, bit for bit), then the
+   * cache ends at start + rows.length; the rows not kept leave nothing behind.
+   */
+  keepRows(start, rows) {
+    const fn = 'KVCache.keepRows';
+    const ck = new Checks(fn);
+    this.#checkAlive(ck);
+    const live = this.#alive();
+    const list = checkKeepRows(ck, this.#geo, start, rows, live ? this.length : Infinity, live ? this.#windowStartOf() : 0);
+    ck.done();
+    const c = this.#core, n = list.length;
+    const p = n ? c.malloc(n * 4, fn, 'a temporary copy of rows') : 0;
+    try {
+      if (n) c.views().i32.set(list, p >>> 2);
+      c.check(c.M._sdpa_kv_cache_keep_rows(c.ctx, this.#ptr, start, p, n), fn);
+    } finally {
+      c.free(p);
+    }
+  }
+
   #truncateChecked(fn, n) {
     const c = this.#core;
     c.check(c.M._sdpa_kv_cache_truncate(c.ctx, this.#ptr, n), fn);
@@ -334,6 +357,43 @@ export class KVCache {
       const alive = cache.#alive();
       return { core: cache.#core, ptr: cache.#ptr, geo: cache.#geo, alive, length: alive ? cache.length : 0, windowStart: alive ? cache.#windowStartOf() : 0 };
     };
+
+    // For attendMany (many.js): is this a cache of `core`; one item's attend rules (as attend's, after the item's snapshot).
+    cacheHooks.isCacheOf = (x, core) => #core in x && x.#core === core;
+    cacheHooks.checkAttendItem = (cache, ck, Q, o) => cache.#checkAttendItem(ck, Q, o);
+    cacheHooks.checkStepItem = (cache, ck, Q, K, V, startPos, o) => cache.#checkStepItem(ck, Q, K, V, startPos, o);
+  }
+
+  /** step's state and rules for a snapshot (Q, K, V, startPos, o); returns { P, sp, ptr, K, V }. */
+  #checkStepItem(ck, Q, K, V, startPos, o) {
+    this.#checkAlive(ck);
+    checkLive(ck, Q);
+    checkLive(ck, K);
+    checkLive(ck, V);
+    checkLiveOptions(ck, o);
+    const length = this.#writtenOrUnknown();
+    const sp = checkWriteStart(ck, startPos, length);
+    const windowStart = this.#windowStartOf();
+    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, windowStart);
+    const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
+    checkCacheAttention(ck, P, this.#geo, length, windowStart, sp, false);
+    checkOutAliasing(ck, P.O, W.K);
+    checkOutAliasing(ck, P.O, W.V);
+    checkStepRows(ck, P, W, this.#geo);
+    return { P, sp, ptr: this.#ptr, K: W.K, V: W.V };
+  }
+
+  /** attend's state and rules for a snapshot (Q, o); returns { P, sp, ptr }. */
+  #checkAttendItem(ck, Q, o) {
+    this.#checkAlive(ck);
+    checkLive(ck, Q);
+    checkLiveOptions(ck, o);
+    let sp;
+    if (o.startPos === undefined || o.startPos === null) sp = checkImpliedStart(ck, Q, o.M !== null, this.#alive() ? this.length : -1);
+    else sp = checkStartPos(ck, o.startPos, 'startPos');
+    const P = checkAttention(ck, o, sp, Q, this.#kv, this.#kv);
+    checkCacheAttention(ck, P, this.#geo, this.#writtenOrUnknown(), this.#windowStartOf(), sp, true);
+    return { P, sp, ptr: this.#ptr };
   }
 
   /**

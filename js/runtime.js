@@ -20,8 +20,15 @@ import { CACHE_DTYPES } from './validate.js';
 // sdpa_memory_stats is 48 bytes: five int64 then page_rows@40;
 // sdpa_kv_cache_desc is 32 bytes: eight int32 (batch, maxSeqLen, Hkv, D,
 // key dtype, value dtype, window, sinkTokens).
-export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 232, stats: 240, desc: 288 });
-export const SCRATCH_BYTES = 320;
+export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 232, stats: 240, desc: 288, tree: 320 });
+export const SCRATCH_BYTES = 352;
+/**
+ * attendMany's / stepMany's block: the sdpa_attend_item array (28 bytes
+ * each, 64 of them: ITEMS_BYTES), then per item ITEM_BYTES holding its
+ * tensors and options: query@0, mask@32, out@64, sinks@96, treeMask@128,
+ * options@160 (40 bytes), key@200, value@232.
+ */
+const ITEMS_BYTES = 1792, ITEM_BYTES = 264;
 const DTYPE_ENUM = Object.freeze({ float32: 1, bool: 2 });
 
 export function formatBytes(n) {
@@ -46,7 +53,7 @@ function putTensor(v, at, ptr, len, dtype, dims) {
  * rejects any other). window / softcap: 0 for none; sinksAt: the address of
  * the sinks tensor struct, or 0.
  */
-function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, sinksAt = 0) {
+function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, sinksAt = 0, treeAt = 0) {
   const w = at >>> 2;
   const hasScale = scale !== null && scale !== undefined;
   v.u32[w] = startPos % 0x100000000;
@@ -58,7 +65,7 @@ function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, s
   v.i32[w + 6] = window;
   v.f32[w + 7] = softcap;
   v.u32[w + 8] = sinksAt >>> 0;
-  v.u32[w + 9] = 0;
+  v.u32[w + 9] = treeAt >>> 0; // tree_mask (issue 21)
 }
 
 const decoder = new TextDecoder();
@@ -79,6 +86,7 @@ export class Core {
     this._buf = null;
     this._seen = null; // the last buffer recorded by noteMemoryBuffer
     this.staleWarned = false;
+    this.manyBlock = 0; // attendMany's items block (runMany), made at its first call
   }
 
   /**
@@ -241,7 +249,7 @@ export class Core {
    * With every tensor a heap tensor of this instance nothing is malloc'ed or copied.
    */
   runAttention(fn, P, startPos, K, V, invoke) {
-    const { Q, M, O, S } = P;
+    const { Q, M, O, S, T } = P;
     const n = Q.len;
     this.warnStaleInputs(Q, K, V);
     // Every address inside wasm memory first (out included), then temporaries.
@@ -251,9 +259,11 @@ export class Core {
     let k = K ? this.addressOf(K) : 0;
     let v = V ? this.addressOf(V) : 0;
     let sk = S ? this.addressOf(S) : 0;
-    let tm = 0, tq = 0, tk = 0, tv = 0, to = 0, ts = 0;
+    let tr = T ? this.addressOf(T) : 0;
+    let tm = 0, tq = 0, tk = 0, tv = 0, to = 0, ts = 0, tt = 0;
     try {
       if (sk === -1) sk = ts = this.copyIn(S, fn);
+      if (tr === -1) tr = tt = this.copyIn(T, fn);
       if (m === -1) m = tm = this.copyIn(M, fn);
       if (q === -1) q = tq = this.copyIn(Q, fn);
       if (k === -1) k = tk = this.copyIn(K, fn);
@@ -266,7 +276,8 @@ export class Core {
       if (M) putTensor(h, s + SLOT.mask, m, M.len, M.dtype, M.dims);
       putTensor(h, s + SLOT.out, o, n, 'float32', Q.dims);
       if (S) putTensor(h, s + SLOT.sinks, sk, S.len, 'float32', S.dims);
-      putOptions(h, s + SLOT.opts, startPos, P.isCausal, P.scale, P.window, P.softcap, S ? s + SLOT.sinks : 0);
+      if (T) putTensor(h, s + SLOT.tree, tr, T.len, T.dtype, T.dims);
+      putOptions(h, s + SLOT.opts, startPos, P.isCausal, P.scale, P.window, P.softcap, S ? s + SLOT.sinks : 0, T ? s + SLOT.tree : 0);
       this.check(invoke(M ? s + SLOT.mask : 0), fn);
       if (to === 0) return O.t;
       const f32 = this.views().f32, w = to >>> 2;
@@ -274,7 +285,69 @@ export class Core {
       typedArraySet(result, f32.subarray(w, w + n));
       return O ? O.t : { data: result, dims: Q.dims.slice(), dtype: 'float32' };
     } finally {
-      this.free(tm); this.free(tq); this.free(tk); this.free(tv); this.free(to); this.free(ts);
+      this.free(tm); this.free(tq); this.free(tk); this.free(tv); this.free(to); this.free(ts); this.free(tt);
+    }
+  }
+
+  /**
+   * Issue 21: attendMany's checked items ({ P, sp, ptr }) as sdpa_attend_item
+   * structs in one block made at the first call (ITEM_BYTES per item, for
+   * MANY_MAX items: a decode loop allocates nothing), one C call; returns the
+   * outputs in item order.
+   */
+  runMany(fn, items, step = false) {
+    const n = items.length;
+    const addr = items.map(({ P, K, V }) => ({
+      o: P.O ? this.addressOf(P.O) : -1, q: this.addressOf(P.Q), m: P.M ? this.addressOf(P.M) : 0,
+      s: P.S ? this.addressOf(P.S) : 0, t: P.T ? this.addressOf(P.T) : 0,
+      k: K ? this.addressOf(K) : 0, v: V ? this.addressOf(V) : 0,
+    }));
+    const temps = [], outs = new Array(n).fill(0);
+    if (!this.manyBlock) this.manyBlock = this.malloc(ITEMS_BYTES + ITEM_BYTES * 64, fn, 'the items block'); // (once per instance)
+    for (const { P, K, V } of items) this.warnStaleInputs(P.Q, K, V);
+    try {
+      for (let i = 0; i < n; i++) {
+        const P = items[i].P, a = addr[i];
+        if (a.s === -1) temps.push(a.s = this.copyIn(P.S, fn));
+        if (a.m === -1) temps.push(a.m = this.copyIn(P.M, fn));
+        if (a.t === -1) temps.push(a.t = this.copyIn(P.T, fn));
+        if (a.q === -1) temps.push(a.q = this.copyIn(P.Q, fn));
+        if (a.k === -1) temps.push(a.k = this.copyIn(items[i].K, fn));
+        if (a.v === -1) temps.push(a.v = this.copyIn(items[i].V, fn));
+        if (a.o === -1) temps.push(a.o = outs[i] = this.malloc(P.Q.len * 4, fn, 'a temporary output'));
+      }
+      const h = this.views();
+      for (let i = 0; i < n; i++) {
+        // (the sdpa_attend_item array first, 28 bytes apart; then each item's tensors and options)
+        const { P, sp, ptr } = items[i], a = addr[i], at = this.manyBlock + ITEMS_BYTES + i * ITEM_BYTES, w = (this.manyBlock + 28 * i) >>> 2;
+        putTensor(h, at, a.q, P.Q.len, P.Q.dtype, P.Q.dims);
+        if (P.M) putTensor(h, at + 32, a.m, P.M.len, P.M.dtype, P.M.dims);
+        putTensor(h, at + 64, a.o, P.Q.len, 'float32', P.Q.dims);
+        if (P.S) putTensor(h, at + 96, a.s, P.S.len, 'float32', P.S.dims);
+        if (P.T) putTensor(h, at + 128, a.t, P.T.len, P.T.dtype, P.T.dims);
+        putOptions(h, at + 160, sp, P.isCausal, P.scale, P.window, P.softcap, P.S ? at + 96 : 0, P.T ? at + 128 : 0);
+        h.u32[w] = ptr >>> 0;
+        h.u32[w + 1] = at;
+        h.u32[w + 2] = P.M ? at + 32 : 0;
+        h.u32[w + 3] = at + 160;
+        h.u32[w + 4] = at + 64;
+        const { K, V } = items[i];
+        if (K) putTensor(h, at + 200, a.k, K.len, K.dtype, K.dims);
+        if (V) putTensor(h, at + 232, a.v, V.len, V.dtype, V.dims);
+        h.u32[w + 5] = K ? at + 200 : 0;
+        h.u32[w + 6] = V ? at + 232 : 0;
+      }
+      this.check((step ? this.M._sdpa_kv_cache_step_many : this.M._sdpa_kv_cache_attend_many)(this.ctx, this.manyBlock, n), fn);
+      const f32 = this.views().f32;
+      return items.map(({ P }, i) => {
+        if (outs[i] === 0) return P.O.t;
+        const w = outs[i] >>> 2, len = P.Q.len;
+        const result = P.O ? (P.O.heap ? heapView(P.O.heap) : P.O.data) : new Float32Array(len);
+        typedArraySet(result, f32.subarray(w, w + len));
+        return P.O ? P.O.t : { data: result, dims: P.Q.dims.slice(), dtype: 'float32' };
+      });
+    } finally {
+      for (const p of temps) this.free(p);
     }
   }
 

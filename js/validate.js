@@ -129,6 +129,8 @@ function blankOptions() {
   o.window = undefined;
   o.softcap = undefined;
   o.sinks = undefined;
+  o.treeMask = undefined;
+  o.T = null; // treeMask's descriptor (issue 21)
   o.M = null; // attnMask's descriptor (inspectTensor), read with the options
   o.O = null; // out's descriptor
   o.S = null; // sinks' descriptor
@@ -139,7 +141,7 @@ function blankOptions() {
  * Options whose value is a tensor: inspected (snapshotted) as they are read.
  * CONTRACT.md section 2: tensors inside options are read with the options.
  */
-const TENSOR_OPTIONS = Object.freeze(Object.assign(Object.create(null), { attnMask: ['M', 'mask'], out: ['O', 'out'], sinks: ['S', 'input'] }));
+const TENSOR_OPTIONS = Object.freeze(Object.assign(Object.create(null), { attnMask: ['M', 'mask'], out: ['O', 'out'], sinks: ['S', 'input'], treeMask: ['T', 'mask'] }));
 
 /**
  * Names that are not options of this call but of another argument: read
@@ -415,6 +417,7 @@ export function checkLiveOptions(ck, o) {
   checkLive(ck, o.M);
   checkLive(ck, o.O);
   checkLive(ck, o.S);
+  checkLive(ck, o.T);
 }
 
 /** The typed array a descriptor computes on: the snapshot's, or a heap tensor's view made from its state. */
@@ -530,7 +533,9 @@ export function checkMaskCausal(ck, M, isCausal) {
 // The fast op: customSdpa, and the cache's attend / update / step / read
 
 export const CUSTOM_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'out']);
-export const STEP_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'out']);
+export const STEP_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'treeMask', 'out']);
+/** KVCache.attend's: customSdpa's and treeMask (issue 21). */
+export const ATTEND_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'treeMask', 'out']);
 
 /** window: absent → 0 (none); a positive integer up to 2^31 - 1 (E_ARG otherwise: it is a count, not a size). */
 function checkWindow(ck, value) {
@@ -595,7 +600,7 @@ export function cacheDescriptor(geo) {
  */
 export function checkAttention(ck, o, startPos, Q, K, V) {
   const cache = K !== null && K.virtual === true;
-  const M = o.M, O = o.O, S = o.S;
+  const M = o.M, O = o.O, S = o.S, T = o.T;
   // Attention over a cache is causal by default (a decoder's prefill and
   // decode), unless a mask says what is visible; customSdpa keeps ExecuTorch's
   // non-causal default.
@@ -605,6 +610,10 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
   const window = checkWindow(ck, o.window);
   const softcap = checkSoftcap(ck, o.softcap);
   if (window && M) ck.add('E_ARG', 'window and attnMask were both given; put the window in the mask');
+  if (T !== null) { // issue 21: a mask over a cache's new rows (customSdpa does not read the option)
+    if (M) ck.add('E_ARG', 'treeMask and attnMask were both given; pass one of them');
+    else if (isCausal === false) ck.add('E_ARG', 'treeMask was given with isCausal: false; a tree mask refines a causal step (leave isCausal out or pass true)');
+  }
 
   // E_RANK
   const qr = checkRank(ck, Q, RANK_4, BSHD);
@@ -612,6 +621,7 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
   const vr = cache || checkRank(ck, V, RANK_4, BSHD);
   const mr = M !== null && checkRank(ck, M, RANK_2, '2-D [Sq, N] (this op does not broadcast masks)');
   const sr = S !== null && checkRank(ck, S, RANK_1, '1-D [Hq] (one sink logit per query head)');
+  const tr = T !== null && checkRank(ck, T, RANK_2, '2-D [Sq, Sq] (the new rows over the new rows)');
 
   // E_DIMS (0 heads: E_HEADS)
   if (qr) checkDims(ck, Q, 2);
@@ -619,6 +629,8 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
   if (!cache && vr) checkDims(ck, V, 2);
   const mok = mr && checkDims(ck, M, -1);
   const sok = sr && checkDims(ck, S, 0);
+  const tok = tr && checkDims(ck, T, -1);
+  if (T !== null && T.dtype === 'float32') ck.add('E_MASK_DTYPE', 'treeMask has dtype float32 (1); expected bool');
   const qs = qr && structural(Q), ks = cache || (kr && structural(K)), vs = cache || (vr && structural(V));
   let ook = false;
   if (O && O.dims) {
@@ -640,6 +652,7 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
   checkOutAliasing(ck, O, Q);
   checkOutAliasing(ck, O, M);
   checkOutAliasing(ck, O, S);
+  checkOutAliasing(ck, O, T);
   if (!cache) {
     checkOutAliasing(ck, O, K);
     checkOutAliasing(ck, O, V);
@@ -677,9 +690,12 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
     if (M && mok && (M.dims[0] !== Sq || M.dims[1] > Skv)) {
       ck.add('E_MASK_SHAPE', `attnMask has dims ${fmtDims(M.dims)} but must be [Sq, N] = [${Sq}, N] with N ≤ ${Skv} (${cache ? 'maxSeqLen' : 'key length'}); this op does not broadcast masks`);
     }
+    if (T && tok && (T.dims[0] !== Sq || T.dims[1] !== Sq)) {
+      ck.add('E_MASK_SHAPE', `treeMask has dims ${fmtDims(T.dims)} but must be [Sq, Sq] = [${Sq}, ${Sq}] (the new rows over the new rows)`);
+    }
   }
   checkMaskCausal(ck, M, isCausal);
-  return { Q, M, O, S, isCausal, scale, window, softcap, Sq };
+  return { Q, M, O, S, T, isCausal, scale, window, softcap, Sq };
 }
 
 /**
@@ -964,4 +980,94 @@ export function checkSaveRows(ck, geo, start, length, written, windowStart) {
 /** loadKVCache's maxSeqLen: absent (0: the saved one) or a positive integer up to the key index limit. */
 export function checkLoadMaxSeqLen(ck, value) {
   return checkSize(ck, value, 'maxSeqLen', { required: false, dflt: 0, max: KEY_INDEX_LIMIT });
+}
+
+// Issue 21: keepRows(start, rows)
+
+/**
+ * KVCache.keepRows(start, rows): row start + rows[k] becomes row start + k,
+ * then the cache ends at start + rows.length. Snapshot: `rows` (an Array or
+ * an Int32Array) is read once into an Int32Array; the rules are C's
+ * (sdpa_check_cache_keep_rows), in its order. `length`, `windowStart`: the
+ * cache's now. Returns the Int32Array, or null when a rule failed.
+ */
+export function checkKeepRows(ck, geo, start, rows, length, windowStart) {
+  let list = null;
+  if (typeof start !== 'number') ck.add('E_ARG', `start must be a number, got ${describeValue(start)}`);
+  if (rows === undefined || rows === null) ck.add('E_ARG', 'rows is missing; expected an Array or Int32Array of row offsets from start');
+  else if (isArray(rows) || typedArrayTag(rows) === 'Int32Array') {
+    const n = isArray(rows) ? rows.length : typedArrayLength(rows);
+    list = new Int32Array(n);
+    for (let i = 0; i < n; i++) {
+      const x = rows[i];
+      if (typeof x !== 'number' || !Number.isInteger(x) || Math.abs(x) > INT32_MAX) {
+        ck.add('E_ARG', `rows[${i}] must be an integer, got ${describeValue(x)}`);
+        return null;
+      }
+      list[i] = x;
+    }
+  } else ck.add('E_ARG', `rows must be an Array or Int32Array of row offsets from start, got ${describeValue(rows)}`);
+  if (typeof start !== 'number' || list === null) return null;
+  if (!Number.isInteger(start) || start < 0 || start > INT32_MAX) {
+    ck.add('E_START_POS', `start is ${start}; expected a non-negative integer`);
+    return null;
+  }
+  const n = list.length;
+  for (let k = 0; k < n; k++) {
+    if (list[k] < 0 || (k > 0 && list[k] <= list[k - 1])) {
+      ck.add('E_START_POS', `rows[${k}] is ${list[k]}; expected non-negative offsets from start in increasing order (after ${k > 0 ? list[k - 1] : -1})`);
+      return null;
+    }
+  }
+  if (n > 0 && start + list[n - 1] >= length) {
+    ck.add('E_START_POS', `rows[${n - 1}] = ${list[n - 1]} is row ${start + list[n - 1]}, past the ${fmtRows(length)} written (cache.length)`);
+    return null;
+  }
+  if (n === 0) {
+    checkCacheTruncate(ck, geo, start, length, windowStart);
+    return list;
+  }
+  const last = start + list[n - 1];
+  if (geo.window && last >= geo.sinkTokens && start < windowStart) {
+    ck.add('E_CAPACITY', `rows ${start} .. ${last} include rows ${geo.sinkTokens} .. ${windowStart - 1}, evicted from the windowed cache; keep rows from ${windowStart} on`);
+  }
+  return list;
+}
+
+// ---------------------------------------------------------------------------
+// Issue 21: attendMany(items)
+
+/** An item of attendMany: its cache, its query and attend's options. */
+export const MANY_ITEM_OPTIONS = Object.freeze(['cache', 'q', ...ATTEND_OPTIONS]);
+/** An item of stepMany: its cache, q, k, v, startPos (where its rows are written; default: its length) and step's options. */
+export const STEP_MANY_ITEM_OPTIONS = Object.freeze(['cache', 'q', 'k', 'v', 'startPos', ...STEP_OPTIONS]);
+export const MANY_MAX = 64; // SDPA_MANY_MAX
+
+const ITEM_INPUTS = Object.freeze([['Q', 'query'], ['M', 'attnMask'], ['S', 'sinks'], ['T', 'treeMask'], ['K', 'key'], ['V', 'value']]);
+
+/**
+ * The rules between checked items (C's sdpa_check_attend_many, in its
+ * order): one item per cache; an item's out overlapping another's out or
+ * inputs. `items`: [{ cache, P }] (P: checkAttention's result, or null).
+ */
+export function checkManyItems(ck, items) {
+  for (let j = 1; j < items.length; j++) {
+    for (let i = 0; i < j; i++) {
+      const a = items[i], b = items[j];
+      if (a.cache !== null && a.cache === b.cache) {
+        ck.add('E_ARG', `items[${j}] uses the same cache as items[${i}]; one item per cache`);
+        return;
+      }
+      if (!a.P || !b.P) continue;
+      // (an item without out gets a temporary one: it overlaps nothing)
+      const ao = a.P.O, bo = b.P.O;
+      const tail = "; out must not overlap any input or another item's out";
+      const R = regionOf;
+      if (ao && bo && overlaps(R(bo), R(ao))) { ck.add('E_ARG', `items[${j}].out shares memory with items[${i}].out${tail}`); return; }
+      for (const [key, name] of ITEM_INPUTS) {
+        if (bo && a.P[key] && overlaps(R(bo), R(a.P[key]))) { ck.add('E_ARG', `items[${j}].out shares memory with items[${i}].${name}${tail}`); return; }
+        if (ao && b.P[key] && overlaps(R(ao), R(b.P[key]))) { ck.add('E_ARG', `items[${i}].out shares memory with items[${j}].${name}${tail}`); return; }
+      }
+    }
+  }
 }

@@ -141,6 +141,13 @@ typedef struct sdpa_problem {
     const void *  mask;    /* NULL, or [Sq, n_keys_mask] with row stride mask_stride */
     int32_t       mask_dtype;
     int32_t       mask_stride;
+    /* a tree mask (issue 21): NULL, or bool rows tree_stride bytes apart, row
+     * i of this problem at tree + i * tree_stride; key t >= tree_pos (and
+     * t <= start_pos + i: causal) is visible iff its entry t - tree_pos is
+     * non-zero. (A windowed step's pieces keep the whole step's tree_pos.) */
+    const uint8_t * tree;
+    int32_t       tree_stride;
+    int64_t       tree_pos;
 } sdpa_problem;
 
 /* Records a failure on the context; returns `status` for tail calls. */
@@ -165,5 +172,11 @@ sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const char * fn, const sdpa_pro
  * alone when its work is below ctx->parallel_min_macs). Clears the last
  * error. */
 void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference);
+
+/* Issue 21: n problems: the scratch for all of them at once (E_OOM), and
+ * their run on one pool dispatch (each problem's bits as on its own; the
+ * reference switch runs them one by one). */
+sdpa_status sdpa_reserve_problems(sdpa_ctx * ctx, const char * fn, const sdpa_problem * ps, int32_t n);
+void sdpa_run_problems(sdpa_ctx * ctx, const sdpa_problem * ps, int32_t n);
 
 #endif

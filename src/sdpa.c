@@ -147,6 +147,29 @@ void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference) {
     sdpa_clear_error(ctx);
 }
 
+sdpa_status sdpa_reserve_problems(sdpa_ctx * ctx, const char * fn, const sdpa_problem * ps, int32_t n) {
+    uint64_t need = sdpa_flash_many_workspace(ctx->n_threads, ps, n);
+    for (int32_t i = 0; i < n; i++) {
+        const uint64_t one = problem_workspace(ctx->n_threads, &ps[i]);
+        if (one > need) need = one;
+    }
+    if (need > SIZE_MAX)
+        return sdpa_fail(ctx, SDPA_E_OOM, "%s: %d items with %d threads need %llu bytes of scratch memory; more than this build can address (%llu bytes)",
+                         fn, n, ctx->n_threads, (unsigned long long)need, (unsigned long long)SIZE_MAX);
+    return sdpa_scratch_reserve(ctx, fn, need);
+}
+
+void sdpa_run_problems(sdpa_ctx * ctx, const sdpa_problem * ps, int32_t n) {
+    if (ctx->use_reference) {
+        for (int32_t i = 0; i < n; i++) sdpa_reference_run(ctx->pool, &ps[i], ctx->scratch);
+    } else {
+        double macs = 0.0;
+        for (int32_t i = 0; i < n; i++) macs += problem_macs(&ps[i]);
+        sdpa_flash_run_many(ctx->pool, ps, n, ctx->scratch, macs < ctx->parallel_min_macs);
+    }
+    sdpa_clear_error(ctx);
+}
+
 static sdpa_status custom(sdpa_ctx * ctx, const char * fn, bool reference,
                           const sdpa_tensor * query, const sdpa_tensor * key,
                           const sdpa_tensor * value, const sdpa_tensor * mask,

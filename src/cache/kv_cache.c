@@ -227,7 +227,7 @@ static int32_t distinct_last(const sdpa_kv_cache * c, int32_t first, int32_t las
 /* Makes sure the pool can supply every page a write of rows [start, start +
  * len) takes: one per slot holding the zero page (unwritten) or a page
  * shared with a fork. E_OOM, with nothing changed, when it cannot. */
-static sdpa_status reserve_write(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, int32_t start, int32_t len) {
+static uint64_t write_need(const sdpa_kv_cache * c, int32_t start, int32_t len) {
     const int32_t first = start / SDPA_PAGE_ROWS, last = distinct_last(c, first, (start + len - 1) / SDPA_PAGE_ROWS);
     uint64_t need = 0;
     for (size_t head = 0; head < head_count(c); head++) {
@@ -237,6 +237,11 @@ static sdpa_status reserve_write(sdpa_ctx * ctx, const char * fn, const sdpa_kv_
             need += sdpa_page_is_zero(page) || sdpa_page_refs(page) > 1;
         }
     }
+    return need;
+}
+
+static sdpa_status reserve_write(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, int32_t start, int32_t len) {
+    const uint64_t need = write_need(c, start, len);
     if (need == 0 || sdpa_page_pool_ensure(c->ctx->pages, c->format.page_bytes, need)) return SDPA_OK;
     return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; the cache is unchanged",
                      fn, (unsigned long long)need, c->format.page_bytes);
@@ -357,6 +362,7 @@ static sdpa_problem step_piece(const sdpa_problem * p, int32_t at, int32_t * nex
     piece.q_len = *next - at;
     piece.start_pos = at;
     piece.n_keys = *next;
+    if (p->tree) piece.tree = p->tree + (size_t)(at - p->start_pos) * (size_t)p->tree_stride;  /* tree_pos stays */
     return piece;
 }
 
@@ -563,4 +569,108 @@ sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cac
 
 void * sdpa_kv_cache_row_page(const sdpa_kv_cache * c, int32_t b, int32_t h, int32_t t) {
     return row_page(c, head_pages(c, (size_t)b * (size_t)c->kv_heads + (size_t)h), (size_t)t);
+}
+
+/* ---- issue 21: keep the accepted rows of a verified draft ---------------
+ * Row start + rows[k] moves to start + k as stored (a record out of its
+ * page and into the other: bit for bit, marks carried), in increasing k, so
+ * a row is read before anything overwrites it (start + k <= start +
+ * rows[k] < start + rows[k+1]). Pages (a fork's shared ones) and the
+ * record buffer (scratch) are taken first: E_OOM changes nothing. */
+sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t start,
+                                    const int32_t * rows, int32_t n) {
+    static const char fn[] = "KVCache.keepRows";
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status s = sdpa_check_cache_keep_rows(ctx, fn, cache, start, rows, n);
+    if (s != SDPA_OK) return s;
+    int32_t first = 0;  /* the first row that moves */
+    while (first < n && rows[first] == first) first++;
+    if (first < n) {
+        const size_t kb = sdpa_kv_block_record_bytes(&cache->format, 0), vb = sdpa_kv_block_record_bytes(&cache->format, 1);
+        s = sdpa_scratch_reserve(ctx, fn, (uint64_t)kb + vb);
+        if (s == SDPA_OK) s = reserve_write(ctx, fn, cache, start + first, n - first);
+        if (s != SDPA_OK) return s;
+        for (int32_t page = (start + first) / SDPA_PAGE_ROWS; page <= (start + n - 1) / SDPA_PAGE_ROWS; page++)
+            own_slot(cache, page_slot(cache, page), false);
+        uint8_t * rec = ctx->scratch;
+        for (size_t head = 0; head < head_count(cache); head++) {
+            void ** pages = head_pages(cache, head);
+            for (int32_t k = first; k < n; k++) {
+                const size_t from = (size_t)start + (size_t)rows[k], to = (size_t)start + (size_t)k;
+                const void * src = row_page(cache, pages, from);
+                void * dst = row_page(cache, pages, to);
+                const int32_t rf = (int32_t)(from % SDPA_PAGE_ROWS), rt = (int32_t)(to % SDPA_PAGE_ROWS);
+                sdpa_kv_export_row(&cache->format, src, rf, 0, rec);
+                sdpa_kv_export_row(&cache->format, src, rf, 1, rec + kb);
+                const uint32_t marks = (sdpa_kv_import_row(&cache->format, dst, rt, 0, rec) == 1 ? SDPA_PAGE_MARK_K_NONFINITE : 0) |
+                                       (sdpa_kv_import_row(&cache->format, dst, rt, 1, rec + kb) == 1 ? SDPA_PAGE_MARK_V_NONFINITE : 0);
+                if (marks) sdpa_page_set_marks(dst, sdpa_page_marks(dst) | marks);
+            }
+        }
+    }
+    /* the pages past start + n go; the last kept page is private already when a row moved */
+    return sdpa_kv_cache_truncate(ctx, cache, start + n);
+}
+
+/* ---- issue 21: stepMany --------------------------------------------------
+ * Every item checked (contract/), then everything that can fail: the scratch
+ * for all problems (and for the pieces of a windowed step that spans pages),
+ * the pages of every write, summed per page size (two caches of one size
+ * draw on one free list). Then the writes, one dispatch for the attention of
+ * every single-piece item, and the pieces of the others, each as its own
+ * step would run them: every item has the bits of its own call. */
+sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n) {
+    static const char fn[] = "sdpa.stepMany";
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_problem ps[SDPA_MANY_MAX], batch[SDPA_MANY_MAX];
+    bool pieces[SDPA_MANY_MAX];
+    sdpa_status s = sdpa_check_step_many(ctx, fn, items, n, ps);
+    if (s != SDPA_OK) return s;
+    int32_t nb = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t sp = (int32_t)ps[i].start_pos, len = items[i].key->dims[1];
+        pieces[i] = items[i].cache->ring_pages && sp / SDPA_PAGE_ROWS != (sp + len - 1) / SDPA_PAGE_ROWS;
+        if (!pieces[i]) batch[nb++] = ps[i];
+    }
+    if (nb > 0) s = sdpa_reserve_problems(ctx, fn, batch, nb);
+    for (int32_t i = 0; i < n && s == SDPA_OK; i++) {
+        if (!pieces[i]) continue;
+        const int32_t sp = (int32_t)ps[i].start_pos, len = items[i].key->dims[1];
+        int32_t next;
+        for (int32_t at = sp; at < sp + len && s == SDPA_OK; at = next) {
+            const sdpa_problem piece = step_piece(&ps[i], at, &next);
+            s = sdpa_reserve_problem(ctx, fn, &piece);
+        }
+    }
+    if (s != SDPA_OK) return s;
+    for (int32_t i = 0; i < n; i++) {  /* the pages, per page size */
+        bool seen = false;
+        for (int32_t j = 0; j < i && !seen; j++) seen = items[j].cache->format.page_bytes == items[i].cache->format.page_bytes;
+        if (seen) continue;
+        uint64_t need = 0;
+        for (int32_t j = i; j < n; j++)
+            if (items[j].cache->format.page_bytes == items[i].cache->format.page_bytes)
+                need += write_need(items[j].cache, (int32_t)ps[j].start_pos, items[j].key->dims[1]);
+        if (need && !sdpa_page_pool_ensure(ctx->pages, items[i].cache->format.page_bytes, need))
+            return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; no cache was written",
+                             fn, (unsigned long long)need, items[i].cache->format.page_bytes);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        if (pieces[i]) continue;
+        const int32_t len = items[i].key->dims[1];
+        put_rows(items[i].cache, items[i].key->data, items[i].value->data, len, 0, (int32_t)ps[i].start_pos, len);
+    }
+    if (nb > 0) sdpa_run_problems(ctx, batch, nb);
+    for (int32_t i = 0; i < n; i++) {
+        if (!pieces[i]) continue;
+        const int32_t sp = (int32_t)ps[i].start_pos, len = items[i].key->dims[1];
+        int32_t next;
+        for (int32_t at = sp; at < sp + len; at = next) {
+            const sdpa_problem piece = step_piece(&ps[i], at, &next);
+            put_rows(items[i].cache, items[i].key->data, items[i].value->data, len, at - sp, at, next - at);
+            sdpa_run_problem(ctx, &piece, false);
+        }
+    }
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
 }

@@ -195,7 +195,7 @@ static sdpa_status check_tail_options(sdpa_ctx * ctx, const char * fn, const sdp
 
 #define TRY(expr) do { sdpa_status s_ = (expr); if (s_ != SDPA_OK) return s_; } while (0)
 
-static const sdpa_options default_options = { 0, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL };
+static const sdpa_options default_options = { 0, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL };
 
 /* torch_layout when reading dims 1 and 2 of the query (and of the key, unless
  * it is a cache, whose heads are known) the other way round would satisfy the
@@ -219,6 +219,8 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     if (!o) o = &default_options;
     const sdpa_tensor * sinks = o->sinks;
     const bool has_sinks = present(sinks);
+    const sdpa_tensor * tree = o->tree_mask;
+    const bool has_tree = present(tree);
 
     /* E_ARG */
     if (!present(q)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: query is missing", fn);
@@ -232,13 +234,23 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         if (in_cache(cache, mask)) return fail_in_cache(ctx, fn, "attnMask");
         if (in_cache(cache, out)) return fail_in_cache(ctx, fn, "out");
         if (in_cache(cache, sinks)) return fail_in_cache(ctx, fn, "sinks");
+        if (in_cache(cache, tree)) return fail_in_cache(ctx, fn, "treeMask");
     }
     TRY(check_options_arg(ctx, fn, o));
     if (o->window && has_mask)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: window and attnMask were both given; put the window in the mask", fn);
+    if (has_tree) {  /* issue 21: a mask over the new rows of a cache's causal step */
+        if (!cache)
+            return sdpa_fail(ctx, SDPA_E_ARG, "%s: treeMask is an option of KVCache.attend and KVCache.step (a mask over a cache's new rows)", fn);
+        if (has_mask)
+            return sdpa_fail(ctx, SDPA_E_ARG, "%s: treeMask and attnMask were both given; pass one of them", fn);
+        if (!o->is_causal)
+            return sdpa_fail(ctx, SDPA_E_ARG, "%s: treeMask was given with isCausal: false; a tree mask refines a causal step (leave isCausal out or pass true)", fn);
+    }
     if (overlaps(out, q)) return fail_shares(ctx, fn, "query");
     if (overlaps(out, mask)) return fail_shares(ctx, fn, "attnMask");
     if (has_sinks && overlaps(out, sinks)) return fail_shares(ctx, fn, "sinks");
+    if (has_tree && overlaps(out, tree)) return fail_shares(ctx, fn, "treeMask");
     if (!cache && overlaps(out, k)) return fail_shares(ctx, fn, "key");
     if (!cache && overlaps(out, v)) return fail_shares(ctx, fn, "value");
     if (cache && cache->window) {  /* a windowed cache attends through its own causal window */
@@ -258,6 +270,7 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     }
     if (has_mask) TRY(check_rank(ctx, fn, "attnMask", mask, 2, "2-D [Sq, N] (this op does not broadcast masks)"));
     if (has_sinks) TRY(check_rank(ctx, fn, "sinks", sinks, 1, "1-D [Hq] (one sink logit per query head)"));
+    if (has_tree) TRY(check_rank(ctx, fn, "treeMask", tree, 2, "2-D [Sq, Sq] (the new rows over the new rows)"));
 
     /* E_DIMS */
     TRY(check_dims(ctx, fn, "query", q, 2));
@@ -267,6 +280,7 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     }
     if (has_mask) TRY(check_dims(ctx, fn, "attnMask", mask, -1));
     if (has_sinks) TRY(check_dims(ctx, fn, "sinks", sinks, 0));
+    if (has_tree) TRY(check_dims(ctx, fn, "treeMask", tree, -1));
     if (out->rank >= 0 && out->rank <= 4) TRY(check_dims(ctx, fn, "out", out, 2));
     if (out->rank != 4)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has rank %d; expected the output dims %s [B, Sq, Hq, D]",
@@ -379,6 +393,13 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
                              "%s: attnMask has dims %s but must be [Sq, N] = [%d, N] with N \u2264 %d (%s); this op does not broadcast masks",
                              fn, DIMS(mask), Sq, kt, cache ? "maxSeqLen" : "key length");
     }
+    if (has_tree) {
+        if (tree->dtype != SDPA_DTYPE_BOOL)
+            return sdpa_fail(ctx, SDPA_E_MASK_DTYPE, "%s: treeMask has dtype %s (%d); expected bool", fn, dtype_name(tree->dtype), tree->dtype);
+        if (tree->dims[0] != Sq || tree->dims[1] != Sq)
+            return sdpa_fail(ctx, SDPA_E_MASK_SHAPE, "%s: treeMask has dims %s but must be [Sq, Sq] = [%d, %d] (the new rows over the new rows)",
+                             fn, DIMS(tree), Sq, Sq);
+    }
 
     /* E_MASK_CAUSAL, E_DROPOUT, E_SCALE */
     TRY(check_tail_options(ctx, fn, mask, o));
@@ -402,6 +423,9 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     p->mask = has_mask ? mask->data : NULL;
     p->mask_dtype = has_mask ? mask->dtype : 0;
     p->mask_stride = has_mask ? mask->dims[1] : 0;
+    p->tree = has_tree ? (const uint8_t *)tree->data : NULL;
+    p->tree_stride = has_tree ? Sq : 0;
+    p->tree_pos = o->start_pos;
     sdpa_kv_view * kv = &p->kv;
     kv->batch = B; kv->len = kt; kv->heads = kh; kv->dim = D;
     if (cache) {
@@ -450,6 +474,33 @@ sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdp
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
                          "%s: length %lld would end inside the evicted rows %d .. %d of the windowed cache; expected <= %d (sink rows only) or >= %d",
                          fn, (long long)length, cache->sink_tokens, cache->window_start - 1, cache->sink_tokens, cache->window_start);
+    return SDPA_OK;
+}
+
+/* issue 21: keepRows. E_START_POS: start, then each rows[k] (strictly
+ * increasing offsets), then the last row read must be written; E_CAPACITY:
+ * n = 0 is truncate(start); a windowed cache's rows start .. start + last
+ * must all be kept rows. */
+sdpa_status sdpa_check_cache_keep_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                       int64_t start, const int32_t * rows, int32_t n) {
+    if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
+    if (n < 0 || (n > 0 && !rows)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: rows is missing", fn);
+    if (start < 0)
+        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: start is %lld; expected a non-negative integer", fn, (long long)start);
+    for (int32_t k = 0; k < n; k++)
+        if (rows[k] < 0 || (k > 0 && rows[k] <= rows[k - 1]))
+            return sdpa_fail(ctx, SDPA_E_START_POS,
+                             "%s: rows[%d] is %d; expected non-negative offsets from start in increasing order (after %d)",
+                             fn, k, rows[k], k > 0 ? rows[k - 1] : -1);
+    if (n > 0 && start + rows[n - 1] >= cache->length)
+        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: rows[%d] = %d is row %lld, past the %s written (cache.length)",
+                         fn, n - 1, rows[n - 1], (long long)start + rows[n - 1], ROWS(cache->length));
+    if (n == 0) return sdpa_check_cache_truncate(ctx, fn, cache, start);
+    const int64_t last = start + rows[n - 1];
+    if (cache->window && last >= cache->sink_tokens && start < cache->window_start)
+        return sdpa_fail(ctx, SDPA_E_CAPACITY,
+                         "%s: rows %lld .. %lld include rows %d .. %d, evicted from the windowed cache; keep rows from %d on",
+                         fn, (long long)start, (long long)last, cache->sink_tokens, cache->window_start - 1, cache->window_start);
     return SDPA_OK;
 }
 
@@ -640,4 +691,75 @@ sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv
                                           cache && query->dims[2] == key->dims[2] && key->dims[1] == cache->kv_heads ? torch_layout : ""));
     if (first.status != SDPA_OK) memcpy(ctx->last_error, first.message, sizeof first.message);
     return first.status;
+}
+
+/* ---- issue 21: attendMany ----------------------------------------------- */
+
+static const sdpa_tensor * item_input(const sdpa_attend_item * it, int which, const char ** name, bool step) {
+    static const char * const names[6] = { "query", "attnMask", "sinks", "treeMask", "key", "value" };
+    *name = names[which];
+    switch (which) {
+    case 0: return it->query;
+    case 1: return it->mask;
+    case 2: return it->options ? it->options->sinks : NULL;
+    case 3: return it->options ? it->options->tree_mask : NULL;
+    case 4: return step ? it->key : NULL;
+    default: return step ? it->value : NULL;
+    }
+}
+
+static sdpa_status check_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
+                              sdpa_problem * problems, bool step) {
+    if (!items || n < 1)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: items is empty; expected 1 .. %d items", fn, SDPA_MANY_MAX);
+    if (n > SDPA_MANY_MAX)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: %d items; at most %d in one call", fn, n, SDPA_MANY_MAX);
+    first_failure first = { SDPA_OK, "" };
+    char name[96];
+    for (int32_t i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "%s: items[%d]", fn, i);
+        if (step)
+            keep_first(&first, ctx, sdpa_check_cache_step(ctx, name, items[i].cache, items[i].query, items[i].key, items[i].value,
+                                                          items[i].mask, items[i].options, items[i].out, &problems[i]));
+        else
+            keep_first(&first, ctx, sdpa_check_cache_attend(ctx, name, items[i].cache, items[i].query, items[i].mask,
+                                                            items[i].options, items[i].out, true, &problems[i]));
+    }
+    if (first.status != SDPA_E_ARG) {  /* the rules between items (E_ARG: they rank after an item's own E_ARG) */
+        sdpa_status s = SDPA_OK;
+        for (int32_t j = 1; j < n && s == SDPA_OK; j++)
+            for (int32_t i = 0; i < j && s == SDPA_OK; i++) {
+                const sdpa_attend_item * a = &items[i], * b = &items[j];
+                const char * what;
+                if (a->cache && a->cache == b->cache) {
+                    s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d] uses the same cache as items[%d]; one item per cache", fn, j, i);
+                    break;
+                }
+                if (present(a->out) && present(b->out) && overlaps(b->out, a->out)) {
+                    s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].out; out must not overlap any input or another item's out", fn, j, i);
+                    break;
+                }
+                for (int w = 0; w < 6 && s == SDPA_OK; w++) {
+                    const sdpa_tensor * x = item_input(a, w, &what, step);
+                    if (present(x) && present(b->out) && overlaps(b->out, x))
+                        s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].%s; out must not overlap any input or another item's out", fn, j, i, what);
+                    x = item_input(b, w, &what, step);
+                    if (s == SDPA_OK && present(x) && present(a->out) && overlaps(a->out, x))
+                        s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].%s; out must not overlap any input or another item's out", fn, i, j, what);
+                }
+            }
+        if (s != SDPA_OK) return s;
+    }
+    if (first.status != SDPA_OK) memcpy(ctx->last_error, first.message, sizeof first.message);
+    return first.status;
+}
+
+sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
+                                   sdpa_problem * problems) {
+    return check_many(ctx, fn, items, n, problems, false);
+}
+
+sdpa_status sdpa_check_step_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
+                                 sdpa_problem * problems) {
+    return check_many(ctx, fn, items, n, problems, true);
 }

@@ -43,6 +43,19 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
 /* truncate to `length` rows: 0 <= length <= cache->length. */
 sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, int64_t length);
 
+/* keep_rows (issue 21): rows start + rows[k] -> start + k, then truncate to start + n. */
+sdpa_status sdpa_check_cache_keep_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                       int64_t start, const int32_t * rows, int32_t n);
+
+/* attend_many (issue 21): every item as sdpa_check_cache_attend (fn
+ * "sdpa.attendMany: items[i]"), then the rules between items; problems: n. */
+sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
+                                   sdpa_problem * problems);
+
+/* step_many: every item as sdpa_check_cache_step, then the rules between items. */
+sdpa_status sdpa_check_step_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
+                                 sdpa_problem * problems);
+
 /* fork: a cache of this context and a place for the new one. */
 sdpa_status sdpa_check_cache_fork(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, const void * out_cache);
 

@@ -522,6 +522,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         st->lower[x] = 0;
         st->mask[x] = NULL;
         st->bmask[x] = NULL;
+        st->tmask[x] = NULL;
         st->suspect[x] = false;
     }
     for (int32_t x = 0; x < st->n; x++) {
@@ -540,6 +541,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
             st->mask[x] = (const float *)p->mask + (size_t)i * p->mask_stride;
         else if (p->mask)
             st->bmask[x] = (const uint8_t *)p->mask + (size_t)i * p->mask_stride;
+        if (p->tree) st->tmask[x] = p->tree + (size_t)i * p->tree_stride;
     }
     if (f->k_src == K_I8_PAGE) {  /* integer Q.K: the float kernels' broadcast q is not needed */
         quantize_q(f, st, f->p->kv.format->block[0].units, int_q_max(D), NULL);
@@ -740,6 +742,10 @@ static void tile_softmax(const flash_plan * f, block_state * st, int32_t ts, int
         for (int32_t t = p->sink_tokens > ts ? p->sink_tokens - ts : 0, lo = st->lower[x] - ts; t < lo && t < nt4; t++)
             s[t] = -INFINITY;
         if (st->bmask[x]) for (int32_t t = 0; t < valid; t++) if (!st->bmask[x][ts + t]) s[t] = -INFINITY;
+        if (st->tmask[x]) {  /* a tree mask: keys tree_pos .. limit-1 as its row says */
+            const uint8_t * tm = st->tmask[x] - p->tree_pos;  /* (indexed by key; only keys >= tree_pos read) */
+            for (int64_t t = p->tree_pos > ts ? p->tree_pos - ts : 0; t < valid; t++) if (!tm[ts + t]) s[t] = -INFINITY;
+        }
         for (int32_t t = valid < 0 ? 0 : valid; t < nt4; t++) s[t] = -INFINITY;
         v128_t vmax = wasm_f32x4_splat(-INFINITY), vnan = wasm_i32x4_splat(0);
         for (int32_t t = 0; t < nt4; t += 4) {
@@ -1007,4 +1013,92 @@ void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch, bo
         return;
     }
     sdpa_pool_run(pool, compute_unit, &f, compute_units(&f));
+}
+
+/* ---- issue 21: many problems in one dispatch ----------------------------
+ * The units of every problem, numbered one after another, on one pool run:
+ * each unit is its own problem's (same plan, same units, so the same bits as
+ * a call of its own). Threads' scratch is strided by the largest
+ * thread_bytes of the plans (a plan reads its areas from dim_pad, so a wider
+ * stride changes nothing but where they are); after it the plans, their
+ * first units, and each split plan's partials and done counters. */
+typedef struct flash_many {
+    flash_plan * plans;
+    int32_t * first;  /* [n + 1]: plan i owns units first[i] .. first[i+1]-1 */
+    int32_t n;
+} flash_many;
+
+static uint64_t many_layout(int32_t n_threads, const sdpa_problem * ps, int32_t n, uint64_t * stride) {
+    uint64_t tb = 0, split = 0;
+    for (int32_t i = 0; i < n; i++) {
+        flash_plan f;
+        make_plan(&f, &ps[i]);
+        if (f.thread_bytes > tb) tb = f.thread_bytes;
+        if (f.chunks > 1) split = sdpa_size_add(split, align_up(split_bytes((uint64_t)compute_units(&f), f.dim_pad)));
+    }
+    *stride = tb;
+    uint64_t bytes = sdpa_size_add(SCRATCH_ALIGN, sdpa_size_mul((uint64_t)n_threads, tb));
+    bytes = sdpa_size_add(bytes, align_up(sdpa_size_mul((uint64_t)n, sizeof(flash_plan))));
+    bytes = sdpa_size_add(bytes, align_up(sdpa_size_mul((uint64_t)n + 1, sizeof(int32_t))));
+    return sdpa_size_add(bytes, split);
+}
+
+uint64_t sdpa_flash_many_workspace(int32_t n_threads, const sdpa_problem * ps, int32_t n) {
+    uint64_t stride;
+    return many_layout(n_threads, ps, n, &stride);
+}
+
+static void many_unit(void * arg, int32_t unit, int32_t thread) {
+    const flash_many * m = arg;
+    int32_t lo = 0, hi = m->n - 1;  /* the last plan whose first unit is <= unit */
+    while (lo < hi) {
+        const int32_t mid = (lo + hi + 1) / 2;
+        if (m->first[mid] <= unit) lo = mid;
+        else hi = mid - 1;
+    }
+    compute_unit(&m->plans[lo], unit - m->first[lo], thread);
+}
+
+void sdpa_flash_run_many(sdpa_pool * pool, const sdpa_problem * ps, int32_t n, void * scratch, bool serial) {
+    int64_t total = 0;  /* units are int32: more than that runs problem by problem (the same bits) */
+    for (int32_t i = 0; i < n; i++) {
+        flash_plan f;
+        make_plan(&f, &ps[i]);
+        total += compute_units(&f);
+    }
+    if (total > INT32_MAX) {
+        for (int32_t i = 0; i < n; i++) sdpa_flash_run(pool, &ps[i], scratch, serial);
+        return;
+    }
+    uint64_t stride;
+    (void)many_layout(sdpa_pool_threads(pool), ps, n, &stride);
+    char * base = (char *)(((uintptr_t)scratch + SCRATCH_ALIGN - 1) & ~(uintptr_t)(SCRATCH_ALIGN - 1));
+    char * at = base + (size_t)sdpa_pool_threads(pool) * (size_t)stride;
+    flash_many m;
+    m.n = n;
+    m.plans = (flash_plan *)(void *)at;
+    at += (size_t)align_up((uint64_t)n * sizeof(flash_plan));
+    m.first = (int32_t *)(void *)at;
+    at += (size_t)align_up(((uint64_t)n + 1) * sizeof(int32_t));
+    int32_t units = 0;
+    for (int32_t i = 0; i < n; i++) {
+        flash_plan * f = &m.plans[i];
+        make_plan(f, &ps[i]);
+        f->thread_bytes = stride;
+        f->scratch = base;
+        f->partials = (float *)(void *)at;
+        f->done = (atomic_int *)(f->partials + (f->chunks > 1 ? (size_t)compute_units(f) * partial_floats(f) : 0));
+        if (f->chunks > 1) {
+            for (int32_t g = 0; g < ps[i].batch * ps[i].kv_heads * f->blocks; g++) atomic_init(&f->done[g], 0);
+            at += (size_t)align_up(split_bytes((uint64_t)compute_units(f), f->dim_pad));  /* each plan's partials on a line of their own */
+        }
+        m.first[i] = units;
+        units += compute_units(f);
+    }
+    m.first[n] = units;
+    if (serial) {
+        for (int32_t u = 0; u < units; u++) many_unit(&m, u, 0);
+        return;
+    }
+    sdpa_pool_run(pool, many_unit, &m, units);
 }

@@ -13,6 +13,7 @@ static double score(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, int
     const int32_t D = p->head_dim, hk = h / p->group;
     if (p->is_causal && (int64_t)t > p->start_pos + i) return -INFINITY;
     if (p->window && (int64_t)t <= p->start_pos + i - p->window && t >= p->sink_tokens) return -INFINITY;
+    if (p->tree && (int64_t)t >= p->tree_pos && !p->tree[(size_t)i * p->tree_stride + (size_t)(t - p->tree_pos)]) return -INFINITY;
     const float * q = p->q + (size_t)b * p->q_stride_b + ((size_t)i * p->q_heads + h) * D;
     double dot = 0.0;  /* (each stored key element decoded to its float32 value, any cache dtype) */
     for (int32_t d = 0; d < D; d++) dot += (double)q[d] * (double)sdpa_kv_elem(&p->kv, b, hk, t, false, d);

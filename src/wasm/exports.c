@@ -23,6 +23,7 @@ static_assert(offsetof(sdpa_options, dropout_p) == 20, "sdpa_options.dropout_p")
 static_assert(offsetof(sdpa_options, window) == 24, "sdpa_options.window");
 static_assert(offsetof(sdpa_options, softcap) == 28, "sdpa_options.softcap");
 static_assert(offsetof(sdpa_options, sinks) == 32, "sdpa_options.sinks");
+static_assert(offsetof(sdpa_options, tree_mask) == 36, "sdpa_options.tree_mask");
 static_assert(sizeof(sdpa_memory_stats) == 48, "sdpa_memory_stats layout");
 static_assert(sizeof(sdpa_kv_cache_size) == 40, "sdpa_kv_cache_size layout");
 static_assert(sizeof(sdpa_kv_cache_desc) == 32, "sdpa_kv_cache_desc layout");
@@ -36,3 +37,6 @@ static_assert(offsetof(sdpa_memory_stats, bytes_free) == 16, "sdpa_memory_stats.
 static_assert(offsetof(sdpa_memory_stats, pages_in_use) == 24, "sdpa_memory_stats.pages_in_use");
 static_assert(offsetof(sdpa_memory_stats, pages_free) == 32, "sdpa_memory_stats.pages_free");
 static_assert(offsetof(sdpa_memory_stats, page_rows) == 40, "sdpa_memory_stats.page_rows");
+static_assert(sizeof(sdpa_attend_item) == 28 && offsetof(sdpa_attend_item, query) == 4 && offsetof(sdpa_attend_item, mask) == 8 &&
+              offsetof(sdpa_attend_item, options) == 12 && offsetof(sdpa_attend_item, out) == 16 &&
+              offsetof(sdpa_attend_item, key) == 20 && offsetof(sdpa_attend_item, value) == 24, "sdpa_attend_item layout");

@@ -96,6 +96,7 @@ static sdpa_ctx * g_ctx;
    the standalone driver). */
 static struct {
     long calls, accepted, rejected, rows_compared, caches, injected, nan_rows;
+    long trees, trees_ok, keeps, keeps_ok, manys, manys_ok;  /* issue 21: tree-mask calls, keepRows, attendMany (accepted ones) */
 } g_stats;
 
 /* A dim: usually the intended value, sometimes broken. */
@@ -374,6 +375,30 @@ static int model_attend(const sdpa_tensor * q, int32_t B, int32_t Skv, int32_t H
             return 0;
     }
     return 1;
+}
+
+/* issue 21: options->tree_mask on a cache attend / step (after model_attend). */
+static int model_tree(const sdpa_tensor * q, const sdpa_tensor * mask, const sdpa_options * o, const sdpa_tensor * out) {
+    const sdpa_tensor * t = o ? o->tree_mask : NULL;
+    if (!t || !t->data) return 1;
+    if ((mask && mask->data) || !o->is_causal) return 0;
+    if (t->rank != 2 || t->dtype != SDPA_DTYPE_BOOL || dims_product(t) < 0 || (uint64_t)dims_product(t) != (uint64_t)t->len) return 0;
+    if (t->dims[0] != q->dims[1] || t->dims[1] != q->dims[1]) return 0;
+    if (ranges_overlap(out->data, tbytes(out), t->data, tbytes(t))) return 0;
+    return 1;
+}
+
+/* The full bool mask [Sq, sp + Sq] a tree mask means (earlier rows visible;
+ * causal and a window stay in the options): for check_rows. */
+static uint8_t * tree_full_mask(const sdpa_tensor * t, int64_t sp, sdpa_tensor * full) {
+    const int32_t n = t->dims[0], N = (int32_t)sp + n;
+    uint8_t * m = malloc((size_t)n * (size_t)N);
+    if (!m) FAILF("host malloc failed");
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t c = 0; c < N; c++)
+            m[(size_t)i * N + c] = c < sp ? 1 : (c - sp <= i && ((const uint8_t *)t->data)[(size_t)i * n + (c - sp)]) ? 1 : 0;
+    *full = (sdpa_tensor){ m, (size_t)n * (size_t)N, SDPA_DTYPE_BOOL, 2, { n, N, 0, 0 } };
+    return m;
 }
 
 static int model_custom(const sdpa_tensor * q, const sdpa_tensor * k, const sdpa_tensor * v,
@@ -763,6 +788,38 @@ static void fuzz_cache(rd * r) {
     int ops = 1 + u8(r) % 8;
     for (int op = 0; op < ops && r->n > 0; op++) {
         uint8_t kind = u8(r) % 4;
+        if (kind == 3 && rare(r, 4)) {
+            /* issue 21: keepRows(start, rows), sometimes broken; the host moves its rows alike */
+            int32_t start = (int32_t)(u8(r) % (uint32_t)(fc.length + 2)) - (rare(r, 16) ? 2 : 0);
+            int32_t n = (int32_t)(u8(r) % 5), rows[4];
+            for (int32_t x = 0, at = 0; x < n; x++) {  /* increasing: gaps of 0 .. 2 rows */
+                at += (int32_t)(u8(r) % 3);
+                rows[x] = at + x;
+            }
+            if (n && rare(r, 8)) rows[u8(r) % n] = (int32_t)(u8(r) % 4) - 1;  /* out of order, or negative */
+            int valid = start >= 0 && start <= fc.length;
+            for (int32_t x = 0; x < n && valid; x++) valid = rows[x] >= 0 && (x == 0 || rows[x] > rows[x - 1]);
+            if (valid && n) valid = (int64_t)start + rows[n - 1] < fc.length;
+            st = sdpa_kv_cache_keep_rows(g_ctx, fc.c, start, rows, n);
+            g_stats.keeps++;
+            g_stats.keeps_ok += st == SDPA_OK;
+            expect_model("kv_cache_keep_rows", st, valid);
+            if (st == SDPA_OK) {
+                const size_t row = (size_t)fc.H * fc.D;
+                for (int32_t b = 0; b < fc.B; b++) {
+                    float * hk = fc.hk + (size_t)b * fc.S * row, * hv = fc.hv + (size_t)b * fc.S * row;
+                    for (int32_t x = 0; x < n; x++) {
+                        memmove(hk + (size_t)(start + x) * row, hk + (size_t)(start + rows[x]) * row, row * 4);
+                        memmove(hv + (size_t)(start + x) * row, hv + (size_t)(start + rows[x]) * row, row * 4);
+                    }
+                    memset(hk + (size_t)(start + n) * row, 0, (size_t)(fc.S - start - n) * row * 4);
+                    memset(hv + (size_t)(start + n) * row, 0, (size_t)(fc.S - start - n) * row * 4);
+                }
+                fc.length = start + n;
+            }
+            if (!cache_same_as_host(&fc)) FAILF("kv_cache_keep_rows (%s): cache storage differs from the host's", sdpa_status_code(st));
+            continue;
+        }
         int32_t Sn = 1 + u8(r) % 6;
         int32_t ratio = 1 + u8(r) % 3;
         int32_t kd[4] = {fc.B, Sn, fc.H, fc.D};
@@ -814,6 +871,14 @@ static void fuzz_cache(rd * r) {
         fopts fo;
         make_opts(r, &fo, Sn, fc.S);
         make_extras(r, &fo, qd[2], out.t.data);
+        /* issue 21: a tree mask [Sn, Sn] now and then (sometimes with a mask, not causal, of other dims) */
+        ftensor tr;
+        int32_t trd[2] = {Sn, Sn};
+        make_tensor(r, &tr, 2, trd, SDPA_DTYPE_BOOL, FILL_MASK);
+        if (kind != 0 && fo.present && (mk == 0 || rare(r, 8)) && rare(r, 3)) {
+            fo.o.tree_mask = tp(&tr);
+            if (!rare(r, 8)) fo.o.is_causal = 1;
+        }
         const sdpa_options * po = fo.present ? &fo.o : NULL;
         int64_t sp = po ? po->start_pos : 0;
         int32_t upd_sp = (int32_t)(sp >= INT32_MIN && sp <= INT32_MAX ? sp : -1);
@@ -824,9 +889,9 @@ static void fuzz_cache(rd * r) {
         int valid;
         const char * what;
         /* every buffer, the output last (the inputs are a prefix) */
-        ftensor * all[5] = {&q, &k, &v, &m, &out};
+        ftensor * all[6] = {&q, &k, &v, &m, &tr, &out};
         size_t tot;
-        uint8_t * before = snapshot(all, 5, &tot);
+        uint8_t * before = snapshot(all, 6, &tot);
         if (kind == 0) {
             what = "kv_cache_update";
             valid = k.present && v.present && model_update(&fc, &k.t, &v.t, upd_sp);
@@ -835,25 +900,63 @@ static void fuzz_cache(rd * r) {
         } else if (kind == 1) {
             what = "kv_cache_attend";
             valid = q.present && out.present && model_attend(&q.t, fc.B, fc.S, fc.H, fc.D, pm, po, &out.t) &&
+                    model_tree(&q.t, pm, po, &out.t) &&
                     ((pm && pm->data) || sp + q.t.dims[1] <= fc.length);  /* without a mask: written rows only */
-            st = sdpa_kv_cache_attend(g_ctx, fc.c, tp(&q), pm, po, out.present ? &out.t : NULL);
+            const int many = rare(r, 4) ? 1 + (int)(u8(r) % 2) : 0;  /* issue 21: as attendMany's item (twice: E_ARG) */
+            if (many) {
+                const sdpa_attend_item its[2] = { { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, NULL, NULL },
+                                                  { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, NULL, NULL } };
+                what = many == 1 ? "kv_cache_attend_many" : "kv_cache_attend_many (one cache twice)";
+                if (many == 2) valid = 0;
+                st = sdpa_kv_cache_attend_many(g_ctx, its, many);
+                g_stats.manys++;
+                g_stats.manys_ok += st == SDPA_OK;
+            } else {
+                st = sdpa_kv_cache_attend(g_ctx, fc.c, tp(&q), pm, po, out.present ? &out.t : NULL);
+            }
         } else {
             what = "kv_cache_step";
             if (rare(r, 8) && out.t.data && k.t.data) out.t.data = k.t.data;  /* out aliases key */
             valid = q.present && k.present && v.present && out.present &&
                     model_update(&fc, &k.t, &v.t, sp) && model_attend(&q.t, fc.B, fc.S, fc.H, fc.D, pm, po, &out.t) &&
-                    q.t.dims[1] == k.t.dims[1] &&
+                    model_tree(&q.t, pm, po, &out.t) && q.t.dims[1] == k.t.dims[1] &&
                     !ranges_overlap(out.t.data, tbytes(&out.t), k.t.data, tbytes(&k.t)) &&
                     !ranges_overlap(out.t.data, tbytes(&out.t), v.t.data, tbytes(&v.t));
-            st = sdpa_kv_cache_step(g_ctx, fc.c, tp(&q), tp(&k), tp(&v), pm, po, out.present ? &out.t : NULL);
+            const int many = po && rare(r, 4) ? 1 + (int)(u8(r) % 2) : 0;  /* issue 21: as stepMany's item (twice: E_ARG) */
+            if (many) {
+                const sdpa_attend_item its[2] = { { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, tp(&k), tp(&v) },
+                                                  { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, tp(&k), tp(&v) } };
+                what = many == 1 ? "kv_cache_step_many" : "kv_cache_step_many (one cache twice)";
+                if (many == 2) valid = 0;
+                st = sdpa_kv_cache_step_many(g_ctx, its, many);
+                g_stats.manys++;
+                g_stats.manys_ok += st == SDPA_OK;
+            } else {
+                st = sdpa_kv_cache_step(g_ctx, fc.c, tp(&q), tp(&k), tp(&v), pm, po, out.present ? &out.t : NULL);
+            }
             if (st == SDPA_OK) host_write(&fc, &k.t, &v.t, sp);
         }
-        uint8_t * after = snapshot(all, 5, &tot);
+        uint8_t * after = snapshot(all, 6, &tot);
         expect_model(what, st, valid);
+        if (po && po->tree_mask && po->tree_mask->data) {
+            g_stats.trees++;
+            g_stats.trees_ok += st == SDPA_OK;
+        }
         check_rejected(what, st, before, after, tot);
         if (st == SDPA_OK && memcmp(before, after, tot - out.bytes) != 0) FAILF("%s modified an input", what);
         if (!cache_same_as_host(&fc))
             FAILF("%s (%s): cache storage differs from what was written", what, sdpa_status_code(st));
+        sdpa_tensor tree_full;
+        uint8_t * tree_buf = NULL;
+        sdpa_options tree_opts;
+        if (st == SDPA_OK && kind != 0 && po && po->tree_mask && po->tree_mask->data) {
+            /* the reference sees the equivalent full mask, causal (and a window) on top */
+            tree_buf = tree_full_mask(po->tree_mask, sp, &tree_full);
+            tree_opts = *po;
+            tree_opts.tree_mask = NULL;
+            po = &tree_opts;
+            pm = &tree_full;
+        }
         if (st == SDPA_OK && kind != 0 && fo.tame && !(fc.nonfinite && subnormal_scale(po)))
             check_rows(what, &q.t, fc.hk, fc.hv, fc.S, fc.H, pm, po, out.t.data, r, fc.kdtype == SDPA_DTYPE_INT8 || fc.kdtype == SDPA_DTYPE_INT4 ||
                                                                                  fc.vdtype == SDPA_DTYPE_INT8 || fc.vdtype == SDPA_DTYPE_INT4 ? 2e-3 : 1e-5);
@@ -863,7 +966,9 @@ static void fuzz_cache(rd * r) {
         free_tensor(&k);
         free_tensor(&v);
         free_tensor(&m);
+        free_tensor(&tr);
         free_tensor(&out);
+        free(tree_buf);
     }
     sdpa_kv_cache_free(fc.c);
     free(fc.hk);
@@ -933,6 +1038,8 @@ int main(int argc, char ** argv) {
            "(%ld of them NaN), %ld non-finite injections\n",
            g_stats.calls, g_stats.accepted, g_stats.rejected, g_stats.caches, g_stats.rows_compared,
            g_stats.nan_rows, g_stats.injected);
+    printf("fuzz_sdpa: %ld tree-mask calls (%ld accepted), %ld keepRows (%ld accepted), %ld attendMany/stepMany (%ld accepted)\n",
+           g_stats.trees, g_stats.trees_ok, g_stats.keeps, g_stats.keeps_ok, g_stats.manys, g_stats.manys_ok);
     sdpa_ctx_free(g_ctx);
     g_ctx = NULL;
     return 0;

@@ -175,6 +175,8 @@ int main(int argc, char ** argv) {
            "%ld output rows compared (%ld NaN), %ld non-finite injections\n",
            done, t1 - t0, g_stats.calls, g_stats.accepted, g_stats.rejected, g_stats.caches, g_stats.rows_compared,
            g_stats.nan_rows, g_stats.injected);
+    printf("random_driver: %ld tree-mask calls (%ld accepted), %ld keepRows (%ld accepted), %ld attendMany/stepMany (%ld accepted)\n",
+           g_stats.trees, g_stats.trees_ok, g_stats.keeps, g_stats.keeps_ok, g_stats.manys, g_stats.manys_ok);
     sdpa_ctx_free(g_ctx);
     g_ctx = NULL;
 

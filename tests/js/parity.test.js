@@ -89,7 +89,7 @@ function options(o, startPos, isCausal, copies) {
   i32()[w + 6] = o.window ?? 0;
   f32()[w + 7] = o.softcap ?? 0;
   u32()[w + 8] = tensor(o.sinks, copies);
-  u32()[w + 9] = 0;
+  u32()[w + 9] = tensor(o.treeMask, copies);  // tree_mask (issue 21)
   return at;
 }
 
@@ -142,6 +142,43 @@ function viaC(kind, which, args) {
       case 'truncate':
         st = M._sdpa_kv_cache_truncate(core.ctx, cache, args[0]);
         break;
+      case 'many': {  // args: [[which, q, opts], ...] (explicit startPos)
+        const at = malloc(28 * Math.max(args.length, 1));
+        args.forEach(([w, qx, o], i) => {
+          const x = (at >>> 2) + 7 * i;
+          u32()[x + 5] = 0;
+          u32()[x + 6] = 0;
+          u32()[x] = C[w];
+          u32()[x + 1] = tensor(qx, copies);
+          u32()[x + 2] = tensor(o.attnMask, copies);
+          u32()[x + 3] = options(o, o.startPos, o.isCausal ?? !o.attnMask, copies);
+          u32()[x + 4] = outFor(o, qx, copies);
+        });
+        st = M._sdpa_kv_cache_attend_many(core.ctx, at, args.length);
+        break;
+      }
+      case 'stepMany': {  // args: [[which, q, k, v, opts], ...] (explicit startPos)
+        const at = malloc(28 * Math.max(args.length, 1));
+        args.forEach(([w, qx, kx, vx, o], i) => {
+          const x = (at >>> 2) + 7 * i;
+          u32()[x] = C[w];
+          u32()[x + 1] = tensor(qx, copies);
+          u32()[x + 2] = tensor(o.attnMask, copies);
+          u32()[x + 3] = options(o, o.startPos, o.isCausal ?? !o.attnMask, copies);
+          u32()[x + 4] = outFor(o, qx, copies);
+          u32()[x + 5] = tensor(kx, copies);
+          u32()[x + 6] = tensor(vx, copies);
+        });
+        st = M._sdpa_kv_cache_step_many(core.ctx, at, args.length);
+        break;
+      }
+      case 'keepRows': {
+        const [s, list] = args;
+        const p = malloc(4 * list.length);
+        i32().set(list, p >>> 2);
+        st = M._sdpa_kv_cache_keep_rows(core.ctx, cache, s, p, list.length);
+        break;
+      }
       case 'create': case 'plan': {
         const g = { batch: 1, window: 0, sinkTokens: 0, dtype: 'float32', maxSeqLen: 0x7fffffff - 65536, ...args[0] };
         const dt = { float32: 1, float16: 3, int8: 4 }[g.dtype] ?? 0;
@@ -169,6 +206,9 @@ function viaJS(kind, which, args) {
       case 'update': cache.update(...args); break;
       case 'read': cache.read(...args); break;
       case 'truncate': cache.truncate(...args); break;
+      case 'keepRows': cache.keepRows(...args); break;
+      case 'stepMany': sdpa.stepMany(args.map(([w, qx, kx, vx, o]) => ({ cache: J[w], q: qx, k: kx, v: vx, ...o }))); break;
+      case 'many': sdpa.attendMany(args.map(([w, qx, o]) => ({ cache: J[w], q: qx, ...o }))); break;
       case 'create': sdpa.createKVCache(...args).dispose(); break;
       case 'plan': sdpa.kvCacheSize(...args); break;
       default: throw new Error(kind);
@@ -421,8 +461,34 @@ test('E_MASK_SHAPE, E_MASK_CAUSAL, E_DROPOUT, E_SCALE', () => {
   heapOut.dispose();
 });
 
+test('issue 21: treeMask, keepRows', () => {
+  parity([
+    ['step treeMask, isCausal false', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { treeMask: b8([1, 1]), isCausal: false }], 'E_ARG'],
+    ['attend treeMask and attnMask', 'attend', 'plain', () => [cq(), { attnMask: t([1, 4], 0), treeMask: b8([1, 1]) }], 'E_ARG'],
+    ['attend treeMask rank 1', 'attend', 'plain', () => [cq(), { startPos: 3, treeMask: b8([1]) }], 'E_RANK'],
+    ['step treeMask float32', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { treeMask: t([1, 1], 1) }], 'E_MASK_DTYPE'],
+    ['step treeMask [2, 2] for 1 row', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { treeMask: b8([2, 2]) }], 'E_MASK_SHAPE'],
+    ['windowed attend treeMask [1, 2]', 'attend', 'win', () => [wq(), { treeMask: b8([1, 2]) }], 'E_MASK_SHAPE'],
+    ['keepRows start -1', 'keepRows', 'plain', () => [-1, [0]], 'E_START_POS'],
+    ['keepRows not increasing', 'keepRows', 'plain', () => [1, [1, 1]], 'E_START_POS'],
+    ['keepRows negative row', 'keepRows', 'plain', () => [1, [-2]], 'E_START_POS'],
+    ['keepRows past length', 'keepRows', 'plain', () => [2, [0, 2]], 'E_START_POS'],
+    ['keepRows start past length', 'keepRows', 'plain', () => [5, []], 'E_CAPACITY'],
+    ['keepRows evicted rows', 'keepRows', 'win', () => [J.win.windowStart - 1, [0, 1]], 'E_CAPACITY'],
+    ['keepRows into evicted rows', 'keepRows', 'win', () => [J.win.windowStart - 1, []], 'E_CAPACITY'],
+    ['attendMany: the same cache twice', 'many', null, () => [['plain', cq(), { startPos: 3 }], ['plain', cq(), { startPos: 3 }]], 'E_ARG'],
+    ['attendMany: an item\'s own rule', 'many', null, () => [['plain', cq(), { startPos: 3 }], ['win', wq(), { startPos: WIN_ROWS - 1, scale: 0 }]], 'E_SCALE'],
+    ['attendMany: an item\'s evicted rows', 'many', null, () => [['plain', cq(), { startPos: 3 }], ['win', wq(), { startPos: 5 }]], 'E_START_POS'],
+    ['attendMany: out over another item\'s query', 'many', null, () => { const q0 = cq(); return [['plain', q0, { startPos: 3 }], ['win', wq(), { startPos: WIN_ROWS - 1, out: { data: q0.data.subarray(0, 8), dims: [1, 1, 2, 4] } }]]; }, 'E_ARG'],
+    ['attendMany: no items', 'many', null, () => [], 'E_ARG'],
+    ['stepMany: the same cache twice', 'stepMany', null, () => [['plain', cq(), ckv(), ckv(), { startPos: 4 }], ['plain', cq(), ckv(), ckv(), { startPos: 4 }]], 'E_ARG'],
+    ['stepMany: a hole', 'stepMany', null, () => [['plain', cq(), ckv(), ckv(), { startPos: 4 }], ['win', wq(), wkv(), wkv(), { startPos: WIN_ROWS + 1 }]], 'E_START_POS'],
+    ['stepMany: out over another item\'s value', 'stepMany', null, () => { const v0 = ckv(); return [['plain', cq(), ckv(), v0, { startPos: 4 }], ['win', wq(), wkv(), wkv(), { startPos: WIN_ROWS, out: { data: v0.data.subarray(0, 8), dims: [1, 1, 2, 4] } }]]; }, 'E_ARG'],
+  ]);
+});
+
 test('every case agreed', () => {
-  assert.ok(cases === 136, `${cases} cases`);
+  assert.ok(cases === 157, `${cases} cases`);
   console.log(`  parity: ${cases} rule cases, JS and C agree on code and message`);
 });
 

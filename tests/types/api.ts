@@ -3,7 +3,7 @@
 // after a `@ts-expect-error` (an unused one is itself an error). types.test.js runs it.
 import {
   createSdpa, SdpaError, KVCache, KVCacheGroup, HeapTensor,
-  type CacheDType, type DType, type KVCacheOptions, type RawRows, type KVCacheSize,
+  type CacheDType, type DType, type KVCacheOptions, type RawRows, type KVCacheSize, type OutputTensor, type FloatTensor,
 } from 'sdpa-wasm';
 import * as pkg from 'sdpa-wasm';
 
@@ -72,6 +72,23 @@ const same: HeapTensor<Float32Array> = out;
 plain.attend(q, { startPos: undefined, attnMask: undefined, scale: null });
 // @ts-expect-error: isCausal is a boolean
 plain.attend(q, { isCausal: 1 });
+// issue 21: a tree mask over the new rows, and keeping the accepted ones
+plain.attend(q, { treeMask: { data: new Uint8Array(1), dims: [1, 1] } });
+plain.step(q, sdpa.allocTensor('float32', [1, 1, 2, 64]), sdpa.allocTensor('float32', [1, 1, 2, 64]), { treeMask: m });
+// @ts-expect-error: a tree mask is bool
+plain.attend(q, { treeMask: { data: new Float32Array(1), dims: [1, 1] } });
+// @ts-expect-error: customSdpa has no treeMask
+sdpa.customSdpa(q, q, q, { treeMask: m });
+plain.keepRows(0, [0, 2]);
+plain.keepRows(0, new Int32Array([1]));
+const many: Array<OutputTensor | FloatTensor> = sdpa.attendMany([{ cache: plain, q }, { cache: plain, q, startPos: 0, treeMask: m, out: q }]);
+// @ts-expect-error: an item needs its query
+sdpa.attendMany([{ cache: plain }]);
+void many;
+const stepped: Array<OutputTensor | FloatTensor> = sdpa.stepMany([{ cache: plain, q, k: q, v: q }, { cache: plain, q, k: q, v: q, startPos: 3, out: q }]);
+// @ts-expect-error: a step item needs k and v
+sdpa.stepMany([{ cache: plain, q }]);
+void stepped;
 
 // sizes and groups
 const size: KVCacheSize = sdpa.kvCacheSize({ maxSeqLen: 256, numKvHeads: 2, headDim: 64 }, 100);
