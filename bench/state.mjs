@@ -1,8 +1,8 @@
 // bench/state.mjs: save / load speed of saved KV state (docs/FORMAT.md), 1 thread.
 //
-//   node bench/state.mjs [--mib=256] [--rounds=5] [--build=simd]
+//   node bench/state.mjs [--mib=256] [--rounds=5] [--build=simd] [--dtypes=float32,int4,int8/int4]
 //
-// For each cache dtype, a cache of Hkv 8 x D 128 whose stored rows take --mib MiB
+// For each cache dtype (and K int8 / V int4), a cache of Hkv 8 x D 128 whose stored rows take --mib MiB
 // (the payload) is filled through update(), then timed (median of --rounds):
 //   save        cache.save() -> one Uint8Array
 //   saveChunks  for (const c of cache.saveChunks()) (4 MiB chunks, dropped: a writer's view)
@@ -21,10 +21,12 @@ const RECORD = { float32: 4 * D, float16: 2 * D, int8: D + 5, int4: D / 2 + 4 * 
 const sdpa = await createSdpa({ build: BUILD, threads: 1 });
 const median = (xs) => xs.slice().sort((a, b) => a - b)[xs.length >> 1];
 const rows = [];
-for (const dtype of arg('dtypes', 'float32,float16,int8,int4').split(',')) {
-  const n = Math.ceil((MIB * 2 ** 20) / (2 * H * RECORD[dtype]));
+// every cache dtype, and K int8 / V int4 (a cache whose K and V dtypes differ); --dtypes=a,b,k/v picks
+for (const dtype of arg('dtypes', 'float32,float16,int8,int4,int8/int4').split(',')) {
+  const [keyDtype, valueDtype = keyDtype] = dtype.split('/');
+  const n = Math.ceil((MIB * 2 ** 20) / (H * (RECORD[keyDtype] + RECORD[valueDtype])));
   const maxSeqLen = Math.ceil(n / 64) * 64;
-  const cache = sdpa.createKVCache({ maxSeqLen, numKvHeads: H, headDim: D, dtype });
+  const cache = sdpa.createKVCache({ maxSeqLen, numKvHeads: H, headDim: D, keyDtype, valueDtype });
   const step = 1024, k = new Float32Array(step * H * D), v = new Float32Array(step * H * D);
   for (let at = 0; at < n; at += step) {
     const m = Math.min(step, n - at);

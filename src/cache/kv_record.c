@@ -268,13 +268,164 @@ static unsigned char * block_of(const sdpa_page_format * f, const void * page, i
     return (unsigned char *)(uintptr_t)sdpa_kv_block(f, page, value);
 }
 
+/* ---- int4 (issue 19's pages): records of ceil(D/2) nibble bytes, then G float16
+ * scales and G offsets. The page keeps nibbles in the layouts of kv_format.h
+ * (sdpa_kv_elem_index counts nibbles there), checked through that index before
+ * a fast path runs; anything else goes element by element. */
+
+static inline uint8_t nib_get(const unsigned char * b, size_t at) { return (uint8_t)((b[at >> 1] >> ((at & 1) * 4)) & 0x0f); }
+static inline void nib_put(unsigned char * b, size_t at, uint8_t q) {
+    unsigned char * p = b + (at >> 1);
+    *p = (unsigned char)((at & 1) ? (*p & 0x0f) | (q << 4) : (*p & 0xf0) | q);
+}
+
+/* Elements from..D-1 of one row, nibble by nibble (record element d: byte d / 2, nibble d % 2). */
+static void i4_move_tail(const sdpa_page_format * f, unsigned char * block, int32_t row, int value, unsigned char * rec,
+                         int32_t from, bool to_page) {
+    for (int32_t d = from; d < f->dim; d++) {
+        const size_t at = sdpa_kv_elem_index(f, row, value, d);
+        if (to_page) nib_put(block, at, nib_get(rec, (size_t)d)); else nib_put(rec, (size_t)d, nib_get(block, at));
+    }
+}
+
+/* I4_KEYS keeps elements 4k..4k+3 of a key in 2 bytes, e0 | e2 << 4 and e1 | e3 << 4 (16 bits:
+ * e0 e2 e1 e3 from the low nibble up); a record has e0 | e1 << 4, e2 | e3 << 4 (e0 e1 e2 e3): the
+ * same 16 bits with the middle nibbles swapped, both ways. */
+static inline uint16_t swap_mid(uint16_t x) { return (uint16_t)((x & 0xf00fu) | ((x >> 4) & 0x00f0u) | ((x << 4) & 0x0f00u)); }
+static inline v128_t swap_mid_v(v128_t x) {
+    return wasm_v128_or(wasm_v128_and(x, wasm_i16x8_splat((int16_t)0xf00f)),
+                        wasm_v128_or(wasm_v128_and(wasm_u16x8_shr(x, 4), wasm_i16x8_splat(0x00f0)),
+                                     wasm_v128_and(wasm_i16x8_shl(x, 4), wasm_i16x8_splat(0x0f00))));
+}
+/* whether row's units are 16 bytes apart, 2 bytes each, nibbles as above (and, for `group`, the
+ * next row's units 2 bytes after this row's: 8 rows of a key group interleaved) */
+static bool i4_keys_layout(const sdpa_page_format * f, int32_t row, int value, bool group) {
+    if (sdpa_kv_layout(f, value) != SDPA_LAYOUT_I4_KEYS || f->dim < 4) return false;
+    const size_t b = sdpa_kv_elem_index(f, row, value, 0);
+    if (b % 4 != 0 || sdpa_kv_elem_index(f, row, value, 1) != b + 2 || sdpa_kv_elem_index(f, row, value, 2) != b + 1 ||
+        sdpa_kv_elem_index(f, row, value, 3) != b + 3 || (f->dim >= 8 && sdpa_kv_elem_index(f, row, value, 4) != b + 32))
+        return false;
+    return !group || (row % SDPA_I8_KEY_GROUP == 0 && f->dim >= 32 && sdpa_kv_elem_index(f, row + 1, value, 0) == b + 4);
+}
+/* One row's whole units (elements 0 .. 4 * floor(D / 4) - 1); returns the first element left. */
+static int32_t i4_keys_row(const sdpa_page_format * f, unsigned char * block, int32_t row, int value, unsigned char * rec, bool to_page) {
+    unsigned char * e = block + sdpa_kv_elem_index(f, row, value, 0) / 2;
+    const int32_t units = f->dim / 4;
+    for (int32_t k = 0; k < units; k++, e += 16) {
+        uint16_t x;
+        if (to_page) { memcpy(&x, rec + 2 * (size_t)k, 2); x = swap_mid(x); memcpy(e, &x, 2); }
+        else { memcpy(&x, e, 2); x = swap_mid(x); memcpy(rec + 2 * (size_t)k, &x, 2); }
+    }
+    return units * 4;
+}
+/* Rows row .. row + 7 (a key group), 8 units (32 elements) at a time: an 8 x 16-bit transpose
+ * (as int8 keys) and the nibble swap; returns the first element left. */
+static int32_t i4_keys_group(const sdpa_page_format * f, unsigned char * block, int32_t row, int value, unsigned char * rec,
+                             size_t stride, bool to_page) {
+    unsigned char * g = block + sdpa_kv_elem_index(f, row, value, 0) / 2;
+    const int32_t blocks = f->dim / 32;
+    for (int32_t q = 0; q < blocks; q++) {
+        v128_t v[8];
+        unsigned char * page_part = g + (size_t)q * 8 * 16, * rec_part = rec + (size_t)q * 16;
+        if (to_page) {
+            for (int r = 0; r < 8; r++) v[r] = swap_mid_v(wasm_v128_load(rec_part + (size_t)r * stride));
+            transpose8x16(v);
+            for (int k = 0; k < 8; k++) wasm_v128_store(page_part + (size_t)k * 16, v[k]);
+        } else {
+            for (int k = 0; k < 8; k++) v[k] = wasm_v128_load(page_part + (size_t)k * 16);
+            transpose8x16(v);
+            for (int r = 0; r < 8; r++) wasm_v128_store(rec_part + (size_t)r * stride, swap_mid_v(v[r]));
+        }
+    }
+    return blocks * 32;
+}
+
+/* I4_PAIRS keeps 16 elements of rows 2k and 2k + 1 in 16 bytes: byte 2j + r holds row r's element
+ * j (low nibble) and j + 8 (high). Both rows' 16 elements move at once: nibbles split, shuffled
+ * into record order (evens, odds), joined. */
+static bool i4_pairs_layout(const sdpa_page_format * f, int32_t row, int value) {
+    if (sdpa_kv_layout(f, value) != SDPA_LAYOUT_I4_PAIRS || row % 2 != 0 || row + 1 >= SDPA_PAGE_ROWS || f->dim < 16) return false;
+    const size_t b = sdpa_kv_elem_index(f, row, value, 0);
+    return b % 32 == 0 && sdpa_kv_elem_index(f, row + 1, value, 0) == b + 2 && sdpa_kv_elem_index(f, row, value, 1) == b + 4 &&
+           sdpa_kv_elem_index(f, row, value, 8) == b + 1 && (f->dim < 32 || sdpa_kv_elem_index(f, row, value, 16) == b + 32);
+}
+static int32_t i4_pairs_rows(const sdpa_page_format * f, unsigned char * block, int32_t row, int value, unsigned char * a,
+                             unsigned char * b, bool to_page) {
+    unsigned char * e = block + sdpa_kv_elem_index(f, row, value, 0) / 2;
+    const int32_t blocks = f->dim / 16;
+    const v128_t nib = wasm_i8x16_splat(0x0f);
+    for (int32_t q = 0; q < blocks; q++, e += 16) {
+        if (to_page) {
+            v128_t r = wasm_v128_load64_lane(a + 8 * (size_t)q, wasm_i64x2_splat(0), 0);
+            r = wasm_v128_load64_lane(b + 8 * (size_t)q, r, 1);
+            const v128_t x = wasm_v128_and(r, nib), y = wasm_v128_and(wasm_u16x8_shr(r, 4), nib);   /* evens, odds */
+            const v128_t lo = wasm_i8x16_shuffle(x, y, 0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+            const v128_t hi = wasm_i8x16_shuffle(x, y, 4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31);
+            wasm_v128_store(e, wasm_v128_or(lo, wasm_i16x8_shl(hi, 4)));
+        } else {
+            const v128_t v = wasm_v128_load(e);
+            const v128_t lo = wasm_v128_and(v, nib), hi = wasm_v128_and(wasm_u16x8_shr(v, 4), nib);
+            const v128_t x = wasm_i8x16_shuffle(lo, hi, 0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+            const v128_t y = wasm_i8x16_shuffle(lo, hi, 2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+            const v128_t r = wasm_v128_or(x, wasm_i16x8_shl(y, 4));
+            wasm_v128_store64_lane(a + 8 * (size_t)q, r, 0);
+            wasm_v128_store64_lane(b + 8 * (size_t)q, r, 1);
+        }
+    }
+    return blocks * 16;
+}
+
+/* A row's G float16 scales and G offsets, between page and record (after its ceil(D/2) nibble bytes). */
+static void i4_sides(const sdpa_page_format * f, void * page, int32_t row, int value, unsigned char * rec, bool to_page) {
+    const int32_t G = sdpa_kv_blockf(f, value)->groups;
+    unsigned char * side = rec + ((size_t)f->dim + 1) / 2;
+    for (int32_t g = 0; g < G; g++) {
+        uint16_t * sc = (uint16_t *)(uintptr_t)sdpa_kv_i4_scales(f, page, value, g) + row;
+        uint16_t * of = (uint16_t *)(uintptr_t)sdpa_kv_i4_offsets(f, page, value, g) + row;
+        if (to_page) { memcpy(sc, side + 2 * (size_t)g, 2); memcpy(of, side + 2 * ((size_t)G + (size_t)g), 2); }
+        else { memcpy(side + 2 * (size_t)g, sc, 2); memcpy(side + 2 * ((size_t)G + (size_t)g), of, 2); }
+    }
+}
+
+/* Rows first .. first + n - 1 of an int4 block, records `stride` apart (to_page: records -> page;
+ * they were checked). */
+static void i4_move(const sdpa_page_format * f, void * page, int32_t first, int32_t n, int value, unsigned char * rec,
+                    size_t stride, bool to_page) {
+    unsigned char * block = block_of(f, page, value);
+    const size_t nib_bytes = ((size_t)f->dim + 1) / 2;
+    for (int32_t i = 0; i < n;) {
+        const int32_t row = first + i;
+        unsigned char * r = rec + (size_t)i * stride;
+        int32_t rows = 1, from;
+        if (i + SDPA_I8_KEY_GROUP <= n && i4_keys_layout(f, row, value, true)) {
+            rows = SDPA_I8_KEY_GROUP;
+            from = i4_keys_group(f, block, row, value, r, stride, to_page);
+        } else if (i + 2 <= n && i4_pairs_layout(f, row, value)) {
+            rows = 2;
+            from = i4_pairs_rows(f, block, row, value, r, r + stride, to_page);
+        } else if (i4_keys_layout(f, row, value, false)) {
+            from = i4_keys_row(f, block, row, value, r, to_page);
+        } else {
+            from = 0;
+        }
+        for (int32_t k = 0; k < rows; k++) {
+            unsigned char * rk = r + (size_t)k * stride;
+            if (!to_page && (f->dim & 1)) rk[nib_bytes - 1] = 0;   /* the pad nibble of an odd D */
+            i4_move_tail(f, block, row + k, value, rk, from, to_page);
+            i4_sides(f, page, row + k, value, rk, to_page);
+        }
+        i += rows;
+    }
+}
+
+/* (end of the int4 helpers) */
 void sdpa_kv_record_export(const sdpa_page_format * f, const void * page, int32_t first, int32_t n, int value,
                            unsigned char * out, size_t stride) {
     const int32_t dtype = sdpa_kv_record_block_dtype(f, value);
     const size_t D = (size_t)f->dim;
     unsigned char * block = block_of(f, page, value);
-    if (dtype == SDPA_DTYPE_INT4) {  /* nibbles, scales and offsets: kv_format.c's row codec */
-        for (int32_t i = 0; i < n; i++, out += stride) sdpa_kv_export_row(f, page, first + i, value, out);
+    if (dtype == SDPA_DTYPE_INT4) {  /* nibbles, then float16 scales and offsets */
+        i4_move(f, (void *)(uintptr_t)page, first, n, value, out, stride, false);
         return;
     }
     for (int32_t i = 0; i < n; i++, out += stride) {
@@ -345,15 +496,22 @@ sdpa_record_fault sdpa_kv_record_import(const sdpa_page_format * f, void * page,
     const int32_t dtype = sdpa_kv_record_block_dtype(f, value);
     const size_t D = (size_t)f->dim;
     unsigned char * block = block_of(f, page, value);
-    if (dtype == SDPA_DTYPE_INT4) {  /* kv_format.c's row codec: any float16 bits, the odd D's pad nibble 0 */
-        for (int32_t i = 0; i < n; i++, in += stride) {
-            const int r = sdpa_kv_import_row(f, page, first + i, value, in);
-            if (r < 0) {
+    if (dtype == SDPA_DTYPE_INT4) {  /* any float16 bits (an Inf or NaN marks the page); an odd D's pad nibble 0 */
+        const int32_t G = sdpa_kv_blockf(f, value)->groups;
+        const size_t nib_bytes = (D + 1) / 2;
+        for (int32_t i = 0; i < n; i++) {
+            const unsigned char * r = in + (size_t)i * stride;
+            if ((D & 1) && (r[nib_bytes - 1] >> 4) != 0) {
                 *bad_row = i;
                 return SDPA_RECORD_BAD_PAD;
             }
-            *nonfinite |= r > 0;
+            for (int32_t g = 0; g < 2 * G; g++) {
+                uint16_t h;
+                memcpy(&h, r + nib_bytes + 2 * (size_t)g, 2);
+                *nonfinite |= (h & 0x7c00u) == 0x7c00u;
+            }
         }
+        i4_move(f, page, first, n, value, (unsigned char *)(uintptr_t)in, stride, true);
         return SDPA_RECORD_OK;
     }
     for (int32_t i = 0; i < n; i++, in += stride) {

@@ -383,8 +383,8 @@ static sdpa_status parse_header(sdpa_kv_loader * L) {
                          dim, (unsigned long long)page_bytes, (unsigned long long)SDPA_MAX_PAGE_BYTES);
     const uint64_t krec = sdpa_kv_record_bytes(kd, dim), vrec = sdpa_kv_record_bytes(vd, dim);
     if (get32(p + 64) != krec || get32(p + 68) != vrec)
-        return load_fail(L, SDPA_E_FORMAT, "the header's record sizes are %u (K) and %u (V) bytes; %s at head dim %d has %llu and %llu",
-                         (unsigned)get32(p + 64), (unsigned)get32(p + 68), sdpa_kv_record_dtype_name(kd), dim,
+        return load_fail(L, SDPA_E_FORMAT, "the header's record sizes are %u (K) and %u (V) bytes; K %s / V %s at head dim %d have %llu and %llu",
+                         (unsigned)get32(p + 64), (unsigned)get32(p + 68), sdpa_kv_record_dtype_name(kd), sdpa_kv_record_dtype_name(vd), dim,
                          (unsigned long long)krec, (unsigned long long)vrec);
     if (start > end) return load_fail(L, SDPA_E_FORMAT, "the header's start %d is past its length %d", start, end);
     if (end > max_seq) return load_fail(L, SDPA_E_FORMAT, "the header's length %d is past its maxSeqLen %d", end, max_seq);

@@ -397,7 +397,7 @@ static void test_crafted_headers(void) {
         { 16, 1, SDPA_E_FORMAT, "flags" },
         { 20, 9, SDPA_E_FORMAT, "no cache dtype" },
         { 20, 2, SDPA_E_FORMAT, "no cache dtype" },
-        { 20, 5, SDPA_E_FORMAT, "record sizes are 17 (K) and 17 (V) bytes; int4" },  /* (K int4, V int8: a cache, but not these records) */
+        { 20, 5, SDPA_E_FORMAT, "record sizes are 17 (K) and 17 (V) bytes; K int4 / V int8 at head dim 12 have" },  /* (K int4, V int8: a cache, but not these records) */
         { 20, 3, SDPA_E_FORMAT, "record sizes" },
         { 28, 0, SDPA_E_FORMAT, "the saved geometry is not a cache's: batch is 0" },
         { 32, 0, SDPA_E_FORMAT, "numKvHeads is 0" },

@@ -4,7 +4,7 @@
  *
  * Each input is either (first byte even) raw bytes handed to the loader as a
  * save, or (odd) a recipe: a small cache (geometry, dtype, window from the
- * input) is filled and saved, then the save is mutated by the input (bit
+ * input; any K and V dtypes) is filled and saved, then the save is mutated by the input (bit
  * flips, byte writes, a truncation, header fields written with the header
  * CRC resealed, or the payload CRC resealed too) and loaded, in one buffer
  * and in pieces of an input-chosen size.
@@ -155,8 +155,9 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     }
     rd r = { data, size, 1 };
     static const int32_t dtypes[] = { SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4 };
-    const int32_t dtype = dtypes[take(&r, 4)], B = 1 + (int32_t)take(&r, 2), H = 1 + (int32_t)take(&r, 2), D = 1 + (int32_t)take(&r, 20);
-    const int32_t vdtype = take(&r, 2) ? dtype : dtypes[take(&r, 4)];  /* half the recipes: V of its own dtype */
+    const int32_t dtype = dtypes[take(&r, 4)], B = 1 + (int32_t)take(&r, 2), H = 1 + (int32_t)take(&r, 2), D = 1 + (int32_t)take(&r, 40);
+    const uint32_t vpick = take(&r, 6);   /* 4, 5: the same as K */
+    const int32_t vdtype = vpick < 4 ? dtypes[vpick] : dtype;
     const int windowed = (int)take(&r, 2);
     const int32_t W = windowed ? 1 + (int32_t)take(&r, 70) : 0, S = windowed ? (int32_t)take(&r, 5) : 0;
     const int32_t L = windowed ? 1000 : 1 + (int32_t)take(&r, 200), rows = (int32_t)take(&r, (uint32_t)(windowed ? 300 : L) + 1);

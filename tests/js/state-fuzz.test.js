@@ -1,7 +1,8 @@
 // state-fuzz.test.js: fast-check mutates valid saves of KV state (docs/FORMAT.md) and
 // loads them through sdpa.loadKVCache in every source form and chunking:
 // truncations, bit flips, byte writes, header fields written (with the header CRC
-// resealed, and sometimes the payload CRC too), trailing bytes. The property:
+// resealed, and sometimes the payload CRC too), trailing bytes; and group saves (the
+// container is parsed in JS), with the group header's fields written and resealed. The property:
 //   - the load resolves to a cache, or rejects with an SdpaError E_FORMAT (E_OOM
 //     for a resealed header asking for too much) naming sdpa.loadKVCache; never
 //     another error, never a trap or a hang;
@@ -26,7 +27,8 @@ test.before(async () => { sdpa = await createSdpa({ threads: 1 }); });
 test.after(() => sdpa.dispose());
 
 const geometry = fc.record({
-  dtype: fc.constantFrom('float32', 'float16', 'int8'),
+  dtype: fc.constantFrom('float32', 'float16', 'int8', 'int4'),
+  valueDtype: fc.constantFrom(null, 'float32', 'float16', 'int8', 'int4'),   // null: the same as dtype
   batch: fc.integer({ min: 1, max: 2 }),
   numKvHeads: fc.integer({ min: 1, max: 3 }),
   headDim: fc.integer({ min: 1, max: 40 }),
@@ -89,9 +91,10 @@ test(`mutated saves: a cache or E_FORMAT / E_OOM, nothing made on failure, the p
   const started = Date.now();
   await fc.assert(fc.asyncProperty(geometry, fc.array(mutation, { minLength: 0, maxLength: 4 }), delivery, async (g, muts, d) => {
     if (TIME_MS && Date.now() - started > TIME_MS) return;
+    const dtypes = { keyDtype: g.dtype, valueDtype: g.valueDtype ?? g.dtype };
     const config = g.windowed
-      ? { batch: g.batch, numKvHeads: g.numKvHeads, headDim: g.headDim, dtype: g.dtype, window: g.window, sinkTokens: g.sinkTokens }
-      : { batch: g.batch, numKvHeads: g.numKvHeads, headDim: g.headDim, dtype: g.dtype, maxSeqLen: Math.max(1, g.rows + 10) };
+      ? { batch: g.batch, numKvHeads: g.numKvHeads, headDim: g.headDim, ...dtypes, window: g.window, sinkTokens: g.sinkTokens }
+      : { batch: g.batch, numKvHeads: g.numKvHeads, headDim: g.headDim, ...dtypes, maxSeqLen: Math.max(1, g.rows + 10) };
     const orig = sdpa.createKVCache(config);
     try {
       fillCache(orig, g.seed, g.rows);
@@ -125,6 +128,73 @@ test(`mutated saves: a cache or E_FORMAT / E_OOM, nothing made on failure, the p
       orig.dispose();
     }
   }), { numRuns: RUNS, seed: SEED, endOnFailure: true });
+});
+
+// The group container is parsed in JS (kv-state.js GroupSink, with C's CRC): mutated group saves.
+const groupMutation = fc.oneof(
+  fc.record({ kind: fc.constant('flip'), at: fc.nat(), bit: fc.integer({ min: 0, max: 7 }) }),
+  fc.record({ kind: fc.constant('byte'), at: fc.nat(), value: fc.integer({ min: 0, max: 255 }) }),
+  fc.record({ kind: fc.constant('truncate'), at: fc.nat() }),
+  fc.record({ kind: fc.constant('append'), n: fc.integer({ min: 1, max: 9 }) }),
+  fc.record({ kind: fc.constant('groupField'), field: fc.integer({ min: 2, max: 5 }), value: fc.oneof(fc.integer({ min: 0, max: 5 }), fc.nat(), fc.constant(0xffffffff)) }),
+);
+
+function mutateGroup(save, muts) {
+  let s = save.slice();
+  for (const m of muts) {
+    if (s.length === 0) break;
+    if (m.kind === 'groupField') {
+      if (s.length < 28) continue;
+      const dv = new DataView(s.buffer);
+      dv.setUint32(4 * m.field, m.value >>> 0, true);
+      const meta = dv.getUint32(16, true);
+      if (28 + meta <= s.length) dv.setUint32(24 + meta, crc32c(s.subarray(0, 24 + meta)), true);   // resealed
+    } else {
+      s = mutate(s, [m]);
+    }
+  }
+  return s;
+}
+
+test(`mutated group saves: a group or E_FORMAT / E_OOM naming loadKVCacheGroup, nothing made on failure (${Math.ceil(RUNS / 4)} runs)`, async () => {
+  const core = sdpa[INTERNALS].core;
+  const started = Date.now();
+  await fc.assert(fc.asyncProperty(fc.array(geometry, { minLength: 1, maxLength: 3 }), fc.array(groupMutation, { minLength: 0, maxLength: 3 }), delivery, async (gs, muts, d) => {
+    if (TIME_MS && Date.now() - started > TIME_MS) return;
+    const configs = gs.map((g) => (g.windowed
+      ? { numKvHeads: g.numKvHeads, headDim: g.headDim, keyDtype: g.dtype, valueDtype: g.valueDtype ?? g.dtype, window: g.window, sinkTokens: g.sinkTokens }
+      : { numKvHeads: g.numKvHeads, headDim: g.headDim, keyDtype: g.dtype, valueDtype: g.valueDtype ?? g.dtype, maxSeqLen: 230 }));
+    const orig = sdpa.createKVCacheGroup(configs);
+    try {
+      orig.layers.forEach((c, i) => fillCache(c, gs[i].seed, gs[0].rows));
+      const save = orig.save({ meta: { n: gs.length } });
+      const bytes = mutateGroup(save, muts);
+      const changed = !bytesEqual(bytes, save);
+      const pool = sdpa.memory().bytesInUse, count = core.caches.size;
+      let result = null, err = null;
+      try { result = await sdpa.loadKVCacheGroup(sourceOf(bytes, d)); } catch (e) { err = e; }
+      if (err !== null) {
+        if (!(err instanceof SdpaError)) throw err;
+        assert.ok(err.code === 'E_FORMAT' || err.code === 'E_OOM', `${err.code}: ${err.message}`);
+        assert.ok(err.message.startsWith('sdpa.loadKVCacheGroup: '), err.message);
+        assert.ok(changed, `an unchanged group save failed: ${err.message}`);
+        assert.is(sdpa.memory().bytesInUse, pool, 'pool unchanged');
+        assert.is(core.caches.size, count, 'no cache made');
+        return;
+      }
+      const { group } = result;
+      try {
+        if (!changed) group.layers.forEach((c, i) => assert.ok(sameRows(allRows(orig.layers[i]), allRows(c)), `layer ${i}: the same rows`));
+        const { group: twice } = await sdpa.loadKVCacheGroup(group.save());
+        twice.layers.forEach((c, i) => assert.ok(sameRows(allRows(group.layers[i]), allRows(c)), `layer ${i}: a re-save loads the same rows`));
+        twice.dispose();
+      } finally {
+        group.dispose();
+      }
+    } finally {
+      orig.dispose();
+    }
+  }), { numRuns: Math.ceil(RUNS / 4), seed: SEED + 1, endOnFailure: true });
 });
 
 test.run();

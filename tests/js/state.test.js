@@ -31,6 +31,8 @@ function sameCache(a, b, label) {
   assert.is(b.length, a.length, `${label}: length`);
   assert.is(b.windowStart, a.windowStart, `${label}: windowStart`);
   assert.is(b.dtype, a.dtype, `${label}: dtype`);
+  assert.is(b.keyDtype, a.keyDtype, `${label}: keyDtype`);
+  assert.is(b.valueDtype, a.valueDtype, `${label}: valueDtype`);
   assert.equal([b.batch, b.numKvHeads, b.headDim, b.window, b.sinkTokens], [a.batch, a.numKvHeads, a.headDim, a.window, a.sinkTokens], `${label}: geometry`);
   for (const [s, n] of keptRanges(a)) assert.ok(bytesEqual(rawBytes(a, s, n), rawBytes(b, s, n)), `${label}: rows ${s} .. ${s + n - 1} identical`);
 }
@@ -235,9 +237,11 @@ test('bad input is E_FORMAT naming what is wrong; no cache made, the pool unchan
   await bad(v0, /format version 0 is unknown/);
   const dt = (k, v) => { const s = save.slice(); s[20] = k; s[24] = v; return resealHeader(s); };
   await bad(dt(9, 9), /the key dtype is 9, which is no cache dtype/);
-  // a dtype this save's records are not: their sizes give it away (int4 and mixed caches load: tests below)
-  await bad(dt(5, 5), /the header's record sizes are \d+ \(K\) and \d+ \(V\) bytes; int4 at head dim \d+ has \d+ and \d+/);
-  await bad(dt(4, 3), /the header's record sizes are/);
+  await bad(dt(2, 4), /the key dtype is 2, which is no cache dtype/);
+  await bad(dt(4, 0), /the value dtype is 0, which is no cache dtype/);
+  // another (supported) dtype than the records were made for: the sizes no longer agree
+  await bad(dt(5, 5), /the header's record sizes are 29 \(K\) and 29 \(V\) bytes; K int4 \/ V int4 at head dim 24 have 16 and 16/);
+  await bad(dt(4, 3), /the header's record sizes are 29 \(K\) and 29 \(V\) bytes; K int8 \/ V float16 at head dim 24 have 29 and 48/);
   const field = (at, v) => { const s = save.slice(); new DataView(s.buffer).setUint32(at, v, true); return resealHeader(s); };
   await bad(field(36, 0), /the saved geometry is not a cache's: headDim is 0; expected a positive integer/);
   await bad(field(36, 2 ** 31), /the header's headDim is 2147483648; at most 2147418111/);
