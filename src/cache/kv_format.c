@@ -386,10 +386,16 @@ int sdpa_kv_import_row(const sdpa_page_format * f, void * page, int32_t row, int
     uint8_t * block = block_mut(f, page, value);
     int special = 0;
     switch (bf->dtype) {
-        case SDPA_DTYPE_INT8: {
+        case SDPA_DTYPE_INT8: {  /* a scale the encoder makes, or the all-zero record of an unwritten row (as kv_record.c) */
             float scale;
             memcpy(&scale, in + D, sizeof scale);
-            if (!((scale >= FLT_EPSILON && scale <= FLT_MAX) || scale == INFINITY)) return -1;
+            if (!((scale >= FLT_EPSILON && scale <= FLT_MAX) || scale == INFINITY)) {
+                uint32_t bits;
+                memcpy(&bits, &scale, sizeof bits);
+                bool zero = bits == 0 && in[D + sizeof scale] == 0;
+                for (int32_t d = 0; d < D && zero; d++) zero = in[d] == 0;
+                if (!zero) return -1;
+            }
             break;
         }
         case SDPA_DTYPE_INT4: {

@@ -196,8 +196,9 @@ static inline const uint16_t * sdpa_kv_i4_offsets(const sdpa_page_format * f, co
  * one into a page (the row's slot; the caller owns the page), returning 0,
  * or 1 when it holds a non-finite value the kernels must decode (as
  * encode_row's true), or -1 when it holds what no encoder writes (an int8
- * scale that is NaN, negative or below FLT_EPSILON but not +Inf; an int4
- * nibble pad that is not 0): then the row is left as it was. */
+ * scale that is NaN, negative or below FLT_EPSILON but not +Inf, outside
+ * the all-zero record of an unwritten row; an int4 nibble pad that is not
+ * 0): then the row is left as it was. The same checks as kv_record.c's. */
 size_t sdpa_kv_block_record_bytes(const sdpa_page_format * f, int value);
 void sdpa_kv_export_row(const sdpa_page_format * f, const void * page, int32_t row, int value, uint8_t * out);
 int sdpa_kv_import_row(const sdpa_page_format * f, void * page, int32_t row, int value, const uint8_t * in);
