@@ -175,7 +175,7 @@ void sdpa_ctx_use_reference(sdpa_ctx * ctx, int32_t on);
 /// cut into the same units either way, so the result is bit-identical. Default
 /// SDPA_PARALLEL_MIN_MACS; 0: every call that has more than one unit uses the
 /// pool (tests use it to exercise the workers on small shapes).
-#define SDPA_PARALLEL_MIN_MACS 400000.0
+#define SDPA_PARALLEL_MIN_MACS 1000000.0
 void sdpa_ctx_set_parallel_min_macs(sdpa_ctx * ctx, double macs);
 
 /// Scratch bytes a customSdpa-shaped call needs (q_len rows of q_heads over
