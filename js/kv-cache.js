@@ -179,15 +179,8 @@ export class KVCache {
     // snapshot
     const Q = inspectTensor(ck, 'query', q, 'input');
     const o = readOptions(ck, opts, ATTEND_OPTIONS);
-    // state, then the rules
-    this.#checkAlive(ck);
-    checkLive(ck, Q);
-    checkLiveOptions(ck, o);
-    let sp;
-    if (o.startPos === undefined || o.startPos === null) sp = checkImpliedStart(ck, Q, o.M !== null, this.#alive() ? this.length : -1);
-    else sp = checkStartPos(ck, o.startPos, 'startPos');
-    const P = checkAttention(ck, o, sp, Q, this.#kv, this.#kv);
-    checkCacheAttention(ck, P, this.#geo, this.#writtenOrUnknown(), this.#windowStartOf(), sp, true);
+    // state, then the rules (the same as an attendMany item's)
+    const { P, sp } = this.#checkAttendItem(ck, Q, o);
     ck.done();
     return this.#core.runAttention(fn, P, sp, null, null, this.#callAttend);
   }
@@ -211,24 +204,10 @@ export class KVCache {
     const K = inspectTensor(ck, 'key', k, 'input');
     const V = inspectTensor(ck, 'value', v, 'input');
     const o = readOptions(ck, opts, STEP_OPTIONS, STEP_MISPLACED);
-    // state, then the rules
-    this.#checkAlive(ck);
-    checkLive(ck, Q);
-    checkLive(ck, K);
-    checkLive(ck, V);
-    checkLiveOptions(ck, o);
-    const length = this.#writtenOrUnknown();
-    const sp = checkWriteStart(ck, startPos, length);
-    const windowStart = this.#windowStartOf();
-    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, windowStart);
-    // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
-    const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
-    checkCacheAttention(ck, P, this.#geo, length, windowStart, sp, false);
-    checkOutAliasing(ck, P.O, W.K);
-    checkOutAliasing(ck, P.O, W.V);
-    checkStepRows(ck, P, W, this.#geo);
+    // state, then the rules (the same as a stepMany item's)
+    const { P, sp, K: Kw, V: Vw } = this.#checkStepItem(ck, Q, K, V, startPos, o);
     ck.done();
-    return this.#core.runAttention(fn, P, sp, W.K, W.V, this.#callStep);
+    return this.#core.runAttention(fn, P, sp, Kw, Vw, this.#callStep);
   }
 
   /** read / readRaw's arguments: rows start .. start+length-1 below maxSeqLen (throws the SdpaError). */
@@ -375,6 +354,7 @@ export class KVCache {
     const sp = checkWriteStart(ck, startPos, length);
     const windowStart = this.#windowStartOf();
     const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, windowStart);
+    // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
     const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
     checkCacheAttention(ck, P, this.#geo, length, windowStart, sp, false);
     checkOutAliasing(ck, P.O, W.K);

@@ -299,7 +299,9 @@ static void encode_rows(const sdpa_kv_cache * c, const float * k, const float * 
 /* Writes rows [from, from + n) of k, v [B, src_len, Hkv, D] at cache row
  * pos, a page at a time. The first write into a ring page past the written
  * rows clears the slot it takes over, and the page that slot held is
- * evicted (window_start moves past it). Cannot fail after reserve_write. */
+ * evicted (window_start moves past it). k = v = NULL: the pages are taken
+ * and the rows counted, nothing encoded (sdpa_kv_cache_take_rows). Cannot
+ * fail after reserve_write. */
 static void put_rows(sdpa_kv_cache * c, const float * k, const float * v, int32_t src_len, int32_t from,
                      int32_t pos, int32_t n) {
     for (int32_t done = 0; done < n;) {
@@ -312,7 +314,7 @@ static void put_rows(sdpa_kv_cache * c, const float * k, const float * v, int32_
             const int64_t kept = ((int64_t)page - c->ring_pages + 1) * SDPA_PAGE_ROWS;
             if (kept > c->window_start) c->window_start = (int32_t)kept;
         }
-        encode_rows(c, k, v, src_len, from + done, at, end - at);
+        if (k) encode_rows(c, k, v, src_len, from + done, at, end - at);  /* (NULL: a load imports records) */
         if (end > c->length) c->length = end;
         done = end - pos;
     }
@@ -542,7 +544,7 @@ int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) 
 }
 
 /* ---- the write path of a load of saved state (cache/kv_state.c) ----
- * What put_rows does for rows [start, start + len), without encoding: every
+ * put_rows for rows [start, start + len) without encoding: every
  * page the rows need is taken (a fresh, zeroed page; reserve_write first, so
  * E_OOM changes nothing), a ring page taken over is cleared, window_start
  * and length move as for a write. kv_state.c then imports the records into
@@ -550,21 +552,8 @@ int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) 
 sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t start, int32_t len) {
     if (len <= 0) return SDPA_OK;
     sdpa_status s = reserve_write(ctx, fn, c, start, len);
-    if (s != SDPA_OK) return s;
-    for (int32_t at = start; at < start + len;) {
-        const int32_t page = at / SDPA_PAGE_ROWS;
-        const int64_t page_end = (int64_t)(page + 1) * SDPA_PAGE_ROWS;
-        const int32_t end = (int64_t)start + len < page_end ? start + len : (int32_t)page_end;
-        const bool new_ring_page = c->ring_pages && page >= c->sink_pages && (int64_t)page * SDPA_PAGE_ROWS >= c->length;
-        own_slot(c, page_slot(c, page), new_ring_page);
-        if (new_ring_page) {
-            const int64_t kept = ((int64_t)page - c->ring_pages + 1) * SDPA_PAGE_ROWS;
-            if (kept > c->window_start) c->window_start = (int32_t)kept;
-        }
-        if (end > c->length) c->length = end;
-        at = end;
-    }
-    return SDPA_OK;
+    if (s == SDPA_OK) put_rows(c, NULL, NULL, 0, 0, start, len);
+    return s;
 }
 
 void * sdpa_kv_cache_row_page(const sdpa_kv_cache * c, int32_t b, int32_t h, int32_t t) {

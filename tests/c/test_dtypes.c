@@ -553,6 +553,63 @@ static void test_int8_nonfinite_query(void) {
         }
 }
 
+/* A cache of `d` (batch 1, rows 0 .. S-1 of k, v [S, H, D], S = max_seq_len
+ * - 64) and a fork of it that rewrites row 71 (page 1, shared: copied first,
+ * its marks with it) with the same values; kd, vd get the cache's read-back.
+ * NULL when it cannot be made (a check fails). */
+static sdpa_kv_cache * nonfinite_cache(const sdpa_kv_cache_desc * d, const float * k, const float * v, float * kd, float * vd,
+                                       sdpa_kv_cache ** fork) {
+    const int32_t S = d->max_seq_len - 64, H = d->kv_heads, D = d->head_dim;
+    sdpa_kv_cache * c = NULL;
+    if (!TU_CHECK(sdpa_kv_cache_create_desc(g_ctx1, d, &c) == SDPA_OK, "create")) return NULL;
+    sdpa_tensor tk = tu_tensor4((float *)(uintptr_t)k, SDPA_DTYPE_FLOAT32, 1, S, H, D), tv = tu_tensor4((float *)(uintptr_t)v, SDPA_DTYPE_FLOAT32, 1, S, H, D);
+    TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &tk, &tv, 0) == SDPA_OK, "update");
+    TU_CHECK(sdpa_kv_cache_fork(g_ctx1, c, fork) == SDPA_OK, "fork");
+    const size_t row71 = (size_t)71 * H * D;
+    sdpa_tensor tk1 = tu_tensor4((float *)(uintptr_t)(k + row71), SDPA_DTYPE_FLOAT32, 1, 1, H, D);
+    sdpa_tensor tv1 = tu_tensor4((float *)(uintptr_t)(v + row71), SDPA_DTYPE_FLOAT32, 1, 1, H, D);
+    TU_CHECK(sdpa_kv_cache_update(g_ctx1, *fork, &tk1, &tv1, 71) == SDPA_OK, "fork update");
+    sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, H, D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, H, D);
+    TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+    return c;
+}
+
+/* Decode steps over the keys up to 60, 140 and S of `c` and of its fork,
+ * on 1 and 2 threads, each against the float64 reference over that cache's
+ * own read-back (kd, vd: [S, H, D] scratch): the NaN / Inf the caches hold
+ * reach the output where the reference says, and only there. tol: the
+ * dtypes' bound (TU_TOL, or TU_INT8_TOL for quantized caches). */
+static void nonfinite_attends(sdpa_kv_cache * c, sdpa_kv_cache * fork, const float * q, float * kd, float * vd,
+                              int32_t S, int32_t H, int32_t Hq, int32_t D, double tol) {
+    float * out = tu_malloc((size_t)Hq * D * 4);
+    double * ref = tu_malloc((size_t)Hq * D * sizeof(double));
+    sdpa_tensor tq = tu_tensor4((float *)(uintptr_t)q, SDPA_DTYPE_FLOAT32, 1, 1, Hq, D), to = tu_tensor4(out, SDPA_DTYPE_FLOAT32, 1, 1, Hq, D);
+    sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, H, D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, H, D);
+    const int32_t lens[] = { 60, 140, S };
+    for (sdpa_kv_cache * cc = c; cc; cc = cc == c ? fork : NULL) {
+        TU_CHECK(sdpa_kv_cache_read(g_ctx1, cc, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+        for (int li = 0; li < 3; li++) {
+            const int32_t n = lens[li];
+            /* the reference reads the first n rows of the [S, H, D] read-back */
+            naive_params np = {.B = 1, .Sq = 1, .Skv = n, .Hq = Hq, .Hkv = H, .D = D, .start_pos = n - 1, .is_causal = 1};
+            TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0, "reference");
+            sdpa_options o = {.start_pos = n - 1, .is_causal = 1};
+            for (sdpa_ctx * ctx = g_ctx1; ctx; ctx = ctx == g_ctx1 ? g_ctx2 : NULL) {
+                tu_fill_nan(out, Hq * D);
+                tu_dirty_error(ctx);
+                sdpa_status st = sdpa_kv_cache_attend(ctx, cc, &tq, NULL, &o, &to);
+                char what[96];
+                snprintf(what, sizeof what, "%s, %d keys", cc == c ? "cache" : "fork", n);
+                if (!TU_CHECK(st == SDPA_OK, "%s returned %s: %s", what, sdpa_status_code(st), sdpa_ctx_last_error(ctx))) continue;
+                TU_CHECK(sdpa_ctx_last_error(ctx)[0] == 0, "%s: last_error not empty after a success", what);
+                tu_close_tol(what, out, ref, (size_t)Hq * D, tq.dims, tol);
+            }
+        }
+    }
+    free(out);
+    free(ref);
+}
+
 /* A float16 cache whose values overflow to Inf (|x| >= 65520) or are NaN: the
  * kernel reads unmarked pages with a conversion that is exact for finite
  * halves only, so the pages that hold an Inf or NaN must take the exact
@@ -563,46 +620,20 @@ static void test_f16_nonfinite(void) {
     snprintf(tu_context, sizeof tu_context, "float16 cache with Inf / NaN values");
     tu_rng rng;
     tu_rng_seed(&rng, 11);
-    static float k[S * H * D], v[S * H * D], q[Hq * D], kd[S * H * D], vd[S * H * D], out[Hq * D];
+    static float k[S * H * D], v[S * H * D], q[Hq * D], kd[S * H * D], vd[S * H * D];
     for (int i = 0; i < S * H * D; i++) { k[i] = tu_rng_normal(&rng); v[i] = tu_rng_normal(&rng); }
     for (int i = 0; i < Hq * D; i++) q[i] = tu_rng_normal(&rng);
     for (int h = 0; h < Hq; h++) q[h * D + 3] = 0.5f + fabsf(q[h * D + 3]);  /* so the Inf key's score is +Inf */
     k[(70 * H + 0) * D + 3] = 1e5f;      /* page 1, head 0: K overflows to +Inf */
     v[(150 * H + 0) * D + 5] = NAN;      /* page 2, head 0: a NaN value */
     v[(10 * H + 1) * D + 9] = -7e4f;     /* page 0, head 1: V overflows to -Inf */
-    sdpa_kv_cache * c = NULL, * fork = NULL;
-    if (!TU_CHECK(sdpa_kv_cache_create(g_ctx1, 1, S + 64, H, D, SDPA_DTYPE_FLOAT16, &c) == SDPA_OK, "create")) return;
-    sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, S, H, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, S, H, D);
-    TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &tk, &tv, 0) == SDPA_OK, "update");
-    TU_CHECK(sdpa_kv_cache_fork(g_ctx1, c, &fork) == SDPA_OK, "fork");
-    /* the fork rewrites row 71 (page 1, shared: copied first) with finite values */
-    sdpa_tensor tk1 = tu_tensor4(k + 71 * H * D, SDPA_DTYPE_FLOAT32, 1, 1, H, D), tv1 = tu_tensor4(v + 71 * H * D, SDPA_DTYPE_FLOAT32, 1, 1, H, D);
-    TU_CHECK(sdpa_kv_cache_update(g_ctx1, fork, &tk1, &tv1, 71) == SDPA_OK, "fork update");
-    sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, H, D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, H, D);
-    TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+    const sdpa_kv_cache_desc desc = { 1, S + 64, H, D, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_FLOAT16, 0, 0 };
+    sdpa_kv_cache * fork = NULL, * c = nonfinite_cache(&desc, k, v, kd, vd, &fork);
+    if (!c) return;
     TU_CHECK(isinf(kd[(70 * H + 0) * D + 3]) && isnan(vd[(150 * H + 0) * D + 5]) && isinf(vd[(10 * H + 1) * D + 9]),
              "the stored values are Inf, NaN, -Inf");
-    sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, 1, 1, Hq, D), to = tu_tensor4(out, SDPA_DTYPE_FLOAT32, 1, 1, Hq, D);
-    /* keys up to `n`: with n = 60 only head 1's -Inf value is seen; with S all three */
-    const int32_t lens[] = { 60, 140, S };
-    for (int li = 0; li < 3; li++) {
-        const int32_t n = lens[li];
-        naive_params np = {.B = 1, .Sq = 1, .Skv = n, .Hq = Hq, .Hkv = H, .D = D, .start_pos = n - 1, .is_causal = 1};
-        double ref[Hq * D];
-        /* the reference reads the first n rows of the [S, H, D] read-back */
-        TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0, "reference");
-        sdpa_options o = {.start_pos = n - 1, .is_causal = 1};
-        for (sdpa_kv_cache * cc = c; cc; cc = cc == c ? fork : NULL) {
-            for (sdpa_ctx * ctx = g_ctx1; ctx; ctx = ctx == g_ctx1 ? g_ctx2 : NULL) {
-                tu_fill_nan(out, Hq * D);
-                tu_dirty_error(ctx);
-                sdpa_status st = sdpa_kv_cache_attend(ctx, cc, &tq, NULL, &o, &to);
-                char what[96];
-                snprintf(what, sizeof what, "%s, %d keys", cc == c ? "cache" : "fork", n);
-                tu_check_output(ctx, st, what, out, ref, Hq * D, tq.dims);
-            }
-        }
-    }
+    /* keys up to 60: only head 1's -Inf value is seen; up to S all three */
+    nonfinite_attends(c, fork, q, kd, vd, S, H, Hq, D, TU_TOL);
     sdpa_kv_cache_free(fork);
     sdpa_kv_cache_free(c);
 }
@@ -617,52 +648,19 @@ static void test_int4_nonfinite(int32_t kdt) {
     snprintf(tu_context, sizeof tu_context, "K %s V int4 cache with Inf / NaN / huge values", dtype_str(kdt));
     tu_rng rng;
     tu_rng_seed(&rng, 12);
-    static float k[S * H * D], v[S * H * D], q[Hq * D], kd[S * H * D], vd[S * H * D], out[Hq * D];
+    static float k[S * H * D], v[S * H * D], q[Hq * D], kd[S * H * D], vd[S * H * D];
     for (int i = 0; i < S * H * D; i++) { k[i] = tu_rng_normal(&rng); v[i] = tu_rng_normal(&rng); }
     for (int i = 0; i < Hq * D; i++) q[i] = tu_rng_normal(&rng);
     k[(70 * H + 0) * D + 3] = INFINITY;  /* page 1, head 0: a K group NaN (int4 K) */
     v[(150 * H + 0) * D + 35] = NAN;     /* page 2, head 0: V's short group NaN */
     v[(10 * H + 1) * D + 9] = 7e4f;      /* page 0, head 1: beyond float16 */
-    sdpa_kv_cache * c = NULL, * fork = NULL;
     const sdpa_kv_cache_desc desc = { 1, S + 64, H, D, kdt, SDPA_DTYPE_INT4, 0, 0 };
-    if (!TU_CHECK(sdpa_kv_cache_create_desc(g_ctx1, &desc, &c) == SDPA_OK, "create")) return;
-    sdpa_tensor tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, S, H, D), tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, S, H, D);
-    TU_CHECK(sdpa_kv_cache_update(g_ctx1, c, &tk, &tv, 0) == SDPA_OK, "update");
-    TU_CHECK(sdpa_kv_cache_fork(g_ctx1, c, &fork) == SDPA_OK, "fork");
-    sdpa_tensor tk1 = tu_tensor4(k + 71 * H * D, SDPA_DTYPE_FLOAT32, 1, 1, H, D), tv1 = tu_tensor4(v + 71 * H * D, SDPA_DTYPE_FLOAT32, 1, 1, H, D);
-    TU_CHECK(sdpa_kv_cache_update(g_ctx1, fork, &tk1, &tv1, 71) == SDPA_OK, "fork update");
-    sdpa_tensor tkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, H, D), tvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, H, D);
-    TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, 0, S, &tkd, &tvd) == SDPA_OK, "read");
+    sdpa_kv_cache * fork = NULL, * c = nonfinite_cache(&desc, k, v, kd, vd, &fork);
+    if (!c) return;
     TU_CHECK(isnan(vd[(150 * H + 0) * D + 32]) && isnan(vd[(10 * H + 1) * D + 0]) &&
              (kdt != SDPA_DTYPE_INT4 || isnan(kd[(70 * H + 0) * D + 31])), "the groups read back as NaN");
     TU_CHECK(!isnan(vd[(150 * H + 0) * D + 31]), "the group before it does not");
-    sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, 1, 1, Hq, D), to = tu_tensor4(out, SDPA_DTYPE_FLOAT32, 1, 1, Hq, D);
-    const int32_t lens[] = { 60, 140, S };
-    for (int li = 0; li < 3; li++) {
-        const int32_t n = lens[li];
-        naive_params np = {.B = 1, .Sq = 1, .Skv = n, .Hq = Hq, .Hkv = H, .D = D, .start_pos = n - 1, .is_causal = 1};
-        double ref[Hq * D];
-        TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0, "reference");
-        sdpa_options o = {.start_pos = n - 1, .is_causal = 1};
-        for (sdpa_kv_cache * cc = c; cc; cc = cc == c ? fork : NULL) {
-            if (cc == fork) {  /* the fork's row 71 is its own */
-                sdpa_tensor fkd = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, S, H, D), fvd = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, S, H, D);
-                TU_CHECK(sdpa_kv_cache_read(g_ctx1, fork, 0, S, &fkd, &fvd) == SDPA_OK, "read fork");
-                TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0, "reference");
-            }
-            for (sdpa_ctx * ctx = g_ctx1; ctx; ctx = ctx == g_ctx1 ? g_ctx2 : NULL) {
-                tu_fill_nan(out, Hq * D);
-                tu_dirty_error(ctx);
-                sdpa_status st = sdpa_kv_cache_attend(ctx, cc, &tq, NULL, &o, &to);
-                char what[96];
-                snprintf(what, sizeof what, "%s, %d keys", cc == c ? "cache" : "fork", n);
-                /* the quantized kernels' bound; NaN where the reference is NaN */
-                if (TU_CHECK(st == SDPA_OK, "%s: %s", what, sdpa_ctx_last_error(ctx)))
-                    tu_close_tol(what, out, ref, Hq * D, tq.dims, TU_INT8_TOL);
-            }
-        }
-        TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, 0, S, &tkd, &tvd) == SDPA_OK, "read");
-    }
+    nonfinite_attends(c, fork, q, kd, vd, S, H, Hq, D, TU_INT8_TOL);  /* the quantized kernels' bound */
     sdpa_kv_cache_free(fork);
     sdpa_kv_cache_free(c);
 }

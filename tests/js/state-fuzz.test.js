@@ -86,6 +86,16 @@ function sourceOf(bytes, d) {
 const allRows = (c) => keptRanges(c).map(([s, n]) => rawBytes(c, s, n));
 const sameRows = (a, b) => a.length === b.length && a.every((x, i) => bytesEqual(x, b[i]));
 
+/** A rejected load: E_FORMAT (or E_OOM) from `fn`, only for changed bytes, the pool and the caches as they were. */
+function rejected(err, fn, changed, pool, count, core) {
+  if (!(err instanceof SdpaError)) throw err;
+  assert.ok(err.code === 'E_FORMAT' || err.code === 'E_OOM', `${err.code}: ${err.message}`);
+  assert.ok(err.message.startsWith(`${fn}: `), err.message);
+  assert.ok(changed, `an unchanged save failed (${fn}): ${err.message}`);
+  assert.is(sdpa.memory().bytesInUse, pool, 'pool unchanged');
+  assert.is(core.caches.size, count, 'no cache made');
+}
+
 test(`mutated saves: a cache or E_FORMAT / E_OOM, nothing made on failure, the pool unchanged (${RUNS} runs)`, async () => {
   const core = sdpa[INTERNALS].core;
   const started = Date.now();
@@ -105,12 +115,7 @@ test(`mutated saves: a cache or E_FORMAT / E_OOM, nothing made on failure, the p
       let result = null, err = null;
       try { result = await sdpa.loadKVCache(sourceOf(bytes, d)); } catch (e) { err = e; }
       if (err !== null) {
-        if (!(err instanceof SdpaError)) throw err;
-        assert.ok(err.code === 'E_FORMAT' || err.code === 'E_OOM', `${err.code}: ${err.message}`);
-        assert.ok(err.message.startsWith('sdpa.loadKVCache: '), err.message);
-        assert.ok(changed, `an unchanged save failed: ${err.message}`);
-        assert.is(sdpa.memory().bytesInUse, pool, 'pool unchanged');
-        assert.is(core.caches.size, count, 'no cache made');
+        rejected(err, 'sdpa.loadKVCache', changed, pool, count, core);
         return;
       }
       const { cache } = result;
@@ -174,12 +179,7 @@ test(`mutated group saves: a group or E_FORMAT / E_OOM naming loadKVCacheGroup, 
       let result = null, err = null;
       try { result = await sdpa.loadKVCacheGroup(sourceOf(bytes, d)); } catch (e) { err = e; }
       if (err !== null) {
-        if (!(err instanceof SdpaError)) throw err;
-        assert.ok(err.code === 'E_FORMAT' || err.code === 'E_OOM', `${err.code}: ${err.message}`);
-        assert.ok(err.message.startsWith('sdpa.loadKVCacheGroup: '), err.message);
-        assert.ok(changed, `an unchanged group save failed: ${err.message}`);
-        assert.is(sdpa.memory().bytesInUse, pool, 'pool unchanged');
-        assert.is(core.caches.size, count, 'no cache made');
+        rejected(err, 'sdpa.loadKVCacheGroup', changed, pool, count, core);
         return;
       }
       const { group } = result;
