@@ -15,6 +15,7 @@
  * slot held. Everything else (fork, copy-on-write, the pool) is the same. */
 #include "internal.h"
 #include "cache/page_pool.h"
+#include "cache/kv_record.h"
 #include "contract/check.h"
 #include "kernels/kernels.h"
 
@@ -207,8 +208,12 @@ int32_t sdpa_kv_cache_dtype(const sdpa_kv_cache * cache) {
     const int32_t k = sdpa_kv_cache_key_dtype(cache);
     return k == sdpa_kv_cache_value_dtype(cache) ? k : 0;
 }
+/* Bytes of a row record of the K (which = 0) or V block (cache/kv_record.h). */
+static size_t record_bytes(const sdpa_page_format * f, int32_t which) {
+    return (size_t)sdpa_kv_record_bytes(sdpa_kv_dtype(f, which), f->dim);
+}
 size_t sdpa_kv_cache_record_bytes(const sdpa_kv_cache * cache, int32_t which) {
-    return cache && (which == 0 || which == 1) ? sdpa_kv_block_record_bytes(&cache->format, which) : 0;
+    return cache && (which == 0 || which == 1) ? record_bytes(&cache->format, which) : 0;
 }
 int32_t sdpa_kv_cache_window(const sdpa_kv_cache * cache) { return cache ? cache->window : 0; }
 int32_t sdpa_kv_cache_sink_tokens(const sdpa_kv_cache * cache) { return cache ? cache->sink_tokens : 0; }
@@ -432,14 +437,17 @@ sdpa_status sdpa_kv_cache_read_records(sdpa_ctx * ctx, const sdpa_kv_cache * cac
     sdpa_status s = sdpa_check_cache_read_records(ctx, fn, cache, start, length, which, out, out_bytes);
     if (s != SDPA_OK) return s;
     const sdpa_page_format * fmt = &cache->format;
-    const size_t H = (size_t)cache->kv_heads, record = sdpa_kv_block_record_bytes(fmt, which);
+    const size_t H = (size_t)cache->kv_heads, record = record_bytes(fmt, which);
+    /* a head's rows, a page's run at a time, records H apart in [B, length, Hkv] */
     for (size_t b = 0; b < (size_t)cache->batch; b++)
         for (size_t h = 0; h < H; h++) {
             void ** pages = head_pages(cache, b * H + h);
-            for (size_t t = 0; t < (size_t)length; t++) {
-                const size_t pos = (size_t)start + t, at = (b * (size_t)length + t) * H + h;
-                sdpa_kv_export_row(fmt, row_page(cache, pages, pos), (int32_t)(pos % SDPA_PAGE_ROWS), which,
-                                   (uint8_t *)out + at * record);
+            for (size_t t = 0; t < (size_t)length;) {
+                const size_t pos = (size_t)start + t, row = pos % SDPA_PAGE_ROWS;
+                const size_t n = SDPA_PAGE_ROWS - row < (size_t)length - t ? SDPA_PAGE_ROWS - row : (size_t)length - t;
+                sdpa_kv_record_export(fmt, row_page(cache, pages, pos), (int32_t)row, (int32_t)n, which,
+                                      (uint8_t *)out + ((b * (size_t)length + t) * H + h) * record, H * record);
+                t += n;
             }
         }
     sdpa_clear_error(ctx);
@@ -575,7 +583,7 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
     int32_t first = 0;  /* the first row that moves */
     while (first < n && rows[first] == first) first++;
     if (first < n) {
-        const size_t kb = sdpa_kv_block_record_bytes(&cache->format, 0), vb = sdpa_kv_block_record_bytes(&cache->format, 1);
+        const size_t kb = record_bytes(&cache->format, 0), vb = record_bytes(&cache->format, 1);
         s = sdpa_scratch_reserve(ctx, fn, (uint64_t)kb + vb);
         if (s == SDPA_OK) s = reserve_write(ctx, fn, cache, start + first, n - first);
         if (s != SDPA_OK) return s;
@@ -589,10 +597,15 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
                 const void * src = row_page(cache, pages, from);
                 void * dst = row_page(cache, pages, to);
                 const int32_t rf = (int32_t)(from % SDPA_PAGE_ROWS), rt = (int32_t)(to % SDPA_PAGE_ROWS);
-                sdpa_kv_export_row(&cache->format, src, rf, 0, rec);
-                sdpa_kv_export_row(&cache->format, src, rf, 1, rec + kb);
-                const uint32_t marks = (sdpa_kv_import_row(&cache->format, dst, rt, 0, rec) == 1 ? SDPA_PAGE_MARK_K_NONFINITE : 0) |
-                                       (sdpa_kv_import_row(&cache->format, dst, rt, 1, rec + kb) == 1 ? SDPA_PAGE_MARK_V_NONFINITE : 0);
+                uint32_t marks = 0;
+                for (int value = 0; value < 2; value++) {  /* the records of a stored row import as they were */
+                    uint8_t * r = rec + (value ? kb : 0);
+                    int32_t bad = 0;
+                    bool nonfinite = false;
+                    sdpa_kv_record_export(&cache->format, src, rf, 1, value, r, 0);
+                    (void)sdpa_kv_record_import(&cache->format, dst, rt, 1, value, r, 0, &bad, &nonfinite);
+                    if (nonfinite) marks |= value ? SDPA_PAGE_MARK_V_NONFINITE : SDPA_PAGE_MARK_K_NONFINITE;
+                }
                 if (marks) sdpa_page_set_marks(dst, sdpa_page_marks(dst) | marks);
             }
         }

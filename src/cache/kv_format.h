@@ -184,24 +184,8 @@ static inline const uint16_t * sdpa_kv_i4_offsets(const sdpa_page_format * f, co
            (size_t)g * SDPA_PAGE_ROWS;
 }
 
-/* The stored form of a row ("record", the unit of readRaw and of a saved
- * cache's payload, docs/FORMAT.md), in row order whatever the block's
- * layout, little-endian:
- *   float32  D x f32            float16  D x u16 (binary16 bits)
- *   int8     D x i8, f32 scale, i8 zero point
- *   int4     ceil(D/2) bytes (element 2i in the low nibble of byte i, 2i+1
- *            in the high one; an odd D's last high nibble 0), G x u16 scales,
- *            G x u16 offsets (float16 bits)
- * record_bytes: its size; export: copies it out of a page; import: writes
- * one into a page (the row's slot; the caller owns the page), returning 0,
- * or 1 when it holds a non-finite value the kernels must decode (as
- * encode_row's true), or -1 when it holds what no encoder writes (an int8
- * scale that is NaN, negative or below FLT_EPSILON but not +Inf, outside
- * the all-zero record of an unwritten row; an int4 nibble pad that is not
- * 0): then the row is left as it was. The same checks as kv_record.c's. */
-size_t sdpa_kv_block_record_bytes(const sdpa_page_format * f, int value);
-void sdpa_kv_export_row(const sdpa_page_format * f, const void * page, int32_t row, int value, uint8_t * out);
-int sdpa_kv_import_row(const sdpa_page_format * f, void * page, int32_t row, int value, const uint8_t * in);
+/* A row's stored form as bytes (readRaw, saved KV state) is a "row
+ * record": cache/kv_record.h, the one codec of records. */
 
 /* Rows first .. ROWS-1 of K and V (and their side data) set to all-zero
  * bytes (they decode to 0.0, as an unwritten row). */

@@ -9,6 +9,7 @@
  * arguments are checked in the order the JS layer reads them. */
 #include "contract/check.h"
 #include "cache/page_pool.h"
+#include "cache/kv_record.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -615,7 +616,7 @@ sdpa_status sdpa_check_cache_read_records(sdpa_ctx * ctx, const char * fn, const
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
     TRY(check_rows(ctx, fn, cache, start, length, "start", false));
     const uint64_t rows = (uint64_t)cache->batch * (uint64_t)length * (uint64_t)cache->kv_heads;
-    const uint64_t want = sdpa_size_mul(rows, sdpa_kv_block_record_bytes(&cache->format, which));
+    const uint64_t want = sdpa_size_mul(rows, sdpa_kv_record_bytes(sdpa_kv_dtype(&cache->format, which), cache->head_dim));
     if (out_bytes != want)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out holds %llu bytes but [%d, %lld, %d] %s records of head dim %d take %llu", fn,
                          (unsigned long long)out_bytes, cache->batch, (long long)length, cache->kv_heads,
