@@ -121,10 +121,31 @@ typedef struct sdpa_tensor {
     int32_t  dims[4];  ///< first `rank` entries used
 } sdpa_tensor;
 
-/// Per-call options. On wasm32 this struct is 40 bytes: start_pos@0 (int64)
+/// Rotary position embeddings applied inside a cache call (ONNX Runtime
+/// GroupQueryAttention's do_rotary): K rows are rotated as they are written
+/// (update, step), q rows before the scores (attend, step). With R =
+/// cos->dims[1] (rotaryDim = 2R <= D; elements 2R .. D-1 pass through) and a
+/// row at position p, pair (a, b) = (2i, 2i+1) when interleaved (GPT-J),
+/// (i, i + R) otherwise (NeoX), for i < R:
+///   y[a] = x[a] * cos[p][i] - x[b] * sin[p][i]
+///   y[b] = x[b] * cos[p][i] + x[a] * sin[p][i]
+/// in float32, each product rounded, no FMA (every build): the bits of the
+/// same rotation applied outside the op. A row's position is start_pos + i,
+/// or positions[i] when positions is given (a draft tree's tokens sit at
+/// their depth). On wasm32 this struct is 20 bytes: cos@0 sin@4
+/// interleaved@8 n_positions@12 positions@16. Not for sdpa_custom (E_ARG).
+typedef struct sdpa_rotary {
+    const struct sdpa_tensor * cos;  ///< float32 [max_position, rotary_dim / 2]
+    const struct sdpa_tensor * sin;  ///< float32, the same dims
+    int32_t interleaved;             ///< 0: NeoX halves (i, i + R); 1: GPT-J pairs (2i, 2i+1)
+    int32_t n_positions;             ///< entries of positions (0 with positions NULL)
+    const int32_t * positions;       ///< NULL, or one position per new row (0 <= p < max_position)
+} sdpa_rotary;
+
+/// Per-call options. On wasm32 this struct is 48 bytes: start_pos@0 (int64)
 /// is_causal@8 has_scale@12 scale@16 dropout_p@20 window@24 softcap@28
 /// sinks@32 (a pointer) tree_mask@36 (a pointer; see the issue-21 section
-/// at the end of this header).
+/// at the end of this header) rotary@40 (a pointer), 4 bytes of padding.
 typedef struct sdpa_options {
     int64_t start_pos;  ///< >= 0; no effect on attention when a mask is given
     int32_t is_causal;  ///< 0 or 1
@@ -142,6 +163,8 @@ typedef struct sdpa_options {
     const struct sdpa_tensor * sinks;
     /// NULL: none. Cache attend / step only (the issue-21 section below).
     const struct sdpa_tensor * tree_mask;
+    /// NULL: none. Cache attend / step only: q (and in a step K) rotated (sdpa_rotary).
+    const struct sdpa_rotary * rotary;
 } sdpa_options;
 
 typedef struct sdpa_ctx sdpa_ctx;
@@ -358,6 +381,14 @@ int32_t sdpa_kv_cache_value_dtype(const sdpa_kv_cache * cache);
 sdpa_status sdpa_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache,
                                  const sdpa_tensor * key, const sdpa_tensor * value,
                                  int32_t start_pos);
+
+/// update with rotary embeddings: every K row rotated at its position
+/// (sdpa_rotary) before it is stored; V rows as given. NULL rotary: update.
+/// Also E_RANK, E_DIMS, E_DTYPE, E_HEAD_DIM, E_START_POS for rotary's tables
+/// and positions, and E_OOM for a row of scratch.
+sdpa_status sdpa_kv_cache_update_rotary(sdpa_ctx * ctx, sdpa_kv_cache * cache,
+                                        const sdpa_tensor * key, const sdpa_tensor * value,
+                                        int32_t start_pos, const sdpa_rotary * rotary);
 
 /// customSdpa(query, K, V, ...) with K, V the whole cache (Skv = maxSeqLen).
 /// Without a mask the query rows must have been written: start_pos + Sq <=

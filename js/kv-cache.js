@@ -18,7 +18,7 @@ import {
   Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkLive, checkLiveOptions,
   checkCacheWrite, checkOutAliasing, checkCacheAttention, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
   checkWriteStart, checkImpliedStart, checkStepRows, checkCacheRows, checkCacheTruncate,
-  ATTEND_OPTIONS, checkKeepRows,
+  ATTEND_OPTIONS, checkKeepRows, UPDATE_OPTIONS, checkRotary,
 } from './validate.js';
 import { SLOT } from './runtime.js';
 import { prod } from './shape.js';
@@ -138,34 +138,46 @@ export class KVCache {
 
   /**
    * Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1
-   * (default startPos: length, i.e. append).
+   * (default startPos: length, i.e. append). opts: { rotary } (issue 21: K
+   * rows rotated at their positions before they are stored); update(k, v,
+   * opts) appends.
    */
-  update(k, v, startPos) {
+  update(k, v, startPos, opts) {
     const fn = 'KVCache.update';
+    if (opts === undefined && isOptionsLike(startPos)) {
+      opts = startPos;
+      startPos = undefined;
+    }
     const ck = new Checks(fn);
     // snapshot
     const K = inspectTensor(ck, 'key', k, 'input');
     const V = inspectTensor(ck, 'value', v, 'input');
+    const o = readOptions(ck, opts, UPDATE_OPTIONS);
     // state, then the rules
     this.#checkAlive(ck);
     checkLive(ck, K);
     checkLive(ck, V);
+    checkLiveOptions(ck, o);
     const length = this.#writtenOrUnknown();
     const sp = checkWriteStart(ck, startPos, length);
     const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, this.#windowStartOf());
+    const rot = checkRotary(ck, o.R, this.#geo, null, sp, W.Snew, 'key');
     ck.done();
     const c = this.#core;
     c.warnStaleInputs(W.K, W.V, null);
     // Addresses inside wasm memory first, then temporaries (see Core.addressOf).
     let kp = c.addressOf(W.K), vp = c.addressOf(W.V), tk = 0, tv = 0;
+    const temps = [];
     try {
+      const ra = c.putRotary(fn, rot, c.slot('rotary'), temps);
       if (kp === -1) kp = tk = c.copyIn(W.K, fn);
       if (vp === -1) vp = tv = c.copyIn(W.V, fn);
       c.writeTensor(SLOT.k, kp, W.K.len, 'float32', W.K.dims);
       c.writeTensor(SLOT.v, vp, W.V.len, 'float32', W.V.dims);
-      c.check(c.M._sdpa_kv_cache_update(c.ctx, this.#ptr, c.slot('k'), c.slot('v'), sp), fn);
+      c.check(c.M._sdpa_kv_cache_update_rotary(c.ctx, this.#ptr, c.slot('k'), c.slot('v'), sp, ra), fn);
     } finally {
       c.free(tk); c.free(tv);
+      for (const p of temps) c.free(p);
     }
   }
 
@@ -357,6 +369,7 @@ export class KVCache {
     // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
     const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
     checkCacheAttention(ck, P, this.#geo, length, windowStart, sp, false);
+    this.#checkRotaryOf(ck, P, o, sp);
     checkOutAliasing(ck, P.O, W.K);
     checkOutAliasing(ck, P.O, W.V);
     checkStepRows(ck, P, W, this.#geo);
@@ -373,7 +386,15 @@ export class KVCache {
     else sp = checkStartPos(ck, o.startPos, 'startPos');
     const P = checkAttention(ck, o, sp, Q, this.#kv, this.#kv);
     checkCacheAttention(ck, P, this.#geo, this.#writtenOrUnknown(), this.#windowStartOf(), sp, true);
+    this.#checkRotaryOf(ck, P, o, sp);
     return { P, sp, ptr: this.#ptr };
+  }
+
+  /** Issue 21: the rotary rules of an attend or a step (q rows at sp + i) onto P: P.rot, and its tables as P.RC, P.RS for the rules between items. */
+  #checkRotaryOf(ck, P, o, sp) {
+    P.rot = checkRotary(ck, o.R, this.#geo, P.O, sp, P.Sq, 'query');
+    P.RC = o.R === null ? null : o.R.C;
+    P.RS = o.R === null ? null : o.R.S;
   }
 
   /**

@@ -14,21 +14,28 @@ import { typedArraySet } from './intrinsics.js';
 import { CACHE_DTYPES } from './validate.js';
 
 // Scratch layout (bytes). sdpa_tensor is 32 bytes on wasm32:
-// data@0 len@4 dtype@8 rank@12 dims@16..31; sdpa_options is 40 bytes:
+// data@0 len@4 dtype@8 rank@12 dims@16..31; sdpa_options is 48 bytes:
 // start_pos@0 (int64) is_causal@8 has_scale@12 scale@16 dropout_p@20
-// window@24 softcap@28 sinks@32 (a pointer: 0 or the sinks slot);
-// sdpa_memory_stats is 48 bytes: five int64 then page_rows@40;
-// sdpa_kv_cache_desc is 32 bytes: eight int32 (batch, maxSeqLen, Hkv, D,
-// key dtype, value dtype, window, sinkTokens).
-export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 232, stats: 240, desc: 288, tree: 320 });
-export const SCRATCH_BYTES = 352;
+// window@24 softcap@28 sinks@32 (a pointer: 0 or the sinks slot)
+// tree_mask@36 rotary@40; sdpa_memory_stats is 48 bytes: five int64 then
+// page_rows@40; sdpa_kv_cache_desc is 32 bytes: eight int32 (batch,
+// maxSeqLen, Hkv, D, key dtype, value dtype, window, sinkTokens); a rotary
+// block is ROTARY_BYTES (putRotary).
+export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 240, stats: 248, desc: 296, tree: 328, rotary: 360 });
+/**
+ * A rotary block (issue 21): sdpa_rotary (20 bytes: cos@0 sin@4
+ * interleaved@8 n_positions@12 positions@16), cos's tensor@24, sin's@56,
+ * then room for 64 positions@88 (more go to a temporary).
+ */
+const ROTARY_BYTES = 344, ROTARY_INLINE_POSITIONS = 64;
+export const SCRATCH_BYTES = 360 + ROTARY_BYTES;
 /**
  * attendMany's / stepMany's block: the sdpa_attend_item array (28 bytes
  * each, 64 of them: ITEMS_BYTES), then per item ITEM_BYTES holding its
  * tensors and options: query@0, mask@32, out@64, sinks@96, treeMask@128,
- * options@160 (40 bytes), key@200, value@232.
+ * options@160 (48 bytes), key@208, value@240, rotary@272 (ROTARY_BYTES).
  */
-const ITEMS_BYTES = 1792, ITEM_BYTES = 264;
+const ITEMS_BYTES = 1792, ITEM_BYTES = 272 + ROTARY_BYTES;
 const DTYPE_ENUM = Object.freeze({ float32: 1, bool: 2 });
 
 export function formatBytes(n) {
@@ -53,7 +60,7 @@ function putTensor(v, at, ptr, len, dtype, dims) {
  * rejects any other). window / softcap: 0 for none; sinksAt: the address of
  * the sinks tensor struct, or 0.
  */
-function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, sinksAt = 0, treeAt = 0) {
+function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, sinksAt = 0, treeAt = 0, rotaryAt = 0) {
   const w = at >>> 2;
   const hasScale = scale !== null && scale !== undefined;
   v.u32[w] = startPos % 0x100000000;
@@ -66,6 +73,8 @@ function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, s
   v.f32[w + 7] = softcap;
   v.u32[w + 8] = sinksAt >>> 0;
   v.u32[w + 9] = treeAt >>> 0; // tree_mask (issue 21)
+  v.u32[w + 10] = rotaryAt >>> 0; // rotary (issue 21)
+  v.u32[w + 11] = 0;
 }
 
 const decoder = new TextDecoder();
@@ -214,6 +223,32 @@ export class Core {
     return at;
   }
 
+  /**
+   * Issue 21: a checked rotary (validate.js checkRotary) as a rotary block at
+   * `at` (ROTARY_BYTES); its tables by address when they live in this memory,
+   * else copied in, and more than 64 positions, as temporaries pushed onto
+   * `temps` (the caller frees them). Returns `at`, or 0 for no rotary.
+   */
+  putRotary(fn, rot, at, temps) {
+    if (rot === null) return 0;
+    let c = this.addressOf(rot.C), s = this.addressOf(rot.S);
+    if (c === -1) temps.push(c = this.copyIn(rot.C, fn));
+    if (s === -1) temps.push(s = this.copyIn(rot.S, fn));
+    const n = rot.positions === null ? 0 : rot.positions.length;
+    let p = n ? at + 88 : 0;
+    if (n > ROTARY_INLINE_POSITIONS) temps.push(p = this.malloc(n * 4, fn, 'a temporary copy of rotary.positions'));
+    const h = this.views(), w = at >>> 2;
+    if (n) typedArraySet(h.i32, rot.positions, p >>> 2);
+    putTensor(h, at + 24, c, rot.C.len, 'float32', rot.C.dims);
+    putTensor(h, at + 56, s, rot.S.len, 'float32', rot.S.dims);
+    h.u32[w] = at + 24;
+    h.u32[w + 1] = at + 56;
+    h.i32[w + 2] = rot.interleaved ? 1 : 0;
+    h.i32[w + 3] = n;
+    h.u32[w + 4] = p;
+    return at;
+  }
+
   // -- placing tensors in wasm memory --------------------------------------
 
   /**
@@ -261,7 +296,10 @@ export class Core {
     let sk = S ? this.addressOf(S) : 0;
     let tr = T ? this.addressOf(T) : 0;
     let tm = 0, tq = 0, tk = 0, tv = 0, to = 0, ts = 0, tt = 0;
+    const temps = [];
     try {
+      const s = this.scratch;
+      const ra = this.putRotary(fn, P.rot ?? null, s + SLOT.rotary, temps);
       if (sk === -1) sk = ts = this.copyIn(S, fn);
       if (tr === -1) tr = tt = this.copyIn(T, fn);
       if (m === -1) m = tm = this.copyIn(M, fn);
@@ -269,7 +307,7 @@ export class Core {
       if (k === -1) k = tk = this.copyIn(K, fn);
       if (v === -1) v = tv = this.copyIn(V, fn);
       if (o === -1) o = to = this.malloc(n * 4, fn, 'a temporary output');
-      const h = this.views(), s = this.scratch;
+      const h = this.views();
       putTensor(h, s + SLOT.q, q, n, Q.dtype, Q.dims);
       if (K) putTensor(h, s + SLOT.k, k, K.len, K.dtype, K.dims);
       if (V) putTensor(h, s + SLOT.v, v, V.len, V.dtype, V.dims);
@@ -277,7 +315,7 @@ export class Core {
       putTensor(h, s + SLOT.out, o, n, 'float32', Q.dims);
       if (S) putTensor(h, s + SLOT.sinks, sk, S.len, 'float32', S.dims);
       if (T) putTensor(h, s + SLOT.tree, tr, T.len, T.dtype, T.dims);
-      putOptions(h, s + SLOT.opts, startPos, P.isCausal, P.scale, P.window, P.softcap, S ? s + SLOT.sinks : 0, T ? s + SLOT.tree : 0);
+      putOptions(h, s + SLOT.opts, startPos, P.isCausal, P.scale, P.window, P.softcap, S ? s + SLOT.sinks : 0, T ? s + SLOT.tree : 0, ra);
       this.check(invoke(M ? s + SLOT.mask : 0), fn);
       if (to === 0) return O.t;
       const f32 = this.views().f32, w = to >>> 2;
@@ -286,6 +324,7 @@ export class Core {
       return O ? O.t : { data: result, dims: Q.dims.slice(), dtype: 'float32' };
     } finally {
       this.free(tm); this.free(tq); this.free(tk); this.free(tv); this.free(to); this.free(ts); this.free(tt);
+      for (const p of temps) this.free(p);
     }
   }
 
@@ -308,6 +347,7 @@ export class Core {
     try {
       for (let i = 0; i < n; i++) {
         const P = items[i].P, a = addr[i];
+        a.r = this.putRotary(fn, P.rot ?? null, this.manyBlock + ITEMS_BYTES + i * ITEM_BYTES + 272, temps);
         if (a.s === -1) temps.push(a.s = this.copyIn(P.S, fn));
         if (a.m === -1) temps.push(a.m = this.copyIn(P.M, fn));
         if (a.t === -1) temps.push(a.t = this.copyIn(P.T, fn));
@@ -325,17 +365,17 @@ export class Core {
         putTensor(h, at + 64, a.o, P.Q.len, 'float32', P.Q.dims);
         if (P.S) putTensor(h, at + 96, a.s, P.S.len, 'float32', P.S.dims);
         if (P.T) putTensor(h, at + 128, a.t, P.T.len, P.T.dtype, P.T.dims);
-        putOptions(h, at + 160, sp, P.isCausal, P.scale, P.window, P.softcap, P.S ? at + 96 : 0, P.T ? at + 128 : 0);
+        putOptions(h, at + 160, sp, P.isCausal, P.scale, P.window, P.softcap, P.S ? at + 96 : 0, P.T ? at + 128 : 0, a.r);
         h.u32[w] = ptr >>> 0;
         h.u32[w + 1] = at;
         h.u32[w + 2] = P.M ? at + 32 : 0;
         h.u32[w + 3] = at + 160;
         h.u32[w + 4] = at + 64;
         const { K, V } = items[i];
-        if (K) putTensor(h, at + 200, a.k, K.len, K.dtype, K.dims);
-        if (V) putTensor(h, at + 232, a.v, V.len, V.dtype, V.dims);
-        h.u32[w + 5] = K ? at + 200 : 0;
-        h.u32[w + 6] = V ? at + 232 : 0;
+        if (K) putTensor(h, at + 208, a.k, K.len, K.dtype, K.dims);
+        if (V) putTensor(h, at + 240, a.v, V.len, V.dtype, V.dims);
+        h.u32[w + 5] = K ? at + 208 : 0;
+        h.u32[w + 6] = V ? at + 240 : 0;
       }
       this.check((step ? this.M._sdpa_kv_cache_step_many : this.M._sdpa_kv_cache_attend_many)(this.ctx, this.manyBlock, n), fn);
       const f32 = this.views().f32;

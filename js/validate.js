@@ -130,7 +130,9 @@ function blankOptions() {
   o.softcap = undefined;
   o.sinks = undefined;
   o.treeMask = undefined;
+  o.rotary = undefined;
   o.T = null; // treeMask's descriptor (issue 21)
+  o.R = null; // rotary's snapshot (readRotary)
   o.M = null; // attnMask's descriptor (inspectTensor), read with the options
   o.O = null; // out's descriptor
   o.S = null; // sinks' descriptor
@@ -175,6 +177,7 @@ export function readOptions(ck, opts, allowed, misplaced = null) {
     out[name] = value;
     const tensor = TENSOR_OPTIONS[name];
     if (tensor !== undefined && value !== null) out[tensor[0]] = inspectTensor(ck, name, value, tensor[1]);
+    else if (name === 'rotary' && value !== null) out.R = readRotary(ck, value);
   }
   if (misplaced !== null) {
     for (let i = 0; i < misplaced.length; i++) {
@@ -412,12 +415,16 @@ function inspectPlain(ck, d, t, role) {
   d.dtype = inferred;
 }
 
-/** checkLive over the tensors readOptions snapshotted: the mask, the output and the sinks. */
+/** checkLive over the tensors readOptions snapshotted: the mask, the output, the sinks, the tree mask, rotary's tables. */
 export function checkLiveOptions(ck, o) {
   checkLive(ck, o.M);
   checkLive(ck, o.O);
   checkLive(ck, o.S);
   checkLive(ck, o.T);
+  if (o.R !== null) {
+    checkLive(ck, o.R.C);
+    checkLive(ck, o.R.S);
+  }
 }
 
 /** The typed array a descriptor computes on: the snapshot's, or a heap tensor's view made from its state. */
@@ -533,9 +540,113 @@ export function checkMaskCausal(ck, M, isCausal) {
 // The fast op: customSdpa, and the cache's attend / update / step / read
 
 export const CUSTOM_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'out']);
-export const STEP_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'treeMask', 'out']);
-/** KVCache.attend's: customSdpa's and treeMask (issue 21). */
-export const ATTEND_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'treeMask', 'out']);
+export const STEP_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'treeMask', 'rotary', 'out']);
+/** KVCache.attend's: customSdpa's, treeMask and rotary (issue 21). */
+export const ATTEND_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'treeMask', 'rotary', 'out']);
+/** KVCache.update's (issue 21). */
+export const UPDATE_OPTIONS = Object.freeze(['rotary']);
+
+// ---------------------------------------------------------------------------
+// Issue 21: rotary embeddings ({ cos, sin, interleaved, positions }), C's
+// check_rotary (src/contract/check.c) with the same words
+
+const ROTARY_FIELDS = Object.freeze(['cos', 'sin', 'interleaved', 'positions']);
+const ROTARY_RANK = '2-D [maxPosition, rotaryDim / 2]';
+
+/**
+ * The snapshot of a rotary option: its fields read once, as an options
+ * object's (unknown names are E_ARG), cos and sin inspected as tensors,
+ * positions (an Array or Int32Array) copied into an Int32Array.
+ * Returns { C, S, interleaved, positions } (positions null when absent).
+ */
+function readRotary(ck, value) {
+  const R = { C: null, S: null, interleaved: undefined, positions: null };
+  if (typeof value !== 'object' || isArray(value) || isView(value) || objectToString(value) !== '[object Object]') {
+    ck.add('E_ARG', `rotary must be an object { cos, sin, interleaved?, positions? }, got ${describeObject(value)}`);
+    return R;
+  }
+  const prefix = ck.prefix;
+  ck.prefix = `${prefix}rotary: `;  // (its unknown names: 'rotary: unknown option ...')
+  const f = readOptions(ck, value, ROTARY_FIELDS);
+  ck.prefix = prefix;
+  R.interleaved = f.interleaved;
+  R.C = inspectTensor(ck, 'rotary.cos', f.cos, 'input');
+  R.S = inspectTensor(ck, 'rotary.sin', f.sin, 'input');
+  const pos = f.positions;
+  if (pos === undefined || pos === null) return R;
+  if (!isArray(pos) && typedArrayTag(pos) !== 'Int32Array') {
+    ck.add('E_ARG', `rotary.positions must be an Array or Int32Array of positions, one per new row, got ${describeValue(pos)}`);
+    return R;
+  }
+  const n = isArray(pos) ? pos.length : typedArrayLength(pos);
+  const list = new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    const x = pos[i];
+    if (typeof x !== 'number' || !Number.isInteger(x) || Math.abs(x) > INT32_MAX) {
+      ck.add('E_ARG', `rotary.positions[${i}] must be an integer, got ${describeValue(x)}`);
+      return R;
+    }
+    list[i] = x;
+  }
+  R.positions = list;
+  return R;
+}
+
+/**
+ * A call's rotary rules (C's check_rotary, in its order) for `rows` new rows
+ * (-1: unknown) at default positions start .. start + rows - 1, `rowsName`
+ * the tensor that has them; `O`: out's descriptor (null for an update).
+ * Returns { C, S, interleaved, positions, half } when they hold, else null.
+ */
+export function checkRotary(ck, R, geo, O, start, rows, rowsName) {
+  if (R === null) return null;
+  const C = R.C, S = R.S;
+  let ok = C !== null && S !== null;
+  // E_ARG (missing cos / sin: inspectTensor; their storage: checkLive)
+  const interleaved = checkBool(ck, R.interleaved, 'rotary.interleaved');
+  if (R.interleaved !== undefined && R.interleaved !== null && typeof R.interleaved !== 'boolean') ok = false;
+  checkOutAliasing(ck, O, C);
+  checkOutAliasing(ck, O, S);
+  if (!ok) return null;
+  // E_RANK
+  const cr = checkRank(ck, C, RANK_2, ROTARY_RANK);
+  const sr = checkRank(ck, S, RANK_2, ROTARY_RANK);
+  if (!cr || !sr) return null;
+  // E_DIMS
+  const cd = checkDims(ck, C, -1), sd = checkDims(ck, S, -1);
+  if (!cd || !sd) return null;
+  if (S.dims[0] !== C.dims[0] || S.dims[1] !== C.dims[1]) {
+    ck.add('E_DIMS', `rotary.sin has dims ${fmtDims(S.dims)} but rotary.cos has ${fmtDims(C.dims)}; they must be equal`);
+    return null;
+  }
+  const pos = R.positions;
+  if (pos !== null && rows >= 0 && pos.length !== rows) {
+    ck.add('E_DIMS', `rotary.positions has ${pos.length} entries but ${rowsName} has ${fmtRows(rows)}; one position per new row`);
+    return null;
+  }
+  // E_DTYPE (inspectTensor added it)
+  if (C.dtype !== 'float32' || S.dtype !== 'float32') return null;
+  // E_HEAD_DIM
+  const half = C.dims[1];
+  if (2 * half > geo.headDim) {
+    ck.add('E_HEAD_DIM', `rotary.cos has dims ${fmtDims(C.dims)}: rotaryDim 2 * ${half} = ${2 * half} is more than the cache's headDim ${geo.headDim}; rotaryDim must be at most the head dim`);
+    return null;
+  }
+  // E_START_POS
+  const P = C.dims[0];
+  if (pos !== null) {
+    for (let k = 0; k < pos.length; k++) {
+      if (pos[k] < 0 || pos[k] >= P) {
+        ck.add('E_START_POS', `rotary.positions[${k}] is ${pos[k]}; expected a position in 0 .. ${P - 1} (the rows of rotary.cos and rotary.sin)`);
+        return null;
+      }
+    }
+  } else if (rows > 0 && start !== null && start >= 0 && start > P - rows) {
+    ck.add('E_START_POS', `the new rows sit at positions ${start} .. ${start + rows - 1}, but rotary.cos and rotary.sin hold positions 0 .. ${P - 1}; pass longer tables or rotary.positions`);
+    return null;
+  }
+  return { C, S, interleaved, positions: pos, half };
+}
 
 /** window: absent → 0 (none); a positive integer up to 2^31 - 1 (E_ARG otherwise: it is a count, not a size). */
 function checkWindow(ck, value) {
@@ -1043,7 +1154,7 @@ export const MANY_ITEM_OPTIONS = Object.freeze(['cache', 'q', ...ATTEND_OPTIONS]
 export const STEP_MANY_ITEM_OPTIONS = Object.freeze(['cache', 'q', 'k', 'v', 'startPos', ...STEP_OPTIONS]);
 export const MANY_MAX = 64; // SDPA_MANY_MAX
 
-const ITEM_INPUTS = Object.freeze([['Q', 'query'], ['M', 'attnMask'], ['S', 'sinks'], ['T', 'treeMask'], ['K', 'key'], ['V', 'value']]);
+const ITEM_INPUTS = Object.freeze([['Q', 'query'], ['M', 'attnMask'], ['S', 'sinks'], ['T', 'treeMask'], ['K', 'key'], ['V', 'value'], ['RC', 'rotary.cos'], ['RS', 'rotary.sin']]);
 
 /**
  * The rules between checked items (C's sdpa_check_attend_many, in its

@@ -123,6 +123,18 @@ static inline float sdpa_kv_elem(const sdpa_kv_view * kv, int32_t b, int32_t hk,
 }
 
 /* A validated attention problem: everything a kernel needs, nothing to check. */
+/* Rotary embeddings of a validated call (issue 21; include/sdpa.h's
+ * sdpa_rotary): row i of the call at position pos ? pos[i] : start + i. */
+typedef struct sdpa_rope {
+    const float * cos, * sin;  /* [max_position][half] */
+    int32_t half;              /* rotaryDim / 2; 0: no rotation */
+    int32_t interleaved;       /* pairs (2j, 2j+1), else (j, j + half) */
+    const int32_t * pos;       /* NULL: row i at start_pos + i */
+} sdpa_rope;
+
+/* y = x [D] rotated at `position` (kernels/rotary.c); y != x. */
+void sdpa_rope_row(const sdpa_rope * r, int64_t position, const float * x, float * y, int32_t D);
+
 typedef struct sdpa_problem {
     int32_t batch, q_len, q_heads, kv_heads, head_dim, group;  /* group = r */
     int32_t n_keys;        /* N: keys t < N exist */
@@ -148,6 +160,7 @@ typedef struct sdpa_problem {
     const uint8_t * tree;
     int32_t       tree_stride;
     int64_t       tree_pos;
+    sdpa_rope     rope;    /* q row i rotated at rope.pos[i] or start_pos + i (half 0: none) */
 } sdpa_problem;
 
 /* Records a failure on the context; returns `status` for tail calls. */

@@ -281,12 +281,21 @@ static void own_slot(sdpa_kv_cache * c, int32_t slot, bool clear) {
     }
 }
 
+/* A write that rotates its K rows (issue 21) rotates each into the
+ * context's scratch, D floats, then encodes it: reserved before any row is
+ * written (E_OOM leaves the cache as it was); the kernels use the scratch
+ * only after the rows are written. rope NULL or half 0: no rotation. */
+static sdpa_status reserve_rotation(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, const sdpa_rope * rope) {
+    return rope && rope->half ? sdpa_scratch_reserve(ctx, fn, (uint64_t)c->head_dim * sizeof(float)) : SDPA_OK;
+}
+
 /* Rows [from, from + n) of the [B, src_len, Hkv, D] float32 k, v, encoded
  * into cache rows pos .. pos + n - 1 (of one page: the caller makes it
- * private first). size_t cannot wrap: every dense index is below the
- * tensor's validated length (contract/: <= SIZE_MAX / 4). */
+ * private first), each K row rotated first when rope says so: source row j at
+ * rope->pos[j], or at its cache row. size_t cannot wrap: every dense index is
+ * below the tensor's validated length (contract/: <= SIZE_MAX / 4). */
 static void encode_rows(const sdpa_kv_cache * c, const float * k, const float * v, int32_t src_len, int32_t from,
-                        int32_t pos, int32_t n) {
+                        int32_t pos, int32_t n, const sdpa_rope * rope) {
     const size_t D = (size_t)c->head_dim, H = (size_t)c->kv_heads;
     for (size_t b = 0; b < (size_t)c->batch; b++)
         for (size_t h = 0; h < H; h++) {
@@ -294,7 +303,13 @@ static void encode_rows(const sdpa_kv_cache * c, const float * k, const float * 
             for (int32_t t = 0; t < n; t++) {
                 const size_t dense = ((b * (size_t)src_len + (size_t)(from + t)) * H + h) * D;
                 const int32_t row = (pos + t) % SDPA_PAGE_ROWS;
-                const uint32_t marks = (sdpa_kv_encode_row(&c->format, page, row, 0, k + dense) ? SDPA_PAGE_MARK_K_NONFINITE : 0) |
+                const float * key = k + dense;
+                if (rope && rope->half) {
+                    float * rotated = c->ctx->scratch;
+                    sdpa_rope_row(rope, rope->pos ? rope->pos[from + t] : pos + t, key, rotated, (int32_t)D);
+                    key = rotated;
+                }
+                const uint32_t marks = (sdpa_kv_encode_row(&c->format, page, row, 0, key) ? SDPA_PAGE_MARK_K_NONFINITE : 0) |
                                        (sdpa_kv_encode_row(&c->format, page, row, 1, v + dense) ? SDPA_PAGE_MARK_V_NONFINITE : 0);
                 if (marks) sdpa_page_set_marks(page, sdpa_page_marks(page) | marks);
             }
@@ -308,7 +323,7 @@ static void encode_rows(const sdpa_kv_cache * c, const float * k, const float * 
  * and the rows counted, nothing encoded (sdpa_kv_cache_take_rows). Cannot
  * fail after reserve_write. */
 static void put_rows(sdpa_kv_cache * c, const float * k, const float * v, int32_t src_len, int32_t from,
-                     int32_t pos, int32_t n) {
+                     int32_t pos, int32_t n, const sdpa_rope * rope) {
     for (int32_t done = 0; done < n;) {
         const int32_t at = pos + done, page = at / SDPA_PAGE_ROWS;
         const int64_t page_end = (int64_t)(page + 1) * SDPA_PAGE_ROWS;
@@ -319,30 +334,39 @@ static void put_rows(sdpa_kv_cache * c, const float * k, const float * v, int32_
             const int64_t kept = ((int64_t)page - c->ring_pages + 1) * SDPA_PAGE_ROWS;
             if (kept > c->window_start) c->window_start = (int32_t)kept;
         }
-        if (k) encode_rows(c, k, v, src_len, from + done, at, end - at);  /* (NULL: a load imports records) */
+        if (k) encode_rows(c, k, v, src_len, from + done, at, end - at, rope);  /* (NULL: a load imports records) */
         if (end > c->length) c->length = end;
         done = end - pos;
     }
 }
 
-/* Writes validated k, v at start: takes the pages first (E_OOM: unchanged). */
+/* Writes validated k, v at start (K rotated by rope): takes the pages and
+ * the scratch first (E_OOM: unchanged). */
 static sdpa_status write_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, const sdpa_tensor * key,
-                              const sdpa_tensor * value, int32_t start) {
+                              const sdpa_tensor * value, int32_t start, const sdpa_rope * rope) {
     const int32_t len = key->dims[1];
     sdpa_status s = reserve_write(ctx, fn, c, start, len);
+    if (s == SDPA_OK) s = reserve_rotation(ctx, fn, c, rope);
     if (s != SDPA_OK) return s;
-    put_rows(c, key->data, value->data, len, 0, start, len);
+    put_rows(c, key->data, value->data, len, 0, start, len, rope);
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_kv_cache_update_rotary(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
+                                        const sdpa_tensor * value, int32_t start_pos, const sdpa_rotary * rotary) {
+    static const char fn[] = "KVCache.update";
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_rope rope;
+    sdpa_status s = sdpa_check_cache_update_rotary(ctx, fn, cache, key, value, start_pos, rotary, &rope);
+    if (s == SDPA_OK) s = write_rows(ctx, fn, cache, key, value, start_pos, &rope);
+    if (s != SDPA_OK) return s;
+    sdpa_clear_error(ctx);
     return SDPA_OK;
 }
 
 sdpa_status sdpa_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
                                  const sdpa_tensor * value, int32_t start_pos) {
-    if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_check_cache_update(ctx, "KVCache.update", cache, key, value, start_pos);
-    if (s == SDPA_OK) s = write_rows(ctx, "KVCache.update", cache, key, value, start_pos);
-    if (s != SDPA_OK) return s;
-    sdpa_clear_error(ctx);
-    return SDPA_OK;
+    return sdpa_kv_cache_update_rotary(ctx, cache, key, value, start_pos, NULL);
 }
 
 sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
@@ -370,6 +394,7 @@ static sdpa_problem step_piece(const sdpa_problem * p, int32_t at, int32_t * nex
     piece.start_pos = at;
     piece.n_keys = *next;
     if (p->tree) piece.tree = p->tree + (size_t)(at - p->start_pos) * (size_t)p->tree_stride;  /* tree_pos stays */
+    if (p->rope.pos) piece.rope.pos = p->rope.pos + (at - p->start_pos);  /* (default positions: the piece's start_pos + i) */
     return piece;
 }
 
@@ -385,7 +410,7 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
     const int32_t sp = (int32_t)p.start_pos, n = key->dims[1];
     if (!cache->ring_pages) {
         s = sdpa_reserve_problem(ctx, fn, &p);
-        if (s == SDPA_OK) s = write_rows(ctx, fn, cache, key, value, sp);
+        if (s == SDPA_OK) s = write_rows(ctx, fn, cache, key, value, sp, &p.rope);  /* (K rows where the q rows are) */
         if (s != SDPA_OK) return s;  /* nothing written */
         sdpa_run_problem(ctx, &p, false);
         return SDPA_OK;
@@ -400,10 +425,11 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
         if (s != SDPA_OK) return s;
     }
     s = reserve_write(ctx, fn, cache, sp, n);
+    if (s == SDPA_OK) s = reserve_rotation(ctx, fn, cache, &p.rope);
     if (s != SDPA_OK) return s;
     for (int32_t at = sp; at < sp + n; at = next) {
         const sdpa_problem piece = step_piece(&p, at, &next);
-        put_rows(cache, key->data, value->data, n, at - sp, at, next - at);
+        put_rows(cache, key->data, value->data, n, at - sp, at, next - at, &p.rope);  /* (p's: positions of the whole key) */
         sdpa_run_problem(ctx, &piece, false);
     }
     return SDPA_OK;
@@ -560,7 +586,7 @@ int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) 
 sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t start, int32_t len) {
     if (len <= 0) return SDPA_OK;
     sdpa_status s = reserve_write(ctx, fn, c, start, len);
-    if (s == SDPA_OK) put_rows(c, NULL, NULL, 0, 0, start, len);
+    if (s == SDPA_OK) put_rows(c, NULL, NULL, 0, 0, start, len, NULL);
     return s;
 }
 
@@ -644,6 +670,7 @@ sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * ite
             s = sdpa_reserve_problem(ctx, fn, &piece);
         }
     }
+    for (int32_t i = 0; i < n && s == SDPA_OK; i++) s = reserve_rotation(ctx, fn, items[i].cache, &ps[i].rope);
     if (s != SDPA_OK) return s;
     for (int32_t i = 0; i < n; i++) {  /* the pages, per page size */
         bool seen = false;
@@ -660,7 +687,7 @@ sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * ite
     for (int32_t i = 0; i < n; i++) {
         if (pieces[i]) continue;
         const int32_t len = items[i].key->dims[1];
-        put_rows(items[i].cache, items[i].key->data, items[i].value->data, len, 0, (int32_t)ps[i].start_pos, len);
+        put_rows(items[i].cache, items[i].key->data, items[i].value->data, len, 0, (int32_t)ps[i].start_pos, len, &ps[i].rope);
     }
     if (nb > 0) sdpa_run_problems(ctx, batch, nb);
     for (int32_t i = 0; i < n; i++) {
@@ -669,7 +696,7 @@ sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * ite
         int32_t next;
         for (int32_t at = sp; at < sp + len; at = next) {
             const sdpa_problem piece = step_piece(&ps[i], at, &next);
-            put_rows(items[i].cache, items[i].key->data, items[i].value->data, len, at - sp, at, next - at);
+            put_rows(items[i].cache, items[i].key->data, items[i].value->data, len, at - sp, at, next - at, &ps[i].rope);
             sdpa_run_problem(ctx, &piece, false);
         }
     }

@@ -196,7 +196,7 @@ static sdpa_status check_tail_options(sdpa_ctx * ctx, const char * fn, const sdp
 
 #define TRY(expr) do { sdpa_status s_ = (expr); if (s_ != SDPA_OK) return s_; } while (0)
 
-static const sdpa_options default_options = { 0, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL };
+static const sdpa_options default_options = { 0, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL, NULL };
 
 /* torch_layout when reading dims 1 and 2 of the query (and of the key, unless
  * it is a cache, whose heads are known) the other way round would satisfy the
@@ -240,6 +240,8 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     TRY(check_options_arg(ctx, fn, o));
     if (o->window && has_mask)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: window and attnMask were both given; put the window in the mask", fn);
+    if (o->rotary && !cache)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary is an option of KVCache.update, KVCache.attend and KVCache.step", fn);
     if (has_tree) {  /* issue 21: a mask over the new rows of a cache's causal step */
         if (!cache)
             return sdpa_fail(ctx, SDPA_E_ARG, "%s: treeMask is an option of KVCache.attend and KVCache.step (a mask over a cache's new rows)", fn);
@@ -427,6 +429,7 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     p->tree = has_tree ? (const uint8_t *)tree->data : NULL;
     p->tree_stride = has_tree ? Sq : 0;
     p->tree_pos = o->start_pos;
+    memset(&p->rope, 0, sizeof p->rope);  /* (a cache call's rotary: check_rotary) */
     sdpa_kv_view * kv = &p->kv;
     kv->batch = B; kv->len = kt; kv->heads = kh; kv->dim = D;
     if (cache) {
@@ -456,12 +459,104 @@ sdpa_status sdpa_check_custom(sdpa_ctx * ctx, const char * fn, const sdpa_tensor
     return check_attention(ctx, fn, query, key, value, NULL, mask, options, out, true, problem);
 }
 
+/* The lowest status among the candidates wins (the first rule in the table's
+ * order), with its message; ties go to the first one found. */
+typedef struct first_failure {
+    sdpa_status status;
+    char message[SDPA_ERROR_CAP];
+} first_failure;
+
+static void keep_first(first_failure * f, const sdpa_ctx * ctx, sdpa_status s) {
+    if (s == SDPA_OK || (f->status != SDPA_OK && f->status <= s)) return;
+    f->status = s;
+    memcpy(f->message, ctx->last_error, sizeof f->message);
+}
+
+static sdpa_status report_first(sdpa_ctx * ctx, const first_failure * f) {
+    if (f->status != SDPA_OK) memcpy(ctx->last_error, f->message, sizeof f->message);
+    return f->status;
+}
+
+/* ---- issue 21: rotary embeddings ----------------------------------------
+ * The rules of a call's rotary option, in the table's order, for `rows` new
+ * rows (-1: unknown, the rules that need them are left to the call's own,
+ * which fail first) whose default positions are start .. start + rows - 1,
+ * `rows_name` the tensor that has them; out (NULL for an update) must not
+ * overlap the tables or the positions. Fills *rope (half 0 without rotary). */
+static sdpa_status check_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, const sdpa_rotary * ro,
+                                const sdpa_tensor * out, int64_t start, int32_t rows, const char * rows_name,
+                                sdpa_rope * rope) {
+    memset(rope, 0, sizeof *rope);
+    if (!ro) return SDPA_OK;
+    const sdpa_tensor * c = ro->cos, * s = ro->sin;
+    const uint64_t pos_bytes = ro->n_positions > 0 ? (uint64_t)ro->n_positions * sizeof(int32_t) : 0;
+    /* E_ARG */
+    if (!present(c)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.cos is missing; expected a tensor { data, dims }", fn);
+    if (!present(s)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.sin is missing; expected a tensor { data, dims }", fn);
+    if (ro->interleaved != 0 && ro->interleaved != 1)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.interleaved is %d; expected 0 or 1", fn, ro->interleaved);
+    if (ro->n_positions < 0 || (ro->n_positions > 0) != (ro->positions != NULL))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.positions and its count %d disagree; pass both or neither", fn, ro->n_positions);
+    if (in_cache(cache, c)) return fail_in_cache(ctx, fn, "rotary.cos");
+    if (in_cache(cache, s)) return fail_in_cache(ctx, fn, "rotary.sin");
+    if (pos_bytes && sdpa_page_pool_overlaps(cache->ctx->pages, ro->positions, pos_bytes)) return fail_in_cache(ctx, fn, "rotary.positions");
+    if (out && overlaps(out, c)) return fail_shares(ctx, fn, "rotary.cos");
+    if (out && overlaps(out, s)) return fail_shares(ctx, fn, "rotary.sin");
+    if (out && pos_bytes && ranges_overlap(out->data, claimed_bytes(out), ro->positions, pos_bytes))
+        return fail_shares(ctx, fn, "rotary.positions");
+    /* E_RANK */
+    TRY(check_rank(ctx, fn, "rotary.cos", c, 2, "2-D [maxPosition, rotaryDim / 2]"));
+    TRY(check_rank(ctx, fn, "rotary.sin", s, 2, "2-D [maxPosition, rotaryDim / 2]"));
+    /* E_DIMS */
+    TRY(check_dims(ctx, fn, "rotary.cos", c, -1));
+    TRY(check_dims(ctx, fn, "rotary.sin", s, -1));
+    if (s->dims[0] != c->dims[0] || s->dims[1] != c->dims[1])
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: rotary.sin has dims %s but rotary.cos has %s; they must be equal", fn, DIMS(s), DIMS(c));
+    if (ro->positions && rows >= 0 && ro->n_positions != rows)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: rotary.positions has %d entries but %s has %s; one position per new row",
+                         fn, ro->n_positions, rows_name, ROWS(rows));
+    /* E_DTYPE */
+    TRY(check_float32(ctx, fn, "rotary.cos", c));
+    TRY(check_float32(ctx, fn, "rotary.sin", s));
+    /* E_HEAD_DIM */
+    if (2 * (int64_t)c->dims[1] > cache->head_dim)
+        return sdpa_fail(ctx, SDPA_E_HEAD_DIM, "%s: rotary.cos has dims %s: rotaryDim 2 * %d = %lld is more than the cache's headDim %d; rotaryDim must be at most the head dim",
+                         fn, DIMS(c), c->dims[1], 2 * (long long)c->dims[1], cache->head_dim);
+    /* E_START_POS */
+    const int32_t P = c->dims[0];
+    for (int32_t k = 0; k < ro->n_positions; k++)
+        if (ro->positions[k] < 0 || ro->positions[k] >= P)
+            return sdpa_fail(ctx, SDPA_E_START_POS, "%s: rotary.positions[%d] is %d; expected a position in 0 .. %d (the rows of rotary.cos and rotary.sin)",
+                             fn, k, ro->positions[k], P - 1);
+    if (!ro->positions && rows > 0 && start >= 0 && start > (int64_t)P - rows)
+        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: the new rows sit at positions %lld .. %lld, but rotary.cos and rotary.sin hold positions 0 .. %d; pass longer tables or rotary.positions",
+                         fn, (long long)start, (long long)start + rows - 1, P - 1);
+    rope->cos = c->data;
+    rope->sin = s->data;
+    rope->half = c->dims[1];
+    rope->interleaved = ro->interleaved;
+    rope->pos = ro->positions;
+    return SDPA_OK;
+}
+
+/* The rows of a query-like tensor, or -1 when its dims say nothing yet. */
+static int32_t rows_of_input(const sdpa_tensor * t) {
+    return present(t) && t->rank == 4 && t->dims[1] > 0 ? t->dims[1] : -1;
+}
+
 sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                     const sdpa_tensor * query, const sdpa_tensor * mask,
                                     const sdpa_options * options, const sdpa_tensor * out,
                                     bool check_room, sdpa_problem * problem) {
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
-    return check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, check_room, problem);
+    first_failure first = { SDPA_OK, "" };
+    keep_first(&first, ctx, check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, check_room, problem));
+    if (options && options->rotary)  /* (q rows at startPos + i, or rotary.positions[i]) */
+        keep_first(&first, ctx, check_rotary(ctx, fn, cache, options->rotary, present(out) ? out : NULL, options->start_pos,
+                                             rows_of_input(query), "query", &problem->rope));
+    else
+        memset(&problem->rope, 0, sizeof problem->rope);
+    return report_first(ctx, &first);
 }
 
 sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, int64_t length) {
@@ -590,6 +685,17 @@ sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_
     return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos", true);
 }
 
+sdpa_status sdpa_check_cache_update_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                           const sdpa_tensor * key, const sdpa_tensor * value,
+                                           int64_t start_pos, const sdpa_rotary * rotary, sdpa_rope * rope) {
+    first_failure first = { SDPA_OK, "" };
+    keep_first(&first, ctx, sdpa_check_cache_update(ctx, fn, cache, key, value, start_pos));
+    memset(rope, 0, sizeof *rope);
+    if (cache && rotary)  /* (K rows at startPos + i, or rotary.positions[i]) */
+        keep_first(&first, ctx, check_rotary(ctx, fn, cache, rotary, NULL, start_pos, rows_of_input(key), "key", rope));
+    return report_first(ctx, &first);
+}
+
 sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                   int64_t start, int64_t length, const sdpa_tensor * key_out,
                                   const sdpa_tensor * value_out) {
@@ -656,18 +762,6 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t bat
     return SDPA_OK;
 }
 
-/* The lowest status among the candidates wins (the first rule in the table's
- * order), with its message. */
-typedef struct first_failure {
-    sdpa_status status;
-    char message[SDPA_ERROR_CAP];
-} first_failure;
-
-static void keep_first(first_failure * f, const sdpa_ctx * ctx, sdpa_status s) {
-    if (s == SDPA_OK || (f->status != SDPA_OK && f->status <= s)) return;
-    f->status = s;
-    memcpy(f->message, ctx->last_error, sizeof f->message);
-}
 
 sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                   const sdpa_tensor * query, const sdpa_tensor * key,

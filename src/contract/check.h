@@ -13,7 +13,8 @@ sdpa_status sdpa_check_custom(sdpa_ctx * ctx, const char * fn, const sdpa_tensor
                               const sdpa_tensor * mask, const sdpa_options * options,
                               const sdpa_tensor * out, sdpa_problem * problem);
 
-/* attend over a cache: query, mask, options -> out (Skv = maxSeqLen).
+/* attend over a cache: query, mask, options -> out (Skv = maxSeqLen); with
+ * options->rotary also its rules (problem->rope: the q rows' rotation).
  * check_room = false skips `startPos + Sq <= maxSeqLen` (a step checks it as
  * the update's E_CAPACITY instead). */
 sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
@@ -34,6 +35,13 @@ sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv
 sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                     const sdpa_tensor * key, const sdpa_tensor * value,
                                     int64_t start_pos);
+
+/* update with rotary embeddings (issue 21): update's rules, then rotary's
+ * for the key's rows (the lowest status wins); *rope: the K rows' rotation
+ * (half 0 when rotary is NULL). */
+sdpa_status sdpa_check_cache_update_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                           const sdpa_tensor * key, const sdpa_tensor * value,
+                                           int64_t start_pos, const sdpa_rotary * rotary, sdpa_rope * rope);
 
 /* read rows start .. start+length-1 into key_out, value_out. */
 sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,

@@ -81,7 +81,7 @@ typedef enum scratch_area {
     AREA_K_TILE, AREA_V_TILE, AREA_Q_BROADCAST, AREA_COUNT
 } scratch_area;
 static const struct { uint32_t per_dim, fixed; } scratch_areas[AREA_COUNT] = {
-    [AREA_Q]           = { BLOCK_ROWS, 0 },              /* q rows, zero-padded; later the reference row's D doubles */
+    [AREA_Q]           = { BLOCK_ROWS, 0 },              /* q rows, zero-padded; later the reference row's D doubles + D floats */
     [AREA_ACC]         = { BLOCK_ROWS, 0 },              /* the rows' p . V accumulators */
     [AREA_SCORES]      = { 0, BLOCK_ROWS * TILE_KEYS },  /* a tile's scores, then its weights */
     [AREA_MAX]         = { 0, BLOCK_ROWS },              /* running max m */
@@ -100,7 +100,7 @@ static const struct { uint32_t per_dim, fixed; } scratch_areas[AREA_COUNT] = {
     [AREA_W_INT]       = { 13, 416 },
 };
 _Static_assert(BLOCK_ROWS % 4 == 0 && (BLOCK_ROWS * TILE_KEYS) % 4 == 0, "scratch areas are whole vectors");
-_Static_assert(BLOCK_ROWS * sizeof(float) >= sizeof(double), "a reference row fits in the q area");
+_Static_assert(BLOCK_ROWS * sizeof(float) >= sizeof(double) + sizeof(float), "a reference row (and its rotated q) fits in the q area");
 
 /* Floats before area `a` (AREA_COUNT: all of them), saturating. */
 static uint64_t area_offset(scratch_area a, int32_t dim_pad) {
@@ -529,7 +529,8 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         const int32_t row = st->row0 + x, i = row / r, h = hk * r + row % r;
         const float * q = p->q + (size_t)b * p->q_stride_b + ((size_t)i * p->q_heads + h) * D;
         /* unscaled: scale * q could overflow (or underflow) where scale * (q . k) does not */
-        memcpy(st->q + (size_t)x * Dp, q, sizeof(float) * (size_t)D);
+        if (p->rope.half) sdpa_rope_row(&p->rope, p->rope.pos ? p->rope.pos[i] : p->start_pos + i, q, st->q + (size_t)x * Dp, D);
+        else memcpy(st->q + (size_t)x * Dp, q, sizeof(float) * (size_t)D);
         int64_t limit = p->n_keys;
         if (p->is_causal && p->start_pos + i + 1 < limit) limit = p->start_pos + i + 1;
         st->limit[x] = (int32_t)limit;

@@ -9,7 +9,7 @@
 uint64_t sdpa_reference_workspace(int32_t n_threads, const sdpa_problem * p);
 void sdpa_reference_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch);
 /* One output row out[b, i, h, :], computed as the reference does; acc: D
- * doubles of scratch. Exact (to float rounding) for any finite input, and
+ * doubles, then D floats (a rotated q row), of scratch. Exact (to float rounding) for any finite input, and
  * NaN / Inf through as the contract says for non-finite ones. */
 void sdpa_reference_row(const sdpa_problem * p, int32_t b, int32_t i, int32_t h, double * acc);
 

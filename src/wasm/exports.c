@@ -14,7 +14,7 @@ static_assert(offsetof(sdpa_tensor, len) == 4, "sdpa_tensor.len");
 static_assert(offsetof(sdpa_tensor, dtype) == 8, "sdpa_tensor.dtype");
 static_assert(offsetof(sdpa_tensor, rank) == 12, "sdpa_tensor.rank");
 static_assert(offsetof(sdpa_tensor, dims) == 16, "sdpa_tensor.dims");
-static_assert(sizeof(sdpa_options) == 40, "sdpa_options layout");
+static_assert(sizeof(sdpa_options) == 48, "sdpa_options layout");
 static_assert(offsetof(sdpa_options, start_pos) == 0, "sdpa_options.start_pos");
 static_assert(offsetof(sdpa_options, is_causal) == 8, "sdpa_options.is_causal");
 static_assert(offsetof(sdpa_options, has_scale) == 12, "sdpa_options.has_scale");
@@ -24,6 +24,9 @@ static_assert(offsetof(sdpa_options, window) == 24, "sdpa_options.window");
 static_assert(offsetof(sdpa_options, softcap) == 28, "sdpa_options.softcap");
 static_assert(offsetof(sdpa_options, sinks) == 32, "sdpa_options.sinks");
 static_assert(offsetof(sdpa_options, tree_mask) == 36, "sdpa_options.tree_mask");
+static_assert(offsetof(sdpa_options, rotary) == 40, "sdpa_options.rotary");
+static_assert(sizeof(sdpa_rotary) == 20 && offsetof(sdpa_rotary, sin) == 4 && offsetof(sdpa_rotary, interleaved) == 8 &&
+              offsetof(sdpa_rotary, n_positions) == 12 && offsetof(sdpa_rotary, positions) == 16, "sdpa_rotary layout");
 static_assert(sizeof(sdpa_memory_stats) == 48, "sdpa_memory_stats layout");
 static_assert(sizeof(sdpa_kv_cache_size) == 40, "sdpa_kv_cache_size layout");
 static_assert(sizeof(sdpa_kv_cache_desc) == 32, "sdpa_kv_cache_desc layout");

@@ -45,7 +45,7 @@
 static sdpa_ctx * g_ctx1, * g_ctx2, * g_ctx8;
 static uint64_t g_seed = 0x8a11u;
 
-static const sdpa_options k_defaults = { 0, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL };
+static const sdpa_options k_defaults = { 0, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL, NULL };
 
 /* ---- 1. sizes ---------------------------------------------------------- */
 
@@ -295,7 +295,7 @@ static void run_range_case(range_case * c) {
     sdpa_tensor tk = tu_tensor4(c->k, SDPA_DTYPE_FLOAT32, c->B, c->Skv, c->Hkv, c->D);
     sdpa_tensor tv = tu_tensor4(c->v, SDPA_DTYPE_FLOAT32, c->B, c->Skv, c->Hkv, c->D);
     sdpa_tensor tm = tu_tensor2(c->mask, SDPA_DTYPE_FLOAT32, c->Sq, c->Skv);
-    sdpa_options o = { c->start_pos, c->causal, c->scale != 0.0f, c->scale, 0.0f, 0, 0.0f, NULL, NULL };
+    sdpa_options o = { c->start_pos, c->causal, c->scale != 0.0f, c->scale, 0.0f, 0, 0.0f, NULL, NULL, NULL };
     tu_custom_paths(g_ctx1, g_ctx2, &tq, &tk, &tv, c->mask ? &tm : NULL, &o, ref, out1, out2, outr, 1, NULL, NULL);
 
     if (!c->mask && c->start_pos + c->Sq == c->Skv) {

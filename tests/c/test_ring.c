@@ -156,7 +156,7 @@ static void step_and_check(model * m, int32_t n, const step_opts * so, const cha
     float sink_data[HQ];
     sdpa_tensor tsinks;
     if (so->sinks) { memcpy(sink_data, so->sinks, sizeof sink_data); tsinks = tu_tensor4(sink_data, SDPA_DTYPE_FLOAT32, HQ, 1, 1, 1); tsinks.rank = 1; }
-    sdpa_options o = { sp, 1, 0, 0.0f, 0.0f, so->window, so->softcap, so->sinks ? &tsinks : NULL, NULL };
+    sdpa_options o = { sp, 1, 0, 0.0f, 0.0f, so->window, so->softcap, so->sinks ? &tsinks : NULL, NULL, NULL };
     tu_dirty_error(g_one);
     sdpa_status s1 = sdpa_kv_cache_step(g_one, m->c1, &tq, &tk, &tv, NULL, &o, &to1);
     sdpa_status s2 = sdpa_kv_cache_step(g_two, m->c2, &tq, &tk, &tv, NULL, &o, &to2);
@@ -184,7 +184,7 @@ static void attend_and_check(model * m, int32_t n, const char * what) {
     random_fill(q, nq);
     tu_fill_nan(o, nq);
     sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, B, n, HQ, D), to = tu_tensor4(o, SDPA_DTYPE_FLOAT32, B, n, HQ, D);
-    sdpa_options opt = { sp, 1, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL };
+    sdpa_options opt = { sp, 1, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL, NULL };
     tu_dirty_error(g_one);
     sdpa_status st = sdpa_kv_cache_attend(g_one, m->c1, &tq, NULL, &opt, &to);
     double * ref = reference(m, q, sp, n, m->W, 0.0, NULL);
@@ -256,7 +256,7 @@ static void test_ring_against_plain(sdpa_ctx * ctx, int32_t dtype, const char * 
         random_fill(q, sizeof q / 4); random_fill(k, sizeof k / 4); random_fill(v, sizeof v / 4);
         char what[64];
         snprintf(what, sizeof what, "decode at %d", pos);
-        const sdpa_options o = { pos, 1, 0, 0.0f, 0.0f, S ? 0 : W, 0.0f, NULL, NULL };
+        const sdpa_options o = { pos, 1, 0, 0.0f, 0.0f, S ? 0 : W, 0.0f, NULL, NULL, NULL };
         const sdpa_status s1 = sdpa_kv_cache_step(ctx, ring, &tq, &tk, &tv, NULL, &o, &t1);
         sdpa_status s2;
         if (S == 0) {
@@ -264,7 +264,7 @@ static void test_ring_against_plain(sdpa_ctx * ctx, int32_t dtype, const char * 
         } else {
             uint8_t * mask = visibility(pos, 1, W, S);
             sdpa_tensor tm = tu_tensor2(mask, SDPA_DTYPE_BOOL, 1, pos + 1);
-            const sdpa_options om = { pos, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL };
+            const sdpa_options om = { pos, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL, NULL };
             s2 = sdpa_kv_cache_step(ctx, plain, &tq, &tk, &tv, &tm, &om, &t2);
             free(mask);
         }
@@ -339,7 +339,7 @@ static void test_rules(void) {
     random_fill(q, sizeof q / 4);
     sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, B, 1, HQ, D), to = tu_tensor4(o, SDPA_DTYPE_FLOAT32, B, 1, HQ, D);
     sdpa_tensor k1 = tu_tensor4(k, SDPA_DTYPE_FLOAT32, B, 1, H, D), v1 = tu_tensor4(v, SDPA_DTYPE_FLOAT32, B, 1, H, D);
-    sdpa_options causal = { n - 1, 1, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL };
+    sdpa_options causal = { n - 1, 1, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL, NULL };
     /* attention rules */
     uint8_t mask[400];
     memset(mask, 1, sizeof mask);
@@ -460,7 +460,7 @@ static void test_random_ops(uint64_t seed) {
             sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, B, n, HQ, D), tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, B, n, H, D),
                         tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, B, n, H, D), to1 = tu_tensor4(o1, SDPA_DTYPE_FLOAT32, B, n, HQ, D),
                         to2 = tu_tensor4(o2, SDPA_DTYPE_FLOAT32, B, n, HQ, D);
-            sdpa_options o = { sp, 1, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL };
+            sdpa_options o = { sp, 1, 0, 0.0f, 0.0f, 0, 0.0f, NULL, NULL, NULL };
             if (kind < 2) {
                 s1 = sdpa_kv_cache_step(g_one, m.c1, &tq, &tk, &tv, NULL, &o, &to1);
                 s2 = sdpa_kv_cache_step(g_two, m.c2, &tq, &tk, &tv, NULL, &o, &to2);
