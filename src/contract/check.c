@@ -790,8 +790,10 @@ sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv
 
 /* ---- issue 21: attendMany ----------------------------------------------- */
 
+#define ITEM_INPUTS 8
 static const sdpa_tensor * item_input(const sdpa_attend_item * it, int which, const char ** name, bool step) {
-    static const char * const names[6] = { "query", "attnMask", "sinks", "treeMask", "key", "value" };
+    static const char * const names[ITEM_INPUTS] = { "query", "attnMask", "sinks", "treeMask", "key", "value", "rotary.cos", "rotary.sin" };
+    const sdpa_rotary * ro = it->options ? it->options->rotary : NULL;
     *name = names[which];
     switch (which) {
     case 0: return it->query;
@@ -799,8 +801,18 @@ static const sdpa_tensor * item_input(const sdpa_attend_item * it, int which, co
     case 2: return it->options ? it->options->sinks : NULL;
     case 3: return it->options ? it->options->tree_mask : NULL;
     case 4: return step ? it->key : NULL;
-    default: return step ? it->value : NULL;
+    case 5: return step ? it->value : NULL;
+    case 6: return ro ? ro->cos : NULL;
+    default: return ro ? ro->sin : NULL;
     }
+}
+
+/* An item's out over another item's rotary.positions (C callers only: JS
+ * passes a private copy of them). */
+static bool out_over_positions(const sdpa_attend_item * a, const sdpa_attend_item * b) {
+    const sdpa_rotary * ro = b->options ? b->options->rotary : NULL;
+    return present(a->out) && ro && ro->positions && ro->n_positions > 0 &&
+           ranges_overlap(a->out->data, claimed_bytes(a->out), ro->positions, (uint64_t)ro->n_positions * sizeof(int32_t));
 }
 
 static sdpa_status check_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
@@ -834,7 +846,7 @@ static sdpa_status check_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend
                     s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].out; out must not overlap any input or another item's out", fn, j, i);
                     break;
                 }
-                for (int w = 0; w < 6 && s == SDPA_OK; w++) {
+                for (int w = 0; w < ITEM_INPUTS && s == SDPA_OK; w++) {
                     const sdpa_tensor * x = item_input(a, w, &what, step);
                     if (present(x) && present(b->out) && overlaps(b->out, x))
                         s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].%s; out must not overlap any input or another item's out", fn, j, i, what);
@@ -842,6 +854,10 @@ static sdpa_status check_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend
                     if (s == SDPA_OK && present(x) && present(a->out) && overlaps(a->out, x))
                         s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].%s; out must not overlap any input or another item's out", fn, i, j, what);
                 }
+                if (s == SDPA_OK && out_over_positions(b, a))
+                    s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].rotary.positions; out must not overlap any input or another item's out", fn, j, i);
+                else if (s == SDPA_OK && out_over_positions(a, b))
+                    s = sdpa_fail(ctx, SDPA_E_ARG, "%s: items[%d].out shares memory with items[%d].rotary.positions; out must not overlap any input or another item's out", fn, i, j);
             }
         if (s != SDPA_OK) return s;
     }

@@ -78,8 +78,23 @@ function tensor(x, copies) {
 }
 
 /** An sdpa_options (js/runtime.js putOptions, but with dropoutP written as given). */
+/** An sdpa_rotary (include/sdpa.h; js/runtime.js putRotary) for { cos, sin, interleaved, positions }, or 0. */
+function rotary(r, copies) {
+  if (!r) return 0;
+  const at = malloc(20), w = at >>> 2;
+  const pos = r.positions ?? null;
+  const p = pos ? malloc(4 * pos.length) : 0;
+  if (pos) i32().set(pos, p >>> 2);
+  u32()[w] = tensor(r.cos, copies);
+  u32()[w + 1] = tensor(r.sin, copies);
+  i32()[w + 2] = r.interleaved ? 1 : 0;
+  i32()[w + 3] = pos ? pos.length : 0;
+  u32()[w + 4] = p;
+  return at;
+}
+
 function options(o, startPos, isCausal, copies) {
-  const at = malloc(40), w = at >>> 2;
+  const at = malloc(48), w = at >>> 2;
   u32()[w] = startPos % 0x100000000;
   u32()[w + 1] = startPos < 0 ? 0xffffffff : Math.floor(startPos / 0x100000000);
   i32()[w + 2] = isCausal ? 1 : 0;
@@ -90,6 +105,8 @@ function options(o, startPos, isCausal, copies) {
   f32()[w + 7] = o.softcap ?? 0;
   u32()[w + 8] = tensor(o.sinks, copies);
   u32()[w + 9] = tensor(o.treeMask, copies);  // tree_mask (issue 21)
+  u32()[w + 10] = rotary(o.rotary, copies);    // rotary (issue 21)
+  u32()[w + 11] = 0;
   return at;
 }
 
@@ -127,8 +144,9 @@ function viaC(kind, which, args) {
         break;
       }
       case 'update': {
-        const [kx, vx, sp] = args;
-        st = M._sdpa_kv_cache_update(core.ctx, cache, tensor(kx, copies), tensor(vx, copies), sp ?? M._sdpa_kv_cache_length(cache));
+        const [kx, vx, sp, o = {}] = args;
+        st = M._sdpa_kv_cache_update_rotary(core.ctx, cache, tensor(kx, copies), tensor(vx, copies), sp ?? M._sdpa_kv_cache_length(cache),
+          rotary(o.rotary, copies));
         break;
       }
       case 'read': {
@@ -487,8 +505,33 @@ test('issue 21: treeMask, keepRows', () => {
   ]);
 });
 
+test('issue 21: rotary', () => {
+  const tab = (P, R, x = 0.5) => t([P, R], x);
+  const T = () => ({ cos: tab(8, 4), sin: tab(8, 4) });
+  const wT = () => ({ cos: tab(400, 2), sin: tab(400, 2) });
+  parity([
+    ['step rotary sin missing', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { rotary: { cos: tab(8, 4) } }], 'E_ARG'],
+    ['attend out over rotary.cos', 'attend', 'plain', () => { const o = t([1, 1, 4, 8], 0); return [cq(), { startPos: 3, out: o, rotary: { cos: { data: o.data.subarray(0, 8), dims: [2, 4] }, sin: tab(2, 4) } }]; }, 'E_ARG'],
+    ['step rotary cos rank 3', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { rotary: { cos: t([2, 4, 4]), sin: tab(8, 4) } }], 'E_RANK'],
+    ['step rotary sin dims differ', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { rotary: { cos: tab(8, 4), sin: tab(7, 4) } }], 'E_DIMS'],
+    ['step rotary positions count', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { rotary: { ...T(), positions: [1, 2] } }], 'E_DIMS'],
+    ['update rotary positions count', 'update', 'plain', () => [ckv(2), ckv(2), 4, { rotary: { ...T(), positions: [1] } }], 'E_DIMS'],
+    ['step rotary cos bool', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { rotary: { cos: b8([8, 4]), sin: tab(8, 4) } }], 'E_DTYPE'],
+    ['attend rotaryDim past the head dim', 'attend', 'plain', () => [cq(), { startPos: 3, rotary: { cos: tab(8, 5), sin: tab(8, 5) } }], 'E_HEAD_DIM'],
+    ['update rotaryDim past the head dim', 'update', 'plain', () => [ckv(), ckv(), 4, { rotary: { cos: tab(8, 5), sin: tab(8, 5) } }], 'E_HEAD_DIM'],
+    ['step rotary position past the tables', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { rotary: { ...T(), positions: [8] } }], 'E_START_POS'],
+    ['step rotary negative position', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { rotary: { ...T(), positions: [-3] } }], 'E_START_POS'],
+    ['step rotary rows past the tables', 'step', 'plain', () => [cq(2), ckv(2), ckv(2), 3, { rotary: { cos: tab(4, 4), sin: tab(4, 4) } }], 'E_START_POS'],
+    ['update rotary rows past the tables', 'update', 'plain', () => [ckv(3), ckv(3), 2, { rotary: { cos: tab(4, 4), sin: tab(4, 4) } }], 'E_START_POS'],
+    ['windowed step rotary rows past the tables', 'step', 'win', () => [wq(), wkv(), wkv(), WIN_ROWS, { rotary: { cos: tab(WIN_ROWS, 2), sin: tab(WIN_ROWS, 2) } }], 'E_START_POS'],
+    ['windowed attend rotary interleaved, evicted rows first', 'attend', 'win', () => [wq(), { startPos: 5, rotary: { ...wT(), interleaved: true, positions: [500] } }], 'E_START_POS'],
+    ['attendMany: out over another item\'s rotary.sin', 'many', null, () => { const s0 = tab(8, 4); return [['plain', cq(), { startPos: 3, rotary: { cos: tab(8, 4), sin: s0 } }], ['win', wq(), { startPos: WIN_ROWS - 1, out: { data: s0.data.subarray(0, 8), dims: [1, 1, 2, 4] } }]]; }, 'E_ARG'],
+    ['stepMany: an item\'s rotary rule', 'stepMany', null, () => [['plain', cq(), ckv(), ckv(), { startPos: 4 }], ['win', wq(), wkv(), wkv(), { startPos: WIN_ROWS, rotary: { cos: tab(8, 3), sin: tab(8, 3) } }]], 'E_HEAD_DIM'],
+  ]);
+});
+
 test('every case agreed', () => {
-  assert.ok(cases === 157, `${cases} cases`);
+  assert.ok(cases === 174, `${cases} cases`);
   console.log(`  parity: ${cases} rule cases, JS and C agree on code and message`);
 });
 
