@@ -529,8 +529,8 @@ static sdpa_status check_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_c
             return sdpa_fail(ctx, SDPA_E_START_POS, "%s: rotary.positions[%d] is %d; expected a position in 0 .. %d (the rows of rotary.cos and rotary.sin)",
                              fn, k, ro->positions[k], P - 1);
     if (!ro->positions && rows > 0 && start >= 0 && start > (int64_t)P - rows)
-        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: the new rows sit at positions %lld .. %lld, but rotary.cos and rotary.sin hold positions 0 .. %d; pass longer tables or rotary.positions",
-                         fn, (long long)start, (long long)start + rows - 1, P - 1);
+        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: the new rows sit at positions %lld .. %llu, but rotary.cos and rotary.sin hold positions 0 .. %d; pass longer tables or rotary.positions",
+                         fn, (long long)start, (unsigned long long)start + (unsigned long long)rows - 1, P - 1);  /* (no overflow: start may be near INT64_MAX) */
     rope->cos = c->data;
     rope->sin = s->data;
     rope->half = c->dims[1];

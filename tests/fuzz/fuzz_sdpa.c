@@ -97,6 +97,7 @@ static sdpa_ctx * g_ctx;
 static struct {
     long calls, accepted, rejected, rows_compared, caches, injected, nan_rows;
     long trees, trees_ok, keeps, keeps_ok, manys, manys_ok;  /* issue 21: tree-mask calls, keepRows, attendMany (accepted ones) */
+    long rotary_calls, rotaries;  /* issue 21: calls with rotary, and attends / steps with it accepted */
 } g_stats;
 
 /* A dim: usually the intended value, sometimes broken. */
@@ -399,6 +400,81 @@ static uint8_t * tree_full_mask(const sdpa_tensor * t, int64_t sp, sdpa_tensor *
             m[(size_t)i * N + c] = c < sp ? 1 : (c - sp <= i && ((const uint8_t *)t->data)[(size_t)i * n + (c - sp)]) ? 1 : 0;
     *full = (sdpa_tensor){ m, (size_t)n * (size_t)N, SDPA_DTYPE_BOOL, 2, { n, N, 0, 0 } };
     return m;
+}
+
+/* issue 21: a rotary option now and then (tables of a random size, rotaryDim
+ * up to D + 2, bad ranks / dims / dtypes / interleaved / positions through
+ * make_tensor and here). */
+typedef struct frotary {
+    sdpa_rotary r;
+    ftensor c, s;
+    int32_t pos[72];
+    int on;
+} frotary;
+
+static void make_rotary(rd * r, frotary * fr, int32_t rows, int32_t D, int32_t S) {
+    memset(fr, 0, sizeof *fr);
+    fr->on = rare(r, 3);
+    /* mostly tables that fit (positions up to the cache's length, 1 <= R <= D / 2), sometimes not */
+    const int32_t P = rare(r, 4) ? 1 + (int32_t)(u8(r) % (uint32_t)(S + 8)) : S + 1 + (int32_t)(u8(r) % 8u);
+    const int32_t R = rare(r, 8) || D < 2 ? (int32_t)(u8(r) % (uint32_t)(D / 2 + 2)) : 1 + (int32_t)(u8(r) % (uint32_t)(D / 2));
+    int32_t cd[2] = {P, R}, sd[2] = {P, R};
+    if (rare(r, 16)) sd[0] = P + 1;
+    make_tensor(r, &fr->c, 2, cd, SDPA_DTYPE_FLOAT32, FILL_QK);
+    make_tensor(r, &fr->s, 2, sd, SDPA_DTYPE_FLOAT32, FILL_QK);
+    if (!fr->on) return;
+    fr->r.cos = tp(&fr->c);
+    fr->r.sin = tp(&fr->s);
+    fr->r.interleaved = rare(r, 32) ? 2 : (int32_t)(u8(r) & 1);
+    if (rare(r, 2)) {
+        int64_t n = rare(r, 8) ? (int64_t)rows + 1 : rows;  /* (rows: a fuzzed dim, maybe INT32_MAX) */
+        if (n > 72) n = 72;
+        for (int32_t i = 0; i < n; i++) fr->pos[i] = (int32_t)(u8(r) % (uint32_t)(P + 1)) - (rare(r, 32) ? 2 : 0);
+        fr->r.n_positions = n > 0 ? (int32_t)n : 0;
+        fr->r.positions = n > 0 ? fr->pos : NULL;
+    }
+}
+
+/* Whether rotary's rules hold for `rows` new rows at start, head dim D, out (NULL for an update). */
+static int model_rotary(const frotary * fr, int32_t rows, int64_t start, int32_t D, const sdpa_tensor * out) {
+    if (!fr->on) return 1;
+    const sdpa_tensor * c = fr->r.cos, * s = fr->r.sin;
+    if (!c || !c->data || !s || !s->data || (fr->r.interleaved != 0 && fr->r.interleaved != 1)) return 0;
+    if (out && (ranges_overlap(out->data, tbytes(out), c->data, tbytes(c)) || ranges_overlap(out->data, tbytes(out), s->data, tbytes(s)))) return 0;
+    if (c->rank != 2 || s->rank != 2 || dims_product(c) <= 0 || dims_product(s) <= 0) return 0;
+    if ((uint64_t)dims_product(c) != (uint64_t)c->len || (uint64_t)dims_product(s) != (uint64_t)s->len) return 0;
+    if (s->dims[0] != c->dims[0] || s->dims[1] != c->dims[1]) return 0;
+    if (fr->r.positions && fr->r.n_positions != rows) return 0;
+    if (c->dtype != SDPA_DTYPE_FLOAT32 || s->dtype != SDPA_DTYPE_FLOAT32) return 0;
+    if (2 * (int64_t)c->dims[1] > D) return 0;
+    for (int32_t i = 0; i < fr->r.n_positions; i++)
+        if (fr->pos[i] < 0 || fr->pos[i] >= c->dims[0]) return 0;
+    return fr->r.positions || start <= (int64_t)c->dims[0] - rows;  /* (start may be near INT64_MAX) */
+}
+
+/* x [B, n, H, D] rotated at its rows' positions (start + i, or positions),
+ * in float32 as the contract states it: the host's own copy for the model. */
+static float * host_rotate(const frotary * fr, const sdpa_tensor * x, int64_t start) {
+    const int32_t B = x->dims[0], n = x->dims[1], H = x->dims[2], D = x->dims[3], R = fr->r.cos->dims[1];
+    const float * c = fr->r.cos->data, * sn = fr->r.sin->data;
+    float * y = malloc(x->len * sizeof(float) + 4);
+    if (!y) FAILF("host malloc failed");
+    memcpy(y, x->data, x->len * sizeof(float));
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t i = 0; i < n; i++) {
+            const int64_t p = fr->r.positions ? fr->pos[i] : start + i;
+            for (int32_t h = 0; h < H; h++) {
+                float * row = y + (((size_t)b * n + i) * H + h) * D;
+                for (int32_t j = 0; j < R; j++) {
+                    const int32_t a = fr->r.interleaved ? 2 * j : j, e = fr->r.interleaved ? 2 * j + 1 : j + R;
+                    const float xa = row[a], xb = row[e], ca = c[p * R + j], sa = sn[p * R + j];
+                    const float p1 = xa * ca, p2 = xb * sa, p3 = xb * ca, p4 = xa * sa;
+                    row[a] = p1 - p2;
+                    row[e] = p3 + p4;
+                }
+            }
+        }
+    return y;
 }
 
 static int model_custom(const sdpa_tensor * q, const sdpa_tensor * k, const sdpa_tensor * v,
@@ -879,6 +955,10 @@ static void fuzz_cache(rd * r) {
             fo.o.tree_mask = tp(&tr);
             if (!rare(r, 8)) fo.o.is_causal = 1;
         }
+        frotary fr;  /* issue 21: rotary on update (K rows), attend (q rows), step (both) */
+        make_rotary(r, &fr, kind == 0 ? k.t.dims[1] : q.t.dims[1], fc.D, fc.S);
+        if (kind != 0 && !fo.present) fr.on = 0;
+        if (kind != 0 && fr.on) fo.o.rotary = &fr.r;
         const sdpa_options * po = fo.present ? &fo.o : NULL;
         int64_t sp = po ? po->start_pos : 0;
         int32_t upd_sp = (int32_t)(sp >= INT32_MIN && sp <= INT32_MAX ? sp : -1);
@@ -889,18 +969,26 @@ static void fuzz_cache(rd * r) {
         int valid;
         const char * what;
         /* every buffer, the output last (the inputs are a prefix) */
-        ftensor * all[6] = {&q, &k, &v, &m, &tr, &out};
+        ftensor * all[8] = {&q, &k, &v, &m, &tr, &fr.c, &fr.s, &out};
         size_t tot;
-        uint8_t * before = snapshot(all, 6, &tot);
+        uint8_t * before = snapshot(all, 8, &tot);
+        float * rotated_k = NULL, * rotated_q = NULL;  /* the host's rotation of what was accepted */
+        sdpa_tensor kr, qr;
         if (kind == 0) {
-            what = "kv_cache_update";
-            valid = k.present && v.present && model_update(&fc, &k.t, &v.t, upd_sp);
-            st = sdpa_kv_cache_update(g_ctx, fc.c, tp(&k), tp(&v), upd_sp);
-            if (st == SDPA_OK) host_write(&fc, &k.t, &v.t, upd_sp);
+            what = fr.on ? "kv_cache_update_rotary" : "kv_cache_update";
+            valid = k.present && v.present && model_update(&fc, &k.t, &v.t, upd_sp) &&
+                    model_rotary(&fr, k.t.dims[1], upd_sp, fc.D, NULL);
+            st = fr.on ? sdpa_kv_cache_update_rotary(g_ctx, fc.c, tp(&k), tp(&v), upd_sp, &fr.r)
+                       : sdpa_kv_cache_update(g_ctx, fc.c, tp(&k), tp(&v), upd_sp);
+            if (st == SDPA_OK && fr.on) {
+                kr = k.t;
+                kr.data = rotated_k = host_rotate(&fr, &k.t, upd_sp);
+            }
+            if (st == SDPA_OK) host_write(&fc, fr.on ? &kr : &k.t, &v.t, upd_sp);
         } else if (kind == 1) {
             what = "kv_cache_attend";
             valid = q.present && out.present && model_attend(&q.t, fc.B, fc.S, fc.H, fc.D, pm, po, &out.t) &&
-                    model_tree(&q.t, pm, po, &out.t) &&
+                    model_tree(&q.t, pm, po, &out.t) && model_rotary(&fr, q.t.dims[1], sp, fc.D, &out.t) &&
                     ((pm && pm->data) || sp + q.t.dims[1] <= fc.length);  /* without a mask: written rows only */
             const int many = rare(r, 4) ? 1 + (int)(u8(r) % 2) : 0;  /* issue 21: as attendMany's item (twice: E_ARG) */
             if (many) {
@@ -920,6 +1008,7 @@ static void fuzz_cache(rd * r) {
             valid = q.present && k.present && v.present && out.present &&
                     model_update(&fc, &k.t, &v.t, sp) && model_attend(&q.t, fc.B, fc.S, fc.H, fc.D, pm, po, &out.t) &&
                     model_tree(&q.t, pm, po, &out.t) && q.t.dims[1] == k.t.dims[1] &&
+                    model_rotary(&fr, q.t.dims[1], sp, fc.D, &out.t) &&
                     !ranges_overlap(out.t.data, tbytes(&out.t), k.t.data, tbytes(&k.t)) &&
                     !ranges_overlap(out.t.data, tbytes(&out.t), v.t.data, tbytes(&v.t));
             const int many = po && rare(r, 4) ? 1 + (int)(u8(r) % 2) : 0;  /* issue 21: as stepMany's item (twice: E_ARG) */
@@ -934,9 +1023,19 @@ static void fuzz_cache(rd * r) {
             } else {
                 st = sdpa_kv_cache_step(g_ctx, fc.c, tp(&q), tp(&k), tp(&v), pm, po, out.present ? &out.t : NULL);
             }
-            if (st == SDPA_OK) host_write(&fc, &k.t, &v.t, sp);
+            if (st == SDPA_OK && fr.on) {
+                kr = k.t;
+                kr.data = rotated_k = host_rotate(&fr, &k.t, sp);
+            }
+            if (st == SDPA_OK) host_write(&fc, fr.on ? &kr : &k.t, &v.t, sp);
         }
-        uint8_t * after = snapshot(all, 6, &tot);
+        if (st == SDPA_OK && kind != 0 && fr.on) {  /* the reference takes q rotated */
+            qr = q.t;
+            qr.data = rotated_q = host_rotate(&fr, &q.t, sp);
+            g_stats.rotaries++;
+        }
+        if (fr.on) g_stats.rotary_calls++;
+        uint8_t * after = snapshot(all, 8, &tot);
         expect_model(what, st, valid);
         if (po && po->tree_mask && po->tree_mask->data) {
             g_stats.trees++;
@@ -958,7 +1057,7 @@ static void fuzz_cache(rd * r) {
             pm = &tree_full;
         }
         if (st == SDPA_OK && kind != 0 && fo.tame && !(fc.nonfinite && subnormal_scale(po)))
-            check_rows(what, &q.t, fc.hk, fc.hv, fc.S, fc.H, pm, po, out.t.data, r, fc.kdtype == SDPA_DTYPE_INT8 || fc.kdtype == SDPA_DTYPE_INT4 ||
+            check_rows(what, rotated_q ? &qr : &q.t, fc.hk, fc.hv, fc.S, fc.H, pm, po, out.t.data, r, fc.kdtype == SDPA_DTYPE_INT8 || fc.kdtype == SDPA_DTYPE_INT4 ||
                                                                                  fc.vdtype == SDPA_DTYPE_INT8 || fc.vdtype == SDPA_DTYPE_INT4 ? 2e-3 : 1e-5);
         free(before);
         free(after);
@@ -967,8 +1066,12 @@ static void fuzz_cache(rd * r) {
         free_tensor(&v);
         free_tensor(&m);
         free_tensor(&tr);
+        free_tensor(&fr.c);
+        free_tensor(&fr.s);
         free_tensor(&out);
         free(tree_buf);
+        free(rotated_k);
+        free(rotated_q);
     }
     sdpa_kv_cache_free(fc.c);
     free(fc.hk);
@@ -1040,6 +1143,8 @@ int main(int argc, char ** argv) {
            g_stats.nan_rows, g_stats.injected);
     printf("fuzz_sdpa: %ld tree-mask calls (%ld accepted), %ld keepRows (%ld accepted), %ld attendMany/stepMany (%ld accepted)\n",
            g_stats.trees, g_stats.trees_ok, g_stats.keeps, g_stats.keeps_ok, g_stats.manys, g_stats.manys_ok);
+    printf("fuzz_sdpa: %ld calls with rotary (%ld attends / steps accepted, checked against the reference)\n",
+           g_stats.rotary_calls, g_stats.rotaries);
     sdpa_ctx_free(g_ctx);
     g_ctx = NULL;
     return 0;
