@@ -153,8 +153,43 @@ export interface CustomSdpaOptions {
   out?: FloatTensor | undefined;
 }
 
-/** KVCache.attend options: customSdpa's and treeMask. */
+/**
+ * Rotary position embeddings applied inside a cache call (ONNX Runtime
+ * GroupQueryAttention's do_rotary): K rows rotated as update / step write
+ * them, q rows before attend / step compute the scores. With R =
+ * cos.dims[1] (rotaryDim = 2R <= D; elements 2R.. pass through) and a row
+ * at position p, each pair (a, b) = (2j, 2j+1) when interleaved (GPT-J),
+ * (j, j + R) otherwise (NeoX), j < R:
+ *   y[a] = x[a]·cos[p][j] − x[b]·sin[p][j],  y[b] = x[b]·cos[p][j] + x[a]·sin[p][j]
+ * in float32 (each product rounded, no FMA): the bits of the same rotation
+ * applied outside the op. Pass the tables as heap tensors in a decode loop
+ * (plain arrays are copied in on every call).
+ */
+export interface RotaryOptions {
+  /** float32 [maxPosition, rotaryDim / 2]. */
+  cos: FloatTensor;
+  /** float32, cos's dims. */
+  sin: FloatTensor;
+  /** GPT-J pairs (2j, 2j+1) when true; default false: NeoX halves (j, j + rotaryDim/2). */
+  interleaved?: boolean | null | undefined;
+  /**
+   * One position per new row (each in 0 .. maxPosition-1), e.g. a draft
+   * tree's tokens at their depth; default: the rows' own positions
+   * (startPos + i).
+   */
+  positions?: Int32Array | readonly number[] | null | undefined;
+}
+
+/** KVCache.update options. */
+export interface UpdateOptions {
+  /** K rows rotated at their positions before they are stored. */
+  rotary?: RotaryOptions | null | undefined;
+}
+
+/** KVCache.attend options: customSdpa's, treeMask and rotary. */
 export interface AttendOptions extends CustomSdpaOptions {
+  /** q rows rotated at their positions (attend) and K rows as they are written (step). */
+  rotary?: RotaryOptions | null | undefined;
   /**
    * bool [Sq, Sq] over the call's own query rows startPos .. startPos+Sq-1
    * (speculative decoding: a draft chain or tree): query row i sees row
@@ -337,8 +372,13 @@ export class KVCache<K extends CacheDType = CacheDType, V extends CacheDType = K
    * header each; shared ones included) and its page table. 0 once disposed.
    */
   readonly bytes: number;
-  /** Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1 (default startPos: length, an append). */
-  update(k: FloatTensor, v: FloatTensor, startPos?: number | null): void;
+  /**
+   * Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1
+   * (default startPos: length, an append); opts.rotary rotates the K rows
+   * first. update(k, v, opts) appends.
+   */
+  update(k: FloatTensor, v: FloatTensor, startPos?: number | null, opts?: UpdateOptions): void;
+  update(k: FloatTensor, v: FloatTensor, opts?: UpdateOptions): void;
   /**
    * customSdpa(q, K, V, opts) over the cache (Skv = maxSeqLen), causal by
    * default (isCausal: false for cross-attention; with attnMask the mask

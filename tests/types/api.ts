@@ -3,7 +3,7 @@
 // after a `@ts-expect-error` (an unused one is itself an error). types.test.js runs it.
 import {
   createSdpa, SdpaError, KVCache, KVCacheGroup, HeapTensor,
-  type CacheDType, type DType, type KVCacheOptions, type RawRows, type KVCacheSize, type OutputTensor, type FloatTensor,
+  type CacheDType, type DType, type KVCacheOptions, type RawRows, type KVCacheSize, type OutputTensor, type FloatTensor, type RotaryOptions,
 } from 'sdpa-wasm';
 import * as pkg from 'sdpa-wasm';
 
@@ -84,6 +84,20 @@ plain.keepRows(0, new Int32Array([1]));
 const many: Array<OutputTensor | FloatTensor> = sdpa.attendMany([{ cache: plain, q }, { cache: plain, q, startPos: 0, treeMask: m, out: q }]);
 // @ts-expect-error: an item needs its query
 sdpa.attendMany([{ cache: plain }]);
+// issue 21: rotary embeddings on update / attend / step and the items
+const cosT: HeapTensor<Float32Array> = sdpa.allocTensor('float32', [256, 32]);
+const rot: RotaryOptions = { cos: cosT, sin: cosT, interleaved: true, positions: [3] };
+plain.update(q, q, { rotary: rot });
+plain.update(q, q, 4, { rotary: { cos: cosT, sin: cosT } });
+plain.attend(q, { rotary: { cos: cosT, sin: cosT, positions: new Int32Array([2]) } });
+plain.step(q, q, q, { rotary: rot, treeMask: m });
+sdpa.stepMany([{ cache: plain, q, k: q, v: q, rotary: rot }]);
+// @ts-expect-error: rotary needs sin
+plain.attend(q, { rotary: { cos: cosT } });
+// @ts-expect-error: positions are integers
+plain.attend(q, { rotary: { cos: cosT, sin: cosT, positions: ['1'] } });
+// @ts-expect-error: customSdpa has no rotary
+sdpa.customSdpa(q, q, q, { rotary: rot });
 void many;
 const stepped: Array<OutputTensor | FloatTensor> = sdpa.stepMany([{ cache: plain, q, k: q, v: q }, { cache: plain, q, k: q, v: q, startPos: 3, out: q }]);
 // @ts-expect-error: a step item needs k and v
