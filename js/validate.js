@@ -880,9 +880,13 @@ export function checkCacheWrite(ck, cache, K, V, startPos, length, windowStart =
 // The cache's own rules (CONTRACT.md section 3). C checks the same ones with
 // the same words (src/contract/check.c); tests/js/parity.test.js holds both.
 
-/** Where update / step write: startPos, or length (append) when none is given. */
+/**
+ * Where update / step write: startPos, or length (append) when none is given;
+ * null (no position rule applies) for an append to a disposed cache (length
+ * Infinity: E_DISPOSED is what such a call reports, not E_CAPACITY).
+ */
 export function checkWriteStart(ck, startPos, length) {
-  if (startPos === undefined || startPos === null) return Math.min(length, INT32_MAX);
+  if (startPos === undefined || startPos === null) return length === Infinity ? null : Math.min(length, INT32_MAX);
   return checkStartPos(ck, startPos, 'startPos');
 }
 

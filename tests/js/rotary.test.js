@@ -184,6 +184,29 @@ test('attendMany / stepMany with rotary items: each item its own call, bit for b
   for (const c of [...xs, ...ys]) c.dispose();
 });
 
+test('rotary follows the snapshot rule: each field and table read once, then no caller code', () => {
+  const T = tables(64, 8), geo = { maxSeqLen: 64, numKvHeads: 2, headDim: 16 };
+  const c = one.createKVCache(geo), rand = rng(4);
+  const reads = {};
+  const counted = (obj, name) => new Proxy(obj, { get(t, key, r) { reads[`${name}.${String(key)}`] = (reads[`${name}.${String(key)}`] ?? 0) + 1; return Reflect.get(t, key, r); } });
+  const rotary = counted({ cos: counted(T.cos, 'cos'), sin: counted(T.sin, 'sin'), interleaved: true, positions: counted([3, 4], 'positions') }, 'rotary');
+  const q = randTensor(rand, [1, 2, 4, 16]), k = randTensor(rand, [1, 2, 2, 16]), v = randTensor(rand, [1, 2, 2, 16]);
+  const got = c.step(q, k, v, { rotary });
+  for (const key of ['rotary.cos', 'rotary.sin', 'rotary.interleaved', 'rotary.positions', 'cos.data', 'cos.dims', 'sin.data', 'sin.dims', 'positions.length', 'positions.0', 'positions.1']) {
+    assert.is(reads[key], 1, `${key} read ${reads[key]} times`);
+  }
+  const b = one.createKVCache(geo);
+  const want = b.step(q, k, v, { rotary: { ...T, interleaved: true, positions: [3, 4] } });
+  assert.ok(sameBits(got.data, want.data), 'the values read are the values used');
+  // a getter that disposes the cache during the snapshot: E_DISPOSED, nothing written
+  const evil = { cos: T.cos, get sin() { c.dispose(); return T.sin; } };
+  expectError(() => c.step(q, k, v, { rotary: evil }), 'E_DISPOSED');
+  // (an append to a disposed cache has no position: E_DISPOSED, not a capacity or position rule)
+  expectError(() => c.step(q, k, v), 'E_DISPOSED');
+  expectError(() => c.update(k, v), 'E_DISPOSED');
+  b.dispose();
+});
+
 test('rotary rules: typed errors, nothing written', () => {
   const T = tables(8, 4), geo = { maxSeqLen: 64, numKvHeads: 2, headDim: 16 };
   const c = one.createKVCache(geo), rand = rng(3);
