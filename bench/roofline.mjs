@@ -7,11 +7,12 @@
 //     all timed interleaved;
 //   * every decode shape of bench/shapes.mjs per cache dtype, COLD (caches rotated over
 //     >= 96 MiB, as bench/run.mjs times them) and HOT (the same call on a cache whose every
-//     page but the last is the pool's zero page: bench/sdpa-peer.mjs, openShape hot), timed
+//     page but the last is the pool's zero page: bench/sdpa-peer.mjs, openHotShape), timed
 //     interleaved, against the bound max(bytes / read bandwidth, FLOPs / peak).
 //
 //   node bench/roofline.mjs [--quick] [--json] [--shapes=A-8192,MQA-8192] [--dtypes=float32,float16,int8]
-//                           [--rounds=20] [--dim=128] [--build=simd-threads] [--no-decode] [--render=roofline.json]
+//                           [--rounds=20] [--dim=128] [--build=simd-threads] [--no-decode]
+//   node bench/roofline.mjs --render=roofline.json [--markdown]   the tables of a saved --json run
 //
 // Exit status 0 unless an output differs from its float64 reference or a measured figure is
 // not a finite positive number (never because of a time). bench/run.mjs runs it (--quick in CI).
@@ -218,6 +219,31 @@ export function render(res) {
   return L.join('\n');
 }
 
+/** The two tables as markdown (bench/README.md's roofline section): `--render=run.json --markdown`. */
+export function renderMarkdown(res) {
+  const L = [], pr = res.probes, pk = pr.peaks, lim = res.limits;
+  L.push(`| probe (1 thread, D = ${pr.D}) | dtype | hot G/s | of peak | cold G/s | of peak | cold GB/s |`);
+  L.push('|---|---|---|---|---|---|---|');
+  L.push(`| register peak, f32x4 mul+add, 12 chains | float32 | ${pk.madd.median.toFixed(1)} | 100% | - | - | - |`);
+  L.push(`| register peak, i32x4.dot_i16x8_s + add, 12 chains | int8 | ${pk.idot.median.toFixed(1)} | 100% | - | - | - |`);
+  for (const p of pr.probes) {
+    const peak = p.dtype === 'int8' ? pk.idot.median : pk.madd.median;
+    L.push(`| ${p.stage} microkernel (${p.what}) | ${p.dtype} | ${p.hot.median.toFixed(1)} | ${(100 * p.hot.median / peak).toFixed(0)}% | ` +
+      `${p.cold.median.toFixed(1)} | ${(100 * p.cold.median / peak).toFixed(0)}% | ${p.coldGBs.median.toFixed(1)} |`);
+  }
+  L.push(`| limits: read bandwidth (256 MiB), mul+add peak (best of 8/12/14 chains) | - | ${lim.peakGFLOPs.toFixed(1)} | - | - | - | ${lim.bwGBs.toFixed(1)} |`);
+  if (res.decode?.rows?.length) {
+    L.push('');
+    L.push('| shape | dtype | MB read | cold ms | hot ms | cold / hot | bytes / bw ms | ops / peak ms | bound ms | side | cold / bound | hot / (ops / peak) |');
+    L.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
+    for (const r of res.decode.rows) {
+      L.push(`| ${r.id} | ${r.dtype} | ${(r.bytes / 1e6).toFixed(1)} | ${fmtMs(r.cold.median)} | ${fmtMs(r.hot.median)} | ${fmtX(r.coldToHot)} | ${fmtMs(r.bound.memMs)} | ` +
+        `${fmtMs(r.bound.computeMs)} | ${fmtMs(r.bound.ms)} | ${r.bound.by} | ${fmtX(r.coldToBound)} | ${fmtX(r.hotToCompute)} |`);
+    }
+  }
+  return L.join('\n');
+}
+
 export async function runRoofline({ quick = false, shapes, dtypes = ['float32', 'float16', 'int8'], rounds, perRound, dim = 128, build = 'simd-threads', decode = true, log = () => {} } = {}) {
   const git = await import('node:child_process').then(({ spawnSync }) => (...a) => { const r = spawnSync('git', a, { encoding: 'utf8' }); return r.status === 0 ? r.stdout.trim() : null; });
   const meta = { date: new Date().toISOString(), commit: git('rev-parse', '--short', 'HEAD'), quick, node: process.version, cpu: os.cpus()[0]?.model?.trim() ?? '?', cores: os.cpus().length, loadavgStart: os.loadavg() };
@@ -242,12 +268,12 @@ export async function runRoofline({ quick = false, shapes, dtypes = ['float32', 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const argv = process.argv.slice(2);
   const opt = (n) => { const a = argv.find((x) => x.startsWith(`--${n}=`)); return a ? a.slice(n.length + 3) : undefined; };
-  const known = ['quick', 'json', 'shapes', 'dtypes', 'rounds', 'per-round', 'dim', 'build', 'no-decode', 'render', 'help'];
+  const known = ['quick', 'json', 'shapes', 'dtypes', 'rounds', 'per-round', 'dim', 'build', 'no-decode', 'render', 'markdown', 'help'];
   for (const a of argv) {
     if (!a.startsWith('--') || !known.includes(a.slice(2).split('=')[0])) { console.error(`roofline: unknown argument ${a} (known: ${known.map((k) => '--' + k).join(' ')})`); process.exit(2); }
   }
-  if (argv.includes('--help')) { console.log(fs.readFileSync(new URL(import.meta.url), 'utf8').split('\n').slice(1, 17).join('\n')); process.exit(0); }
-  if (opt('render')) { console.log(render(JSON.parse(fs.readFileSync(opt('render'), 'utf8')))); process.exit(0); }
+  if (argv.includes('--help')) { console.log(fs.readFileSync(new URL(import.meta.url), 'utf8').split('\n').slice(1, 19).join('\n')); process.exit(0); }
+  if (opt('render')) { const r = JSON.parse(fs.readFileSync(opt('render'), 'utf8')); console.log(argv.includes('--markdown') ? renderMarkdown(r) : render(r)); process.exit(0); }
   const shapes = opt('shapes')?.split(',');
   for (const id of shapes || []) if (!SHAPES.some((s) => s.id === id && s.kind === 'decode')) { console.error(`roofline: ${id} is not a decode shape of bench/shapes.mjs`); process.exit(2); }
   const num = (n) => (opt(n) ? Number(opt(n)) : undefined);
