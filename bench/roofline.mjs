@@ -272,7 +272,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   for (const a of argv) {
     if (!a.startsWith('--') || !known.includes(a.slice(2).split('=')[0])) { console.error(`roofline: unknown argument ${a} (known: ${known.map((k) => '--' + k).join(' ')})`); process.exit(2); }
   }
-  if (argv.includes('--help')) { console.log(fs.readFileSync(new URL(import.meta.url), 'utf8').split('\n').slice(1, 19).join('\n')); process.exit(0); }
+  if (argv.includes('--help')) { console.log(fs.readFileSync(new URL(import.meta.url), 'utf8').split('\n').slice(1, 18).join('\n')); process.exit(0); }
   if (opt('render')) { const r = JSON.parse(fs.readFileSync(opt('render'), 'utf8')); console.log(argv.includes('--markdown') ? renderMarkdown(r) : render(r)); process.exit(0); }
   const shapes = opt('shapes')?.split(',');
   for (const id of shapes || []) if (!SHAPES.some((s) => s.id === id && s.kind === 'decode')) { console.error(`roofline: ${id} is not a decode shape of bench/shapes.mjs`); process.exit(2); }
