@@ -2,6 +2,7 @@
  * probes.c: where decode time goes (issue 22). Standalone wasm probes, timed
  * by bench/roofline.mjs in the same process as the decode rows:
  *
+ *  - probe_read: read bandwidth (a streaming sum, as bench/limits.c's).
  *  - probe_peak_madd: f32x4 mul+add register peak, 12 independent chains
  *    acc = acc * m + a (8 FLOP per step), 1 thread.
  *  - probe_peak_idot: the integer-dot peak, 12 independent chains
@@ -79,6 +80,30 @@ EMSCRIPTEN_KEEPALIVE size_t probe_tile_bytes(int kind, int D) {
         default: b = (size_t)TILE * D; break;
     }
     return (b + 63) & ~(size_t)63;
+}
+
+/* ------------------------------------------------------------ read bandwidth */
+
+/* The sum of n bytes (a multiple of 128) of floats with SIMD128 loads into 8
+ * independent accumulators (bench/limits.c's read, 1 thread): the read
+ * bandwidth, sampled between the other probes and the decode rounds. */
+EMSCRIPTEN_KEEPALIVE double probe_read(const float * p, size_t bytes) {
+    v128_t a0 = wasm_f32x4_splat(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (size_t i = 0; i < bytes / 4; i += 32) {
+        a0 = wasm_f32x4_add(a0, wasm_v128_load(p + i));
+        a1 = wasm_f32x4_add(a1, wasm_v128_load(p + i + 4));
+        a2 = wasm_f32x4_add(a2, wasm_v128_load(p + i + 8));
+        a3 = wasm_f32x4_add(a3, wasm_v128_load(p + i + 12));
+        a4 = wasm_f32x4_add(a4, wasm_v128_load(p + i + 16));
+        a5 = wasm_f32x4_add(a5, wasm_v128_load(p + i + 20));
+        a6 = wasm_f32x4_add(a6, wasm_v128_load(p + i + 24));
+        a7 = wasm_f32x4_add(a7, wasm_v128_load(p + i + 28));
+    }
+    a0 = wasm_f32x4_add(wasm_f32x4_add(a0, a1), wasm_f32x4_add(a2, a3));
+    a4 = wasm_f32x4_add(wasm_f32x4_add(a4, a5), wasm_f32x4_add(a6, a7));
+    a0 = wasm_f32x4_add(a0, a4);
+    return wasm_f32x4_extract_lane(a0, 0) + wasm_f32x4_extract_lane(a0, 1) +
+           wasm_f32x4_extract_lane(a0, 2) + wasm_f32x4_extract_lane(a0, 3);
 }
 
 /* ------------------------------------------------------------ register peaks */

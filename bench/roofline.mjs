@@ -36,11 +36,14 @@ const TILE = 64;
 const HOT_BYTES = 256 << 10;
 
 /**
- * The probes, 1 thread: { peaks: { madd, idot }, probes: [{ stage, dtype, tileBytes, hot, cold, coldGBs }] },
- * rates in GFLOP/s (int: Gop/s, a multiply-add = 2 op), each the stats of `reps` samples, all probes
- * interleaved (one sample of each per rep, the order reversed every other rep).
+ * The probes, 1 thread: { result, session }. result: { peaks: { read (GB/s), madd, idot }, probes:
+ * [{ stage, dtype, tileBytes, hot, cold, coldGBs }] }, rates in GFLOP/s (int: Gop/s, a multiply-add
+ * = 2 op), each the stats of `reps` samples, all probes interleaved (one sample of each per rep, the
+ * order reversed every other rep). session.sample() takes one more sample of the read bandwidth and
+ * the two peaks (bench/roofline.mjs calls it between decode rounds), session.finish() puts the stats
+ * of all their samples into result.peaks, so that the bound comes from the same minutes as the rows.
  */
-export async function measureProbes({ quick = false, D = 128, reps = quick ? 3 : 9, bufBytes = quick ? 32 << 20 : 128 << 20, log = () => {} } = {}) {
+export async function measureProbes({ quick = false, D = 128, reps = quick ? 3 : 9, bufBytes = quick ? 64 << 20 : 128 << 20, log = () => {} } = {}) {
   ensureLimitsBuilt({ log });
   const { default: create } = await import(pathToFileURL(probesMjs).href);
   const M = await create({ wasmBinary: fs.readFileSync(probesWasm) });
@@ -48,10 +51,12 @@ export async function measureProbes({ quick = false, D = 128, reps = quick ? 3 :
   if (!buf) throw new Error(`probes: could not allocate ${bufBytes} bytes`);
   M._probe_fill(buf, bufBytes);
   const peakIters = quick ? 1_000_000 : 8_000_000;   // 8M x 12 chains x 8 FLOP: ~15-20 ms at 50 GFLOP/s
-  const jobs = [
-    { name: 'madd', run: (r) => M._probe_peak_madd(peakIters, 0.25 + r), ops: peakIters * 12 * 8 },
-    { name: 'idot', run: (r) => M._probe_peak_idot(peakIters, 3 + r), ops: peakIters * 12 * 16 },
+  const limitJobs = [
+    { name: 'read', run: () => M._probe_read(buf, bufBytes), ops: bufBytes },   // GB/s
+    { name: 'madd', run: (r) => M._probe_peak_madd(peakIters, 0.25 + (r % 8)), ops: peakIters * 12 * 8 },
+    { name: 'idot', run: (r) => M._probe_peak_idot(peakIters, 3 + (r % 8)), ops: peakIters * 12 * 16 },
   ];
+  const jobs = [...limitJobs];
   const out = { D, bufBytes, reps, peaks: {}, probes: [] };
   for (const p of PROBES) {
     const tb = M._probe_tile_bytes(p.kind, D);
@@ -64,32 +69,36 @@ export async function measureProbes({ quick = false, D = 128, reps = quick ? 3 :
   }
   // tier-up: small calls of everything first (TurboFan's code is what gets timed)
   for (let i = 0; i < 40; i++) {
-    M._probe_peak_madd(2000, 0.5); M._probe_peak_idot(2000, 1);
+    M._probe_peak_madd(2000, 0.5); M._probe_peak_idot(2000, 1); M._probe_read(buf, 1 << 16);
     for (const p of PROBES) M._probe_tiles(p.kind, buf, 2, 8, D);
   }
-  const samples = jobs.map(() => []), sums = jobs.map(() => []);
-  for (let r = 0; r < reps; r++) {
-    const order = r & 1 ? [...jobs.keys()].reverse() : [...jobs.keys()];
-    for (const j of order) {
-      const t = now();
-      const sum = jobs[j].run(r);
-      const ms = now() - t;
-      samples[j].push(ms);
-      sums[j].push(sum);
-    }
+  const samples = new Map(jobs.map((j) => [j, []])), bad = new Map(jobs.map((j) => [j, null]));
+  let r = 0;
+  const time = (j) => {
+    const t = now();
+    const sum = j.run(r);
+    const ms = now() - t;
+    samples.get(j).push(ms);
+    if (!Number.isFinite(sum) || sum === -1) bad.set(j, `checksum ${sum}`);
+  };
+  for (; r < reps; r++) for (const j of r & 1 ? [...jobs].reverse() : jobs) time(j);
+  const rate = (j) => { const st = stats(samples.get(j).map((ms) => j.ops / (ms * 1e6))); if (bad.get(j)) st.error = bad.get(j); return st; };
+  for (const j of jobs) {
+    if (!j.row) continue;
+    j.row[j.key] = rate(j);
+    if (j.bytes) j.row.coldGBs = stats(samples.get(j).map((ms) => j.bytes / (ms * 1e6)));
   }
-  jobs.forEach((j, i) => {
-    const st = stats(samples[i].map((ms) => j.ops / (ms * 1e6)));
-    if (sums[i].some((x) => !Number.isFinite(x) || x === -1)) st.error = `checksum ${sums[i].find((x) => !Number.isFinite(x) || x === -1)}`;
-    if (j.row) {
-      j.row[j.key] = st;
-      if (j.bytes) j.row.coldGBs = stats(samples[i].map((ms) => j.bytes / (ms * 1e6)));
-    } else out.peaks[j.name] = st;
-  });
-  log(`probes: mul+add 12 chains ${out.peaks.madd.median.toFixed(1)} GFLOP/s, int dot 12 chains ${out.peaks.idot.median.toFixed(1)} Gop/s; ` +
-      out.probes.map((p) => `${p.dtype} ${p.stage} hot ${p.hot.median.toFixed(1)} cold ${p.cold.median.toFixed(1)}`).join(', '));
-  M._probe_free(buf);
-  return out;
+  const session = {
+    sample() { for (const j of r & 1 ? [...limitJobs].reverse() : limitJobs) time(j); r++; },
+    finish() {
+      for (const j of limitJobs) out.peaks[j.name] = rate(j);
+      M._probe_free(buf);
+      log(`probes: read ${out.peaks.read.median.toFixed(1)} GB/s, mul+add 12 chains ${out.peaks.madd.median.toFixed(1)} GFLOP/s, int dot 12 chains ${out.peaks.idot.median.toFixed(1)} Gop/s ` +
+          `(${out.peaks.read.n} samples each); ` + out.probes.map((p) => `${p.dtype} ${p.stage} hot ${p.hot.median.toFixed(1)} cold ${p.cold.median.toFixed(1)}`).join(', '));
+      return out;
+    },
+  };
+  return { result: out, session };
 }
 
 /** The bound of one decode call: max(bytes / bw, ops / peak), and its side. */
@@ -103,7 +112,7 @@ export function roofBound(bytes, ops, bwGBs, peakG) {
  * (per round, per handle: one untimed call, so a hot cache is back in L2 after the others
  * ran, then `perRound` timed calls; the handle order reversed every other round).
  */
-export async function measureDecode({ shapes, dtypes, rounds, perRound, build = 'simd-threads', log = () => {} }) {
+export async function measureDecode({ shapes, dtypes, rounds, perRound, build = 'simd-threads', between = () => {}, log = () => {} }) {
   const { createSdpaPeer } = await import('./sdpa-peer.mjs');
   const peer = await createSdpaPeer({ threads: 1, build });
   const rows = [], errors = [];
@@ -129,6 +138,7 @@ export async function measureDecode({ shapes, dtypes, rounds, perRound, build = 
         }
         for (const x of handles) for (let w = 0, t0 = now(); w < 5 || now() - t0 < 100; w++) { x.h.call(x.i++); if (w >= 2 && now() - t0 > 400) break; }
         for (let r = 0; r < rounds; r++) {
+          between();   // a sample of the read bandwidth and the peaks (measureProbes' session)
           const order = r & 1 ? [...handles].reverse() : handles;
           for (const x of order) {
             x.h.call(x.i++);
@@ -153,13 +163,16 @@ export async function measureDecode({ shapes, dtypes, rounds, perRound, build = 
   return { rows, errors, info: peer.info };
 }
 
-/** Adds each row's bound (float32 / float16: the mul+add peak; int8: the integer-dot peak). */
+/**
+ * Adds each row's bound, from the probes' read bandwidth and peaks (sampled between the decode
+ * rounds): float32 / float16 the f32x4 mul+add peak, int8 the integer-dot peak.
+ */
 export function addBounds(res) {
-  const { limits, probes } = res;
+  const { probes } = res;
   for (const r of res.decode?.rows || []) {
-    const peak = r.dtype === 'int8' ? probes.peaks.idot.median : limits.peakGFLOPs;
+    const peak = r.dtype === 'int8' ? probes.peaks.idot.median : probes.peaks.madd.median;
     r.peakG = peak;
-    r.bound = roofBound(r.bytes, r.work.flops, limits.bwGBs, peak);
+    r.bound = roofBound(r.bytes, r.work.flops, probes.peaks.read.median, peak);
     r.coldToBound = r.cold.median / r.bound.ms;
     r.hotToCompute = r.hot.median / r.bound.computeMs;
     r.coldToHot = r.cold.median / r.hot.median;
@@ -170,7 +183,7 @@ export function addBounds(res) {
 export function badFigures(res) {
   const bad = [];
   const need = (what, x) => { if (!(Number.isFinite(x) && x > 0)) bad.push(`${what} = ${x}`); };
-  need('read bandwidth', res.limits?.bwGBs);
+  need('read bandwidth (limits)', res.limits?.bwGBs);
   need('mul+add peak', res.limits?.peakGFLOPs);
   for (const [k, v] of Object.entries(res.probes?.peaks || {})) { need(`${k} peak`, v.median); if (v.error) bad.push(`${k} peak: ${v.error}`); }
   for (const p of res.probes?.probes || []) {
@@ -189,19 +202,23 @@ export function render(res) {
   const L = [], m = res.meta, lim = res.limits, pr = res.probes;
   L.push(`roofline (issue 22), 1 thread  ${m.date}  commit ${m.commit ?? '?'}  ${m.cpu}  node ${m.node}${m.quick ? '  [--quick]' : ''}`);
   L.push(`load average at start ${m.loadavgStart.map((x) => x.toFixed(2)).join(' ')}, end ${m.loadavgEnd.map((x) => x.toFixed(2)).join(' ')}`);
-  L.push(`limits: read ${lim.bwGBs.toFixed(1)} GB/s (${lim.bw.min.toFixed(1)}–${lim.bw.max.toFixed(1)}), mul+add ${lim.peakGFLOPs.toFixed(1)} GFLOP/s (${lim.peak.chains} chains, ${lim.peak.min.toFixed(1)}–${lim.peak.max.toFixed(1)})`);
+  L.push(`limits (bench/limits.c, once at the start, as bench/run.mjs's bound): read ${lim.bwGBs.toFixed(1)} GB/s (${lim.bw.min.toFixed(1)}–${lim.bw.max.toFixed(1)}), ` +
+    `mul+add ${lim.peakGFLOPs.toFixed(1)} GFLOP/s (${lim.peak.chains} chains, ${lim.peak.min.toFixed(1)}–${lim.peak.max.toFixed(1)})`);
   L.push('');
   L.push(`probes (bench/probes.c, D = ${pr.D}, medians of ${pr.reps} interleaved samples; HOT: ${HOT_BYTES >> 10} KiB of tiles, COLD: tiles streamed from ${pr.bufBytes >> 20} MiB)`);
   const pk = pr.peaks, rows = [['probe', 'dtype', 'tile', 'hot G/s', '% peak', 'cold G/s', '% peak', 'cold GB/s']];
-  rows.push(['register peak f32x4 mul+add, 12 chains', 'float32', '-', pk.madd.median.toFixed(1), '100%', '-', '-', '-']);
-  rows.push(['register peak i32x4.dot_i16x8_s + add, 12 chains', 'int8', '-', pk.idot.median.toFixed(1), '100%', '-', '-', '-']);
+  const range = (x) => `${x.median.toFixed(1)} (${x.min.toFixed(1)}–${x.max.toFixed(1)}, ${x.n} samples)`;
+  rows.push([`read bandwidth, a ${pr.bufBytes >> 20} MiB sum`, '-', '-', '-', '-', '-', '-', range(pk.read)]);
+  rows.push(['register peak f32x4 mul+add, 12 chains', 'float32', '-', range(pk.madd), '100%', '-', '-', '-']);
+  rows.push(['register peak i32x4.dot_i16x8_s + add, 12 chains', 'int8', '-', range(pk.idot), '100%', '-', '-', '-']);
   for (const p of pr.probes) {
     const peak = p.dtype === 'int8' ? pk.idot.median : pk.madd.median;
     rows.push([`${p.stage} microkernel (${p.what})`, p.dtype, `${(p.tileBytes / 1024).toFixed(1)} KiB`, p.hot.median.toFixed(1), `${(100 * p.hot.median / peak).toFixed(0)}%`,
       p.cold.median.toFixed(1), `${(100 * p.cold.median / peak).toFixed(0)}%`, p.coldGBs.median.toFixed(1)]);
   }
   L.push(...pad(rows));
-  L.push('G/s: GFLOP/s (int8: Gop/s, an int16 multiply-add = 2 op) of 4 rows × 64 keys × D × 2 per tile; % peak: of the 12-chain register peak of its kind (int8: the integer dot), same run.');
+  L.push('G/s: GFLOP/s (int8: Gop/s, an int16 multiply-add = 2 op) of 4 rows × 64 keys × D × 2 per tile; % peak: of the 12-chain register peak of its kind (int8: the integer dot).');
+  L.push('The read bandwidth and the peaks are sampled with the probes and again before every decode round: their medians over the whole run make the bound below.');
   if (res.decode?.rows?.length) {
     L.push('');
     L.push(`decode, 1 thread (${res.decode.info?.build ?? '?'}), medians of ${res.decode.rounds} rounds × ${res.decode.perRound} calls, every dtype's cold and hot calls interleaved`);
@@ -212,8 +229,8 @@ export function render(res) {
     }
     L.push(...pad(t));
     L.push('MB: the cache pages one call reads (pool bytes). cold: caches rotated over >= 96 MiB (as bench/run.mjs); hot: the same call on a cache whose pages but the last');
-    L.push('of each KV head are the pool\'s zero page (the data stays in L2). bound = max(bytes / read bandwidth, FLOPs / peak): float32 and float16 the mul+add peak');
-    L.push('(the limits line), int8 the integer-dot peak (FLOPs counted as int ops). side: which term is larger. hot ×ops/peak: hot ms / the compute term.');
+    L.push('of each KV head are the pool\'s zero page (the data stays in L2). bound = max(bytes / read bandwidth, FLOPs / peak), from the probes\' read bandwidth and peaks:');
+    L.push('float32 and float16 the f32x4 mul+add peak, int8 the integer-dot peak (FLOPs counted as int ops). side: the larger term. hot ×ops/peak: hot ms / the compute term.');
   }
   if (res.errors?.length) { L.push(''); L.push('Errors:'); for (const e of res.errors) L.push(`  ${e}`); }
   return L.join('\n');
@@ -224,6 +241,7 @@ export function renderMarkdown(res) {
   const L = [], pr = res.probes, pk = pr.peaks, lim = res.limits;
   L.push(`| probe (1 thread, D = ${pr.D}) | dtype | hot G/s | of peak | cold G/s | of peak | cold GB/s |`);
   L.push('|---|---|---|---|---|---|---|');
+  L.push(`| read bandwidth, a ${pr.bufBytes >> 20} MiB sum (${pk.read.n} samples) | - | - | - | - | - | ${pk.read.median.toFixed(1)} (${pk.read.min.toFixed(1)}–${pk.read.max.toFixed(1)}) |`);
   L.push(`| register peak, f32x4 mul+add, 12 chains | float32 | ${pk.madd.median.toFixed(1)} | 100% | - | - | - |`);
   L.push(`| register peak, i32x4.dot_i16x8_s + add, 12 chains | int8 | ${pk.idot.median.toFixed(1)} | 100% | - | - | - |`);
   for (const p of pr.probes) {
@@ -231,7 +249,7 @@ export function renderMarkdown(res) {
     L.push(`| ${p.stage} microkernel (${p.what}) | ${p.dtype} | ${p.hot.median.toFixed(1)} | ${(100 * p.hot.median / peak).toFixed(0)}% | ` +
       `${p.cold.median.toFixed(1)} | ${(100 * p.cold.median / peak).toFixed(0)}% | ${p.coldGBs.median.toFixed(1)} |`);
   }
-  L.push(`| limits: read bandwidth (256 MiB), mul+add peak (best of 8/12/14 chains) | - | ${lim.peakGFLOPs.toFixed(1)} | - | - | - | ${lim.bwGBs.toFixed(1)} |`);
+  L.push(`| bench/limits.c once at the start: mul+add peak (best of 8/12/14 chains), read of 256 MiB | float32 | ${lim.peakGFLOPs.toFixed(1)} | - | - | - | ${lim.bwGBs.toFixed(1)} |`);
   if (res.decode?.rows?.length) {
     L.push('');
     L.push('| shape | dtype | MB read | cold ms | hot ms | cold / hot | bytes / bw ms | ops / peak ms | bound ms | side | cold / bound | hot / (ops / peak) |');
@@ -249,16 +267,17 @@ export async function runRoofline({ quick = false, shapes, dtypes = ['float32', 
   const meta = { date: new Date().toISOString(), commit: git('rev-parse', '--short', 'HEAD'), quick, node: process.version, cpu: os.cpus()[0]?.model?.trim() ?? '?', cores: os.cpus().length, loadavgStart: os.loadavg() };
   const errors = [];
   const limits = await measureLimits({ threads: 1, bytes: quick ? 64 << 20 : 256 << 20, reps: quick ? 3 : 11, madReps: quick ? 3 : 7, madIters: quick ? 5_000_000 : 20_000_000, log });
-  const probes = await measureProbes({ quick, D: dim, log });
+  const { result: probes, session } = await measureProbes({ quick, D: dim, log });
   const res = { meta, limits, probes, decode: null, errors };
   if (decode) {
     const ids = shapes || (quick ? QUICK_IDS : SHAPES.map((s) => s.id));
     const list = SHAPES.filter((s) => ids.includes(s.id) && s.kind === 'decode');
     const rr = rounds ?? (quick ? 3 : 20), pp = perRound ?? (quick ? 2 : 5);
-    const d = await measureDecode({ shapes: list, dtypes, rounds: rr, perRound: pp, build, log });
+    const d = await measureDecode({ shapes: list, dtypes, rounds: rr, perRound: pp, build, between: () => session.sample(), log });
     res.decode = { ...d, rounds: rr, perRound: pp };
     errors.push(...d.errors);
   }
+  session.finish();
   addBounds(res);
   errors.push(...badFigures(res).map((b) => `not a finite positive figure: ${b}`));
   meta.loadavgEnd = os.loadavg();
