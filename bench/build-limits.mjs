@@ -2,7 +2,8 @@
 // (-O3 -msimd128 -pthread, ES module glue), and into build/bench/limits-relaxed.*
 // with relaxed SIMD (the FMA peak): clang 16 through EM_LLVM_ROOT, linked at -O0,
 // optimised by npm's wasm-opt (docs/BUILDING.md section 4, as CMakeLists.txt does for
-// dist/sdpa-relaxed*). Run directly (`node bench/build-limits.mjs`) or let
+// dist/sdpa-relaxed*); and bench/probes.c (issue 22's microkernel probes, bench/roofline.mjs)
+// into build/bench/probes.{mjs,wasm} (-O3 -msimd128, no threads). Run directly (`node bench/build-limits.mjs`) or let
 // bench/run.mjs call ensureLimitsBuilt() when the files are missing or stale.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -17,16 +18,18 @@ export const limitsMjs = path.join(outDir, 'limits.mjs');
 export const limitsWasm = path.join(outDir, 'limits.wasm');
 export const relaxedLimitsMjs = path.join(outDir, 'limits-relaxed.mjs');
 export const relaxedLimitsWasm = path.join(outDir, 'limits-relaxed.wasm');
+export const probesMjs = path.join(outDir, 'probes.mjs');
+export const probesWasm = path.join(outDir, 'probes.wasm');
 const LLVM16_BIN = '/usr/lib/llvm-16/bin';
 
 // The package's own shim (docs/BUILDING.md section 3): lets the ES6 glue use require/__dirname in Node.
 const shim = path.join(root, 'scripts', 'node-esm-shim.js');
 
-const sources = [path.join(here, 'limits.c'), fileURLToPath(import.meta.url), shim];
+const sources = [path.join(here, 'limits.c'), path.join(here, 'probes.c'), fileURLToPath(import.meta.url), shim];
 
 function upToDate() {
   const outs = [limitsMjs, limitsWasm, path.join(outDir, 'limits.worker.js'), path.join(outDir, 'package.json'),
-    relaxedLimitsMjs, relaxedLimitsWasm, path.join(outDir, 'limits-relaxed.worker.js')];
+    relaxedLimitsMjs, relaxedLimitsWasm, path.join(outDir, 'limits-relaxed.worker.js'), probesMjs, probesWasm];
   if (!outs.every((f) => fs.existsSync(f))) return false;
   const newestSrc = Math.max(...sources.map((f) => fs.statSync(f).mtimeMs));
   return outs.every((f) => fs.statSync(f).mtimeMs >= newestSrc);
@@ -50,6 +53,10 @@ export function ensureLimitsBuilt({ force = false, log = (m) => process.stderr.w
     if (r.error || r.status !== 0) throw new Error(`${what} failed (${r.error ? r.error.message : 'exit ' + r.status}):\n${r.stderr}`);
   };
   sh('emcc', [path.join(here, 'limits.c'), '-O3', '-msimd128', '-pthread', ...link, '-o', limitsMjs], 'building limits');
+  // the microkernel probes: one thread, no pthreads (their 128 MiB buffer needs memory growth)
+  sh('emcc', [path.join(here, 'probes.c'), '-O3', '-msimd128', '-sMODULARIZE', '-sEXPORT_ES6', '-sEXPORT_NAME=createProbesModule',
+    '-sENVIRONMENT=web,worker,node', '-sALLOW_MEMORY_GROWTH', '-sINITIAL_MEMORY=16MB', '-sMAXIMUM_MEMORY=2GB',
+    '--extern-pre-js', shim, '-o', probesMjs], 'building probes');
 
   // relaxed SIMD: the FMA peak
   if (!fs.existsSync(path.join(LLVM16_BIN, 'clang'))) throw new Error(`the FMA limits need clang 16 (${LLVM16_BIN}/clang): apt-get install -y clang-16 lld-16`);

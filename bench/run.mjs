@@ -8,6 +8,7 @@
 //   options: --threads=1,2  --shapes=A-2048,D-0+128  --no-naive  --no-dtypes (no float16/int8 cache rows)  --no-build
 //            --no-relaxed (no relaxed-SIMD rows / FMA peak; they run in the child with --experimental-wasm-relaxed-simd on Node 20)
 //            --render=run.json  prints the table of a saved --json run
+//            --no-roofline (no bench/roofline.mjs section: probes, hot/cold decode rows against the bound, 1 thread)
 //
 // Exit status: 0 unless something crashed or an output did not match the
 // float64 reference (or sdpa-wasm's output, for ORT). Times never fail the run.
@@ -17,6 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { SHAPES, QUICK_IDS, bound } from './shapes.mjs';
+import { render as renderRoofline } from './roofline.mjs';
 import { ensureLimitsBuilt } from './build-limits.mjs';
 import { fmtMs, fmtX } from './util.mjs';
 
@@ -26,12 +28,12 @@ const root = path.resolve(here, '..');
 const argv = process.argv.slice(2);
 const flag = (name) => argv.includes(`--${name}`);
 const opt = (name) => { const a = argv.find((x) => x.startsWith(`--${name}=`)); return a ? a.slice(name.length + 3) : undefined; };
-const known = ['json', 'quick', 'no-naive', 'no-dtypes', 'no-relaxed', 'no-build', 'help', 'threads', 'shapes', 'render'];
+const known = ['json', 'quick', 'no-naive', 'no-dtypes', 'no-relaxed', 'no-build', 'no-roofline', 'help', 'threads', 'shapes', 'render'];
 for (const a of argv) {
   const name = a.replace(/^--/, '').split('=')[0];
   if (!a.startsWith('--') || !known.includes(name)) { console.error(`bench: unknown argument ${a} (known: ${known.map((k) => '--' + k).join(' ')})`); process.exit(2); }
 }
-if (flag('help')) { console.log(fs.readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 13).join('\n')); process.exit(0); }
+if (flag('help')) { console.log(fs.readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').slice(1, 14).join('\n')); process.exit(0); }
 
 const quick = flag('quick');
 const json = flag('json');
@@ -75,6 +77,32 @@ function runChild(threads) {
     child.on('exit', (code, signal) => {
       if (!result) result = { threads, rows: [], errors: [`child process for ${threads} thread(s) crashed (exit ${code}${signal ? ', ' + signal : ''})${fatal ? ': ' + fatal : ''}`] };
       resolve(result);
+    });
+  });
+}
+
+// bench/roofline.mjs in a process of its own, after the thread counts' children (1 thread;
+// its decode rows are the decode shapes of this run): { data, error }
+function runRooflineChild() {
+  const ids = shapeIds.filter((id) => SHAPES.find((s) => s.id === id).kind === 'decode');
+  const args = ['--json', ...(quick ? ['--quick'] : []), ...(ids.length ? [`--shapes=${ids.join(',')}`] : ['--no-decode']),
+    ...(flag('no-dtypes') ? ['--dtypes=float32'] : [])];
+  return new Promise((resolve) => {
+    const child = fork(path.join(here, 'roofline.mjs'), args, { cwd: root, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    let pending = '';
+    child.stderr.on('data', (d) => {
+      const lines = (pending + d).split('\n');
+      pending = lines.pop();
+      for (const l of lines) err(`[roofline] ${l.slice(0, 4000)}`);
+    });
+    child.on('close', (code, signal) => {   // (after its stdout is read to the end)
+      if (pending) err(`[roofline] ${pending.slice(0, 4000)}`);
+      let data = null;
+      try { data = JSON.parse(out); } catch { /* crashed before its JSON */ }
+      const error = data && code === 0 ? null : `roofline (bench/roofline.mjs): exit ${code}${signal ? ', ' + signal : ''}${data?.errors?.length ? ': ' + data.errors.join('; ') : ''}`;
+      resolve({ data, error });
     });
   });
 }
@@ -254,6 +282,10 @@ function table(res) {
   L.push('bound = max(KV bytes / read bandwidth, FLOPs / mul+add peak) with the same thread count (m: memory-bound, c: compute-bound); ×bnd = sdpa / bound.');
   L.push('GQA/Attn op = ORT profiler kernel time of GroupQueryAttention / Attention-23; run = session.run end to end. ÷X = X time / sdpa time (> 1: sdpa faster; ORT by op time).');
   L.push('naive = plain float32 JS, single thread, decode shapes only. check = every peer equals the float64 reference and ORT equals sdpa-wasm.');
+  if (res.roofline) {
+    L.push('');
+    L.push('== ' + renderRoofline(res.roofline));
+  }
   if (res.targets.length) {
     L.push('');
     L.push(res.meta.quick ? 'Targets — --quick: few calls, short limit probes; indicative only, not a verdict:' : 'Targets:');
@@ -298,6 +330,13 @@ for (const c of runs) {
   }
   errors.push(...c.errors);
 }
+let roofline = null;
+if (!flag('no-roofline')) {
+  err('bench: roofline (bench/roofline.mjs, 1 thread)');
+  const r = await runRooflineChild();
+  roofline = r.data;
+  if (r.error) errors.push(r.error);
+}
 const byThreads = new Map(runs.map((c) => [c.threads, c]));
 const res = {
   meta: {
@@ -306,6 +345,7 @@ const res = {
     sdpaInfo: runs.map((c) => c.sdpaInfo), loadavgStart, loadavgEnd: os.loadavg(), seconds: (Date.now() - t0) / 1000,
   },
   runs,
+  roofline,
   targets: targets(byThreads),
   errors,
 };
