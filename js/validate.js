@@ -1166,6 +1166,23 @@ const ITEM_INPUTS = Object.freeze([['Q', 'query'], ['M', 'attnMask'], ['S', 'sin
  * inputs. `items`: [{ cache, P }] (P: checkAttention's result, or null).
  */
 export function checkManyItems(ck, items) {
+  // each item's out and inputs as regions, once (an item without out gets a temporary one: it overlaps nothing)
+  const regions = items.map(({ P }) => {
+    if (!P) return null;
+    const inputs = [];
+    for (let w = 0; w < ITEM_INPUTS.length; w++) {
+      const x = P[ITEM_INPUTS[w][0]];
+      if (x) inputs.push(w, regionOf(x));
+    }
+    return { out: P.O ? regionOf(P.O) : null, inputs };
+  });
+  const tail = "; out must not overlap any input or another item's out";
+  /** The first input of item `of` (in ITEM_INPUTS order) that `out` overlaps, or -1. */
+  const hit = (out, of) => {
+    if (out === null) return -1;
+    for (let x = 0; x < of.inputs.length; x += 2) if (overlaps(out, of.inputs[x + 1])) return of.inputs[x];
+    return -1;
+  };
   for (let j = 1; j < items.length; j++) {
     for (let i = 0; i < j; i++) {
       const a = items[i], b = items[j];
@@ -1173,16 +1190,13 @@ export function checkManyItems(ck, items) {
         ck.add('E_ARG', `items[${j}] uses the same cache as items[${i}]; one item per cache`);
         return;
       }
-      if (!a.P || !b.P) continue;
-      // (an item without out gets a temporary one: it overlaps nothing)
-      const ao = a.P.O, bo = b.P.O;
-      const tail = "; out must not overlap any input or another item's out";
-      const R = regionOf;
-      if (ao && bo && overlaps(R(bo), R(ao))) { ck.add('E_ARG', `items[${j}].out shares memory with items[${i}].out${tail}`); return; }
-      for (const [key, name] of ITEM_INPUTS) {
-        if (bo && a.P[key] && overlaps(R(bo), R(a.P[key]))) { ck.add('E_ARG', `items[${j}].out shares memory with items[${i}].${name}${tail}`); return; }
-        if (ao && b.P[key] && overlaps(R(ao), R(b.P[key]))) { ck.add('E_ARG', `items[${i}].out shares memory with items[${j}].${name}${tail}`); return; }
-      }
+      const ra = regions[i], rb = regions[j];
+      if (ra === null || rb === null) continue;
+      if (ra.out && rb.out && overlaps(rb.out, ra.out)) { ck.add('E_ARG', `items[${j}].out shares memory with items[${i}].out${tail}`); return; }
+      // (the first input in ITEM_INPUTS order, j's out before i's: C's order)
+      const wb = hit(rb.out, ra), wa = hit(ra.out, rb);
+      if (wb >= 0 && (wa < 0 || wb <= wa)) { ck.add('E_ARG', `items[${j}].out shares memory with items[${i}].${ITEM_INPUTS[wb][1]}${tail}`); return; }
+      if (wa >= 0) { ck.add('E_ARG', `items[${i}].out shares memory with items[${j}].${ITEM_INPUTS[wa][1]}${tail}`); return; }
     }
   }
 }

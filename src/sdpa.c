@@ -165,7 +165,13 @@ void sdpa_run_problems(sdpa_ctx * ctx, const sdpa_problem * ps, int32_t n) {
     } else {
         double macs = 0.0;
         for (int32_t i = 0; i < n; i++) macs += problem_macs(&ps[i]);
-        sdpa_flash_run_many(ctx->pool, ps, n, ctx->scratch, macs < ctx->parallel_min_macs);
+        if (ctx->n_threads == 1 || macs < ctx->parallel_min_macs) {
+            /* on the calling thread alone: one problem after the other, as their own calls run
+             * (measured: interleaving the plans of 8 B-1024 items cost 3-5% on 1 thread) */
+            for (int32_t i = 0; i < n; i++) sdpa_flash_run(ctx->pool, &ps[i], ctx->scratch, true);
+        } else {
+            sdpa_flash_run_many(ctx->pool, ps, n, ctx->scratch, false);
+        }
     }
     sdpa_clear_error(ctx);
 }
