@@ -46,6 +46,8 @@
 #include <stdlib.h>
 #include <wasm_simd128.h>
 
+#include "madd_chains.h"
+
 #define TILE 64   /* keys per tile (TILE_KEYS) */
 #define KG 16     /* keys per group of a float key-transposed block (SDPA_PAGE_KEY_GROUP) */
 #define MAX_D 256
@@ -108,26 +110,8 @@ EMSCRIPTEN_KEEPALIVE double probe_read(const float * p, size_t bytes) {
 
 /* ------------------------------------------------------------ register peaks */
 
-#define MADD_STEP(v) v = wasm_f32x4_add(wasm_f32x4_mul(v, vm), va)
-
-EMSCRIPTEN_KEEPALIVE double probe_peak_madd(int iters, float seed) {
-    const v128_t vm = wasm_f32x4_splat(0.999f + seed * 0x1p-30f);
-    const v128_t va = wasm_f32x4_splat(1e-3f);
-    v128_t v0 = wasm_f32x4_splat(seed), v1 = wasm_f32x4_splat(seed + 1), v2 = wasm_f32x4_splat(seed + 2),
-           v3 = wasm_f32x4_splat(seed + 3), v4 = wasm_f32x4_splat(seed + 4), v5 = wasm_f32x4_splat(seed + 5),
-           v6 = wasm_f32x4_splat(seed + 6), v7 = wasm_f32x4_splat(seed + 7), v8 = wasm_f32x4_splat(seed + 8),
-           v9 = wasm_f32x4_splat(seed + 9), v10 = wasm_f32x4_splat(seed + 10), v11 = wasm_f32x4_splat(seed + 11);
-    for (int i = 0; i < iters; i++) {
-        MADD_STEP(v0); MADD_STEP(v1); MADD_STEP(v2); MADD_STEP(v3);
-        MADD_STEP(v4); MADD_STEP(v5); MADD_STEP(v6); MADD_STEP(v7);
-        MADD_STEP(v8); MADD_STEP(v9); MADD_STEP(v10); MADD_STEP(v11);
-    }
-    v0 = wasm_f32x4_add(wasm_f32x4_add(wasm_f32x4_add(v0, v1), wasm_f32x4_add(v2, v3)),
-                        wasm_f32x4_add(wasm_f32x4_add(v4, v5), wasm_f32x4_add(v6, v7)));
-    v8 = wasm_f32x4_add(wasm_f32x4_add(v8, v9), wasm_f32x4_add(v10, v11));
-    v0 = wasm_f32x4_add(v0, v8);
-    return wasm_f32x4_extract_lane(v0, 0) + wasm_f32x4_extract_lane(v0, 3);
-}
+/* mul+add: limits.c's 12-chain peak (madd_chains.h; this file is built without relaxed SIMD) */
+EMSCRIPTEN_KEEPALIVE double probe_peak_madd(int iters, float seed) { return madd12(iters, seed); }
 
 /* The chain goes through the dot and the add (as mul+add's does): acc's i32
  * lanes are read as int16 pairs; wrap-around is defined and harmless. */
