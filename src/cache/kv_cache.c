@@ -480,9 +480,8 @@ sdpa_status sdpa_kv_cache_read_records(sdpa_ctx * ctx, const sdpa_kv_cache * cac
     return SDPA_OK;
 }
 
-sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t length) {
-    static const char fn[] = "KVCache.truncate";
-    if (!ctx) return SDPA_E_ARG;
+/* truncate for the public function fn (KVCache.truncate, or keepRows, which ends with one). */
+static sdpa_status truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, int32_t length) {
     sdpa_status s = sdpa_check_cache_truncate(ctx, fn, cache, length);
     if (s != SDPA_OK) return s;
     const int32_t keep = (length + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;  /* pages with a kept row */
@@ -520,6 +519,11 @@ sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_
     cache->length = length;
     sdpa_clear_error(ctx);
     return SDPA_OK;
+}
+
+sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t length) {
+    if (!ctx) return SDPA_E_ARG;
+    return truncate_as(ctx, "KVCache.truncate", cache, length);
 }
 
 sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
@@ -637,7 +641,7 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
         }
     }
     /* the pages past start + n go; the last kept page is private already when a row moved */
-    return sdpa_kv_cache_truncate(ctx, cache, start + n);
+    return truncate_as(ctx, fn, cache, start + n);
 }
 
 /* ---- issue 21: stepMany --------------------------------------------------
