@@ -13,6 +13,7 @@
 //   do_rotary is the cross-check in rotary-ort.test.js.)
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import fc from 'fast-check';
 import { createSdpa, INTERNALS } from '../../js/index.js';
 import { rng, randTensor, assertClose, expectError, sameBits } from './helpers.js';
 import { refCustomSdpa } from './reference.js';
@@ -182,6 +183,46 @@ test('attendMany / stepMany with rotary items: each item its own call, bit for b
     });
   }
   for (const c of [...xs, ...ys]) c.dispose();
+});
+
+test('property: random shapes, dtypes, rotary dims, pairings, positions and call sequences = the rotation applied outside (fast-check)', () => {
+  const dtypes = ['float32', 'float16', 'int8', 'int4'];
+  const arb = fc.record({
+    Hkv: fc.integer({ min: 1, max: 3 }), group: fc.integer({ min: 1, max: 3 }), halfD: fc.integer({ min: 1, max: 20 }),
+    rFrac: fc.double({ min: 0.01, max: 1, noNaN: true }), interleaved: fc.boolean(),
+    keyDtype: fc.constantFrom(...dtypes), valueDtype: fc.constantFrom(...dtypes), threads2: fc.boolean(),
+    window: fc.option(fc.integer({ min: 1, max: 40 }), { nil: undefined }),
+    calls: fc.array(fc.record({ kind: fc.constantFrom('step', 'step', 'update', 'attend'), n: fc.integer({ min: 1, max: 70 }), positions: fc.boolean(), seed: fc.integer() }), { minLength: 1, maxLength: 6 }),
+  });
+  fc.assert(fc.property(arb, (c) => {
+    const sdpa = c.threads2 ? two : one, D = 2 * c.halfD, R = Math.max(1, Math.round(c.rFrac * c.halfD)), Hq = c.Hkv * c.group, P = 512;
+    const T = tables(P, R), geo = { maxSeqLen: 400, numKvHeads: c.Hkv, headDim: D, keyDtype: c.keyDtype, valueDtype: c.valueDtype, window: c.window };
+    const a = sdpa.createKVCache(geo), b = sdpa.createKVCache(geo);
+    try {
+      for (const call of c.calls) {
+        const rand = rng(call.seed), sp = a.length;
+        const n = call.kind === 'attend' ? Math.min(call.n, sp) : Math.min(call.n, 400 - sp);
+        if (n < 1) continue;
+        const first = call.kind === 'attend' ? sp - n : sp;
+        const pos = call.positions ? range(0, n).map(() => Math.floor(rand() * P)) : range(first, n);
+        const rotary = { ...T, interleaved: c.interleaved, ...(call.positions ? { positions: pos } : {}) };
+        const q = randTensor(rand, [1, n, Hq, D]), k = randTensor(rand, [1, n, c.Hkv, D]), v = randTensor(rand, [1, n, c.Hkv, D]);
+        if (call.kind === 'update') {
+          a.update(k, v, { rotary });
+          b.update(rotate(k, pos, T, c.interleaved), v);
+        } else if (call.kind === 'attend') {
+          if (c.window && Math.max(0, first - c.window + 1) < a.windowStart) continue;  // (a windowed cache's window must not reach evicted rows)
+          const x = a.attend(q, { rotary }), y = b.attend(rotate(q, pos, T, c.interleaved));
+          assert.ok(sameBits(x.data, y.data), 'attend');
+        } else {
+          const x = a.step(q, k, v, { rotary }), y = b.step(rotate(q, pos, T, c.interleaved), rotate(k, pos, T, c.interleaved), v);
+          assert.ok(sameBits(x.data, y.data), 'step');
+        }
+        assert.is(a.length, b.length);
+      }
+      return true;
+    } finally { a.dispose(); b.dispose(); }
+  }), { numRuns: 80, seed: 0x2107 });
 });
 
 test('rotary follows the snapshot rule: each field and table read once, then no caller code', () => {
