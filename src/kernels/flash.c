@@ -422,6 +422,9 @@ static void pv_rows_f16(float * acc, size_t lda, const float * p, size_t ldp, in
  *     and V of the tile TOUCH_AHEAD on, a line per step (qk_group_rows,
  *     i8_key_rows in flash_int8.h; an int8 page whose K is decoded does the
  *     first-tile touches only);
+ *     every OS_TOUCH_TILES tiles from the range's first, one word of each
+ *     4 KiB OS page of the next OS_TOUCH_TILES tiles' cache pages is
+ *     touched, all at once (touch_os_pages);
  *   caller tensors: transpose_k_rows touches the tile's own V rows;
  *   a float16 page decoded for an Inf or NaN: nothing.
  * Every touch's loads are ORed into st->touched, a store the compiler must
@@ -437,6 +440,45 @@ static void pv_rows_f16(float * acc, size_t lda, const float * p, size_t ldp, in
  * pages touch even then (C-2048 1.29 -> 1.19 ms, 2 threads 0.79 -> 0.65),
  * at the same distance (1 or 2 tiles measured slower or the same). */
 #define TOUCH_AHEAD 3
+
+/* One word of every 4 KiB OS page that the n bytes at x reach into.
+ * Measured (1 thread, cold caches, bench/ab-trees.mjs against the tree
+ * before, interleaved, 30-40 rounds, load 1.1-1.3 while another engineer's
+ * tests ran): done for all the cache pages of a key range at its first tile
+ * (a chunk: 16 tiles on every int8 row below, 4 on the float32 / float16
+ * ones), int8 A-8192 0.93-0.97x the time, B-4096 0.94-0.98x, MQA-8192
+ * 0.93-0.99x in four runs; float32 0.95 / 0.95 / 1.00 (A / MQA / B),
+ * float16 0.98 / 0.93 / 0.87, int4 0.97 / 0.98 / 0.96. As committed (two
+ * more runs, load 0.8-0.9, the machine's memory slow: float32 A-8192
+ * 10.4-10.8 ms against 7.2 an hour before): int8 0.96-0.98 / 0.99-1.01 /
+ * 0.98-1.01, float32 0.93-0.96 / 0.94-0.95 / 0.98-1.00, float16 and int4
+ * 0.95-1.02. So it helps float32 as much as int8: int8's ratio to float32
+ * did not move (A-8192 1.90-2.11x, the issue's 2.2x not met). Why, as far
+ * as measured: each
+ * OS page's first access costs a TLB walk (wasm memory sits on 4 KiB pages,
+ * the machine is a VM) on top of a DRAM miss, and the hardware stream
+ * prefetcher stops at the page's end, so the first load of every page waits.
+ * These touches' misses are issued back to back, so they overlap one
+ * another (one wait for a whole range instead of one per page). What did not
+ * help (same runs, int8 A-8192 / MQA-8192 / B-4096, time against the tree
+ * before): the same touches of one page's OS pages per tile, 1 or 3 tiles
+ * past TOUCH_AHEAD (0.98-1.00x); with a second line per OS page (no better:
+ * 0.97 / 0.99 / 0.96); for the range and the next one (0.99 / 0.95 / 0.98);
+ * with the per-pass line touches removed (1.00 / 1.05 / 1.03); TOUCH_AHEAD 2
+ * or 5 for int8 pages (0.97-1.00); the pass touches spread over the whole
+ * pass instead of its first steps (no better); the K ahead touched during
+ * P.V instead of Q.K (1.05-1.10x, slower); touching the scales and zero
+ * points of the tiles ahead (1.00); no first-tile burst, touches running on
+ * across chunks (0.98-1.05). With no int8 touches at all int8 is 1.03-1.10x
+ * slower. */
+#define OS_TOUCH_TILES 16  /* an int8 chunk (CHUNK_MIN_KEYS_INT8): the measured cluster */
+static uint32_t touch_os_pages(const void * x, size_t n) {
+    uintptr_t a = (uintptr_t)x;
+    const uintptr_t end = a + n;
+    uint32_t touched = *(const uint32_t *)x;
+    for (a = (a | 4095u) + 1; a < end; a += 4096u) touched |= *(const uint32_t *)(const void *)a;
+    return touched;
+}
 
 /* The K (value = 0) or V block of a page's tile at row r0 (a TILE_KEYS
  * multiple: every layout keeps such a tile's rows contiguous). */
@@ -470,13 +512,18 @@ typedef struct tile_ahead {
     const void * k, * v;
 } tile_ahead;
 
-/* For the tile at ts of the range [t0, t1) being run: at the range's first
- * tile, touches its own V and the tiles before TOUCH_AHEAD; sets *ahead to
- * the tile TOUCH_AHEAD on (left NULL past t1). Returns the touches. */
+/* For the tile at ts of the range [t0, t1) being run: every OS_TOUCH_TILES
+ * tiles from t0, touches the OS pages of the cache pages of the next
+ * OS_TOUCH_TILES tiles (touch_os_pages); at the range's first tile, its own
+ * V and the tiles before TOUCH_AHEAD; sets *ahead to the tile TOUCH_AHEAD on
+ * (left NULL past t1). Returns the touches. */
 static uint32_t touch_tiles_ahead(const flash_plan * f, int32_t b, int32_t hk, int32_t ts, int32_t t0, int32_t t1,
                                   tile_ahead * ahead) {
     const sdpa_kv_view * kv = &f->p->kv;
     uint32_t touched = 0;
+    if ((ts - t0) % (OS_TOUCH_TILES * TILE_KEYS) == 0)  /* a cache page per tile (SDPA_PAGE_ROWS == TILE_KEYS) */
+        for (int64_t tj = ts; tj < t1 && tj < (int64_t)ts + OS_TOUCH_TILES * TILE_KEYS; tj += TILE_KEYS)
+            touched |= touch_os_pages(sdpa_kv_page(kv, b, hk, (int32_t)tj), kv->format->page_bytes);
     if (ts == t0) {
         touched |= touch_bytes(page_tile(kv, b, hk, ts, 1), tile_bytes(kv, 1));
         for (int64_t tj = (int64_t)ts + TILE_KEYS; tj < t1 && tj < (int64_t)ts + TOUCH_AHEAD * TILE_KEYS; tj += TILE_KEYS)
