@@ -15,7 +15,7 @@ const PRESETS = {
 const $ = (id) => document.getElementById(id);
 const el = {
   form: $('controls'), preset: $('preset'), hq: $('hq'), hkv: $('hkv'), d: $('d'),
-  layers: $('layers'), ctx: $('ctx'), prompt: $('prompt'), threads: $('threads'), dtype: $('dtype'),
+  layers: $('layers'), ctx: $('ctx'), prompt: $('prompt'), threads: $('threads'), dtype: $('dtype'), rotary: $('rotary'),
   start: $('start'), stop: $('stop'), error: $('error'), status: $('status'),
   progress: $('progress'), buildBadge: $('build-badge'), buildReason: $('build-reason'),
   len: $('s-len'), ms: $('s-ms'), tps: $('s-tps'), mem: $('s-mem'), rate: $('s-rate'),
@@ -93,6 +93,7 @@ function readConfig() {
     prompt: num(el.prompt),
     threads: el.threads.value === 'auto' ? 'auto' : Number(el.threads.value),
     dtype: el.dtype.value,
+    rotary: el.rotary.checked,  // rotary embeddings inside the op (cache.step's rotary option)
     // a sliding-window preset's window, sink logits and softcap (none for the others)
     window: PRESETS[el.preset.value]?.window ?? 0,
     sinks: PRESETS[el.preset.value]?.sinks ?? false,
@@ -366,6 +367,7 @@ fillThreadOptions();
   }
   for (const k of ['layers', 'ctx', 'prompt']) if (params.has(k)) el[k].value = params.get(k);
   if (['float32', 'float16', 'int8', 'int4', 'int8/int4'].includes(params.get('dtype'))) el.dtype.value = params.get('dtype');
+  if (params.get('rotary') === '1') el.rotary.checked = true;
   if (params.has('threads')) {
     const t = params.get('threads');
     if (![...el.threads.options].some((o) => o.value === t)) {

@@ -34,6 +34,19 @@ export function fillRow(dst, offset, n, seed, layer, pos, kind) {
   }
 }
 
+/** Rows of `heads` heads of d rotated at position p in float64 (NeoX halves, rope: { cos, sin, R } float32 tables). */
+function rotate64(x, heads, d, p, rope) {
+  const y = Float64Array.from(x), R = rope.R;
+  for (let h = 0; h < heads; h++) {
+    for (let j = 0; j < R; j++) {
+      const a = x[h * d + j], b = x[h * d + j + R], c = rope.cos[p * R + j], s = rope.sin[p * R + j];
+      y[h * d + j] = a * c - b * s;
+      y[h * d + j + R] = b * c + a * s;
+    }
+  }
+  return y;
+}
+
 /**
  * Plain three-pass attention in float64 for one query row of one layer:
  * q [Hq*D] at position `pos`, keys/values firstKey .. nKeys-1 (a sliding
@@ -42,23 +55,28 @@ export function fillRow(dst, offset, n, seed, layer, pos, kind) {
  * values the cache really holds, from cache.read), GQA head mapping
  * hk = floor(h / (Hq/Hkv)), scale 1/sqrt(D); `softcap` c: c * tanh(s / c);
  * `sinks` [Hq]: a sink logit per head joins the softmax denominator.
+ * `rope` ({ cos, sin, R }, the op's float32 tables): rotary in the op, so q
+ * is rotated at `pos` and each regenerated K row at its own position, in
+ * float64 (a `stored` K is what the cache holds: rotated already).
  * Returns max |out - reference| over the row (Infinity if `out` holds NaN).
  */
-export function attentionRef64({ seed, layer, hq, hkv, d, q, out, firstKey = 0, nKeys, stored = null, softcap = 0, sinks = null }) {
+export function attentionRef64({ seed, layer, pos, hq, hkv, d, q, out, firstKey = 0, nKeys, stored = null, softcap = 0, sinks = null, rope = null }) {
   const r = hq / hkv;
   const scale = 1 / Math.sqrt(d);
   const row = new Float32Array(hkv * d);
+  if (rope) q = rotate64(q, hq, d, pos, rope);  // (rotary in the op: q at its position; K below at each key's)
   const scores = new Float64Array(nKeys * hq).fill(-Infinity);
   // pass 1: scores
   for (let t = firstKey; t < nKeys; t++) {
     const at = t - firstKey;
-    if (stored) row.set(stored.k.subarray(at * hkv * d, (at + 1) * hkv * d));
+    if (stored) row.set(stored.k.subarray(at * hkv * d, (at + 1) * hkv * d));  // (stored K is stored rotated)
     else fillRow(row, 0, hkv * d, seed, layer, t, 'k');
+    const kr = rope && !stored ? rotate64(row, hkv, d, t, rope) : row;
     for (let h = 0; h < hq; h++) {
       const kOff = Math.floor(h / r) * d;
       const qOff = h * d;
       let s = 0;
-      for (let j = 0; j < d; j++) s += q[qOff + j] * row[kOff + j];
+      for (let j = 0; j < d; j++) s += q[qOff + j] * kr[kOff + j];
       scores[t * hq + h] = softcap ? softcap * Math.tanh((s * scale) / softcap) : s * scale;
     }
   }

@@ -2,9 +2,10 @@
 //
 // Protocol (page → worker):
 //   { type: 'start', config: { pkgUrl, hq, hkv, d, layers, ctx, prompt, threads, seed, checkEvery, dtype, build,
-//                              window, sinks, softcap } }
+//                              window, sinks, softcap, rotary } }
 // (window > 0: a sliding-window layer on a windowed cache, whose memory stays flat;
 // sinks: a per-head sink logit as gpt-oss has; softcap: Gemma 2's logit cap;
+// rotary: rotary embeddings inside the op (NeoX halves, rotaryDim = d, tables as heap tensors);
 // saveAt N: once the caches hold N rows, save all layers (KVCacheGroup.saveStream) to OPFS,
 // or to IndexedDB where OPFS cannot be written, then go on; restore: load the saved caches
 // instead of prefilling and go on decoding from where they end)
@@ -177,7 +178,7 @@ async function run(cfg) {
     const shape = { batch: 1, maxSeqLen: ctx, numKvHeads: hkv, headDim: d, keyDtype, valueDtype };
     const configs = Array.from({ length: layers }, () => (window ? { ...shape, window } : shape));
     // what a saved state must have been made with to go on here
-    const run = { seed, hq, hkv, d, layers, dtype, window, ctx, sinks: !!cfg.sinks, softcap };
+    const run = { seed, hq, hkv, d, layers, dtype, window, ctx, sinks: !!cfg.sinks, softcap, rotary: !!cfg.rotary };
     let group, restoredAt = -1;
     if (cfg.restore) {
       stage = 'restore';
@@ -204,7 +205,22 @@ async function run(cfg) {
       fillRow(data, 0, hq, seed, l, 0, 'sink');
       sinks.push({ data, dims: [hq] });
     }
-    const extra = (l) => ({ ...(softcap ? { softcap } : {}), ...(cfg.sinks ? { sinks: sinks[l] } : {}) });
+    // rotary embeddings inside the op: cos / sin tables [ctx, d/2] as heap tensors (read in place by every step)
+    let rope = null, rotary = null;
+    if (cfg.rotary) {
+      const R = d >> 1;
+      rope = { cos: new Float32Array(ctx * R), sin: new Float32Array(ctx * R), R };
+      for (let p = 0; p < ctx; p++) {
+        for (let j = 0; j < R; j++) {
+          rope.cos[p * R + j] = Math.cos(p * 10000 ** (-j / R));
+          rope.sin[p * R + j] = Math.sin(p * 10000 ** (-j / R));
+        }
+      }
+      rotary = { cos: sdpa.allocTensor('float32', [ctx, R]), sin: sdpa.allocTensor('float32', [ctx, R]) };
+      rotary.cos.set(rope.cos);
+      rotary.sin.set(rope.sin);
+    }
+    const extra = (l) => ({ ...(softcap ? { softcap } : {}), ...(cfg.sinks ? { sinks: sinks[l] } : {}), ...(rotary ? { rotary } : {}) });
     const heldBytes = () => caches.reduce((sum, c) => sum + c.bytes, 0);
     post({ type: 'alloc', kvBytes: heldBytes(), kvFullBytes: 2 * layers * ctx * hkv * d * 4, dtype });
 
@@ -219,7 +235,7 @@ async function run(cfg) {
         stored = { k: r.k.data, v: r.v.data };
       }
       const err = attentionRef64({ seed, layer, pos, hq, hkv, d, q: qRow, out: outRow, firstKey, nKeys: causalRow + 1, stored,
-        softcap, sinks: cfg.sinks ? sinks[layer].data : null });
+        softcap, sinks: cfg.sinks ? sinks[layer].data : null, rope });
       maxError = Math.max(maxError, err);
       checks++;
       post({ type: 'check', length: pos + 1, layer, row: pos, error: err, maxError, checks });

@@ -179,6 +179,23 @@ test('isolated: relaxed-SIMD threads build (feature detection), correct, plotted
   }
 });
 
+test('rotary embeddings in the op (float32 and int8 caches): correct against q and K rotated in float64', async () => {
+  const notes = [];
+  for (const dtype of ['float32', 'int8']) {
+    const { page, context, problems } = await openPage(`${iso.url}?preset=llama3.2-1b&layers=2&ctx=300&prompt=64&threads=2&dtype=${dtype}&rotary=1&autostart=1`);
+    try {
+      const d = await waitForEnd(page);
+      assert(d.config.rotary === true, `config rotary ${d.config.rotary}`);
+      checkRun(d, { build: 'relaxed-threads', minChecks: 5 });
+      assert(problems.length === 0, problems.join('\n'));
+      notes.push(`${dtype}: max err ${d.maxError.toExponential(2)}`);
+    } finally {
+      await context.close();
+    }
+  }
+  return notes.join('; ');
+});
+
 test('float16, int8, int4 and K int8 / V int4 caches: correct against the values they store, memory shown', async () => {
   const notes = [];
   for (const dtype of ['float16', 'int8', 'int4', 'int8/int4']) {
