@@ -25,7 +25,7 @@ const LLVM16_BIN = '/usr/lib/llvm-16/bin';
 // The package's own shim (docs/BUILDING.md section 3): lets the ES6 glue use require/__dirname in Node.
 const shim = path.join(root, 'scripts', 'node-esm-shim.js');
 
-const sources = [path.join(here, 'limits.c'), path.join(here, 'probes.c'), path.join(here, 'madd_chains.h'), fileURLToPath(import.meta.url), shim];
+const sources = [path.join(here, 'limits.c'), path.join(here, 'probes.c'), path.join(here, 'probe_loops.h'), fileURLToPath(import.meta.url), shim];
 
 function upToDate() {
   const outs = [limitsMjs, limitsWasm, path.join(outDir, 'limits.worker.js'), path.join(outDir, 'package.json'),

@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <wasm_simd128.h>
 
+#include "probe_loops.h"
+
 #define LIMITS_MAX_THREADS 8
 
 /* ---------------------------------------------------------------- memory */
@@ -47,26 +49,6 @@ EMSCRIPTEN_KEEPALIVE void limits_fill(float * p, size_t n) {
 
 /* ------------------------------------------------------------ read bandwidth */
 
-/* n is a multiple of 32 floats (128 bytes). */
-static float read_sum(const float * p, size_t n) {
-    v128_t va0 = wasm_f32x4_splat(0.0f), va1 = va0, va2 = va0, va3 = va0;
-    v128_t va4 = va0, va5 = va0, va6 = va0, va7 = va0;
-    for (size_t i = 0; i < n; i += 32) {
-        va0 = wasm_f32x4_add(va0, wasm_v128_load(p + i));
-        va1 = wasm_f32x4_add(va1, wasm_v128_load(p + i + 4));
-        va2 = wasm_f32x4_add(va2, wasm_v128_load(p + i + 8));
-        va3 = wasm_f32x4_add(va3, wasm_v128_load(p + i + 12));
-        va4 = wasm_f32x4_add(va4, wasm_v128_load(p + i + 16));
-        va5 = wasm_f32x4_add(va5, wasm_v128_load(p + i + 20));
-        va6 = wasm_f32x4_add(va6, wasm_v128_load(p + i + 24));
-        va7 = wasm_f32x4_add(va7, wasm_v128_load(p + i + 28));
-    }
-    va0 = wasm_f32x4_add(wasm_f32x4_add(va0, va1), wasm_f32x4_add(va2, va3));
-    va4 = wasm_f32x4_add(wasm_f32x4_add(va4, va5), wasm_f32x4_add(va6, va7));
-    va0 = wasm_f32x4_add(va0, va4);
-    return wasm_f32x4_extract_lane(va0, 0) + wasm_f32x4_extract_lane(va0, 1) +
-           wasm_f32x4_extract_lane(va0, 2) + wasm_f32x4_extract_lane(va0, 3);
-}
 
 /* Runs fn(job 0) on this thread and fn(job t) on nthreads - 1 new threads
  * (jobs are `size` bytes apart); joins every started thread. Returns 0 when a
@@ -116,7 +98,6 @@ EMSCRIPTEN_KEEPALIVE double limits_read(const float * p, size_t n, int nthreads)
 
 /* ------------------------------------------------------ multiply+add peak */
 
-#include "madd_chains.h"
 
 typedef struct madd_job {
     int chains;

@@ -46,7 +46,7 @@
 #include <stdlib.h>
 #include <wasm_simd128.h>
 
-#include "madd_chains.h"
+#include "probe_loops.h"
 
 #define TILE 64   /* keys per tile (TILE_KEYS) */
 #define KG 16     /* keys per group of a float key-transposed block (SDPA_PAGE_KEY_GROUP) */
@@ -89,28 +89,11 @@ EMSCRIPTEN_KEEPALIVE size_t probe_tile_bytes(int kind, int D) {
 /* The sum of n bytes (a multiple of 128) of floats with SIMD128 loads into 8
  * independent accumulators (bench/limits.c's read, 1 thread): the read
  * bandwidth, sampled between the other probes and the decode rounds. */
-EMSCRIPTEN_KEEPALIVE double probe_read(const float * p, size_t bytes) {
-    v128_t a0 = wasm_f32x4_splat(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    for (size_t i = 0; i < bytes / 4; i += 32) {
-        a0 = wasm_f32x4_add(a0, wasm_v128_load(p + i));
-        a1 = wasm_f32x4_add(a1, wasm_v128_load(p + i + 4));
-        a2 = wasm_f32x4_add(a2, wasm_v128_load(p + i + 8));
-        a3 = wasm_f32x4_add(a3, wasm_v128_load(p + i + 12));
-        a4 = wasm_f32x4_add(a4, wasm_v128_load(p + i + 16));
-        a5 = wasm_f32x4_add(a5, wasm_v128_load(p + i + 20));
-        a6 = wasm_f32x4_add(a6, wasm_v128_load(p + i + 24));
-        a7 = wasm_f32x4_add(a7, wasm_v128_load(p + i + 28));
-    }
-    a0 = wasm_f32x4_add(wasm_f32x4_add(a0, a1), wasm_f32x4_add(a2, a3));
-    a4 = wasm_f32x4_add(wasm_f32x4_add(a4, a5), wasm_f32x4_add(a6, a7));
-    a0 = wasm_f32x4_add(a0, a4);
-    return wasm_f32x4_extract_lane(a0, 0) + wasm_f32x4_extract_lane(a0, 1) +
-           wasm_f32x4_extract_lane(a0, 2) + wasm_f32x4_extract_lane(a0, 3);
-}
+EMSCRIPTEN_KEEPALIVE double probe_read(const float * p, size_t bytes) { return read_sum(p, bytes / 4); }
 
 /* ------------------------------------------------------------ register peaks */
 
-/* mul+add: limits.c's 12-chain peak (madd_chains.h; this file is built without relaxed SIMD) */
+/* mul+add: limits.c's 12-chain peak (probe_loops.h; this file is built without relaxed SIMD) */
 EMSCRIPTEN_KEEPALIVE double probe_peak_madd(int iters, float seed) { return madd12(iters, seed); }
 
 /* The chain goes through the dot and the add (as mul+add's does): acc's i32

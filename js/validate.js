@@ -572,24 +572,31 @@ function readRotary(ck, value) {
   R.interleaved = f.interleaved;
   R.C = inspectTensor(ck, 'rotary.cos', f.cos, 'input');
   R.S = inspectTensor(ck, 'rotary.sin', f.sin, 'input');
-  const pos = f.positions;
-  if (pos === undefined || pos === null) return R;
-  if (!isArray(pos) && typedArrayTag(pos) !== 'Int32Array') {
-    ck.add('E_ARG', `rotary.positions must be an Array or Int32Array of positions, one per new row, got ${describeValue(pos)}`);
-    return R;
+  if (f.positions !== undefined && f.positions !== null) R.positions = readInt32List(ck, f.positions, 'rotary.positions', 'positions, one per new row');
+  return R;
+}
+
+/**
+ * An Array or Int32Array of integers (keepRows' rows, rotary.positions),
+ * read once (its length, then each entry) into an Int32Array; null after
+ * E_ARG. `what`: what the entries are, for the message.
+ */
+function readInt32List(ck, value, name, what) {
+  if (!isArray(value) && typedArrayTag(value) !== 'Int32Array') {
+    ck.add('E_ARG', `${name} must be an Array or Int32Array of ${what}, got ${describeValue(value)}`);
+    return null;
   }
-  const n = isArray(pos) ? pos.length : typedArrayLength(pos);
+  const n = isArray(value) ? value.length : typedArrayLength(value);
   const list = new Int32Array(n);
   for (let i = 0; i < n; i++) {
-    const x = pos[i];
+    const x = value[i];
     if (typeof x !== 'number' || !Number.isInteger(x) || Math.abs(x) > INT32_MAX) {
-      ck.add('E_ARG', `rotary.positions[${i}] must be an integer, got ${describeValue(x)}`);
-      return R;
+      ck.add('E_ARG', `${name}[${i}] must be an integer, got ${describeValue(x)}`);
+      return null;
     }
     list[i] = x;
   }
-  R.positions = list;
-  return R;
+  return list;
 }
 
 /**
@@ -601,13 +608,12 @@ function readRotary(ck, value) {
 export function checkRotary(ck, R, geo, O, start, rows, rowsName) {
   if (R === null) return null;
   const C = R.C, S = R.S;
-  let ok = C !== null && S !== null;
-  // E_ARG (missing cos / sin: inspectTensor; their storage: checkLive)
+  // E_ARG (missing cos / sin: inspectTensor; their storage: checkLive; a bad interleaved: checkBool,
+  // which outranks every later rule, so the rules below may go on)
   const interleaved = checkBool(ck, R.interleaved, 'rotary.interleaved');
-  if (R.interleaved !== undefined && R.interleaved !== null && typeof R.interleaved !== 'boolean') ok = false;
   checkOutAliasing(ck, O, C);
   checkOutAliasing(ck, O, S);
-  if (!ok) return null;
+  if (C === null || S === null) return null;
   // E_RANK
   const cr = checkRank(ck, C, RANK_2, ROTARY_RANK);
   const sr = checkRank(ck, S, RANK_2, ROTARY_RANK);
@@ -1110,18 +1116,7 @@ export function checkKeepRows(ck, geo, start, rows, length, windowStart) {
   let list = null;
   if (typeof start !== 'number') ck.add('E_ARG', `start must be a number, got ${describeValue(start)}`);
   if (rows === undefined || rows === null) ck.add('E_ARG', 'rows is missing; expected an Array or Int32Array of row offsets from start');
-  else if (isArray(rows) || typedArrayTag(rows) === 'Int32Array') {
-    const n = isArray(rows) ? rows.length : typedArrayLength(rows);
-    list = new Int32Array(n);
-    for (let i = 0; i < n; i++) {
-      const x = rows[i];
-      if (typeof x !== 'number' || !Number.isInteger(x) || Math.abs(x) > INT32_MAX) {
-        ck.add('E_ARG', `rows[${i}] must be an integer, got ${describeValue(x)}`);
-        return null;
-      }
-      list[i] = x;
-    }
-  } else ck.add('E_ARG', `rows must be an Array or Int32Array of row offsets from start, got ${describeValue(rows)}`);
+  else list = readInt32List(ck, rows, 'rows', 'row offsets from start');
   if (typeof start !== 'number' || list === null) return null;
   if (!Number.isInteger(start) || start < 0 || start > INT32_MAX) {
     ck.add('E_START_POS', `start is ${start}; expected a non-negative integer`);

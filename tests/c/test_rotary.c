@@ -149,12 +149,14 @@ static void step_rows(const rope_case * rc, sdpa_kv_cache * c1, sdpa_kv_cache * 
         /* the float64 reference over what the cache stores, q rotated in double */
         const int32_t total = sp + n, first = rc->W ? sdpa_kv_cache_window_start(c1) : 0;
         float * kall = tu_malloc((size_t)B * total * H * D * 4), * vall = tu_malloc((size_t)B * total * H * D * 4);
-        float * kref = tu_malloc((size_t)B * total * H * D * 4), * vref = tu_malloc((size_t)B * total * H * D * 4);
         memset(kall, 0, (size_t)B * total * H * D * 4);
         memset(vall, 0, (size_t)B * total * H * D * 4);
-        /* the kept rows: sink rows and windowStart .. total - 1 (others are never seen: the window) */
-        for (int pass = 0; pass < 2; pass++) {
-            const int32_t a = pass ? (first > rc->S ? first : rc->S) : 0, e = pass ? total : (rc->W ? (rc->S < total ? rc->S : total) : total);
+        /* the kept rows: all of them, or a windowed cache's sink rows and windowStart .. total - 1
+         * (the evicted ones are outside every query row's window) */
+        const int32_t spans[2][2] = { { 0, rc->W ? (rc->S < total ? rc->S : total) : total },
+                                      { rc->W ? (first > rc->S ? first : rc->S) : total, total } };
+        for (int span = 0; span < 2; span++) {
+            const int32_t a = spans[span][0], e = spans[span][1];
             if (e <= a) continue;
             const size_t m = (size_t)B * (e - a) * H * D;
             float * kb = tu_malloc(m * 4), * vb = tu_malloc(m * 4), * kb2 = tu_malloc(m * 4), * vb2 = tu_malloc(m * 4);
@@ -202,7 +204,7 @@ static void step_rows(const rope_case * rc, sdpa_kv_cache * c1, sdpa_kv_cache * 
         const int integer = rc->kdt == SDPA_DTYPE_INT8 || rc->kdt == SDPA_DTYPE_INT4 || rc->vdt == SDPA_DTYPE_INT8 || rc->vdt == SDPA_DTYPE_INT4;
         if (integer) tu_close_tol(what, o1, ref, qn, dims, TU_INT8_TOL);
         else tu_close(what, o1, ref, qn, dims);
-        free(q64); free(ref); free(kall); free(vall); free(kref); free(vref);
+        free(q64); free(ref); free(kall); free(vall);
     }
     free(q); free(k); free(v); free(qr); free(kr); free(o1); free(o2); free(orr);
 }

@@ -277,7 +277,7 @@ test('rotary rules: typed errors, nothing written', () => {
     expectError(() => c.step(q, k, v, opts), code, [/^KVCache\.step: /, re], `step ${re}`);
     if (!opts.out) {
       expectError(() => c.update(k, v, opts), code, [/^KVCache\.update: /, code === 'E_DIMS' && opts.rotary.positions ? /but key has 1 row/ : re], `update ${re}`);
-      expectError(() => one.stepMany([{ cache: c, q, k, v, ...opts }]), code, [/^sdpa\.stepMany: items\[0\]: /], `stepMany ${re}`);
+      expectError(() => one.stepMany([{ cache: c, q, k, v, ...opts }]), code, [/^sdpa\.stepMany: items\[0\]: /, re], `stepMany ${re}`);
     }
     assert.is(c.length, 4, 'nothing written');
     assert.ok(sameBits(c.read(0, 4).k.data, before.k.data), 'rows unchanged');

@@ -1,13 +1,36 @@
 /*
- * madd_chains.h: the multiply+add register-peak chains (8, 12 and 14
- * independent accumulators, acc = acc * m + a, 8 FLOP per chain step), one
- * copy for the probes that measure the peak: bench/limits.c (per thread,
- * and as relaxed_madd in its relaxed-SIMD build) and bench/probes.c.
+ * probe_loops.h: the loops the machine-limit probes share, one copy for
+ * bench/limits.c (per thread; relaxed_madd in its relaxed-SIMD build) and
+ * bench/probes.c: the streaming read (read_sum) and the multiply+add
+ * register-peak chains (8, 12 and 14 independent accumulators, acc = acc *
+ * m + a, 8 FLOP per chain step).
  */
-#ifndef SDPA_BENCH_MADD_CHAINS_H
-#define SDPA_BENCH_MADD_CHAINS_H
+#ifndef SDPA_BENCH_PROBE_LOOPS_H
+#define SDPA_BENCH_PROBE_LOOPS_H
 
+#include <stddef.h>
 #include <wasm_simd128.h>
+
+/* n is a multiple of 32 floats (128 bytes). */
+static inline float read_sum(const float * p, size_t n) {
+    v128_t va0 = wasm_f32x4_splat(0.0f), va1 = va0, va2 = va0, va3 = va0;
+    v128_t va4 = va0, va5 = va0, va6 = va0, va7 = va0;
+    for (size_t i = 0; i < n; i += 32) {
+        va0 = wasm_f32x4_add(va0, wasm_v128_load(p + i));
+        va1 = wasm_f32x4_add(va1, wasm_v128_load(p + i + 4));
+        va2 = wasm_f32x4_add(va2, wasm_v128_load(p + i + 8));
+        va3 = wasm_f32x4_add(va3, wasm_v128_load(p + i + 12));
+        va4 = wasm_f32x4_add(va4, wasm_v128_load(p + i + 16));
+        va5 = wasm_f32x4_add(va5, wasm_v128_load(p + i + 20));
+        va6 = wasm_f32x4_add(va6, wasm_v128_load(p + i + 24));
+        va7 = wasm_f32x4_add(va7, wasm_v128_load(p + i + 28));
+    }
+    va0 = wasm_f32x4_add(wasm_f32x4_add(va0, va1), wasm_f32x4_add(va2, va3));
+    va4 = wasm_f32x4_add(wasm_f32x4_add(va4, va5), wasm_f32x4_add(va6, va7));
+    va0 = wasm_f32x4_add(va0, va4);
+    return wasm_f32x4_extract_lane(va0, 0) + wasm_f32x4_extract_lane(va0, 1) +
+           wasm_f32x4_extract_lane(va0, 2) + wasm_f32x4_extract_lane(va0, 3);
+}
 
 #ifdef __wasm_relaxed_simd__
 #define MADD_STEP(v) v = __builtin_wasm_relaxed_madd_f32x4(v, vm, va)
