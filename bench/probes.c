@@ -28,11 +28,12 @@
  *      PROBE_PV_I8   P.V over an int8 V block ([32][D][2]): dot_i16x8_s of
  *                    2 keys' values for 8 elements with 4 rows' broadcast
  *                    int16 weight pairs (flash_int8.h i8_value_rows R 4 NDV 1)
- *      PROBE_QK_F16  Q.K over a float16 page's key-transposed K block,
- *                    converted as loaded (f16x4_finite): 1 K vector times 4
- *                    rows, passes of 4 keys (qk_group_rows F16, R 4, NV 1)
- *      PROBE_PV_F16  P.V over float16 V rows, converted as loaded: 4 rows x
- *                    1 vector of D (pv_rows_of F16, 4 rows)
+ *      PROBE_QK_F16  Q.K over a float16 page's key-transposed K block: each
+ *                    group of 16 keys converted (f16x4_finite_scaled) into
+ *                    an L1 buffer, then PROBE_QK_F32's passes over it
+ *                    (flash.c scores_f16)
+ *      PROBE_PV_F16  P.V over float16 V rows: each 16 rows converted, then
+ *                    PROBE_PV_F32's loop over them (flash.c values_f16)
  *    FLOP (or int op) per tile: 4 rows x 64 keys x D x 2, as the bound counts.
  *
  * These are copies of the shapes of src/kernels/flash.c and flash_int8.h
@@ -147,89 +148,88 @@ static void setup_state(int kind, int D) {
 
 /* ------------------------------------------------------------- float Q.K */
 
-static inline v128_t load4(const void * base, size_t i, const int F16) {
-    if (F16) {
-        const v128_t h = wasm_i32x4_load16x4((const uint16_t *)base + i);
-        const v128_t bits = wasm_v128_and(wasm_i32x4_shl(h, 13), wasm_i32x4_splat((int32_t)0x8FFFE000u));
-        return wasm_f32x4_mul(bits, wasm_f32x4_splat(0x1p112f));
-    }
-    return wasm_v128_load((const float *)base + i);
+/* float16: finite halves times 2^-112, exactly (the kernel's
+ * f16x4_finite_scaled: its other factor, q or the weights, carries 2^112),
+ * n halves at a time into a float32 buffer that stays in L1 */
+static float f16buf[MAX_D * 16];
+static inline void convert_f16(const uint16_t * h, size_t n) {
+    for (size_t i = 0; i < n; i += 4)
+        wasm_v128_store(f16buf + i, wasm_v128_and(wasm_i32x4_shl(wasm_i32x4_load16x4(h + i), 13),
+                                                  wasm_i32x4_splat((int32_t)0x8FFFE000u)));
 }
 
 #define FMADD(acc, a, b) wasm_f32x4_add(acc, wasm_f32x4_mul(a, b))
 
-/* s[r][0 .. 4 NV) = q_r . k for 4 rows and 4 NV keys of a key-transposed group pass */
-static inline __attribute__((always_inline)) void qk_pass(const v128_t * qs, const void * k, int D, float * s,
-                                                          const int NV, const int F16) {
+/* s[r][0 .. 8) = q_r . k for 4 rows and 8 keys of a key-transposed group pass */
+static inline __attribute__((always_inline)) void qk_pass(const v128_t * qs, const float * k, int D, float * s) {
     v128_t a[4][2];
     for (int r = 0; r < 4; r++)
-        for (int v = 0; v < NV; v++) a[r][v] = wasm_f32x4_splat(0.0f);
+        for (int v = 0; v < 2; v++) a[r][v] = wasm_f32x4_splat(0.0f);
     for (int d = 0; d < D; d++, qs += 4) {
         v128_t vk[2];
-        for (int v = 0; v < NV; v++) vk[v] = load4(k, (size_t)d * KG + 4 * (size_t)v, F16);
+        for (int v = 0; v < 2; v++) vk[v] = wasm_v128_load(k + (size_t)d * KG + 4 * (size_t)v);
         for (int r = 0; r < 4; r++) {
             const v128_t w = qs[r];
-            for (int v = 0; v < NV; v++) a[r][v] = FMADD(a[r][v], w, vk[v]);
+            for (int v = 0; v < 2; v++) a[r][v] = FMADD(a[r][v], w, vk[v]);
         }
     }
     for (int r = 0; r < 4; r++)
-        for (int v = 0; v < NV; v++) wasm_v128_store(s + (size_t)r * TILE + 4 * v, a[r][v]);
+        for (int v = 0; v < 2; v++) wasm_v128_store(s + (size_t)r * TILE + 4 * v, a[r][v]);
 }
 
+/* float32: passes of 8 keys in place; float16: each group of KG keys converted, then its passes */
 static inline __attribute__((always_inline)) void qk_tile(const void * tile, int D, const int F16) {
-    const int step = F16 ? 4 : 8;
-    for (int t = 0; t < TILE; t += step) {
-        const size_t at = (size_t)(t / KG) * (size_t)D * KG + t % KG;
-        const void * kt = F16 ? (const void *)((const uint16_t *)tile + at) : (const void *)((const float *)tile + at);
-        qk_pass(qb, kt, D, scores + t, F16 ? 1 : 2, F16);
+    const size_t ldg = (size_t)D * KG;
+    for (int t = 0; t < TILE; t += 8) {
+        const float * kt;
+        if (F16) {
+            if (t % KG == 0) convert_f16((const uint16_t *)tile + (size_t)(t / KG) * ldg, ldg);
+            kt = f16buf + t % KG;
+        } else {
+            kt = (const float *)tile + (size_t)(t / KG) * ldg + t % KG;
+        }
+        qk_pass(qb, kt, D, scores + t);
     }
 }
 
 /* ------------------------------------------------------------- float P.V */
 
-static inline __attribute__((always_inline)) void pv_tile(const void * v, int D, const int F16) {
+/* acc[r] += sum_t p[r][t0 + t] v_t for 4 rows and 16 float32 rows v (D apart) */
+static inline __attribute__((always_inline)) void pv_group(const float * v, int t0, int D) {
     const float * p = scores;
     const size_t ldv = (size_t)D, ldp = TILE, lda = (size_t)D;
+    for (int d = 0; d + 8 <= D; d += 8) {
+        v128_t c00 = wasm_v128_load(acc + d), c01 = wasm_v128_load(acc + d + 4);
+        v128_t c10 = wasm_v128_load(acc + lda + d), c11 = wasm_v128_load(acc + lda + d + 4);
+        v128_t c20 = wasm_v128_load(acc + 2 * lda + d), c21 = wasm_v128_load(acc + 2 * lda + d + 4);
+        v128_t c30 = wasm_v128_load(acc + 3 * lda + d), c31 = wasm_v128_load(acc + 3 * lda + d + 4);
+        size_t vt = (size_t)d;
+        for (int t = t0; t < t0 + 16; t++, vt += ldv) {
+            const v128_t v0 = wasm_v128_load(v + vt), v1 = wasm_v128_load(v + vt + 4);
+            v128_t w = wasm_v128_load32_splat(p + t);
+            c00 = FMADD(c00, w, v0); c01 = FMADD(c01, w, v1);
+            w = wasm_v128_load32_splat(p + ldp + t);
+            c10 = FMADD(c10, w, v0); c11 = FMADD(c11, w, v1);
+            w = wasm_v128_load32_splat(p + 2 * ldp + t);
+            c20 = FMADD(c20, w, v0); c21 = FMADD(c21, w, v1);
+            w = wasm_v128_load32_splat(p + 3 * ldp + t);
+            c30 = FMADD(c30, w, v0); c31 = FMADD(c31, w, v1);
+        }
+        wasm_v128_store(acc + d, c00); wasm_v128_store(acc + d + 4, c01);
+        wasm_v128_store(acc + lda + d, c10); wasm_v128_store(acc + lda + d + 4, c11);
+        wasm_v128_store(acc + 2 * lda + d, c20); wasm_v128_store(acc + 2 * lda + d + 4, c21);
+        wasm_v128_store(acc + 3 * lda + d, c30); wasm_v128_store(acc + 3 * lda + d + 4, c31);
+    }
+}
+
+/* float32: V rows in place; float16: each 16 rows converted, then the same */
+static inline __attribute__((always_inline)) void pv_tile(const void * v, int D, const int F16) {
     for (int t0 = 0; t0 < TILE; t0 += 16) {
-        const size_t vg = (size_t)t0 * ldv;
         if (F16) {
-            for (int d = 0; d + 4 <= D; d += 4) {
-                v128_t c0 = wasm_v128_load(acc + d), c1 = wasm_v128_load(acc + lda + d);
-                v128_t c2 = wasm_v128_load(acc + 2 * lda + d), c3 = wasm_v128_load(acc + 3 * lda + d);
-                size_t vt = vg + (size_t)d;
-                for (int t = t0; t < t0 + 16; t++, vt += ldv) {
-                    const v128_t v0 = load4(v, vt, 1);
-                    c0 = FMADD(c0, wasm_v128_load32_splat(p + t), v0);
-                    c1 = FMADD(c1, wasm_v128_load32_splat(p + ldp + t), v0);
-                    c2 = FMADD(c2, wasm_v128_load32_splat(p + 2 * ldp + t), v0);
-                    c3 = FMADD(c3, wasm_v128_load32_splat(p + 3 * ldp + t), v0);
-                }
-                wasm_v128_store(acc + d, c0); wasm_v128_store(acc + lda + d, c1);
-                wasm_v128_store(acc + 2 * lda + d, c2); wasm_v128_store(acc + 3 * lda + d, c3);
-            }
+            convert_f16((const uint16_t *)v + (size_t)t0 * D, (size_t)16 * D);
+            pv_group(f16buf, t0, D);
         } else {
-            for (int d = 0; d + 8 <= D; d += 8) {
-                v128_t c00 = wasm_v128_load(acc + d), c01 = wasm_v128_load(acc + d + 4);
-                v128_t c10 = wasm_v128_load(acc + lda + d), c11 = wasm_v128_load(acc + lda + d + 4);
-                v128_t c20 = wasm_v128_load(acc + 2 * lda + d), c21 = wasm_v128_load(acc + 2 * lda + d + 4);
-                v128_t c30 = wasm_v128_load(acc + 3 * lda + d), c31 = wasm_v128_load(acc + 3 * lda + d + 4);
-                size_t vt = vg + (size_t)d;
-                for (int t = t0; t < t0 + 16; t++, vt += ldv) {
-                    const v128_t v0 = load4(v, vt, 0), v1 = load4(v, vt + 4, 0);
-                    v128_t w = wasm_v128_load32_splat(p + t);
-                    c00 = FMADD(c00, w, v0); c01 = FMADD(c01, w, v1);
-                    w = wasm_v128_load32_splat(p + ldp + t);
-                    c10 = FMADD(c10, w, v0); c11 = FMADD(c11, w, v1);
-                    w = wasm_v128_load32_splat(p + 2 * ldp + t);
-                    c20 = FMADD(c20, w, v0); c21 = FMADD(c21, w, v1);
-                    w = wasm_v128_load32_splat(p + 3 * ldp + t);
-                    c30 = FMADD(c30, w, v0); c31 = FMADD(c31, w, v1);
-                }
-                wasm_v128_store(acc + d, c00); wasm_v128_store(acc + d + 4, c01);
-                wasm_v128_store(acc + lda + d, c10); wasm_v128_store(acc + lda + d + 4, c11);
-                wasm_v128_store(acc + 2 * lda + d, c20); wasm_v128_store(acc + 2 * lda + d + 4, c21);
-                wasm_v128_store(acc + 3 * lda + d, c30); wasm_v128_store(acc + 3 * lda + d + 4, c31);
-            }
+            pv_group((const float *)v + (size_t)t0 * D, t0, D);
         }
     }
 }

@@ -27,8 +27,8 @@ import { randomF32, referenceRows, compareRows, now, stats, fmtMs, fmtX } from '
 const PROBES = [   // kind = the enum of bench/probes.c
   { kind: 0, stage: 'Q·K', dtype: 'float32', what: '4 rows × 2 key vectors = 8 accumulators, key-transposed tile, passes of 8 keys' },
   { kind: 1, stage: 'P·V', dtype: 'float32', what: '4 rows × 2 vectors of D = 8 accumulators, keys in groups of 16' },
-  { kind: 4, stage: 'Q·K', dtype: 'float16', what: 'converted as loaded, 4 rows × 1 key vector, passes of 4 keys' },
-  { kind: 5, stage: 'P·V', dtype: 'float16', what: 'converted as loaded, 4 rows × 1 vector of D' },
+  { kind: 4, stage: 'Q·K', dtype: 'float16', what: 'groups of 16 keys converted into L1, then the float32 passes' },
+  { kind: 5, stage: 'P·V', dtype: 'float16', what: '16 rows converted into L1, then the float32 loop' },
   { kind: 2, stage: 'Q·K', dtype: 'int8', what: 'dot_i16x8 of 4 keys × 4 rows (8 accumulators), passes of 8 keys, + zero point and scales' },
   { kind: 3, stage: 'P·V', dtype: 'int8', what: 'dot_i16x8 of 2 keys × 8 elements × 4 rows (8 accumulators), + zero point and scale' },
 ];

@@ -16,7 +16,9 @@
  * head-dim element d, a broadcast q[x][d] times 4 keys per vector, each K
  * vector loaded once for 4 query rows, no horizontal sums): a float32 page's
  * K block is stored that way (cache/kv_format.h) and read in place, a
- * float16 page's too (converted as loaded) or decoded into it, caller
+ * float16 page's too (each group of keys converted into L1 for all the
+ * rows, q scaled by 2^112 so that a half converts in 2 operations:
+ * scores_f16) or decoded into it, caller
  * tensors are transposed into it; int8 pages run Q.K and P.V as integer dot
  * products on their own layouts (flash_int8.h). Every key's score is the
  * same sum in the same order whatever its source, so cache.attend and
@@ -230,12 +232,15 @@ uint64_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim) {
  * line of each of two regions, ta and tb (see touch_bytes): memory the tile
  * needs next, whose DRAM reads then overlap with this compute, spread out
  * so that they never pile up behind one another. F16: the keys are a float16
- * page's, converted as they are loaded (load4; its registers are why a
- * float16 pass takes NV = 1 for several rows: 8 accumulators spill). */
+ * page's, converted as they are loaded (load4): a single row's (R = 1);
+ * several rows convert each group into L1 once instead (scores_f16). */
 #define KG SDPA_PAGE_KEY_GROUP
 /* 4 float32 values from element i of a float32 (F16 = 0) or float16 (F16 =
- * 1: finite halves only, see f16x4_finite) array. */
+ * 1: finite halves only, see f16x4_finite; F16_SCALED: the same times
+ * 2^-112, f16x4_finite_scaled) array. */
+#define F16_SCALED 2
 static FLASH_INLINE v128_t load4(const void * base, size_t i, const int F16) {
+    if (F16 == F16_SCALED) return f16x4_finite_scaled(wasm_i32x4_load16x4((const uint16_t *)base + i));
     if (F16) return f16x4_finite(wasm_i32x4_load16x4((const uint16_t *)base + i));
     return wasm_v128_load((const float *)base + i);
 }
@@ -264,7 +269,7 @@ static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, in
 /* s[x][t] = q_x . k_t for n rows (broadcast q, quads ldqs vectors apart)
  * and keys [0, nt) of a key-transposed tile, float32 or (F16) a float16
  * page's (group g at k + g * ldg elements); s rows are TILE_KEYS apart. Keys
- * go in passes of 8 (float16: 4; 16 for a single row), all rows per pass (4
+ * go in passes of 8 (16 for a single row), all rows per pass (4
  * at a time), so a pass's K stays in L1 for every row. Scores are computed
  * up to nt rounded up to the pass: those keys exist in the page (or the
  * decoded tile) and their lanes are independent (dropped by the caller's
@@ -274,7 +279,7 @@ static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, in
  * overlap with this compute. */
 static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_t n, const void * k, size_t ldg,
                                           int32_t nt, int32_t D, float * s, const touch_rows * tr, const int F16) {
-    const int32_t step = n == 1 ? 16 : F16 ? 4 : 8;
+    const int32_t step = n == 1 ? 16 : 8;
     const int32_t lines = touch_lines(tr, step);
     uint32_t touched = 0;
     for (int32_t t = 0; t < nt; t += step) {
@@ -291,10 +296,10 @@ static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_
             float * sx = s + (size_t)x * TILE_KEYS + t;
             const int32_t l = x == 0 ? lines : 0;
             switch (n - x) {
-                case 1: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 1, F16 ? 1 : 2, F16, ta, tb, l); break;
-                case 2: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 2, F16 ? 1 : 2, F16, ta, tb, l); break;
-                case 3: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 3, F16 ? 1 : 2, F16, ta, tb, l); break;
-                default: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 4, F16 ? 1 : 2, F16, ta, tb, l); break;
+                case 1: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 1, 2, F16, ta, tb, l); break;
+                case 2: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 2, 2, F16, ta, tb, l); break;
+                case 3: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 3, 2, F16, ta, tb, l); break;
+                default: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 4, 2, F16, ta, tb, l); break;
             }
         }
     }
@@ -307,12 +312,14 @@ static uint32_t qk_groups(const v128_t * qs, size_t ldqs, int32_t n, const float
     return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, tr, 0);
 }
 static uint32_t qk_groups_f16(const v128_t * qs, size_t ldqs, int32_t n, const uint16_t * k, size_t ldg, int32_t nt,
-                              int32_t D, float * s, const touch_rows * tr) {
-    return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, tr, 1);
+                              int32_t D, float * s, const touch_rows * tr, bool scaled) {
+    return scaled ? qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, tr, F16_SCALED)
+                  : qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, tr, 1);
 }
 
 /* acc[r][:] += sum_t p[r][t] * v_t[:] for n_rows (<= 4) rows, nt keys, V
- * rows float32 or (F16) a float16 page's, finite halves, in place.
+ * rows float32 or (F16) a float16 page's, finite halves, in place (a single
+ * row's: several rows convert each PV_KEYS rows once, values_f16).
  * Keys go in groups of PV_KEYS, D innermost within a group, so V is read
  * front to back rather than down whole-tile columns. */
 #define PV_KEYS 16
@@ -321,25 +328,7 @@ static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, si
     for (int32_t t0 = 0; t0 < nt; t0 += PV_KEYS) {
         const int32_t t1 = nt - t0 < PV_KEYS ? nt : t0 + PV_KEYS;
         const size_t vg = (size_t)t0 * ldv;  /* element offsets into v */
-        /* float16: 4 elements per pass (8 accumulators and the conversion's registers spill) */
-        if (n_rows == 4 && F16) {
-            int32_t d = 0;
-            for (; d + 4 <= D; d += 4) {
-                v128_t c0 = wasm_v128_load(acc + d), c1 = wasm_v128_load(acc + lda + d);
-                v128_t c2 = wasm_v128_load(acc + 2 * lda + d), c3 = wasm_v128_load(acc + 3 * lda + d);
-                size_t vt = vg + (size_t)d;
-                for (int32_t t = t0; t < t1; t++, vt += ldv) {
-                    const v128_t v0 = load4(v, vt, F16);
-                    c0 = f32x4_fmadd(c0, wasm_v128_load32_splat(p + t), v0);
-                    c1 = f32x4_fmadd(c1, wasm_v128_load32_splat(p + ldp + t), v0);
-                    c2 = f32x4_fmadd(c2, wasm_v128_load32_splat(p + 2 * ldp + t), v0);
-                    c3 = f32x4_fmadd(c3, wasm_v128_load32_splat(p + 3 * ldp + t), v0);
-                }
-                wasm_v128_store(acc + d, c0); wasm_v128_store(acc + lda + d, c1);
-                wasm_v128_store(acc + 2 * lda + d, c2); wasm_v128_store(acc + 3 * lda + d, c3);
-            }
-            if (d == D) continue;
-        } else if (n_rows == 4) {
+        if (n_rows == 4) {
             int32_t d = 0;
             for (; d + 8 <= D; d += 8) {
                 v128_t c00 = wasm_v128_load(acc + d), c01 = wasm_v128_load(acc + d + 4);
@@ -369,7 +358,7 @@ static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, si
         for (int32_t r = 0; r < n_rows; r++) {
             float * a = acc + r * lda;
             const float * pr = p + r * ldp;
-            int32_t d = n_rows == 4 ? D - D % (F16 ? 4 : 8) : 0;
+            int32_t d = n_rows == 4 ? D - D % 8 : 0;
             for (; d + 16 <= D; d += 16) {
                 v128_t c0 = wasm_v128_load(a + d), c1 = wasm_v128_load(a + d + 4);
                 v128_t c2 = wasm_v128_load(a + d + 8), c3 = wasm_v128_load(a + d + 12);
@@ -394,7 +383,8 @@ static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, si
                 float c = a[d];
                 size_t vt = vg + (size_t)d;
                 for (int32_t t = t0; t < t1; t++, vt += ldv)
-                    c += pr[t] * (F16 ? sdpa_f16_to_f32(((const uint16_t *)v)[vt]) : ((const float *)v)[vt]);
+                    c += pr[t] * (F16 == F16_SCALED ? sdpa_f16_to_f32(((const uint16_t *)v)[vt]) * 0x1p-112f
+                                  : F16 ? sdpa_f16_to_f32(((const uint16_t *)v)[vt]) : ((const float *)v)[vt]);
                 a[d] = c;
             }
         }
@@ -407,7 +397,7 @@ static void pv_rows(float * acc, size_t lda, const float * p, size_t ldp, int32_
 }
 static void pv_rows_f16(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
                         const uint16_t * v, size_t ldv, int32_t nt, int32_t D) {
-    pv_rows_of(acc, lda, p, ldp, n_rows, v, ldv, nt, D, 1);
+    pv_rows_of(acc, lda, p, ldp, n_rows, v, ldv, nt, D, F16_SCALED);
 }
 
 /* ---- touch-ahead --------------------------------------------------------
@@ -539,6 +529,27 @@ static uint32_t touch_tiles_ahead(const flash_plan * f, int32_t b, int32_t hk, i
 
 /* ---- one block of rows over one key range ------------------------------ */
 
+/* x[i] *= c (a power of two here: exact but for overflow and underflow,
+ * which the callers rule out). */
+static void scale_floats(float * x, size_t n, float c) {
+    const v128_t vc = wasm_f32x4_splat(c);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) wasm_v128_store(x + i, wasm_f32x4_mul(wasm_v128_load(x + i), vc));
+    for (; i < n; i++) x[i] *= c;
+}
+
+/* Whether every q element times 2^112 stays finite (|q| < 2^16; NaN and
+ * Inf are not). */
+static bool q_scalable(const float * q, size_t n) {
+    const v128_t limit = wasm_f32x4_splat(65536.0f);
+    v128_t ok = wasm_i32x4_splat(-1);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) ok = wasm_v128_and(ok, wasm_f32x4_lt(wasm_f32x4_abs(wasm_v128_load(q + i)), limit));
+    bool all = wasm_i32x4_all_true(ok);
+    for (; i < n; i++) all &= fabsf(q[i]) < 65536.0f;
+    return all;
+}
+
 static void block_setup(const flash_plan * f, block_state * st, char * scratch, int32_t b,
                         int32_t hk, int32_t blk) {
     const sdpa_problem * p = f->p;
@@ -597,9 +608,13 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
     }
     if (f->k_src == K_I4_PAGE)  /* integer Q.K, and the broadcast q for a page decoded instead */
         quantize_q(f, st, 2 * f->p->kv.format->block[0].units, INT16_MAX, st->qgroup);
+    /* float16 K in place: q * 2^112 (exact) when no element overflows, so its
+     * halves convert in 2 operations, not 3 (f16x4_finite_scaled) */
+    st->q_scaled = f->k_src == K_F16_PAGE && q_scalable(st->q, (size_t)st->n * Dp);
+    const float q_factor = st->q_scaled ? 0x1p112f : 1.0f;
     for (int32_t x = 0; x < st->n; x++)
         for (int32_t d = 0; d < D; d++)
-            st->qs[((size_t)(x / 4) * Dp + d) * 4 + x % 4] = wasm_f32x4_splat(st->q[(size_t)x * Dp + d]);
+            st->qs[((size_t)(x / 4) * Dp + d) * 4 + x % 4] = wasm_f32x4_splat(st->q[(size_t)x * Dp + d] * q_factor);
 }
 
 /* ---- K and V tiles loaded into scratch ---------------------------------
@@ -619,6 +634,30 @@ static void decode_f16_row(const uint16_t * h, int32_t D, float * out) {
         wasm_v128_store(out + d + 4, f16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(x)));
     }
     for (; d < D; d++) out[d] = sdpa_f16_to_f32(h[d]);
+}
+
+/* n finite halves (a block marked as holding no Inf / NaN) -> float32
+ * times 2^-112 (f16x4_finite_scaled: the other factor of each product
+ * carries the 2^112), 8 at a time. */
+static void convert_f16_scaled(const uint16_t * h, size_t n, float * out) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const v128_t a = f16x4_finite_scaled(wasm_i32x4_load16x4(h + i));
+        const v128_t b = f16x4_finite_scaled(wasm_i32x4_load16x4(h + i + 4));
+        wasm_v128_store(out + i, a);
+        wasm_v128_store(out + i + 4, b);
+    }
+    for (; i < n; i++) out[i] = sdpa_f16_to_f32(h[i]) * 0x1p-112f;
+}
+/* The same, unscaled. */
+static void convert_f16_finite(const uint16_t * h, size_t n, float * out) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const v128_t a = f16x4_finite(wasm_i32x4_load16x4(h + i)), b = f16x4_finite(wasm_i32x4_load16x4(h + i + 4));
+        wasm_v128_store(out + i, a);
+        wasm_v128_store(out + i + 4, b);
+    }
+    for (; i < n; i++) out[i] = sdpa_f16_to_f32(h[i]);
 }
 
 /* Rows [t0, t0 + nt) of a [.., D] row-major float32 K (row stride ldk) into
@@ -735,6 +774,25 @@ static void scores_from_k_tile(const flash_plan * f, block_state * st, int32_t n
     qk_groups(st->qs, (size_t)f->dim_pad * 4, st->n, st->ktile, (size_t)D * KG, nt, D, st->s, &none);
 }
 
+/* K_F16_PAGE: each group of KG keys converted (finite halves, scaled with q
+ * when st->q_scaled) into the K tile's first group, which stays in L1 while
+ * every row's passes read it at float32 speed; the passes touch the rows
+ * of `tr` at the group's keys. */
+static uint32_t scores_f16(block_state * st, const uint16_t * k, int32_t nt, int32_t D, size_t ldqs,
+                           const touch_rows * tr) {
+    const size_t ldg = (size_t)D * KG;
+    if (st->n == 1) return qk_groups_f16(st->qs, ldqs, 1, k, ldg, nt, D, st->s, tr, st->q_scaled);
+    uint32_t touched = 0;
+    for (int32_t g0 = 0; g0 < nt; g0 += KG) {
+        if (st->q_scaled) convert_f16_scaled(k + (size_t)(g0 / KG) * ldg, ldg, st->ktile);
+        else convert_f16_finite(k + (size_t)(g0 / KG) * ldg, ldg, st->ktile);
+        const touch_rows at = { tr->a ? tr->a + (size_t)g0 * tr->a_row : NULL, tr->b ? tr->b + (size_t)g0 * tr->b_row : NULL,
+                                tr->a_row, tr->b_row };
+        touched |= qk_groups(st->qs, ldqs, st->n, st->ktile, ldg, nt - g0 < KG ? nt - g0 : KG, D, st->s + g0, &at);
+    }
+    return touched;
+}
+
 /* 1. st->s[x][t] = q_x . k_t (unscaled) for the tile's nt keys at ts, page
  * row r0; the score pass touches `ahead`. Returns the touches. */
 static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks, int32_t b, int32_t hk, int32_t ts,
@@ -748,7 +806,7 @@ static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks,
         case K_F32_PAGE:
             return qk_groups(st->qs, ldqs, n, tile_block(kv->format, page, r0, 0), ldg, nt, D, st->s, &tr);
         case K_F16_PAGE:
-            return qk_groups_f16(st->qs, ldqs, n, tile_block(kv->format, page, r0, 0), ldg, nt, D, st->s, &tr);
+            return scores_f16(st, tile_block(kv->format, page, r0, 0), nt, D, ldqs, &tr);
         case K_I8_PAGE:
             return int8_scores(f, st, page, r0, nt, &tr);
         case K_I4_PAGE:
@@ -761,6 +819,7 @@ static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks,
         }
         case K_F16_DECODED:
             decode_f16_k_tile(f, st, page, r0, nt);
+            if (st->q_scaled) scale_floats(st->ktile, (size_t)ceil_div(nt, KG) * ldg, 0x1p-112f);
             scores_from_k_tile(f, st, nt);
             return 0;
         case K_DECODED:
@@ -834,10 +893,24 @@ static void values_f32(const flash_plan * f, block_state * st, const float * v, 
         pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS, TILE_KEYS,
                 st->n - x < 4 ? st->n - x : 4, v, ldv, nt, f->p->head_dim);
 }
+/* V_F16_PAGE: the weights times 2^112 and the values (finite halves)
+ * times 2^-112, the same products; each PV_KEYS rows converted into the V
+ * tile, where they stay in L1 while every row's pass reads them (the same
+ * sums in the same order as one pass over the tile). */
 static void values_f16(const flash_plan * f, block_state * st, const uint16_t * v, int32_t nt) {
-    for (int32_t x = 0; x < st->n; x += 4)
-        pv_rows_f16(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS, TILE_KEYS,
-                    st->n - x < 4 ? st->n - x : 4, v, (size_t)f->p->head_dim, nt, f->p->head_dim);
+    const int32_t D = f->p->head_dim;
+    scale_floats(st->s, (size_t)st->n * TILE_KEYS, 0x1p112f);
+    if (st->n == 1) {
+        pv_rows_f16(st->acc, (size_t)f->dim_pad, st->s, TILE_KEYS, 1, v, (size_t)D, nt, D);
+        return;
+    }
+    for (int32_t t0 = 0; t0 < nt; t0 += PV_KEYS) {
+        const int32_t kt = nt - t0 < PV_KEYS ? nt - t0 : PV_KEYS;
+        convert_f16_scaled(v + (size_t)t0 * D, (size_t)kt * D, st->vtile);
+        for (int32_t x = 0; x < st->n; x += 4)
+            pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS + t0, TILE_KEYS,
+                    st->n - x < 4 ? st->n - x : 4, st->vtile, (size_t)D, kt, D);
+    }
 }
 
 /* 3. acc += p . V for the tile's nt keys at ts. */

@@ -77,12 +77,17 @@ static inline v128_t f32x4_exp_nonpositive(v128_t x) {
 /* binary16 -> float32 for finite halves, sign-extended into i32 lanes: sign,
  * exponent and mantissa shifted into place (the sign's copies above the
  * exponent masked off) and scaled by 2^112, normals and subnormals alike, in
- * 3 operations after the widening load. An Inf or NaN would come out as a
+ * 3 operations after the widening load (2 for f16x4_finite_scaled, which
+ * leaves the value times 2^-112: exact, subnormals included, so that a
+ * product with a factor scaled by 2^112 is the same real number, rounded
+ * the same, as the unscaled one). An Inf or NaN would come out as a
  * finite value >= 65536: pages that may hold one are marked
  * (SDPA_PAGE_MARK_NONFINITE) and decoded by f16x4_to_f32x4 instead. */
+static inline v128_t f16x4_finite_scaled(v128_t h) {  /* the halves times 2^-112, exactly */
+    return wasm_v128_and(wasm_i32x4_shl(h, 13), wasm_i32x4_splat((int32_t)0x8FFFE000u));
+}
 static inline v128_t f16x4_finite(v128_t h) {
-    const v128_t bits = wasm_v128_and(wasm_i32x4_shl(h, 13), wasm_i32x4_splat((int32_t)0x8FFFE000u));
-    return wasm_f32x4_mul(bits, wasm_f32x4_splat(0x1p112f));
+    return wasm_f32x4_mul(f16x4_finite_scaled(h), wasm_f32x4_splat(0x1p112f));
 }
 
 /* binary16 bits in u32 lanes -> float32, exactly: shifted into a float's

@@ -297,8 +297,10 @@ static void test_int4_rows(void) {
 
 /* ---- attention over compact caches ------------------------------------- */
 
-typedef struct shape { int32_t B, Hq, Hkv, D, keys, Sq; int causal, mask; float v_shift; } shape;
-/* v_shift: values of one sign (an int8 zero point far from 0: -128 for all-positive rows) */
+typedef struct shape { int32_t B, Hq, Hkv, D, keys, Sq; int causal, mask; float v_shift, q_mul; } shape;
+/* v_shift: values of one sign (an int8 zero point far from 0: -128 for all-positive rows);
+ * q_mul: q times this (0: 1), the scale divided by it (a float16 cache's q * 2^112 overflows
+ * above 65536: the kernel keeps q unscaled then) */
 
 static const char * dtype_str(int32_t d) {
     return d == SDPA_DTYPE_FLOAT32 ? "float32" : d == SDPA_DTYPE_FLOAT16 ? "float16" : d == SDPA_DTYPE_INT8 ? "int8" : "int4";
@@ -309,15 +311,17 @@ static bool is_int(int32_t d) { return d == SDPA_DTYPE_INT8 || d == SDPA_DTYPE_I
 static double g_err_stored[6][6], g_err_orig[6][6];
 
 static void attention_case(int32_t kdt, int32_t vdt, const shape * s, uint64_t seed) {
-    snprintf(tu_context, sizeof tu_context, "K %s V %s cache B=%d Hq=%d Hkv=%d D=%d keys=%d Sq=%d causal=%d mask=%d v_shift=%g",
-             dtype_str(kdt), dtype_str(vdt), s->B, s->Hq, s->Hkv, s->D, s->keys, s->Sq, s->causal, s->mask, (double)s->v_shift);
+    snprintf(tu_context, sizeof tu_context, "K %s V %s cache B=%d Hq=%d Hkv=%d D=%d keys=%d Sq=%d causal=%d mask=%d v_shift=%g q_mul=%g",
+             dtype_str(kdt), dtype_str(vdt), s->B, s->Hq, s->Hkv, s->D, s->keys, s->Sq, s->causal, s->mask, (double)s->v_shift,
+             (double)s->q_mul);
+    const float q_mul = s->q_mul ? s->q_mul : 1.0f;
     tu_rng rng;
     tu_rng_seed(&rng, seed);
     const int32_t S = s->keys;
     const size_t nkv = (size_t)s->B * S * s->Hkv * s->D, nq = (size_t)s->B * s->Sq * s->Hq * s->D;
     float * k = tu_malloc(nkv * 4), * v = tu_malloc(nkv * 4), * q = tu_malloc(nq * 4);
     for (size_t i = 0; i < nkv; i++) { k[i] = tu_rng_normal(&rng); v[i] = tu_rng_normal(&rng) + s->v_shift; }
-    for (size_t i = 0; i < nq; i++) q[i] = tu_rng_normal(&rng);
+    for (size_t i = 0; i < nq; i++) q[i] = tu_rng_normal(&rng) * q_mul;
     sdpa_kv_cache * c1 = NULL, * c2 = NULL;
     const sdpa_kv_cache_desc desc = { s->B, S, s->Hkv, s->D, kdt, vdt, 0, 0 };
     sdpa_status st1 = sdpa_kv_cache_create_desc(g_ctx1, &desc, &c1);
@@ -353,7 +357,8 @@ static void attention_case(int32_t kdt, int32_t vdt, const shape * s, uint64_t s
     sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, s->B, s->Sq, s->Hq, s->D);
     sdpa_tensor tk = tu_tensor4(kl, SDPA_DTYPE_FLOAT32, s->B, s->Sq, s->Hkv, s->D), tv = tu_tensor4(vl, SDPA_DTYPE_FLOAT32, s->B, s->Sq, s->Hkv, s->D);
     sdpa_tensor to1 = tu_tensor4(o1, SDPA_DTYPE_FLOAT32, s->B, s->Sq, s->Hq, s->D), to2 = tu_tensor4(o2, SDPA_DTYPE_FLOAT32, s->B, s->Sq, s->Hq, s->D);
-    sdpa_options opt = {.start_pos = past, .is_causal = s->causal && !s->mask};
+    sdpa_options opt = {.start_pos = past, .is_causal = s->causal && !s->mask, .has_scale = q_mul != 1.0f,
+                        .scale = (float)(1.0 / (sqrt((double)s->D) * q_mul))};
     st1 = sdpa_kv_cache_step(g_ctx1, c1, &tq, &tk, &tv, s->mask ? &tm : NULL, &opt, &to1);
     st2 = sdpa_kv_cache_step(g_ctx2, c2, &tq, &tk, &tv, s->mask ? &tm : NULL, &opt, &to2);
     TU_CHECK(st1 == SDPA_OK && st2 == SDPA_OK, "step: %s %s", sdpa_status_code(st1), sdpa_ctx_last_error(g_ctx1));
@@ -365,8 +370,18 @@ static void attention_case(int32_t kdt, int32_t vdt, const shape * s, uint64_t s
     double * ref = tu_malloc(nq * sizeof(double)), * orig = tu_malloc(nq * sizeof(double));
     naive_params np = {.B = s->B, .Sq = s->Sq, .Skv = S, .Hq = s->Hq, .Hkv = s->Hkv, .D = s->D, .start_pos = past,
                        .is_causal = opt.is_causal, .mask_kind = s->mask ? NAIVE_MASK_FLOAT : NAIVE_MASK_NONE,
-                       .mask = mask, .mask_cols = S};
+                       .mask = mask, .mask_cols = S, .has_scale = opt.has_scale, .scale = opt.scale};
     TU_CHECK(naive_sdpa(&np, q, kd, vd, ref) == 0 && naive_sdpa(&np, q, k, v, orig) == 0, "reference");
+    /* float caches: the same bits as customSdpa over the rows they store (the contract's "every key's
+     * score is the same sum in the same order whatever its source"; float16's 2^112 scaling included) */
+    if (!is_int(kdt) && !is_int(vdt)) {
+        float * oc = tu_malloc(nq * 4);
+        sdpa_tensor toc = tu_tensor4(oc, SDPA_DTYPE_FLOAT32, s->B, s->Sq, s->Hq, s->D);
+        sdpa_status stc = sdpa_custom(g_ctx2, &tq, &tkd, &tvd, s->mask ? &tm : NULL, &opt, &toc);
+        if (TU_CHECK(stc == SDPA_OK, "sdpa_custom: %s %s", sdpa_status_code(stc), sdpa_ctx_last_error(g_ctx2)))
+            tu_identical("cache vs sdpa_custom over the stored rows", o1, oc, nq, tq.dims);
+        free(oc);
+    }
     /* int8: q and the softmax weights are quantized to int16 (the contract's int8 bound) */
     tu_close_tol("vs the float64 reference over the stored values", o1, ref, nq, tq.dims,
                  is_int(kdt) || is_int(vdt) ? TU_INT8_TOL : TU_TOL);
@@ -442,20 +457,23 @@ static void test_int8_tiny_query(void) {
 
 static void test_attention(void) {
     static const shape shapes[] = {
-        {1, 8, 2, 64, 300, 1, 1, 0, 0.0f},     /* decode, GQA 4, split-KV */
-        {1, 32, 8, 128, 2048, 1, 1, 0, 0.0f},  /* decode of a real model shape (split-KV, chunks) */
-        {1, 8, 1, 128, 700, 1, 1, 0, 0.0f},    /* MQA */
-        {2, 4, 2, 20, 130, 3, 1, 0, 0.0f},     /* B = 2, D with SIMD tails (16 + 4 for int8, 16 + 4 for float16) */
-        {1, 6, 3, 7, 90, 5, 0, 1, 0.0f},       /* D = 7, float mask */
-        {1, 4, 4, 33, 200, 64, 1, 0, 0.0f},    /* prefill-like, D = 33 */
-        {1, 14, 2, 64, 513, 1, 1, 0, 0.0f},    /* 513 keys: a partial tile and page */
-        {1, 8, 2, 64, 300, 1, 1, 0, 4.0f},   /* GQA 4 over values of one sign: zero points near -128 */
-        {1, 8, 1, 128, 200, 1, 1, 0, -2.0f}, /* MQA (8 rows) over negative values: zero points near 127 */
-        {1, 6, 3, 16, 150, 3, 1, 0, 5.0f},   /* 6 rows (a quad and a pair), same data kind */
-        {1, 4, 2, 1030, 140, 2, 1, 0, 0.0f}, /* D > 1024: an int8 cache decodes K for Q.K (INT_Q_MAX_DIM) */
-        {1, 2, 1, 1, 70, 2, 1, 0, 0.0f},     /* D = 1: one element pair, padded; no SIMD element loop */
-        {1, 4, 2, 2, 100, 1, 1, 0, 0.0f},    /* D = 2 */
-        {1, 4, 2, 300, 200, 1, 1, 0, 1.0f},  /* D = 300: int8 q16 below 32767 (a key's sum must fit an int32) */
+        {1, 8, 2, 64, 300, 1, 1, 0, 0.0f, 0},     /* decode, GQA 4, split-KV */
+        {1, 32, 8, 128, 2048, 1, 1, 0, 0.0f, 0},  /* decode of a real model shape (split-KV, chunks) */
+        {1, 8, 1, 128, 700, 1, 1, 0, 0.0f, 0},    /* MQA */
+        {2, 4, 2, 20, 130, 3, 1, 0, 0.0f, 0},     /* B = 2, D with SIMD tails (16 + 4 for int8, 16 + 4 for float16) */
+        {1, 6, 3, 7, 90, 5, 0, 1, 0.0f, 0},       /* D = 7, float mask */
+        {1, 4, 4, 33, 200, 64, 1, 0, 0.0f, 0},    /* prefill-like, D = 33 */
+        {1, 14, 2, 64, 513, 1, 1, 0, 0.0f, 0},    /* 513 keys: a partial tile and page */
+        {1, 8, 2, 64, 300, 1, 1, 0, 4.0f, 0},   /* GQA 4 over values of one sign: zero points near -128 */
+        {1, 8, 1, 128, 200, 1, 1, 0, -2.0f, 0}, /* MQA (8 rows) over negative values: zero points near 127 */
+        {1, 6, 3, 16, 150, 3, 1, 0, 5.0f, 0},   /* 6 rows (a quad and a pair), same data kind */
+        {1, 4, 2, 1030, 140, 2, 1, 0, 0.0f, 0}, /* D > 1024: an int8 cache decodes K for Q.K (INT_Q_MAX_DIM) */
+        {1, 2, 1, 1, 70, 2, 1, 0, 0.0f, 0},     /* D = 1: one element pair, padded; no SIMD element loop */
+        {1, 4, 2, 2, 100, 1, 1, 0, 0.0f, 0},    /* D = 2 */
+        {1, 4, 2, 300, 200, 1, 1, 0, 1.0f, 0},  /* D = 300: int8 q16 below 32767 (a key's sum must fit an int32) */
+        {1, 8, 2, 64, 300, 1, 1, 0, 0.0f, 3e4f},  /* |q| up to ~1e5: some blocks' q * 2^112 would overflow */
+        {1, 1, 1, 40, 150, 1, 1, 0, 0.0f, 3e4f},  /* the same for a single row (float16 converted as loaded) */
+        {1, 1, 1, 40, 150, 1, 1, 0, 0.0f, 0},        /* a single row, D with a tail */
     };
     const int32_t same[] = {SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4};
     for (size_t d = 0; d < 3; d++)
