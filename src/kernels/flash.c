@@ -80,7 +80,7 @@ static uint64_t align_up(uint64_t n) {
  * multiple of 4), so the vector areas stay 16-byte aligned. */
 typedef enum scratch_area {
     AREA_Q, AREA_ACC, AREA_SCORES, AREA_MAX, AREA_SUM, AREA_TOUCHED, AREA_Q_INT, AREA_W_INT,
-    AREA_K_TILE, AREA_V_TILE, AREA_Q_BROADCAST, AREA_COUNT
+    AREA_K_TILE, AREA_V_TILE, AREA_Q_BROADCAST, AREA_W_BROADCAST, AREA_COUNT
 } scratch_area;
 static const struct { uint32_t per_dim, fixed; } scratch_areas[AREA_COUNT] = {
     [AREA_Q]           = { BLOCK_ROWS, 0 },              /* q rows, zero-padded; later the reference row's D doubles + D floats */
@@ -92,6 +92,7 @@ static const struct { uint32_t per_dim, fixed; } scratch_areas[AREA_COUNT] = {
     [AREA_K_TILE]      = { TILE_KEYS, 0 },               /* a transposed or decoded K tile */
     [AREA_V_TILE]      = { TILE_KEYS, 0 },               /* a decoded V tile, or a decoded K row */
     [AREA_Q_BROADCAST] = { BLOCK_ROWS * 4, 0 },          /* q[x][d] broadcast to vectors */
+    [AREA_W_BROADCAST] = { 0, BLOCK_ROWS * TILE_KEYS * 4 }, /* a tile's weights broadcast (broadcast_weights) */
     /* int8 / int4 K: q16 pairs, 8 rows x (ceil(D/4) * 2 <= D/2 + 2) x 4 lanes, then int4's
      * group sums, 8 rows x ceil(D/32) floats, then a tile's scales and offsets as float32,
      * ceil(D/32) x 2 x TILE_KEYS */
@@ -245,6 +246,17 @@ static FLASH_INLINE v128_t load4(const void * base, size_t i, const int F16) {
     return wasm_v128_load((const float *)base + i);
 }
 
+/* acc[r][v] += q[r][d] * k[d][4v .. 4v+4) for one head-dim element d */
+static FLASH_INLINE void qk_step(v128_t acc[4][4], const v128_t * qs, const void * k, int32_t d, const int R,
+                                 const int NV, const int F16) {
+    v128_t vk[4];
+    for (int v = 0; v < NV; v++) vk[v] = load4(k, (size_t)d * KG + 4 * (size_t)v, F16);
+    for (int r = 0; r < R; r++) {
+        const v128_t w = qs[r];
+        for (int v = 0; v < NV; v++) acc[r][v] = f32x4_fmadd(acc[r][v], w, vk[v]);
+    }
+}
+
 static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, int32_t D,
                                            float * s, size_t lds, const int R, const int NV, const int F16,
                                            const uint32_t * ta, const uint32_t * tb, int32_t lines) {
@@ -252,15 +264,14 @@ static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, in
     uint32_t touched = 0;
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = wasm_f32x4_splat(0.0f);
-    for (int32_t d = 0; d < D; d++, qs += 4) {
-        if (d < lines) touched |= ta[(size_t)d * SDPA_CACHE_LINE_WORDS] | tb[(size_t)d * SDPA_CACHE_LINE_WORDS];
-        v128_t vk[4];
-        for (int v = 0; v < NV; v++) vk[v] = load4(k, (size_t)d * KG + 4 * (size_t)v, F16);
-        for (int r = 0; r < R; r++) {
-            const v128_t w = qs[r];
-            for (int v = 0; v < NV; v++) acc[r][v] = f32x4_fmadd(acc[r][v], w, vk[v]);
-        }
+    /* the steps that touch, then the rest: one loop with a branch per step
+     * measured slower (V8 kept the touch word in memory across the loop) */
+    int32_t d = 0;
+    for (const int32_t touching = lines < D ? lines : D; d < touching; d++, qs += 4) {
+        touched |= ta[(size_t)d * SDPA_CACHE_LINE_WORDS] | tb[(size_t)d * SDPA_CACHE_LINE_WORDS];
+        qk_step(acc, qs, k, d, R, NV, F16);
     }
+    for (; d < D; d++, qs += 4) qk_step(acc, qs, k, d, R, NV, F16);
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) wasm_v128_store(s + (size_t)r * lds + 4 * v, acc[r][v]);
     return touched;
@@ -323,8 +334,8 @@ static uint32_t qk_groups_f16(const v128_t * qs, size_t ldqs, int32_t n, const u
  * Keys go in groups of PV_KEYS, D innermost within a group, so V is read
  * front to back rather than down whole-tile columns. */
 #define PV_KEYS 16
-static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
-                                    const void * v, size_t ldv, int32_t nt, int32_t D, const int F16) {
+static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, size_t ldp, const v128_t * pw,
+                                    int32_t n_rows, const void * v, size_t ldv, int32_t nt, int32_t D, const int F16) {
     for (int32_t t0 = 0; t0 < nt; t0 += PV_KEYS) {
         const int32_t t1 = nt - t0 < PV_KEYS ? nt : t0 + PV_KEYS;
         const size_t vg = (size_t)t0 * ldv;  /* element offsets into v */
@@ -336,16 +347,13 @@ static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, si
                 v128_t c20 = wasm_v128_load(acc + 2 * lda + d), c21 = wasm_v128_load(acc + 2 * lda + d + 4);
                 v128_t c30 = wasm_v128_load(acc + 3 * lda + d), c31 = wasm_v128_load(acc + 3 * lda + d + 4);
                 size_t vt = vg + (size_t)d;
-                for (int32_t t = t0; t < t1; t++, vt += ldv) {
+                const v128_t * w = pw + (size_t)t0 * 4;
+                for (int32_t t = t0; t < t1; t++, vt += ldv, w += 4) {
                     const v128_t v0 = load4(v, vt, F16), v1 = load4(v, vt + 4, F16);
-                    v128_t w = wasm_v128_load32_splat(p + t);
-                    c00 = f32x4_fmadd(c00, w, v0); c01 = f32x4_fmadd(c01, w, v1);
-                    w = wasm_v128_load32_splat(p + ldp + t);
-                    c10 = f32x4_fmadd(c10, w, v0); c11 = f32x4_fmadd(c11, w, v1);
-                    w = wasm_v128_load32_splat(p + 2 * ldp + t);
-                    c20 = f32x4_fmadd(c20, w, v0); c21 = f32x4_fmadd(c21, w, v1);
-                    w = wasm_v128_load32_splat(p + 3 * ldp + t);
-                    c30 = f32x4_fmadd(c30, w, v0); c31 = f32x4_fmadd(c31, w, v1);
+                    c00 = f32x4_fmadd(c00, w[0], v0); c01 = f32x4_fmadd(c01, w[0], v1);
+                    c10 = f32x4_fmadd(c10, w[1], v0); c11 = f32x4_fmadd(c11, w[1], v1);
+                    c20 = f32x4_fmadd(c20, w[2], v0); c21 = f32x4_fmadd(c21, w[2], v1);
+                    c30 = f32x4_fmadd(c30, w[3], v0); c31 = f32x4_fmadd(c31, w[3], v1);
                 }
                 wasm_v128_store(acc + d, c00); wasm_v128_store(acc + d + 4, c01);
                 wasm_v128_store(acc + lda + d, c10); wasm_v128_store(acc + lda + d + 4, c11);
@@ -391,13 +399,13 @@ static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, si
     }
 }
 
-static void pv_rows(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
+static void pv_rows(float * acc, size_t lda, const float * p, size_t ldp, const v128_t * pw, int32_t n_rows,
                     const float * v, size_t ldv, int32_t nt, int32_t D) {
-    pv_rows_of(acc, lda, p, ldp, n_rows, v, ldv, nt, D, 0);
+    pv_rows_of(acc, lda, p, ldp, pw, n_rows, v, ldv, nt, D, 0);
 }
 static void pv_rows_f16(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
                         const uint16_t * v, size_t ldv, int32_t nt, int32_t D) {
-    pv_rows_of(acc, lda, p, ldp, n_rows, v, ldv, nt, D, F16_SCALED);
+    pv_rows_of(acc, lda, p, ldp, NULL, n_rows, v, ldv, nt, D, F16_SCALED);
 }
 
 /* ---- touch-ahead --------------------------------------------------------
@@ -563,6 +571,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
     st->ktile = scratch_area_at(scratch, AREA_K_TILE, Dp);
     st->vtile = scratch_area_at(scratch, AREA_V_TILE, Dp);
     st->qs = scratch_area_at(scratch, AREA_Q_BROADCAST, Dp);
+    st->pw = scratch_area_at(scratch, AREA_W_BROADCAST, Dp);
     st->qpairs = scratch_area_at(scratch, AREA_Q_INT, Dp);
     st->qgroup = (float *)(void *)(st->qpairs + (size_t)BLOCK_ROWS * (size_t)(ceil_div(D, 4) * 2));
     st->kside = st->qgroup + (size_t)BLOCK_ROWS * (size_t)ceil_div(D, SDPA_I4_GROUP);
@@ -886,12 +895,31 @@ static void tile_softmax(const flash_plan * f, block_state * st, int32_t ts, int
     }
 }
 
-/* acc += p . V over float32 value rows (ldv floats apart) or a float16
- * page's (D halves apart), 4 rows at a time. */
+/* The weights of each whole quad of rows broadcast, [quad][t][4] (pv_rows'
+ * 4-row loop then loads them at constant offsets from one pointer: V8
+ * computes every splat's address on its own, measured slower). */
+static void broadcast_weights(block_state * st, int32_t nt) {
+    for (int32_t x = 0; x + 4 <= st->n; x += 4) {
+        v128_t * w = st->pw + (size_t)(x / 4) * TILE_KEYS * 4;
+        const float * p = st->s + (size_t)x * TILE_KEYS;
+        for (int32_t t = 0; t < nt; t++, w += 4) {
+            w[0] = wasm_v128_load32_splat(p + t);
+            w[1] = wasm_v128_load32_splat(p + TILE_KEYS + t);
+            w[2] = wasm_v128_load32_splat(p + 2 * TILE_KEYS + t);
+            w[3] = wasm_v128_load32_splat(p + 3 * TILE_KEYS + t);
+        }
+    }
+}
+static const v128_t * quad_weights(const block_state * st, int32_t x, int32_t t0) {
+    return st->pw + ((size_t)(x / 4) * TILE_KEYS + (size_t)t0) * 4;
+}
+
+/* acc += p . V over float32 value rows (ldv floats apart), 4 rows at a time. */
 static void values_f32(const flash_plan * f, block_state * st, const float * v, size_t ldv, int32_t nt) {
+    broadcast_weights(st, nt);
     for (int32_t x = 0; x < st->n; x += 4)
         pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS, TILE_KEYS,
-                st->n - x < 4 ? st->n - x : 4, v, ldv, nt, f->p->head_dim);
+                quad_weights(st, x, 0), st->n - x < 4 ? st->n - x : 4, v, ldv, nt, f->p->head_dim);
 }
 /* V_F16_PAGE: the weights times 2^112 and the values (finite halves)
  * times 2^-112, the same products; each PV_KEYS rows converted into the V
@@ -904,12 +932,13 @@ static void values_f16(const flash_plan * f, block_state * st, const uint16_t * 
         pv_rows_f16(st->acc, (size_t)f->dim_pad, st->s, TILE_KEYS, 1, v, (size_t)D, nt, D);
         return;
     }
+    broadcast_weights(st, nt);
     for (int32_t t0 = 0; t0 < nt; t0 += PV_KEYS) {
         const int32_t kt = nt - t0 < PV_KEYS ? nt - t0 : PV_KEYS;
         convert_f16_scaled(v + (size_t)t0 * D, (size_t)kt * D, st->vtile);
         for (int32_t x = 0; x < st->n; x += 4)
             pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS + t0, TILE_KEYS,
-                    st->n - x < 4 ? st->n - x : 4, st->vtile, (size_t)D, kt, D);
+                    quad_weights(st, x, t0), st->n - x < 4 ? st->n - x : 4, st->vtile, (size_t)D, kt, D);
     }
 }
 

@@ -87,6 +87,7 @@ typedef struct block_state {
     float * ktile;                  /* TILE_KEYS x dim_pad floats: a key-transposed K tile */
     float * vtile;                  /* TILE_KEYS x dim_pad floats: decoded V rows */
     v128_t * qs;                    /* [BLOCK_ROWS / 4][dim_pad][4]: q[x][d] broadcast */
+    v128_t * pw;                    /* [BLOCK_ROWS / 4][TILE_KEYS][4]: a tile's weights p[x][t] broadcast */
     /* int8 and int4 pages (flash_int8.h, flash_int4.h) */
     v128_t * qpairs;                /* [BLOCK_ROWS / 4][pairs][4]: (q16[2p], q16[2p+1]) broadcast */
     float * qgroup;                 /* int4 K: [BLOCK_ROWS][groups] sum of a group's q16, as float */
