@@ -885,12 +885,11 @@ static void tile_softmax(const flash_plan * f, block_state * st, int32_t ts, int
         }
         st->m[x] = m_new;
         const v128_t vm = wasm_f32x4_splat(m_new);
+        for (int32_t t = 0; t < nt4; t += 4)
+            wasm_v128_store(s + t, f32x4_exp_nonpositive(wasm_f32x4_sub(wasm_v128_load(s + t), vm)));
+        /* summed in a pass of its own: in the exp loop V8 spilled the sum, a chain through memory */
         v128_t vsum = wasm_f32x4_splat(0.0f);
-        for (int32_t t = 0; t < nt4; t += 4) {
-            const v128_t e = f32x4_exp_nonpositive(wasm_f32x4_sub(wasm_v128_load(s + t), vm));
-            wasm_v128_store(s + t, e);
-            vsum = wasm_f32x4_add(vsum, e);
-        }
+        for (int32_t t = 0; t < nt4; t += 4) vsum = wasm_f32x4_add(vsum, wasm_v128_load(s + t));
         st->l[x] += f32x4_hsum(vsum);
     }
 }

@@ -78,31 +78,40 @@ static void quantize_q(const flash_plan * f, block_state * st, int32_t P, int32_
     }
 }
 
+/* acc[r][2g + h] += q16 . k over element pair i (one step of i8_key_rows) */
+static FLASH_INLINE void i8_key_step(const v128_t * qb, const int8_t * k, size_t ldk, v128_t acc[4][4], const int R,
+                                     const int NG) {
+    v128_t lo[2], hi[2];
+    for (int g = 0; g < NG; g++) {
+        const v128_t kv = wasm_v128_load(k + (size_t)g * ldk);
+        lo[g] = wasm_i16x8_extend_low_i8x16(kv);
+        hi[g] = wasm_i16x8_extend_high_i8x16(kv);
+    }
+    for (int r = 0; r < R; r++) {
+        const v128_t w = qb[r];
+        for (int g = 0; g < NG; g++) {
+            acc[r][2 * g] = wasm_i32x4_add(acc[r][2 * g], wasm_i32x4_dot_i16x8(lo[g], w));
+            acc[r][2 * g + 1] = wasm_i32x4_add(acc[r][2 * g + 1], wasm_i32x4_dot_i16x8(hi[g], w));
+        }
+    }
+}
+
 /* acc[r][2g + h] (keys 8g + 4h .. +3 of the pass) = sum over element pairs
  * of q16 . k for R rows (quad vectors qb, [P][4]) and NG groups of 8 keys
- * (k: the first group's pairs, ldk bytes between groups). */
+ * (k: the first group's pairs, ldk bytes between groups). The steps that
+ * touch run in a loop of their own (as flash.c's qk_group_rows). */
 static FLASH_INLINE uint32_t i8_key_rows(const v128_t * qb, const int8_t * k, size_t ldk, int32_t P,
                                          v128_t acc[4][4], const int R, const int NG,
                                          const uint32_t * ta, const uint32_t * tb, int32_t lines) {
     uint32_t touched = 0;
     for (int r = 0; r < R; r++)
         for (int g = 0; g < 2 * NG; g++) acc[r][g] = wasm_i32x4_splat(0);
-    for (int32_t i = 0; i < P; i++, qb += 4, k += 16) {
-        if (i < lines) touched |= ta[(size_t)i * SDPA_CACHE_LINE_WORDS] | tb[(size_t)i * SDPA_CACHE_LINE_WORDS];
-        v128_t lo[2], hi[2];
-        for (int g = 0; g < NG; g++) {
-            const v128_t kv = wasm_v128_load(k + (size_t)g * ldk);
-            lo[g] = wasm_i16x8_extend_low_i8x16(kv);
-            hi[g] = wasm_i16x8_extend_high_i8x16(kv);
-        }
-        for (int r = 0; r < R; r++) {
-            const v128_t w = qb[r];
-            for (int g = 0; g < NG; g++) {
-                acc[r][2 * g] = wasm_i32x4_add(acc[r][2 * g], wasm_i32x4_dot_i16x8(lo[g], w));
-                acc[r][2 * g + 1] = wasm_i32x4_add(acc[r][2 * g + 1], wasm_i32x4_dot_i16x8(hi[g], w));
-            }
-        }
+    int32_t i = 0;
+    for (const int32_t touching = lines < P ? lines : P; i < touching; i++, qb += 4, k += 16) {
+        touched |= ta[(size_t)i * SDPA_CACHE_LINE_WORDS] | tb[(size_t)i * SDPA_CACHE_LINE_WORDS];
+        i8_key_step(qb, k, ldk, acc, R, NG);
     }
+    for (; i < P; i++, qb += 4, k += 16) i8_key_step(qb, k, ldk, acc, R, NG);
     return touched;
 }
 
