@@ -330,7 +330,9 @@ static uint32_t qk_groups_f16(const v128_t * qs, size_t ldqs, int32_t n, const u
 
 /* acc[r][:] += sum_t p[r][t] * v_t[:] for n_rows (<= 4) rows, nt keys, V
  * rows float32 or (F16) a float16 page's, finite halves, in place (a single
- * row's: several rows convert each PV_KEYS rows once, values_f16).
+ * row's: several rows convert each PV_KEYS rows once, values_f16). pw: the
+ * 4 rows' weights broadcast, [t][4] from p's key 0 (broadcast_weights), read
+ * when n_rows == 4 (else unused, may be NULL).
  * Keys go in groups of PV_KEYS, D innermost within a group, so V is read
  * front to back rather than down whole-tile columns. */
 #define PV_KEYS 16
