@@ -77,7 +77,7 @@ typedef struct block_state {
     const uint8_t * bmask[BLOCK_ROWS];
     const uint8_t * tmask[BLOCK_ROWS]; /* row of a tree mask (issue 21), or NULL */
     bool suspect[BLOCK_ROWS];       /* a score left float range: recompute the row */
-    bool q_scaled;                  /* float16 K: qs holds q * 2^112 (f16_scale_q) */
+    bool q_scaled;                  /* float16 K: qs holds q * 2^112 (block_setup, q_scalable) */
     float * q;                      /* [BLOCK_ROWS][dim_pad] */
     float * acc;                    /* [BLOCK_ROWS][dim_pad] */
     float * s;                      /* [BLOCK_ROWS][TILE_KEYS] */
