@@ -245,6 +245,12 @@ static FLASH_INLINE v128_t load4(const void * base, size_t i, const int F16) {
     if (F16) return f16x4_finite(wasm_i32x4_load16x4((const uint16_t *)base + i));
     return wasm_v128_load((const float *)base + i);
 }
+/* The same for one element (the scalar tails). */
+static FLASH_INLINE float load1(const void * base, size_t i, const int F16) {
+    if (F16 == F16_SCALED) return sdpa_f16_to_f32(((const uint16_t *)base)[i]) * 0x1p-112f;
+    if (F16) return sdpa_f16_to_f32(((const uint16_t *)base)[i]);
+    return ((const float *)base)[i];
+}
 
 /* acc[r][v] += q[r][d] * k[d][4v .. 4v+4) for one head-dim element d */
 static FLASH_INLINE void qk_step(v128_t acc[4][4], const v128_t * qs, const void * k, int32_t d, const int R,
@@ -393,8 +399,7 @@ static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, si
                 float c = a[d];
                 size_t vt = vg + (size_t)d;
                 for (int32_t t = t0; t < t1; t++, vt += ldv)
-                    c += pr[t] * (F16 == F16_SCALED ? sdpa_f16_to_f32(((const uint16_t *)v)[vt]) * 0x1p-112f
-                                  : F16 ? sdpa_f16_to_f32(((const uint16_t *)v)[vt]) : ((const float *)v)[vt]);
+                    c += pr[t] * load1(v, vt, F16);
                 a[d] = c;
             }
         }
@@ -647,28 +652,17 @@ static void decode_f16_row(const uint16_t * h, int32_t D, float * out) {
     for (; d < D; d++) out[d] = sdpa_f16_to_f32(h[d]);
 }
 
-/* n finite halves (a block marked as holding no Inf / NaN) -> float32
- * times 2^-112 (f16x4_finite_scaled: the other factor of each product
- * carries the 2^112), 8 at a time. */
-static void convert_f16_scaled(const uint16_t * h, size_t n, float * out) {
+/* n finite halves (a block marked as holding no Inf / NaN) -> float32, as
+ * load4 / load1 convert them (F16_SCALED: times 2^-112, the other factor of
+ * each product carrying the 2^112). */
+static FLASH_INLINE void convert_halves(const uint16_t * h, size_t n, float * out, const int F16) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        const v128_t a = f16x4_finite_scaled(wasm_i32x4_load16x4(h + i));
-        const v128_t b = f16x4_finite_scaled(wasm_i32x4_load16x4(h + i + 4));
+        const v128_t a = load4(h, i, F16), b = load4(h, i + 4, F16);
         wasm_v128_store(out + i, a);
         wasm_v128_store(out + i + 4, b);
     }
-    for (; i < n; i++) out[i] = sdpa_f16_to_f32(h[i]) * 0x1p-112f;
-}
-/* The same, unscaled. */
-static void convert_f16_finite(const uint16_t * h, size_t n, float * out) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const v128_t a = f16x4_finite(wasm_i32x4_load16x4(h + i)), b = f16x4_finite(wasm_i32x4_load16x4(h + i + 4));
-        wasm_v128_store(out + i, a);
-        wasm_v128_store(out + i + 4, b);
-    }
-    for (; i < n; i++) out[i] = sdpa_f16_to_f32(h[i]);
+    for (; i < n; i++) out[i] = load1(h, i, F16);
 }
 
 /* Rows [t0, t0 + nt) of a [.., D] row-major float32 K (row stride ldk) into
@@ -795,8 +789,8 @@ static uint32_t scores_f16(block_state * st, const uint16_t * k, int32_t nt, int
     if (st->n == 1) return qk_groups_f16(st->qs, ldqs, 1, k, ldg, nt, D, st->s, tr, st->q_scaled);
     uint32_t touched = 0;
     for (int32_t g0 = 0; g0 < nt; g0 += KG) {
-        if (st->q_scaled) convert_f16_scaled(k + (size_t)(g0 / KG) * ldg, ldg, st->ktile);
-        else convert_f16_finite(k + (size_t)(g0 / KG) * ldg, ldg, st->ktile);
+        if (st->q_scaled) convert_halves(k + (size_t)(g0 / KG) * ldg, ldg, st->ktile, F16_SCALED);
+        else convert_halves(k + (size_t)(g0 / KG) * ldg, ldg, st->ktile, 1);
         const touch_rows at = { tr->a ? tr->a + (size_t)g0 * tr->a_row : NULL, tr->b ? tr->b + (size_t)g0 * tr->b_row : NULL,
                                 tr->a_row, tr->b_row };
         touched |= qk_groups(st->qs, ldqs, st->n, st->ktile, ldg, nt - g0 < KG ? nt - g0 : KG, D, st->s + g0, &at);
@@ -936,7 +930,7 @@ static void values_f16(const flash_plan * f, block_state * st, const uint16_t * 
     broadcast_weights(st, nt);
     for (int32_t t0 = 0; t0 < nt; t0 += PV_KEYS) {
         const int32_t kt = nt - t0 < PV_KEYS ? nt - t0 : PV_KEYS;
-        convert_f16_scaled(v + (size_t)t0 * D, (size_t)kt * D, st->vtile);
+        convert_halves(v + (size_t)t0 * D, (size_t)kt * D, st->vtile, F16_SCALED);
         for (int32_t x = 0; x < st->n; x += 4)
             pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS + t0, TILE_KEYS,
                     quad_weights(st, x, t0), st->n - x < 4 ? st->n - x : 4, st->vtile, (size_t)D, kt, D);
