@@ -6,7 +6,7 @@
 //   native   ctest build/native                  ctest's tests
 //   asan     ctest build/asan (ASan + UBSan)     ctest's tests
 //   fuzz     build/fuzz/fuzz_sdpa, 30 s          1
-//   tsan     ctest build/tsan (ThreadSanitizer)  ctest's tests (cache, hotpath: 1-4 threads)
+//   tsan     ctest build/tsan (ThreadSanitizer)  ctest's tests (cache, hotpath: 1-4 threads; threadpool)
 //   wasm     ctest build/wasm (Node, pthreads)   ctest's tests
 //   wasm-relaxed ctest build/wasm-relaxed (the same C tests compiled with relaxed SIMD,
 //            node --experimental-wasm-relaxed-simd)   ctest's tests
@@ -165,7 +165,7 @@ const SUITE_FN = {
   asan: () => ctestSuite('asan', 'build/asan'),
   // ThreadSanitizer on the tests that run many threaded calls (the pool, the
   // split-KV merge by the last chunk, 1-4 threads); the rest add only time.
-  tsan: () => ctestSuite('tsan', 'build/tsan', ['-R', 'test_(hotpath|cache)']),
+  tsan: () => ctestSuite('tsan', 'build/tsan', ['-R', 'test_(hotpath|cache|threadpool)']),
 
   async fuzz() {
     if (!exists('tests/fuzz/fuzz_sdpa.c')) return { skip: 'tests/fuzz/fuzz_sdpa.c does not exist yet' };

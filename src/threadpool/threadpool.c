@@ -1,6 +1,14 @@
 /* threadpool.c: persistent futex-based pool (see threadpool.h). The pattern
  * follows ggml's pool and the emcc 3.1.6 pool recipe (docs/BUILDING.md, section 3): a generation counter
- * wakes workers, a `remaining` counter wakes the caller. */
+ * wakes workers, and a job's `state` word (open/closed and how many workers
+ * are inside) wakes the caller.
+ *
+ * The caller waits only for workers that entered the job. A worker enters
+ * while the job is open and reads the job only after entering; the caller
+ * closes the job once every unit is claimed and waits for the workers inside
+ * to leave. A worker the OS has not scheduled yet (a busy 2-core machine)
+ * finds the job closed when it wakes and goes back to sleep, so the caller
+ * never waits for a thread that did none of the work. */
 #define _GNU_SOURCE
 #include "threadpool/threadpool.h"
 
@@ -42,7 +50,7 @@ struct sdpa_pool {
     int32_t        n_threads;     /* caller + started workers */
     worker *       workers;       /* n_threads - 1 entries used */
     atomic_int     generation;    /* bumped once per job (and to quit) */
-    atomic_int     remaining;     /* workers still inside the current job */
+    atomic_int     state;         /* JOB_CLOSED bit | workers inside the current job */
     atomic_int     next_unit;
     atomic_int     quit;
     int            start_generation;
@@ -51,6 +59,21 @@ struct sdpa_pool {
     void *         arg;
     int32_t        n_units;
 };
+
+#define JOB_CLOSED (1 << 30)
+
+/* Enters the current job if it is still open (fn, arg and n_units are valid
+ * from here until leave_job). */
+static int enter_job(sdpa_pool * pool) {
+    int s = atomic_load(&pool->state);
+    while (!(s & JOB_CLOSED))
+        if (atomic_compare_exchange_weak(&pool->state, &s, s + 1)) return 1;
+    return 0;
+}
+
+static void leave_job(sdpa_pool * pool) {
+    if (atomic_fetch_sub(&pool->state, 1) == (JOB_CLOSED | 1)) futex_wake_all(&pool->state);
+}
 
 static void run_units(sdpa_pool * pool, int32_t thread) {
     for (;;) {
@@ -70,8 +93,9 @@ static void * worker_main(void * p) {
         while ((gen = atomic_load(&pool->generation)) == seen) futex_wait(&pool->generation, seen);
         seen = gen;
         if (atomic_load(&pool->quit)) return NULL;
+        if (!enter_job(pool)) continue;  /* the caller finished without us */
         run_units(pool, self->index);
-        if (atomic_fetch_sub(&pool->remaining, 1) == 1) futex_wake_all(&pool->remaining);
+        leave_job(pool);
     }
 }
 
@@ -81,6 +105,7 @@ sdpa_pool * sdpa_pool_create(int32_t n_threads) {
     if (!pool) return NULL;
     pool->workers = calloc((size_t)n_threads, sizeof(worker));
     if (!pool->workers) { free(pool); return NULL; }
+    atomic_init(&pool->state, JOB_CLOSED);
     pool->start_generation = atomic_load(&pool->generation);
     pool->n_threads = 1;
     for (int32_t i = 1; i < n_threads; i++) {
@@ -97,22 +122,26 @@ int32_t sdpa_pool_threads(const sdpa_pool * pool) { return pool ? pool->n_thread
 
 void sdpa_pool_run(sdpa_pool * pool, sdpa_task_fn fn, void * arg, int32_t n_units) {
     if (n_units <= 0) return;
+    /* the last job is closed and empty here, so no worker reads these */
     pool->fn = fn;
     pool->arg = arg;
     pool->n_units = n_units;
     atomic_store(&pool->next_unit, 0);
-    int helpers = pool->n_threads - 1;
-    if (helpers == 0 || n_units == 1) {  /* nothing to share: skip the wake-up */
+    if (pool->n_threads == 1 || n_units == 1) {  /* nothing to share: skip the wake-up */
         run_units(pool, 0);
         return;
     }
-    atomic_store(&pool->remaining, helpers);
+    atomic_store(&pool->state, 0);  /* open, nobody inside */
     atomic_fetch_add(&pool->generation, 1);
     futex_wake_all(&pool->generation);
     run_units(pool, 0);
-    int r;
-    for (int s = 0; (r = atomic_load(&pool->remaining)) != 0 && s < SPIN_ITERS; s++) {}
-    while ((r = atomic_load(&pool->remaining)) != 0) futex_wait(&pool->remaining, r);
+    /* every unit is claimed: close, then wait for the workers still inside */
+    int s = atomic_fetch_or(&pool->state, JOB_CLOSED) | JOB_CLOSED;
+    for (int i = 0; s != JOB_CLOSED && i < SPIN_ITERS; i++) s = atomic_load(&pool->state);
+    while (s != JOB_CLOSED) {
+        futex_wait(&pool->state, s);
+        s = atomic_load(&pool->state);
+    }
 }
 
 void sdpa_pool_free(sdpa_pool * pool) {
