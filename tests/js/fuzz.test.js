@@ -3,7 +3,8 @@
 //
 // Every run builds one hostile call (customSdpa, cache.update / attend / step /
 // read, allocTensor, createKVCache, scaledDotProductAttention, planAttention)
-// out of: lying typed-array subclasses and own properties, Proxies, getters
+// out of (the cache's calls also with a rotary option, whose tables are such
+// tensors too): lying typed-array subclasses and own properties, Proxies, getters
 // with side effects (dispose of the cache / a heap tensor / the instance,
 // re-entrant calls, the caller's own exception, another array on a second
 // read), views made before memory growth, views over a cache's storage and
@@ -206,6 +207,15 @@ const caseArb = fc.record({
   opts: fc.oneof({ arbitrary: benignOpts, weight: 5 }, { arbitrary: hostileOpts, weight: 1 }),
   seed: fc.integer(),
   growFirst: fc.oneof({ arbitrary: fc.constant(false), weight: 40 }, { arbitrary: fc.constant(true), weight: 1 }),
+  // rotary on attend / step / update: tables [P, half] (half 3: rotaryDim 6 > the cache's D 4; P 4: too short
+  // for the default positions past 3), interleaved (a non-boolean is E_ARG), positions (fitting, one too many,
+  // one out of the tables, not an integer)
+  rotary: fc.option(fc.record({
+    cos: tensorArb, sin: tensorArb,
+    half: weighted([[1, 3], [2, 3], [3, 1]]), P: weighted([[8, 4], [4, 1]]),
+    interleaved: weighted([[undefined, 3], [true, 2], [false, 2], ['yes', 1]]),
+    positions: weighted([[null, 4], ['fit', 3], ['long', 1], ['outside', 1], ['fraction', 1]]),
+  }), { freq: 3 }),
 });
 
 // ---------------------------------------------------------------------------
@@ -260,7 +270,7 @@ class Builder {
     // is linear in v); a large |q| only against k = 0 (every score 0). A large q.k would make the
     // float32 scores differ from the float64 ones by more than their gaps: no float32 kernel can pass.
     let magnitude = spec.magnitude;
-    if ((role === 'q' || role === 'k' || role === 'mask') && magnitude > 1) {
+    if ((role === 'q' || role === 'k' || role === 'mask' || role === 'cos' || role === 'sin') && magnitude > 1) {
       const bigQ = role === 'q' && this.c.op === 'custom' && this.c.k.magnitude === 0 && this.c.k.source !== 'aliasQ';
       if (!bigQ) magnitude = 1;
     }
@@ -523,6 +533,59 @@ const semantic = (v, causalDefault = false) => ({
   scale: typeof v.scale === 'number' ? v.scale : undefined,
 });
 
+/**
+ * The rotary option of a cache call whose Sq new rows sit at startPos `sp`
+ * by default: its value, and what the reference needs (null when the case
+ * has none). Marks the case invalid where a rotary rule is broken.
+ */
+function rotaryOption(c, b, Sq, sp) {
+  const r = c.rotary;
+  if (!r) return null;
+  const cosT = b.tensor('cos', r.cos, [r.P, r.half]), sinT = b.tensor('sin', r.sin, [r.P, r.half]);
+  if (2 * r.half > 4) b.invalid(`rotaryDim ${2 * r.half} > headDim 4`);
+  if (r.interleaved !== undefined && typeof r.interleaved !== 'boolean') b.invalid(`rotary.interleaved ${r.interleaved}`);
+  let positions = null;
+  if (r.positions === null) {
+    if (Number.isSafeInteger(sp) && sp >= 0 && sp + Sq > r.P) b.invalid(`default positions ${sp} .. ${sp + Sq - 1} past the tables' ${r.P}`);
+  } else {
+    positions = Array.from({ length: Sq }, () => Math.floor(b.rand() * r.P));
+    if (r.positions === 'long') { positions.push(0); b.invalid('rotary.positions: one per new row'); }
+    if (r.positions === 'outside') { positions[Sq - 1] = r.P; b.invalid('rotary.positions past the tables'); }
+    if (r.positions === 'fraction') { positions[0] = 0.5; b.invalid('rotary.positions not integers'); }
+  }
+  const value = { cos: cosT.t, sin: sinT.t };
+  if (r.interleaved !== undefined) value.interleaved = r.interleaved;
+  if (positions) value.positions = positions;
+  return { value, cosT, sinT, half: r.half, interleaved: r.interleaved === true, positions };
+}
+
+/**
+ * x [B, S, H, D] (data, dims) with row s rotated at position pos(s), in
+ * float32 (each product and the sum rounded, as the contract says), null
+ * when the tables could not be read.
+ */
+function rotateRows(x, rot, pos) {
+  const C = rot.cosT.real, S = rot.sinT.real;
+  if (!C || !S) return null;
+  const [B, Sn, H, D] = x.dims, R = rot.half, f = Math.fround, y = Float32Array.from(x.data);
+  for (let bb = 0; bb < B; bb++) {
+    for (let s = 0; s < Sn; s++) {
+      const p = pos(s);
+      for (let h = 0; h < H; h++) {
+        const o = ((bb * Sn + s) * H + h) * D;
+        for (let j = 0; j < R; j++) {
+          const a = rot.interleaved ? 2 * j : j, e = rot.interleaved ? a + 1 : j + R;
+          const cs = C[p * R + j], sn = S[p * R + j], xa = x.data[o + a], xb = x.data[o + e];
+          y[o + a] = f(f(xa * cs) - f(xb * sn));
+          y[o + e] = f(f(xb * cs) + f(xa * sn));
+        }
+      }
+    }
+  }
+  return { data: y, dims: x.dims.slice() };
+}
+const rotationAt = (rot, sp) => (s) => (rot.positions ? rot.positions[s] : sp + s);
+
 // ---------------------------------------------------------------------------
 // One case
 
@@ -567,6 +630,8 @@ async function runCase(c) {
         let outT = null;
         if (c.hasOut) { outT = b.tensor('out', c.out, [B, Sq, Hqq, D]); vals.out = outT.t; }
         if (c.op !== 'step') vals.startPos = sp; else if (c.opts.startPos !== 'geo') { /* the invalid value goes as the 4th argument */ }
+        const rot = isCache ? rotaryOption(c, b, Sq, sp === undefined ? cacheLength - Sq : sp) : null;
+        if (rot) vals.rotary = rot.value;
         // attention over a cache reads written rows only (without a mask)
         if (c.op === 'attend' && !c.hasMask && Number.isSafeInteger(sp) && sp >= 0 && sp + Sq > cacheLength) b.invalid('attend past cache.length');
         const opts = b.options(vals);
@@ -580,18 +645,22 @@ async function runCase(c) {
           const R = (t) => ({ data: t.real, dims: t.dims });
           const o = { startPos: sp === undefined && c.op === 'attend' ? (cacheLength ? cacheLength - Sq : 0) : sp, isCausal: sem.isCausal, scale: sem.scale };
           if (maskT) o.attnMask = R(maskT);
+          // rotary: q rows (and a step's K rows) rotated at their positions, as the library must
+          const qRef = rot ? rotateRows(R(qT), rot, rotationAt(rot, o.startPos)) : R(qT);
+          const kNew = rot && kT ? rotateRows(R(kT), rot, rotationAt(rot, o.startPos)) : kT && R(kT);
+          if (!qRef || (kT && !kNew)) return 'accepted rotary tables the reference cannot read';
           let want;
-          if (c.op === 'custom') want = refCustomSdpa(R(qT), R(kT), R(vT), o);
+          if (c.op === 'custom') want = refCustomSdpa(qRef, R(kT), R(vT), o);
           else {
             if (!before) return 'the cache was disposed, yet the call succeeded';
             const K = before.k.data.slice(), V = before.v.data.slice();
             if (c.op === 'step') {
-              K.set(kT.real, sp * 8); V.set(vT.real, sp * 8);
+              K.set(kNew.data, sp * 8); V.set(vT.real, sp * 8);
               const now = cache.read(0, 8);
               const mk = closeness(now.k.data, K), mv = closeness(now.v.data, V);
               if (mk || mv) return `the cache after the step: ${mk || mv}`;
             }
-            want = refCustomSdpa(R(qT), { data: K, dims: [1, 8, 2, 4] }, { data: V, dims: [1, 8, 2, 4] }, o); if (env.SDPA_FUZZ_DEBUG) console.log('DBG', JSON.stringify({ o, q: Array.from(qT.real), K: Array.from(K), V: Array.from(V), got: Array.from(res.data), want: Array.from(want) }));
+            want = refCustomSdpa(qRef, { data: K, dims: [1, 8, 2, 4] }, { data: V, dims: [1, 8, 2, 4] }, o); if (env.SDPA_FUZZ_DEBUG) console.log('DBG', JSON.stringify({ o, q: Array.from(qT.real), K: Array.from(K), V: Array.from(V), got: Array.from(res.data), want: Array.from(want) }));
           }
           return compareResult(b, res, want, outT);
         };
@@ -604,14 +673,18 @@ async function runCase(c) {
         const kT = b.tensor('k', c.k, [1, Sn, 2, 4]), vT = b.tensor('v', c.v, [1, Sn, 2, 4]);
         let sp = Math.min(g.sp, 8 - Sn);
         if (c.opts.startPos !== 'geo') { sp = c.opts.startPos; b.invalid(); }
+        const rot = rotaryOption(c, b, Sn, sp);
+        const opts = rot ? b.options({ rotary: rot.value }) : undefined;
         const before = cache.disposed ? null : cache.read(0, 8);
-        call = () => cache.update(kT.t, vT.t, sp);
+        call = () => (rot ? cache.update(kT.t, vT.t, sp, opts) : cache.update(kT.t, vT.t, sp));
         check = () => {
           if (!kT.real || !vT.real) return 'accepted an input the reference cannot read';
           if (!before) return 'the cache was disposed, yet the call succeeded';
+          const kNew = rot ? rotateRows({ data: kT.real, dims: kT.dims }, rot, rotationAt(rot, sp)) : { data: kT.real };
+          if (!kNew) return 'accepted rotary tables the reference cannot read';
           const K = before.k.data.slice(), V = before.v.data.slice();
           // cache.read gives [B, S, Hkv, D]: rows are contiguous, 8 floats each
-          K.set(kT.real, sp * 8); V.set(vT.real, sp * 8);
+          K.set(kNew.data, sp * 8); V.set(vT.real, sp * 8);
           const now = cache.read(0, 8);
           return closeness(now.k.data, K) || closeness(now.v.data, V) || unchangedElse(b, null);
         };
