@@ -19,9 +19,10 @@ typedef void (*sdpa_task_fn)(void * arg, int32_t unit, int32_t thread);
 sdpa_pool * sdpa_pool_create(int32_t n_threads);
 int32_t sdpa_pool_threads(const sdpa_pool * pool);
 
-/* Runs fn over all units and returns when every unit is done. It never
- * waits for a worker that claimed no unit (one not yet scheduled, say): the
- * caller runs whatever the workers do not take. */
+/* Runs fn over all units and returns when every unit is done. It waits
+ * only for workers that joined the job before its last unit was claimed (not
+ * for one the OS has not scheduled yet, say): the caller runs whatever the
+ * workers do not take. */
 void sdpa_pool_run(sdpa_pool * pool, sdpa_task_fn fn, void * arg, int32_t n_units);
 
 /* Stops and joins the workers. NULL is a no-op. */

@@ -6,7 +6,8 @@
  *   disjoint slots: ThreadSanitizer checks the join's ordering), over pools
  *   of 1-3 threads and jobs of 0-300 units.
  * - The pool shares: a job of two units that each wait for the other to have
- *   started finishes only if a worker runs one of them.
+ *   started finishes only if a worker runs one of them; and the caller
+ *   returns only after that worker's unit (20 ms longer) has finished.
  * - (Linux, native, not under ThreadSanitizer) The caller never waits for a
  *   worker that did none of the work: with every worker held in a signal
  *   handler (as if the OS had not scheduled it), jobs still finish, every
@@ -78,35 +79,37 @@ static long check_counts(sdpa_pool * pool, tu_rng * rng, int jobs, const char * 
     return shared;
 }
 
-/* Two units, each waiting (up to 20 s) for the other to have started. */
+/* Two units, each waiting (up to 20 s) for the other to have started; the
+ * one on a worker then works on for 20 ms before it records that it
+ * finished (a plain store: the join must wait for it and order it). */
 typedef struct pair_job {
     atomic_int started;
     atomic_int timed_out;
+    int32_t finished[2];
 } pair_job;
 
-static double seconds(void) {
-    struct timespec t;
-    timespec_get(&t, TIME_UTC);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void pair_unit(void * arg, int32_t unit, int32_t thread) {
-    (void)unit; (void)thread;
     pair_job * j = arg;
     atomic_fetch_add(&j->started, 1);
-    const double t0 = seconds();
+    const double t0 = tu_seconds();
     while (atomic_load(&j->started) < 2)
-        if (seconds() - t0 > 20.0) { atomic_store(&j->timed_out, 1); return; }
+        if (tu_seconds() - t0 > 20.0) { atomic_store(&j->timed_out, 1); return; }
+    if (thread != 0)
+        for (const double t1 = tu_seconds(); tu_seconds() - t1 < 0.02;) {}
+    j->finished[unit] = 1;
 }
 
 static void check_shares(sdpa_pool * pool, const char * what) {
     pair_job j;
     atomic_init(&j.started, 0);
     atomic_init(&j.timed_out, 0);
+    j.finished[0] = j.finished[1] = 0;
     sdpa_pool_run(pool, pair_unit, &j, 2);
     TU_CHECK(atomic_load(&j.started) == 2 && !atomic_load(&j.timed_out),
              "%s: two units that wait for each other: started %d, timed out %d (a worker never ran one)",
              what, atomic_load(&j.started), atomic_load(&j.timed_out));
+    TU_CHECK(j.finished[0] && j.finished[1], "%s: returned before the worker's unit finished (finished %d %d)",
+             what, j.finished[0], j.finished[1]);
 }
 
 #ifdef HOLD_WORKERS
@@ -148,8 +151,8 @@ static void check_held_workers(tu_rng * rng) {
     check_shares(pool, "held: before");
     atomic_store(&g_release, 0);
     const int sent = hold_other_threads();
-    const double t0 = seconds();
-    while (atomic_load(&g_held) < sent && seconds() - t0 < 20.0) {}
+    const double t0 = tu_seconds();
+    while (atomic_load(&g_held) < sent && tu_seconds() - t0 < 20.0) {}
     if (!TU_CHECK(sent == 2 && atomic_load(&g_held) == 2, "held: signalled %d workers, %d held", sent, atomic_load(&g_held))) {
         atomic_store(&g_release, 1);
         return;

@@ -95,7 +95,7 @@ int tu_full(void);
 /// explore other combinations; failures print the case's own seed).
 uint64_t tu_base_seed(uint64_t dflt);
 
-/// Seconds since an arbitrary origin (clock(), CPU time: portable C11).
+/// Seconds since an arbitrary origin: wall time (C11 timespec_get), clock()'s CPU time where that fails.
 double tu_seconds(void);
 
 /// Fills a tensor descriptor (len = product of the dims, 0 when it is not positive).

@@ -32,7 +32,7 @@ import { appendFileSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { createSdpa, SdpaError, INTERNALS } from '../../js/index.js';
 import { rng } from './helpers.js';
-import { refCustomSdpa, refTorchSdpa } from './reference.js';
+import { refCustomSdpa, refTorchSdpa, refRotate } from './reference.js';
 import { real, realBytes, plainCopy, ALL_CODES, closeness, describeErr, cacheOverFreedTensor } from './hostile-helpers.js';
 
 const env = process.env;
@@ -560,31 +560,16 @@ function rotaryOption(c, b, Sq, sp) {
 }
 
 /**
- * x [B, S, H, D] (data, dims) with row s rotated at position pos(s), in
- * float32 (each product and the sum rounded, as the contract says), null
- * when the tables could not be read.
+ * x [B, S, H, D] (data, dims) with its S rows rotated by the case's tables
+ * (refRotate: float32, as the contract says) at rotary.positions, or at
+ * sp, sp + 1, ... without them; null when the tables could not be read.
  */
-function rotateRows(x, rot, pos) {
-  const C = rot.cosT.real, S = rot.sinT.real;
-  if (!C || !S) return null;
-  const [B, Sn, H, D] = x.dims, R = rot.half, f = Math.fround, y = Float32Array.from(x.data);
-  for (let bb = 0; bb < B; bb++) {
-    for (let s = 0; s < Sn; s++) {
-      const p = pos(s);
-      for (let h = 0; h < H; h++) {
-        const o = ((bb * Sn + s) * H + h) * D;
-        for (let j = 0; j < R; j++) {
-          const a = rot.interleaved ? 2 * j : j, e = rot.interleaved ? a + 1 : j + R;
-          const cs = C[p * R + j], sn = S[p * R + j], xa = x.data[o + a], xb = x.data[o + e];
-          y[o + a] = f(f(xa * cs) - f(xb * sn));
-          y[o + e] = f(f(xb * cs) + f(xa * sn));
-        }
-      }
-    }
-  }
-  return { data: y, dims: x.dims.slice() };
+function rotateRows(x, rot, sp) {
+  if (!rot.cosT.real || !rot.sinT.real) return null;
+  const T = { cos: { data: rot.cosT.real, dims: rot.cosT.dims }, sin: { data: rot.sinT.real, dims: rot.sinT.dims } };
+  const pos = rot.positions ?? Array.from({ length: x.dims[1] }, (_, s) => sp + s);
+  return refRotate(x, pos, T, rot.interleaved);
 }
-const rotationAt = (rot, sp) => (s) => (rot.positions ? rot.positions[s] : sp + s);
 
 // ---------------------------------------------------------------------------
 // One case
@@ -646,8 +631,8 @@ async function runCase(c) {
           const o = { startPos: sp === undefined && c.op === 'attend' ? (cacheLength ? cacheLength - Sq : 0) : sp, isCausal: sem.isCausal, scale: sem.scale };
           if (maskT) o.attnMask = R(maskT);
           // rotary: q rows (and a step's K rows) rotated at their positions, as the library must
-          const qRef = rot ? rotateRows(R(qT), rot, rotationAt(rot, o.startPos)) : R(qT);
-          const kNew = rot && kT ? rotateRows(R(kT), rot, rotationAt(rot, o.startPos)) : kT && R(kT);
+          const qRef = rot ? rotateRows(R(qT), rot, o.startPos) : R(qT);
+          const kNew = rot && kT ? rotateRows(R(kT), rot, o.startPos) : kT && R(kT);
           if (!qRef || (kT && !kNew)) return 'accepted rotary tables the reference cannot read';
           let want;
           if (c.op === 'custom') want = refCustomSdpa(qRef, R(kT), R(vT), o);
@@ -676,11 +661,11 @@ async function runCase(c) {
         const rot = rotaryOption(c, b, Sn, sp);
         const opts = rot ? b.options({ rotary: rot.value }) : undefined;
         const before = cache.disposed ? null : cache.read(0, 8);
-        call = () => (rot ? cache.update(kT.t, vT.t, sp, opts) : cache.update(kT.t, vT.t, sp));
+        call = () => cache.update(kT.t, vT.t, sp, opts);  // (opts undefined: the 3-argument call)
         check = () => {
           if (!kT.real || !vT.real) return 'accepted an input the reference cannot read';
           if (!before) return 'the cache was disposed, yet the call succeeded';
-          const kNew = rot ? rotateRows({ data: kT.real, dims: kT.dims }, rot, rotationAt(rot, sp)) : { data: kT.real };
+          const kNew = rot ? rotateRows({ data: kT.real, dims: kT.dims }, rot, sp) : { data: kT.real };
           if (!kNew) return 'accepted rotary tables the reference cannot read';
           const K = before.k.data.slice(), V = before.v.data.slice();
           // cache.read gives [B, S, Hkv, D]: rows are contiguous, 8 floats each

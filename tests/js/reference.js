@@ -121,3 +121,30 @@ export function windowVisibility(sp, n, W, S) {
   for (let i = 0; i < n; i++) for (let t = 0; t < N; t++) m[i * N + t] = t <= sp + i && (t > sp + i - W || t < S) ? 1 : 0;
   return { data: m, dims: [n, N] };
 }
+
+/**
+ * Rotary embeddings as CONTRACT.md says (issue 21): x [B, S, H, D] with row s
+ * rotated at position pos[s] by the tables T = { cos, sin } ([P, R] each,
+ * R = rotaryDim / 2; interleaved pairs (2j, 2j+1), else (j, j+R)), every
+ * product and sum rounded to float32, or not rounded (f64: true; the result
+ * is still stored as float32).
+ */
+export function refRotate(x, pos, T, interleaved, f64 = false) {
+  const [B, S, H, D] = x.dims, R = T.cos.dims[1], y = Float32Array.from(x.data);
+  const r = f64 ? (v) => v : Math.fround;
+  for (let b = 0; b < B; b++) {
+    for (let s = 0; s < S; s++) {
+      for (let h = 0; h < H; h++) {
+        const o = ((b * S + s) * H + h) * D;
+        for (let j = 0; j < R; j++) {
+          const a = interleaved ? 2 * j : j, c = interleaved ? a + 1 : j + R;
+          const cs = T.cos.data[pos[s] * R + j], sn = T.sin.data[pos[s] * R + j];
+          const xa = x.data[o + a], xb = x.data[o + c];
+          y[o + a] = r(r(xa * cs) - r(xb * sn));
+          y[o + c] = r(r(xb * cs) + r(xa * sn));
+        }
+      }
+    }
+  }
+  return { data: y, dims: x.dims.slice() };
+}

@@ -3,7 +3,7 @@
 // `rotary: { cos, sin, interleaved, positions }`).
 //
 // - Equals applying the rotation outside the op: the same calls without
-//   rotary on q and k rotated here in float32 (Math.fround after every
+//   rotary on q and k rotated in float32 (reference.js refRotate: Math.fround after every
 //   product: the contract's formula) give the same bits, outputs and stored
 //   rows, for NeoX and GPT-J pairs, partial rotary, every cache dtype,
 //   explicit positions, windowed caches, heap-tensor tables, 1 and 2 threads.
@@ -16,7 +16,7 @@ import * as assert from 'uvu/assert';
 import fc from 'fast-check';
 import { createSdpa, INTERNALS } from '../../js/index.js';
 import { rng, randTensor, assertClose, expectError, sameBits } from './helpers.js';
-import { refCustomSdpa } from './reference.js';
+import { refCustomSdpa, refRotate } from './reference.js';
 
 let one, two;
 test.before(async () => {
@@ -26,8 +26,6 @@ test.before(async () => {
   M._sdpa_ctx_set_parallel_min_macs(core.ctx, 0);  // (small shapes on both threads too)
 });
 test.after(() => { one.dispose(); two.dispose(); });
-
-const f = Math.fround;
 
 /** cos / sin tables [P, R] (theta = p * base^(-2j / 2R)), float32. */
 function tables(P, R, base = 10000) {
@@ -40,30 +38,6 @@ function tables(P, R, base = 10000) {
     }
   }
   return { cos: { data: cos, dims: [P, R] }, sin: { data: sin, dims: [P, R] } };
-}
-
-/**
- * x [B, S, H, D] with row s rotated at pos[s]: float32 (every product and sum
- * rounded, as the contract says), or double (f64: true; the float64 reference's q).
- */
-function rotate(x, pos, T, interleaved, f64 = false) {
-  const [B, S, H, D] = x.dims, R = T.cos.dims[1], y = Float32Array.from(x.data);
-  const r = f64 ? (v) => v : f;
-  for (let b = 0; b < B; b++) {
-    for (let s = 0; s < S; s++) {
-      for (let h = 0; h < H; h++) {
-        const o = ((b * S + s) * H + h) * D;
-        for (let j = 0; j < R; j++) {
-          const a = interleaved ? 2 * j : j, c = interleaved ? a + 1 : j + R;
-          const cs = T.cos.data[pos[s] * R + j], sn = T.sin.data[pos[s] * R + j];
-          const xa = x.data[o + a], xb = x.data[o + c];
-          y[o + a] = r(r(xa * cs) - r(xb * sn));
-          y[o + c] = r(r(xb * cs) + r(xa * sn));
-        }
-      }
-    }
-  }
-  return { data: y, dims: x.dims.slice() };
 }
 
 const range = (a, n) => Array.from({ length: n }, (_, i) => a + i);
@@ -90,7 +64,7 @@ function runSteps(sdpa, { dtype = 'float32', keyDtype, valueDtype, R = 8, D = 16
     const pos = positions ? range(0, n).map((i) => sp + ((i + 1) >> 1)) : range(sp, n);  // a tree's depths
     const rotary = { ...tabs, interleaved, ...(positions ? { positions: Int32Array.from(pos) } : {}) };
     const got = a.step(q, k, v, { rotary });
-    const want = b.step(rotate(q, pos, T, interleaved), rotate(k, pos, T, interleaved), v);
+    const want = b.step(refRotate(q, pos, T, interleaved), refRotate(k, pos, T, interleaved), v);
     assert.ok(sameBits(got.data, want.data), `step of ${n} at ${sp}: the bits of the rotation applied outside`);
     // the float64 reference over the stored rows (a windowed cache: the rows it still holds)
     const total = a.length, ws = a.windowStart, S = a.sinkTokens;
@@ -111,7 +85,7 @@ function runSteps(sdpa, { dtype = 'float32', keyDtype, valueDtype, R = 8, D = 16
       for (let i = 0; i < n; i++) for (let t = 0; t < total; t++) m[i * total + t] = t <= sp + i && (t > sp + i - window || t < S) ? 1 : 0;
       attnMask = { data: m, dims: [n, total] };
     }
-    const ref = refCustomSdpa(rotate(q, pos, T, interleaved, true), { data: K, dims: [B, total, Hkv, D] }, { data: V, dims: [B, total, Hkv, D] },
+    const ref = refCustomSdpa(refRotate(q, pos, T, interleaved, true), { data: K, dims: [B, total, Hkv, D] }, { data: V, dims: [B, total, Hkv, D] },
       attnMask ? { attnMask } : { startPos: sp, isCausal: true });
     if (integer) {  // (the integer kernels quantize q and the weights to int16: CONTRACT.md's int8 tolerance)
       let mx = 0, worst = 0;
@@ -209,13 +183,13 @@ test('property: random shapes, dtypes, rotary dims, pairings, positions and call
         const q = randTensor(rand, [1, n, Hq, D]), k = randTensor(rand, [1, n, c.Hkv, D]), v = randTensor(rand, [1, n, c.Hkv, D]);
         if (call.kind === 'update') {
           a.update(k, v, { rotary });
-          b.update(rotate(k, pos, T, c.interleaved), v);
+          b.update(refRotate(k, pos, T, c.interleaved), v);
         } else if (call.kind === 'attend') {
           if (c.window && Math.max(0, first - c.window + 1) < a.windowStart) continue;  // (a windowed cache's window must not reach evicted rows)
-          const x = a.attend(q, { rotary }), y = b.attend(rotate(q, pos, T, c.interleaved));
+          const x = a.attend(q, { rotary }), y = b.attend(refRotate(q, pos, T, c.interleaved));
           assert.ok(sameBits(x.data, y.data), 'attend');
         } else {
-          const x = a.step(q, k, v, { rotary }), y = b.step(rotate(q, pos, T, c.interleaved), rotate(k, pos, T, c.interleaved), v);
+          const x = a.step(q, k, v, { rotary }), y = b.step(refRotate(q, pos, T, c.interleaved), refRotate(k, pos, T, c.interleaved), v);
           assert.ok(sameBits(x.data, y.data), 'step');
         }
         assert.is(a.length, b.length);
