@@ -1,0 +1,424 @@
+// model.js: a Llama-architecture model (llama2.c's) whose every layer's
+// attention and KV cache are sdpa-wasm's: one KVCacheGroup, K rows and q rotated
+// inside the op (interleaved pairs), the model's q / k / v written straight into
+// heap tensors, so a decode step copies nothing into or out of the cache. The
+// dense parts (RMSNorm, the matrix products, SwiGLU, the classifier) are plain
+// JS (dense.js) into buffers made at load: a decode step allocates nothing.
+//
+// Shared by a model and its forks (a Core): the weights, the heap tensors and
+// the JS buffers (calls are synchronous, so one set serves every fork). Each
+// model has its own cache group and its last row of logits.
+
+import { SdpaError } from '../errors.js';
+import { parseCheckpoint, readWeights, fingerprint } from './checkpoint.js';
+import { matmul, rmsnorm, swiglu } from './dense.js';
+import { createSampler, samplingOptions } from './sampler.js';
+import { toBytes, BOS, EOS } from './tokenizer.js';
+
+/** The key of the model's own entry in a saved state's meta. */
+const STATE_KEY = 'sdpa-wasm/llama';
+const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'maxChunk', 'reserve']);
+const now = () => performance.now();
+
+function checkKnown(fn, o, known) {
+  if (o === undefined || o === null) return {};
+  if (typeof o !== 'object') throw new SdpaError('E_ARG', `${fn}: options must be an object, got ${typeof o}`);
+  const snap = {};
+  for (const k in o) {
+    if (!known.includes(k)) throw new SdpaError('E_ARG', `${fn}: unknown option '${k}'; expected one of ${known.join(', ')}`);
+  }
+  for (const k of known) snap[k] = o[k];
+  return snap;
+}
+
+function checkCount(fn, name, v, lo, hi) {
+  if (!Number.isInteger(v) || v < lo || v > hi) throw new SdpaError('E_ARG', `${fn}: ${name} must be an integer in ${lo} .. ${hi}, got ${String(v)}`);
+  return v;
+}
+
+/** Token ids as an Int32Array copy, each an integer in 0 .. vocabSize-1 (E_ARG naming the first that is not). */
+function readTokens(fn, tokens, vocabSize) {
+  let ids;
+  if (ArrayBuffer.isView(tokens) && !(tokens instanceof DataView) && !(tokens instanceof Float32Array) && !(tokens instanceof Float64Array)) {
+    ids = Int32Array.from(tokens);
+    if (ids.length !== tokens.length || tokens.some((t, i) => Number(t) !== ids[i])) ids = null;
+  } else if (Array.isArray(tokens)) {
+    ids = new Int32Array(tokens.length);
+    for (let i = 0; i < tokens.length; i++) {
+      const t = tokens[i];
+      if (!Number.isInteger(t) || t < 0 || t >= vocabSize) {
+        throw new SdpaError('E_ARG', `${fn}: tokens[${i}] is ${String(t)}; expected an integer token id in 0 .. ${vocabSize - 1}`);
+      }
+      ids[i] = t;
+    }
+  }
+  if (!ids) throw new SdpaError('E_ARG', `${fn}: tokens must be an Int32Array or an array of token ids, got ${tokens === null ? 'null' : tokens?.constructor?.name ?? typeof tokens}`);
+  for (let i = 0; i < ids.length; i++) {
+    if (ids[i] < 0 || ids[i] >= vocabSize) {
+      throw new SdpaError('E_ARG', `${fn}: tokens[${i}] is ${ids[i]}; expected an integer token id in 0 .. ${vocabSize - 1}`);
+    }
+  }
+  return ids;
+}
+
+/** An SdpaError of a call made for `fn` ('sdpa.kvCacheSize: ...'), as fn's own. */
+function renamed(e, fn) {
+  return e instanceof SdpaError ? new SdpaError(e.code, e.message.replace(/^[\w.]+: /, `${fn}: `), { cause: e }) : e;
+}
+
+/** What a model and its forks share; freed when the last of them is disposed. */
+class Core {
+  constructor(sdpa, layout, weights, fp, o) {
+    const { config } = layout;
+    this.sdpa = sdpa;
+    this.config = config;
+    this.headSize = layout.headSize;
+    this.kvDim = layout.kvDim;
+    this.offsets = layout.offsets;
+    this.w = weights;
+    this.fingerprint = fp;
+    this.maxSeqLen = o.maxSeqLen;
+    this.chunk = o.maxChunk;
+    this.cacheConfig = o.cacheConfig;
+    this.refs = 0;
+    const { dim, hiddenDim, nHeads, nKvHeads, vocabSize } = config;
+    const C = this.chunk, hs = layout.headSize;
+    this.x = new Float32Array(C * dim);
+    this.xb = new Float32Array(C * dim);
+    this.hb = new Float32Array(C * hiddenDim);
+    this.hb2 = new Float32Array(C * hiddenDim);
+    this.one = new Int32Array(1);
+    this.lastStep = { tokens: 0, attentionMs: 0, denseMs: 0 };
+    this.tensors = [];
+    try {
+      const alloc = (dims) => { const t = sdpa.allocTensor('float32', dims); this.tensors.push(t); return t; };
+      this.Q = alloc([1, C, nHeads, hs]);
+      this.K = alloc([1, C, nKvHeads, hs]);
+      this.V = alloc([1, C, nKvHeads, hs]);
+      this.O = alloc([1, C, nHeads, hs]);
+      const half = hs / 2, rows = o.maxSeqLen;
+      this.cos = alloc([rows, half]);
+      this.sin = alloc([rows, half]);
+      this.cos.set(weights.subarray(this.offsets.freqCos, this.offsets.freqCos + rows * half));
+      this.sin.set(weights.subarray(this.offsets.freqSin, this.offsets.freqSin + rows * half));
+    } catch (e) {
+      this.free();
+      throw e;
+    }
+    this.rotary = Object.freeze({ cos: this.cos, sin: this.sin, interleaved: true });
+    this.full = { q: this.Q, k: this.K, v: this.V, o: this.O, opts: { out: this.O, rotary: this.rotary } };
+    this.views = new Map();     // rows -> { buffer, q, k, v, o, opts }: views inside the heap tensors
+    this.logitsRow = new Float32Array(vocabSize);
+  }
+
+  /** The q, k, v, out tensors for a step of m rows: the heap tensors, or views of their first m rows. */
+  io(m) {
+    if (m === this.chunk) return this.full;
+    const buffer = this.Q.data.buffer;
+    let v = this.views.get(m);
+    if (!v || v.buffer !== buffer) {       // memory grew: views of the old buffer may be detached
+      const { nHeads, nKvHeads } = this.config, hs = this.headSize;
+      const view = (t, h) => ({ data: t.data.subarray(0, m * h * hs), dims: [1, m, h, hs] });
+      const o = view(this.O, nHeads);
+      v = { buffer, q: view(this.Q, nHeads), k: view(this.K, nKvHeads), v: view(this.V, nKvHeads), o, opts: { out: o, rotary: this.rotary } };
+      if (this.views.size > 8) this.views.clear();
+      this.views.set(m, v);
+    }
+    return v;
+  }
+
+  /**
+   * Appends m tokens (ids[i0 ..]) to `group` at its length, one step per layer,
+   * and writes the logits of the rows [from, m) into out (row-major, at outRow).
+   */
+  run(group, ids, i0, m, out, outOffset, from) {
+    const { dim, hiddenDim: hidden, nLayers, vocabSize } = this.config;
+    const { w, offsets: at, x, xb, hb, hb2, kvDim } = this;
+    const layers = group.layers;
+    let attention = 0, t0 = now();
+    for (let i = 0; i < m; i++) {
+      const e = at.tokenEmbedding + ids[i0 + i] * dim;
+      x.set(w.subarray(e, e + dim), i * dim);
+    }
+    for (let l = 0; l < nLayers; l++) {
+      rmsnorm(xb, x, w, at.rmsAtt + l * dim, m, dim);
+      let io = this.io(m);
+      matmul(io.q.data, 0, xb, 0, w, at.wq + l * dim * dim, m, dim, dim, false);
+      matmul(io.k.data, 0, xb, 0, w, at.wk + l * kvDim * dim, m, dim, kvDim, false);
+      matmul(io.v.data, 0, xb, 0, w, at.wv + l * kvDim * dim, m, dim, kvDim, false);
+      const ta = now();
+      layers[l].step(io.q, io.k, io.v, io.opts);       // append at the cache's length, causal, rotary in the op
+      attention += now() - ta;
+      io = this.io(m);                                 // (a step that took pages may have grown memory)
+      matmul(x, 0, io.o.data, 0, w, at.wo + l * dim * dim, m, dim, dim, true);
+      rmsnorm(xb, x, w, at.rmsFfn + l * dim, m, dim);
+      matmul(hb, 0, xb, 0, w, at.w1 + l * hidden * dim, m, dim, hidden, false);
+      matmul(hb2, 0, xb, 0, w, at.w3 + l * hidden * dim, m, dim, hidden, false);
+      swiglu(hb, hb2, m * hidden);
+      matmul(x, 0, hb, 0, w, at.w2 + l * dim * hidden, m, hidden, dim, true);
+    }
+    rmsnorm(xb, x, w, at.rmsFinal, m, dim);
+    if (out !== null && from < m) matmul(out, outOffset, xb, from * dim, w, at.wcls, m - from, dim, vocabSize, false);
+    matmul(this.logitsRow, 0, xb, (m - 1) * dim, w, at.wcls, 1, dim, vocabSize, false);
+    const total = now() - t0;
+    this.lastStep.attentionMs += attention;
+    this.lastStep.denseMs += total - attention;
+    this.lastStep.tokens += m;
+  }
+
+  free() {
+    for (const t of this.tensors) t.dispose();
+    this.tensors.length = 0;
+  }
+}
+
+/**
+ * loadLlama(sdpa, checkpoint, options): a LlamaModel from a llama2.c version-0
+ * checkpoint (Uint8Array / ArrayBuffer). Synchronous. Options: maxSeqLen
+ * (default and at most the checkpoint's seq_len: its RoPE tables end there),
+ * dtype / keyDtype / valueDtype of the KV cache (default float32), maxChunk
+ * (rows per attention step of a long forward; default min(maxSeqLen, 512)),
+ * reserve (default true: the pages of one full context taken now, so that no
+ * decode step allocates).
+ */
+export function loadLlama(sdpa, checkpoint, options) {
+  const fn = 'loadLlama';
+  if (sdpa === null || typeof sdpa !== 'object' || typeof sdpa.createKVCacheGroup !== 'function') {
+    throw new SdpaError('E_ARG', `${fn}: sdpa must be an instance from createSdpa(), got ${sdpa === null ? 'null' : typeof sdpa}`);
+  }
+  if (sdpa.disposed) throw new SdpaError('E_DISPOSED', `${fn}: sdpa was disposed`);
+  const o = checkKnown(fn, options, LOAD_OPTIONS);
+  const bytes = toBytes(checkpoint, fn, 'checkpoint');
+  const layout = parseCheckpoint(bytes);
+  const { seqLen } = layout.config;
+  o.maxSeqLen = checkCount(fn, 'options.maxSeqLen', o.maxSeqLen ?? seqLen, 1, seqLen);
+  o.maxChunk = checkCount(fn, 'options.maxChunk', o.maxChunk ?? Math.min(o.maxSeqLen, 512), 1, o.maxSeqLen);
+  if (typeof (o.reserve ?? true) !== 'boolean') throw new SdpaError('E_ARG', `${fn}: options.reserve must be a boolean, got ${typeof o.reserve}`);
+  o.cacheConfig = { maxSeqLen: o.maxSeqLen, numKvHeads: layout.config.nKvHeads, headDim: layout.headSize };
+  for (const k of ['dtype', 'keyDtype', 'valueDtype']) if (o[k] !== undefined) o.cacheConfig[k] = o[k];
+  let poolBytes;
+  try {
+    poolBytes = sdpa.kvCacheSize(o.cacheConfig).poolBytes;      // the cache options' rules, before any allocation
+  } catch (e) {
+    throw renamed(e, fn);
+  }
+  const weights = readWeights(bytes, layout);
+  let core, group = null;
+  try {
+    core = new Core(sdpa, layout, weights, fingerprint(bytes), o);
+  } catch (e) {
+    throw renamed(e, fn);
+  }
+  try {
+    group = sdpa.createKVCacheGroup(Array.from({ length: layout.config.nLayers }, () => ({ ...core.cacheConfig })));
+    if (o.reserve ?? true) sdpa.reserve(poolBytes * layout.config.nLayers);
+  } catch (e) {
+    group?.dispose();
+    core.free();
+    throw renamed(e, fn);
+  }
+  return new LlamaModel(core, group, null);
+}
+
+export class LlamaModel {
+  #core;
+  #group;
+  #logits;          // the last appended row's logits (valid when #hasLogits)
+  #hasLogits = false;
+  #disposed = false;
+
+  /** Made by loadLlama, fork and restore. */
+  constructor(core, group, logits) {
+    this.#core = core;
+    this.#group = group;
+    this.#logits = new Float32Array(core.config.vocabSize);
+    if (logits) { this.#logits.set(logits); this.#hasLogits = true; }
+    core.refs++;
+  }
+
+  /** { dim, hiddenDim, nLayers, nHeads, nKvHeads, vocabSize, seqLen } of the checkpoint. */
+  get config() { return this.#core.config; }
+  /** The most tokens this model holds (loadLlama's maxSeqLen). */
+  get maxSeqLen() { return this.#core.maxSeqLen; }
+  /** Tokens held (every layer's cache length). */
+  get length() { return this.#group.length; }
+  /** The KV cache's bytes (all layers; pages shared with forks counted in each). */
+  get bytes() { return this.#group.bytes; }
+  /** The KV cache group (its layers are ordinary KVCaches; use the model's methods to change it). */
+  get cache() { return this.#group; }
+  /** The KV cache's key and value dtypes. */
+  get keyDtype() { return this.#group.layers[0].keyDtype; }
+  get valueDtype() { return this.#group.layers[0].valueDtype; }
+  get disposed() { return this.#disposed || this.#group.disposed; }
+  /** Time of the last forward (or generate): tokens, attentionMs (our attention steps), denseMs (everything else). */
+  get timing() { return { ...this.#core.lastStep }; }
+
+  #alive(fn) {
+    if (this.#core.sdpa.disposed) throw new SdpaError('E_DISPOSED', `${fn}: the sdpa instance was disposed`);
+    if (this.disposed) throw new SdpaError('E_DISPOSED', `${fn}: the model was disposed`);
+    return this.#group;
+  }
+
+  /**
+   * Appends `tokens` at this.length and returns the logits of every appended
+   * position, row-major [n, vocabSize] (options.logits: 'last' returns only
+   * the last row; options.out: a Float32Array to write them into, returned).
+   * One causal step per layer for up to maxChunk tokens (a prompt is one call).
+   * Nothing is appended on an error.
+   */
+  forward(tokens, options) {
+    const fn = 'LlamaModel.forward';
+    const o = checkKnown(fn, options, ['out', 'logits']);
+    const group = this.#alive(fn);
+    const { vocabSize } = this.#core.config;
+    const ids = readTokens(fn, tokens, vocabSize);
+    const n = ids.length;
+    if (n === 0) throw new SdpaError('E_ARG', `${fn}: tokens is empty; expected at least one token id`);
+    const mode = o.logits ?? 'all';
+    if (mode !== 'all' && mode !== 'last') throw new SdpaError('E_ARG', `${fn}: options.logits must be 'all' or 'last', got ${String(mode)}`);
+    const rows = mode === 'all' ? n : 1;
+    let out = o.out;
+    if (out === undefined || out === null) out = new Float32Array(rows * vocabSize);
+    else if (!(out instanceof Float32Array) || out.length !== rows * vocabSize) {
+      throw new SdpaError('E_ARG', `${fn}: options.out must be a Float32Array of ${rows} x ${vocabSize} = ${rows * vocabSize} values, got ${out?.constructor?.name ?? typeof out} of ${out?.length}`);
+    }
+    this.#append(fn, group, ids, n, mode === 'all' ? out : null);
+    if (mode === 'last') out.set(this.#logits);
+    return out;
+  }
+
+  /** Appends ids[0..n) and keeps the last row's logits; `out` (or null) gets every row's. All or nothing. */
+  #append(fn, group, ids, n, out) {
+    const core = this.#core, { vocabSize } = core.config;
+    const start = group.length;
+    if (start + n > core.maxSeqLen) {
+      throw new SdpaError('E_CAPACITY', `${fn}: ${n} tokens at position ${start} would end at ${start + n}; expected at most maxSeqLen ${core.maxSeqLen}`);
+    }
+    core.lastStep.tokens = 0; core.lastStep.attentionMs = 0; core.lastStep.denseMs = 0;
+    try {
+      for (let i = 0; i < n; i += core.chunk) {
+        const m = Math.min(core.chunk, n - i);
+        core.run(group, ids, i, m, out, i * vocabSize, 0);
+      }
+    } catch (e) {
+      if (group.length > start) group.truncate(start);    // a layer failed (E_OOM): undo the layers before it
+      this.#hasLogits = false;
+      throw e;
+    }
+    this.#logits.set(core.logitsRow);
+    this.#hasLogits = true;
+  }
+
+  /** Keeps the first n tokens (rollback, all layers); O(pages). */
+  truncate(n) {
+    const fn = 'LlamaModel.truncate';
+    const group = this.#alive(fn);
+    const had = group.length;
+    group.truncate(n);
+    if (n !== had) this.#hasLogits = false;
+  }
+
+  /** A model sharing this one's weights and, copy-on-write, its cache (and its last logits). */
+  fork() {
+    const group = this.#alive('LlamaModel.fork');
+    return new LlamaModel(this.#core, group.fork(), this.#hasLogits ? this.#logits : null);
+  }
+
+  #stateMeta(fn, options) {
+    const o = checkKnown(fn, options, ['meta', 'chunkBytes']);
+    this.#alive(fn);
+    const { config, fingerprint: checkpoint } = this.#core;
+    const meta = { [STATE_KEY]: { config, checkpoint }, meta: o.meta ?? null };
+    return o.chunkBytes === undefined ? { meta } : { meta, chunkBytes: o.chunkBytes };
+  }
+
+  /**
+   * The model's state (every layer's KV cache, with `meta`: your JSON, e.g. the
+   * next token to feed) in the portable KV state format (docs/FORMAT.md).
+   */
+  save(options) { return this.#group.save(this.#stateMeta('LlamaModel.save', options)); }
+  saveChunks(options) { return this.#group.saveChunks(this.#stateMeta('LlamaModel.saveChunks', options)); }
+  saveStream(options) { return this.#group.saveStream(this.#stateMeta('LlamaModel.saveStream', options)); }
+
+  /**
+   * A new model with this one's weights and the state saved by save() (any
+   * source sdpa.loadKVCacheGroup reads). Resolves to { model, meta }. A state
+   * of other weights or another geometry is E_FORMAT, and nothing is kept.
+   */
+  async restore(source) {
+    const fn = 'LlamaModel.restore';
+    this.#alive(fn);
+    const core = this.#core;
+    const { group, meta } = await core.sdpa.loadKVCacheGroup(source, { maxSeqLen: core.maxSeqLen });
+    const mine = meta && typeof meta === 'object' ? meta[STATE_KEY] : undefined;
+    let why = null;
+    if (!mine) why = 'it was not saved by LlamaModel.save (its meta has no model entry)';
+    else if (mine.checkpoint !== core.fingerprint) why = `it was saved with other weights (checkpoint ${mine.checkpoint}; this model's is ${core.fingerprint})`;
+    else if (group.layers.length !== core.config.nLayers) why = `it has ${group.layers.length} layers; expected ${core.config.nLayers}`;
+    else {
+      const bad = group.layers.findIndex((c) => c.numKvHeads !== core.config.nKvHeads || c.headDim !== core.headSize || c.window !== 0);
+      if (bad >= 0) why = `its layer ${bad} is not a plain cache of ${core.config.nKvHeads} KV heads of ${core.headSize}`;
+    }
+    if (why !== null) {
+      group.dispose();
+      throw new SdpaError('E_FORMAT', `${fn}: the state cannot be restored into this model: ${why}`);
+    }
+    return { model: new LlamaModel(core, group, null), meta: meta.meta ?? null };
+  }
+
+  /**
+   * Generates tokens one at a time (a generator of ids). `prompt` (ids, may be
+   * empty when the model holds logits from its last forward) is appended in
+   * one call; then each step samples a token from the last logits, yields it,
+   * and appends it unless generation stops there. So every yielded token but
+   * the last is in the model: feed the last one first when you continue.
+   * Stops at a stop token (options.stop, default [EOS, BOS]: llama2.c's
+   * models end a text with BOS), after maxNewTokens, or when the model holds
+   * maxSeqLen tokens. Sampling: temperature (1; 0 = greedy), topP (0.9), topK
+   * (0 = off), seed. Its return value (generate's `stop`): 'stop', 'maxNewTokens' or 'length'.
+   */
+  * stream(prompt, options) {
+    const fn = 'LlamaModel.generate';
+    const o = checkKnown(fn, options, ['maxNewTokens', 'temperature', 'topP', 'topK', 'seed', 'stop']);
+    const group = this.#alive(fn);
+    const core = this.#core, { vocabSize } = core.config;
+    const ids = readTokens(fn, prompt ?? [], vocabSize);
+    const maxNew = o.maxNewTokens ?? Infinity;
+    if (maxNew !== Infinity) checkCount(fn, 'maxNewTokens', maxNew, 1, 2 ** 31 - 1);
+    const stop = new Set(readTokens(`${fn}: options.stop`, o.stop ?? [EOS, BOS], vocabSize));
+    const sampler = createSampler(vocabSize, samplingOptions(fn, o));
+    if (ids.length > 0) this.#append(fn, group, ids, ids.length, null);
+    else if (!this.#hasLogits) throw new SdpaError('E_ARG', `${fn}: prompt is empty and the model holds no logits to sample from (a new, truncated or restored model); pass at least one token`);
+    const one = new Int32Array(1);
+    for (let k = 1; ; k++) {
+      const t = sampler.sample(this.#logits);
+      yield t;
+      if (stop.has(t)) return 'stop';
+      if (k >= maxNew) return 'maxNewTokens';
+      if (group.length >= core.maxSeqLen) return 'length';
+      one[0] = t;
+      this.#append(fn, this.#alive(fn), one, 1, null);
+    }
+  }
+
+  /** stream() run to its end: { tokens: Int32Array, stop: 'stop' | 'maxNewTokens' | 'length' }. */
+  generate(prompt, options) {
+    const it = this.stream(prompt, options);
+    const tokens = [];
+    for (;;) {
+      const r = it.next();
+      if (r.done) return { tokens: Int32Array.from(tokens), stop: r.value };
+      tokens.push(r.value);
+    }
+  }
+
+  /** Frees this model's cache; the weights and buffers go with the last of a model and its forks. */
+  dispose() {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    this.#group.dispose();
+    if (--this.#core.refs === 0) this.#core.free();
+  }
+
+  get [Symbol.toStringTag]() { return 'LlamaModel'; }
+}
