@@ -309,6 +309,24 @@ export class LlamaModel {
     this.#hasLogits = true;
   }
 
+  /**
+   * The logits of the last token appended (by forward, generate or stream; a fork's
+   * are its parent's), copied into `out` (a Float32Array of vocabSize) or a new array;
+   * null when the model holds none (new, truncated, restored).
+   */
+  lastLogits(out) {
+    const fn = 'LlamaModel.lastLogits';
+    this.#alive(fn);
+    const V = this.#core.config.vocabSize;
+    if (out !== undefined && !(out instanceof Float32Array && out.length === V)) {
+      throw new SdpaError('E_ARG', `${fn}: out must be a Float32Array of ${V} values, got ${out?.constructor?.name ?? typeof out} of ${out?.length}`);
+    }
+    if (!this.#hasLogits) return null;
+    const dst = out ?? new Float32Array(V);
+    dst.set(this.#logits);
+    return dst;
+  }
+
   /** Keeps the first n tokens (rollback, all layers); O(pages). */
   truncate(n) {
     const fn = 'LlamaModel.truncate';

@@ -6,7 +6,7 @@
 // checkpoint's (run.c reads exactly that many pieces); without one, pieces are
 // read to the end of the file.
 //
-// Encode (run.c): a dummy-prefix " " before non-empty text; each UTF-8 code
+// Encode (run.c): a dummy-prefix " " before non-empty text (when " " is a piece); each UTF-8 code
 // point is its piece, or its bytes as <0xXX> pieces (id byte + 3); then the
 // adjacent pair whose concatenation is a piece of the highest score is merged,
 // the leftmost of equals, until no pair is a piece. Here a heap of candidate
@@ -70,7 +70,7 @@ export function loadTokenizer(source, options = {}) {
 /** The bytes of a Uint8Array / ArrayBuffer / ArrayBufferView, copied (later changes by the caller do not reach us). */
 export function toBytes(source, fn, what) {
   if (source instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && source instanceof SharedArrayBuffer)) {
-    return new Uint8Array(source.slice(0));
+    return new Uint8Array(source).slice();       // (SharedArrayBuffer.prototype.slice(0) of 0 bytes throws on Node 20)
   }
   if (ArrayBuffer.isView(source)) {
     return new Uint8Array(source.buffer, source.byteOffset, source.byteLength).slice();
@@ -128,7 +128,9 @@ export class Tokenizer {
     }
     const ids = [];
     if (text.length > 0) {
-      const bytes = new TextEncoder().encode(' ' + text);    // the dummy prefix; lone surrogates become U+FFFD
+      // the dummy prefix, when the vocab has a " " piece (run.c assumes one; without it, a
+      // <0x20> prefix would come back from decode, which strips only a piece's own space)
+      const bytes = new TextEncoder().encode(this.#ids.has(' ') ? ' ' + text : text);   // lone surrogates become U+FFFD
       for (let i = 0; i < bytes.length;) {
         const b = bytes[i];
         const n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;   // TextEncoder's output is valid UTF-8

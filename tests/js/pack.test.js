@@ -44,7 +44,7 @@ test("package.json exports every build's files (js/loader.js's list of builds) a
 test('the README sections that js/ messages cite exist', () => {
   const headings = new Set([...fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8').matchAll(/^#{2,4} (.+)$/gm)].map((m) => m[1].trim()));
   let cited = 0;
-  for (const f of fs.readdirSync(path.join(ROOT, 'js'))) {
+  for (const f of fs.readdirSync(path.join(ROOT, 'js'), { recursive: true }).filter((f) => f.endsWith('.js'))) {
     for (const m of fs.readFileSync(path.join(ROOT, 'js', f), 'utf8').matchAll(/README, "([^"]+)"/g)) {
       cited++;
       assert.ok(headings.has(m[1]), `js/${f} cites the README section "${m[1]}", which is not a heading of README.md`);
@@ -58,6 +58,13 @@ test("the README's Node example is examples/decode-loop.mjs, which the next test
   const m = readme.match(/^## Using the package\n[\s\S]*?^```js\n([\s\S]*?)^```$/m);
   assert.ok(m, 'README.md has a js block under "## Using the package"');
   assert.fixture(m[1], fs.readFileSync(path.join(ROOT, 'examples/decode-loop.mjs'), 'utf8'));
+});
+
+test("the README's llama example is examples/llama-resume.mjs, which the next test runs from the tarball", () => {
+  const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+  const m = readme.match(/^## A language model on it: `sdpa-wasm\/llama`\n[\s\S]*?^```js\n([\s\S]*?)^```$/m);
+  assert.ok(m, 'README.md has a js block under its sdpa-wasm/llama section');
+  assert.fixture(m[1], fs.readFileSync(path.join(ROOT, 'examples/llama-resume.mjs'), 'utf8'));
 });
 
 test('install the tarball in a temporary project, import it, run a decode step', () => {
@@ -125,6 +132,16 @@ sdpa.dispose();
   assert.ok(Array.isArray(shipped.keywords) && shipped.keywords.length >= 5, 'package.json has keywords');
   const ex = spawnSync(process.execPath, [path.join(pkgDir, 'examples', 'decode-loop.mjs')], { cwd: app, encoding: 'utf8', timeout: 60000 });
   assert.is(ex.status, 0, `the shipped example runs: ${ex.stdout}\n${ex.stderr}`);
+  // sdpa-wasm/llama: the shipped model, its example, and the README's npx command, as written
+  const resume = spawnSync(process.execPath, [path.join(pkgDir, 'examples', 'llama-resume.mjs')], { cwd: app, encoding: 'utf8', timeout: 60000 });
+  assert.is(resume.status, 0, `examples/llama-resume.mjs: ${resume.stdout}\n${resume.stderr}`);
+  assert.match(resume.stdout, /the same continuation as without the save: true/);
+  const cmd = readme.match(/^## A language model on it[\s\S]*?^```bash\n(npx sdpa-llama [^\n]*)\n```$/m);
+  assert.ok(cmd, "the README's npx sdpa-llama command");
+  const cli = spawnSync('sh', ['-c', cmd[1]], { cwd: app, encoding: 'utf8', timeout: 60000, env: { ...process.env, npm_config_offline: 'true', npm_config_update_notifier: 'false' } });
+  assert.is(cli.status, 0, `${cmd[1]}: ${cli.stdout}\n${cli.stderr}`);
+  assert.ok(cli.stdout.trim().length > 20, `it wrote text: ${cli.stdout}`);
+  assert.match(cli.stderr, /prompt tokens at [\d.]+ tokens\/s, \d+ generated at [\d.]+ tokens\/s/);
 });
 
 test('prepack: no rebuild while dist/ is fresh, and a stale dist/ without emcc fails without installing anything', () => {

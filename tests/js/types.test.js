@@ -30,4 +30,13 @@ test('the runtime exports are the declared ones', () => {
   assert.not.ok(declared.has('INTERNALS'), 'INTERNALS is not public');
 });
 
+test('sdpa-wasm/llama: the runtime exports are the ones llama.d.ts declares', async () => {
+  const llama = await import('../../js/llama/index.js');
+  const dts = fs.readFileSync(path.join(ROOT, 'llama.d.ts'), 'utf8');
+  const declared = new Set([...dts.matchAll(/^export (?:declare )?(?:async )?(?:class|function|const|let) (\w+)/gm)].map((m) => m[1]));
+  const runtime = Object.keys(llama);
+  for (const k of runtime) assert.ok(declared.has(k), `${k} is exported but not in llama.d.ts`);
+  for (const k of declared) assert.ok(runtime.includes(k), `${k} is in llama.d.ts but not exported`);
+});
+
 test.run();

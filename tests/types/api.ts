@@ -142,3 +142,24 @@ try { plain.attend(q); } catch (e) { if (e instanceof SdpaError) { const code: s
 void [saved, total, restored, meta, g2, code];
 void [windowed, explicitUndefined, f32, i8, scales, zps, f16, wrong, noScales, someRaw, forked, fromVar, td, m, same, layer0, twin];
 sdpa.dispose();
+
+// sdpa-wasm/llama
+import { loadLlama, loadTokenizer, createSampler, argmax, BOS, EOS, type LlamaModel, type StopReason, type LlamaConfig } from 'sdpa-wasm/llama';
+declare const checkpointBytes: Uint8Array, tokenizerBytes: Uint8Array;
+const model: LlamaModel = loadLlama(sdpa, checkpointBytes, { maxSeqLen: 256, keyDtype: 'int8', valueDtype: 'int4', maxChunk: 64, reserve: true });
+const cfg: LlamaConfig = model.config;
+const tokenizer = loadTokenizer(tokenizerBytes, { vocabSize: cfg.vocabSize });
+const ids: Int32Array = tokenizer.encode('Hello', { bos: true, eos: false });
+const logits: Float32Array = model.forward(ids, { logits: 'last' });
+model.forward([BOS, EOS], { out: new Float32Array(2 * cfg.vocabSize) });
+const next: number = createSampler(cfg.vocabSize, { temperature: 0.8, topP: 0.9, topK: 40, seed: 1n }).sample(logits) + argmax(logits);
+const r: { tokens: Int32Array; stop: StopReason } = model.generate([next], { maxNewTokens: 8, stop: [EOS] });
+for (const id of model.stream([], { temperature: 0 })) tokenizer.decoder().push(id);
+const { model: restoredModel, meta: restoredMeta } = await model.fork().restore(model.save({ meta: { next: r.tokens[0] ?? 0 } }));
+restoredModel.truncate(restoredMeta === null ? 0 : 1);
+// @ts-expect-error: not a cache dtype
+loadLlama(sdpa, checkpointBytes, { dtype: 'int3' });
+// @ts-expect-error: logits is 'all' or 'last'
+model.forward(ids, { logits: 'first' });
+// @ts-expect-error: a stop reason is one of three
+const bad: StopReason = 'eos';

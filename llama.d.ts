@@ -1,0 +1,159 @@
+// Types for sdpa-wasm/llama: a Llama-architecture runner (llama2.c's checkpoint
+// and tokenizer formats) whose every layer's attention and KV cache are
+// sdpa-wasm's. Guide: docs/LLAMA.md.
+import type { Sdpa, CacheDType, JsonValue, KVCacheGroup, KVStateSource, SaveChunks } from './index.js';
+
+/** The checkpoint's header, named. */
+export interface LlamaConfig {
+  readonly dim: number;
+  readonly hiddenDim: number;
+  readonly nLayers: number;
+  readonly nHeads: number;
+  /** Divides nHeads (GQA; 1 is MQA). */
+  readonly nKvHeads: number;
+  readonly vocabSize: number;
+  /** The context the model was trained for (the checkpoint's RoPE tables end there). */
+  readonly seqLen: number;
+}
+
+export interface LoadLlamaOptions {
+  /** The most tokens the model holds (default and at most config.seqLen). */
+  maxSeqLen?: number | undefined;
+  /** KV cache dtype of every layer (default 'float32'); keyDtype / valueDtype give K or V its own. */
+  dtype?: CacheDType | undefined;
+  keyDtype?: CacheDType | undefined;
+  valueDtype?: CacheDType | undefined;
+  /** Rows per attention step of a long forward (default min(maxSeqLen, 512)); its buffers are made at load. */
+  maxChunk?: number | undefined;
+  /** Take the pages of one full context at load (default true), so that no decode step allocates. */
+  reserve?: boolean | undefined;
+}
+
+export interface ForwardOptions {
+  /** 'all' (default): the logits of every appended position, [n, vocabSize]; 'last': only the last row. */
+  logits?: 'all' | 'last' | undefined;
+  /** A Float32Array of exactly that many values to write the logits into (then returned). */
+  out?: Float32Array | undefined;
+}
+
+export interface SamplingOptions {
+  /** 0: greedy (argmax); default 1. */
+  temperature?: number | undefined;
+  /** Nucleus sampling (run.c's top-p); 0 or 1: off. Default 0.9. */
+  topP?: number | undefined;
+  /** Only the topK most likely tokens; 0 (default): off. */
+  topK?: number | undefined;
+  /** The generator's seed (xorshift64*, as run.c); default: random. */
+  seed?: number | bigint | undefined;
+}
+
+export interface GenerateOptions extends SamplingOptions {
+  /** At most this many tokens (default: until a stop token or maxSeqLen). */
+  maxNewTokens?: number | undefined;
+  /** Token ids that end generation, emitted but not appended (default [EOS, BOS]). */
+  stop?: ArrayLike<number> | undefined;
+}
+
+/** Why generation ended: a stop token, maxNewTokens, or the model holding maxSeqLen tokens. */
+export type StopReason = 'stop' | 'maxNewTokens' | 'length';
+
+export interface LlamaSaveOptions {
+  /** Your JSON (e.g. { next: lastToken }), returned by restore. */
+  meta?: JsonValue | undefined;
+  /** saveChunks / saveStream: bytes per chunk (default 4 MiB). */
+  chunkBytes?: number | undefined;
+}
+
+export class LlamaModel {
+  private constructor();
+  readonly config: LlamaConfig;
+  readonly maxSeqLen: number;
+  /** Tokens held. */
+  readonly length: number;
+  /** The KV cache's bytes, all layers. */
+  readonly bytes: number;
+  /** The cache group (read it; change it through the model). */
+  readonly cache: KVCacheGroup;
+  readonly keyDtype: CacheDType;
+  readonly valueDtype: CacheDType;
+  readonly disposed: boolean;
+  /** The last forward (or generate step): tokens, time in our attention steps, time in the dense parts. */
+  readonly timing: { tokens: number; attentionMs: number; denseMs: number };
+  /**
+   * Appends the tokens at `length` and returns their logits (row-major [n, vocabSize],
+   * or the last row). E_ARG for an id outside 0 .. vocabSize-1, E_CAPACITY past maxSeqLen:
+   * nothing is appended then.
+   */
+  forward(tokens: Int32Array | readonly number[] | ArrayLike<number>, options?: ForwardOptions): Float32Array;
+  /** The last appended token's logits, copied into `out` (or a new array); null when the model holds none (new, truncated, restored). */
+  lastLogits(out?: Float32Array): Float32Array | null;
+  /** Keeps the first n tokens. */
+  truncate(n: number): void;
+  /** A model with the same weights and, copy-on-write, this one's cache. */
+  fork(): LlamaModel;
+  /** The state (every layer's KV cache) in the portable KV state format. */
+  save(options?: LlamaSaveOptions): Uint8Array;
+  saveChunks(options?: LlamaSaveOptions): SaveChunks;
+  saveStream(options?: LlamaSaveOptions): ReadableStream<Uint8Array>;
+  /** A new model with these weights and a saved state (E_FORMAT for another model's state). */
+  restore(source: KVStateSource): Promise<{ model: LlamaModel; meta: JsonValue | null }>;
+  /**
+   * Appends the prompt, then samples one token at a time (yielded). Every
+   * yielded token but the last is appended; the generator returns why it stopped.
+   */
+  stream(prompt: Int32Array | readonly number[], options?: GenerateOptions): Generator<number, StopReason, void>;
+  /** stream() to its end. */
+  generate(prompt: Int32Array | readonly number[], options?: GenerateOptions): { tokens: Int32Array; stop: StopReason };
+  /** Frees the cache (the weights go with the last of a model and its forks). */
+  dispose(): void;
+}
+
+/** A model from a llama2.c version-0 checkpoint. Synchronous. E_FORMAT: a file that is not one. */
+export function loadLlama(sdpa: Sdpa, checkpoint: Uint8Array | ArrayBuffer | ArrayBufferView, options?: LoadLlamaOptions): LlamaModel;
+
+export interface EncodeOptions {
+  /** Prepend <s> (default true). */
+  bos?: boolean | undefined;
+  /** Append </s> (default false). */
+  eos?: boolean | undefined;
+}
+
+/** A streaming decoder: push(id) gives the text complete so far (never half a character), end() the rest. */
+export interface TokenDecoder {
+  push(id: number): string;
+  end(): string;
+}
+
+export class Tokenizer {
+  private constructor();
+  readonly vocabSize: number;
+  /** 1 */
+  readonly bos: number;
+  /** 2 */
+  readonly eos: number;
+  /** run.c's encode (a dummy-prefix space; byte fallback; merges by score). */
+  encode(text: string, options?: EncodeOptions): Int32Array;
+  decode(ids: Iterable<number>): string;
+  /** `prev`: the token before the first pushed (default BOS: a first piece loses its leading space). */
+  decoder(prev?: number): TokenDecoder;
+  /** A piece's bytes. */
+  piece(id: number): Uint8Array;
+  score(id: number): number;
+}
+
+/** A llama2.c tokenizer.bin; `vocabSize`: the checkpoint's (the file must hold exactly that many pieces). */
+export function loadTokenizer(bytes: Uint8Array | ArrayBuffer | ArrayBufferView, options?: { vocabSize?: number | undefined }): Tokenizer;
+
+export interface Sampler {
+  /** A token id from a row of vocabSize logits. Allocates nothing. */
+  sample(logits: Float32Array): number;
+  readonly temperature: number;
+  readonly topP: number;
+  readonly topK: number;
+}
+export function createSampler(vocabSize: number, options?: SamplingOptions): Sampler;
+/** The index of the largest value (the first of equals). */
+export function argmax(row: ArrayLike<number>): number;
+
+export const BOS: 1;
+export const EOS: 2;
