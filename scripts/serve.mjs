@@ -9,9 +9,10 @@
 // them, which makes the package fall back to the single-thread build.
 //
 // URL layout (what the page's import map relies on):
-//   /            → web/            (index.html, main.js, worker.js, ...)
+//   /            → web/            (index.html: the chat; bench.html: decode steps of model shapes)
 //   /js/...      → <pkg-dir>/js/   (the package entry: /js/index.js)
 //   /dist/...    → <pkg-dir>/dist/ (glue, .wasm, pthread worker)
+//   /models/...  → <pkg-dir>/models/ (the model the package ships: the chat page's)
 // <pkg-dir> is the repository root by default; point it at an installed
 // node_modules/sdpa-wasm to try the page against a packed tarball.
 // --cors serves like a CDN: Access-Control-Allow-Origin: * and
@@ -91,6 +92,7 @@ export async function serve({
     ...extraMounts.map(([prefix, dir]) => [prefix.endsWith('/') ? prefix : `${prefix}/`, path.resolve(dir)]),
     ['/js/', path.resolve(pkgDir, 'js')],
     ['/dist/', path.resolve(pkgDir, 'dist')],
+    ['/models/', path.resolve(pkgDir, 'models')],
     ['/', path.resolve(webDir)],
   ];
   const baseHeaders = { 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff' };

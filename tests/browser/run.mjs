@@ -159,7 +159,7 @@ const test = (name, fn) => tests.push({ name, fn });
 let iso, noIso;
 
 test('isolated: relaxed-SIMD threads build (feature detection), correct, plotted', async () => {
-  const { page, context, problems } = await openPage(`${iso.url}?preset=llama3.2-1b&layers=2&ctx=384&prompt=128&threads=2&autostart=1`);
+  const { page, context, problems } = await openPage(`${iso.url}bench.html?preset=llama3.2-1b&layers=2&ctx=384&prompt=128&threads=2&autostart=1`);
   try {
     const d = await waitForEnd(page);
     await page.screenshot({ path: path.join(ARTIFACTS, 'demo-isolated.png'), fullPage: true }); // before the asserts: kept for debugging
@@ -182,7 +182,7 @@ test('isolated: relaxed-SIMD threads build (feature detection), correct, plotted
 test('rotary embeddings in the op (float32 and int8 caches): correct against q and K rotated in float64', async () => {
   const notes = [];
   for (const dtype of ['float32', 'int8']) {
-    const { page, context, problems } = await openPage(`${iso.url}?preset=llama3.2-1b&layers=2&ctx=300&prompt=64&threads=2&dtype=${dtype}&rotary=1&autostart=1`);
+    const { page, context, problems } = await openPage(`${iso.url}bench.html?preset=llama3.2-1b&layers=2&ctx=300&prompt=64&threads=2&dtype=${dtype}&rotary=1&autostart=1`);
     try {
       const d = await waitForEnd(page);
       assert(d.config.rotary === true, `config rotary ${d.config.rotary}`);
@@ -199,7 +199,7 @@ test('rotary embeddings in the op (float32 and int8 caches): correct against q a
 test('float16, int8, int4 and K int8 / V int4 caches: correct against the values they store, memory shown', async () => {
   const notes = [];
   for (const dtype of ['float16', 'int8', 'int4', 'int8/int4']) {
-    const { page, context, problems } = await openPage(`${iso.url}?preset=llama3.2-1b&layers=2&ctx=300&prompt=64&threads=2&dtype=${dtype}&autostart=1`);
+    const { page, context, problems } = await openPage(`${iso.url}bench.html?preset=llama3.2-1b&layers=2&ctx=300&prompt=64&threads=2&dtype=${dtype}&autostart=1`);
     try {
       const d = await waitForEnd(page);
       assert(d.config.dtype === dtype, `config dtype ${d.config.dtype}`);
@@ -218,7 +218,7 @@ test('float16, int8, int4 and K int8 / V int4 caches: correct against the values
 test('sliding-window presets (gpt-oss, Gemma 2): windowed caches, correct, memory flat', async () => {
   const notes = [];
   for (const [preset, ctx] of [['gpt-oss-20b', 700], ['gemma2-2b', 300]]) {
-    const { page, context, problems } = await openPage(`${iso.url}?preset=${preset}&layers=2&ctx=${ctx}&prompt=100&threads=2&autostart=1`);
+    const { page, context, problems } = await openPage(`${iso.url}bench.html?preset=${preset}&layers=2&ctx=${ctx}&prompt=100&threads=2&autostart=1`);
     try {
       const d = await waitForEnd(page);
       assert(d.config.window > 0, `${preset}: config window ${d.config.window}`);
@@ -238,7 +238,7 @@ test('sliding-window presets (gpt-oss, Gemma 2): windowed caches, correct, memor
 test('forced plain SIMD (?build=simd-threads, ?build=simd): the build asked runs, correct', async () => {
   const notes = [];
   for (const build of ['simd-threads', 'simd']) {
-    const { page, context, problems } = await openPage(`${iso.url}?preset=qwen2-0.5b&layers=1&ctx=200&prompt=32&threads=${build === 'simd' ? 1 : 2}&build=${build}&autostart=1`);
+    const { page, context, problems } = await openPage(`${iso.url}bench.html?preset=qwen2-0.5b&layers=1&ctx=200&prompt=32&threads=${build === 'simd' ? 1 : 2}&build=${build}&autostart=1`);
     try {
       const d = await waitForEnd(page);
       checkRun(d, { build, minChecks: 3 });
@@ -255,7 +255,7 @@ test('forced plain SIMD (?build=simd-threads, ?build=simd): the build asked runs
 test('caches saved to OPFS / IndexedDB and restored after a reload: the next step equals the uninterrupted run bit for bit', async () => {
   const notes = [];
   for (const [preset, dtype] of [['llama3.2-1b', 'float32'], ['gemma2-2b', 'int8']]) {
-    const base = `${iso.url}?preset=${preset}&layers=2&ctx=200&prompt=64&threads=2&dtype=${dtype}`;
+    const base = `${iso.url}bench.html?preset=${preset}&layers=2&ctx=200&prompt=64&threads=2&dtype=${dtype}`;
     const { page, context, problems } = await openPage(`${base}&saveAt=130&autostart=1`);
     try {
       const a = await waitForEnd(page);
@@ -288,7 +288,7 @@ test('caches saved to OPFS / IndexedDB and restored after a reload: the next ste
 });
 
 test('no COOP/COEP: single-thread build, says so, correct', async () => {
-  const { page, context, problems } = await openPage(`${noIso.url}?preset=qwen2-0.5b&layers=2&ctx=300&prompt=64&autostart=1`);
+  const { page, context, problems } = await openPage(`${noIso.url}bench.html?preset=qwen2-0.5b&layers=2&ctx=300&prompt=64&autostart=1`);
   try {
     const d = await waitForEnd(page);
     await page.screenshot({ path: path.join(ARTIFACTS, 'demo-no-isolation.png'), fullPage: true }); // before the asserts: kept for debugging
@@ -310,7 +310,7 @@ test('no COOP/COEP: single-thread build, says so, correct', async () => {
 });
 
 test('no COOP/COEP: threads: 1 asks for what runs, so nothing is warned; the default warns once', async () => {
-  const { page, context, problems } = await openPage(`${noIso.url}?preset=qwen2-0.5b`);
+  const { page, context, problems } = await openPage(`${noIso.url}bench.html?preset=qwen2-0.5b`);
   try {
     const run = (query, options) => page.evaluate(async (q, o) => {
       const warns = [], real = console.warn;
@@ -335,7 +335,7 @@ test('no COOP/COEP: threads: 1 asks for what runs, so nothing is warned; the def
 });
 
 test('invalid custom shape (Hq=6, Hkv=4) shows the SdpaError; page recovers', async () => {
-  const { page, context, problems } = await openPage(`${iso.url}?preset=custom&hq=6&hkv=4&d=64&layers=2&ctx=256&autostart=1`);
+  const { page, context, problems } = await openPage(`${iso.url}bench.html?preset=custom&hq=6&hkv=4&d=64&layers=2&ctx=256&autostart=1`);
   try {
     const d = await waitForEnd(page);
     await page.screenshot({ path: path.join(ARTIFACTS, 'demo-error.png'), fullPage: true }); // before the asserts: kept for debugging
@@ -365,7 +365,7 @@ test('invalid custom shape (Hq=6, Hkv=4) shows the SdpaError; page recovers', as
 test('more than the heap holds → E_OOM message, not a frozen page', async () => {
   // A paged cache for 4M tokens is only a page table; the prompt's tensors are not:
   // 4M tokens × 32 heads × 128 × 4 B ≈ 62 GiB of q alone, more than any wasm32 heap.
-  const { page, context, problems } = await openPage(`${iso.url}?preset=llama3-8b&layers=1&ctx=4000000&prompt=4000000&autostart=1`);
+  const { page, context, problems } = await openPage(`${iso.url}bench.html?preset=llama3-8b&layers=1&ctx=4000000&prompt=4000000&autostart=1`);
   try {
     const d = await waitForEnd(page);
     await page.screenshot({ path: path.join(ARTIFACTS, 'demo-oom.png'), fullPage: true }); // before the asserts: kept for debugging
@@ -382,7 +382,7 @@ test('more than the heap holds → E_OOM message, not a frozen page', async () =
 });
 
 test('Stop ends a long run promptly', async () => {
-  const { page, context, problems } = await openPage(`${iso.url}?preset=qwen2-0.5b&layers=1&ctx=20000&prompt=16&threads=2&autostart=1`);
+  const { page, context, problems } = await openPage(`${iso.url}bench.html?preset=qwen2-0.5b&layers=1&ctx=20000&prompt=16&threads=2&autostart=1`);
   try {
     await page.waitForFunction(() => window.__demo.points.length >= 30, { timeout: RUN_TIMEOUT, polling: 100 });
     const t0 = Date.now();
@@ -397,6 +397,125 @@ test('Stop ends a long run promptly', async () => {
     assert(!(await page.$eval('#start', (e) => e.disabled)), 'Start not re-enabled');
     assert(problems.length === 0, problems.join('\n'));
     return `stopped at ${d.length} tokens after ${ms} ms`;
+  } finally {
+    await context.close();
+  }
+});
+
+// ---- the chat page (web/index.html): the package's model in a worker ----
+
+/** sdpa-wasm/llama in Node, from the package the pages are served from: greedy ids after `turns` of text. */
+let nodeLlama = null;
+async function nodeGreedy(turns, steps, dtype = 'float32') {
+  if (!nodeLlama) {
+    const [{ createSdpa }, llama] = await Promise.all([import(path.join(pkgDir, 'js/index.js')), import(path.join(pkgDir, 'js/llama/index.js'))]);
+    const sdpa = await createSdpa({ threads: 1 });
+    const checkpoint = fs.readFileSync(path.join(pkgDir, 'models/fortunes/model.bin'));
+    const tokenizer = llama.loadTokenizer(fs.readFileSync(path.join(pkgDir, 'models/fortunes/tokenizer.bin')));
+    nodeLlama = { sdpa, llama, checkpoint, tokenizer };
+    servers.push({ close: () => sdpa.dispose() });
+  }
+  const { sdpa, llama, checkpoint, tokenizer } = nodeLlama;
+  const [keyDtype, valueDtype = keyDtype] = dtype.split('/');
+  const model = llama.loadLlama(sdpa, checkpoint, { keyDtype, valueDtype });
+  try {
+    const replies = [];
+    turns.forEach((t, i) => {
+      // a turn: what the page appends (its ids), then a greedy reply
+      const ids = t.ids ?? Array.from(tokenizer.encode(t.text, { bos: i === 0 }));
+      if (t.append) { model.forward(ids); return; }
+      replies.push(Array.from(model.generate(ids, { temperature: 0, maxNewTokens: steps }).tokens));
+    });
+    return { replies, prompt: Array.from(tokenizer.encode(turns[0].text, { bos: true })) };
+  } finally { model.dispose(); }
+}
+
+async function waitChat(page, pred, arg) {
+  await page.waitForFunction(
+    (src, a) => window.__chat && (window.__chat.status === 'error' || (window.__chat.status === 'ready' && new Function('c', 'a', src)(window.__chat, a))),
+    { timeout: RUN_TIMEOUT, polling: 100 }, pred, arg ?? null,
+  );
+  const c = await page.evaluate(() => JSON.parse(JSON.stringify(window.__chat)));
+  assert(c.status !== 'error', `chat error: ${JSON.stringify(c.error)}`);
+  return c;
+}
+const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+test('chat: a greedy reply on the page is exactly sdpa-wasm/llama\'s in Node; Regenerate and Undo leave the cache as a fresh run', async () => {
+  const steps = 24;
+  const { page, context, problems } = await openPage(`${iso.url}?prompt=You%20will&steps=${steps}&greedy=1&build=simd-threads&threads=2&autostart=1`);
+  try {
+    let c = await waitChat(page, 'return c.replies.length === 1');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'chat-isolated.png'), fullPage: true });
+    const node = await nodeGreedy([{ text: 'You will' }], steps);
+    assert(c.build === 'simd-threads' && c.threads === 2 && c.crossOriginIsolated, `build ${c.build}, ${c.threads} threads`);
+    assert(same(c.replies[0], node.replies[0]), `page ${c.replies[0]} vs Node ${node.replies[0]}`);
+    assert(c.length === node.prompt.length + steps - 1, `length ${c.length}`);
+    assert(/\d/.test(await text(page, '#s-decode')) && /%/.test(await text(page, '#s-share')) && /KiB/.test(await text(page, '#s-bytes')), 'figures not filled');
+    assert(c.points.length === steps - 1 && c.points.every(([, a, d]) => a > 0 && d > 0), `plot points ${c.points.length}`);
+    // Regenerate: a fork of the prompt's cache samples again (greedy: the same reply)
+    await page.click('#regenerate');
+    c = await waitChat(page, 'return c.replies.length === 1 && c.reply && c.reply.length === a', steps);
+    assert(same(c.replies[0], node.replies[0]), `regenerated ${c.replies[0]}`);
+    assert(c.length === node.prompt.length + steps - 1, `length after Regenerate ${c.length}`);
+    // Undo: the cache truncated to the prompt; a new turn then continues as a fresh run of prompt + turn
+    await page.click('#undo');
+    c = await waitChat(page, 'return c.replies.length === 0 && c.length === a', node.prompt.length);
+    assert(same(c.tokens, node.prompt), `tokens after Undo ${c.tokens}`);
+    await page.type('#prompt', ' and then');
+    await page.click('#generate');
+    c = await waitChat(page, 'return c.replies.length === 1');
+    const fresh = await nodeGreedy([{ text: 'You will', append: true }, { text: ' and then' }], steps);
+    assert(same(c.replies[0], fresh.replies[0]), `after Undo: page ${c.replies[0]} vs Node ${fresh.replies[0]}`);
+    assert(problems.length === 0, problems.join('\n'));
+    return `${steps} greedy ids equal Node's (simd-threads, 2 threads), also after Regenerate and after Undo + a new turn; decode ${c.decodeTps?.toFixed(0)} tokens/s`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('chat: every KV dtype generates what Node generates; switching re-runs the conversation (bytes, top-1 agreement with float32)', async () => {
+  const notes = [];
+  let f32 = null;
+  for (const dtype of ['float32', 'float16', 'int8', 'int4', 'int8/int4']) {
+    const { page, context, problems } = await openPage(`${iso.url}?prompt=A%20computer&steps=12&greedy=1&build=simd-threads&dtype=${encodeURIComponent(dtype)}&autostart=1`);
+    try {
+      let c = await waitChat(page, 'return c.replies.length === 1');
+      const node = await nodeGreedy([{ text: 'A computer' }], 12, dtype);
+      assert(same(c.replies[0], node.replies[0]), `${dtype}: page ${c.replies[0]} vs Node ${node.replies[0]}`);
+      const n = c.tokens.length;
+      if (dtype === 'float32') {
+        f32 = c.bytes;
+        assert(c.agree === null, 'float32 has nothing to agree with');
+        // switching the dtype re-runs the conversation on the new cache, the float32 model beside it
+        await page.select('#dtype', 'int8');
+        c = await waitChat(page, 'return c.dtype === "int8"');
+        assert(c.length === n && c.bytes < f32, `after the switch: length ${c.length}, ${c.bytes} bytes`);
+        assert(c.agree && c.agree.total === n, `agreement over the ${n} positions: ${JSON.stringify(c.agree)}`);
+        notes.push(`switch to int8: top-1 ${c.agree.same}/${c.agree.total}`);
+      } else {
+        assert(c.bytes < f32, `${dtype}: ${c.bytes} bytes, float32 ${f32}`);
+        assert(c.agree && c.agree.total === n && c.agree.same > 0, `${dtype}: agreement ${JSON.stringify(c.agree)}`);
+        notes.push(`${dtype} ${(c.bytes / 1024).toFixed(0)} KiB, top-1 ${c.agree.same}/${c.agree.total}`);
+      }
+      assert(problems.length === 0, problems.join('\n'));
+    } finally {
+      await context.close();
+    }
+  }
+  return notes.join('; ');
+});
+
+test('chat: not isolated, the single-thread build with 1 thread writes too', async () => {
+  const { page, context, problems } = await openPage(`${noIso.url}?prompt=You%20will&steps=8&seed=3&autostart=1`);
+  try {
+    const c = await waitChat(page, 'return c.replies.length === 1');
+    assert(!c.crossOriginIsolated && c.threads === 1 && !c.build.includes('threads'), `build ${c.build}, ${c.threads} threads`);
+    assert(/single-thread build, 1 thread/.test(await text(page, '#build-reason')), 'the page says it runs single-threaded');
+    assert(c.replies[0].length === 8 || c.stop === 'stop', `reply ${c.replies[0]}`);
+    // the package's one console.warn about the fallback is expected here; nothing else
+    assert(problems.length === 0, problems.join('\n'));
+    return `${c.build}: "${c.text.slice(0, 40)}"`;
   } finally {
     await context.close();
   }
