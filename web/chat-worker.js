@@ -11,12 +11,18 @@
 //   { type: 'undo' }                                    drops the last reply (truncates the cache)
 //   { type: 'dtype', dtype }                            the conversation re-run on another cache dtype
 //   { type: 'stop' }                                    ends the reply being generated
+//   { type: 'keep', id?, transcript }                   saves the conversation (OPFS, else IndexedDB)
+//   { type: 'list' } | { type: 'restore', id } | { type: 'delete', id }   kept chats
 // (worker → page):
 //   { type: 'ready', info, config, crossOriginIsolated, warnings }
 //   { type: 'turn', prompt: ids, promptText, ms }       the prompt appended (one forward)
 //   { type: 'token', id, text, length, attentionMs, denseMs }
 //   { type: 'reply', tokens, stop, promptTps, decodeTps }
 //   { type: 'state', length, dtype, bytes, agree: { same, total } | null, tokens }
+//   { type: 'rerun', tokens, ms }                       a dtype switch ran the conversation again (a prefill)
+//   { type: 'kept', id, savedAt, length, dtype, storage, bytes, preview, ms }
+//   { type: 'chats', chats: [summary, ...] }            the kept chats, newest first
+//   { type: 'restored', id, ms, length, prefilled, transcript }   prefilled: tokens run by the restore (0)
 //   { type: 'error', error: { name, code, message } }
 
 const DTYPE_PAIRS = { 'int8/int4': ['int8', 'int4'] };
@@ -58,7 +64,9 @@ function argmaxRows(logits, V) {
 }
 
 /** Appends ids to the model (and the shadow); counts top-1 agreement over the rows. */
+let fedTokens = 0;      // tokens run through the model by a prompt or a re-run (not by restore)
 function feed(ids) {
+  fedTokens += ids.length;
   const V = conv.model.config.vocabSize;
   const logits = conv.model.forward(ids);
   if (conv.shadow) {
@@ -111,6 +119,84 @@ async function reply(sampling, maxNewTokens) {
   state();
 }
 
+// ---- kept chats: OPFS, or IndexedDB where OPFS cannot be written ----
+// A chat is its model's saved state (LlamaModel.saveStream: the KV cache of every layer) with
+// the conversation in its meta, and, for a cache that is not float32, the float32 model's
+// state beside it. Names: <id>.kv and <id>.f32.kv in OPFS; the same keys in IndexedDB.
+const DB = 'sdpa-chat';
+
+function idb(mode, f) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(DB, 1);
+    open.onupgradeneeded = () => open.result.createObjectStore('chats');
+    open.onerror = () => reject(open.error);
+    open.onblocked = () => reject(new Error('IndexedDB is blocked by another tab holding an older version open'));
+    open.onsuccess = () => {
+      const tx = open.result.transaction('chats', mode);
+      const req = f(tx.objectStore('chats'));
+      tx.oncomplete = () => { open.result.close(); resolve(req.result); };
+      tx.onerror = () => { open.result.close(); reject(tx.error); };
+      tx.onabort = () => { open.result.close(); reject(tx.error ?? new Error('IndexedDB transaction aborted')); };
+    };
+  });
+}
+
+async function opfs() {
+  try { return await navigator.storage.getDirectory(); } catch { return null; }
+}
+
+/** Writes `key`: a model's state (streamed to OPFS) or a JSON summary; IndexedDB where OPFS cannot be written. */
+async function put(key, { model, meta, json }) {
+  const dir = await opfs();
+  if (dir) {
+    let writable = null;
+    try {
+      writable = await (await dir.getFileHandle(key, { create: true })).createWritable();
+    } catch { /* no createWritable here (Safari's workers): IndexedDB */ }
+    if (writable) {
+      if (model) await model.saveStream({ meta }).pipeTo(writable);   // chunk by chunk: no second copy in memory
+      else { await writable.write(JSON.stringify(json)); await writable.close(); }
+      return 'OPFS';
+    }
+  }
+  await idb('readwrite', (store) => store.put(model ? model.save({ meta }) : JSON.stringify(json), key));
+  return 'IndexedDB';
+}
+
+/** What put stored under key: a File (OPFS), or bytes / a string (IndexedDB); null if none. */
+async function get(key) {
+  const dir = await opfs();
+  if (dir) {
+    try { return await (await dir.getFileHandle(key)).getFile(); } catch { /* not in OPFS */ }
+  }
+  try { return (await idb('readonly', (store) => store.get(key))) ?? null; } catch { return null; }
+}
+
+async function keys() {
+  const all = new Set();
+  const dir = await opfs();
+  if (dir) for await (const [name, h] of dir.entries()) if (h.kind === 'file') all.add(name);
+  try { for (const k of await idb('readonly', (store) => store.getAllKeys())) all.add(k); } catch { /* none */ }
+  return [...all];
+}
+
+async function remove(key) {
+  const dir = await opfs();
+  if (dir) { try { await dir.removeEntry(key); } catch { /* not in OPFS */ } }
+  try { await idb('readwrite', (store) => store.delete(key)); } catch { /* no IndexedDB */ }
+}
+
+/** The kept chats' summaries, newest first. */
+async function listChats() {
+  const out = [];
+  for (const k of await keys()) {
+    if (!/^chat-[\w-]+\.json$/.test(k)) continue;
+    const v = await get(k);
+    try { out.push(JSON.parse(typeof v === 'string' ? v : await v.text())); } catch { /* a broken summary: skip it */ }
+  }
+  return out.sort((a, b) => b.savedAt - a.savedAt);
+}
+
 const handlers = {
   async init(m) {
     lib = await import(m.pkgUrl + 'llama/index.js');
@@ -131,6 +217,7 @@ const handlers = {
     tokenizer = lib.loadTokenizer(t, { vocabSize: conv.model.config.vocabSize });
     post({ type: 'ready', info: sdpa.info, config: conv.model.config, crossOriginIsolated: self.crossOriginIsolated, warnings });
     state();
+    try { post({ type: 'chats', chats: await listChats() }); } catch (e) { fail(e); }
   },
   async generate(m) {
     const first = conv.tokens.length === 0 && conv.pending === null;
@@ -165,10 +252,52 @@ const handlers = {
     // (the truncated model has no logits of its own: the next prompt brings them; Regenerate forks the prompt again)
     state();
   },
+  async keep(m) {
+    if (!conv.model.length) throw new Error('nothing to keep: generate first');
+    const id = m.id ?? `c${Date.now()}`;
+    const meta = { tokens: conv.tokens, pending: conv.pending, promptEnd: conv.promptEnd, dtype: conv.dtype, agree: conv.agree, transcript: m.transcript ?? null };
+    const t0 = performance.now();
+    const storage = await put(`chat-${id}.kv`, { model: conv.model, meta });
+    if (conv.shadow) await put(`chat-${id}.f32.kv`, { model: conv.shadow, meta: null });
+    const summary = { id, savedAt: Date.now(), length: conv.model.length, dtype: conv.dtype, storage, bytes: conv.model.bytes, preview: tokenizer.decode(conv.tokens.slice(-24)) };
+    await put(`chat-${id}.json`, { json: summary });
+    post({ type: 'kept', ...summary, ms: performance.now() - t0 });
+    post({ type: 'chats', chats: await listChats() });
+  },
+  async list() {
+    post({ type: 'chats', chats: await listChats() });
+  },
+  async delete(m) {
+    for (const k of [`chat-${m.id}.kv`, `chat-${m.id}.f32.kv`, `chat-${m.id}.json`]) await remove(k);
+    post({ type: 'chats', chats: await listChats() });
+  },
+  async restore(m) {
+    const source = await get(`chat-${m.id}.kv`);
+    if (!source) throw new Error(`no kept chat ${m.id}`);
+    const t0 = performance.now();
+    const fed0 = fedTokens;
+    // a restore makes a model with the weights of the one it is called on: no second copy of them
+    const restored = await conv.model.restore(source);     // a File (OPFS) or bytes (IndexedDB)
+    const meta = restored.meta;
+    let shadow = null;
+    if (meta.dtype !== 'float32') {
+      const s2 = await get(`chat-${m.id}.f32.kv`);
+      shadow = s2 ? (await conv.model.restore(s2)).model : null;
+    }
+    const ms = performance.now() - t0;
+    disposeConversation(conv);
+    conv = {
+      model: restored.model, shadow, tokens: meta.tokens, pending: meta.pending, promptEnd: meta.promptEnd,
+      promptFork: null, shadowFork: null, dtype: meta.dtype, agree: shadow ? meta.agree : { same: 0, total: 0 },
+    };
+    post({ type: 'restored', id: m.id, ms, length: conv.model.length, prefilled: fedTokens - fed0, transcript: meta.transcript });
+    state();
+  },
   async dtype(m) {
     const tokens = conv.tokens.slice(), pending = conv.pending, promptEnd = conv.promptEnd;
     disposeConversation(conv);
     conv = newConversation(m.dtype);
+    const t0 = performance.now();
     if (tokens.length) {
       feed(tokens.slice(0, promptEnd));
       conv.promptFork = conv.model.fork();
@@ -177,6 +306,7 @@ const handlers = {
       if (tokens.length > promptEnd) feed(tokens.slice(promptEnd));
     }
     conv.pending = pending;
+    post({ type: 'rerun', tokens: tokens.length, ms: performance.now() - t0 });
     state();
   },
 };

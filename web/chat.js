@@ -2,7 +2,7 @@
 const $ = (id) => document.getElementById(id);
 const el = {
   transcript: $('transcript'), form: $('chat'), prompt: $('prompt'), generate: $('generate'), stop: $('stop'),
-  regenerate: $('regenerate'), undo: $('undo'), temperature: $('temperature'), topP: $('topP'), seed: $('seed'),
+  regenerate: $('regenerate'), undo: $('undo'), keep: $('keep'), kept: $('kept'), keptPanel: $('kept-panel'), temperature: $('temperature'), topP: $('topP'), seed: $('seed'),
   greedy: $('greedy'), steps: $('steps'), dtype: $('dtype'), error: $('error'), plot: $('plot'),
   buildBadge: $('build-badge'), buildReason: $('build-reason'),
   len: $('s-len'), promptTps: $('s-prompt'), decodeTps: $('s-decode'), share: $('s-share'), bytes: $('s-bytes'), agree: $('s-agree'),
@@ -13,6 +13,7 @@ const chat = {
   status: 'loading', build: null, threads: null, crossOriginIsolated: !!self.crossOriginIsolated, warnings: [],
   dtype: 'float32', tokens: [], pending: null, replies: [], reply: null, stop: null, length: 0, bytes: null, agree: null,
   promptTps: null, decodeTps: null, points: [], error: null, text: '',
+  chats: [], kept: null, restored: null,
 };
 window.__chat = chat;
 
@@ -35,6 +36,8 @@ function setBusy(busy) {
   el.regenerate.disabled = busy || chat.replies.length === 0;
   el.undo.disabled = busy || chat.replies.length === 0;
   el.dtype.disabled = busy;
+  el.keep.disabled = busy || chat.length === 0;
+  for (const b of el.kept.querySelectorAll('button')) b.disabled = busy;
 }
 
 function sampling() {
@@ -122,6 +125,25 @@ worker.onmessage = ({ data: m }) => {
       el.agree.textContent = m.agree ? `${m.agree.same} / ${m.agree.total}` + (m.agree.total ? ` (${(100 * m.agree.same / m.agree.total).toFixed(1)}%)` : '') : 'float32 itself';
       setBusy(false);
       break;
+    case 'kept':
+      chat.kept = m;
+      el.buildReason.textContent = `kept: ${m.length} tokens, ${(m.bytes / 1024).toFixed(0)} KiB of KV cache in ${m.storage} (${m.ms.toFixed(0)} ms)`;
+      break;
+    case 'rerun':
+      chat.rerun = m;
+      break;
+    case 'chats':
+      chat.chats = m.chats;
+      showChats();
+      break;
+    case 'restored':
+      chat.restored = m;
+      chat.replies = [];
+      el.transcript.textContent = '';
+      for (const [cls, t] of m.transcript ?? []) span(cls, t);
+      replyNode = null;
+      el.buildReason.textContent = `restored ${m.length} tokens in ${m.ms.toFixed(0)} ms, no prefill (${m.prefilled} tokens run)`;
+      break;
     case 'error':
       showError(m.error);
       chat.status = 'error';
@@ -163,6 +185,30 @@ el.undo.addEventListener('click', () => {
   chat.replies.pop();
   send({ type: 'undo' });
 });
+function showChats() {
+  el.kept.textContent = '';
+  el.keptPanel.hidden = chat.chats.length === 0;
+  for (const c of chat.chats) {
+    const li = document.createElement('li');
+    li.dataset.id = c.id;
+    const restore = document.createElement('button');
+    restore.type = 'button'; restore.textContent = 'Restore'; restore.className = 'restore';
+    restore.onclick = () => { setBusy(true); send({ type: 'restore', id: c.id }); };
+    const del = document.createElement('button');
+    del.type = 'button'; del.textContent = 'Delete'; del.className = 'delete';
+    del.onclick = () => send({ type: 'delete', id: c.id });
+    const label = document.createElement('span');
+    label.textContent = ` ${new Date(c.savedAt).toLocaleString()}: ${c.length} tokens, ${c.dtype}, ${c.storage} — "…${c.preview}" `;
+    li.append(restore, ' ', del, label);
+    el.kept.append(li);
+  }
+}
+
+el.keep.addEventListener('click', () => {
+  const transcript = [...el.transcript.children].map((n) => [n.className, n.textContent]);
+  send({ type: 'keep', transcript });
+});
+
 el.dtype.addEventListener('change', () => {
   setBusy(true);
   send({ type: 'dtype', dtype: el.dtype.value });

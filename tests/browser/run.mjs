@@ -506,6 +506,49 @@ test('chat: every KV dtype generates what Node generates; switching re-runs the 
   return notes.join('; ');
 });
 
+test('chat: Keep this chat, reload, restore (no prefill), go on: the same ids as the uninterrupted run', async () => {
+  const base = `${iso.url}?steps=12&seed=5&build=simd-threads&dtype=int8`;
+  const { page, context, problems } = await openPage(`${base}&prompt=You%20will&autostart=1`);
+  try {
+    let c = await waitChat(page, 'return c.replies.length === 1');
+    await page.click('#keep');
+    c = await waitChat(page, 'return c.kept !== null && c.chats.length >= 1');
+    const kept = c.kept;
+    assert(kept.length === c.length && ['OPFS', 'IndexedDB'].includes(kept.storage), `kept ${JSON.stringify(kept)}`);
+    // the uninterrupted run goes on with a second turn
+    await page.type('#prompt', ' Then');
+    await page.click('#generate');
+    c = await waitChat(page, 'return c.replies.length === 2');
+    const uninterrupted = c.replies[1];
+    // reload (no autostart), restore the kept chat, the same turn
+    await page.goto(base, { waitUntil: 'load' });
+    c = await waitChat(page, 'return c.chats.some((x) => x.id === a)', kept.id);
+    await page.click(`#kept li[data-id="${kept.id}"] button.restore`);
+    c = await waitChat(page, 'return c.restored !== null');
+    assert(c.restored.prefilled === 0, `the restore ran ${c.restored.prefilled} tokens through the model`);
+    assert(c.length === kept.length && c.dtype === 'int8', `restored ${c.length} tokens (${c.dtype}), kept ${kept.length}`);
+    assert((await text(page, '#transcript')).startsWith('You will'), 'the transcript is back');
+    await page.type('#prompt', ' Then');
+    await page.click('#generate');
+    c = await waitChat(page, 'return c.replies.length === 1');
+    assert(same(c.replies[0], uninterrupted), `after the restore ${c.replies[0]}, uninterrupted ${uninterrupted}`);
+    // what a prefill of the same conversation costs: a dtype switch runs it again
+    const restoreMs = c.restored.ms;
+    await page.select('#dtype', 'int4');
+    c = await waitChat(page, 'return c.rerun && c.dtype === "int4"');
+    const rerun = c.rerun;
+    await page.screenshot({ path: path.join(ARTIFACTS, 'chat-restored.png'), fullPage: true });
+    // delete it
+    await page.click(`#kept li[data-id="${kept.id}"] button.delete`);
+    c = await waitChat(page, 'return !c.chats.some((x) => x.id === a)', kept.id);
+    assert(problems.length === 0, problems.join('\n'));
+    return `${kept.length} tokens kept in ${kept.storage} (${(kept.bytes / 1024).toFixed(0)} KiB); restored in ${restoreMs.toFixed(1)} ms with no prefill, ` +
+      `a re-run of ${rerun.tokens} tokens took ${rerun.ms.toFixed(1)} ms; the next ${uninterrupted.length} ids equal the uninterrupted run's`;
+  } finally {
+    await context.close();
+  }
+});
+
 test('chat: not isolated, the single-thread build with 1 thread writes too', async () => {
   const { page, context, problems } = await openPage(`${noIso.url}?prompt=You%20will&steps=8&seed=3&autostart=1`);
   try {
