@@ -17,7 +17,7 @@
 //   { type: 'ready', info, config, crossOriginIsolated, warnings }
 //   { type: 'turn', prompt: ids, promptText, ms }       the prompt appended (one forward)
 //   { type: 'token', id, text, length, attentionMs, denseMs }
-//   { type: 'reply', tokens, stop, promptTps, decodeTps }
+//   { type: 'reply', tokens, stop, decodeTps }          decodeTps: the model's own steps (not the float32 one's beside it)
 //   { type: 'state', length, dtype, bytes, agree: { same, total } | null, tokens }
 //   { type: 'rerun', tokens, ms }                       a dtype switch ran the conversation again (a prefill)
 //   { type: 'kept', id, savedAt, length, dtype, storage, bytes, preview, ms }
@@ -93,7 +93,7 @@ async function reply(sampling, maxNewTokens) {
   // the first token comes from the logits of the prompt's last row (the model holds them)
   let next = sampler.sample(conv.model.lastLogits(logits));
   const out = [];
-  const t0 = performance.now();
+  let modelMs = 0;
   let stop = 'maxNewTokens';
   for (let k = 0; ; k++) {
     out.push(next);
@@ -104,7 +104,9 @@ async function reply(sampling, maxNewTokens) {
     await yieldToEvents();
     if (stopRequested) { stop = 'stopped'; break; }
     one[0] = next;
+    const tm = performance.now();
     conv.model.forward(one, { out: logits });
+    modelMs += performance.now() - tm;             // (the float32 model beside it is not counted)
     if (conv.shadow) {
       conv.shadow.forward(one, { out: shadowLogits });
       conv.agree.total++;
@@ -114,8 +116,7 @@ async function reply(sampling, maxNewTokens) {
     next = sampler.sample(logits);
   }
   conv.pending = out.at(-1);       // sampled, not appended: the next turn starts with it
-  const s = (performance.now() - t0) / 1000;
-  post({ type: 'reply', tokens: out, stop, decodeTps: out.length > 1 ? (out.length - 1) / s : null });
+  post({ type: 'reply', tokens: out, stop, decodeTps: out.length > 1 ? (out.length - 1) / modelMs * 1000 : null });
   state();
 }
 

@@ -484,6 +484,7 @@ test('chat: every KV dtype generates what Node generates; switching re-runs the 
       const node = await nodeGreedy([{ text: 'A computer' }], 12, dtype);
       assert(same(c.replies[0], node.replies[0]), `${dtype}: page ${c.replies[0]} vs Node ${node.replies[0]}`);
       const n = c.tokens.length;
+      const tps = c.decodeTps;
       if (dtype === 'float32') {
         f32 = c.bytes;
         assert(c.agree === null, 'float32 has nothing to agree with');
@@ -492,11 +493,11 @@ test('chat: every KV dtype generates what Node generates; switching re-runs the 
         c = await waitChat(page, 'return c.dtype === "int8"');
         assert(c.length === n && c.bytes < f32, `after the switch: length ${c.length}, ${c.bytes} bytes`);
         assert(c.agree && c.agree.total === n, `agreement over the ${n} positions: ${JSON.stringify(c.agree)}`);
-        notes.push(`switch to int8: top-1 ${c.agree.same}/${c.agree.total}`);
+        notes.push(`float32 ${tps.toFixed(0)} tokens/s; switch to int8: top-1 ${c.agree.same}/${c.agree.total}`);
       } else {
         assert(c.bytes < f32, `${dtype}: ${c.bytes} bytes, float32 ${f32}`);
         assert(c.agree && c.agree.total === n && c.agree.same > 0, `${dtype}: agreement ${JSON.stringify(c.agree)}`);
-        notes.push(`${dtype} ${(c.bytes / 1024).toFixed(0)} KiB, top-1 ${c.agree.same}/${c.agree.total}`);
+        notes.push(`${dtype} ${(c.bytes / 1024).toFixed(0)} KiB, top-1 ${c.agree.same}/${c.agree.total}, ${c.decodeTps.toFixed(0)} tokens/s`);
       }
       assert(problems.length === 0, problems.join('\n'));
     } finally {
@@ -544,6 +545,27 @@ test('chat: Keep this chat, reload, restore (no prefill), go on: the same ids as
     assert(problems.length === 0, problems.join('\n'));
     return `${kept.length} tokens kept in ${kept.storage} (${(kept.bytes / 1024).toFixed(0)} KiB); restored in ${restoreMs.toFixed(1)} ms with no prefill, ` +
       `a re-run of ${rerun.tokens} tokens took ${rerun.ms.toFixed(1)} ms; the next ${uninterrupted.length} ids equal the uninterrupted run's`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('chat: Stop ends a long reply promptly, and the cache holds what was shown', async () => {
+  const { page, context, problems } = await openPage(`${iso.url}?prompt=You%20will&steps=480&seed=2&build=simd-threads&autostart=1`);
+  try {
+    await page.waitForFunction(() => window.__chat && window.__chat.reply && window.__chat.reply.length >= 20, { timeout: RUN_TIMEOUT, polling: 50 });
+    const t0 = Date.now();
+    await page.click('#stop');
+    const c = await waitChat(page, 'return c.replies.length === 1');
+    const ms = Date.now() - t0;
+    assert(c.stop === 'stopped' || c.stop === 'stop', `stop ${c.stop}`);
+    assert(c.replies[0].length < 480 && ms < 3000, `${c.replies[0].length} tokens, ${ms} ms after Stop`);
+    const { prompt } = await nodeGreedy([{ text: 'You will' }], 1);
+    const shown = c.replies[0];
+    assert(c.length === prompt.length + shown.length - 1 && same(c.tokens, [...prompt, ...shown.slice(0, -1)]),
+      'the cache holds the prompt and every shown token but the last (the next turn starts with it)');
+    assert(problems.length === 0, problems.join('\n'));
+    return `stopped after ${c.replies[0].length} tokens, ${ms} ms after the click`;
   } finally {
     await context.close();
   }
