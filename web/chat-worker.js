@@ -5,7 +5,7 @@
 // logits give the top-1 agreement of the chosen dtype.
 //
 // Protocol (page → worker):
-//   { type: 'init', pkgUrl, modelUrl, tokenizerUrl, threads, build, dtype }
+//   { type: 'init', pkgUrl, modelUrl, tokenizerUrl, threads, build, dtype, storage }   storage: 'indexeddb' skips OPFS
 //   { type: 'generate', text, sampling: { temperature, topP, seed }, maxNewTokens }
 //   { type: 'regenerate', sampling, maxNewTokens }      the last reply again (new seed)
 //   { type: 'undo' }                                    drops the last reply (truncates the cache)
@@ -142,7 +142,9 @@ function idb(mode, f) {
   });
 }
 
+let useOpfs = true;     // init's storage: 'indexeddb' turns OPFS off (to try the fallback where OPFS works)
 async function opfs() {
+  if (!useOpfs) return null;
   try { return await navigator.storage.getDirectory(); } catch { return null; }
 }
 
@@ -200,6 +202,7 @@ async function listChats() {
 
 const handlers = {
   async init(m) {
+    useOpfs = m.storage !== 'indexeddb';
     lib = await import(m.pkgUrl + 'llama/index.js');
     const { createSdpa } = await import(m.pkgUrl + 'index.js');
     const warnings = [];

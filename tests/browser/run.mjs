@@ -507,15 +507,15 @@ test('chat: every KV dtype generates what Node generates; switching re-runs the 
   return notes.join('; ');
 });
 
-test('chat: Keep this chat, reload, restore (no prefill), go on: the same ids as the uninterrupted run', async () => {
-  const base = `${iso.url}?steps=12&seed=5&build=simd-threads&dtype=int8`;
+for (const storage of ['OPFS', 'IndexedDB']) test(`chat: Keep this chat (${storage}), reload, restore (no prefill), go on: the same ids as the uninterrupted run`, async () => {
+  const base = `${iso.url}?steps=12&seed=5&build=simd-threads&dtype=int8${storage === 'IndexedDB' ? '&storage=indexeddb' : ''}`;
   const { page, context, problems } = await openPage(`${base}&prompt=You%20will&autostart=1`);
   try {
     let c = await waitChat(page, 'return c.replies.length === 1');
     await page.click('#keep');
     c = await waitChat(page, 'return c.kept !== null && c.chats.length >= 1');
     const kept = c.kept;
-    assert(kept.length === c.length && ['OPFS', 'IndexedDB'].includes(kept.storage), `kept ${JSON.stringify(kept)}`);
+    assert(kept.length === c.length && kept.storage === storage, `kept ${JSON.stringify(kept)}`);
     // the uninterrupted run goes on with a second turn
     await page.type('#prompt', ' Then');
     await page.click('#generate');
