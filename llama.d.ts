@@ -25,7 +25,11 @@ export interface LoadLlamaOptions {
   valueDtype?: CacheDType | undefined;
   /** Rows per attention step of a long forward (default min(maxSeqLen, 512)); its buffers are made at load. */
   maxChunk?: number | undefined;
-  /** Take the pages of one full context at load (default true), so that no decode step allocates. */
+  /**
+   * Make sure the page pool has the pages of one full context free at load (default true), so that
+   * this model's decode steps take pages without allocating. Several models or forks on one instance:
+   * sdpa.reserve() the sum of their pages yourself.
+   */
   reserve?: boolean | undefined;
 }
 
@@ -51,7 +55,7 @@ export interface GenerateOptions extends SamplingOptions {
   /** At most this many tokens (default: until a stop token or maxSeqLen). */
   maxNewTokens?: number | undefined;
   /** Token ids that end generation, emitted but not appended (default [EOS, BOS]). */
-  stop?: ArrayLike<number> | undefined;
+  stop?: Int32Array | readonly number[] | undefined;
 }
 
 /** Why generation ended: a stop token, maxNewTokens, or the model holding maxSeqLen tokens. */
@@ -77,14 +81,14 @@ export class LlamaModel {
   readonly keyDtype: CacheDType;
   readonly valueDtype: CacheDType;
   readonly disposed: boolean;
-  /** The last forward (or generate step): tokens, time in our attention steps, time in the dense parts. */
+  /** This model's last forward (or generate step): tokens, time in our attention steps, time in the dense parts. */
   readonly timing: { tokens: number; attentionMs: number; denseMs: number };
   /**
    * Appends the tokens at `length` and returns their logits (row-major [n, vocabSize],
    * or the last row). E_ARG for an id outside 0 .. vocabSize-1, E_CAPACITY past maxSeqLen:
    * nothing is appended then.
    */
-  forward(tokens: Int32Array | readonly number[] | ArrayLike<number>, options?: ForwardOptions): Float32Array;
+  forward(tokens: Int32Array | Uint32Array | Uint16Array | Uint8Array | readonly number[], options?: ForwardOptions): Float32Array;
   /** The last appended token's logits, copied into `out` (or a new array); null when the model holds none (new, truncated, restored). */
   lastLogits(out?: Float32Array): Float32Array | null;
   /** Keeps the first n tokens. */
@@ -98,8 +102,9 @@ export class LlamaModel {
   /** A new model with these weights and a saved state (E_FORMAT for another model's state). */
   restore(source: KVStateSource): Promise<{ model: LlamaModel; meta: JsonValue | null }>;
   /**
-   * Appends the prompt, then samples one token at a time (yielded). Every
-   * yielded token but the last is appended; the generator returns why it stopped.
+   * Checks the arguments and appends the prompt (now), then returns a generator that
+   * samples one token at a time (yielded). Every yielded token but the last is appended;
+   * the generator returns why it stopped. A model changed between steps ends it (E_ARG).
    */
   stream(prompt: Int32Array | readonly number[], options?: GenerateOptions): Generator<number, StopReason, void>;
   /** stream() to its end. */

@@ -88,7 +88,6 @@ class Core {
     this.hb = new Float32Array(C * hiddenDim);
     this.hb2 = new Float32Array(C * hiddenDim);
     this.one = new Int32Array(1);
-    this.lastStep = { tokens: 0, attentionMs: 0, denseMs: 0 };
     this.tensors = [];
     try {
       const alloc = (dims) => { const t = sdpa.allocTensor('float32', dims); this.tensors.push(t); return t; };
@@ -129,9 +128,10 @@ class Core {
 
   /**
    * Appends m tokens (ids[i0 ..]) to `group` at its length, one step per layer,
-   * and writes the logits of the rows [from, m) into out (row-major, at outRow).
+   * writes the logits of every row into out (row-major, at outOffset) unless out
+   * is null, keeps the last row's in logitsRow, and adds the time to `timing`.
    */
-  run(group, ids, i0, m, out, outOffset, from) {
+  run(group, ids, i0, m, out, outOffset, timing) {
     const { dim, hiddenDim: hidden, nLayers, vocabSize } = this.config;
     const { w, offsets: at, x, xb, hb, hb2, kvDim } = this;
     const layers = group.layers;
@@ -158,12 +158,21 @@ class Core {
       matmul(x, 0, hb, 0, w, at.w2 + l * dim * hidden, m, hidden, dim, true);
     }
     rmsnorm(xb, x, w, at.rmsFinal, m, dim);
-    if (out !== null && from < m) matmul(out, outOffset, xb, from * dim, w, at.wcls, m - from, dim, vocabSize, false);
-    matmul(this.logitsRow, 0, xb, (m - 1) * dim, w, at.wcls, 1, dim, vocabSize, false);
+    if (out !== null) {
+      matmul(out, outOffset, xb, 0, w, at.wcls, m, dim, vocabSize, false);
+      this.logitsRow.set(out.subarray(outOffset + (m - 1) * vocabSize, outOffset + m * vocabSize));
+    } else {
+      matmul(this.logitsRow, 0, xb, (m - 1) * dim, w, at.wcls, 1, dim, vocabSize, false);
+    }
     const total = now() - t0;
-    this.lastStep.attentionMs += attention;
-    this.lastStep.denseMs += total - attention;
-    this.lastStep.tokens += m;
+    timing.attentionMs += attention;
+    timing.denseMs += total - attention;
+    timing.tokens += m;
+  }
+
+  /** Drops one reference; the last frees the heap tensors. */
+  release() {
+    if (--this.refs === 0) this.free();
   }
 
   free() {
@@ -226,6 +235,7 @@ export class LlamaModel {
   #logits;          // the last appended row's logits (valid when #hasLogits)
   #hasLogits = false;
   #disposed = false;
+  #timing = { tokens: 0, attentionMs: 0, denseMs: 0 };
 
   /** Made by loadLlama, fork and restore. */
   constructor(core, group, logits) {
@@ -251,7 +261,7 @@ export class LlamaModel {
   get valueDtype() { return this.#group.layers[0].valueDtype; }
   get disposed() { return this.#disposed || this.#group.disposed; }
   /** Time of the last forward (or generate): tokens, attentionMs (our attention steps), denseMs (everything else). */
-  get timing() { return { ...this.#core.lastStep }; }
+  get timing() { return { ...this.#timing }; }
 
   #alive(fn) {
     if (this.#core.sdpa.disposed) throw new SdpaError('E_DISPOSED', `${fn}: the sdpa instance was disposed`);
@@ -294,15 +304,17 @@ export class LlamaModel {
     if (start + n > core.maxSeqLen) {
       throw new SdpaError('E_CAPACITY', `${fn}: ${n} tokens at position ${start} would end at ${start + n}; expected at most maxSeqLen ${core.maxSeqLen}`);
     }
-    core.lastStep.tokens = 0; core.lastStep.attentionMs = 0; core.lastStep.denseMs = 0;
+    const timing = this.#timing;
+    timing.tokens = 0; timing.attentionMs = 0; timing.denseMs = 0;
     try {
       for (let i = 0; i < n; i += core.chunk) {
         const m = Math.min(core.chunk, n - i);
-        core.run(group, ids, i, m, out, i * vocabSize, 0);
+        core.run(group, ids, i, m, out, i * vocabSize, timing);
       }
     } catch (e) {
-      if (group.length > start) group.truncate(start);    // a layer failed (E_OOM): undo the layers before it
-      this.#hasLogits = false;
+      // a layer failed (E_OOM): undo the layers before it (group.length is the shortest layer's,
+      // so every layer is truncated); the logits of row start-1 are still the model's
+      group.truncate(start);
       throw e;
     }
     this.#logits.set(core.logitsRow);
@@ -367,61 +379,87 @@ export class LlamaModel {
     const fn = 'LlamaModel.restore';
     this.#alive(fn);
     const core = this.#core;
-    const { group, meta } = await core.sdpa.loadKVCacheGroup(source, { maxSeqLen: core.maxSeqLen });
+    core.refs++;           // held across the await: disposing this model meanwhile must not free the weights
+    let loaded;
+    try {
+      loaded = await core.sdpa.loadKVCacheGroup(source, { maxSeqLen: core.maxSeqLen });
+    } catch (e) {
+      core.release();
+      throw e;
+    }
+    const { group, meta } = loaded;
     const mine = meta && typeof meta === 'object' ? meta[STATE_KEY] : undefined;
     let why = null;
     if (!mine) why = 'it was not saved by LlamaModel.save (its meta has no model entry)';
     else if (mine.checkpoint !== core.fingerprint) why = `it was saved with other weights (checkpoint ${mine.checkpoint}; this model's is ${core.fingerprint})`;
     else if (group.layers.length !== core.config.nLayers) why = `it has ${group.layers.length} layers; expected ${core.config.nLayers}`;
     else {
-      const bad = group.layers.findIndex((c) => c.numKvHeads !== core.config.nKvHeads || c.headDim !== core.headSize || c.window !== 0);
-      if (bad >= 0) why = `its layer ${bad} is not a plain cache of ${core.config.nKvHeads} KV heads of ${core.headSize}`;
+      const n = group.layers[0].length;
+      const bad = group.layers.findIndex((c) => c.batch !== 1 || c.numKvHeads !== core.config.nKvHeads || c.headDim !== core.headSize || c.window !== 0);
+      const uneven = group.layers.findIndex((c) => c.length !== n);
+      if (bad >= 0) why = `its layer ${bad} is not a plain cache of batch 1 and ${core.config.nKvHeads} KV heads of ${core.headSize}`;
+      else if (uneven >= 0) why = `its layer ${uneven} holds ${group.layers[uneven].length} rows, layer 0 ${n}; a model's layers hold the same tokens`;
     }
+    if (why === null && core.sdpa.disposed) why = 'the sdpa instance was disposed';
     if (why !== null) {
       group.dispose();
-      throw new SdpaError('E_FORMAT', `${fn}: the state cannot be restored into this model: ${why}`);
+      core.release();
+      throw new SdpaError(core.sdpa.disposed ? 'E_DISPOSED' : 'E_FORMAT', `${fn}: the state cannot be restored into this model: ${why}`);
     }
-    return { model: new LlamaModel(core, group, null), meta: meta.meta ?? null };
+    const model = new LlamaModel(core, group, null);
+    core.release();        // (the new model holds its own reference)
+    return { model, meta: meta.meta ?? null };
   }
 
   /**
-   * Generates tokens one at a time (a generator of ids). `prompt` (ids, may be
-   * empty when the model holds logits from its last forward) is appended in
-   * one call; then each step samples a token from the last logits, yields it,
-   * and appends it unless generation stops there. So every yielded token but
-   * the last is in the model: feed the last one first when you continue.
-   * Stops at a stop token (options.stop, default [EOS, BOS]: llama2.c's
-   * models end a text with BOS), after maxNewTokens, or when the model holds
-   * maxSeqLen tokens. Sampling: temperature (1; 0 = greedy), topP (0.9), topK
-   * (0 = off), seed. Its return value (generate's `stop`): 'stop', 'maxNewTokens' or 'length'.
+   * Generates tokens one at a time: returns a generator of ids. The call itself
+   * checks every argument and appends `prompt` (ids; may be empty when the model
+   * holds logits from its last forward) in one forward; then each step of the
+   * generator samples a token from the last logits, yields it, and appends it
+   * unless generation stops there. So every yielded token but the last is in the
+   * model: feed the last one first when you continue. Stops at a stop token
+   * (options.stop, default [EOS, BOS]: llama2.c's models end a text with BOS),
+   * after maxNewTokens, or when the model holds maxSeqLen tokens. Sampling:
+   * temperature (1; 0 = greedy), topP (0.9), topK (0 = off), seed. The
+   * generator returns why it stopped: 'stop', 'maxNewTokens' or 'length'. A
+   * model changed between steps (truncate, forward) ends it with E_ARG.
    */
-  * stream(prompt, options) {
-    const fn = 'LlamaModel.generate';
+  stream(prompt, options) { return this.#start('LlamaModel.stream', prompt, options); }
+
+  #start(fn, prompt, options) {
     const o = checkKnown(fn, options, ['maxNewTokens', 'temperature', 'topP', 'topK', 'seed', 'stop']);
     const group = this.#alive(fn);
     const core = this.#core, { vocabSize } = core.config;
     const ids = readTokens(fn, prompt ?? [], vocabSize);
     const maxNew = o.maxNewTokens ?? Infinity;
-    if (maxNew !== Infinity) checkCount(fn, 'maxNewTokens', maxNew, 1, 2 ** 31 - 1);
+    if (maxNew !== Infinity) checkCount(fn, 'options.maxNewTokens', maxNew, 1, 2 ** 31 - 1);
     const stop = new Set(readTokens(`${fn}: options.stop`, o.stop ?? [EOS, BOS], vocabSize));
     const sampler = createSampler(vocabSize, samplingOptions(fn, o));
     if (ids.length > 0) this.#append(fn, group, ids, ids.length, null);
     else if (!this.#hasLogits) throw new SdpaError('E_ARG', `${fn}: prompt is empty and the model holds no logits to sample from (a new, truncated or restored model); pass at least one token`);
-    const one = new Int32Array(1);
+    return this.#steps(fn, sampler, stop, maxNew);
+  }
+
+  * #steps(fn, sampler, stop, maxNew) {
+    const core = this.#core, one = new Int32Array(1);
     for (let k = 1; ; k++) {
+      const group = this.#alive(fn), at = group.length;
       const t = sampler.sample(this.#logits);
       yield t;
+      if (this.#alive(fn).length !== at || !this.#hasLogits) {
+        throw new SdpaError('E_ARG', `${fn}: the model was changed between two steps of the generator (it held ${at} tokens, now ${group.length}); start a new stream`);
+      }
       if (stop.has(t)) return 'stop';
       if (k >= maxNew) return 'maxNewTokens';
-      if (group.length >= core.maxSeqLen) return 'length';
+      if (at >= core.maxSeqLen) return 'length';
       one[0] = t;
-      this.#append(fn, this.#alive(fn), one, 1, null);
+      this.#append(fn, group, one, 1, null);
     }
   }
 
   /** stream() run to its end: { tokens: Int32Array, stop: 'stop' | 'maxNewTokens' | 'length' }. */
   generate(prompt, options) {
-    const it = this.stream(prompt, options);
+    const it = this.#start('LlamaModel.generate', prompt, options);
     const tokens = [];
     for (;;) {
       const r = it.next();
@@ -435,7 +473,7 @@ export class LlamaModel {
     if (this.#disposed) return;
     this.#disposed = true;
     this.#group.dispose();
-    if (--this.#core.refs === 0) this.#core.free();
+    this.#core.release();
   }
 
   get [Symbol.toStringTag]() { return 'LlamaModel'; }

@@ -91,6 +91,7 @@ export function createSampler(vocabSize, options) {
     const cutoff = limitP && !limitK ? (1 - topP) / (vocabSize - 1) : 0;
     let n = 0;
     for (let i = 0; i < vocabSize; i++) if (probs[i] >= cutoff) order[n++] = i;
+    if (n === 0) for (let i = 0; i < vocabSize; i++) order[n++] = i;   // (all below the cutoff: run.c would read probindex[-1])
     const cand = order.subarray(0, n).sort(byProb);
     if (limitK) n = Math.min(n, topK);
     let total = 0, last = n - 1;

@@ -193,7 +193,8 @@ export class Tokenizer {
       const j = next[i];
       if (j < 0) return;
       const id = this.#ids.get(latin1(this.#pieces[tok[i]]) + latin1(this.#pieces[tok[j]]));
-      if (id !== undefined) push([this.#scores[id], i, tok[i], tok[j], id]);
+      // (run.c's best score starts at -1e10: a piece scoring no more is never merged)
+      if (id !== undefined && this.#scores[id] > -1e10) push([this.#scores[id], i, tok[i], tok[j], id]);
     };
     for (let i = 0; i < n - 1; i++) candidate(i);
     while (heap.length > 0) {

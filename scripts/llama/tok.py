@@ -56,7 +56,7 @@ class Tokenizer:
             best, best_i = None, -1
             for i in range(len(ids) - 1):
                 j = self.lookup.get(self.pieces[ids[i]] + self.pieces[ids[i + 1]])
-                if j is not None and (best is None or self.scores[j] > self.scores[best]):
+                if j is not None and self.scores[j] > -1e10 and (best is None or self.scores[j] > self.scores[best]):
                     best, best_i = j, i
             if best is None:
                 return ids

@@ -98,6 +98,8 @@ test('logits equal the float64 reference: the whole context at once (one causal 
   model.dispose();
 });
 
+// (a one-row decode step is below the pool's threshold and runs on one thread in both; the
+// 300-row prefill is split over the pool's units)
 test('logits equal the reference token by token, and 1 and 2 threads give the same bits', () => {
   const a = loadLlama(sdpa, CHECKPOINT), b = loadLlama(sdpa2, CHECKPOINT);
   const ra = new Float32Array(V), rb = new Float32Array(V);
@@ -196,9 +198,11 @@ test('save, restore in a new instance (2 threads), continue exactly; meta round-
   assert.is(r.keyDtype, 'int8');
   assert.ok(sameBits(r.forward(FULL.slice(150, 200)), want), 'restored model continues bit for bit');
   // and from chunks / a stream
-  const { model: s } = await other.restore(m.fork().saveChunks({ chunkBytes: 4096 }));
+  const f = m.fork();
+  const { model: s } = await other.restore(f.saveChunks({ chunkBytes: 4096 }));
   assert.is(s.length, 200);
-  for (const x of [m, other, r, s]) x.dispose();
+  assert.ok(sameBits(s.forward(FULL.slice(200, 203)), f.forward(FULL.slice(200, 203))), 'restored from chunks: the same next logits');
+  for (const x of [m, other, r, s, f]) x.dispose();
 });
 
 test('restore rejects a state of other weights or of no model, and keeps nothing', async () => {
@@ -363,6 +367,54 @@ test('bad tokenizer files: E_FORMAT naming the piece and the rule', () => {
   assert.is(tok.vocabSize, V);
   expectError(() => tok.decode([V]), 'E_ARG', [/id must be an integer/]);
   expectError(() => tok.encode(5), 'E_ARG', [/text must be a string/]);
+});
+
+test('a layer failing half way (E_OOM) leaves every layer as it was, and the model goes on as a fresh one', () => {
+  const fresh = loadLlama(sdpa, CHECKPOINT);
+  fresh.forward(FULL.slice(0, 20));
+  const want = fresh.forward(FULL.slice(20, 24));
+  const m = loadLlama(sdpa, CHECKPOINT);
+  m.forward(FULL.slice(0, 20));
+  const layer = m.cache.layers[2];
+  layer.step = () => { throw new SdpaError('E_OOM', 'KVCache.step: (simulated) the pool cannot take a page'); };
+  expectError(() => m.forward(FULL.slice(20, 24)), 'E_OOM');
+  delete layer.step;
+  assert.equal(m.cache.layers.map((c) => c.length), [20, 20, 20, 20, 20], 'every layer rolled back');
+  assert.ok(m.lastLogits() !== null, 'the logits of row 19 are still the model\'s');
+  assert.ok(sameBits(m.forward(FULL.slice(20, 24)), want));
+  fresh.dispose(); m.dispose();
+});
+
+test('restore: uneven layers are E_FORMAT; disposing the model while a restore is pending leaves the restored one working', async () => {
+  const m = loadLlama(sdpa, CHECKPOINT);
+  m.forward(FULL.slice(0, 10));
+  const good = m.save();
+  m.cache.layers[3].truncate(6);               // (the group's layers changed one by one: not a model's state)
+  await expectReject(m.restore(m.save()), 'E_FORMAT', [/layer 3 holds 6 rows, layer 0 10/]);
+  const pending = m.restore(good);
+  m.dispose();
+  const { model: r } = await pending;
+  assert.is(r.length, 10);
+  const fresh = loadLlama(sdpa, CHECKPOINT);
+  fresh.forward(FULL.slice(0, 10));
+  assert.ok(sameBits(r.forward(FULL.slice(10, 12)), fresh.forward(FULL.slice(10, 12))));
+  r.dispose(); fresh.dispose();
+});
+
+test('stream checks its arguments and appends the prompt when called; a model changed between steps ends it', () => {
+  const m = loadLlama(sdpa, CHECKPOINT);
+  expectError(() => m.stream([1, V], {}), 'E_ARG', [/tokens\[1\]/]);
+  expectError(() => m.stream([1], { temperature: -1 }), 'E_ARG', [/temperature/]);
+  assert.is(m.length, 0);
+  const it = m.stream([1, 50], { temperature: 0, stop: [] });
+  assert.is(m.length, 2, 'the prompt is appended by the call');
+  it.next();
+  m.truncate(1);
+  expectError(() => it.next(), 'E_ARG', [/changed between two steps/]);
+  // top-p below every probability (a flat distribution): a token all the same
+  const flat = createSampler(4, { topP: 0.01, seed: 3 });
+  for (let i = 0; i < 20; i++) { const t = flat.sample(new Float32Array(4)); assert.ok(t >= 0 && t < 4, `${t}`); }
+  m.dispose();
 });
 
 test('a decode step of the model allocates nothing in wasm memory', () => {
