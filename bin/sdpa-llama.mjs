@@ -63,13 +63,13 @@ async function run() {
       topP: num('top-p', a['top-p']), topK: num('top-k', a['top-k']),
     };
     if (a.seed !== undefined) sampling.seed = num('seed', a.seed);
+    const t0 = performance.now();
+    const it = model.stream(prompt, sampling);       // checks the options and appends the prompt
     const out = tokenizer.decoder();
     let text = '';
     for (const id of prompt) text += out.push(id);
     process.stdout.write(text);
-    const t0 = performance.now();
     let first = 0, n = 0, attention = 0, dense = 0;
-    const it = model.stream(prompt, sampling);
     for (let r = it.next(); !r.done; r = it.next()) {
       if (n === 0) first = performance.now();
       else { const t = model.timing; attention += t.attentionMs; dense += t.denseMs; }
