@@ -187,8 +187,9 @@ class Core {
  * (default and at most the checkpoint's seq_len: its RoPE tables end there),
  * dtype / keyDtype / valueDtype of the KV cache (default float32), maxChunk
  * (rows per attention step of a long forward; default min(maxSeqLen, 512)),
- * reserve (default true: the pages of one full context taken now, so that no
- * decode step allocates).
+ * reserve (default true: the page pool made to have one full context's pages
+ * free, so that this model's decode steps allocate nothing; several models on
+ * one instance: reserve their sum with sdpa.reserve).
  */
 export function loadLlama(sdpa, checkpoint, options) {
   const fn = 'loadLlama';
