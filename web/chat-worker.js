@@ -5,7 +5,7 @@
 // logits give the top-1 agreement of the chosen dtype.
 //
 // Protocol (page → worker):
-//   { type: 'init', pkgUrl, modelUrl, tokenizerUrl, threads, build, dtype, storage }   storage: 'indexeddb' skips OPFS
+//   { type: 'init', pkgUrl, modelUrl, tokenizerUrl, threads, build, dtype, storage }   storage: 'indexeddb' skips OPFS, 'broken' fails every write
 //   { type: 'generate', text, sampling: { temperature, topP, seed }, maxNewTokens }
 //   { type: 'regenerate', sampling, maxNewTokens }      the last reply again (new seed)
 //   { type: 'undo' }                                    drops the last reply (truncates the cache)
@@ -32,7 +32,7 @@ let stopRequested = false;
 let busy = Promise.resolve();
 
 const post = (m) => self.postMessage(m);
-const fail = (e) => post({ type: 'error', error: { name: e?.name ?? 'Error', code: e?.code ?? null, message: String(e?.message ?? e) } });
+const fail = (e) => post({ type: 'error', error: { name: e?.name ?? 'Error', code: typeof e?.code === 'string' ? e.code : null, message: String(e?.message ?? e) } });
 
 /** Lets a 'stop' message in between tokens (a macrotask, without setTimeout's clamping). */
 const channel = new MessageChannel();
@@ -143,6 +143,7 @@ function idb(mode, f) {
 }
 
 let useOpfs = true;     // init's storage: 'indexeddb' turns OPFS off (to try the fallback where OPFS works)
+let storageBroken = false;   // init's storage: 'broken' makes every write fail as a full disk would (to see the error shown)
 async function opfs() {
   if (!useOpfs) return null;
   try { return await navigator.storage.getDirectory(); } catch { return null; }
@@ -150,6 +151,7 @@ async function opfs() {
 
 /** Writes `key`: a model's state (streamed to OPFS) or a JSON summary; IndexedDB where OPFS cannot be written. */
 async function put(key, { model, meta, json }) {
+  if (storageBroken) throw new DOMException(`cannot write ${key}: the storage quota is exceeded (simulated by ?storage=broken)`, 'QuotaExceededError');
   const dir = await opfs();
   if (dir) {
     let writable = null;
@@ -203,6 +205,7 @@ async function listChats() {
 const handlers = {
   async init(m) {
     useOpfs = m.storage !== 'indexeddb';
+    storageBroken = m.storage === 'broken';
     lib = await import(m.pkgUrl + 'llama/index.js');
     const { createSdpa } = await import(m.pkgUrl + 'index.js');
     const warnings = [];

@@ -81,7 +81,7 @@ function drawStack() {
 function showError(e) {
   chat.error = e;
   el.error.hidden = false;
-  el.error.textContent = `${e.code ? e.code + ': ' : ''}${e.message}`;
+  el.error.textContent = `${e.code ? e.code + ': ' : e.name && e.name !== 'Error' ? e.name + ': ' : ''}${e.message}`;
 }
 
 worker.onmessage = ({ data: m }) => {
@@ -149,9 +149,8 @@ worker.onmessage = ({ data: m }) => {
       break;
     case 'error':
       showError(m.error);
-      chat.status = 'error';
       setBusy(false);
-      chat.status = 'error';
+      if (chat.build === null) chat.status = 'error';   // the model never loaded; otherwise the page goes on
       break;
   }
 };

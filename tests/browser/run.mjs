@@ -550,6 +550,25 @@ for (const storage of ['OPFS', 'IndexedDB']) test(`chat: Keep this chat (${stora
   }
 });
 
+test('chat: a storage error (a full disk) is shown, and the page goes on', async () => {
+  const { page, context, problems } = await openPage(`${iso.url}?prompt=You%20will&steps=6&seed=1&storage=broken&autostart=1`);
+  try {
+    await waitChat(page, 'return c.replies.length === 1');
+    await page.click('#keep');
+    await page.waitForFunction(() => window.__chat.status === 'ready' && window.__chat.error !== null, { timeout: RUN_TIMEOUT, polling: 50 });
+    const shown = await text(page, '#error');
+    assert(/QuotaExceededError: cannot write chat-.*quota is exceeded/.test(shown) && !(await page.$eval('#error', (e) => e.hidden)), `error panel: ${shown}`);
+    await page.type('#prompt', ' Then');
+    await page.click('#generate');
+    const c = await waitChat(page, 'return c.replies.length === 2');
+    assert(c.replies[1].length > 0, 'it still writes');
+    assert(problems.length === 0, problems.join('\n'));
+    return `shown: "${shown.slice(0, 70)}…"`;
+  } finally {
+    await context.close();
+  }
+});
+
 test('chat: Stop ends a long reply promptly, and the cache holds what was shown', async () => {
   const { page, context, problems } = await openPage(`${iso.url}?prompt=You%20will&steps=480&seed=2&build=simd-threads&autostart=1`);
   try {
