@@ -453,7 +453,11 @@ export interface SaveChunkOptions extends SaveOptions {
   chunkBytes?: number | null | undefined;
 }
 
-/** The chunks of a save (an iterator; break or return() frees its snapshot early). */
+/**
+ * The chunks of a save (an iterator). Its snapshot's pages go with the last chunk, return() (or a
+ * break), the cache's or group's dispose() (next() is then E_DISPOSED), or when the iterator (or
+ * the stream holding it) is garbage-collected unfinished.
+ */
 export interface SaveChunks extends IterableIterator<Uint8Array> {
   /** Bytes of the whole save. */
   readonly bytes: number;

@@ -23,7 +23,7 @@ import {
 import { SLOT } from './runtime.js';
 import { prod } from './shape.js';
 import { typedArrayTag, isArray } from './intrinsics.js';
-import { saveCache, saveCacheChunks, saveCacheStream } from './kv-state.js';
+import { saveCache, saveCacheChunks, saveCacheStream, releaseSaves } from './kv-state.js';
 
 /** Token rows per page: SDPA_PAGE_ROWS in include/sdpa.h. */
 export const PAGE_ROWS = 64;
@@ -434,6 +434,7 @@ export class KVCache {
     if (this.#disposed) return;
     this.#disposed = true;
     const c = this.#core;
+    releaseSaves(this);            // an unfinished saveChunks / saveStream of this cache lets its snapshot go
     if (c.caches.delete(this)) c.M._sdpa_kv_cache_free(this.#ptr);
   }
 

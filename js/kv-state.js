@@ -30,6 +30,22 @@ const GROUP_VERSION = 1;
 const GROUP_FIXED = 24;
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
+/**
+ * The chunked saves (saveChunks / saveStream) not finished yet, per cache they read:
+ * cache.dispose() releases their snapshots (releaseSaves), and so does the garbage
+ * collector when the iterator (or the stream holding it) is collected unfinished.
+ */
+const openSaves = new WeakMap();
+const collected = typeof FinalizationRegistry === 'function' ? new FinalizationRegistry((entry) => entry.release(null)) : null;
+
+/** cache.dispose(): every unfinished chunked save of the cache lets its snapshot go; their next() is E_DISPOSED. */
+export function releaseSaves(cache) {
+  const open = openSaves.get(cache);
+  if (!open) return;
+  openSaves.delete(cache);
+  for (const entry of [...open]) entry.release('its cache was disposed');
+}
+
 /** Registers `obj` (with a free()) so that sdpa.dispose() frees it first; returns an unregister function. */
 function track(core, obj) {
   core.states.add(obj);
@@ -138,9 +154,9 @@ function readAll(core, fn, parts) {
  * An iterator of chunks of `chunkBytes` (the last one shorter) over the
  * parts; frees its savers when done, on return(), or on an error.
  */
-function chunkIterator(core, fn, parts, chunkBytes) {
+function chunkIterator(core, fn, parts, chunkBytes, owners) {
   const savers = parts.filter((p) => p instanceof Saver);
-  let st = null, i = 0, off = 0, finished = false;
+  let st = null, i = 0, off = 0, finished = false, gone = null;
   const total = parts.reduce((a, p) => a + (p instanceof Saver ? p.total : p.length), 0);
   let left = total;
   const finish = () => {
@@ -150,12 +166,28 @@ function chunkIterator(core, fn, parts, chunkBytes) {
     st = null;
     for (const s of savers) s.free();
   };
-  const entry = { free: finish };
+  // (entry and close must not reach `it`: the registry holds entry, and `it` must stay collectable)
+  const token = {};
+  const close = () => {
+    finish();
+    untrack();
+    for (const o of owners) openSaves.get(o)?.delete(entry);
+    collected?.unregister(token);
+  };
+  const entry = {
+    free: finish,                                        // sdpa.dispose()
+    release(reason) { gone = reason; close(); },         // the cache disposed (reason), or `it` collected (null)
+  };
   const untrack = track(core, entry);
+  for (const o of owners) {
+    if (!openSaves.has(o)) openSaves.set(o, new Set());
+    openSaves.get(o).add(entry);
+  }
   const it = {
     /** Bytes of the whole save. */
     bytes: total,
     next() {
+      if (gone !== null && left > 0) throw new SdpaError('E_DISPOSED', `${fn}: ${gone} during the save; its snapshot was released`);
       if (finished) {
         if (core.disposed && left > 0) throw new SdpaError('E_DISPOSED', `${fn}: this sdpa instance was disposed during the save`);
         return { done: true, value: undefined };
@@ -178,16 +210,17 @@ function chunkIterator(core, fn, parts, chunkBytes) {
           }
         }
         left -= out.length;
-        if (left === 0) { finish(); untrack(); }   // the last chunk: the snapshot goes now, not at the next call
+        if (left === 0) close();   // the last chunk: the snapshot goes now, not at the next call
         return { done: false, value: out };
       } catch (e) {
-        finish(); untrack();
+        close();
         throw e;
       }
     },
-    return() { finish(); untrack(); return { done: true, value: undefined }; },
+    return() { close(); return { done: true, value: undefined }; },
     [Symbol.iterator]() { return this; },
   };
+  collected?.register(it, entry, token);
   return it;
 }
 
@@ -218,7 +251,7 @@ export function saveCache(cache, hooks, opts) {
 export function saveCacheChunks(cache, hooks, opts, fn = 'KVCache.saveChunks') {
   const a = readSave(fn, cache, hooks, opts, SAVE_CHUNK_OPTIONS);
   const { core } = hooks.state(cache);
-  return chunkIterator(core, fn, [new Saver(core, fn, a.ptr, a.start, a.length, a.meta)], a.chunkBytes);
+  return chunkIterator(core, fn, [new Saver(core, fn, a.ptr, a.start, a.length, a.meta)], a.chunkBytes, [cache]);
 }
 
 export function saveCacheStream(cache, hooks, opts) {
@@ -291,7 +324,7 @@ export function saveGroup(group, layers, hooks, opts) {
 
 export function saveGroupChunks(group, layers, hooks, opts, fn = 'KVCacheGroup.saveChunks') {
   const { core, parts, chunkBytes } = groupSavers(fn, group, layers, hooks, opts, SAVE_CHUNK_OPTIONS);
-  return chunkIterator(core, fn, parts, chunkBytes);
+  return chunkIterator(core, fn, parts, chunkBytes, layers);
 }
 
 export function saveGroupStream(group, layers, hooks, opts) {

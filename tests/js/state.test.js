@@ -345,6 +345,49 @@ test('KVCacheGroup: save / saveChunks / saveStream and loadKVCacheGroup, all lay
   for (const x of [g, group, g2, g3]) x.dispose();
 });
 
+test('an unfinished saveChunks / saveStream lets its snapshot go when its cache (or group) is disposed; next() is then E_DISPOSED', async () => {
+  const pool = inUse();
+  const c = sdpa.createKVCache(PLAIN);
+  fillCache(c, 1, 100);
+  const it = c.saveChunks({ chunkBytes: 100 });
+  it.next();
+  c.dispose();
+  assert.is(inUse(), pool, 'the snapshot went with the cache');
+  expectError(() => it.next(), 'E_DISPOSED', [/its cache was disposed during the save; its snapshot was released/]);
+  const d = sdpa.createKVCache(PLAIN);
+  fillCache(d, 2, 100);
+  d.saveStream({ chunkBytes: 100 });           // never read
+  d.dispose();
+  assert.is(inUse(), pool, 'an unread stream too');
+  const g = sdpa.createKVCacheGroup([PLAIN, PLAIN, PLAIN]);
+  for (const layer of g.layers) fillCache(layer, 3, 70);
+  const gi = g.saveChunks({ chunkBytes: 64 });
+  gi.next();
+  const gs = g.saveStream({ chunkBytes: 64 });
+  g.dispose();
+  assert.is(inUse(), pool, 'a group\'s');
+  expectError(() => gi.next(), 'E_DISPOSED');
+  await expectReject(gs.getReader().read(), 'E_DISPOSED');
+  // a save read to its end is not affected by a later dispose
+  const e = sdpa.createKVCache(PLAIN);
+  fillCache(e, 4, 100);
+  const whole = e.save();
+  const chunks = [...e.saveChunks({ chunkBytes: 4096 })];
+  e.dispose();
+  assert.equal(Buffer.concat(chunks), Buffer.from(whole));
+});
+
+test('an unfinished saveChunks / saveStream dropped while its cache lives: the garbage collector frees its snapshot', () => {
+  const r = spawnSync(process.execPath, ['--expose-gc', path.join(ROOT, 'tests/fixtures/save-gc.mjs')], { cwd: ROOT, encoding: 'utf8', timeout: 60000 });
+  assert.is(r.status, 0, r.stderr);
+  const out = JSON.parse(r.stdout.trim().split('\n').pop());
+  for (const kind of ['saveChunks', 'saveStream']) {
+    const m = out[kind];
+    assert.ok(m.heldBeforeGc > m.empty, `${kind}: the dropped snapshot held pages (${JSON.stringify(m)})`);
+    assert.is(m.afterGc, m.empty, `${kind}: back to the baseline after GC (${JSON.stringify(m)})`);
+  }
+});
+
 test('sdpa.dispose() during a streaming save or a load: E_DISPOSED, nothing leaks into a dead instance', async () => {
   const s2 = await createSdpa({ threads: 1 });
   const c = s2.createKVCache(PLAIN);
