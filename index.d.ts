@@ -430,7 +430,7 @@ export class KVCache<K extends CacheDType = CacheDType, V extends CacheDType = K
   /** save() as Uint8Array chunks of chunkBytes (default 4 MiB; the last shorter), of a snapshot taken now. */
   saveChunks(opts?: SaveChunkOptions): SaveChunks;
   /** save() as a ReadableStream of Uint8Array chunks, pulled one at a time. */
-  saveStream(opts?: SaveChunkOptions): ReadableStream<Uint8Array>;
+  saveStream(opts?: SaveStreamOptions): ReadableStream<Uint8Array>;
   /** Returns its pages to the pool (pages shared with a fork stay with it); a second call is a no-op. */
   dispose(): void;
 }
@@ -472,6 +472,17 @@ export type KVStateSource =
 export interface LoadOptions {
   /** The restored cache's maxSeqLen (default: the saved one; at least the saved length, else E_FORMAT). */
   maxSeqLen?: number | null | undefined;
+  /**
+   * Aborting it rejects the load with the signal's reason (an AbortError unless you gave another),
+   * cancels the source and frees whatever the load had taken; other caches are untouched. A
+   * Uint8Array / ArrayBuffer source is read at the call, before any abort can come.
+   */
+  signal?: AbortSignal | null | undefined;
+}
+
+export interface SaveStreamOptions extends SaveChunkOptions {
+  /** Aborting it errors the stream with the signal's reason and lets the snapshot's pages go. */
+  signal?: AbortSignal | null | undefined;
 }
 
 /**
@@ -496,7 +507,7 @@ export class KVCacheGroup {
   /** Every layer saved (each with KVCache.save's start / length), one meta: sdpa.loadKVCacheGroup reads it. */
   save(opts?: SaveOptions): Uint8Array;
   saveChunks(opts?: SaveChunkOptions): SaveChunks;
-  saveStream(opts?: SaveChunkOptions): ReadableStream<Uint8Array>;
+  saveStream(opts?: SaveStreamOptions): ReadableStream<Uint8Array>;
   /** Disposes every layer; a second call is a no-op. */
   dispose(): void;
   [Symbol.iterator](): IterableIterator<KVCache>;

@@ -66,6 +66,8 @@ export interface LlamaSaveOptions {
   meta?: JsonValue | undefined;
   /** saveChunks / saveStream: bytes per chunk (default 4 MiB). */
   chunkBytes?: number | undefined;
+  /** saveStream only: aborting it errors the stream and lets the snapshot go. */
+  signal?: AbortSignal | undefined;
 }
 
 export class LlamaModel {
@@ -100,7 +102,7 @@ export class LlamaModel {
   saveChunks(options?: LlamaSaveOptions): SaveChunks;
   saveStream(options?: LlamaSaveOptions): ReadableStream<Uint8Array>;
   /** A new model with these weights and a saved state (E_FORMAT for another model's state). */
-  restore(source: KVStateSource): Promise<{ model: LlamaModel; meta: JsonValue | null }>;
+  restore(source: KVStateSource, options?: { signal?: AbortSignal | undefined }): Promise<{ model: LlamaModel; meta: JsonValue | null }>;
   /**
    * Checks the arguments and appends the prompt (now), then returns a generator that
    * samples one token at a time (yielded). Every yielded token but the last is appended;

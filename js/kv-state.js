@@ -16,7 +16,7 @@
 
 import { SdpaError } from './errors.js';
 import {
-  Checks, readOptions, describeValue, SAVE_OPTIONS, SAVE_CHUNK_OPTIONS, LOAD_OPTIONS,
+  Checks, readOptions, describeValue, SAVE_OPTIONS, SAVE_CHUNK_OPTIONS, SAVE_STREAM_OPTIONS, LOAD_OPTIONS, checkSignal,
   readSaveMeta, checkChunkBytes, checkSaveRows, checkLoadMaxSeqLen,
 } from './validate.js';
 import { formatBytes } from './runtime.js';
@@ -113,12 +113,13 @@ function readSave(fn, cache, hooks, opts, allowed) {
   const ck = new Checks(fn);
   const o = readOptions(ck, opts, allowed);
   const meta = readSaveMeta(ck, o.meta);
-  const chunkBytes = allowed === SAVE_CHUNK_OPTIONS ? checkChunkBytes(ck, o.chunkBytes) : 0;
+  const chunkBytes = allowed !== SAVE_OPTIONS ? checkChunkBytes(ck, o.chunkBytes) : 0;
+  const signal = allowed === SAVE_STREAM_OPTIONS ? checkSignal(ck, o.signal) : null;
   hooks.checkAlive(cache, ck);
   const st = hooks.state(cache);
   const [start, length] = checkSaveRows(ck, st.geo, o.start, o.length, st.alive ? st.length : -1, st.windowStart);
   ck.done();
-  return { start, length, meta, chunkBytes, ptr: st.ptr };
+  return { start, length, meta, chunkBytes, signal, ptr: st.ptr };
 }
 
 /** A staging buffer of min(bytes, STAGING_BYTES) in wasm memory (the caller frees it). */
@@ -224,15 +225,27 @@ function chunkIterator(core, fn, parts, chunkBytes, owners) {
   return it;
 }
 
-/** A ReadableStream of an iterator's chunks (pulled one at a time: at most one chunk queued). */
-function streamOf(it) {
+/**
+ * A ReadableStream of an iterator's chunks (pulled one at a time: at most one chunk queued).
+ * `signal` aborted: the snapshot goes and the stream errors with the signal's reason.
+ */
+function streamOf(it, signal) {
+  let onAbort = null;
+  const unlisten = () => { if (onAbort) signal.removeEventListener('abort', onAbort); onAbort = null; };
   return new ReadableStream({
+    start(controller) {
+      if (!signal) return;
+      onAbort = () => { unlisten(); it.return(); controller.error(signal.reason); };
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort);
+    },
     pull(controller) {
-      const r = it.next();
-      if (r.done) controller.close();
+      let r;
+      try { r = it.next(); } catch (e) { unlisten(); throw e; }
+      if (r.done) { unlisten(); controller.close(); }
       else controller.enqueue(r.value);
     },
-    cancel() { it.return(); },
+    cancel() { unlisten(); it.return(); },
   }, { highWaterMark: 0 });
 }
 
@@ -248,14 +261,19 @@ export function saveCache(cache, hooks, opts) {
   }
 }
 
-export function saveCacheChunks(cache, hooks, opts, fn = 'KVCache.saveChunks') {
-  const a = readSave(fn, cache, hooks, opts, SAVE_CHUNK_OPTIONS);
+function cacheChunks(cache, hooks, opts, fn, allowed) {
+  const a = readSave(fn, cache, hooks, opts, allowed);
   const { core } = hooks.state(cache);
-  return chunkIterator(core, fn, [new Saver(core, fn, a.ptr, a.start, a.length, a.meta)], a.chunkBytes, [cache]);
+  return { it: chunkIterator(core, fn, [new Saver(core, fn, a.ptr, a.start, a.length, a.meta)], a.chunkBytes, [cache]), signal: a.signal };
+}
+
+export function saveCacheChunks(cache, hooks, opts) {
+  return cacheChunks(cache, hooks, opts, 'KVCache.saveChunks', SAVE_CHUNK_OPTIONS).it;
 }
 
 export function saveCacheStream(cache, hooks, opts) {
-  return streamOf(saveCacheChunks(cache, hooks, opts, 'KVCache.saveStream'));
+  const { it, signal } = cacheChunks(cache, hooks, opts, 'KVCache.saveStream', SAVE_STREAM_OPTIONS);
+  return streamOf(it, signal);
 }
 
 // -- groups
@@ -291,7 +309,8 @@ function groupSavers(fn, group, layers, hooks, opts, allowed) {
   const ck = new Checks(fn);
   const o = readOptions(ck, opts, allowed);
   const meta = readSaveMeta(ck, o.meta);
-  const chunkBytes = allowed === SAVE_CHUNK_OPTIONS ? checkChunkBytes(ck, o.chunkBytes) : 0;
+  const chunkBytes = allowed !== SAVE_OPTIONS ? checkChunkBytes(ck, o.chunkBytes) : 0;
+  const signal = allowed === SAVE_STREAM_OPTIONS ? checkSignal(ck, o.signal) : null;
   const rows = layers.map((c, i) => {
     ck.prefix = `layer ${i}: `;
     hooks.checkAlive(c, ck);
@@ -309,7 +328,7 @@ function groupSavers(fn, group, layers, hooks, opts, allowed) {
     for (const s of savers) s.free();
     throw e;
   }
-  return { core, parts: [groupHeader(core, layers.length, meta), ...savers], chunkBytes };
+  return { core, parts: [groupHeader(core, layers.length, meta), ...savers], chunkBytes, signal };
 }
 
 export function saveGroup(group, layers, hooks, opts) {
@@ -322,13 +341,16 @@ export function saveGroup(group, layers, hooks, opts) {
   }
 }
 
-export function saveGroupChunks(group, layers, hooks, opts, fn = 'KVCacheGroup.saveChunks') {
+export function saveGroupChunks(group, layers, hooks, opts) {
+  const fn = 'KVCacheGroup.saveChunks';
   const { core, parts, chunkBytes } = groupSavers(fn, group, layers, hooks, opts, SAVE_CHUNK_OPTIONS);
   return chunkIterator(core, fn, parts, chunkBytes, layers);
 }
 
 export function saveGroupStream(group, layers, hooks, opts) {
-  return streamOf(saveGroupChunks(group, layers, hooks, opts, 'KVCacheGroup.saveStream'));
+  const fn = 'KVCacheGroup.saveStream';
+  const { core, parts, chunkBytes, signal } = groupSavers(fn, group, layers, hooks, opts, SAVE_STREAM_OPTIONS);
+  return streamOf(chunkIterator(core, fn, parts, chunkBytes, layers), signal);
 }
 
 // ---------------------------------------------------------------------------
@@ -578,12 +600,18 @@ export function loadState(core, fn, source, opts, Sink, makeCache) {
   const src = sourceOf(ck, source);
   const o = readOptions(ck, opts, LOAD_OPTIONS);
   const maxSeqLen = checkLoadMaxSeqLen(ck, o.maxSeqLen);
+  const signal = checkSignal(ck, o.signal);
   core.checkAlive(ck);
   if (src && src.error) ck.add('E_FORMAT', src.error);
   try {
     ck.done();
   } catch (e) {
     return Promise.reject(e);
+  }
+  // aborted already: rejects with the signal's reason, as fetch does, before anything is read
+  if (signal?.aborted) {
+    if (src.stream || src.iter) chunkReader(src).cancel();
+    return Promise.reject(signal.reason);
   }
   if (src.bytes) {
     // synchronously, now: the caller may change the bytes once this returns
@@ -599,22 +627,27 @@ export function loadState(core, fn, source, opts, Sink, makeCache) {
       return Promise.reject(e);
     }
   }
-  return loadChunks(core, fn, src, maxSeqLen, Sink, makeCache);
+  return loadChunks(core, fn, src, maxSeqLen, Sink, makeCache, signal);
 }
 
-async function loadChunks(core, fn, src, maxSeqLen, Sink, makeCache) {
+async function loadChunks(core, fn, src, maxSeqLen, Sink, makeCache, signal) {
   const sink = new Sink(core, fn, maxSeqLen, makeCache);
   const reader = chunkReader(src);
-  let fed = 0, ended = false;
+  let fed = 0, ended = false, onAbort = null;
+  // an abort ends the wait for the next chunk (a stalled source never answers)
+  const aborted = signal ? new Promise((_, reject) => { onAbort = () => reject(signal.reason); signal.addEventListener('abort', onAbort); }) : null;
+  aborted?.catch(() => {});
   try {
     for (;;) {
       let chunk;
       try {
-        chunk = await reader.next();
+        chunk = await (aborted ? Promise.race([reader.next(), aborted]) : reader.next());
       } catch (e) {
+        if (signal?.aborted) throw signal.reason;        // frees what was taken (finally), the source cancelled
         ended = true;
         throw new SdpaError('E_FORMAT', `${fn}: ${src.what} failed after ${fed} bytes: ${e && e.message ? e.message : String(e)}`, { cause: e });
       }
+      if (signal?.aborted) throw signal.reason;
       if (core.disposed) throw new SdpaError('E_DISPOSED', `${fn}: this sdpa instance was disposed during the load`);
       if (chunk === null) { ended = true; break; }
       const bytes = bytesOf(chunk);
@@ -624,6 +657,7 @@ async function loadChunks(core, fn, src, maxSeqLen, Sink, makeCache) {
     }
     return sink.end();
   } finally {
+    if (onAbort) signal.removeEventListener('abort', onAbort);
     if (!ended) reader.cancel();
     sink.free();
   }

@@ -1042,7 +1042,16 @@ export function checkReserveBytes(ck, bytes, fmtBytes) {
 export const MAX_META_BYTES = 1 << 20;
 export const SAVE_OPTIONS = Object.freeze(['start', 'length', 'meta']);
 export const SAVE_CHUNK_OPTIONS = Object.freeze(['start', 'length', 'meta', 'chunkBytes']);
-export const LOAD_OPTIONS = Object.freeze(['maxSeqLen']);
+export const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'signal']);
+export const SAVE_STREAM_OPTIONS = Object.freeze([...SAVE_CHUNK_OPTIONS, 'signal']);
+
+/** An AbortSignal option (saveStream, the loads), or null when absent; E_ARG for anything else. */
+export function checkSignal(ck, value) {
+  if (value === undefined || value === null) return null;
+  if (typeof AbortSignal !== 'undefined' && value instanceof AbortSignal) return value;
+  ck.add('E_ARG', `signal must be an AbortSignal (an AbortController's .signal), got ${describeValue(value)}`);
+  return null;
+}
 const utf8 = new TextEncoder();
 
 /**

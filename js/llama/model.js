@@ -355,35 +355,40 @@ export class LlamaModel {
     return new LlamaModel(this.#core, group.fork(), this.#hasLogits ? this.#logits : null);
   }
 
-  #stateMeta(fn, options) {
-    const o = checkKnown(fn, options, ['meta', 'chunkBytes']);
+  #stateMeta(fn, options, known) {
+    const o = checkKnown(fn, options, known);
     this.#alive(fn);
     const { config, fingerprint: checkpoint } = this.#core;
-    const meta = { [STATE_KEY]: { config, checkpoint }, meta: o.meta ?? null };
-    return o.chunkBytes === undefined ? { meta } : { meta, chunkBytes: o.chunkBytes };
+    const out = { meta: { [STATE_KEY]: { config, checkpoint }, meta: o.meta ?? null } };
+    if (o.chunkBytes !== undefined) out.chunkBytes = o.chunkBytes;
+    if (o.signal !== undefined) out.signal = o.signal;
+    return out;
   }
 
   /**
    * The model's state (every layer's KV cache, with `meta`: your JSON, e.g. the
    * next token to feed) in the portable KV state format (docs/FORMAT.md).
    */
-  save(options) { return this.#group.save(this.#stateMeta('LlamaModel.save', options)); }
-  saveChunks(options) { return this.#group.saveChunks(this.#stateMeta('LlamaModel.saveChunks', options)); }
-  saveStream(options) { return this.#group.saveStream(this.#stateMeta('LlamaModel.saveStream', options)); }
+  save(options) { return this.#group.save(this.#stateMeta('LlamaModel.save', options, ['meta'])); }
+  saveChunks(options) { return this.#group.saveChunks(this.#stateMeta('LlamaModel.saveChunks', options, ['meta', 'chunkBytes'])); }
+  /** save() as a ReadableStream; options.signal (an AbortSignal) ends it and lets its snapshot go. */
+  saveStream(options) { return this.#group.saveStream(this.#stateMeta('LlamaModel.saveStream', options, ['meta', 'chunkBytes', 'signal'])); }
 
   /**
    * A new model with this one's weights and the state saved by save() (any
    * source sdpa.loadKVCacheGroup reads). Resolves to { model, meta }. A state
    * of other weights or another geometry is E_FORMAT, and nothing is kept.
+   * options.signal (an AbortSignal): aborting rejects with its reason, nothing kept.
    */
-  async restore(source) {
+  async restore(source, options) {
     const fn = 'LlamaModel.restore';
+    const { signal } = checkKnown(fn, options, ['signal']);
     this.#alive(fn);
     const core = this.#core;
     core.refs++;           // held across the await: disposing this model meanwhile must not free the weights
     let loaded;
     try {
-      loaded = await core.sdpa.loadKVCacheGroup(source, { maxSeqLen: core.maxSeqLen });
+      loaded = await core.sdpa.loadKVCacheGroup(source, signal === undefined ? { maxSeqLen: core.maxSeqLen } : { maxSeqLen: core.maxSeqLen, signal });
     } catch (e) {
       core.release();
       throw e;

@@ -385,6 +385,24 @@ test('a layer failing half way (E_OOM) leaves every layer as it was, and the mod
   fresh.dispose(); m.dispose();
 });
 
+test('restore with an AbortSignal: a stalled source aborted rejects with the reason and keeps nothing', async () => {
+  const m = loadLlama(sdpa, CHECKPOINT);
+  m.forward(FULL.slice(0, 30));
+  const bytes = m.save();
+  const pages = sdpa.memory().pagesInUse;
+  const ac = new AbortController();
+  const stalled = new ReadableStream({ start(c) { c.enqueue(bytes.slice(0, 5000)); }, pull() { return new Promise(() => {}); } });
+  const p = m.restore(stalled, { signal: ac.signal });
+  setTimeout(() => ac.abort(), 10);
+  const e = await p.then(() => null, (x) => x);
+  assert.is(e?.name, 'AbortError');
+  assert.is(sdpa.memory().pagesInUse, pages);
+  await expectReject(m.restore(bytes, { sigal: ac.signal }), 'E_ARG', [/unknown option 'sigal'/]);
+  const { model: r } = await m.restore(bytes, { signal: new AbortController().signal });
+  assert.is(r.length, 30);
+  r.dispose(); m.dispose();
+});
+
 test('restore: uneven layers are E_FORMAT; disposing the model while a restore is pending leaves the restored one working', async () => {
   const m = loadLlama(sdpa, CHECKPOINT);
   m.forward(FULL.slice(0, 10));

@@ -388,6 +388,76 @@ test('an unfinished saveChunks / saveStream dropped while its cache lives: the g
   }
 });
 
+test('AbortSignal: a load from a stream that never ends, aborts at every chunk boundary, an aborted signal, a stream save: the abort reason, nothing kept', async () => {
+  const pool = inUse(), caches = sdpa[INTERNALS].core.caches.size;
+  const c = sdpa.createKVCache(PLAIN);
+  fillCache(c, 1, 100);
+  const save = c.save();
+  const after = () => { assert.is(inUse(), pool + c.bytes - sdpa.kvCacheSize(PLAIN, 0).bytes, 'the pool as before the load'); assert.is(sdpa[INTERNALS].core.caches.size, caches + 1, 'no cache made'); };
+  // a stream that gives its first 1000 bytes, then stalls forever
+  const ac = new AbortController();
+  let cancelled = false;
+  const stalled = new ReadableStream({
+    start(ctl) { ctl.enqueue(save.slice(0, 1000)); },
+    pull() { return new Promise(() => {}); },
+    cancel() { cancelled = true; },
+  });
+  const pending = sdpa.loadKVCache(stalled, { signal: ac.signal });
+  await new Promise((r) => setTimeout(r, 20));
+  ac.abort();
+  const err = await pending.then(() => null, (e) => e);
+  assert.ok(err instanceof Error && err.name === 'AbortError', `rejected with ${err}`);
+  assert.ok(cancelled, 'the source was cancelled');
+  after();
+  // an abort before each chunk in turn (and a reason of the caller's own)
+  const chunks = [];
+  for (let at = 0; at < save.length; at += 700) chunks.push(save.slice(at, at + 700));
+  for (let k = 0; k < chunks.length; k++) {
+    const ctl = new AbortController();
+    const reason = new Error(`stop before chunk ${k}`);
+    const source = (async function* () {
+      for (let i = 0; i < chunks.length; i++) {
+        if (i === k) ctl.abort(reason);
+        await new Promise((r) => setTimeout(r, 0));
+        yield chunks[i];
+      }
+    })();
+    const e = await sdpa.loadKVCache(source, { signal: ctl.signal }).then(() => null, (x) => x);
+    assert.is(e, reason, `chunk ${k}: rejected with the signal's reason`);
+    after();
+  }
+  // a group load and an already aborted signal: nothing is read
+  const g = sdpa.createKVCacheGroup([PLAIN, PLAIN]);
+  for (const layer of g.layers) fillCache(layer, 2, 50);
+  const gsave = g.save();
+  let pulled = 0;
+  const gac = new AbortController();
+  gac.abort();
+  const gerr = await sdpa.loadKVCacheGroup((function* () { pulled++; yield gsave; })(), { signal: gac.signal }).then(() => null, (x) => x);
+  assert.ok(gerr?.name === 'AbortError' && pulled === 0, `${gerr}, ${pulled} chunks pulled`);
+  const gac2 = new AbortController();
+  const gp = sdpa.loadKVCacheGroup(new Blob([gsave.slice(0, 2000)]).stream().pipeThrough(new TransformStream({ async transform(ch, ctl) { ctl.enqueue(ch); await new Promise(() => {}); } })), { signal: gac2.signal });
+  setTimeout(() => gac2.abort(), 10);
+  assert.is((await gp.then(() => null, (x) => x))?.name, 'AbortError');
+  // a stream save: aborted after its first chunk, it errors with the reason and lets the snapshot go
+  const pool2 = inUse();
+  const sac = new AbortController();
+  const stream = g.saveStream({ chunkBytes: 256, signal: sac.signal });
+  const reader = stream.getReader();
+  assert.ok(!(await reader.read()).done);
+  g.layers[0].truncate(0); g.layers[1].truncate(0);    // the snapshot alone holds the pages now
+  assert.is(inUse(), pool2, 'the snapshot holds the pages the layers let go');
+  sac.abort();
+  assert.is((await reader.read().then(() => null, (x) => x))?.name, 'AbortError');
+  assert.is(inUse(), pool2 - 2 * sdpa.kvCacheSize(PLAIN, 50).poolBytes, 'the snapshot went with the abort');
+  // the instance goes on: the whole save loads
+  const { cache } = await sdpa.loadKVCache(save, { signal: new AbortController().signal });
+  assert.is(cache.length, 100);
+  await expectReject(sdpa.loadKVCache(save, { signal: {} }), 'E_ARG', [/signal must be an AbortSignal/]);
+  expectError(() => c.saveChunks({ signal: sac.signal }), 'E_ARG', [/signal/]);
+  for (const x of [c, g, cache]) x.dispose();
+});
+
 test('sdpa.dispose() during a streaming save or a load: E_DISPOSED, nothing leaks into a dead instance', async () => {
   const s2 = await createSdpa({ threads: 1 });
   const c = s2.createKVCache(PLAIN);
