@@ -525,6 +525,12 @@ export interface SdpaMemory {
   readonly bytesFree: number;
   readonly pagesInUse: number;
   readonly pagesFree: number;
+  /**
+   * The wasm heap's size (its memory's bytes: pages, heap tensors, the C core's scratch and
+   * everything else). It only grows (wasm memory cannot shrink): a leak shows as growth that
+   * does not stop, while bytesInUse / pagesInUse show pages held.
+   */
+  readonly heapBytes: number;
 }
 
 export interface Sdpa {

@@ -235,7 +235,7 @@ function makeInstance(core, info) {
     if (M.PThread) M.PThread.terminateAllThreads();
   }
 
-  /** The page pool of this instance's caches (sdpa_memory_stats). */
+  /** The page pool of this instance's caches (sdpa_memory_stats), and the wasm heap's size. */
   function memory() {
     const ck = new Checks('sdpa.memory');
     core.checkAlive(ck);
@@ -250,6 +250,7 @@ function makeInstance(core, info) {
       bytesFree: i64(2),
       pagesInUse: i64(3),
       pagesFree: i64(4),
+      heapBytes: core.heapBytes(),
     };
   }
 
