@@ -188,7 +188,7 @@ function chunkIterator(core, fn, parts, chunkBytes, owners) {
     /** Bytes of the whole save. */
     bytes: total,
     next() {
-      if (gone !== null && left > 0) throw new SdpaError('E_DISPOSED', `${fn}: ${gone} during the save; its snapshot was released`);
+      if (gone !== null && left > 0 && !core.disposed) throw new SdpaError('E_DISPOSED', `${fn}: ${gone} during the save; its snapshot was released`);
       if (finished) {
         if (core.disposed && left > 0) throw new SdpaError('E_DISPOSED', `${fn}: this sdpa instance was disposed during the save`);
         return { done: true, value: undefined };

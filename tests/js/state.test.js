@@ -468,7 +468,7 @@ test('sdpa.dispose() during a streaming save or a load: E_DISPOSED, nothing leak
   const load = s2.loadKVCache((async function* () { yield save.subarray(0, 500); await new Promise((r) => setTimeout(r, 10)); yield save.subarray(500); })());
   await new Promise((r) => setTimeout(r, 1));
   s2.dispose();
-  expectError(() => it.next(), 'E_DISPOSED');
+  expectError(() => it.next(), 'E_DISPOSED', [/this sdpa instance was disposed during the save/]);
   await expectReject(load, 'E_DISPOSED', [/disposed during the load/]);
   await expectReject(s2.loadKVCache(save), 'E_DISPOSED');
 });
