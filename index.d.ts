@@ -426,7 +426,7 @@ export class KVCache<K extends CacheDType = CacheDType, V extends CacheDType = K
    * bit-identical attention. Never changes the cache. E_CAPACITY past
    * length (or ending inside a windowed cache's evicted rows).
    */
-  save(opts?: SaveOptions): Uint8Array;
+  save(opts?: SaveIntoOptions): Uint8Array;
   /** save() as Uint8Array chunks of chunkBytes (default 4 MiB; the last shorter), of a snapshot taken now. */
   saveChunks(opts?: SaveChunkOptions): SaveChunks;
   /** save() as a ReadableStream of Uint8Array chunks, pulled one at a time. */
@@ -446,6 +446,15 @@ export interface SaveOptions {
   length?: number | null | undefined;
   /** Saved with the rows and returned by the load (a model id, a tokenizer hash, ...); at most 1 MiB as JSON. */
   meta?: unknown;
+}
+
+export interface SaveIntoOptions extends SaveOptions {
+  /**
+   * save() only: write the save into the start of this Uint8Array of yours (at least the save's
+   * bytes, else E_ARG and nothing written) and return a view of it. A buffer reused across saves
+   * skips the page faults of a fresh one (save() of 256 MiB: 0.3 GB/s fresh, 1.4 GB/s reused).
+   */
+  into?: Uint8Array | null | undefined;
 }
 
 export interface SaveChunkOptions extends SaveOptions {
@@ -505,7 +514,7 @@ export class KVCacheGroup {
   /** A group of forks of every layer (copy-on-write), all or nothing. */
   fork(): KVCacheGroup;
   /** Every layer saved (each with KVCache.save's start / length), one meta: sdpa.loadKVCacheGroup reads it. */
-  save(opts?: SaveOptions): Uint8Array;
+  save(opts?: SaveIntoOptions): Uint8Array;
   saveChunks(opts?: SaveChunkOptions): SaveChunks;
   saveStream(opts?: SaveStreamOptions): ReadableStream<Uint8Array>;
   /** Disposes every layer; a second call is a no-op. */

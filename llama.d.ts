@@ -66,6 +66,8 @@ export interface LlamaSaveOptions {
   meta?: JsonValue | undefined;
   /** saveChunks / saveStream: bytes per chunk (default 4 MiB). */
   chunkBytes?: number | undefined;
+  /** save only: write into this Uint8Array of yours (see SaveIntoOptions) and return a view of it. */
+  into?: Uint8Array | undefined;
   /** saveStream only: aborting it errors the stream and lets the snapshot go. */
   signal?: AbortSignal | undefined;
 }

@@ -16,7 +16,7 @@
 
 import { SdpaError } from './errors.js';
 import {
-  Checks, readOptions, describeValue, SAVE_OPTIONS, SAVE_CHUNK_OPTIONS, SAVE_STREAM_OPTIONS, LOAD_OPTIONS, checkSignal,
+  Checks, readOptions, describeValue, SAVE_OPTIONS, SAVE_CHUNK_OPTIONS, SAVE_STREAM_OPTIONS, LOAD_OPTIONS, checkSignal, checkSaveInto,
   readSaveMeta, checkChunkBytes, checkSaveRows, checkLoadMaxSeqLen,
 } from './validate.js';
 import { formatBytes } from './runtime.js';
@@ -115,11 +115,12 @@ function readSave(fn, cache, hooks, opts, allowed) {
   const meta = readSaveMeta(ck, o.meta);
   const chunkBytes = allowed !== SAVE_OPTIONS ? checkChunkBytes(ck, o.chunkBytes) : 0;
   const signal = allowed === SAVE_STREAM_OPTIONS ? checkSignal(ck, o.signal) : null;
+  const into = allowed === SAVE_OPTIONS ? checkSaveInto(ck, o.into) : null;
   hooks.checkAlive(cache, ck);
   const st = hooks.state(cache);
   const [start, length] = checkSaveRows(ck, st.geo, o.start, o.length, st.alive ? st.length : -1, st.windowStart);
   ck.done();
-  return { start, length, meta, chunkBytes, signal, ptr: st.ptr };
+  return { start, length, meta, chunkBytes, signal, into, ptr: st.ptr };
 }
 
 /** A staging buffer of min(bytes, STAGING_BYTES) in wasm memory (the caller frees it). */
@@ -128,15 +129,25 @@ function staging(core, fn, bytes) {
   return { ptr: core.malloc(n, fn, 'a staging buffer'), bytes: n };
 }
 
-/** The bytes of sources [Saver | Uint8Array] one after another, into one Uint8Array. */
-function readAll(core, fn, parts) {
+/**
+ * The bytes of sources [Saver | Uint8Array] one after another, into one Uint8Array: a new
+ * one, or the start of `into` (a buffer the caller reuses: its pages are already touched,
+ * where the first writes into a fresh buffer of hundreds of MB cost page faults).
+ */
+function readAll(core, fn, parts, into = null) {
   const total = parts.reduce((a, p) => a + (p instanceof Saver ? p.total : p.length), 0);
-  if (total > 2 ** 32) throw new SdpaError('E_OOM', `${fn}: the save is ${formatBytes(total)}; one Uint8Array holds at most 4 GiB (use saveChunks or saveStream)`);
   let out;
-  try {
-    out = new Uint8Array(total);
-  } catch (e) {
-    throw new SdpaError('E_OOM', `${fn}: cannot allocate ${formatBytes(total)} for the save (use saveChunks or saveStream)`, { cause: e });
+  if (into !== null) {
+    const have = typedArrayByteLength(into);
+    if (have < total) throw new SdpaError('E_ARG', `${fn}: into has ${have} bytes but the save takes ${total}; pass a Uint8Array of at least ${total} bytes`);
+    out = new Uint8Array(typedArrayBuffer(into), typedArrayByteOffset(into), total);
+  } else {
+    if (total > 2 ** 32) throw new SdpaError('E_OOM', `${fn}: the save is ${formatBytes(total)}; one Uint8Array holds at most 4 GiB (use saveChunks or saveStream)`);
+    try {
+      out = new Uint8Array(total);
+    } catch (e) {
+      throw new SdpaError('E_OOM', `${fn}: cannot allocate ${formatBytes(total)} for the save (use saveChunks or saveStream)`, { cause: e });
+    }
   }
   const st = staging(core, fn, total);
   try {
@@ -255,7 +266,7 @@ export function saveCache(cache, hooks, opts) {
   const { core } = hooks.state(cache);
   const s = new Saver(core, fn, a.ptr, a.start, a.length, a.meta);
   try {
-    return readAll(core, fn, [s]);
+    return readAll(core, fn, [s], a.into);
   } finally {
     s.free();
   }
@@ -311,6 +322,7 @@ function groupSavers(fn, group, layers, hooks, opts, allowed) {
   const meta = readSaveMeta(ck, o.meta);
   const chunkBytes = allowed !== SAVE_OPTIONS ? checkChunkBytes(ck, o.chunkBytes) : 0;
   const signal = allowed === SAVE_STREAM_OPTIONS ? checkSignal(ck, o.signal) : null;
+  const into = allowed === SAVE_OPTIONS ? checkSaveInto(ck, o.into) : null;
   const rows = layers.map((c, i) => {
     ck.prefix = `layer ${i}: `;
     hooks.checkAlive(c, ck);
@@ -328,14 +340,14 @@ function groupSavers(fn, group, layers, hooks, opts, allowed) {
     for (const s of savers) s.free();
     throw e;
   }
-  return { core, parts: [groupHeader(core, layers.length, meta), ...savers], chunkBytes, signal };
+  return { core, parts: [groupHeader(core, layers.length, meta), ...savers], chunkBytes, signal, into };
 }
 
 export function saveGroup(group, layers, hooks, opts) {
   const fn = 'KVCacheGroup.save';
-  const { core, parts } = groupSavers(fn, group, layers, hooks, opts, SAVE_OPTIONS);
+  const { core, parts, into } = groupSavers(fn, group, layers, hooks, opts, SAVE_OPTIONS);
   try {
-    return readAll(core, fn, parts);
+    return readAll(core, fn, parts, into);
   } finally {
     for (const p of parts) if (p instanceof Saver) p.free();
   }

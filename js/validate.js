@@ -1040,10 +1040,28 @@ export function checkReserveBytes(ck, bytes, fmtBytes) {
 
 /** SDPA_STATE_MAX_META (include/sdpa.h): the largest meta a save carries, as UTF-8 JSON. */
 export const MAX_META_BYTES = 1 << 20;
-export const SAVE_OPTIONS = Object.freeze(['start', 'length', 'meta']);
+export const SAVE_OPTIONS = Object.freeze(['start', 'length', 'meta', 'into']);
 export const SAVE_CHUNK_OPTIONS = Object.freeze(['start', 'length', 'meta', 'chunkBytes']);
 export const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'signal']);
 export const SAVE_STREAM_OPTIONS = Object.freeze([...SAVE_CHUNK_OPTIONS, 'signal']);
+
+/**
+ * save's `into`: a Uint8Array of the caller's to write the save into (its size is checked
+ * against the save's once that is known), or null when absent. Not a view of an instance's
+ * wasm memory (the save is staged there); E_ARG otherwise.
+ */
+export function checkSaveInto(ck, value) {
+  if (value === undefined || value === null) return null;
+  if (typedArrayTag(value) !== 'Uint8Array') {
+    ck.add('E_ARG', `into must be a Uint8Array, got ${describeValue(value)}`);
+    return null;
+  }
+  if (memoryOwner(typedArrayBuffer(value)) !== undefined) {
+    ck.add('E_ARG', 'into is a view of wasm memory; pass a Uint8Array of your own');
+    return null;
+  }
+  return value;
+}
 
 /** An AbortSignal option (saveStream, the loads), or null when absent; E_ARG for anything else. */
 export function checkSignal(ck, value) {

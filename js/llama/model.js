@@ -362,6 +362,7 @@ export class LlamaModel {
     const out = { meta: { [STATE_KEY]: { config, checkpoint }, meta: o.meta ?? null } };
     if (o.chunkBytes !== undefined) out.chunkBytes = o.chunkBytes;
     if (o.signal !== undefined) out.signal = o.signal;
+    if (o.into !== undefined) out.into = o.into;
     return out;
   }
 
@@ -369,7 +370,7 @@ export class LlamaModel {
    * The model's state (every layer's KV cache, with `meta`: your JSON, e.g. the
    * next token to feed) in the portable KV state format (docs/FORMAT.md).
    */
-  save(options) { return this.#group.save(this.#stateMeta('LlamaModel.save', options, ['meta'])); }
+  save(options) { return this.#group.save(this.#stateMeta('LlamaModel.save', options, ['meta', 'into'])); }
   saveChunks(options) { return this.#group.saveChunks(this.#stateMeta('LlamaModel.saveChunks', options, ['meta', 'chunkBytes'])); }
   /** save() as a ReadableStream; options.signal (an AbortSignal) ends it and lets its snapshot go. */
   saveStream(options) { return this.#group.saveStream(this.#stateMeta('LlamaModel.saveStream', options, ['meta', 'chunkBytes', 'signal'])); }

@@ -345,6 +345,29 @@ test('KVCacheGroup: save / saveChunks / saveStream and loadKVCacheGroup, all lay
   for (const x of [g, group, g2, g3]) x.dispose();
 });
 
+test('save({ into }): the same bytes written into the caller\'s buffer (a view of it returned); a buffer too small or not the caller\'s is E_ARG, nothing written', () => {
+  const c = sdpa.createKVCache(PLAIN);
+  fillCache(c, 5, 90);
+  const want = c.save({ meta: { a: 1 } });
+  const buf = new Uint8Array(want.length + 100).fill(7);
+  const got = c.save({ meta: { a: 1 }, into: buf });
+  assert.ok(got.buffer === buf.buffer && got.byteOffset === 0 && got.length === want.length, 'a view of the caller\'s buffer');
+  assert.equal(Buffer.from(got), Buffer.from(want));
+  assert.ok(buf.subarray(want.length).every((x) => x === 7), 'nothing past the save is written');
+  const small = new Uint8Array(want.length - 1).fill(9);
+  expectError(() => c.save({ into: small, meta: { a: 1 } }), 'E_ARG', [new RegExp(`into has ${want.length - 1} bytes but the save takes ${want.length}`)]);
+  assert.ok(small.every((x) => x === 9), 'nothing written');
+  const heap = sdpa.allocTensor('float32', [want.length]);
+  expectError(() => c.save({ into: new Uint8Array(heap.data.buffer, heap.data.byteOffset, want.length) }), 'E_ARG', [/view of wasm memory/]);
+  expectError(() => c.save({ into: new Float32Array(want.length) }), 'E_ARG', [/into must be a Uint8Array/]);
+  expectError(() => c.saveChunks({ into: buf }), 'E_ARG', [/into/]);
+  const g = sdpa.createKVCacheGroup([PLAIN, PLAIN]);
+  for (const layer of g.layers) fillCache(layer, 6, 40);
+  const gwant = g.save();
+  assert.equal(Buffer.from(g.save({ into: new Uint8Array(gwant.length) })), Buffer.from(gwant));
+  for (const x of [c, heap, g]) x.dispose();
+});
+
 test('an unfinished saveChunks / saveStream lets its snapshot go when its cache (or group) is disposed; next() is then E_DISPOSED', async () => {
   const pool = inUse();
   const c = sdpa.createKVCache(PLAIN);
