@@ -22,7 +22,7 @@ const HELP = `usage: sdpa-llama [options]
   --max-seq-len N      the context (default: the checkpoint's seq_len)
   --threads N          attention threads (default 'auto')`;
 
-function main(argv) {
+function parseCli(argv) {
   const { values: a } = parseArgs({
     args: argv,
     options: {
@@ -44,7 +44,7 @@ const num = (name, s) => {
 
 async function run() {
   let a;
-  try { a = main(process.argv.slice(2)); } catch (e) { console.error(`sdpa-llama: ${e.message}\n${HELP}`); return 2; }
+  try { a = parseCli(process.argv.slice(2)); } catch (e) { console.error(`sdpa-llama: ${e.message}\n${HELP}`); return 2; }
   if (a.help) { console.log(HELP); return 0; }
   const checkpoint = fs.readFileSync(a.checkpoint ?? new URL('model.bin', SHIPPED));
   const tokenizerBytes = fs.readFileSync(a.tokenizer ?? new URL('tokenizer.bin', SHIPPED));

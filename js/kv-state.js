@@ -188,7 +188,8 @@ function chunkIterator(core, fn, parts, chunkBytes, owners) {
   };
   const entry = {
     free: finish,                                        // sdpa.dispose()
-    release(reason) { gone = reason; close(); },         // the cache disposed (reason), or `it` collected (null)
+    // the cache disposed (reason), or `it` collected (null); after sdpa.dispose() (finished first) next() says that
+    release(reason) { if (!finished) gone = reason; close(); },
   };
   const untrack = track(core, entry);
   for (const o of owners) {
@@ -199,7 +200,7 @@ function chunkIterator(core, fn, parts, chunkBytes, owners) {
     /** Bytes of the whole save. */
     bytes: total,
     next() {
-      if (gone !== null && left > 0 && !core.disposed) throw new SdpaError('E_DISPOSED', `${fn}: ${gone} during the save; its snapshot was released`);
+      if (gone !== null && left > 0) throw new SdpaError('E_DISPOSED', `${fn}: ${gone} during the save; its snapshot was released`);
       if (finished) {
         if (core.disposed && left > 0) throw new SdpaError('E_DISPOSED', `${fn}: this sdpa instance was disposed during the save`);
         return { done: true, value: undefined };

@@ -161,9 +161,10 @@ const MISPLACED = Object.freeze(Object.assign(Object.create(null), {
  * E_ARG. `undefined` values count as absent. A Map, Date, ... (whose entries
  * are not properties) is E_ARG. Tensor options (attnMask, out) are inspected
  * here, so their `o.M` / `o.O` descriptors are part of the snapshot.
- * `misplaced`: names to reject with their own message (MISPLACED).
+ * `misplaced`: names to reject with their own message (MISPLACED). `tensors` false: no
+ * name is a tensor option (callers outside attention, whose `out` is a plain array).
  */
-export function readOptions(ck, opts, allowed, misplaced = null) {
+export function readOptions(ck, opts, allowed, misplaced = null, tensors = true) {
   const out = blankOptions();
   if (opts === undefined || opts === null) return out;
   if (typeof opts !== 'object' || isArray(opts) || isView(opts) || objectToString(opts) !== '[object Object]') {
@@ -175,9 +176,10 @@ export function readOptions(ck, opts, allowed, misplaced = null) {
     const value = getOption(opts, name);
     if (value === undefined) continue;
     out[name] = value;
+    if (!tensors || value === null) continue;
     const tensor = TENSOR_OPTIONS[name];
-    if (tensor !== undefined && value !== null) out[tensor[0]] = inspectTensor(ck, name, value, tensor[1]);
-    else if (name === 'rotary' && value !== null) out.R = readRotary(ck, value);
+    if (tensor !== undefined) out[tensor[0]] = inspectTensor(ck, name, value, tensor[1]);
+    else if (name === 'rotary') out.R = readRotary(ck, value);
   }
   if (misplaced !== null) {
     for (let i = 0; i < misplaced.length; i++) {

@@ -25,6 +25,7 @@
 //   { type: 'restored', id, ms, length, prefilled, transcript }   prefilled: tokens run by the restore (0)
 //   { type: 'error', error: { name, code, message } }
 
+import { idbRequest } from './idb.js';
 const DTYPE_PAIRS = { 'int8/int4': ['int8', 'int4'] };
 let sdpa = null, lib = null, tokenizer = null, checkpoint = null;
 let conv = null;       // { model, shadow, tokens: [...], pending, promptEnd, promptFork, shadowFork, dtype }
@@ -53,16 +54,6 @@ function disposeConversation(c) {
   for (const m of [c?.model, c?.shadow, c?.promptFork, c?.shadowFork]) m?.dispose();
 }
 
-function argmaxRows(logits, V) {
-  const out = [];
-  for (let r = 0; r < logits.length / V; r++) {
-    let best = 0;
-    for (let j = 1; j < V; j++) if (logits[r * V + j] > logits[r * V + best]) best = j;
-    out.push(best);
-  }
-  return out;
-}
-
 /** Appends ids to the model (and the shadow); counts top-1 agreement over the rows. */
 let fedTokens = 0;      // tokens run through the model by a prompt or a re-run (not by restore)
 function feed(ids) {
@@ -70,8 +61,12 @@ function feed(ids) {
   const V = conv.model.config.vocabSize;
   const logits = conv.model.forward(ids);
   if (conv.shadow) {
-    const a = argmaxRows(logits, V), b = argmaxRows(conv.shadow.forward(ids), V);
-    for (let i = 0; i < a.length; i++) { conv.agree.total++; if (a[i] === b[i]) conv.agree.same++; }
+    const f32 = conv.shadow.forward(ids);
+    for (let i = 0; i < ids.length; i++) {
+      const row = (x) => x.subarray(i * V, (i + 1) * V);
+      conv.agree.total++;
+      if (lib.argmax(row(logits)) === lib.argmax(row(f32))) conv.agree.same++;
+    }
   }
   conv.tokens.push(...ids);
 }
@@ -83,37 +78,36 @@ function state() {
   });
 }
 
-/** Samples a reply from the model's last logits, token by token, appending each but the last. */
+/**
+ * A reply: the model's own generator (model.stream: its sampler, stop tokens, maxNewTokens and
+ * maxSeqLen) from the logits of the prompt's last row, a token at a time, with a yield to the
+ * event loop between tokens (for Stop) and the float32 model fed each appended token.
+ */
 async function reply(sampling, maxNewTokens) {
   stopRequested = false;
   const decoder = tokenizer.decoder(conv.tokens.at(-1) ?? 1);
-  const sampler = lib.createSampler(conv.model.config.vocabSize, sampling);
   const V = conv.model.config.vocabSize;
   const logits = new Float32Array(V), shadowLogits = new Float32Array(V), one = new Int32Array(1);
-  // the first token comes from the logits of the prompt's last row (the model holds them)
-  let next = sampler.sample(conv.model.lastLogits(logits));
+  const it = conv.model.stream([], { ...sampling, maxNewTokens });
   const out = [];
-  let modelMs = 0;
-  let stop = 'maxNewTokens';
-  for (let k = 0; ; k++) {
-    out.push(next);
-    post({ type: 'token', id: next, text: decoder.push(next), length: conv.model.length, ...conv.model.timing });
-    if (next === lib.EOS || next === lib.BOS) { stop = 'stop'; break; }
-    if (k + 1 >= maxNewTokens) break;
-    if (conv.model.length >= conv.model.maxSeqLen) { stop = 'length'; break; }
+  let modelMs = 0, stop, r = it.next();
+  for (;;) {
+    const id = r.value;
+    out.push(id);
+    post({ type: 'token', id, text: decoder.push(id), length: conv.model.length, ...conv.model.timing });
     await yieldToEvents();
-    if (stopRequested) { stop = 'stopped'; break; }
-    one[0] = next;
-    const tm = performance.now();
-    conv.model.forward(one, { out: logits });
-    modelMs += performance.now() - tm;             // (the float32 model beside it is not counted)
+    if (stopRequested) { it.return(); stop = 'stopped'; break; }
+    const t0 = performance.now();
+    r = it.next();                        // appends id (unless the reply ends at it) and samples the next
+    if (r.done) { stop = r.value; break; }
+    modelMs += performance.now() - t0;    // (the float32 model beside it is not counted)
+    conv.tokens.push(id);
     if (conv.shadow) {
+      one[0] = id;
       conv.shadow.forward(one, { out: shadowLogits });
       conv.agree.total++;
-      if (lib.argmax(logits) === lib.argmax(shadowLogits)) conv.agree.same++;
+      if (lib.argmax(conv.model.lastLogits(logits)) === lib.argmax(shadowLogits)) conv.agree.same++;
     }
-    conv.tokens.push(next);
-    next = sampler.sample(logits);
   }
   conv.pending = out.at(-1);       // sampled, not appended: the next turn starts with it
   post({ type: 'reply', tokens: out, stop, decodeTps: out.length > 1 ? (out.length - 1) / modelMs * 1000 : null });
@@ -126,21 +120,7 @@ async function reply(sampling, maxNewTokens) {
 // state beside it. Names: <id>.kv and <id>.f32.kv in OPFS; the same keys in IndexedDB.
 const DB = 'sdpa-chat';
 
-function idb(mode, f) {
-  return new Promise((resolve, reject) => {
-    const open = indexedDB.open(DB, 1);
-    open.onupgradeneeded = () => open.result.createObjectStore('chats');
-    open.onerror = () => reject(open.error);
-    open.onblocked = () => reject(new Error('IndexedDB is blocked by another tab holding an older version open'));
-    open.onsuccess = () => {
-      const tx = open.result.transaction('chats', mode);
-      const req = f(tx.objectStore('chats'));
-      tx.oncomplete = () => { open.result.close(); resolve(req.result); };
-      tx.onerror = () => { open.result.close(); reject(tx.error); };
-      tx.onabort = () => { open.result.close(); reject(tx.error ?? new Error('IndexedDB transaction aborted')); };
-    };
-  });
-}
+const idb = (mode, f) => idbRequest(DB, 'chats', mode, f);
 
 let useOpfs = true;     // init's storage: 'indexeddb' turns OPFS off (to try the fallback where OPFS works)
 let storageBroken = false;   // init's storage: 'broken' makes every write fail as a full disk would (to see the error shown)

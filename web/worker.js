@@ -25,6 +25,7 @@
 //   { type: 'error', error: { name, code, message, stage } }
 // After done/stopped/error the worker has disposed everything; the page terminates it.
 
+import { idbRequest } from './idb.js';
 import { attentionRef64, fillRow } from './reference.js';
 
 let stopRequested = false;
@@ -32,19 +33,7 @@ let stopRequested = false;
 // ---- saved caches: OPFS, or IndexedDB where OPFS cannot be written ----
 const STORE = 'sdpa-demo-kv';
 
-function idb(mode, f) {
-  return new Promise((resolve, reject) => {
-    const open = indexedDB.open(STORE, 1);
-    open.onupgradeneeded = () => open.result.createObjectStore('caches');
-    open.onerror = () => reject(open.error);
-    open.onsuccess = () => {
-      const tx = open.result.transaction('caches', mode);
-      const req = f(tx.objectStore('caches'));
-      tx.oncomplete = () => { open.result.close(); resolve(req.result); };
-      tx.onerror = () => { open.result.close(); reject(tx.error); };
-    };
-  });
-}
+const idb = (mode, f) => idbRequest(STORE, 'caches', mode, f);
 
 /** Saves the group (every layer) with `meta`; returns { storage, bytes }. */
 async function saveCaches(group, meta) {

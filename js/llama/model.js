@@ -10,6 +10,7 @@
 // model has its own cache group and its last row of logits.
 
 import { SdpaError } from '../errors.js';
+import { Checks, readOptions } from '../validate.js';
 import { parseCheckpoint, readWeights, fingerprint } from './checkpoint.js';
 import { matmul, rmsnorm, swiglu } from './dense.js';
 import { createSampler, samplingOptions } from './sampler.js';
@@ -20,15 +21,12 @@ const STATE_KEY = 'sdpa-wasm/llama';
 const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'maxChunk', 'reserve']);
 const now = () => performance.now();
 
-function checkKnown(fn, o, known) {
-  if (o === undefined || o === null) return {};
-  if (typeof o !== 'object') throw new SdpaError('E_ARG', `${fn}: options must be an object, got ${typeof o}`);
-  const snap = {};
-  for (const k in o) {
-    if (!known.includes(k)) throw new SdpaError('E_ARG', `${fn}: unknown option '${k}'; expected one of ${known.join(', ')}`);
-  }
-  for (const k of known) snap[k] = o[k];
-  return snap;
+/** The options `known` of `fn`, read once through the library's snapshot path (readOptions: unknown names, getters, inherited options). */
+function checkKnown(fn, options, known) {
+  const ck = new Checks(fn);
+  const o = readOptions(ck, options, known, null, false);
+  ck.done();
+  return o;
 }
 
 function checkCount(fn, name, v, lo, hi) {
@@ -38,11 +36,8 @@ function checkCount(fn, name, v, lo, hi) {
 
 /** Token ids as an Int32Array copy, each an integer in 0 .. vocabSize-1 (E_ARG naming the first that is not). */
 function readTokens(fn, tokens, vocabSize) {
-  let ids;
-  if (ArrayBuffer.isView(tokens) && !(tokens instanceof DataView) && !(tokens instanceof Float32Array) && !(tokens instanceof Float64Array)) {
-    ids = Int32Array.from(tokens);
-    if (ids.length !== tokens.length || tokens.some((t, i) => Number(t) !== ids[i])) ids = null;
-  } else if (Array.isArray(tokens)) {
+  let ids = null;
+  if (Array.isArray(tokens)) {
     ids = new Int32Array(tokens.length);
     for (let i = 0; i < tokens.length; i++) {
       const t = tokens[i];
@@ -51,8 +46,11 @@ function readTokens(fn, tokens, vocabSize) {
       }
       ids[i] = t;
     }
+    return ids;
   }
-  if (!ids) throw new SdpaError('E_ARG', `${fn}: tokens must be an Int32Array or an array of token ids, got ${tokens === null ? 'null' : tokens?.constructor?.name ?? typeof tokens}`);
+  // an integer typed array: a Uint32 id above 2^31 wraps negative in the copy, so the range check below catches it
+  if (INTEGER_ARRAYS.some((T) => tokens instanceof T)) ids = Int32Array.from(tokens);
+  if (ids === null) throw new SdpaError('E_ARG', `${fn}: tokens must be an Int32Array or an array of token ids, got ${tokens === null ? 'null' : tokens?.constructor?.name ?? typeof tokens}`);
   for (let i = 0; i < ids.length; i++) {
     if (ids[i] < 0 || ids[i] >= vocabSize) {
       throw new SdpaError('E_ARG', `${fn}: tokens[${i}] is ${ids[i]}; expected an integer token id in 0 .. ${vocabSize - 1}`);
@@ -60,6 +58,7 @@ function readTokens(fn, tokens, vocabSize) {
   }
   return ids;
 }
+const INTEGER_ARRAYS = [Int32Array, Uint32Array, Uint16Array, Int16Array, Uint8Array, Int8Array, Uint8ClampedArray];
 
 /** An SdpaError of a call made for `fn` ('sdpa.kvCacheSize: ...'), as fn's own. */
 function renamed(e, fn) {
@@ -81,13 +80,12 @@ class Core {
     this.chunk = o.maxChunk;
     this.cacheConfig = o.cacheConfig;
     this.refs = 0;
-    const { dim, hiddenDim, nHeads, nKvHeads, vocabSize } = config;
+    const { dim, hiddenDim, nHeads, nKvHeads } = config;
     const C = this.chunk, hs = layout.headSize;
     this.x = new Float32Array(C * dim);
     this.xb = new Float32Array(C * dim);
     this.hb = new Float32Array(C * hiddenDim);
     this.hb2 = new Float32Array(C * hiddenDim);
-    this.one = new Int32Array(1);
     this.tensors = [];
     try {
       const alloc = (dims) => { const t = sdpa.allocTensor('float32', dims); this.tensors.push(t); return t; };
@@ -107,7 +105,6 @@ class Core {
     this.rotary = Object.freeze({ cos: this.cos, sin: this.sin, interleaved: true });
     this.full = { q: this.Q, k: this.K, v: this.V, o: this.O, opts: { out: this.O, rotary: this.rotary } };
     this.views = new Map();     // rows -> { buffer, q, k, v, o, opts }: views inside the heap tensors
-    this.logitsRow = new Float32Array(vocabSize);
   }
 
   /** The q, k, v, out tensors for a step of m rows: the heap tensors, or views of their first m rows. */
@@ -129,7 +126,7 @@ class Core {
   /**
    * Appends m tokens (ids[i0 ..]) to `group` at its length, one step per layer,
    * writes the logits of every row into out (row-major, at outOffset) unless out
-   * is null, keeps the last row's in logitsRow, and adds the time to `timing`.
+   * is null, leaves the rows' final normed states in xb, and adds the time to `timing`.
    */
   run(group, ids, i0, m, out, outOffset, timing) {
     const { dim, hiddenDim: hidden, nLayers, vocabSize } = this.config;
@@ -138,7 +135,7 @@ class Core {
     let attention = 0, t0 = now();
     for (let i = 0; i < m; i++) {
       const e = at.tokenEmbedding + ids[i0 + i] * dim;
-      x.set(w.subarray(e, e + dim), i * dim);
+      for (let j = 0; j < dim; j++) x[i * dim + j] = w[e + j];
     }
     for (let l = 0; l < nLayers; l++) {
       rmsnorm(xb, x, w, at.rmsAtt + l * dim, m, dim);
@@ -158,12 +155,7 @@ class Core {
       matmul(x, 0, hb, 0, w, at.w2 + l * dim * hidden, m, hidden, dim, true);
     }
     rmsnorm(xb, x, w, at.rmsFinal, m, dim);
-    if (out !== null) {
-      matmul(out, outOffset, xb, 0, w, at.wcls, m, dim, vocabSize, false);
-      this.logitsRow.set(out.subarray(outOffset + (m - 1) * vocabSize, outOffset + m * vocabSize));
-    } else {
-      matmul(this.logitsRow, 0, xb, (m - 1) * dim, w, at.wcls, 1, dim, vocabSize, false);
-    }
+    if (out !== null) matmul(out, outOffset, xb, 0, w, at.wcls, m, dim, vocabSize, false);
     const total = now() - t0;
     timing.attentionMs += attention;
     timing.denseMs += total - attention;
@@ -301,7 +293,7 @@ export class LlamaModel {
   /** Appends ids[0..n) and keeps the last row's logits; `out` (or null) gets every row's. All or nothing. */
   #append(fn, group, ids, n, out) {
     const core = this.#core, { vocabSize } = core.config;
-    const start = group.length;
+    const start = group.length;   // (n >= 1)
     if (start + n > core.maxSeqLen) {
       throw new SdpaError('E_CAPACITY', `${fn}: ${n} tokens at position ${start} would end at ${start + n}; expected at most maxSeqLen ${core.maxSeqLen}`);
     }
@@ -318,7 +310,10 @@ export class LlamaModel {
       group.truncate(start);
       throw e;
     }
-    this.#logits.set(core.logitsRow);
+    // the last row's logits, once per call (only now: a failed call leaves the model's as they were)
+    const { dim, vocabSize: V } = core.config;
+    if (out !== null) this.#logits.set(out.subarray((n - 1) * V, n * V));
+    else matmul(this.#logits, 0, core.xb, ((n - 1) % core.chunk) * dim, core.w, core.offsets.wcls, 1, dim, V, false);
     this.#hasLogits = true;
   }
 

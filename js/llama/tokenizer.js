@@ -18,6 +18,9 @@ import { SdpaError } from '../errors.js';
 
 export const UNK = 0, BOS = 1, EOS = 2;
 const BYTE_PIECE = /^<0x([0-9A-Fa-f]{2})>$/;
+/** The byte a <0xXX> piece (as a latin1 string) stands for, or -1. */
+const byteValue = (key) => { const m = BYTE_PIECE.exec(key); return m ? parseInt(m[1], 16) : -1; };
+const SINGLE_BYTES = Array.from({ length: 256 }, (_, b) => Uint8Array.of(b));
 const MAX_PIECE_BYTES = 1 << 16;
 
 const latin1 = (bytes) => {         // bytes as a string of char codes 0..255 (a Map key)
@@ -81,14 +84,18 @@ export function toBytes(source, fn, what) {
 export class Tokenizer {
   #pieces;       // Uint8Array per id
   #scores;       // Float32Array
+  #keys;         // each piece as a latin1 string (merging concatenates these)
   #ids;          // Map: piece as a latin1 string -> its first id (run.c's bsearch finds one of equals; ours: the first)
   #byteId;       // Int32Array(256): the id of <0xXX>, or -1
+  #byteOf;       // Int16Array(vocab): the byte a <0xXX> piece stands for, or -1 (decode)
 
   constructor(pieces, scores) {
     this.#pieces = pieces;
     this.#scores = scores;
+    this.#keys = pieces.map(latin1);
     this.#ids = new Map();
-    pieces.forEach((p, i) => { const k = latin1(p); if (!this.#ids.has(k)) this.#ids.set(k, i); });
+    this.#keys.forEach((k, i) => { if (!this.#ids.has(k)) this.#ids.set(k, i); });
+    this.#byteOf = Int16Array.from(this.#keys, byteValue);
     this.#byteId = new Int32Array(256).fill(-1);
     for (let b = 0; b < 256; b++) {
       const id = this.#ids.get(`<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`);
@@ -192,7 +199,7 @@ export class Tokenizer {
     const candidate = (i) => {
       const j = next[i];
       if (j < 0) return;
-      const id = this.#ids.get(latin1(this.#pieces[tok[i]]) + latin1(this.#pieces[tok[j]]));
+      const id = this.#ids.get(this.#keys[tok[i]] + this.#keys[tok[j]]);
       // (run.c's best score starts at -1e10: a piece scoring no more is never merged)
       if (id !== undefined && this.#scores[id] > -1e10) push([this.#scores[id], i, tok[i], tok[j], id]);
     };
@@ -228,7 +235,7 @@ export class Tokenizer {
    * first piece loses its dummy-prefix space).
    */
   decoder(prev = BOS) {
-    const pieces = this.#pieces, nPieces = pieces.length;
+    const pieces = this.#pieces, nPieces = pieces.length, byteOf = this.#byteOf;
     const utf8 = new TextDecoder('utf-8', { fatal: false });
     let last = prev;
     return {
@@ -239,13 +246,12 @@ export class Tokenizer {
         const before = last;
         last = id;
         if (id === BOS || id === EOS) return '';
-        let p = pieces[id];
-        if (before === BOS && p[0] === 0x20) p = p.subarray(1);
-        if (p.length === 6 && p[0] === 0x3C) {
-          const m = BYTE_PIECE.exec(latin1(p));
-          if (m) p = Uint8Array.of(parseInt(m[1], 16));
+        let p = pieces[id], b = byteOf[id];
+        if (before === BOS && p[0] === 0x20) {       // (run.c reads a byte piece after the strip)
+          p = p.subarray(1);
+          b = byteValue(latin1(p));
         }
-        return utf8.decode(p, { stream: true });
+        return utf8.decode(b >= 0 ? SINGLE_BYTES[b] : p, { stream: true });
       },
       end: () => utf8.decode(),
     };

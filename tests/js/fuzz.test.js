@@ -29,11 +29,10 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
 import { appendFileSync } from 'node:fs';
-import { Worker } from 'node:worker_threads';
 import { createSdpa, SdpaError, INTERNALS } from '../../js/index.js';
 import { rng } from './helpers.js';
 import { refCustomSdpa, refTorchSdpa, refRotate } from './reference.js';
-import { real, realBytes, plainCopy, ALL_CODES, closeness, describeErr, cacheOverFreedTensor } from './hostile-helpers.js';
+import { real, realBytes, plainCopy, ALL_CODES, closeness, describeErr, cacheOverFreedTensor, startWatchdog } from './hostile-helpers.js';
 
 const env = process.env;
 const RUNS = Number(env.SDPA_FUZZ_RUNS) || 8000;
@@ -46,27 +45,6 @@ const LOG = env.SDPA_FUZZ_LOG || null;
 // prints the case and kills the process (nothing in the main thread can run while a call blocks it).
 const HANG_MS = Number(env.SDPA_FUZZ_HANG_MS) || 60000;
 
-/** The watchdog: main stores Date.now() before each call (0 after it); the thread checks once a second. */
-function startWatchdog() {
-  const beat = new Float64Array(new SharedArrayBuffer(8));
-  const code = `
-    const { workerData, parentPort } = require('node:worker_threads');
-    const beat = new Float64Array(workerData.sab);
-    let current = '';
-    parentPort.on('message', (m) => { current = m; });
-    setInterval(() => {
-      const t = beat[0];
-      if (t && Date.now() - t > workerData.hangMs) {
-        // (the main thread is blocked: write to the file descriptor directly)
-        require('node:fs').writeSync(1, 'fuzz: HANG, a call did not return within ' + workerData.hangMs + ' ms; the case: ' + current + '\\n');
-        process.kill(process.pid, 'SIGKILL');
-      }
-    }, 1000);
-  `;
-  const w = new Worker(code, { eval: true, workerData: { sab: beat.buffer, hangMs: HANG_MS } });
-  w.unref();
-  return { start(c) { w.postMessage(c); beat[0] = Date.now(); }, stop() { beat[0] = 0; }, end() { w.terminate(); } };
-}
 let watchdog = null;
 const MiB = 1024 * 1024;
 
@@ -881,7 +859,7 @@ function snapshot(b, w, other) {
 
 // ---------------------------------------------------------------------------
 
-test.before(() => { watchdog = startWatchdog(); });
+test.before(() => { watchdog = startWatchdog('fuzz', HANG_MS); });
 test.after(() => {
   if (watchdog) watchdog.end();
   for (const s of made) s.dispose();

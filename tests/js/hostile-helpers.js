@@ -1,4 +1,4 @@
-// hostile-helpers.js: tools shared by hostile.test.js and fuzz.test.js
+// hostile-helpers.js: tools shared by hostile.test.js and the fuzzers (fuzz.test.js, llama-fuzz.test.js)
 // (hostile arguments: CONTRACT.md section 2, the snapshot rule).
 //
 // - The real properties of a typed array, read through the built-in
@@ -9,6 +9,7 @@
 // - Outcome checks: "the reference answer, or an SdpaError with a documented code".
 import * as assert from 'uvu/assert';
 import { SdpaError } from '../../js/index.js';
+import { Worker } from 'node:worker_threads';
 
 // ---------------------------------------------------------------------------
 // Real typed-array properties
@@ -252,3 +253,30 @@ export function cacheOverFreedTensor(s, geo) {
   }
   return null;
 }
+
+/**
+ * A hang watchdog for fuzzers: start(case) stores Date.now() in shared memory before a call
+ * (stop() clears it); a worker thread checks it every 500 ms and, when a call has run longer
+ * than hangMs, writes `label: HANG ... the case` straight to stdout (the main thread is
+ * blocked) and kills the process.
+ */
+export function startWatchdog(label, hangMs) {
+  const beat = new Float64Array(new SharedArrayBuffer(8));
+  const code = `
+    const { workerData, parentPort } = require('node:worker_threads');
+    const beat = new Float64Array(workerData.sab);
+    let current = '';
+    parentPort.on('message', (m) => { current = m; });
+    setInterval(() => {
+      const t = beat[0];
+      if (t && Date.now() - t > workerData.hangMs) {
+        require('node:fs').writeSync(1, workerData.label + ': HANG, a call did not return within ' + workerData.hangMs + ' ms; the case: ' + current + '\\n');
+        process.kill(process.pid, 'SIGKILL');
+      }
+    }, 500).unref();
+  `;
+  const w = new Worker(code, { eval: true, workerData: { sab: beat.buffer, hangMs, label } });
+  w.unref();
+  return { start(c) { w.postMessage(c); beat[0] = Date.now(); }, stop() { beat[0] = 0; }, end() { return w.terminate(); } };
+}
+

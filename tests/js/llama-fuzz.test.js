@@ -45,11 +45,11 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
-import { Worker } from 'node:worker_threads';
 import { createSdpa, SdpaError, INTERNALS } from '../../js/index.js';
 import { loadLlama } from '../../js/llama/model.js';
 import { loadTokenizer, BOS, EOS } from '../../js/llama/tokenizer.js';
 import { rng } from './helpers.js';
+import { startWatchdog } from './hostile-helpers.js';
 
 const env = process.env;
 const RUNS = Number(env.SDPA_FUZZ_RUNS) || 0;
@@ -67,30 +67,11 @@ const show = (x) => JSON.stringify(x, (k, v) => {
   return v;
 });
 
-function startWatchdog() {
-  const beat = new Float64Array(new SharedArrayBuffer(8));
-  const code = `
-    const { workerData, parentPort } = require('node:worker_threads');
-    const beat = new Float64Array(workerData.sab);
-    let current = '';
-    parentPort.on('message', (m) => { current = m; });
-    setInterval(() => {
-      const t = beat[0];
-      if (t && Date.now() - t > workerData.hangMs) {
-        require('node:fs').writeSync(1, 'llama-fuzz: HANG, a case did not return within ' + workerData.hangMs + ' ms; the case: ' + current + '\\n');
-        process.kill(process.pid, 'SIGKILL');
-      }
-    }, 500).unref();
-  `;
-  const w = new Worker(code, { eval: true, workerData: { sab: beat.buffer, hangMs: HANG_MS } });
-  w.unref();
-  return { start(c) { w.postMessage(c); beat[0] = Date.now(); }, stop() { beat[0] = 0; }, end() { return w.terminate(); } };
-}
 
 let sdpa, watchdog;
 test.before(async () => {
   sdpa = await createSdpa({ threads: 1 });
-  watchdog = startWatchdog();
+  watchdog = startWatchdog('llama-fuzz', HANG_MS);
 });
 test.after(async () => {
   sdpa?.dispose();
