@@ -202,8 +202,9 @@ const handlers = {
     checkpoint = c;
     conv = newConversation(m.dtype ?? 'float32');
     tokenizer = lib.loadTokenizer(t, { vocabSize: conv.model.config.vocabSize });
-    post({ type: 'ready', info: sdpa.info, config: conv.model.config, crossOriginIsolated: self.crossOriginIsolated, warnings });
+    // (state first: the page ends a request at 'state', and init's end is 'ready', after which it may autostart)
     state();
+    post({ type: 'ready', info: sdpa.info, config: conv.model.config, crossOriginIsolated: self.crossOriginIsolated, warnings });
     try { post({ type: 'chats', chats: await listChats() }); } catch (e) { fail(e); }
   },
   async generate(m) {
