@@ -435,47 +435,21 @@ static void pv_rows_f16(float * acc, size_t lda, const float * p, size_t ldp, in
  * Every touch's loads are ORed into st->touched, a store the compiler must
  * keep, so the loads stay. */
 
-/* How far ahead (in tiles) a page's K and V are touched. Measured
- * on decode (1 thread, caches cold, chunks of 4 tiles), median ms against
- * touching V of the tile itself and K of the next: 2 tiles ahead 1.10-1.20x
- * faster, 3 tiles 1.17-1.28x, 4 or 6 (the whole chunk at once) 0.75-0.8x.
- * Touching nothing is 1.3-1.5x slower, except with a single row (MHA), where
- * the kernel's own loads stream faster than with touches in between: those
- * touch nothing (float16 too: C-2048 1.80 -> 2.02 ms with touches). int8
- * pages touch even then (C-2048 1.29 -> 1.19 ms, 2 threads 0.79 -> 0.65),
- * at the same distance (1 or 2 tiles measured slower or the same). */
+/* How far ahead (in tiles) a page's K and V are touched: 3 measured fastest
+ * on cold decode (2 less so; 4 or 6 slower than touching only the next tile).
+ * A single row (MHA) touches nothing, its own loads stream faster without
+ * touches in between, except on int8 pages, which touch at the same distance
+ * (touches_ahead). The runs: bench/HISTORY.md, "Touch-ahead and OS-page touches". */
 #define TOUCH_AHEAD 3
 
-/* One word of every 4 KiB OS page that the n bytes at x reach into.
- * Measured (1 thread, cold caches, bench/ab-trees.mjs against the tree
- * before, interleaved, 30-40 rounds, load 1.1-1.3 while another engineer's
- * tests ran): done for all the cache pages of a key range at its first tile
- * (a chunk: 16 tiles on every int8 row below, 4 on the float32 / float16
- * ones), int8 A-8192 0.93-0.97x the time, B-4096 0.94-0.98x, MQA-8192
- * 0.93-0.99x in four runs; float32 0.95 / 0.95 / 1.00 (A / MQA / B),
- * float16 0.98 / 0.93 / 0.87, int4 0.97 / 0.98 / 0.96. As committed (two
- * more runs, load 0.8-0.9, the machine's memory slow: float32 A-8192
- * 10.4-10.8 ms against 7.2 an hour before): int8 0.96-0.98 / 0.99-1.01 /
- * 0.98-1.01, float32 0.93-0.96 / 0.94-0.95 / 0.98-1.00, float16 and int4
- * 0.95-1.02. So it helps float32 as much as int8: int8's ratio to float32
- * did not move (A-8192 1.90-2.11x, the issue's 2.2x not met). Why, as far
- * as measured: each
- * OS page's first access costs a TLB walk (wasm memory sits on 4 KiB pages,
- * the machine is a VM) on top of a DRAM miss, and the hardware stream
- * prefetcher stops at the page's end, so the first load of every page waits.
- * These touches' misses are issued back to back, so they overlap one
- * another (one wait for a whole range instead of one per page). What did not
- * help (same runs, int8 A-8192 / MQA-8192 / B-4096, time against the tree
- * before): the same touches of one page's OS pages per tile, 1 or 3 tiles
- * past TOUCH_AHEAD (0.98-1.00x); with a second line per OS page (no better:
- * 0.97 / 0.99 / 0.96); for the range and the next one (0.99 / 0.95 / 0.98);
- * with the per-pass line touches removed (1.00 / 1.05 / 1.03); TOUCH_AHEAD 2
- * or 5 for int8 pages (0.97-1.00); the pass touches spread over the whole
- * pass instead of its first steps (no better); the K ahead touched during
- * P.V instead of Q.K (1.05-1.10x, slower); touching the scales and zero
- * points of the tiles ahead (1.00); no first-tile burst, touches running on
- * across chunks (0.98-1.05). With no int8 touches at all int8 is 1.03-1.10x
- * slower. */
+/* One word of every 4 KiB OS page that the n bytes at x reach into, for all
+ * the cache pages of a key range at its first tile (a chunk: 16 tiles on int8
+ * pages, 4 on float32 / float16 ones). Each OS page's first access costs a TLB
+ * walk on top of a DRAM miss, and the stream prefetcher stops at the page's
+ * end; touched back to back, those misses overlap (one wait per range, not
+ * per page): a few percent faster on cold decode, every dtype. The runs and
+ * the variants that did not help: bench/HISTORY.md, "Touch-ahead and OS-page
+ * touches". */
 #define OS_TOUCH_TILES 16  /* an int8 chunk (CHUNK_MIN_KEYS_INT8): the measured cluster */
 static uint32_t touch_os_pages(const void * x, size_t n) {
     uintptr_t a = (uintptr_t)x;
@@ -500,7 +474,7 @@ static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
 
 /* Whether a tile of this K source touches ahead: pages read in place with
  * more than one row (a single row's own loads stream faster without touches
- * in between), int8 pages always (measured above). */
+ * in between), int8 pages always (TOUCH_AHEAD). */
 static bool touches_ahead(k_source ks, int32_t n_rows, const sdpa_page_format * kv_format) {
     switch (ks) {
         case K_F32_PAGE:
@@ -1160,7 +1134,7 @@ void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch, bo
     sdpa_pool_run(pool, compute_unit, &f, compute_units(&f));
 }
 
-/* ---- issue 21: many problems in one dispatch ----------------------------
+/* ---- many problems in one dispatch (attendMany, stepMany) ---------------
  * The units of every problem, numbered one after another, on one pool run:
  * each unit is its own problem's (same plan, same units, so the same bits as
  * a call of its own). Threads' scratch is strided by the largest
