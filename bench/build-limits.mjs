@@ -2,7 +2,7 @@
 // (-O3 -msimd128 -pthread, ES module glue), and into build/bench/limits-relaxed.*
 // with relaxed SIMD (the FMA peak): clang 16 through EM_LLVM_ROOT, linked at -O0,
 // optimised by npm's wasm-opt (docs/BUILDING.md section 4, as CMakeLists.txt does for
-// dist/sdpa-relaxed*); and bench/probes.c (issue 22's microkernel probes, bench/roofline.mjs)
+// dist/sdpa-relaxed*); and bench/probes.c (the microkernel probes of bench/roofline.mjs)
 // into build/bench/probes.{mjs,wasm} (-O3 -msimd128, no threads). Run directly (`node bench/build-limits.mjs`) or let
 // bench/run.mjs call ensureLimitsBuilt() when the files are missing or stale.
 import { spawnSync } from 'node:child_process';

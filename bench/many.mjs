@@ -1,4 +1,4 @@
-// Several sequences in one call (issue 21): sdpa.attendMany over N decode
+// Several sequences in one call: sdpa.attendMany over N decode
 // steps (1 query row each, one cache per sequence) against the same N
 // cache.attend calls one by one, in the same run, interleaved; heap tensors
 // (nothing allocated); 1 and 2 threads; median µs per round of N steps.

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Issue 12's rows: what window, softcap and sinks cost on the fast path, and
+// The options' rows: what window, softcap and sinks cost on the fast path, and
 // two model-shaped layers, in one run per thread count. Decode through
 // cache.attend with heap tensors; medians over many calls; every output is
 // checked against a float64 reference (the same options, written out here).

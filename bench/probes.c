@@ -1,5 +1,5 @@
 /*
- * probes.c: where decode time goes (issue 22). Standalone wasm probes, timed
+ * probes.c: where decode time goes. Standalone wasm probes, timed
  * by bench/roofline.mjs in the same process as the decode rows:
  *
  *  - probe_read: read bandwidth (a streaming sum, as bench/limits.c's).

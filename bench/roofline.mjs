@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Where decode time goes (issue 22), 1 thread, everything in one process:
+// Where decode time goes, 1 thread, everything in one process:
 //   * the machine's limits (bench/limits.mjs: read bandwidth, mul+add peak);
 //   * the probes of bench/probes.c: register peaks (f32x4 mul+add, i32x4.dot_i16x8_s + add,
 //     12 chains) and the decode's Q.K and P.V microkernels for float32, float16 and int8,
@@ -200,7 +200,7 @@ const pad = (rows) => {
 
 export function render(res) {
   const L = [], m = res.meta, lim = res.limits, pr = res.probes;
-  L.push(`roofline (issue 22), 1 thread  ${m.date}  commit ${m.commit ?? '?'}  ${m.cpu}  node ${m.node}${m.quick ? '  [--quick]' : ''}`);
+  L.push(`roofline, 1 thread  ${m.date}  commit ${m.commit ?? '?'}  ${m.cpu}  node ${m.node}${m.quick ? '  [--quick]' : ''}`);
   L.push(`load average at start ${m.loadavgStart.map((x) => x.toFixed(2)).join(' ')}, end ${m.loadavgEnd.map((x) => x.toFixed(2)).join(' ')}`);
   L.push(`limits (bench/limits.c, once at the start, as bench/run.mjs's bound): read ${lim.bwGBs.toFixed(1)} GB/s (${lim.bw.min.toFixed(1)}–${lim.bw.max.toFixed(1)}), ` +
     `mul+add ${lim.peakGFLOPs.toFixed(1)} GFLOP/s (${lim.peak.chains} chains, ${lim.peak.min.toFixed(1)}–${lim.peak.max.toFixed(1)})`);

@@ -1,4 +1,4 @@
-// Rotary embeddings in the op (issue 21): what a decode step with
+// Rotary embeddings in the op: what a decode step with
 // `rotary: { cos, sin }` costs over the same step without it (the target:
 // <= 5% of the step), and over the alternative of rotating q and k in JS
 // before the step (what a runtime does without the option). Shapes: a decode

@@ -171,7 +171,7 @@ function targets(byThreads) {
       if ((r.id === 'MQA-8192' || r.id === 'B-4096') && i8) {
         out.push({ target: `${r.id} (${T}t): int8 cache ≥ 1.3× faster than float32`, value: f32 / i8, limit: 1.3, met: f32 / i8 >= 1.3 });
       }
-      // issue 19 (1 thread): int4 >= 1.4x float32 and >= 0.85x int8; K int8 + V int4 >= 0.9x int8
+      // int4 (1 thread): int4 >= 1.4x float32 and >= 0.85x int8; K int8 + V int4 >= 0.9x int8
       const i4 = med(r.sdpaI4?.time), i84 = med(r.sdpaI8I4?.time);
       if (T === 1 && (r.id === 'A-8192' || r.id === 'MQA-8192') && i4 && i8) {
         out.push({ target: `${r.id} (1t): int4 cache ≥ 1.4× faster than float32`, value: f32 / i4, limit: 1.4, met: f32 / i4 >= 1.4 });

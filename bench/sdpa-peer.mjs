@@ -94,7 +94,7 @@ export async function createSdpaPeer({ threads, build }) {
   }
 
   /**
-   * A hot row (bench/roofline.mjs, issue 22): the same call as openShape's, on one cache
+   * A hot row (bench/roofline.mjs): the same call as openShape's, on one cache
    * whose data stays in L2. The cache is the saved state of the shape's last page (rows
    * from the last multiple of 64 below `keys` on, KVCache.save's `start`) loaded back:
    * its rows below that were never written, so every page of its table but the last of

@@ -1,4 +1,4 @@
-// Speculative decoding (issue 21): verifying 8 draft tokens in one step with a
+// Speculative decoding: verifying 8 draft tokens in one step with a
 // treeMask vs 8 single-token steps, and vs a plain causal step of 8 rows (the
 // cost a tree mask should have), over A-2048 (Hq 32, Hkv 8, D 128, 2048 rows
 // cached), heap tensors, 1 thread by default. Each timed call is followed by

@@ -144,8 +144,8 @@ typedef struct sdpa_rotary {
 
 /// Per-call options. On wasm32 this struct is 48 bytes: start_pos@0 (int64)
 /// is_causal@8 has_scale@12 scale@16 dropout_p@20 window@24 softcap@28
-/// sinks@32 (a pointer) tree_mask@36 (a pointer; see the issue-21 section
-/// at the end of this header) rotary@40 (a pointer), 4 bytes of padding.
+/// sinks@32 (a pointer) tree_mask@36 (a pointer; see "What an LLM runtime
+/// calls per layer" at the end of this header) rotary@40 (a pointer), 4 bytes of padding.
 typedef struct sdpa_options {
     int64_t start_pos;  ///< >= 0; no effect on attention when a mask is given
     int32_t is_causal;  ///< 0 or 1
@@ -161,7 +161,7 @@ typedef struct sdpa_options {
     /// NULL: none. A float32 [Hq] tensor of per-head sink logits: head h's
     /// softmax denominator gets exp(sinks[h] - m) (the sink has no value row).
     const struct sdpa_tensor * sinks;
-    /// NULL: none. Cache attend / step only (the issue-21 section below).
+    /// NULL: none. Cache attend / step only ("What an LLM runtime calls per layer" below).
     const struct sdpa_tensor * tree_mask;
     /// NULL: none. Cache attend / step only: q (and in a step K) rotated (sdpa_rotary).
     const struct sdpa_rotary * rotary;
@@ -530,7 +530,7 @@ sdpa_status sdpa_kv_cache_load(sdpa_ctx * ctx, const void * data, size_t n, int3
 
 /// CRC-32C (Castagnoli) of n bytes, extending `crc` (0 to start).
 uint32_t sdpa_crc32c(uint32_t crc, const void * data, size_t n);
-/* ---- Issue 21: what an LLM runtime calls per layer ---------------------
+/* ---- What an LLM runtime calls per layer -------------------------------
  *
  * Tree masks (speculative decoding). options->tree_mask, for
  * sdpa_kv_cache_attend and sdpa_kv_cache_step only (sdpa_custom: E_ARG):

@@ -277,7 +277,7 @@ function makeInstance(core, info) {
     reserve,
     scaledDotProductAttention: torch.scaledDotProductAttention,
     planAttention: torch.planAttention,
-    /** Issue 21: several caches' attend in one call (many.js). */
+    /** Several caches' attend in one call (many.js). */
     attendMany: (items) => attendMany(core, items),
     stepMany: (items) => stepMany(core, items),
     dispose,

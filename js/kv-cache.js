@@ -138,7 +138,7 @@ export class KVCache {
 
   /**
    * Writes k, v [B, Snew, Hkv, D] at rows startPos .. startPos+Snew-1
-   * (default startPos: length, i.e. append). opts: { rotary } (issue 21: K
+   * (default startPos: length, i.e. append). opts: { rotary } (K
    * rows rotated at their positions before they are stored); update(k, v,
    * opts) appends.
    */
@@ -312,7 +312,7 @@ export class KVCache {
   }
 
   /**
-   * Keeps the accepted rows of a verified draft (issue 21): row
+   * Keeps the accepted rows of a verified draft: row
    * start + rows[k] becomes row start + k (as stored, bit for bit), then the
    * cache ends at start + rows.length; the rows not kept leave nothing behind.
    */
@@ -390,7 +390,7 @@ export class KVCache {
     return { P, sp, ptr: this.#ptr };
   }
 
-  /** Issue 21: the rotary rules of an attend or a step (q rows at sp + i) onto P: P.rot, and its tables as P.RC, P.RS for the rules between items. */
+  /** The rotary rules of an attend or a step (q rows at sp + i) onto P: P.rot, and its tables as P.RC, P.RS for the rules between items. */
   #checkRotaryOf(ck, P, o, sp) {
     P.rot = checkRotary(ck, o.R, this.#geo, P.O, sp, P.Sq, 'query');
     P.RC = o.R === null ? null : o.R.C;

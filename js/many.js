@@ -1,4 +1,4 @@
-// many.js (issue 21): sdpa.attendMany(items): several caches' attention in
+// many.js: sdpa.attendMany(items): several caches' attention in
 // one call, on one dispatch of the thread pool (C: sdpa_kv_cache_attend_many).
 // Each item is { cache, q, ...KVCache.attend's options } and gets exactly the
 // bits of cache.attend(q, opts). The snapshot rule holds over all items: each

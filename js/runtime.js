@@ -23,7 +23,7 @@ import { CACHE_DTYPES } from './validate.js';
 // block is ROTARY_BYTES (putRotary).
 export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 240, stats: 248, desc: 296, tree: 328, rotary: 360 });
 /**
- * A rotary block (issue 21): sdpa_rotary (20 bytes: cos@0 sin@4
+ * A rotary block: sdpa_rotary (20 bytes: cos@0 sin@4
  * interleaved@8 n_positions@12 positions@16), cos's tensor@24, sin's@56,
  * then room for 64 positions@88 (more go to a temporary).
  */
@@ -224,7 +224,7 @@ export class Core {
   }
 
   /**
-   * Issue 21: a checked rotary (validate.js checkRotary) as a rotary block at
+   * A checked rotary (validate.js checkRotary) as a rotary block at
    * `at` (ROTARY_BYTES); its tables by address when they live in this memory,
    * else copied in, and more than 64 positions, as temporaries pushed onto
    * `temps` (the caller frees them). Returns `at`, or 0 for no rotary.
@@ -329,7 +329,7 @@ export class Core {
   }
 
   /**
-   * Issue 21: attendMany's checked items ({ P, sp, ptr }) as sdpa_attend_item
+   * attendMany's checked items ({ P, sp, ptr }) as sdpa_attend_item
    * structs in one block made at the first call (ITEM_BYTES per item, for
    * MANY_MAX items: a decode loop allocates nothing), one C call; returns the
    * outputs in item order.

@@ -131,7 +131,7 @@ function blankOptions() {
   o.sinks = undefined;
   o.treeMask = undefined;
   o.rotary = undefined;
-  o.T = null; // treeMask's descriptor (issue 21)
+  o.T = null; // treeMask's descriptor
   o.R = null; // rotary's snapshot (readRotary)
   o.M = null; // attnMask's descriptor (inspectTensor), read with the options
   o.O = null; // out's descriptor
@@ -543,13 +543,13 @@ export function checkMaskCausal(ck, M, isCausal) {
 
 export const CUSTOM_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'out']);
 export const STEP_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'treeMask', 'rotary', 'out']);
-/** KVCache.attend's: customSdpa's, treeMask and rotary (issue 21). */
+/** KVCache.attend's: customSdpa's, treeMask and rotary. */
 export const ATTEND_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'treeMask', 'rotary', 'out']);
-/** KVCache.update's (issue 21). */
+/** KVCache.update's. */
 export const UPDATE_OPTIONS = Object.freeze(['rotary']);
 
 // ---------------------------------------------------------------------------
-// Issue 21: rotary embeddings ({ cos, sin, interleaved, positions }), C's
+// Rotary embeddings ({ cos, sin, interleaved, positions }), C's
 // check_rotary (src/contract/check.c) with the same words
 
 const ROTARY_FIELDS = Object.freeze(['cos', 'sin', 'interleaved', 'positions']);
@@ -729,7 +729,7 @@ export function checkAttention(ck, o, startPos, Q, K, V) {
   const window = checkWindow(ck, o.window);
   const softcap = checkSoftcap(ck, o.softcap);
   if (window && M) ck.add('E_ARG', 'window and attnMask were both given; put the window in the mask');
-  if (T !== null) { // issue 21: a mask over a cache's new rows (customSdpa does not read the option)
+  if (T !== null) { // treeMask: a mask over a cache's new rows (customSdpa does not read the option)
     if (M) ck.add('E_ARG', 'treeMask and attnMask were both given; pass one of them');
     else if (isCausal === false) ck.add('E_ARG', 'treeMask was given with isCausal: false; a tree mask refines a causal step (leave isCausal out or pass true)');
   }
@@ -1132,7 +1132,7 @@ export function checkLoadMaxSeqLen(ck, value) {
   return checkSize(ck, value, 'maxSeqLen', { required: false, dflt: 0, max: KEY_INDEX_LIMIT });
 }
 
-// Issue 21: keepRows(start, rows)
+// keepRows(start, rows)
 
 /**
  * KVCache.keepRows(start, rows): row start + rows[k] becomes row start + k,
@@ -1174,7 +1174,7 @@ export function checkKeepRows(ck, geo, start, rows, length, windowStart) {
 }
 
 // ---------------------------------------------------------------------------
-// Issue 21: attendMany(items)
+// attendMany(items)
 
 /** An item of attendMany: its cache, its query and attend's options. */
 export const MANY_ITEM_OPTIONS = Object.freeze(['cache', 'q', ...ATTEND_OPTIONS]);

@@ -123,7 +123,7 @@ static inline float sdpa_kv_elem(const sdpa_kv_view * kv, int32_t b, int32_t hk,
 }
 
 /* A validated attention problem: everything a kernel needs, nothing to check. */
-/* Rotary embeddings of a validated call (issue 21; include/sdpa.h's
+/* Rotary embeddings of a validated call (include/sdpa.h's
  * sdpa_rotary): row i of the call at position pos ? pos[i] : start + i. */
 typedef struct sdpa_rope {
     const float * cos, * sin;  /* [max_position][half] */
@@ -153,7 +153,7 @@ typedef struct sdpa_problem {
     const void *  mask;    /* NULL, or [Sq, n_keys_mask] with row stride mask_stride */
     int32_t       mask_dtype;
     int32_t       mask_stride;
-    /* a tree mask (issue 21): NULL, or bool rows tree_stride bytes apart, row
+    /* a tree mask: NULL, or bool rows tree_stride bytes apart, row
      * i of this problem at tree + i * tree_stride; key t >= tree_pos (and
      * t <= start_pos + i: causal) is visible iff its entry t - tree_pos is
      * non-zero. (A windowed step's pieces keep the whole step's tree_pos.) */
@@ -186,7 +186,7 @@ sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const char * fn, const sdpa_pro
  * error. */
 void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference);
 
-/* Issue 21: n problems: the scratch for all of them at once (E_OOM), and
+/* attendMany / stepMany: n problems: the scratch for all of them at once (E_OOM), and
  * their run on one pool dispatch (each problem's bits as on its own; the
  * reference switch runs them one by one). */
 sdpa_status sdpa_reserve_problems(sdpa_ctx * ctx, const char * fn, const sdpa_problem * ps, int32_t n);

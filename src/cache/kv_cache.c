@@ -281,7 +281,7 @@ static void own_slot(sdpa_kv_cache * c, int32_t slot, bool clear) {
     }
 }
 
-/* A write that rotates its K rows (issue 21) rotates each into the
+/* A write that rotates its K rows (rotary) rotates each into the
  * context's scratch, D floats, then encodes it: reserved before any row is
  * written (E_OOM leaves the cache as it was); the kernels use the scratch
  * only after the rows are written. rope NULL or half 0: no rotation. */
@@ -598,7 +598,7 @@ void * sdpa_kv_cache_row_page(const sdpa_kv_cache * c, int32_t b, int32_t h, int
     return row_page(c, head_pages(c, (size_t)b * (size_t)c->kv_heads + (size_t)h), (size_t)t);
 }
 
-/* ---- issue 21: keep the accepted rows of a verified draft ---------------
+/* ---- keepRows: keep the accepted rows of a verified draft ---------------
  * Row start + rows[k] moves to start + k as stored (a record out of its
  * page and into the other: bit for bit, marks carried), in increasing k, so
  * a row is read before anything overwrites it (start + k <= start +
@@ -644,7 +644,7 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
     return truncate_as(ctx, fn, cache, start + n);
 }
 
-/* ---- issue 21: stepMany --------------------------------------------------
+/* ---- stepMany: several caches' steps in one call -------------------------
  * Every item checked (contract/), then everything that can fail: the scratch
  * for all problems (and for the pieces of a windowed step that spans pages),
  * the pages of every write, summed per page size (two caches of one size

@@ -1,4 +1,4 @@
-/* kv_many.c (issue 21): several caches' attention in one call, on one
+/* kv_many.c: several caches' attention in one call, on one
  * dispatch of the thread pool. Check every item (contract/), reserve the
  * scratch for all, then run them together (kernels/flash.c
  * sdpa_flash_run_many): each item gets the bits of its own call. */

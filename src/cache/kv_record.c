@@ -268,7 +268,7 @@ static unsigned char * block_of(const sdpa_page_format * f, const void * page, i
     return (unsigned char *)(uintptr_t)sdpa_kv_block(f, page, value);
 }
 
-/* ---- int4 (issue 19's pages): records of ceil(D/2) nibble bytes, then G float16
+/* ---- int4 pages: records of ceil(D/2) nibble bytes, then G float16
  * scales and G offsets. The page keeps nibbles in the layouts of kv_format.h
  * (sdpa_kv_elem_index counts nibbles there), checked through that index before
  * a fast path runs; anything else goes element by element. */

@@ -242,7 +242,7 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: window and attnMask were both given; put the window in the mask", fn);
     if (o->rotary && !cache)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary is an option of KVCache.update, KVCache.attend and KVCache.step", fn);
-    if (has_tree) {  /* issue 21: a mask over the new rows of a cache's causal step */
+    if (has_tree) {  /* treeMask: a mask over the new rows of a cache's causal step */
         if (!cache)
             return sdpa_fail(ctx, SDPA_E_ARG, "%s: treeMask is an option of KVCache.attend and KVCache.step (a mask over a cache's new rows)", fn);
         if (has_mask)
@@ -477,7 +477,7 @@ static sdpa_status report_first(sdpa_ctx * ctx, const first_failure * f) {
     return f->status;
 }
 
-/* ---- issue 21: rotary embeddings ----------------------------------------
+/* ---- rotary embeddings --------------------------------------------------
  * The rules of a call's rotary option, in the table's order, for `rows` new
  * rows (-1: unknown, the rules that need them are left to the call's own,
  * which fail first) whose default positions are start .. start + rows - 1,
@@ -573,7 +573,7 @@ sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdp
     return SDPA_OK;
 }
 
-/* issue 21: keepRows. E_START_POS: start, then each rows[k] (strictly
+/* keepRows. E_START_POS: start, then each rows[k] (strictly
  * increasing offsets), then the last row read must be written; E_CAPACITY:
  * n = 0 is truncate(start); a windowed cache's rows start .. start + last
  * must all be kept rows. */
@@ -788,7 +788,7 @@ sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv
     return first.status;
 }
 
-/* ---- issue 21: attendMany ----------------------------------------------- */
+/* ---- attendMany --------------------------------------------------------- */
 
 #define ITEM_INPUTS 8
 static const sdpa_tensor * item_input(const sdpa_attend_item * it, int which, const char ** name, bool step) {

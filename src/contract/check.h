@@ -36,7 +36,7 @@ sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_
                                     const sdpa_tensor * key, const sdpa_tensor * value,
                                     int64_t start_pos);
 
-/* update with rotary embeddings (issue 21): update's rules, then rotary's
+/* update with rotary embeddings: update's rules, then rotary's
  * for the key's rows (the lowest status wins); *rope: the K rows' rotation
  * (half 0 when rotary is NULL). */
 sdpa_status sdpa_check_cache_update_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
@@ -51,11 +51,11 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
 /* truncate to `length` rows: 0 <= length <= cache->length. */
 sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, int64_t length);
 
-/* keep_rows (issue 21): rows start + rows[k] -> start + k, then truncate to start + n. */
+/* keep_rows: rows start + rows[k] -> start + k, then truncate to start + n. */
 sdpa_status sdpa_check_cache_keep_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                        int64_t start, const int32_t * rows, int32_t n);
 
-/* attend_many (issue 21): every item as sdpa_check_cache_attend (fn
+/* attend_many: every item as sdpa_check_cache_attend (fn
  * "sdpa.attendMany: items[i]"), then the rules between items; problems: n. */
 sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
                                    sdpa_problem * problems);

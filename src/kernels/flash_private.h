@@ -75,7 +75,7 @@ typedef struct block_state {
     int32_t lower[BLOCK_ROWS];      /* keys t < lower are outside the row's window */
     const float * mask[BLOCK_ROWS]; /* row of a float mask, or NULL */
     const uint8_t * bmask[BLOCK_ROWS];
-    const uint8_t * tmask[BLOCK_ROWS]; /* row of a tree mask (issue 21), or NULL */
+    const uint8_t * tmask[BLOCK_ROWS]; /* row of a tree mask, or NULL */
     bool suspect[BLOCK_ROWS];       /* a score left float range: recompute the row */
     bool q_scaled;                  /* float16 K: qs holds q * 2^112 (block_setup, q_scalable) */
     float * q;                      /* [BLOCK_ROWS][dim_pad] */

@@ -22,7 +22,7 @@ uint64_t sdpa_flash_workspace_bound(int32_t n_threads, int32_t head_dim);
 /* serial: run every unit on the calling thread (thread 0's scratch), the
  * pool left asleep; the units and so the result are the same. */
 void sdpa_flash_run(sdpa_pool * pool, const sdpa_problem * p, void * scratch, bool serial);
-/* Issue 21: the problems ps[0 .. n-1] in one dispatch (their units one after
+/* attendMany / stepMany: the problems ps[0 .. n-1] in one dispatch (their units one after
  * another; each unit as in a call of its own: the same bits). */
 uint64_t sdpa_flash_many_workspace(int32_t n_threads, const sdpa_problem * ps, int32_t n);
 void sdpa_flash_run_many(sdpa_pool * pool, const sdpa_problem * ps, int32_t n, void * scratch, bool serial);

@@ -8,7 +8,7 @@ typedef struct reference_job {
     double * acc;  /* [n_threads][2 D]: acc's D doubles, then a rotated q's D floats */
 } reference_job;
 
-/* score of key t for query row (b, i, h) whose q (rotated, issue 21) is
+/* score of key t for query row (b, i, h) whose q (rotated by rotary) is
  * `q`, or -inf when t is masked out. */
 static double score(const sdpa_problem * p, const float * q, int32_t b, int32_t i, int32_t h, int32_t t) {
     const int32_t D = p->head_dim, hk = h / p->group;
@@ -74,7 +74,7 @@ static void reference_unit(void * arg, int32_t unit, int32_t thread) {
     sdpa_reference_row(p, b, i, h, job->acc + (size_t)thread * 2 * (size_t)p->head_dim);
 }
 
-/* per thread: acc's D doubles, then a rotated q row's D floats (issue 21) */
+/* per thread: acc's D doubles, then a rotated q row's D floats */
 uint64_t sdpa_reference_workspace(int32_t n_threads, const sdpa_problem * p) {
     return sdpa_size_mul(sdpa_size_mul((uint64_t)n_threads, (uint64_t)p->head_dim), 2 * sizeof(double));
 }

@@ -1,4 +1,4 @@
-/* rotary.c: rotary position embeddings of one row (issue 21; the formula is
+/* rotary.c: rotary position embeddings of one row (the formula is
  * include/sdpa.h's sdpa_rotary). The tile loop rotates each q row as it loads
  * it (flash.c block_load), the reference likewise, and a cache write rotates
  * each K row before it is encoded (cache/kv_cache.c): one function for all

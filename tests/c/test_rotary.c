@@ -1,5 +1,5 @@
 /*
- * test_rotary.c: issue 21's rotary embeddings (sdpa_rotary) in C.
+ * test_rotary.c: rotary embeddings (sdpa_rotary) in C.
  *
  * A cache stepped with rotary (prefill, decode steps, then update_rotary +
  * attend with rotary) against a cache of the same dtypes fed the same rows

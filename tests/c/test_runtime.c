@@ -1,5 +1,5 @@
 /*
- * test_runtime.c: issue 21 in C.
+ * test_runtime.c: tree masks, keepRows, attendMany and stepMany in C.
  *
  * treeMask (options->tree_mask) on sdpa_kv_cache_attend and _step, plain
  * and windowed caches, float32 and int8, GQA, against the tests' float64

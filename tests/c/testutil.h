@@ -22,7 +22,7 @@
 
 #include "sdpa.h"
 
-/// The f32 tolerance of the issue: |got - ref| <= TU_TOL * (1 + max|ref|).
+/// The f32 tolerance of the tests: |got - ref| <= TU_TOL * (1 + max|ref|).
 #define TU_TOL 1e-5
 /// What the tests hold an int8 cache's attention to against the float64
 /// reference over its stored values: the kernel quantizes q and the softmax
@@ -61,7 +61,7 @@ int tu_check_impl(int ok, const char * file, int line, const char * fmt, ...)
     ;
 #define TU_CHECK(cond, ...) tu_check_impl((cond) ? 1 : 0, __FILE__, __LINE__, __VA_ARGS__)
 
-/// Compares n floats against a double reference with the issue's tolerance.
+/// Compares n floats against a double reference with TU_TOL.
 /// dims (may be NULL) are the [B, S, H, D] shape used to print the indices of
 /// the first mismatch. NaN in got where ref is finite is a mismatch. Returns 1
 /// when close. Counts one check.

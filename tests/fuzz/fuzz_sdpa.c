@@ -96,8 +96,8 @@ static sdpa_ctx * g_ctx;
    the standalone driver). */
 static struct {
     long calls, accepted, rejected, rows_compared, caches, injected, nan_rows;
-    long trees, trees_ok, keeps, keeps_ok, manys, manys_ok;  /* issue 21: tree-mask calls, keepRows, attendMany (accepted ones) */
-    long rotary_calls, rotaries;  /* issue 21: calls with rotary, and attends / steps with it accepted */
+    long trees, trees_ok, keeps, keeps_ok, manys, manys_ok;  /* tree-mask calls, keepRows, attendMany (accepted ones) */
+    long rotary_calls, rotaries;  /* calls with rotary, and attends / steps with it accepted */
 } g_stats;
 
 /* A dim: usually the intended value, sometimes broken. */
@@ -378,7 +378,7 @@ static int model_attend(const sdpa_tensor * q, int32_t B, int32_t Skv, int32_t H
     return 1;
 }
 
-/* issue 21: options->tree_mask on a cache attend / step (after model_attend). */
+/* options->tree_mask on a cache attend / step (after model_attend). */
 static int model_tree(const sdpa_tensor * q, const sdpa_tensor * mask, const sdpa_options * o, const sdpa_tensor * out) {
     const sdpa_tensor * t = o ? o->tree_mask : NULL;
     if (!t || !t->data) return 1;
@@ -402,7 +402,7 @@ static uint8_t * tree_full_mask(const sdpa_tensor * t, int64_t sp, sdpa_tensor *
     return m;
 }
 
-/* issue 21: a rotary option now and then (tables of a random size, rotaryDim
+/* a rotary option now and then (tables of a random size, rotaryDim
  * up to D + 2, bad ranks / dims / dtypes / interleaved / positions through
  * make_tensor and here). */
 typedef struct frotary {
@@ -865,7 +865,7 @@ static void fuzz_cache(rd * r) {
     for (int op = 0; op < ops && r->n > 0; op++) {
         uint8_t kind = u8(r) % 4;
         if (kind == 3 && rare(r, 4)) {
-            /* issue 21: keepRows(start, rows), sometimes broken; the host moves its rows alike */
+            /* keepRows(start, rows), sometimes broken; the host moves its rows alike */
             int32_t start = (int32_t)(u8(r) % (uint32_t)(fc.length + 2)) - (rare(r, 16) ? 2 : 0);
             int32_t n = (int32_t)(u8(r) % 5), rows[4];
             for (int32_t x = 0, at = 0; x < n; x++) {  /* increasing: gaps of 0 .. 2 rows */
@@ -947,7 +947,7 @@ static void fuzz_cache(rd * r) {
         fopts fo;
         make_opts(r, &fo, Sn, fc.S);
         make_extras(r, &fo, qd[2], out.t.data);
-        /* issue 21: a tree mask [Sn, Sn] now and then (sometimes with a mask, not causal, of other dims) */
+        /* a tree mask [Sn, Sn] now and then (sometimes with a mask, not causal, of other dims) */
         ftensor tr;
         int32_t trd[2] = {Sn, Sn};
         make_tensor(r, &tr, 2, trd, SDPA_DTYPE_BOOL, FILL_MASK);
@@ -955,7 +955,7 @@ static void fuzz_cache(rd * r) {
             fo.o.tree_mask = tp(&tr);
             if (!rare(r, 8)) fo.o.is_causal = 1;
         }
-        frotary fr;  /* issue 21: rotary on update (K rows), attend (q rows), step (both) */
+        frotary fr;  /* rotary on update (K rows), attend (q rows), step (both) */
         make_rotary(r, &fr, kind == 0 ? k.t.dims[1] : q.t.dims[1], fc.D, fc.S);
         if (kind != 0 && !fo.present) fr.on = 0;
         if (kind != 0 && fr.on) fo.o.rotary = &fr.r;
@@ -990,7 +990,7 @@ static void fuzz_cache(rd * r) {
             valid = q.present && out.present && model_attend(&q.t, fc.B, fc.S, fc.H, fc.D, pm, po, &out.t) &&
                     model_tree(&q.t, pm, po, &out.t) && model_rotary(&fr, q.t.dims[1], sp, fc.D, &out.t) &&
                     ((pm && pm->data) || sp + q.t.dims[1] <= fc.length);  /* without a mask: written rows only */
-            const int many = rare(r, 4) ? 1 + (int)(u8(r) % 2) : 0;  /* issue 21: as attendMany's item (twice: E_ARG) */
+            const int many = rare(r, 4) ? 1 + (int)(u8(r) % 2) : 0;  /* as attendMany's item (twice: E_ARG) */
             if (many) {
                 const sdpa_attend_item its[2] = { { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, NULL, NULL },
                                                   { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, NULL, NULL } };
@@ -1011,7 +1011,7 @@ static void fuzz_cache(rd * r) {
                     model_rotary(&fr, q.t.dims[1], sp, fc.D, &out.t) &&
                     !ranges_overlap(out.t.data, tbytes(&out.t), k.t.data, tbytes(&k.t)) &&
                     !ranges_overlap(out.t.data, tbytes(&out.t), v.t.data, tbytes(&v.t));
-            const int many = po && rare(r, 4) ? 1 + (int)(u8(r) % 2) : 0;  /* issue 21: as stepMany's item (twice: E_ARG) */
+            const int many = po && rare(r, 4) ? 1 + (int)(u8(r) % 2) : 0;  /* as stepMany's item (twice: E_ARG) */
             if (many) {
                 const sdpa_attend_item its[2] = { { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, tp(&k), tp(&v) },
                                                   { fc.c, tp(&q), pm, po, out.present ? &out.t : NULL, tp(&k), tp(&v) } };

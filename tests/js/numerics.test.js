@@ -99,7 +99,7 @@ test('GQA 8/4, 14/7, 32/8 and MQA 8/1 (prefill and decode)', () => {
 });
 
 test('Llama-3-8B decode step: Hq 32, Hkv 8, D 128 over 4096 cached tokens, through the cache', () => {
-  // Issue 2's acceptance case: a real decode step from the built dist/ files.
+  // The first acceptance case: a real decode step from the built dist/ files.
   const rand = rng(4096);
   const Hq = 32, Hkv = 8, D = 128, cached = 4096;
   const k = randTensor(rand, [1, cached + 1, Hkv, D]);

@@ -104,8 +104,8 @@ function options(o, startPos, isCausal, copies) {
   i32()[w + 6] = o.window ?? 0;
   f32()[w + 7] = o.softcap ?? 0;
   u32()[w + 8] = tensor(o.sinks, copies);
-  u32()[w + 9] = tensor(o.treeMask, copies);  // tree_mask (issue 21)
-  u32()[w + 10] = rotary(o.rotary, copies);    // rotary (issue 21)
+  u32()[w + 9] = tensor(o.treeMask, copies);  // tree_mask
+  u32()[w + 10] = rotary(o.rotary, copies);    // rotary
   u32()[w + 11] = 0;
   return at;
 }
@@ -479,7 +479,7 @@ test('E_MASK_SHAPE, E_MASK_CAUSAL, E_DROPOUT, E_SCALE', () => {
   heapOut.dispose();
 });
 
-test('issue 21: treeMask, keepRows', () => {
+test('treeMask, keepRows', () => {
   parity([
     ['step treeMask, isCausal false', 'step', 'plain', () => [cq(), ckv(), ckv(), 4, { treeMask: b8([1, 1]), isCausal: false }], 'E_ARG'],
     ['attend treeMask and attnMask', 'attend', 'plain', () => [cq(), { attnMask: t([1, 4], 0), treeMask: b8([1, 1]) }], 'E_ARG'],
@@ -505,7 +505,7 @@ test('issue 21: treeMask, keepRows', () => {
   ]);
 });
 
-test('issue 21: rotary', () => {
+test('rotary', () => {
   const tab = (P, R, x = 0.5) => t([P, R], x);
   const T = () => ({ cos: tab(8, 4), sin: tab(8, 4) });
   const wT = () => ({ cos: tab(400, 2), sin: tab(400, 2) });

@@ -123,7 +123,7 @@ export function windowVisibility(sp, n, W, S) {
 }
 
 /**
- * Rotary embeddings as CONTRACT.md says (issue 21): x [B, S, H, D] with row s
+ * Rotary embeddings as CONTRACT.md says: x [B, S, H, D] with row s
  * rotated at position pos[s] by the tables T = { cos, sin } ([P, R] each,
  * R = rotaryDim / 2; interleaved pairs (2j, 2j+1), else (j, j+R)), every
  * product and sum rounded to float32, or not rounded (f64: true; the result

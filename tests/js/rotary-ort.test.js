@@ -1,4 +1,4 @@
-// rotary-ort.test.js: issue 21's rotary option against ONNX Runtime's
+// rotary-ort.test.js: the rotary option against ONNX Runtime's
 // GroupQueryAttention with do_rotary = 1 (onnxruntime-web's wasm build, the
 // CPU kernel; its head_size must be a multiple of 16), on the same data:
 // a cache holding `past` rows (K as stored: already rotated, which is what

@@ -1,4 +1,4 @@
-// rotary.test.js: issue 21's rotary embeddings through the public API
+// rotary.test.js: rotary embeddings through the public API
 // (KVCache.update / attend / step and attendMany / stepMany with
 // `rotary: { cos, sin, interleaved, positions }`).
 //

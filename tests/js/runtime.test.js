@@ -1,4 +1,4 @@
-// runtime.test.js: issue 21 through the public API. treeMask on
+// runtime.test.js: the per-layer options through the public API. treeMask on
 // KVCache.attend / step (plain and windowed caches, 1 and 2 threads,
 // bit-identical) against the float64 reference (reference.js) with the
 // equivalent full bool mask; a chain tree gives isCausal's bits; keepRows
@@ -14,7 +14,7 @@ let one, two;
 test.before(async () => {
   one = await createSdpa({ threads: 1 });
   two = await createSdpa({ threads: 2 });
-  // (the workers run small shapes too: the serial cutoff of issue 22 off)
+  // (the workers run small shapes too: the serial cutoff off)
   const { M, core } = two[INTERNALS];
   M._sdpa_ctx_set_parallel_min_macs(core.ctx, 0);
 });

@@ -72,7 +72,7 @@ const same: HeapTensor<Float32Array> = out;
 plain.attend(q, { startPos: undefined, attnMask: undefined, scale: null });
 // @ts-expect-error: isCausal is a boolean
 plain.attend(q, { isCausal: 1 });
-// issue 21: a tree mask over the new rows, and keeping the accepted ones
+// a tree mask over the new rows, and keeping the accepted ones
 plain.attend(q, { treeMask: { data: new Uint8Array(1), dims: [1, 1] } });
 plain.step(q, sdpa.allocTensor('float32', [1, 1, 2, 64]), sdpa.allocTensor('float32', [1, 1, 2, 64]), { treeMask: m });
 // @ts-expect-error: a tree mask is bool
@@ -84,7 +84,7 @@ plain.keepRows(0, new Int32Array([1]));
 const many: Array<OutputTensor | FloatTensor> = sdpa.attendMany([{ cache: plain, q }, { cache: plain, q, startPos: 0, treeMask: m, out: q }]);
 // @ts-expect-error: an item needs its query
 sdpa.attendMany([{ cache: plain }]);
-// issue 21: rotary embeddings on update / attend / step and the items
+// rotary embeddings on update / attend / step and the items
 const cosT: HeapTensor<Float32Array> = sdpa.allocTensor('float32', [256, 32]);
 const rot: RotaryOptions = { cos: cosT, sin: cosT, interleaved: true, positions: [3] };
 plain.update(q, q, { rotary: rot });
