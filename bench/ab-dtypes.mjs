@@ -2,9 +2,9 @@
 // round times 5 calls of each dtype in turn, so a load change hits all alike.
 // Usage: node bench/ab-dtypes.mjs [--threads=1] [--shapes=A-8192,MQA-8192,B-4096] [--rounds=30] [--build=simd-threads]
 //        [--dtypes=float32,float16,int8,int4,int8/int4,float16/int4]   ('K/V': K and V each a dtype; ratios are against the first)
-import { createSdpaPeer } from './sdpa-peer.mjs';
-import { SHAPES } from './shapes.mjs';
-import { randomF32, now, stats, fmtMs } from './util.mjs';
+import { createSdpaPeer } from './lib/sdpa-peer.mjs';
+import { SHAPES } from './lib/shapes.mjs';
+import { randomF32, now, stats, fmtMs } from './lib/util.mjs';
 
 const arg = (k, d) => (process.argv.find(a => a.startsWith(`--${k}=`)) || `=${d}`).split('=')[1];
 const threads = Number(arg('threads', 1)), rounds = Number(arg('rounds', 30));

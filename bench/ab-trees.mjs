@@ -6,12 +6,14 @@
 // Usage: node bench/ab-trees.mjs --base=/path/to/other/checkout [--threads=1]
 //          [--shapes=A-8192,MQA-8192,B-4096] [--dtypes=float32,float16,int8] [--rounds=40] [--build=simd]
 // Both trees need dist/ built (npm run build -- --wasm); the other tree is
-// imported through its own bench/sdpa-peer.mjs and js/.
+// imported through its own bench/lib/sdpa-peer.mjs (bench/sdpa-peer.mjs in a
+// checkout from before bench/lib/) and js/.
+import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { createSdpaPeer } from './sdpa-peer.mjs';
-import { SHAPES } from './shapes.mjs';
-import { randomF32, now, stats, fmtMs } from './util.mjs';
+import { createSdpaPeer } from './lib/sdpa-peer.mjs';
+import { SHAPES } from './lib/shapes.mjs';
+import { randomF32, now, stats, fmtMs } from './lib/util.mjs';
 
 const arg = (k, d) => (process.argv.find(a => a.startsWith(`--${k}=`)) || `=${d}`).split('=')[1];
 const base = arg('base', '');
@@ -24,7 +26,8 @@ const build = arg('build', threads > 1 ? 'simd-threads' : 'simd');
 const ids = arg('shapes', 'A-8192,MQA-8192,B-4096').split(',');
 const dtypes = arg('dtypes', 'float32,float16,int8').split(',');
 
-const basePeerModule = await import(pathToFileURL(path.resolve(base, 'bench/sdpa-peer.mjs')).href);
+const basePeer = ['bench/lib/sdpa-peer.mjs', 'bench/sdpa-peer.mjs'].map((p) => path.resolve(base, p)).find((p) => fs.existsSync(p)) ?? path.resolve(base, 'bench/lib/sdpa-peer.mjs');
+const basePeerModule = await import(pathToFileURL(basePeer).href);
 const peers = [await basePeerModule.createSdpaPeer({ threads, build }), await createSdpaPeer({ threads, build })];
 console.log(`${build}, ${threads} thread(s), ${rounds} rounds x 5 calls each, median ms: base (${base}) | this tree | this / base`);
 for (const id of ids) {

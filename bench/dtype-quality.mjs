@@ -6,7 +6,7 @@
 // max |out - out_f32| / max |out_f32| and the RMS ratio, over 16 decode steps.
 // Usage: node bench/dtype-quality.mjs [--keys=2048] [--dtypes=float16,int8,int4,int8/int4,float16/int4]
 import { createSdpa } from '../js/index.js';
-import { randomF32 } from './util.mjs';
+import { randomF32 } from './lib/util.mjs';
 
 const arg = (k, d) => (process.argv.find(a => a.startsWith(`--${k}=`)) || `=${d}`).split('=')[1];
 const keys = Number(arg('keys', 2048));

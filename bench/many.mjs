@@ -4,7 +4,7 @@
 // (nothing allocated); 1 and 2 threads; median µs per round of N steps.
 // Usage: node bench/many.mjs [--rounds=60] [--build=simd-threads] [--threads=1,2]
 import { createSdpa } from '../js/index.js';
-import { now, stats, randomF32 } from './util.mjs';
+import { now, stats, randomF32 } from './lib/util.mjs';
 
 const arg = (k, d) => (process.argv.find((a) => a.startsWith(`--${k}=`)) || `=${d}`).split('=')[1];
 const rounds = Number(arg('rounds', 60)), build = arg('build', 'simd-threads');

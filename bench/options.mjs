@@ -6,7 +6,7 @@
 //
 //   node bench/options.mjs [--threads=1,2] [--quick]
 import { createSdpa } from '../js/index.js';
-import { timeIt, randomF32, fmtMs } from './util.mjs';
+import { timeIt, randomF32, fmtMs } from './lib/util.mjs';
 
 const argv = process.argv.slice(2);
 const opt = (n) => { const a = argv.find((x) => x.startsWith(`--${n}=`)); return a ? a.slice(n.length + 3) : undefined; };

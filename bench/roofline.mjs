@@ -1,13 +1,13 @@
 #!/usr/bin/env node
 // Where decode time goes, 1 thread, everything in one process:
-//   * the machine's limits (bench/limits.mjs: read bandwidth, mul+add peak);
-//   * the probes of bench/probes.c: register peaks (f32x4 mul+add, i32x4.dot_i16x8_s + add,
+//   * the machine's limits (bench/lib/limits.mjs: read bandwidth, mul+add peak);
+//   * the probes of bench/lib/probes.c: register peaks (f32x4 mul+add, i32x4.dot_i16x8_s + add,
 //     12 chains) and the decode's Q.K and P.V microkernels for float32, float16 and int8,
 //     HOT (a 256 KiB working set of tiles) and COLD (streaming tiles from a 128 MiB buffer),
 //     all timed interleaved;
-//   * every decode shape of bench/shapes.mjs per cache dtype, COLD (caches rotated over
+//   * every decode shape of bench/lib/shapes.mjs per cache dtype, COLD (caches rotated over
 //     >= 96 MiB, as bench/run.mjs times them) and HOT (the same call on a cache whose every
-//     page but the last is the pool's zero page: bench/sdpa-peer.mjs, openHotShape), timed
+//     page but the last is the pool's zero page: bench/lib/sdpa-peer.mjs, openHotShape), timed
 //     interleaved, against the bound max(bytes / read bandwidth, FLOPs / peak).
 //
 //   node bench/roofline.mjs [--quick] [--json] [--shapes=A-8192,MQA-8192] [--dtypes=float32,float16,int8]
@@ -19,12 +19,12 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import { pathToFileURL } from 'node:url';
-import { ensureLimitsBuilt, probesMjs, probesWasm } from './build-limits.mjs';
-import { measureLimits } from './limits.mjs';
-import { SHAPES, QUICK_IDS, work, checkRows } from './shapes.mjs';
-import { randomF32, referenceRows, compareRows, now, stats, fmtMs, fmtX } from './util.mjs';
+import { ensureLimitsBuilt, probesMjs, probesWasm } from './lib/build-limits.mjs';
+import { measureLimits } from './lib/limits.mjs';
+import { SHAPES, QUICK_IDS, work, checkRows } from './lib/shapes.mjs';
+import { randomF32, referenceRows, compareRows, now, stats, fmtMs, fmtX } from './lib/util.mjs';
 
-const PROBES = [   // kind = the enum of bench/probes.c
+const PROBES = [   // kind = the enum of bench/lib/probes.c
   { kind: 0, stage: 'Q·K', dtype: 'float32', what: '4 rows × 2 key vectors = 8 accumulators, key-transposed tile, passes of 8 keys' },
   { kind: 1, stage: 'P·V', dtype: 'float32', what: '4 rows × 2 vectors of D = 8 accumulators, keys in groups of 16' },
   { kind: 4, stage: 'Q·K', dtype: 'float16', what: 'groups of 16 keys converted into L1, then the float32 passes' },
@@ -113,7 +113,7 @@ export function roofBound(bytes, ops, bwGBs, peakG) {
  * ran, then `perRound` timed calls; the handle order reversed every other round).
  */
 export async function measureDecode({ shapes, dtypes, rounds, perRound, build = 'simd-threads', between = () => {}, log = () => {} }) {
-  const { createSdpaPeer } = await import('./sdpa-peer.mjs');
+  const { createSdpaPeer } = await import('./lib/sdpa-peer.mjs');
   const peer = await createSdpaPeer({ threads: 1, build });
   const rows = [], errors = [];
   try {
@@ -202,10 +202,10 @@ export function render(res) {
   const L = [], m = res.meta, lim = res.limits, pr = res.probes;
   L.push(`roofline, 1 thread  ${m.date}  commit ${m.commit ?? '?'}  ${m.cpu}  node ${m.node}${m.quick ? '  [--quick]' : ''}`);
   L.push(`load average at start ${m.loadavgStart.map((x) => x.toFixed(2)).join(' ')}, end ${m.loadavgEnd.map((x) => x.toFixed(2)).join(' ')}`);
-  L.push(`limits (bench/limits.c, once at the start, as bench/run.mjs's bound): read ${lim.bwGBs.toFixed(1)} GB/s (${lim.bw.min.toFixed(1)}–${lim.bw.max.toFixed(1)}), ` +
+  L.push(`limits (bench/lib/limits.c, once at the start, as bench/run.mjs's bound): read ${lim.bwGBs.toFixed(1)} GB/s (${lim.bw.min.toFixed(1)}–${lim.bw.max.toFixed(1)}), ` +
     `mul+add ${lim.peakGFLOPs.toFixed(1)} GFLOP/s (${lim.peak.chains} chains, ${lim.peak.min.toFixed(1)}–${lim.peak.max.toFixed(1)})`);
   L.push('');
-  L.push(`probes (bench/probes.c, D = ${pr.D}, medians of ${pr.reps} interleaved samples; HOT: ${HOT_BYTES >> 10} KiB of tiles, COLD: tiles streamed from ${pr.bufBytes >> 20} MiB)`);
+  L.push(`probes (bench/lib/probes.c, D = ${pr.D}, medians of ${pr.reps} interleaved samples; HOT: ${HOT_BYTES >> 10} KiB of tiles, COLD: tiles streamed from ${pr.bufBytes >> 20} MiB)`);
   const pk = pr.peaks, rows = [['probe', 'dtype', 'tile', 'hot G/s', '% peak', 'cold G/s', '% peak', 'cold GB/s']];
   const range = (x) => `${x.median.toFixed(1)} (${x.min.toFixed(1)}–${x.max.toFixed(1)}, ${x.n} samples)`;
   rows.push([`read bandwidth, a ${pr.bufBytes >> 20} MiB sum`, '-', '-', '-', '-', '-', '-', range(pk.read)]);
@@ -249,7 +249,7 @@ export function renderMarkdown(res) {
     L.push(`| ${p.stage} microkernel (${p.what}) | ${p.dtype} | ${p.hot.median.toFixed(1)} | ${(100 * p.hot.median / peak).toFixed(0)}% | ` +
       `${p.cold.median.toFixed(1)} | ${(100 * p.cold.median / peak).toFixed(0)}% | ${p.coldGBs.median.toFixed(1)} |`);
   }
-  L.push(`| bench/limits.c once at the start: mul+add peak (best of 8/12/14 chains), read of 256 MiB | float32 | ${lim.peakGFLOPs.toFixed(1)} | - | - | - | ${lim.bwGBs.toFixed(1)} |`);
+  L.push(`| bench/lib/limits.c once at the start: mul+add peak (best of 8/12/14 chains), read of 256 MiB | float32 | ${lim.peakGFLOPs.toFixed(1)} | - | - | - | ${lim.bwGBs.toFixed(1)} |`);
   if (res.decode?.rows?.length) {
     L.push('');
     L.push('| shape | dtype | MB read | cold ms | hot ms | cold / hot | bytes / bw ms | ops / peak ms | bound ms | side | cold / bound | hot / (ops / peak) |');
@@ -294,7 +294,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   if (argv.includes('--help')) { console.log(fs.readFileSync(new URL(import.meta.url), 'utf8').split('\n').slice(1, 18).join('\n')); process.exit(0); }
   if (opt('render')) { const r = JSON.parse(fs.readFileSync(opt('render'), 'utf8')); console.log(argv.includes('--markdown') ? renderMarkdown(r) : render(r)); process.exit(0); }
   const shapes = opt('shapes')?.split(',');
-  for (const id of shapes || []) if (!SHAPES.some((s) => s.id === id && s.kind === 'decode')) { console.error(`roofline: ${id} is not a decode shape of bench/shapes.mjs`); process.exit(2); }
+  for (const id of shapes || []) if (!SHAPES.some((s) => s.id === id && s.kind === 'decode')) { console.error(`roofline: ${id} is not a decode shape of bench/lib/shapes.mjs`); process.exit(2); }
   const num = (n) => (opt(n) ? Number(opt(n)) : undefined);
   const res = await runRoofline({ quick: argv.includes('--quick'), shapes, dtypes: opt('dtypes')?.split(','), rounds: num('rounds'), perRound: num('per-round'),
     dim: num('dim') ?? 128, build: opt('build') ?? 'simd-threads', decode: !argv.includes('--no-decode'), log: (m) => process.stderr.write(m + '\n') });

@@ -9,7 +9,7 @@
 // cache. Rounds interleave the ways; medians in µs.
 // Usage: node bench/rotary.mjs [--threads=1] [--rounds=300] [--build=simd-threads] [--dtype=float32] [--quick]
 import { createSdpa } from '../js/index.js';
-import { now, stats, randomF32 } from './util.mjs';
+import { now, stats, randomF32 } from './lib/util.mjs';
 
 const arg = (k, d) => (process.argv.find((a) => a.startsWith(`--${k}=`)) || `=${d}`).split('=')[1];
 const quick = process.argv.includes('--quick');

@@ -17,10 +17,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SHAPES, QUICK_IDS, bound } from './shapes.mjs';
+import { SHAPES, QUICK_IDS, bound } from './lib/shapes.mjs';
 import { render as renderRoofline } from './roofline.mjs';
-import { ensureLimitsBuilt } from './build-limits.mjs';
-import { fmtMs, fmtX } from './util.mjs';
+import { ensureLimitsBuilt } from './lib/build-limits.mjs';
+import { fmtMs, fmtX } from './lib/util.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..');
@@ -64,7 +64,7 @@ const childExecArgv = relaxedRows && !WebAssembly.validate(RELAXED_PROBE) ? ['--
 function runChild(threads) {
   return new Promise((resolve) => {
     const cfg = { threads, quick, shapes: shapeIds, naive: !flag('no-naive') && threads === Math.min(...threadList), dtypes: !flag('no-dtypes'), relaxed: relaxedRows };
-    const child = fork(path.join(here, 'child.mjs'), [JSON.stringify(cfg)], { cwd: root, stdio: ['ignore', 'pipe', 'pipe', 'ipc'], execArgv: childExecArgv });
+    const child = fork(path.join(here, 'lib', 'child.mjs'), [JSON.stringify(cfg)], { cwd: root, stdio: ['ignore', 'pipe', 'pipe', 'ipc'], execArgv: childExecArgv });
     // ORT prints through the child's stdout: keep it off ours (our stdout is the table / JSON)
     child.stdout.on('data', (d) => process.stderr.write(d));
     child.stderr.on('data', (d) => process.stderr.write(String(d).slice(0, 4000)));

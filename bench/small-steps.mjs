@@ -5,7 +5,7 @@
 // a fresh instance (V8 tiers the glue up as it runs).
 // Usage: node bench/small-steps.mjs [--rounds=200] [--build=simd-threads] [--first=12]
 import { createSdpa } from '../js/index.js';
-import { now, stats, fmtMs, randomF32 } from './util.mjs';
+import { now, stats, fmtMs, randomF32 } from './lib/util.mjs';
 
 const arg = (k, d) => (process.argv.find((a) => a.startsWith(`--${k}=`)) || `=${d}`).split('=')[1];
 const rounds = Number(arg('rounds', 200)), build = arg('build', 'simd-threads'), firstN = Number(arg('first', 12));

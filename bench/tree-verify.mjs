@@ -6,7 +6,7 @@
 // the same cache. Rounds interleave the three ways; medians in ms.
 // Usage: node bench/tree-verify.mjs [--threads=1] [--rounds=40] [--build=simd-threads] [--dtype=float32]
 import { createSdpa } from '../js/index.js';
-import { now, stats, fmtMs, randomF32 } from './util.mjs';
+import { now, stats, fmtMs, randomF32 } from './lib/util.mjs';
 
 const arg = (k, d) => (process.argv.find((a) => a.startsWith(`--${k}=`)) || `=${d}`).split('=')[1];
 const threads = Number(arg('threads', 1)), rounds = Number(arg('rounds', 40)), build = arg('build', 'simd-threads');

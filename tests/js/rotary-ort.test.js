@@ -13,7 +13,7 @@ import * as assert from 'uvu/assert';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createSdpa } from '../../js/index.js';
-import { singleNodeModel } from '../../bench/onnx-model.mjs';
+import { singleNodeModel } from '../../bench/lib/onnx-model.mjs';
 import { rng, randTensor, assertClose, sameBits } from './helpers.js';
 
 const ORT_DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'node_modules', 'onnxruntime-web', 'dist') + path.sep;

@@ -1,5 +1,5 @@
 // The machine's limits as wasm sees them: streaming-read bandwidth, SIMD f32
-// multiply+add peak and (relaxed SIMD) FMA peak (bench/limits.c), measured in
+// multiply+add peak and (relaxed SIMD) FMA peak (bench/lib/limits.c), measured in
 // the benchmark's own run.
 import fs from 'node:fs';
 import { pathToFileURL } from 'node:url';

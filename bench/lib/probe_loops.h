@@ -1,7 +1,7 @@
 /*
  * probe_loops.h: the loops the machine-limit probes share, one copy for
- * bench/limits.c (per thread; relaxed_madd in its relaxed-SIMD build) and
- * bench/probes.c: the streaming read (read_sum) and the multiply+add
+ * bench/lib/limits.c (per thread; relaxed_madd in its relaxed-SIMD build) and
+ * bench/lib/probes.c: the streaming read (read_sum) and the multiply+add
  * register-peak chains (8, 12 and 14 independent accumulators, acc = acc *
  * m + a, 8 FLOP per chain step).
  */

@@ -2,7 +2,7 @@
  * probes.c: where decode time goes. Standalone wasm probes, timed
  * by bench/roofline.mjs in the same process as the decode rows:
  *
- *  - probe_read: read bandwidth (a streaming sum, as bench/limits.c's).
+ *  - probe_read: read bandwidth (a streaming sum, as bench/lib/limits.c's).
  *  - probe_peak_madd: f32x4 mul+add register peak, 12 independent chains
  *    acc = acc * m + a (8 FLOP per step), 1 thread.
  *  - probe_peak_idot: the integer-dot peak, 12 independent chains
@@ -39,7 +39,7 @@
  * These are copies of the shapes of src/kernels/flash.c and flash_int8.h
  * (as of the commit that added this file), not the library's code: no
  * softmax, no masks, no touch-ahead, no merges. Built by
- * bench/build-limits.mjs with emcc -O3 -msimd128 (no threads).
+ * bench/lib/build-limits.mjs with emcc -O3 -msimd128 (no threads).
  */
 #include <emscripten.h>
 #include <stddef.h>
@@ -88,7 +88,7 @@ EMSCRIPTEN_KEEPALIVE size_t probe_tile_bytes(int kind, int D) {
 /* ------------------------------------------------------------ read bandwidth */
 
 /* The sum of n bytes (a multiple of 128) of floats with SIMD128 loads into 8
- * independent accumulators (bench/limits.c's read, 1 thread): the read
+ * independent accumulators (bench/lib/limits.c's read, 1 thread): the read
  * bandwidth, sampled between the other probes and the decode rounds. */
 EMSCRIPTEN_KEEPALIVE double probe_read(const float * p, size_t bytes) { return read_sum(p, bytes / 4); }
 

@@ -19,9 +19,9 @@
  *
  * Threads are created per call (pthread_create + join). The calls run for
  * tens of milliseconds, so the ~40 us creation cost is noise; the pool is
- * prewarmed through PTHREAD_POOL_SIZE (see bench/build-limits.mjs).
+ * prewarmed through PTHREAD_POOL_SIZE (see bench/lib/build-limits.mjs).
  *
- * Built by bench/build-limits.mjs with emcc -O3 -msimd128 -pthread.
+ * Built by bench/lib/build-limits.mjs with emcc -O3 -msimd128 -pthread.
  */
 #include <emscripten.h>
 #include <pthread.h>

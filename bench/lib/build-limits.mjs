@@ -1,18 +1,18 @@
-// Builds bench/limits.c into build/bench/limits.{mjs,wasm,worker.js} with emcc
+// Builds bench/lib/limits.c into build/bench/limits.{mjs,wasm,worker.js} with emcc
 // (-O3 -msimd128 -pthread, ES module glue), and into build/bench/limits-relaxed.*
 // with relaxed SIMD (the FMA peak): clang 16 through EM_LLVM_ROOT, linked at -O0,
 // optimised by npm's wasm-opt (docs/BUILDING.md section 4, as CMakeLists.txt does for
-// dist/sdpa-relaxed*); and bench/probes.c (the microkernel probes of bench/roofline.mjs)
-// into build/bench/probes.{mjs,wasm} (-O3 -msimd128, no threads). Run directly (`node bench/build-limits.mjs`) or let
+// dist/sdpa-relaxed*); and bench/lib/probes.c (the microkernel probes of bench/roofline.mjs)
+// into build/bench/probes.{mjs,wasm} (-O3 -msimd128, no threads). Run directly (`node bench/lib/build-limits.mjs`) or let
 // bench/run.mjs call ensureLimitsBuilt() when the files are missing or stale.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { buildEnv } from '../scripts/build.mjs';
+import { buildEnv } from '../../scripts/build.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, '..');
+const root = path.resolve(here, '..', '..');
 export const outDir = path.join(root, 'build', 'bench');
 export const limitsMjs = path.join(outDir, 'limits.mjs');
 export const limitsWasm = path.join(outDir, 'limits.wasm');

@@ -28,7 +28,7 @@ import { singleNodeModel } from './onnx-model.mjs';
 import { timeIt, stats, toF16Bits, fromF16Bits } from './util.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const ORT_DIST = path.resolve(here, '..', 'node_modules', 'onnxruntime-web', 'dist') + path.sep;
+const ORT_DIST = path.resolve(here, '..', '..', 'node_modules', 'onnxruntime-web', 'dist') + path.sep;
 
 /** BNSH copy of token-major rows [from, from+len) of x [N, H, D] into a [H, cap, D] buffer (same array type). */
 function toBNSH(x, H, D, from, len, cap) {

@@ -6,7 +6,7 @@
 // Several caches of the same shape are used in rotation so that the KV data of
 // one call is not still in the last-level cache from the previous call (as in a
 // model, where every layer has its own cache): at least ROTATE_BYTES in all.
-import { createSdpa } from '../js/index.js';
+import { createSdpa } from '../../js/index.js';
 import { timeIt, compareRows } from './util.mjs';
 import { work } from './shapes.mjs';
 
@@ -37,7 +37,7 @@ export async function createSdpaPeer({ threads, build }) {
 
   /**
    * The caches, q and out of one shape, checked once: { call(i), result, heapBytes(), dispose() }.
-   * (bench/child.mjs times two builds' shapes interleaved through this.)
+   * (bench/lib/child.mjs times two builds' shapes interleaved through this.)
    * hotCache: the one cache of a hot row (openHotShape), instead of rotated caches.
    */
   function openShape(s, data, check, { dtype = 'float32', checkStored = null, hotCache = null } = {}) {
