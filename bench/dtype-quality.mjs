@@ -1,5 +1,6 @@
-// What each cache dtype costs in accuracy and bytes (bench/README.md, "Choosing a
-// cache dtype"): for every dtype (or K/V pair), the bytes a token takes per layer,
+// What each cache dtype costs in accuracy and bytes (bench/README.md, "Headline
+// numbers"; the runs: bench/HISTORY.md, "Choosing a cache dtype"): for every dtype
+// (or K/V pair), the bytes a token takes per layer,
 // and the decode output's error against the same cache in float32, on (a)
 // ordinary data (normal K, V, q) and (b) keys with a few outlier channels (4 of
 // D channels 10x larger, as real K projections have). The error is

@@ -236,7 +236,7 @@ export function render(res) {
   return L.join('\n');
 }
 
-/** The two tables as markdown (bench/README.md's roofline section): `--render=run.json --markdown`. */
+/** The two tables as markdown (as in bench/HISTORY.md's roofline entries): `--render=run.json --markdown`. */
 export function renderMarkdown(res) {
   const L = [], pr = res.probes, pk = pr.peaks, lim = res.limits;
   L.push(`| probe (1 thread, D = ${pr.D}) | dtype | hot G/s | of peak | cold G/s | of peak | cold GB/s |`);

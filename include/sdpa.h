@@ -194,7 +194,7 @@ void sdpa_ctx_use_reference(sdpa_ctx * ctx, int32_t on);
 
 /// A compute call whose work (2 x B x Sq x Hq x keys read x D multiply-adds)
 /// is below this runs on the calling thread alone: waking the pool costs more
-/// than it saves there (bench/README.md, "Small decode steps"). The work is
+/// than it saves there (bench/HISTORY.md, "Small decode steps"). The work is
 /// cut into the same units either way, so the result is bit-identical. Default
 /// SDPA_PARALLEL_MIN_MACS; 0: every call that has more than one unit uses the
 /// pool (tests use it to exercise the workers on small shapes).
