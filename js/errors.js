@@ -1,28 +1,10 @@
 // errors.js: SdpaError and the mapping from C status numbers (include/sdpa.h)
 // to the stable string codes of CONTRACT.md section 2.
 
-/** Codes indexed by their `sdpa_status` number; the order is the table order. */
-export const STATUS_CODES = Object.freeze([
-  'OK',           // 0
-  'E_ARG',        // 1
-  'E_RANK',       // 2
-  'E_DIMS',       // 3
-  'E_DTYPE',      // 4
-  'E_BATCH',      // 5
-  'E_HEADS',      // 6
-  'E_HEAD_DIM',   // 7
-  'E_KV_LEN',     // 8
-  'E_START_POS',  // 9
-  'E_CAPACITY',   // 10
-  'E_MASK_DTYPE', // 11
-  'E_MASK_SHAPE', // 12
-  'E_MASK_CAUSAL',// 13
-  'E_DROPOUT',    // 14
-  'E_SCALE',      // 15
-  'E_DISPOSED',   // 16
-  'E_OOM',        // 17
-  'E_FORMAT',     // 18: saved KV state that cannot be read (docs/FORMAT.md)
-]);
+import { STATUS_CODES } from './abi.js';
+
+/** Codes indexed by their `sdpa_status` number (js/abi.js, from C); the order is the table order. */
+export { STATUS_CODES };
 
 /**
  * Not a contract rule: the package itself cannot be loaded (a missing or

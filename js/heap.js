@@ -18,6 +18,7 @@ import { fail } from './errors.js';
 import { fmtDims } from './shape.js';
 import { typedArrayTag, typedArrayLength, typedArraySet, isArray } from './intrinsics.js';
 import { describeValue } from './validate.js';  // (a cycle: used at call time only)
+import { TENSOR_DTYPES } from './abi.js';
 
 /** Internal state of every live or disposed heap tensor, keyed by the tensor. */
 const STATE = new WeakMap();
@@ -97,7 +98,8 @@ export function isHeapTensor(t) {
   return heapState(t) !== undefined;
 }
 
-export const DTYPE_BYTES = Object.freeze({ float32: 4, bool: 1 });
+/** Bytes per element of a tensor dtype (js/abi.js, from C). */
+export const DTYPE_BYTES = Object.freeze({ float32: TENSOR_DTYPES.float32.bytes, bool: TENSOR_DTYPES.bool.bytes });
 
 export class HeapTensor {
   /**

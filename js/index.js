@@ -14,7 +14,8 @@ import {
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
 import { attendMany, stepMany } from './many.js';
-import { KVCache, PAGE_ROWS } from './kv-cache.js';
+import { KVCache } from './kv-cache.js';
+import { LAYOUT, PAGE_ROWS } from './abi.js';
 import { KVCacheGroup, makeEach } from './kv-cache-group.js';
 import { loadState, CacheSink, GroupSink } from './kv-state.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
@@ -27,7 +28,7 @@ export { SdpaError, STATUS_CODES, E_LOAD, KVCache, KVCacheGroup, HeapTensor, isH
 export const INTERNALS = Symbol.for('sdpa-wasm.internals');
 
 /** The largest single allocation wasm32 malloc can make (< 2 GiB). A little
- * below C's SDPA_MAX_CACHE_BYTES (2^31 - 1), which leaves no room for malloc's
+ * below C's SDPA_MAX_PAGE_BYTES (2^31 - 1), which leaves no room for malloc's
  * own header: JS refuses first, with the clearer message. */
 const MAX_ALLOC = 0x7fff0000;
 
@@ -113,8 +114,8 @@ function makeInstance(core, info) {
   function planCache(fn, geo, rows) {
     const at = core.slot('stats');
     core.check(M._sdpa_kv_cache_plan_desc(core.ctx, core.cacheDesc(geo), rows, at), fn);
-    const i64 = (i) => core.int64At(at, i);
-    return { pages: i64(0), pageBytes: i64(1), poolBytes: i64(2), tableBytes: i64(3), bytes: i64(4) };
+    const f = LAYOUT.sdpa_kv_cache_size, i64 = (offset) => core.int64At(at + offset);
+    return { pages: i64(f.pages), pageBytes: i64(f.page_bytes), poolBytes: i64(f.pool_bytes), tableBytes: i64(f.table_bytes), bytes: i64(f.bytes) };
   }
 
   /**
@@ -242,14 +243,14 @@ function makeInstance(core, info) {
     ck.done();
     const at = core.slot('stats');
     M._sdpa_ctx_memory(core.ctx, at);
-    const i64 = (i) => core.int64At(at, i);
+    const f = LAYOUT.sdpa_memory_stats, i64 = (offset) => core.int64At(at + offset);
     return {
-      pageRows: core.views().i32[(at >>> 2) + 10],
-      bytesReserved: i64(0),
-      bytesInUse: i64(1),
-      bytesFree: i64(2),
-      pagesInUse: i64(3),
-      pagesFree: i64(4),
+      pageRows: core.views().i32[(at + f.page_rows) >>> 2],
+      bytesReserved: i64(f.bytes_reserved),
+      bytesInUse: i64(f.bytes_in_use),
+      bytesFree: i64(f.bytes_free),
+      pagesInUse: i64(f.pages_in_use),
+      pagesFree: i64(f.pages_free),
       heapBytes: core.heapBytes(),
     };
   }

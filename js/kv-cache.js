@@ -21,12 +21,11 @@ import {
   ATTEND_OPTIONS, checkKeepRows, UPDATE_OPTIONS, checkRotary,
 } from './validate.js';
 import { SLOT } from './runtime.js';
+import { RECORD_PARTS } from './abi.js';
 import { prod } from './shape.js';
 import { typedArrayTag, isArray } from './intrinsics.js';
 import { saveCache, saveCacheChunks, saveCacheStream, releaseSaves } from './kv-state.js';
 
-/** Token rows per page: SDPA_PAGE_ROWS in include/sdpa.h. */
-export const PAGE_ROWS = 64;
 
 
 
@@ -36,30 +35,35 @@ const isOptionsLike = (x) => x !== null && typeof x === 'object' && !isArray(x) 
 /** The group's access to a cache's checks (filled by KVCache's static block; not exported from the package). */
 export const cacheHooks = {};
 
-/** readRaw's parts from `rows` records (include/sdpa.h, sdpa_kv_cache_read_records) of one dtype. */
-function splitRecords(u8, dtype, rows, D, dims) {
-  if (dtype === 'float32') return { data: new Float32Array(u8.buffer), dims, dtype };
-  if (dtype === 'float16') return { data: new Uint16Array(u8.buffer), dims, dtype };
+/** A record part's item type (js/abi.js RECORD_PARTS): its typed array and DataView reader. */
+const ITEM_TYPES = Object.freeze({
+  int8: [Int8Array, 'getInt8'], uint8: [Uint8Array, 'getUint8'], uint16: [Uint16Array, 'getUint16'], float32: [Float32Array, 'getFloat32'],
+});
+
+/**
+ * readRaw's parts from `rows` records (include/sdpa.h, sdpa_kv_cache_read_records)
+ * of one dtype, `rec` bytes each, as C lays them out (RECORD_PARTS, from
+ * src/cache/kv_record.c): { data, dims, dtype, ...the other parts }, each part
+ * one typed array over all rows. A record of one part is that part, uncopied.
+ */
+function splitRecords(u8, dtype, rows, D, dims, rec) {
+  const parts = RECORD_PARTS[dtype], result = { data: null, dims, dtype };
+  if (parts.length === 1) {
+    result[parts[0].name] = new ITEM_TYPES[parts[0].type][0](u8.buffer);
+    return result;
+  }
   const view = new DataView(u8.buffer);
-  if (dtype === 'int8') {
-    const data = new Int8Array(rows * D), scales = new Float32Array(rows), zeroPoints = new Int8Array(rows);
-    for (let r = 0, at = 0; r < rows; r++, at += D + 5) {
-      data.set(new Int8Array(u8.buffer, at, D), r * D);
-      scales[r] = view.getFloat32(at + D, true);
-      zeroPoints[r] = view.getInt8(at + D + 4);
+  let offset = 0;  // of the part within a record
+  for (const { name, type, bytes, span } of parts) {
+    const [Items, get] = ITEM_TYPES[type], n = span ? Math.ceil(D / span) : 1, items = new Items(rows * n);
+    for (let r = 0, at = offset; r < rows; r++, at += rec) {
+      if (bytes === 1) items.set(new Items(u8.buffer, at, n), r * n);
+      else for (let i = 0; i < n; i++) items[r * n + i] = view[get](at + i * bytes, true);
     }
-    return { data, dims, dtype, scales, zeroPoints };
+    result[name] = items;
+    offset += n * bytes;
   }
-  const half = (D + 1) >> 1, G = Math.ceil(D / 32), rec = half + 4 * G;
-  const data = new Uint8Array(rows * half), scales = new Uint16Array(rows * G), offsets = new Uint16Array(rows * G);
-  for (let r = 0, at = 0; r < rows; r++, at += rec) {
-    data.set(u8.subarray(at, at + half), r * half);
-    for (let g = 0; g < G; g++) {
-      scales[r * G + g] = view.getUint16(at + half + 2 * g, true);
-      offsets[r * G + g] = view.getUint16(at + half + 2 * (G + g), true);
-    }
-  }
-  return { data, dims, dtype, scales, offsets };
+  return result;
 }
 
 export class KVCache {
@@ -285,7 +289,7 @@ export class KVCache {
         const u8 = c.views().u8.slice(p, p + bytes);
         c.free(p);
         p = 0;
-        result[name] = splitRecords(u8, dtype, rows, D, dims.slice());
+        result[name] = splitRecords(u8, dtype, rows, D, dims.slice(), rec);
       }
       return result;
     } finally {

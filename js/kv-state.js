@@ -17,14 +17,16 @@
 import { SdpaError } from './errors.js';
 import {
   Checks, readOptions, describeValue, SAVE_OPTIONS, SAVE_CHUNK_OPTIONS, SAVE_STREAM_OPTIONS, LOAD_OPTIONS, checkSignal, checkSaveInto,
-  readSaveMeta, checkChunkBytes, checkSaveRows, checkLoadMaxSeqLen,
+  readSaveMeta, checkChunkBytes, checkSaveRows, checkLoadMaxSeqLen, MAX_META_BYTES,
 } from './validate.js';
+import { CACHE_DTYPES } from './abi.js';
 import { formatBytes } from './runtime.js';
 import { typedArrayTag, typedArrayBuffer, typedArrayByteOffset, typedArrayByteLength, typedArraySet, isView } from './intrinsics.js';
 
 /** The staging buffer in wasm memory: pieces of at most this many bytes cross the boundary. */
 const STAGING_BYTES = 4 << 20;
-const CACHE_DTYPE_NAMES = Object.freeze({ 1: 'float32', 3: 'float16', 4: 'int8', 5: 'int4' });
+/** Cache dtype names by sdpa_dtype number. */
+const CACHE_DTYPE_NAMES = Object.freeze(Object.fromEntries(Object.entries(CACHE_DTYPES).map(([name, id]) => [id, name])));
 const GROUP_MAGIC = Object.freeze([0x89, 0x53, 0x44, 0x50, 0x41, 0x4b, 0x47, 0x0a]); // "\x89SDPAKG\n"
 const GROUP_VERSION = 1;
 const GROUP_FIXED = 24;
@@ -411,7 +413,8 @@ class Loader {
     c.check(M._sdpa_kv_load_finish(this.ptr, outAt), this.fn);
     const ptr = c.views().u32[outAt >>> 2];
     const at = c.slot('stats');
-    M._sdpa_kv_cache_shape(ptr, at, at + 4, at + 8, at + 12);
+    const I32 = Int32Array.BYTES_PER_ELEMENT;  // (four int32 out-arguments, one after another)
+    M._sdpa_kv_cache_shape(ptr, at, at + I32, at + 2 * I32, at + 3 * I32);
     const i32 = c.views().i32, w = at >>> 2;
     const geo = {
       batch: i32[w], maxSeqLen: i32[w + 1], numKvHeads: i32[w + 2], headDim: i32[w + 3],
@@ -547,7 +550,7 @@ class GroupSink {
         if (this.head.length === GROUP_FIXED) {
           const version = dv.getUint32(8, true), m = dv.getUint32(16, true);
           if (version !== GROUP_VERSION) this.#fail(`group format version ${version} ${version > GROUP_VERSION ? 'is newer than this build' : 'is unknown'}; this build reads version ${GROUP_VERSION}`);
-          if (m > (1 << 20)) this.#fail(`the group header's meta is ${m} bytes; at most ${1 << 20}`);
+          if (m > MAX_META_BYTES) this.#fail(`the group header's meta is ${m} bytes; at most ${MAX_META_BYTES}`);
           const grown = new Uint8Array(GROUP_FIXED + m + 4);
           grown.set(this.head);
           this.head = grown;

@@ -33,9 +33,9 @@
 
 import { SdpaError, E_LOAD } from './errors.js';
 import { describeValue } from './validate.js';
+import { MAX_THREADS } from './abi.js';
 
 export const MAX_AUTO_THREADS = 8;
-export const MAX_THREADS = 64; // SDPA_MAX_THREADS in include/sdpa.h
 const MAX_WORKERS = MAX_THREADS - 1; // pthread workers: the calling thread is the other one (CMakeLists.txt caps the pool alike)
 export const DEFAULT_INIT_TIMEOUT_MS = 30_000;
 

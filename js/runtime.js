@@ -11,32 +11,65 @@ import { SdpaError, codeOfStatus } from './errors.js';
 import { HeapTensor, DTYPE_BYTES, heapState, heapView, noteMemoryBuffer, memoryOwner, staleInputWarning } from './heap.js';
 import { prod, fmtDims } from './shape.js';
 import { typedArraySet } from './intrinsics.js';
-import { CACHE_DTYPES } from './validate.js';
+import { LAYOUT, TENSOR_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX } from './abi.js';
 
-// Scratch layout (bytes). sdpa_tensor is 32 bytes on wasm32:
-// data@0 len@4 dtype@8 rank@12 dims@16..31; sdpa_options is 48 bytes:
-// start_pos@0 (int64) is_causal@8 has_scale@12 scale@16 dropout_p@20
-// window@24 softcap@28 sinks@32 (a pointer: 0 or the sinks slot)
-// tree_mask@36 rotary@40; sdpa_memory_stats is 48 bytes: five int64 then
-// page_rows@40; sdpa_kv_cache_desc is 32 bytes: eight int32 (batch,
-// maxSeqLen, Hkv, D, key dtype, value dtype, window, sinkTokens); a rotary
-// block is ROTARY_BYTES (putRotary).
-export const SLOT = Object.freeze({ q: 0, k: 32, v: 64, mask: 96, out: 128, sinks: 160, opts: 192, ptr: 240, stats: 248, desc: 296, tree: 328, rotary: 360 });
+// Every size and offset of a C struct comes from js/abi.js (generated from the C
+// headers by scripts/abi.c); what is JS's own is how it arranges those structs
+// in its blocks (regions below).
+const TENSOR = LAYOUT.sdpa_tensor, OPTIONS = LAYOUT.sdpa_options, ROTARY = LAYOUT.sdpa_rotary;
+const ITEM = LAYOUT.sdpa_attend_item, DESC = LAYOUT.sdpa_kv_cache_desc;
+/** A struct's field offsets in 32-bit words (JS writes them through Int32 / Uint32 / Float32 views). */
+const words = (s) => Object.freeze(Object.fromEntries(Object.entries(s).filter(([k]) => k !== 'size' && k !== 'align').map(([k, v]) => [k, v >>> 2])));
+const TW = words(TENSOR), OW = words(OPTIONS), RW = words(ROTARY), IW = words(ITEM), DW = words(DESC);
+const OPTIONS_WORDS = OPTIONS.size >>> 2;
+/** sdpa_dtype numbers of the tensor dtypes (undefined, written as 0, for any other name). */
+const DTYPE_ID = Object.freeze(Object.fromEntries(Object.entries(TENSOR_DTYPES).map(([name, d]) => [name, d.id])));
+const F32_BYTES = TENSOR_DTYPES.float32.bytes, I32_BYTES = Int32Array.BYTES_PER_ELEMENT;
+/** Every region of a block starts this aligned: the strictest C struct's alignment (sdpa_options' int64). */
+const ALIGN = Math.max(...Object.values(LAYOUT).map((s) => s.align));
+const alignUp = (n) => Math.ceil(n / ALIGN) * ALIGN;
+
+/** Named regions of the given byte sizes, one after another, each ALIGN-aligned: { at: name -> offset, bytes }. */
+function regions(sizes) {
+  const at = {};
+  let end = 0;
+  for (const [name, bytes] of Object.entries(sizes)) {
+    at[name] = alignUp(end);
+    end = at[name] + bytes;
+  }
+  return { at: Object.freeze(at), bytes: alignUp(end) };
+}
+
+/** Positions a rotary block holds inline (more go to a temporary). */
+const ROTARY_INLINE_POSITIONS = 64;
+/** A rotary block (putRotary): sdpa_rotary, its cos and sin tensors, room for the positions. */
+const ROTARY_BLOCK = regions({
+  rotary: ROTARY.size, cos: TENSOR.size, sin: TENSOR.size, positions: ROTARY_INLINE_POSITIONS * I32_BYTES,
+});
 /**
- * A rotary block: sdpa_rotary (20 bytes: cos@0 sin@4
- * interleaved@8 n_positions@12 positions@16), cos's tensor@24, sin's@56,
- * then room for 64 positions@88 (more go to a temporary).
+ * The scratch block, malloc'ed once per instance: the argument structs of one
+ * call (5 tensors, sinks, options), an out pointer or status (ptr), the
+ * out-structs sdpa_memory_stats / sdpa_kv_cache_size (stats), a cache's
+ * sdpa_kv_cache_desc, the tree mask's tensor and a rotary block.
  */
-const ROTARY_BYTES = 344, ROTARY_INLINE_POSITIONS = 64;
-export const SCRATCH_BYTES = 360 + ROTARY_BYTES;
+const SCRATCH = regions({
+  q: TENSOR.size, k: TENSOR.size, v: TENSOR.size, mask: TENSOR.size, out: TENSOR.size, sinks: TENSOR.size,
+  opts: OPTIONS.size, ptr: POINTER_BYTES, stats: Math.max(LAYOUT.sdpa_memory_stats.size, LAYOUT.sdpa_kv_cache_size.size),
+  desc: DESC.size, tree: TENSOR.size, rotary: ROTARY_BLOCK.bytes,
+});
+/** Byte offsets of the scratch block's regions. */
+export const SLOT = SCRATCH.at;
+export const SCRATCH_BYTES = SCRATCH.bytes;
 /**
- * attendMany's / stepMany's block: the sdpa_attend_item array (28 bytes
- * each, 64 of them: ITEMS_BYTES), then per item ITEM_BYTES holding its
- * tensors and options: query@0, mask@32, out@64, sinks@96, treeMask@128,
- * options@160 (48 bytes), key@208, value@240, rotary@272 (ROTARY_BYTES).
+ * attendMany's / stepMany's block: the sdpa_attend_item array (MANY_MAX of
+ * them: ITEMS_BYTES), then per item an ITEM_BLOCK holding its tensors,
+ * options and rotary block.
  */
-const ITEMS_BYTES = 1792, ITEM_BYTES = 272 + ROTARY_BYTES;
-const DTYPE_ENUM = Object.freeze({ float32: 1, bool: 2 });
+const ITEMS_BYTES = alignUp(ITEM.size * MANY_MAX);
+const ITEM_BLOCK = regions({
+  query: TENSOR.size, mask: TENSOR.size, out: TENSOR.size, sinks: TENSOR.size, treeMask: TENSOR.size,
+  options: OPTIONS.size, key: TENSOR.size, value: TENSOR.size, rotary: ROTARY_BLOCK.bytes,
+});
 
 export function formatBytes(n) {
   const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -48,11 +81,11 @@ export function formatBytes(n) {
 /** Writes an sdpa_tensor at byte address `at` through the views `v`. */
 function putTensor(v, at, ptr, len, dtype, dims) {
   const w = at >>> 2;
-  v.u32[w] = ptr >>> 0;
-  v.u32[w + 1] = len >>> 0;
-  v.i32[w + 2] = DTYPE_ENUM[dtype];
-  v.i32[w + 3] = dims.length;
-  for (let i = 0; i < 4; i++) v.i32[w + 4 + i] = i < dims.length ? dims[i] : 0;
+  v.u32[w + TW.data] = ptr >>> 0;
+  v.u32[w + TW.len] = len >>> 0;
+  v.i32[w + TW.dtype] = DTYPE_ID[dtype];
+  v.i32[w + TW.rank] = dims.length;
+  for (let i = 0; i < TENSOR_MAX_RANK; i++) v.i32[w + TW.dims + i] = i < dims.length ? dims[i] : 0;
 }
 
 /**
@@ -63,18 +96,18 @@ function putTensor(v, at, ptr, len, dtype, dims) {
 function putOptions(v, at, startPos, isCausal, scale, window = 0, softcap = 0, sinksAt = 0, treeAt = 0, rotaryAt = 0) {
   const w = at >>> 2;
   const hasScale = scale !== null && scale !== undefined;
-  v.u32[w] = startPos % 0x100000000;
-  v.u32[w + 1] = Math.floor(startPos / 0x100000000);
-  v.i32[w + 2] = isCausal ? 1 : 0;
-  v.i32[w + 3] = hasScale ? 1 : 0;
-  v.f32[w + 4] = hasScale ? scale : 0;
-  v.f32[w + 5] = 0;
-  v.i32[w + 6] = window;
-  v.f32[w + 7] = softcap;
-  v.u32[w + 8] = sinksAt >>> 0;
-  v.u32[w + 9] = treeAt >>> 0; // tree_mask (issue 21)
-  v.u32[w + 10] = rotaryAt >>> 0; // rotary (issue 21)
-  v.u32[w + 11] = 0;
+  v.u32.fill(0, w, w + OPTIONS_WORDS); // (the padding too: every byte written)
+  v.u32[w + OW.start_pos] = startPos % 0x100000000; // an int64: low word, then high word
+  v.u32[w + OW.start_pos + 1] = Math.floor(startPos / 0x100000000);
+  v.i32[w + OW.is_causal] = isCausal ? 1 : 0;
+  v.i32[w + OW.has_scale] = hasScale ? 1 : 0;
+  v.f32[w + OW.scale] = hasScale ? scale : 0;
+  v.f32[w + OW.dropout_p] = 0;
+  v.i32[w + OW.window] = window;
+  v.f32[w + OW.softcap] = softcap;
+  v.u32[w + OW.sinks] = sinksAt >>> 0;
+  v.u32[w + OW.tree_mask] = treeAt >>> 0;
+  v.u32[w + OW.rotary] = rotaryAt >>> 0;
 }
 
 const decoder = new TextDecoder();
@@ -164,9 +197,9 @@ export class Core {
 
   heapBytes() { return this.currentBuffer().byteLength; }
 
-  /** The i-th int64 of a C struct at byte address `at` (non-negative, exact below 2^53). */
-  int64At(at, i) {
-    const u32 = this.views().u32, w = (at >>> 2) + 2 * i;
+  /** The int64 at byte address `at` (a field of a C struct: non-negative, exact below 2^53). */
+  int64At(at) {
+    const u32 = this.views().u32, w = at >>> 2;
     return u32[w] + u32[w + 1] * 0x100000000;
   }
 
@@ -217,17 +250,23 @@ export class Core {
   /** A checked cache geometry as sdpa_kv_cache_desc in its slot (its address). */
   cacheDesc(geo) {
     const at = this.scratch + SLOT.desc, i32 = this.views().i32, w = at >>> 2;
-    const fields = [geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim, CACHE_DTYPES[geo.keyDtype],
-      CACHE_DTYPES[geo.valueDtype], geo.window, geo.sinkTokens];
-    for (let i = 0; i < 8; i++) i32[w + i] = fields[i];
+    i32[w + DW.batch] = geo.batch;
+    i32[w + DW.max_seq_len] = geo.maxSeqLen;
+    i32[w + DW.kv_heads] = geo.numKvHeads;
+    i32[w + DW.head_dim] = geo.headDim;
+    i32[w + DW.key_dtype] = CACHE_DTYPES[geo.keyDtype];
+    i32[w + DW.value_dtype] = CACHE_DTYPES[geo.valueDtype];
+    i32[w + DW.window] = geo.window;
+    i32[w + DW.sink_tokens] = geo.sinkTokens;
     return at;
   }
 
   /**
-   * A checked rotary (validate.js checkRotary) as a rotary block at
-   * `at` (ROTARY_BYTES); its tables by address when they live in this memory,
-   * else copied in, and more than 64 positions, as temporaries pushed onto
-   * `temps` (the caller frees them). Returns `at`, or 0 for no rotary.
+   * A checked rotary (validate.js checkRotary) as a rotary block at `at`
+   * (ROTARY_BLOCK); its tables by address when they live in this memory,
+   * else copied in, and more than ROTARY_INLINE_POSITIONS positions, as
+   * temporaries pushed onto `temps` (the caller frees them). Returns the
+   * address of its sdpa_rotary, or 0 for no rotary.
    */
   putRotary(fn, rot, at, temps) {
     if (rot === null) return 0;
@@ -235,18 +274,19 @@ export class Core {
     if (c === -1) temps.push(c = this.copyIn(rot.C, fn));
     if (s === -1) temps.push(s = this.copyIn(rot.S, fn));
     const n = rot.positions === null ? 0 : rot.positions.length;
-    let p = n ? at + 88 : 0;
-    if (n > ROTARY_INLINE_POSITIONS) temps.push(p = this.malloc(n * 4, fn, 'a temporary copy of rotary.positions'));
-    const h = this.views(), w = at >>> 2;
+    const B = ROTARY_BLOCK.at, r = at + B.rotary;
+    let p = n ? at + B.positions : 0;
+    if (n > ROTARY_INLINE_POSITIONS) temps.push(p = this.malloc(n * I32_BYTES, fn, 'a temporary copy of rotary.positions'));
+    const h = this.views(), w = r >>> 2;
     if (n) typedArraySet(h.i32, rot.positions, p >>> 2);
-    putTensor(h, at + 24, c, rot.C.len, 'float32', rot.C.dims);
-    putTensor(h, at + 56, s, rot.S.len, 'float32', rot.S.dims);
-    h.u32[w] = at + 24;
-    h.u32[w + 1] = at + 56;
-    h.i32[w + 2] = rot.interleaved ? 1 : 0;
-    h.i32[w + 3] = n;
-    h.u32[w + 4] = p;
-    return at;
+    putTensor(h, at + B.cos, c, rot.C.len, 'float32', rot.C.dims);
+    putTensor(h, at + B.sin, s, rot.S.len, 'float32', rot.S.dims);
+    h.u32[w + RW.cos] = at + B.cos;
+    h.u32[w + RW.sin] = at + B.sin;
+    h.i32[w + RW.interleaved] = rot.interleaved ? 1 : 0;
+    h.i32[w + RW.n_positions] = n;
+    h.u32[w + RW.positions] = p;
+    return r;
   }
 
   // -- placing tensors in wasm memory --------------------------------------
@@ -306,7 +346,7 @@ export class Core {
       if (q === -1) q = tq = this.copyIn(Q, fn);
       if (k === -1) k = tk = this.copyIn(K, fn);
       if (v === -1) v = tv = this.copyIn(V, fn);
-      if (o === -1) o = to = this.malloc(n * 4, fn, 'a temporary output');
+      if (o === -1) o = to = this.malloc(n * F32_BYTES, fn, 'a temporary output');
       const h = this.views();
       putTensor(h, s + SLOT.q, q, n, Q.dtype, Q.dims);
       if (K) putTensor(h, s + SLOT.k, k, K.len, K.dtype, K.dims);
@@ -330,7 +370,7 @@ export class Core {
 
   /**
    * attendMany's checked items ({ P, sp, ptr }) as sdpa_attend_item
-   * structs in one block made at the first call (ITEM_BYTES per item, for
+   * structs in one block made at the first call (ITEM_BLOCK per item, for
    * MANY_MAX items: a decode loop allocates nothing), one C call; returns the
    * outputs in item order.
    */
@@ -342,40 +382,41 @@ export class Core {
       k: K ? this.addressOf(K) : 0, v: V ? this.addressOf(V) : 0,
     }));
     const temps = [], outs = new Array(n).fill(0);
-    if (!this.manyBlock) this.manyBlock = this.malloc(ITEMS_BYTES + ITEM_BYTES * 64, fn, 'the items block'); // (once per instance)
+    if (!this.manyBlock) this.manyBlock = this.malloc(ITEMS_BYTES + ITEM_BLOCK.bytes * MANY_MAX, fn, 'the items block'); // (once per instance)
+    const B = ITEM_BLOCK.at, blockAt = (i) => this.manyBlock + ITEMS_BYTES + i * ITEM_BLOCK.bytes;
     for (const { P, K, V } of items) this.warnStaleInputs(P.Q, K, V);
     try {
       for (let i = 0; i < n; i++) {
         const P = items[i].P, a = addr[i];
-        a.r = this.putRotary(fn, P.rot ?? null, this.manyBlock + ITEMS_BYTES + i * ITEM_BYTES + 272, temps);
+        a.r = this.putRotary(fn, P.rot ?? null, blockAt(i) + B.rotary, temps);
         if (a.s === -1) temps.push(a.s = this.copyIn(P.S, fn));
         if (a.m === -1) temps.push(a.m = this.copyIn(P.M, fn));
         if (a.t === -1) temps.push(a.t = this.copyIn(P.T, fn));
         if (a.q === -1) temps.push(a.q = this.copyIn(P.Q, fn));
         if (a.k === -1) temps.push(a.k = this.copyIn(items[i].K, fn));
         if (a.v === -1) temps.push(a.v = this.copyIn(items[i].V, fn));
-        if (a.o === -1) temps.push(a.o = outs[i] = this.malloc(P.Q.len * 4, fn, 'a temporary output'));
+        if (a.o === -1) temps.push(a.o = outs[i] = this.malloc(P.Q.len * F32_BYTES, fn, 'a temporary output'));
       }
       const h = this.views();
       for (let i = 0; i < n; i++) {
-        // (the sdpa_attend_item array first, 28 bytes apart; then each item's tensors and options)
-        const { P, sp, ptr } = items[i], a = addr[i], at = this.manyBlock + ITEMS_BYTES + i * ITEM_BYTES, w = (this.manyBlock + 28 * i) >>> 2;
-        putTensor(h, at, a.q, P.Q.len, P.Q.dtype, P.Q.dims);
-        if (P.M) putTensor(h, at + 32, a.m, P.M.len, P.M.dtype, P.M.dims);
-        putTensor(h, at + 64, a.o, P.Q.len, 'float32', P.Q.dims);
-        if (P.S) putTensor(h, at + 96, a.s, P.S.len, 'float32', P.S.dims);
-        if (P.T) putTensor(h, at + 128, a.t, P.T.len, P.T.dtype, P.T.dims);
-        putOptions(h, at + 160, sp, P.isCausal, P.scale, P.window, P.softcap, P.S ? at + 96 : 0, P.T ? at + 128 : 0, a.r);
-        h.u32[w] = ptr >>> 0;
-        h.u32[w + 1] = at;
-        h.u32[w + 2] = P.M ? at + 32 : 0;
-        h.u32[w + 3] = at + 160;
-        h.u32[w + 4] = at + 64;
+        // (the sdpa_attend_item array first; then each item's tensors and options)
+        const { P, sp, ptr } = items[i], a = addr[i], at = blockAt(i), w = (this.manyBlock + ITEM.size * i) >>> 2;
+        putTensor(h, at + B.query, a.q, P.Q.len, P.Q.dtype, P.Q.dims);
+        if (P.M) putTensor(h, at + B.mask, a.m, P.M.len, P.M.dtype, P.M.dims);
+        putTensor(h, at + B.out, a.o, P.Q.len, 'float32', P.Q.dims);
+        if (P.S) putTensor(h, at + B.sinks, a.s, P.S.len, 'float32', P.S.dims);
+        if (P.T) putTensor(h, at + B.treeMask, a.t, P.T.len, P.T.dtype, P.T.dims);
+        putOptions(h, at + B.options, sp, P.isCausal, P.scale, P.window, P.softcap, P.S ? at + B.sinks : 0, P.T ? at + B.treeMask : 0, a.r);
+        h.u32[w + IW.cache] = ptr >>> 0;
+        h.u32[w + IW.query] = at + B.query;
+        h.u32[w + IW.mask] = P.M ? at + B.mask : 0;
+        h.u32[w + IW.options] = at + B.options;
+        h.u32[w + IW.out] = at + B.out;
         const { K, V } = items[i];
-        if (K) putTensor(h, at + 208, a.k, K.len, K.dtype, K.dims);
-        if (V) putTensor(h, at + 240, a.v, V.len, V.dtype, V.dims);
-        h.u32[w + 5] = K ? at + 208 : 0;
-        h.u32[w + 6] = V ? at + 240 : 0;
+        if (K) putTensor(h, at + B.key, a.k, K.len, K.dtype, K.dims);
+        if (V) putTensor(h, at + B.value, a.v, V.len, V.dtype, V.dims);
+        h.u32[w + IW.key] = K ? at + B.key : 0;
+        h.u32[w + IW.value] = V ? at + B.value : 0;
       }
       this.check((step ? this.M._sdpa_kv_cache_step_many : this.M._sdpa_kv_cache_attend_many)(this.ctx, this.manyBlock, n), fn);
       const f32 = this.views().f32;

@@ -21,6 +21,7 @@ import {
   typedArrayTag, typedArrayLength, typedArrayBuffer, typedArrayByteOffset, typedArrayByteLength,
   isView, isArray, hasOwn, getPrototypeOf, objectToString, ObjectPrototype, isDetached,
 } from './intrinsics.js';
+import { CACHE_DTYPES, STATE_MAX_META } from './abi.js';
 
 // ---------------------------------------------------------------------------
 // Collecting checks
@@ -958,14 +959,14 @@ export function checkCacheTruncate(ck, geo, length, held, windowStart) {
 // createKVCache's options, kvCacheSize's rows, allocTensor, reserve
 
 export const CACHE_OPTIONS = Object.freeze(['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype', 'keyDtype', 'valueDtype', 'window', 'sinkTokens']);
-/** Cache dtypes -> sdpa_dtype (include/sdpa.h). */
-export const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { float32: 1, float16: 3, int8: 4, int4: 5 }));
+/** The cache dtypes (js/abi.js, in sdpa_dtype order) for messages: "'float32', 'float16', 'int8' or 'int4'". */
+const CACHE_DTYPE_LIST = Object.keys(CACHE_DTYPES).map((n) => `'${n}'`).join(', ').replace(/, ([^,]*)$/, ' or $1');
 
 /** A cache dtype option (`name`: dtype, keyDtype or valueDtype), `dflt` when absent; null after a failed rule. */
 function readCacheDtype(ck, name, value, dflt) {
   if (value === undefined || value === null) return dflt;
   if (typeof value !== 'string') ck.add('E_ARG', `${name} must be a string, got ${describeValue(value)}`);
-  else if (CACHE_DTYPES[value] === undefined) ck.add('E_DTYPE', `${name} '${value}' is not supported; caches are 'float32', 'float16', 'int8' or 'int4'`);
+  else if (CACHE_DTYPES[value] === undefined) ck.add('E_DTYPE', `${name} '${value}' is not supported; caches are ${CACHE_DTYPE_LIST}`);
   else return value;
   return null;
 }
@@ -1040,8 +1041,8 @@ export function checkReserveBytes(ck, bytes, fmtBytes) {
 // ---------------------------------------------------------------------------
 // Saved KV state (js/kv-state.js, docs/FORMAT.md): save's rows, load's options
 
-/** SDPA_STATE_MAX_META (include/sdpa.h): the largest meta a save carries, as UTF-8 JSON. */
-export const MAX_META_BYTES = 1 << 20;
+/** The largest meta a save carries, as UTF-8 JSON (SDPA_STATE_MAX_META, js/abi.js). */
+export const MAX_META_BYTES = STATE_MAX_META;
 export const SAVE_OPTIONS = Object.freeze(['start', 'length', 'meta', 'into']);
 export const SAVE_CHUNK_OPTIONS = Object.freeze(['start', 'length', 'meta', 'chunkBytes']);
 export const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'signal']);
@@ -1180,7 +1181,6 @@ export function checkKeepRows(ck, geo, start, rows, length, windowStart) {
 export const MANY_ITEM_OPTIONS = Object.freeze(['cache', 'q', ...ATTEND_OPTIONS]);
 /** An item of stepMany: its cache, q, k, v, startPos (where its rows are written; default: its length) and step's options. */
 export const STEP_MANY_ITEM_OPTIONS = Object.freeze(['cache', 'q', 'k', 'v', 'startPos', ...STEP_OPTIONS]);
-export const MANY_MAX = 64; // SDPA_MANY_MAX
 
 const ITEM_INPUTS = Object.freeze([['Q', 'query'], ['M', 'attnMask'], ['S', 'sinks'], ['T', 'treeMask'], ['K', 'key'], ['V', 'value'], ['RC', 'rotary.cos'], ['RS', 'rotary.sin']]);
 

@@ -44,16 +44,43 @@ const char * sdpa_kv_record_dtype_name(int32_t dtype) {
     }
 }
 
-uint64_t sdpa_kv_record_bytes(int32_t dtype, int32_t head_dim) {
-    if (head_dim < 1) return 0;
-    const uint64_t D = (uint64_t)head_dim;
+/* Each dtype's record (kv_record.h's table), part by part. */
+static const sdpa_kv_record_part F32_PARTS[] = { { "data", "float32", sizeof(float), 1 } };
+static const sdpa_kv_record_part F16_PARTS[] = { { "data", "uint16", sizeof(uint16_t), 1 } };
+static const sdpa_kv_record_part I8_PARTS[] = {
+    { "data", "int8", sizeof(int8_t), 1 },
+    { "scales", "float32", sizeof(float), 0 },
+    { "zeroPoints", "int8", sizeof(int8_t), 0 },
+};
+static const sdpa_kv_record_part I4_PARTS[] = {
+    { "data", "uint8", sizeof(uint8_t), 2 },  /* two nibbles a byte */
+    { "scales", "uint16", sizeof(uint16_t), SDPA_I4_GROUP },
+    { "offsets", "uint16", sizeof(uint16_t), SDPA_I4_GROUP },
+};
+#define PARTS(a) (*n_parts = (int32_t)(sizeof a / sizeof a[0]), a)
+
+const sdpa_kv_record_part * sdpa_kv_record_parts(int32_t dtype, int32_t * n_parts) {
+    int32_t unused;
+    if (!n_parts) n_parts = &unused;
     switch (dtype) {
-        case SDPA_DTYPE_FLOAT32: return 4 * D;
-        case SDPA_DTYPE_FLOAT16: return 2 * D;
-        case SDPA_DTYPE_INT8: return D + 5;
-        case SDPA_DTYPE_INT4: return (D + 1) / 2 + 4 * ((D + SDPA_I4_GROUP - 1) / SDPA_I4_GROUP);
-        default: return 0;
+        case SDPA_DTYPE_FLOAT32: return PARTS(F32_PARTS);
+        case SDPA_DTYPE_FLOAT16: return PARTS(F16_PARTS);
+        case SDPA_DTYPE_INT8: return PARTS(I8_PARTS);
+        case SDPA_DTYPE_INT4: return PARTS(I4_PARTS);
+        default: *n_parts = 0; return NULL;
     }
+}
+#undef PARTS
+
+uint64_t sdpa_kv_record_bytes(int32_t dtype, int32_t head_dim) {
+    int32_t n;
+    const sdpa_kv_record_part * p = sdpa_kv_record_parts(dtype, &n);
+    if (head_dim < 1 || !p) return 0;
+    const uint64_t D = (uint64_t)head_dim;
+    uint64_t bytes = 0;
+    for (int32_t i = 0; i < n; i++)
+        bytes += (uint64_t)p[i].item_bytes * (p[i].span ? (D + (uint64_t)p[i].span - 1) / (uint64_t)p[i].span : 1);
+    return bytes;
 }
 
 /* Element d of row t is at base + d * step for these layouts (kv_format.h);

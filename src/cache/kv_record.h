@@ -21,9 +21,25 @@
 
 #include "cache/kv_format.h"
 
-/* Bytes of one row record of `dtype` (an sdpa_dtype number) and head dim D;
- * 0 when this build cannot store that dtype in a cache (bool, unknown
- * numbers), or D < 1. */
+/* One part of a row record, in record order: ceil(D / span) items (span 0:
+ * one item per record) of item_bytes bytes each, little-endian item_type.
+ * `name` is what KVCache.readRaw calls the part; scripts/abi.c carries these
+ * tables to JS (js/abi.js RECORD_PARTS), so JS splits a record without
+ * knowing its bytes. */
+typedef struct sdpa_kv_record_part {
+    const char * name;       /* "data", "scales", "zeroPoints", "offsets" */
+    const char * item_type;  /* "float32", "uint16", "uint8", "int8" */
+    int32_t item_bytes;
+    int32_t span;            /* elements of the row one item covers; 0: one item per record */
+} sdpa_kv_record_part;
+
+/* The parts of a `dtype` record (*n_parts of them, n_parts may be NULL);
+ * NULL (and 0 parts) when this build cannot store that dtype in a cache. */
+const sdpa_kv_record_part * sdpa_kv_record_parts(int32_t dtype, int32_t * n_parts);
+
+/* Bytes of one row record of `dtype` (an sdpa_dtype number) and head dim D
+ * (the sum of its parts); 0 when this build cannot store that dtype in a
+ * cache (bool, unknown numbers), or D < 1. */
 uint64_t sdpa_kv_record_bytes(int32_t dtype, int32_t head_dim);
 
 /* Whether `dtype` names a record dtype of the format at all (float32,

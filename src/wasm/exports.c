@@ -1,7 +1,10 @@
 /* exports.c: the wasm-only layer. The public functions of sdpa.h are
- * exported as they are (EXPORTED_FUNCTIONS); this file only pins the struct
- * layout the JS wrapper writes into memory, so a change breaks the build
- * instead of silently corrupting calls. */
+ * exported as they are (EXPORTED_FUNCTIONS); this file only pins the wasm32
+ * struct layout that include/sdpa.h documents ("On wasm32 this struct is
+ * ..."), in every wasm build, so that a layout change is a deliberate ABI
+ * change. The JS wrapper takes these offsets from js/abi.js, which
+ * scripts/abi.c generates with offsetof (and its own static_asserts: what JS
+ * assumes of a field), so a change here needs no edit in js/. */
 #include "sdpa.h"
 
 #include <assert.h>

@@ -27,7 +27,7 @@ test('npm pack ships js/, index.d.ts and dist/ (and nothing from tests/ or src/)
   const out = sh(npm, ['pack', '--json', '--ignore-scripts', '--pack-destination', tmp], ROOT);
   const info = JSON.parse(out.slice(out.indexOf('[')))[0];
   const files = info.files.map((f) => f.path);
-  for (const f of ['package.json', 'index.d.ts', 'js/index.js', 'js/loader.js', 'dist/package.json', ...DIST_FILES.map((d) => `dist/${d}`)]) {
+  for (const f of ['package.json', 'index.d.ts', 'js/index.js', 'js/loader.js', 'js/abi.js', 'dist/package.json', ...DIST_FILES.map((d) => `dist/${d}`)]) {
     assert.ok(files.includes(f), `${f} is in the tarball (${files.join(', ')})`);
   }
   assert.ok(!files.some((f) => /^(tests|src|include|build)\//.test(f)), `no tests/src/build in ${files.join(', ')}`);

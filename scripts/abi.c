@@ -1,0 +1,156 @@
+/* abi.c: prints js/abi.js, everything the JS wrapper knows of the C side's
+ * binary interface: struct sizes and field offsets (offsetof / sizeof),
+ * status codes, dtype numbers, limits and the row records' parts, each taken
+ * from include/sdpa.h or the library itself, so no number is typed twice.
+ *
+ * Compiled for wasm32 by emcc (a native build has 8-byte pointers and other
+ * offsets) in build/wasm, linked with the library (CMakeLists.txt: target
+ * sdpa_abi) and run by node; `npm run build` copies its output over
+ * js/abi.js when it differs, and tests/js/abi.test.js fails when the
+ * committed js/abi.js is not what this prints. A generated module rather than
+ * a report at load: errors.js, validate.js and loader.js need these numbers
+ * before any instance exists.
+ *
+ * The static_asserts here are what the JS side assumes of the layout (wasm32
+ * pointers, 4-byte fields it writes through Int32Array / Float32Array views);
+ * src/wasm/exports.c pins the offsets include/sdpa.h documents.
+ *
+ * Usage: node sdpa_abi.js [OUT]   (no OUT: standard output) */
+#include "sdpa.h"
+#include "cache/kv_record.h"
+
+#include <assert.h>
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+static_assert(sizeof(void *) == 4 && sizeof(size_t) == 4, "js/abi.js describes wasm32: build this with emcc");
+
+static FILE * out;
+
+static void begin_struct(const char * name, size_t size, size_t align) {
+    fprintf(out, "  %s: Object.freeze({ size: %zu, align: %zu", name, size, align);
+}
+static void field(const char * name, size_t offset) { fprintf(out, ", %s: %zu", name, offset); }
+static void end_struct(void) { fprintf(out, " }),\n"); }
+
+/* A field JS reads or writes: its offset, 4-byte aligned (JS uses Int32Array,
+ * Uint32Array and Float32Array views; an int64 as two 32-bit words). */
+#define STRUCT(S) begin_struct(#S, sizeof(S), alignof(S))
+#define FIELD(S, f)                                                                 \
+    do {                                                                            \
+        static_assert(offsetof(S, f) % 4 == 0, #S "." #f ": JS needs 4-byte fields"); \
+        field(#f, offsetof(S, f));                                                  \
+    } while (0)
+
+static void layout(void) {
+    fprintf(out, "/** Struct sizes, alignments and field offsets in bytes (include/sdpa.h), on wasm32. */\n");
+    fprintf(out, "export const LAYOUT = Object.freeze({\n");
+    STRUCT(sdpa_tensor);
+    FIELD(sdpa_tensor, data); FIELD(sdpa_tensor, len); FIELD(sdpa_tensor, dtype); FIELD(sdpa_tensor, rank);
+    FIELD(sdpa_tensor, dims);
+    end_struct();
+    STRUCT(sdpa_options);
+    FIELD(sdpa_options, start_pos); FIELD(sdpa_options, is_causal); FIELD(sdpa_options, has_scale);
+    FIELD(sdpa_options, scale); FIELD(sdpa_options, dropout_p); FIELD(sdpa_options, window);
+    FIELD(sdpa_options, softcap); FIELD(sdpa_options, sinks); FIELD(sdpa_options, tree_mask);
+    FIELD(sdpa_options, rotary);
+    end_struct();
+    STRUCT(sdpa_rotary);
+    FIELD(sdpa_rotary, cos); FIELD(sdpa_rotary, sin); FIELD(sdpa_rotary, interleaved);
+    FIELD(sdpa_rotary, n_positions); FIELD(sdpa_rotary, positions);
+    end_struct();
+    STRUCT(sdpa_memory_stats);
+    FIELD(sdpa_memory_stats, bytes_reserved); FIELD(sdpa_memory_stats, bytes_in_use);
+    FIELD(sdpa_memory_stats, bytes_free); FIELD(sdpa_memory_stats, pages_in_use);
+    FIELD(sdpa_memory_stats, pages_free); FIELD(sdpa_memory_stats, page_rows);
+    end_struct();
+    STRUCT(sdpa_kv_cache_size);
+    FIELD(sdpa_kv_cache_size, pages); FIELD(sdpa_kv_cache_size, page_bytes); FIELD(sdpa_kv_cache_size, pool_bytes);
+    FIELD(sdpa_kv_cache_size, table_bytes); FIELD(sdpa_kv_cache_size, bytes);
+    end_struct();
+    STRUCT(sdpa_kv_cache_desc);
+    FIELD(sdpa_kv_cache_desc, batch); FIELD(sdpa_kv_cache_desc, max_seq_len); FIELD(sdpa_kv_cache_desc, kv_heads);
+    FIELD(sdpa_kv_cache_desc, head_dim); FIELD(sdpa_kv_cache_desc, key_dtype); FIELD(sdpa_kv_cache_desc, value_dtype);
+    FIELD(sdpa_kv_cache_desc, window); FIELD(sdpa_kv_cache_desc, sink_tokens);
+    end_struct();
+    STRUCT(sdpa_attend_item);
+    FIELD(sdpa_attend_item, cache); FIELD(sdpa_attend_item, query); FIELD(sdpa_attend_item, mask);
+    FIELD(sdpa_attend_item, options); FIELD(sdpa_attend_item, out); FIELD(sdpa_attend_item, key);
+    FIELD(sdpa_attend_item, value);
+    end_struct();
+    fprintf(out, "});\n");
+    fprintf(out, "/** Entries of sdpa_tensor.dims. */\nexport const TENSOR_MAX_RANK = %zu;\n",
+            sizeof ((sdpa_tensor *)0)->dims / sizeof ((sdpa_tensor *)0)->dims[0]);
+    fprintf(out, "/** Bytes of a pointer or size_t argument (sdpa_kv_cache ** out, size_t * consumed). */\n"
+                 "export const POINTER_BYTES = %zu;\n\n", sizeof(void *));
+}
+
+static void status_codes(void) {
+    fprintf(out, "/** sdpa_status codes by number (sdpa_status_code); the order is CONTRACT.md section 2's table order. */\n");
+    fprintf(out, "export const STATUS_CODES = Object.freeze([");
+    for (int s = 0; strcmp(sdpa_status_code((sdpa_status)s), "E_UNKNOWN") != 0; s++)
+        fprintf(out, "%s'%s'", s ? ", " : "", sdpa_status_code((sdpa_status)s));
+    fprintf(out, "]);\n\n");
+}
+
+static void dtypes(void) {
+    fprintf(out, "/** The dtypes of an sdpa_tensor (inputs, outputs, masks): their sdpa_dtype number and bytes per element. */\n");
+    fprintf(out, "export const TENSOR_DTYPES = Object.freeze({\n");
+    fprintf(out, "  float32: Object.freeze({ id: %d, bytes: %zu }),\n", SDPA_DTYPE_FLOAT32, sizeof(float));
+    fprintf(out, "  bool: Object.freeze({ id: %d, bytes: %zu }),\n", SDPA_DTYPE_BOOL, sizeof(uint8_t));
+    fprintf(out, "});\n");
+    /* every number the record format names (sdpa_kv_record_dtype_name), stored by this build or not */
+    enum { DTYPE_SEARCH = 256 };
+    fprintf(out, "/** Cache dtypes (sdpa_kv_cache_desc key_dtype / value_dtype) by name: their sdpa_dtype number. */\n");
+    fprintf(out, "export const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), {");
+    for (int32_t d = 0, n = 0; d < DTYPE_SEARCH; d++)
+        if (sdpa_kv_record_parts(d, NULL)) fprintf(out, "%s %s: %d", n++ ? "," : "", sdpa_kv_record_dtype_name(d), d);
+    fprintf(out, " }));\n");
+    fprintf(out, "/**\n"
+                 " * Each cache dtype's row record (sdpa_kv_cache_read_records, docs/FORMAT.md), part by part in\n"
+                 " * record order: for head dim D, ceil(D / span) items (span 0: one item) of `bytes` bytes each,\n"
+                 " * little-endian `type`; `name` is what KVCache.readRaw calls the part (src/cache/kv_record.c).\n"
+                 " */\n");
+    fprintf(out, "export const RECORD_PARTS = Object.freeze({\n");
+    for (int32_t d = 0; d < DTYPE_SEARCH; d++) {
+        int32_t n;
+        const sdpa_kv_record_part * p = sdpa_kv_record_parts(d, &n);
+        if (!p) continue;
+        fprintf(out, "  %s: Object.freeze([", sdpa_kv_record_dtype_name(d));
+        for (int32_t i = 0; i < n; i++)
+            fprintf(out, "%s\n    Object.freeze({ name: '%s', type: '%s', bytes: %d, span: %d })", i ? "," : "",
+                    p[i].name, p[i].item_type, p[i].item_bytes, p[i].span);
+        fprintf(out, ",\n  ]),\n");
+    }
+    fprintf(out, "});\n\n");
+}
+
+static void limits(void) {
+    fprintf(out, "/** Threads of a context at most (SDPA_MAX_THREADS; the calling thread is one of them). */\n");
+    fprintf(out, "export const MAX_THREADS = %d;\n", SDPA_MAX_THREADS);
+    fprintf(out, "/** Items of one attendMany / stepMany call at most (SDPA_MANY_MAX). */\n");
+    fprintf(out, "export const MANY_MAX = %d;\n", SDPA_MANY_MAX);
+    fprintf(out, "/** Token rows per cache page (SDPA_PAGE_ROWS). */\n");
+    fprintf(out, "export const PAGE_ROWS = %d;\n", SDPA_PAGE_ROWS);
+    fprintf(out, "/** Bytes of meta a save carries at most (SDPA_STATE_MAX_META). */\n");
+    fprintf(out, "export const STATE_MAX_META = %d;\n", SDPA_STATE_MAX_META);
+}
+
+int main(int argc, char ** argv) {
+    out = argc > 1 ? fopen(argv[1], "w") : stdout;
+    if (!out) {
+        perror(argv[1]);
+        return 1;
+    }
+    fprintf(out, "// js/abi.js: GENERATED by scripts/abi.c (npm run build); do not edit.\n"
+                 "// The C side's binary interface as the JS wrapper uses it, from include/sdpa.h and the\n"
+                 "// library compiled for wasm32. tests/js/abi.test.js fails when this file is not what\n"
+                 "// scripts/abi.c prints.\n\n");
+    status_codes();
+    dtypes();
+    layout();
+    limits();
+    return fclose(out) == 0 ? 0 : 1;
+}
