@@ -124,6 +124,7 @@ const TOOLS = {
   clang16: [() => fs.existsSync('/usr/lib/llvm-16/bin/clang'), 'clang-16'],
   lld16: [() => fs.existsSync('/usr/lib/llvm-16/bin/wasm-ld'), 'lld-16'],
   chromium: [() => which('chromium') || fs.existsSync('/usr/bin/chromium'), 'chromium'],
+  firefox: [() => which('firefox-esr') || fs.existsSync('/usr/bin/firefox-esr'), 'firefox-esr'],
 };
 const NEEDS = {
   native: ['cmake', 'ninja', 'cc', 'simde'],

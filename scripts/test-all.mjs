@@ -14,9 +14,11 @@
 //   uvu      node scripts/run-uvu.mjs tests/js   uvu's tests
 //   uvu-relaxed  the build-agnostic tests/js suites + relaxed.test.js under
 //            node --experimental-wasm-relaxed-simd: createSdpa() loads relaxed-threads  uvu's tests
-//   browser  node tests/browser/run.mjs          its own `N passed, N failed` line
+//   browser  node tests/browser/run.mjs          the demo pages in Chromium: its own `N passed, N failed` line
 //   bundlers node tests/bundlers/run.mjs         the packed tarball under Vite, webpack, esbuild,
 //                                                an import map and a CDN, in Chromium: its own line
+//   browser-firefox, bundlers-firefox            the same two with --browser firefox (Firefox ESR,
+//                                                WebDriver BiDi)
 //   bench    npm run bench -- --quick            1
 // A suite whose files do not exist yet is skipped with a note. A build that
 // fails, or a suite that crashes or times out, counts as at least 1 failed.
@@ -34,14 +36,14 @@ import {
 } from './build.mjs';
 
 const FUZZ_ASAN_OPTIONS = ['allocator_may_return_null=1', 'detect_leaks=1', process.env.ASAN_OPTIONS].filter(Boolean).join(':');
-const SUITES = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'wasm-relaxed', 'wasm-asan', 'uvu', 'uvu-relaxed', 'browser', 'bundlers', 'bench'];
+const SUITES = ['native', 'asan', 'fuzz', 'tsan', 'wasm', 'wasm-relaxed', 'wasm-asan', 'uvu', 'uvu-relaxed', 'browser', 'bundlers', 'browser-firefox', 'bundlers-firefox', 'bench'];
 // Node 20 runs relaxed SIMD only with this flag (on by default from Node 21).
 const RELAXED_NODE_FLAG = '--experimental-wasm-relaxed-simd';
 // tests/js files that use the default build (threads, loader, pack and hostile assert plain build names).
 const RELAXED_UVU_PATTERN = '(cache|dtypes|fuzz|int4|memory|numerics|options|paged|relaxed|rotary|runtime|state|state-fuzz|torch|validation)\.test';
 const SCALE = Number(process.env.SDPA_TEST_TIMEOUT_SCALE) || 1;
 const MIN = 60e3;
-const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, 'wasm-relaxed': 20 * MIN, 'wasm-asan': 10 * MIN, uvu: 10 * MIN, 'uvu-relaxed': 10 * MIN, browser: 5 * MIN, bundlers: 5 * MIN, bench: 10 * MIN };
+const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, 'wasm-relaxed': 20 * MIN, 'wasm-asan': 10 * MIN, uvu: 10 * MIN, 'uvu-relaxed': 10 * MIN, browser: 5 * MIN, bundlers: 5 * MIN, 'browser-firefox': 5 * MIN, 'bundlers-firefox': 5 * MIN, bench: 10 * MIN };
 
 const opts = { only: null, skip: new Set(), build: true, force: false, install: true, fuzzTime: 30 };
 for (const a of process.argv.slice(2)) {
@@ -54,7 +56,7 @@ for (const a of process.argv.slice(2)) {
   else if (k === '--fuzz-time') opts.fuzzTime = Number(v) || 30;
   else if (k === '--list') { log(SUITES.join('\n')); process.exit(0); }
   else if (k === '-h' || k === '--help') {
-    log('usage: npm test -- [--only=native,asan,fuzz,tsan,wasm,wasm-relaxed,wasm-asan,uvu,uvu-relaxed,browser,bundlers,bench] [--skip=...] [--no-build] [--force] [--no-install] [--fuzz-time=S]');
+    log('usage: npm test -- [--only=native,asan,fuzz,tsan,wasm,wasm-relaxed,wasm-asan,uvu,uvu-relaxed,browser,bundlers,browser-firefox,bundlers-firefox,bench] [--skip=...] [--no-build] [--force] [--no-install] [--fuzz-time=S]');
     process.exit(0);
   } else if (SUITES.includes(k.replace(/^--/, ''))) {
     opts.only ??= new Set(); opts.only.add(k.replace(/^--/, ''));
@@ -89,8 +91,8 @@ function parseCtest(out) {
   const failed = Number(m[2]), total = Number(m[3]);
   return { passed: total - failed, failed };
 }
-function parsePlain(out) {   // last `N passed, N failed` line, with an optional "word:" prefix
-  const m = [...out.matchAll(/^(?:[\w-]+:\s*)?(\d+) passed, (\d+) failed\b/gm)].pop();
+function parsePlain(out) {   // last `N passed, N failed` line, with an optional "word:" or "word (Engine):" prefix
+  const m = [...out.matchAll(/^(?:[\w-]+(?: \([\w ]+\))?:\s*)?(\d+) passed, (\d+) failed\b/gm)].pop();
   return m ? { passed: Number(m[1]), failed: Number(m[2]) } : null;
 }
 
@@ -145,18 +147,18 @@ async function uvuSuite(name, args) {
   return fromResult(r, parsePlain(r.out));
 }
 
-// The two suites that drive headless Chromium over tests/<name>/run.mjs.
-async function chromiumSuite(name) {
-  const script = `tests/${name}/run.mjs`;
+// The suites that drive a headless browser (Chromium or Firefox) over tests/<dir>/run.mjs.
+async function browserSuite(name, dir, engine) {
+  const script = `tests/${dir}/run.mjs`;
   if (!exists(script)) return { skip: `${script} does not exist yet` };
   if (!(await ensureNodeModules({ install: opts.install }))) return { passed: 0, failed: 1, note: 'node_modules missing' };
-  const missing = await ensureTools(['browser'], { install: opts.install });
-  if (missing.length) return { passed: 0, failed: 1, note: 'chromium missing' };
+  const missing = await ensureTools([engine], { install: opts.install });
+  if (missing.length) return { passed: 0, failed: 1, note: `${engine} missing` };
   if (hasCSources()) {
     const b = await needBuild('wasm');
     if (b.status === 'failed') return { passed: 0, failed: 1, note: `wasm build failed: ${b.reason}` };
   }
-  const r = await run(process.execPath, [path.join(ROOT, script)], { timeoutMs: TIMEOUT[name] * SCALE });
+  const r = await run(process.execPath, [path.join(ROOT, script), '--browser', engine], { timeoutMs: TIMEOUT[name] * SCALE });
   return fromResult(r, parsePlain(r.out));
 }
 
@@ -223,8 +225,10 @@ const SUITE_FN = {
   uvu: () => uvuSuite('uvu', ['tests/js']),
   'uvu-relaxed': () => uvuSuite('uvu-relaxed', [`--node-flag=${RELAXED_NODE_FLAG}`, 'tests/js', RELAXED_UVU_PATTERN]),
 
-  browser() { return chromiumSuite('browser'); },
-  bundlers() { return chromiumSuite('bundlers'); },
+  browser: () => browserSuite('browser', 'browser', 'chromium'),
+  bundlers: () => browserSuite('bundlers', 'bundlers', 'chromium'),
+  'browser-firefox': () => browserSuite('browser-firefox', 'browser', 'firefox'),
+  'bundlers-firefox': () => browserSuite('bundlers-firefox', 'bundlers', 'firefox'),
 
   async bench() {
     if (!pkg.scripts || !pkg.scripts.bench) return { skip: 'no "bench" script in package.json yet' };
@@ -244,16 +248,17 @@ const results = [];
 log(`test-all: suites ${selected.join(', ')}`);
 
 // Prerequisites of every selected suite, before the first one runs.
-const BUILD_OF = { native: 'native', asan: 'asan', fuzz: 'fuzz', tsan: 'tsan', wasm: 'wasm', 'wasm-relaxed': 'wasm', 'wasm-asan': 'wasm-asan', uvu: 'wasm', 'uvu-relaxed': 'wasm', browser: 'wasm', bundlers: 'wasm', bench: 'wasm' };
-const CHROMIUM_SUITES = new Set(['uvu', 'browser', 'bundlers']);   // uvu: tests/js/threads.test.js opens Chromium too
+const BUILD_OF = { native: 'native', asan: 'asan', fuzz: 'fuzz', tsan: 'tsan', wasm: 'wasm', 'wasm-relaxed': 'wasm', 'wasm-asan': 'wasm-asan', uvu: 'wasm', 'uvu-relaxed': 'wasm', browser: 'wasm', bundlers: 'wasm', 'browser-firefox': 'wasm', 'bundlers-firefox': 'wasm', bench: 'wasm' };
+// the browser each suite drives (uvu: tests/js/threads.test.js opens Chromium too)
+const ENGINE_OF = { uvu: 'chromium', browser: 'chromium', bundlers: 'chromium', 'browser-firefox': 'firefox', 'bundlers-firefox': 'firefox' };
 // (the wasm build needs node_modules too: npm's binaryen optimises the relaxed modules)
-const NODE_SUITES = new Set(['wasm', 'wasm-relaxed', 'uvu', 'uvu-relaxed', 'browser', 'bundlers', 'bench']);
+const NODE_SUITES = new Set(['wasm', 'wasm-relaxed', 'uvu', 'uvu-relaxed', 'browser', 'bundlers', 'browser-firefox', 'bundlers-firefox', 'bench']);
 {
   const s0 = Date.now();
   const tools = new Set();
   for (const s of selected) {
     if (opts.build && hasCSources() && BUILD_OF[s]) tools.add(BUILD_OF[s]);
-    if (CHROMIUM_SUITES.has(s)) tools.add('browser');
+    if (ENGINE_OF[s]) tools.add(ENGINE_OF[s]);
   }
   const needNode = selected.some((s) => NODE_SUITES.has(s));
   log(`\n=== setup: checking ${[...tools, ...(needNode ? ['node_modules'] : [])].join(', ') || 'nothing'}`);
@@ -280,7 +285,7 @@ let passed = 0, failed = 0;
 log('\n=== summary');
 for (const r of results) {
   const what = r.skip ? `skipped: ${r.skip}` : `${r.passed} passed, ${r.failed} failed${r.note ? ` [${r.note}]` : ''}`;
-  log(`  ${r.name.padEnd(12)} ${what}`);
+  log(`  ${r.name.padEnd(16)} ${what}`);
   if (!r.skip) { passed += r.passed; failed += r.failed; }
 }
 log(`  total time ${((Date.now() - t0) / 1000).toFixed(0)} s`);

@@ -1,27 +1,26 @@
 #!/usr/bin/env node
-// Browser tests of the demo page (web/) in real headless Chromium via puppeteer-core.
+// Browser tests of the demo pages (web/) in a real headless browser via puppeteer-core:
+// Chromium, or Firefox ESR (WebDriver BiDi) with --browser firefox (tests/browser/engines.mjs).
 //
-//   node tests/browser/run.mjs [--pkg-dir DIR] [--only NAME]
+//   node tests/browser/run.mjs [--browser chromium|firefox] [--pkg-dir DIR] [--only NAME]
 //
 // Starts two in-process servers (scripts/serve.mjs): one with COOP/COEP (cross-origin
-// isolated → threads build), one without (→ single-thread build); Chromium has relaxed
+// isolated → threads build), one without (→ single-thread build); both engines have relaxed
 // SIMD, so the relaxed builds run unless the page's ?build= forces one; drives the page
 // through its URL parameters and controls, reads window.__demo, saves screenshots to
 // artifacts/, and ends with one line `N passed, N failed` (exit 1 on any failure).
-// Env: CHROMIUM_PATH (default /usr/bin/chromium), BROWSER_TEST_TIMEOUT_MS (whole run,
-// default 240000).
+// Env: CHROMIUM_PATH, FIREFOX_PATH, BROWSER_TEST_TIMEOUT_MS (whole run, default 300000).
 
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import puppeteer from 'puppeteer-core';
 import { serve } from '../../scripts/serve.mjs';
+import { ENGINES, engineName, launchEngine } from './engines.mjs';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const ARTIFACTS = path.join(REPO, 'artifacts');
-const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
-const TOTAL_TIMEOUT = Number(process.env.BROWSER_TEST_TIMEOUT_MS) || 240_000;
+const TOTAL_TIMEOUT = Number(process.env.BROWSER_TEST_TIMEOUT_MS) || 300_000;
 const RUN_TIMEOUT = 90_000; // one decode run on a loaded 2-core machine
 
 const args = process.argv.slice(2);
@@ -31,13 +30,18 @@ const argVal = (name) => {
 };
 const pkgDir = argVal('--pkg-dir') ? path.resolve(argVal('--pkg-dir')) : REPO;
 const only = argVal('--only');
+const engine = engineName(args);
+const ENGINE = ENGINES[engine].label;
+const BUILDS = ENGINES[engine].builds; // what this engine's feature detection must pick
+/** A screenshot's path in artifacts/, named for the engine (both engines' runs keep theirs). */
+const shot = (name) => path.join(ARTIFACTS, engine === 'chromium' ? `${name}.png` : `${name}-${engine}.png`);
 
 let passed = 0, failed = 0;
 let browser = null, userDataDir = null;
 const servers = [];
 
 function finish(code) {
-  console.log(`browser: ${passed} passed, ${failed} failed`);
+  console.log(`browser (${ENGINE}): ${passed} passed, ${failed} failed`);
   process.exit(code);
 }
 async function cleanup() {
@@ -162,11 +166,11 @@ test('isolated: relaxed-SIMD threads build (feature detection), correct, plotted
   const { page, context, problems } = await openPage(`${iso.url}bench.html?preset=llama3.2-1b&layers=2&ctx=384&prompt=128&threads=2&autostart=1`);
   try {
     const d = await waitForEnd(page);
-    await page.screenshot({ path: path.join(ARTIFACTS, 'demo-isolated.png'), fullPage: true }); // before the asserts: kept for debugging
+    await page.screenshot({ path: shot('demo-isolated'), fullPage: true }); // before the asserts: kept for debugging
     assert(d.crossOriginIsolated === true, 'crossOriginIsolated is not true');
-    checkRun(d, { build: 'relaxed-threads', minChecks: 5 });
+    checkRun(d, { build: BUILDS.isolated, minChecks: 5 });
     assert(d.threads >= 2, `threads ${d.threads}, expected >= 2`);
-    assert((await text(page, '#build-badge')).includes('relaxed-threads'), 'build badge does not name relaxed-threads');
+    assert((await text(page, '#build-badge')).includes(BUILDS.isolated), `build badge does not name ${BUILDS.isolated}`);
     assert(/relaxed-SIMD \+ pthreads build \(relaxed SIMD detected\)/.test(await text(page, '#build-reason')), 'build reason does not say relaxed SIMD was detected');
     assert((await text(page, '#check-badge')).includes('✓'), 'correctness badge not green');
     assert(/\d/.test(await text(page, '#s-ms')) && /\d/.test(await text(page, '#s-tps')) && /MiB|KiB/.test(await text(page, '#s-mem')), 'stats not filled');
@@ -186,7 +190,7 @@ test('rotary embeddings in the op (float32 and int8 caches): correct against q a
     try {
       const d = await waitForEnd(page);
       assert(d.config.rotary === true, `config rotary ${d.config.rotary}`);
-      checkRun(d, { build: 'relaxed-threads', minChecks: 5 });
+      checkRun(d, { build: BUILDS.isolated, minChecks: 5 });
       assert(problems.length === 0, problems.join('\n'));
       notes.push(`${dtype}: max err ${d.maxError.toExponential(2)}`);
     } finally {
@@ -203,7 +207,7 @@ test('float16, int8, int4 and K int8 / V int4 caches: correct against the values
     try {
       const d = await waitForEnd(page);
       assert(d.config.dtype === dtype, `config dtype ${d.config.dtype}`);
-      checkRun(d, { build: 'relaxed-threads', minChecks: 5 });
+      checkRun(d, { build: BUILDS.isolated, minChecks: 5 });
       const mem = await text(page, '#s-mem');
       assert(mem.includes(dtype) && /MiB|KiB/.test(mem), `memory line "${mem}"`);
       assert(problems.length === 0, problems.join('\n'));
@@ -222,7 +226,7 @@ test('sliding-window presets (gpt-oss, Gemma 2): windowed caches, correct, memor
     try {
       const d = await waitForEnd(page);
       assert(d.config.window > 0, `${preset}: config window ${d.config.window}`);
-      checkRun(d, { build: 'relaxed-threads', minChecks: 5 });
+      checkRun(d, { build: BUILDS.isolated, minChecks: 5 });
       const mem = await text(page, '#s-mem');
       assert(/a ring for the last \d+ tokens/.test(mem), `${preset}: memory line "${mem}"`);
       if (preset === 'gpt-oss-20b') assert(d.kvBytes * 2 < d.kvFullBytes, `${preset}: ${d.kvBytes} bytes held, ${d.kvFullBytes} for the full context`);
@@ -291,9 +295,9 @@ test('no COOP/COEP: single-thread build, says so, correct', async () => {
   const { page, context, problems } = await openPage(`${noIso.url}bench.html?preset=qwen2-0.5b&layers=2&ctx=300&prompt=64&autostart=1`);
   try {
     const d = await waitForEnd(page);
-    await page.screenshot({ path: path.join(ARTIFACTS, 'demo-no-isolation.png'), fullPage: true }); // before the asserts: kept for debugging
+    await page.screenshot({ path: shot('demo-no-isolation'), fullPage: true }); // before the asserts: kept for debugging
     assert(d.crossOriginIsolated === false, 'crossOriginIsolated should be false without COOP/COEP');
-    checkRun(d, { build: 'relaxed', minChecks: 4 });
+    checkRun(d, { build: BUILDS.plain, minChecks: 4 });
     const badge = await text(page, '#build-badge');
     const reason = await text(page, '#build-reason');
     assert(/single-thread/.test(badge), `build badge "${badge}" does not say single-thread`);
@@ -324,9 +328,9 @@ test('no COOP/COEP: threads: 1 asks for what runs, so nothing is warned; the def
       } finally { console.warn = real; }
     }, query, options);
     const one = await run('one', { threads: 1 });
-    assert(one.build === 'relaxed' && one.warns.length === 0, `threads: 1: ${JSON.stringify(one)}`);
+    assert(one.build === BUILDS.plain && one.warns.length === 0, `threads: 1: ${JSON.stringify(one)}`);
     const dflt = await run('default', undefined);
-    assert(dflt.build === 'relaxed' && dflt.warns.length === 1 && /single-thread/.test(dflt.warns[0]), `default: ${JSON.stringify(dflt)}`);
+    assert(dflt.build === BUILDS.plain && dflt.warns.length === 1 && /single-thread/.test(dflt.warns[0]), `default: ${JSON.stringify(dflt)}`);
     assert(problems.length === 0, problems.join('\n'));
     return `threads: 1 → ${one.warns.length} warnings; default → ${dflt.warns.length}`;
   } finally {
@@ -338,7 +342,7 @@ test('invalid custom shape (Hq=6, Hkv=4) shows the SdpaError; page recovers', as
   const { page, context, problems } = await openPage(`${iso.url}bench.html?preset=custom&hq=6&hkv=4&d=64&layers=2&ctx=256&autostart=1`);
   try {
     const d = await waitForEnd(page);
-    await page.screenshot({ path: path.join(ARTIFACTS, 'demo-error.png'), fullPage: true }); // before the asserts: kept for debugging
+    await page.screenshot({ path: shot('demo-error'), fullPage: true }); // before the asserts: kept for debugging
     assert(d.status === 'error', `status ${d.status}, expected error`);
     assert(d.error && d.error.name === 'SdpaError' && d.error.code === 'E_HEADS', `error ${JSON.stringify(d.error)}`);
     const shown = await page.$eval('#error', (e) => (e.hidden ? '' : e.textContent));
@@ -352,7 +356,7 @@ test('invalid custom shape (Hq=6, Hkv=4) shows the SdpaError; page recovers', as
     await page.click('#start');
     await page.waitForFunction(() => window.__demo.runs === 2, { timeout: 5000 });
     const d2 = await waitForEnd(page);
-    checkRun(d2, { build: 'relaxed-threads', minChecks: 3 });
+    checkRun(d2, { build: BUILDS.isolated, minChecks: 3 });
     assert(d2.config.hq === 14 && d2.config.hkv === 2 && d2.config.layers === 1, `controls not used: ${JSON.stringify(d2.config)}`);
     assert(await page.$eval('#error', (e) => e.hidden), 'old error still shown');
     assert(problems.length === 0, problems.join('\n'));
@@ -368,7 +372,7 @@ test('more than the heap holds → E_OOM message, not a frozen page', async () =
   const { page, context, problems } = await openPage(`${iso.url}bench.html?preset=llama3-8b&layers=1&ctx=4000000&prompt=4000000&autostart=1`);
   try {
     const d = await waitForEnd(page);
-    await page.screenshot({ path: path.join(ARTIFACTS, 'demo-oom.png'), fullPage: true }); // before the asserts: kept for debugging
+    await page.screenshot({ path: shot('demo-oom'), fullPage: true }); // before the asserts: kept for debugging
     assert(d.status === 'error' && d.error?.code === 'E_OOM', `status ${d.status}, error ${JSON.stringify(d.error)}`);
     const shown = await page.$eval('#error', (e) => (e.hidden ? '' : e.textContent));
     assert(shown.includes('E_OOM'), `error panel shows "${shown}"`);
@@ -389,7 +393,7 @@ test('Stop ends a long run promptly', async () => {
     await page.click('#stop');
     const d = await waitForEnd(page);
     const ms = Date.now() - t0; // < 4 s: the worker honoured 'stop' (the page's own fallback ends it at 5 s)
-    await page.screenshot({ path: path.join(ARTIFACTS, 'demo-stopped.png'), fullPage: true }); // before the asserts: kept for debugging
+    await page.screenshot({ path: shot('demo-stopped'), fullPage: true }); // before the asserts: kept for debugging
     assert(d.status === 'stopped', `status ${d.status}`);
     assert(d.length < d.config.ctx, `ran to the end (${d.length})`);
     assert(ms < 4000, `stop took ${ms} ms`);
@@ -446,7 +450,7 @@ test('chat: a greedy reply on the page is exactly sdpa-wasm/llama\'s in Node; Re
   const { page, context, problems } = await openPage(`${iso.url}?prompt=You%20will&steps=${steps}&greedy=1&build=simd-threads&threads=2&autostart=1`);
   try {
     let c = await waitChat(page, 'return c.replies.length === 1');
-    await page.screenshot({ path: path.join(ARTIFACTS, 'chat-isolated.png'), fullPage: true });
+    await page.screenshot({ path: shot('chat-isolated'), fullPage: true });
     const node = await nodeGreedy([{ text: 'You will' }], steps);
     assert(c.build === 'simd-threads' && c.threads === 2 && c.crossOriginIsolated, `build ${c.build}, ${c.threads} threads`);
     assert(same(c.replies[0], node.replies[0]), `page ${c.replies[0]} vs Node ${node.replies[0]}`);
@@ -538,7 +542,7 @@ for (const storage of ['OPFS', 'IndexedDB']) test(`chat: Keep this chat (${stora
     await page.select('#dtype', 'int4');
     c = await waitChat(page, 'return c.rerun && c.dtype === "int4"');
     const rerun = c.rerun;
-    await page.screenshot({ path: path.join(ARTIFACTS, 'chat-restored.png'), fullPage: true });
+    await page.screenshot({ path: shot('chat-restored'), fullPage: true });
     // delete it
     await page.click(`#kept li[data-id="${kept.id}"] button.delete`);
     c = await waitChat(page, 'return !c.chats.some((x) => x.id === a)', kept.id);
@@ -608,23 +612,13 @@ test('chat: not isolated, the single-thread build with 1 thread writes too', asy
 });
 
 try {
-  if (!fs.existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM} (apt-get install -y chromium, or set CHROMIUM_PATH)`);
   const need = ['js/index.js', 'dist/sdpa-simd-threads.mjs', 'dist/sdpa-simd.mjs', 'dist/sdpa-relaxed-threads.mjs', 'dist/sdpa-relaxed.mjs'].filter((f) => !fs.existsSync(path.join(pkgDir, f)));
   if (need.length && pkgDir === REPO) throw new Error(`package not built: ${need.join(', ')} missing (run \`npm run build\`)`);
   fs.mkdirSync(ARTIFACTS, { recursive: true });
   iso = await serve({ port: 0, isolation: true, pkgDir });
   noIso = await serve({ port: 0, isolation: false, pkgDir });
   servers.push(iso, noIso);
-  userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sdpa-chromium-'));
-  browser = await puppeteer.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    userDataDir,
-    protocolTimeout: 60_000,
-    timeout: 30_000,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-quic'],
-  });
+  ({ browser, profile: userDataDir } = await launchEngine(puppeteer, engine));
   console.log(`browser tests: ${await browser.version()}; servers ${iso.url} (COOP/COEP) and ${noIso.url} (none)`);
 } catch (e) {
   console.error(`browser tests: setup failed: ${e.message}`);

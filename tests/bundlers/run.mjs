@@ -3,9 +3,10 @@
 // tarball installed into a fresh project), built by Vite, webpack 5 and
 // esbuild, loaded through a same-origin import map and from a cross-origin
 // "CDN" (a second local server on another port, with CORS). Every page runs
-// decode steps in a module Worker in headless Chromium, once cross-origin
-// isolated (threads build) and once not (single-thread fallback), relaxed SIMD
-// by feature detection (Chromium has it; the plain builds forced or given), and is
+// decode steps in a module Worker in headless Chromium or Firefox ESR (--browser,
+// tests/browser/engines.mjs), once cross-origin isolated (threads build) and once
+// not (single-thread fallback), relaxed SIMD by feature detection (both engines
+// have it; the plain builds forced or given), and is
 // checked against a float64 reference, with no console errors. Then pages
 // whose files are missing (404 wasm, 404 worker, missing glue, a worker that
 // never answers, an HTML page instead of wasm) must reject with E_LOAD naming
@@ -18,12 +19,12 @@
 // the page, the CDN URLs and the wasmBinary / wasmModule code), so what the
 // README tells users to do is what this suite does.
 //
-//   node tests/bundlers/run.mjs [--only=<substring>] [--keep]
+//   node tests/bundlers/run.mjs [--browser chromium|firefox] [--only=<substring>] [--keep]
 //
-// Ends with one line `bundlers: N passed, N failed` (exit 1 on any failure).
-// Needs dist/ built, node_modules (vite, webpack, esbuild, puppeteer-core) and
-// Chromium (CHROMIUM_PATH, default /usr/bin/chromium). --keep leaves the temp
-// project (its path is printed) for debugging.
+// Ends with one line `bundlers (ENGINE): N passed, N failed` (exit 1 on any failure).
+// Needs dist/ built, node_modules (vite, webpack, esbuild, puppeteer-core) and the
+// engine (CHROMIUM_PATH, default /usr/bin/chromium; FIREFOX_PATH, default
+// /usr/bin/firefox-esr). --keep leaves the temp project (its path is printed) for debugging.
 
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -32,18 +33,19 @@ import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { serve } from '../../scripts/serve.mjs';
+import { ENGINES, engineName, launchEngine } from '../browser/engines.mjs';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const SRC = path.join(REPO, 'tests/bundlers/app');
-const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const TOTAL_TIMEOUT = Number(process.env.BUNDLER_TEST_TIMEOUT_MS) || 240_000;
 const PAGE_TIMEOUT = Number(process.env.BUNDLER_PAGE_TIMEOUT_MS) || 45_000;
 const args = process.argv.slice(2);
 const only = (args.find((a) => a.startsWith('--only=')) || '').slice(7);
 const keep = args.includes('--keep');
+const engine = engineName(args);
 
 let passed = 0, failed = 0;
-let browser = null, tmp = null;
+let browser = null, tmp = null, profile = null;
 const servers = [];
 const devServers = [];
 const t0 = Date.now();
@@ -55,9 +57,10 @@ async function cleanup() {
   for (const s of servers) { s.close(); s.closeAllConnections?.(); }
   for (const d of devServers) { try { await Promise.race([d.close(), new Promise((r) => setTimeout(r, 3000))]); } catch { /* ignore */ } }
   if (tmp && !keep) fs.rmSync(tmp, { recursive: true, force: true });
+  if (profile) fs.rmSync(profile, { recursive: true, force: true });
 }
 function finish(code) {
-  console.log(`bundlers: ${passed} passed, ${failed} failed`);
+  console.log(`bundlers (${ENGINES[engine].label}): ${passed} passed, ${failed} failed`);
   process.exit(code);
 }
 const watchdog = setTimeout(async () => {
@@ -168,7 +171,7 @@ async function setup() {
   fs.writeFileSync(path.join(src, 'vite.config.js'), `${recipe('vite-config')}\n`);
   fs.writeFileSync(path.join(im, 'silent-worker.js'), '// a pthread worker script that never answers\nself.onmessage = () => {};\n');
   // the real worker script, but its glue import fails (in a worker that raises no 'error' event)
-  // (Chromium has relaxed SIMD: the relaxed-threads build, whose -O0 glue is not minified)
+  // (both engines have relaxed SIMD: the relaxed-threads build, whose -O0 glue is not minified)
   const real = fs.readFileSync(path.join(app, 'node_modules/sdpa-wasm/dist/sdpa-relaxed-threads.worker.js'), 'utf8');
   const broken = real.replace(/e\.data\.urlOrBlob\s*\?\s*import\(e\.data\.urlOrBlob\)/, 'e.data.urlOrBlob?import("/missing/glue-for-workers.mjs")');
   assert(broken !== real, 'the worker script changed: update the bad-import worker');
@@ -226,9 +229,9 @@ const row = (name, fn) => rows.push({ name, fn });
 const q = (opts) => (opts ? `opts=${encodeURIComponent(JSON.stringify(opts))}` : '');
 
 /** A page that must decode correctly, on the isolated or the plain site. */
-// build: what must run (default: what feature detection picks in Chromium, which has relaxed SIMD)
+// build: what must run (default: what feature detection picks; both engines have relaxed SIMD)
 // opts: createSdpa's options, or a function of S giving them; site: the servers S[site + 'Iso' | 'Plain']
-function decodeRow(label, pagePath, { opts: optsOf = null, extra = '', iso, dev = false, csp = false, site = null, given = null, build = iso ? 'relaxed-threads' : 'relaxed' }) {
+function decodeRow(label, pagePath, { opts: optsOf = null, extra = '', iso, dev = false, csp = false, site = null, given = null, build = iso ? ENGINES[engine].builds.isolated : ENGINES[engine].builds.plain }) {
   row(`${label} | ${iso ? 'isolated: threads build' : 'not isolated: single-thread fallback'}`, async (S) => {
     const opts = typeof optsOf === 'function' ? await optsOf(S) : optsOf;
     const base = site ? S[`${site}${iso ? 'Iso' : 'Plain'}`] : dev ? (iso ? S.viteDevIso : S.viteDevPlain) : csp ? S.csp : iso ? S.iso : S.plain;
@@ -385,7 +388,6 @@ failRow("build: 'simd-threads' on a page without isolation", IM, {
 
 // ------------------------------------------------------------------ main
 try {
-  assert(fs.existsSync(CHROMIUM), `no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`);
   assert(fs.existsSync(path.join(REPO, 'dist/sdpa-simd-threads.wasm')), 'dist/ is not built (npm run build -- --wasm)');
   const app = await setup();
   const given = [['/given/', path.join(app, 'node_modules/sdpa-wasm/dist')]]; // the app's own copy of the wasm
@@ -403,11 +405,7 @@ try {
   const esbuildPlain = await serve({ port: 0, webDir: path.join(app, 'public'), pkgDir: path.join(app, 'node_modules/sdpa-wasm'), isolation: false });
   servers.push(iso, plain, cdn, nocors, csp, esbuildIso, esbuildPlain);
   const { default: puppeteer } = await import('puppeteer-core');
-  browser = await puppeteer.launch({
-    executablePath: CHROMIUM, headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--disable-quic'],
-  });
+  ({ browser, profile } = await launchEngine(puppeteer, engine));
   const cores = await (async () => {
     const p = await browser.newPage();
     try { return await p.evaluate(() => navigator.hardwareConcurrency); } finally { await p.close(); }
