@@ -34,6 +34,24 @@ test('npm pack ships js/, index.d.ts and dist/ (and nothing from tests/ or src/)
   assert.ok(fs.existsSync(path.join(tmp, info.filename)));
 });
 
+test('every relative link in a shipped Markdown file points at a shipped file', () => {
+  const out = sh(npm, ['pack', '--json', '--dry-run', '--ignore-scripts'], ROOT);
+  const files = new Set(JSON.parse(out.slice(out.indexOf('[')))[0].files.map((f) => f.path));
+  const broken = [];
+  let links = 0;
+  for (const md of [...files].filter((f) => f.endsWith('.md'))) {
+    const text = fs.readFileSync(path.join(ROOT, md), 'utf8').replace(/```[\s\S]*?```/g, '');
+    for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+      if (/^[a-z]+:|^#/.test(target)) continue; // a URL or an anchor in the same file
+      links++;
+      const file = path.posix.normalize(path.posix.join(path.posix.dirname(md), target.split('#')[0]));
+      if (!files.has(file)) broken.push(`${md} links ${target} (${file}), which the tarball lacks`);
+    }
+  }
+  assert.ok(links >= 5, `only ${links} relative links found: is the pattern broken?`);
+  assert.equal(broken, []);
+});
+
 test("package.json exports every build's files (js/loader.js's list of builds) and nothing else of dist/", () => {
   const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
   const dist = Object.keys(pkg.exports).filter((k) => k.startsWith('./dist/'));
