@@ -41,7 +41,7 @@ test('js/abi.js is what scripts/abi.c prints from the C headers (wasm32)', () =>
 
 test('the js/abi.js in git (staged or committed) is what the C side prints', () => {
   const r = spawnSync('git', ['show', ':js/abi.js'], { cwd: ROOT, encoding: 'utf8' });
-  if (r.error || r.status !== 0 && /not a git repository/.test(r.stderr)) return;   // not a checkout: nothing to compare
+  if (r.error || (r.status !== 0 && /not a git repository/.test(r.stderr))) return;   // not a checkout: nothing to compare
   assert.is(r.status, 0, `js/abi.js is not in git: commit it (${r.stderr.trim()})`);
   const want = generated();
   assert.ok(r.stdout === want, `js/abi.js in git differs from the C side (${firstDifference(r.stdout, want)}): commit the regenerated js/abi.js`);
