@@ -246,8 +246,8 @@ export class KVCache {
     const count = prod(dims);
     let pk = 0, pv = 0;
     try {
-      pk = c.malloc(count * 4, fn, 'a temporary copy of the keys');
-      pv = c.malloc(count * 4, fn, 'a temporary copy of the values');
+      pk = c.malloc(count * Float32Array.BYTES_PER_ELEMENT, fn, 'a temporary copy of the keys');
+      pv = c.malloc(count * Float32Array.BYTES_PER_ELEMENT, fn, 'a temporary copy of the values');
       c.writeTensor(SLOT.q, pk, count, 'float32', dims);
       c.writeTensor(SLOT.k, pv, count, 'float32', dims);
       c.check(c.M._sdpa_kv_cache_read(c.ctx, this.#ptr, s, n, c.slot('q'), c.slot('k')), fn);
@@ -328,7 +328,7 @@ export class KVCache {
     const list = checkKeepRows(ck, this.#geo, start, rows, live ? this.length : Infinity, live ? this.#windowStartOf() : 0);
     ck.done();
     const c = this.#core, n = list.length;
-    const p = n ? c.malloc(n * 4, fn, 'a temporary copy of rows') : 0;
+    const p = n ? c.malloc(n * Int32Array.BYTES_PER_ELEMENT, fn, 'a temporary copy of rows') : 0;
     try {
       if (n) c.views().i32.set(list, p >>> 2);
       c.check(c.M._sdpa_kv_cache_keep_rows(c.ctx, this.#ptr, start, p, n), fn);
