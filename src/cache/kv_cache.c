@@ -549,38 +549,6 @@ sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa
     return SDPA_OK;
 }
 
-void sdpa_ctx_memory(const sdpa_ctx * ctx, sdpa_memory_stats * out) {
-    if (!out) return;
-    memset(out, 0, sizeof *out);
-    if (!ctx) return;
-    sdpa_page_stats st;
-    sdpa_page_pool_stats(ctx->pages, &st);
-    out->bytes_reserved = (int64_t)st.bytes_reserved;
-    out->bytes_in_use = (int64_t)st.bytes_in_use;
-    out->bytes_free = (int64_t)st.bytes_free;
-    out->pages_in_use = st.pages_in_use;
-    out->pages_free = st.pages_free;
-    out->page_rows = SDPA_PAGE_ROWS;
-}
-
-sdpa_status sdpa_ctx_reserve_pages(sdpa_ctx * ctx, double bytes) {
-    if (!ctx) return SDPA_E_ARG;
-    /* '<': natively (double)SIZE_MAX rounds up to 2^64, which would not convert to uint64_t */
-    if (!(bytes >= 0) || !(bytes < (double)SIZE_MAX))
-        return sdpa_fail(ctx, bytes >= 0 ? SDPA_E_OOM : SDPA_E_ARG,
-                         "sdpa.reserve: %g bytes; expected a non-negative number that fits this build's address space", bytes);
-    if (!sdpa_page_pool_reserve(ctx->pages, (uint64_t)bytes))
-        return sdpa_fail(ctx, SDPA_E_OOM, "sdpa.reserve: the heap cannot give the page pool %.0f more free bytes", bytes);
-    sdpa_clear_error(ctx);
-    return SDPA_OK;
-}
-
-int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) {
-    if (!ctx || !(bytes > 0)) return 0;  /* (NaN too) */
-    const uint64_t span = bytes < 0x1p64 ? (uint64_t)bytes : UINT64_MAX;  /* a larger double does not convert */
-    return sdpa_page_pool_overlaps(ctx->pages, p, span);
-}
-
 /* ---- the write path of a load of saved state (cache/kv_state.c) ----
  * put_rows for rows [start, start + len) without encoding: every
  * page the rows need is taken (a fresh, zeroed page; reserve_write first, so

@@ -210,20 +210,33 @@ static const char * layout_hint(const int32_t * qd, const int32_t * kd, bool cac
     return fits ? torch_layout : "";
 }
 
-/* Shared by customSdpa and cache attend. Either key/value are given, or cache. */
-static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * q,
-                                   const sdpa_tensor * k, const sdpa_tensor * v,
-                                   const sdpa_kv_cache * cache, const sdpa_tensor * mask,
-                                   const sdpa_options * o, const sdpa_tensor * out,
-                                   bool check_room, sdpa_problem * p) {
-    const bool has_mask = present(mask);
-    if (!o) o = &default_options;
-    const sdpa_tensor * sinks = o->sinks;
-    const bool has_sinks = present(sinks);
-    const sdpa_tensor * tree = o->tree_mask;
-    const bool has_tree = present(tree);
+/* One attention call's arguments, as check_attention's steps read them:
+ * either key/value are given, or cache. */
+typedef struct attention_args {
+    sdpa_ctx * ctx;
+    const char * fn;
+    const sdpa_tensor * q, * k, * v, * mask, * out, * sinks, * tree;
+    const sdpa_kv_cache * cache;
+    const sdpa_options * o;
+    bool has_mask, has_sinks, has_tree;
+    bool check_room;
+} attention_args;
 
-    /* E_ARG */
+/* The key/value geometry, from tensors or the cache. */
+typedef struct kv_geometry {
+    int32_t kb, kh, kd, kt, vb, vh, vd, vt;
+} kv_geometry;
+
+/* E_ARG: what is missing, what lies in the cache, the options, what out
+ * shares, a windowed cache's own rules. */
+static sdpa_status check_attention_args(const attention_args * a) {
+    sdpa_ctx * ctx = a->ctx;
+    const char * fn = a->fn;
+    const sdpa_tensor * q = a->q, * k = a->k, * v = a->v, * mask = a->mask, * out = a->out;
+    const sdpa_tensor * sinks = a->sinks, * tree = a->tree;
+    const sdpa_kv_cache * cache = a->cache;
+    const sdpa_options * o = a->o;
+    const bool has_mask = a->has_mask, has_sinks = a->has_sinks, has_tree = a->has_tree;
     if (!present(q)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: query is missing", fn);
     if (!cache) {
         if (!present(k)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: key is missing", fn);
@@ -264,26 +277,38 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         if (o->window > cache->window)
             return sdpa_fail(ctx, SDPA_E_ARG, "%s: window %d is wider than the cache's window %d; it may narrow the window, not widen it", fn, o->window, cache->window);
     }
+    return SDPA_OK;
+}
 
-    /* E_RANK */
-    TRY(check_rank(ctx, fn, "query", q, 4, BSHD));
-    if (!cache) {
-        TRY(check_rank(ctx, fn, "key", k, 4, BSHD));
-        TRY(check_rank(ctx, fn, "value", v, 4, BSHD));
+/* E_RANK */
+static sdpa_status check_attention_ranks(const attention_args * a) {
+    sdpa_ctx * ctx = a->ctx;
+    const char * fn = a->fn;
+    TRY(check_rank(ctx, fn, "query", a->q, 4, BSHD));
+    if (!a->cache) {
+        TRY(check_rank(ctx, fn, "key", a->k, 4, BSHD));
+        TRY(check_rank(ctx, fn, "value", a->v, 4, BSHD));
     }
-    if (has_mask) TRY(check_rank(ctx, fn, "attnMask", mask, 2, "2-D [Sq, N] (this op does not broadcast masks)"));
-    if (has_sinks) TRY(check_rank(ctx, fn, "sinks", sinks, 1, "1-D [Hq] (one sink logit per query head)"));
-    if (has_tree) TRY(check_rank(ctx, fn, "treeMask", tree, 2, "2-D [Sq, Sq] (the new rows over the new rows)"));
+    if (a->has_mask) TRY(check_rank(ctx, fn, "attnMask", a->mask, 2, "2-D [Sq, N] (this op does not broadcast masks)"));
+    if (a->has_sinks) TRY(check_rank(ctx, fn, "sinks", a->sinks, 1, "1-D [Hq] (one sink logit per query head)"));
+    if (a->has_tree) TRY(check_rank(ctx, fn, "treeMask", a->tree, 2, "2-D [Sq, Sq] (the new rows over the new rows)"));
+    return SDPA_OK;
+}
 
-    /* E_DIMS */
+/* E_DIMS: every dim, out's dims, and the kernels' int32 extents. */
+static sdpa_status check_attention_dims(const attention_args * a) {
+    sdpa_ctx * ctx = a->ctx;
+    const char * fn = a->fn;
+    const sdpa_tensor * q = a->q, * k = a->k, * out = a->out;
+    const sdpa_kv_cache * cache = a->cache;
     TRY(check_dims(ctx, fn, "query", q, 2));
     if (!cache) {
         TRY(check_dims(ctx, fn, "key", k, 2));
-        TRY(check_dims(ctx, fn, "value", v, 2));
+        TRY(check_dims(ctx, fn, "value", a->v, 2));
     }
-    if (has_mask) TRY(check_dims(ctx, fn, "attnMask", mask, -1));
-    if (has_sinks) TRY(check_dims(ctx, fn, "sinks", sinks, 0));
-    if (has_tree) TRY(check_dims(ctx, fn, "treeMask", tree, -1));
+    if (a->has_mask) TRY(check_dims(ctx, fn, "attnMask", a->mask, -1));
+    if (a->has_sinks) TRY(check_dims(ctx, fn, "sinks", a->sinks, 0));
+    if (a->has_tree) TRY(check_dims(ctx, fn, "treeMask", a->tree, -1));
     if (out->rank >= 0 && out->rank <= 4) TRY(check_dims(ctx, fn, "out", out, 2));
     if (out->rank != 4)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has rank %d; expected the output dims %s [B, Sq, Hq, D]",
@@ -293,66 +318,82 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
             return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has dims %s but the output is %s [B, Sq, Hq, D]",
                              fn, DIMS(out), DIMS(q));
 
-    {   /* the kernels' int32 extents (internal.h; only reachable natively: > 8 GiB) */
-        int64_t rows = (int64_t)q->dims[0] * q->dims[1];  /* < 2^62 */
-        if (rows > SDPA_INDEX_LIMIT || rows * (q->dims[2] > 0 ? q->dims[2] : 1) > SDPA_INDEX_LIMIT)
-            return sdpa_fail(ctx, SDPA_E_DIMS, "%s: query [%d, %d, %d, %d] has more than %d rows (B * Sq * Hq)",
-                             fn, q->dims[0], q->dims[1], q->dims[2], q->dims[3], SDPA_INDEX_LIMIT);
-        if (q->dims[3] > SDPA_INDEX_LIMIT)
-            return sdpa_fail(ctx, SDPA_E_DIMS, "%s: query head dim is %d; at most %d is supported",
-                             fn, q->dims[3], SDPA_INDEX_LIMIT);
-        if (!cache && k->dims[1] > SDPA_INDEX_LIMIT)  /* a cache's maxSeqLen is checked at creation */
-            return sdpa_fail(ctx, SDPA_E_DIMS, "%s: key has %d rows; at most %d are supported",
-                             fn, k->dims[1], SDPA_INDEX_LIMIT);
-    }
+    /* the kernels' int32 extents (internal.h; only reachable natively: > 8 GiB) */
+    int64_t rows = (int64_t)q->dims[0] * q->dims[1];  /* < 2^62 */
+    if (rows > SDPA_INDEX_LIMIT || rows * (q->dims[2] > 0 ? q->dims[2] : 1) > SDPA_INDEX_LIMIT)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: query [%d, %d, %d, %d] has more than %d rows (B * Sq * Hq)",
+                         fn, q->dims[0], q->dims[1], q->dims[2], q->dims[3], SDPA_INDEX_LIMIT);
+    if (q->dims[3] > SDPA_INDEX_LIMIT)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: query head dim is %d; at most %d is supported",
+                         fn, q->dims[3], SDPA_INDEX_LIMIT);
+    if (!cache && k->dims[1] > SDPA_INDEX_LIMIT)  /* a cache's maxSeqLen is checked at creation */
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: key has %d rows; at most %d are supported",
+                         fn, k->dims[1], SDPA_INDEX_LIMIT);
+    return SDPA_OK;
+}
 
-    /* E_DTYPE */
-    TRY(check_float32(ctx, fn, "query", q));
-    if (!cache) {
-        TRY(check_float32(ctx, fn, "key", k));
-        TRY(check_float32(ctx, fn, "value", v));
+/* E_DTYPE */
+static sdpa_status check_attention_dtypes(const attention_args * a) {
+    sdpa_ctx * ctx = a->ctx;
+    const char * fn = a->fn;
+    TRY(check_float32(ctx, fn, "query", a->q));
+    if (!a->cache) {
+        TRY(check_float32(ctx, fn, "key", a->k));
+        TRY(check_float32(ctx, fn, "value", a->v));
     }
-    if (has_sinks) TRY(check_float32(ctx, fn, "sinks", sinks));
-    TRY(check_float32(ctx, fn, "out", out));
+    if (a->has_sinks) TRY(check_float32(ctx, fn, "sinks", a->sinks));
+    TRY(check_float32(ctx, fn, "out", a->out));
+    return SDPA_OK;
+}
 
-    /* the key/value geometry, from tensors or the cache */
-    const int32_t B = q->dims[0], Sq = q->dims[1], Hq = q->dims[2], D = q->dims[3];
-    int32_t kb, kh, kd, kt, vb, vh, vd, vt;
-    if (cache) {
-        kb = vb = cache->batch;
-        kt = vt = cache->max_seq_len;
-        kh = vh = cache->kv_heads;
-        kd = vd = cache->head_dim;
+static kv_geometry kv_geometry_of(const attention_args * a) {
+    kv_geometry g;
+    if (a->cache) {
+        g.kb = g.vb = a->cache->batch;
+        g.kt = g.vt = a->cache->max_seq_len;
+        g.kh = g.vh = a->cache->kv_heads;
+        g.kd = g.vd = a->cache->head_dim;
     } else {
-        kb = k->dims[0]; kt = k->dims[1]; kh = k->dims[2]; kd = k->dims[3];
-        vb = v->dims[0]; vt = v->dims[1]; vh = v->dims[2]; vd = v->dims[3];
+        g.kb = a->k->dims[0]; g.kt = a->k->dims[1]; g.kh = a->k->dims[2]; g.kd = a->k->dims[3];
+        g.vb = a->v->dims[0]; g.vt = a->v->dims[1]; g.vh = a->v->dims[2]; g.vd = a->v->dims[3];
     }
+    return g;
+}
+
+/* E_BATCH, E_HEADS, E_HEAD_DIM, E_KV_LEN: the query against the key/value
+ * geometry g. */
+static sdpa_status check_attention_geometry(const attention_args * a, const kv_geometry * g) {
+    sdpa_ctx * ctx = a->ctx;
+    const char * fn = a->fn;
+    const sdpa_tensor * q = a->q, * sinks = a->sinks;
+    const sdpa_kv_cache * cache = a->cache;
+    const int32_t B = q->dims[0], Hq = q->dims[2], D = q->dims[3];
+    const int32_t kb = g->kb, kh = g->kh, kd = g->kd, kt = g->kt, vb = g->vb, vh = g->vh, vd = g->vd, vt = g->vt;
     const int32_t kdims[4] = { kb, kt, kh, kd };
     const char * kname = cache ? "the cache" : "key";
-    const int32_t Skv = kt < vt ? kt : vt;
     /* the key bound's start (-1: not checked, as js/validate.js's null) */
-    const int64_t hint_start = check_room && o->start_pos >= 0 ? o->start_pos : -1;
+    const int64_t hint_start = a->check_room && a->o->start_pos >= 0 ? a->o->start_pos : -1;
 
     /* E_BATCH */
     if (kb != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: %s has batch %d but query has batch %d; batches must match (no broadcasting)", fn, kname, kb, B);
     if (vb != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: value has batch %d but query has batch %d; batches must match (no broadcasting)", fn, vb, B);
-    if (out->dims[0] != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: out has batch %d but query has batch %d", fn, out->dims[0], B);
+    if (a->out->dims[0] != B) return sdpa_fail(ctx, SDPA_E_BATCH, "%s: out has batch %d but query has batch %d", fn, a->out->dims[0], B);
 
     /* E_HEADS */
     TRY(check_heads_zero(ctx, fn, "query", q, 2));
     if (!cache) {
-        TRY(check_heads_zero(ctx, fn, "key", k, 2));
-        TRY(check_heads_zero(ctx, fn, "value", v, 2));
+        TRY(check_heads_zero(ctx, fn, "key", a->k, 2));
+        TRY(check_heads_zero(ctx, fn, "value", a->v, 2));
     }
-    if (has_sinks) TRY(check_heads_zero(ctx, fn, "sinks", sinks, 0));
+    if (a->has_sinks) TRY(check_heads_zero(ctx, fn, "sinks", sinks, 0));
     if (kh != vh) return sdpa_fail(ctx, SDPA_E_HEADS, "%s: key has %d heads but value has %d; key and value heads must be equal", fn, kh, vh);
     if (kh > Hq)
         return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has %d heads but query has %d; key heads must not exceed query heads%s",
-                         fn, kname, kh, Hq, layout_hint(q->dims, kdims, cache, hint_start, has_mask));
+                         fn, kname, kh, Hq, layout_hint(q->dims, kdims, cache, hint_start, a->has_mask));
     if (Hq % kh != 0)
         return sdpa_fail(ctx, SDPA_E_HEADS, "%s: %s has %d heads but query has %d; query heads must be a multiple of key heads (GQA)%s",
-                         fn, kname, kh, Hq, layout_hint(q->dims, kdims, cache, hint_start, has_mask));
-    if (has_sinks && sinks->dims[0] != Hq)
+                         fn, kname, kh, Hq, layout_hint(q->dims, kdims, cache, hint_start, a->has_mask));
+    if (a->has_sinks && sinks->dims[0] != Hq)
         return sdpa_fail(ctx, SDPA_E_HEADS, "%s: sinks has %d entries but query has %d heads; one sink logit per query head", fn, sinks->dims[0], Hq);
 
     /* E_HEAD_DIM */
@@ -361,18 +402,29 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
 
     /* E_KV_LEN */
     if (vt != kt) return sdpa_fail(ctx, SDPA_E_KV_LEN, "%s: key has sequence length %d but value has %d; they must be equal", fn, kt, vt);
+    return SDPA_OK;
+}
 
-    /* E_START_POS */
+/* E_START_POS: non-negative, room for the query rows (check_room), a cache's
+ * written rows, a windowed cache's evicted rows. */
+static sdpa_status check_attention_start(const attention_args * a, const kv_geometry * g) {
+    sdpa_ctx * ctx = a->ctx;
+    const char * fn = a->fn;
+    const sdpa_kv_cache * cache = a->cache;
+    const sdpa_options * o = a->o;
+    const int32_t Sq = a->q->dims[1];
+    const int32_t kdims[4] = { g->kb, g->kt, g->kh, g->kd };
+    const int32_t Skv = g->kt < g->vt ? g->kt : g->vt;
     if (o->start_pos < 0)
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: startPos is %lld; expected a non-negative integer", fn, (long long)o->start_pos);
-    if (check_room && !has_mask && o->start_pos > (int64_t)Skv - Sq)
+    if (a->check_room && !a->has_mask && o->start_pos > (int64_t)Skv - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
                          "%s: startPos %lld + query length %d = %llu exceeds the %s %d; without a mask the op reads keys 0 .. startPos+Sq-1%s",
                          fn, (long long)o->start_pos, Sq, (unsigned long long)o->start_pos + (unsigned long long)Sq,
                          cache ? "cache length maxSeqLen" : "key/value length", Skv,
-                         layout_hint(q->dims, kdims, cache, o->start_pos, false));
+                         layout_hint(a->q->dims, kdims, cache, o->start_pos, false));
     /* attend (check_room): without a mask, a cache's rows past its length were never written */
-    if (cache && check_room && !has_mask && o->start_pos > (int64_t)cache->length - Sq)
+    if (cache && a->check_room && !a->has_mask && o->start_pos > (int64_t)cache->length - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
                          "%s: startPos %lld + query length %d = %llu is past the %s written (cache.length); attention over a cache reads written rows only",
                          fn, (long long)o->start_pos, Sq, (unsigned long long)o->start_pos + (unsigned long long)Sq, ROWS(cache->length));
@@ -386,28 +438,41 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
                              fn, (long long)o->start_pos, (long long)first, cache->sink_tokens, cache->window_start - 1,
                              (long long)cache->window_start + window - 1);
     }
+    return SDPA_OK;
+}
 
-    /* E_MASK_DTYPE, E_MASK_SHAPE */
-    if (has_mask) {
+/* E_MASK_DTYPE, E_MASK_SHAPE: attnMask, then treeMask. */
+static sdpa_status check_attention_masks(const attention_args * a, const kv_geometry * g) {
+    sdpa_ctx * ctx = a->ctx;
+    const char * fn = a->fn;
+    const sdpa_tensor * mask = a->mask, * tree = a->tree;
+    const int32_t Sq = a->q->dims[1], kt = g->kt;
+    if (a->has_mask) {
         if (mask->dtype != SDPA_DTYPE_FLOAT32 && mask->dtype != SDPA_DTYPE_BOOL)
             return sdpa_fail(ctx, SDPA_E_MASK_DTYPE, "%s: attnMask has dtype %s (%d); expected float32 or bool", fn, dtype_name(mask->dtype), mask->dtype);
         if (mask->dims[0] != Sq || mask->dims[1] > kt)
             return sdpa_fail(ctx, SDPA_E_MASK_SHAPE,
                              "%s: attnMask has dims %s but must be [Sq, N] = [%d, N] with N \u2264 %d (%s); this op does not broadcast masks",
-                             fn, DIMS(mask), Sq, kt, cache ? "maxSeqLen" : "key length");
+                             fn, DIMS(mask), Sq, kt, a->cache ? "maxSeqLen" : "key length");
     }
-    if (has_tree) {
+    if (a->has_tree) {
         if (tree->dtype != SDPA_DTYPE_BOOL)
             return sdpa_fail(ctx, SDPA_E_MASK_DTYPE, "%s: treeMask has dtype %s (%d); expected bool", fn, dtype_name(tree->dtype), tree->dtype);
         if (tree->dims[0] != Sq || tree->dims[1] != Sq)
             return sdpa_fail(ctx, SDPA_E_MASK_SHAPE, "%s: treeMask has dims %s but must be [Sq, Sq] = [%d, %d] (the new rows over the new rows)",
                              fn, DIMS(tree), Sq, Sq);
     }
+    return SDPA_OK;
+}
 
-    /* E_MASK_CAUSAL, E_DROPOUT, E_SCALE */
-    TRY(check_tail_options(ctx, fn, mask, o));
-
-    /* valid: describe the problem */
+/* valid: describe the problem */
+static void describe_attention(const attention_args * a, const kv_geometry * g, sdpa_problem * p) {
+    const sdpa_tensor * q = a->q, * mask = a->mask;
+    const sdpa_kv_cache * cache = a->cache;
+    const sdpa_options * o = a->o;
+    const bool has_mask = a->has_mask, has_tree = a->has_tree;
+    const int32_t B = q->dims[0], Sq = q->dims[1], Hq = q->dims[2], D = q->dims[3];
+    const int32_t kh = g->kh, kt = g->kt;
     p->batch = B; p->q_len = Sq; p->q_heads = Hq; p->kv_heads = kh; p->head_dim = D;
     p->group = Hq / kh;
     /* (in a step, startPos may still be out of room here: the update half
@@ -418,15 +483,15 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
     p->window = o->window ? o->window : cache ? cache->window : 0;
     p->sink_tokens = cache ? cache->sink_tokens : 0;
     p->softcap = o->softcap;
-    p->sinks = has_sinks ? sinks->data : NULL;
+    p->sinks = a->has_sinks ? a->sinks->data : NULL;
     p->scale = o->has_scale ? o->scale : (float)(1.0 / sqrt((double)D));
     p->q = q->data;
-    p->out = out->data;
+    p->out = a->out->data;
     p->q_stride_b = (size_t)Sq * (size_t)Hq * (size_t)D;
     p->mask = has_mask ? mask->data : NULL;
     p->mask_dtype = has_mask ? mask->dtype : 0;
     p->mask_stride = has_mask ? mask->dims[1] : 0;
-    p->tree = has_tree ? (const uint8_t *)tree->data : NULL;
+    p->tree = has_tree ? (const uint8_t *)a->tree->data : NULL;
     p->tree_stride = has_tree ? Sq : 0;
     p->tree_pos = o->start_pos;
     memset(&p->rope, 0, sizeof p->rope);  /* (a cache call's rotary: check_rotary) */
@@ -444,11 +509,38 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
         kv->pages = NULL;
         kv->pages_per_head = kv->sink_pages = kv->ring_pages = 0;
         kv->format = NULL;
-        kv->k = k->data; kv->v = v->data;
+        kv->k = a->k->data; kv->v = a->v->data;
         kv->stride_h = (size_t)D;
         kv->stride_t = (size_t)kh * (size_t)D;
         kv->stride_b = (size_t)kt * kv->stride_t;
     }
+}
+
+/* Shared by customSdpa and cache attend. Either key/value are given, or
+ * cache. The rules' steps in the table's order (the first failure wins),
+ * then the problem. */
+static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * q,
+                                   const sdpa_tensor * k, const sdpa_tensor * v,
+                                   const sdpa_kv_cache * cache, const sdpa_tensor * mask,
+                                   const sdpa_options * o, const sdpa_tensor * out,
+                                   bool check_room, sdpa_problem * p) {
+    if (!o) o = &default_options;
+    const attention_args a = {
+        .ctx = ctx, .fn = fn, .q = q, .k = k, .v = v, .mask = mask, .out = out,
+        .sinks = o->sinks, .tree = o->tree_mask, .cache = cache, .o = o,
+        .has_mask = present(mask), .has_sinks = present(o->sinks), .has_tree = present(o->tree_mask),
+        .check_room = check_room,
+    };
+    TRY(check_attention_args(&a));
+    TRY(check_attention_ranks(&a));
+    TRY(check_attention_dims(&a));
+    TRY(check_attention_dtypes(&a));
+    const kv_geometry g = kv_geometry_of(&a);
+    TRY(check_attention_geometry(&a, &g));
+    TRY(check_attention_start(&a, &g));
+    TRY(check_attention_masks(&a, &g));
+    TRY(check_tail_options(ctx, fn, mask, o));  /* E_MASK_CAUSAL, E_DROPOUT, E_SCALE */
+    describe_attention(&a, &g, p);
     return SDPA_OK;
 }
 

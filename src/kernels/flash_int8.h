@@ -99,7 +99,7 @@ static FLASH_INLINE void i8_key_step(const v128_t * qb, const int8_t * k, size_t
 /* acc[r][2g + h] (keys 8g + 4h .. +3 of the pass) = sum over element pairs
  * of q16 . k for R rows (quad vectors qb, [P][4]) and NG groups of 8 keys
  * (k: the first group's pairs, ldk bytes between groups). The steps that
- * touch run in a loop of their own (as flash.c's qk_group_rows). */
+ * touch run in a loop of their own (as flash_float.h's qk_group_rows). */
 static FLASH_INLINE uint32_t i8_key_rows(const v128_t * qb, const int8_t * k, size_t ldk, int32_t P,
                                          v128_t acc[4][4], const int R, const int NG,
                                          const uint32_t * ta, const uint32_t * tb, int32_t lines) {
@@ -138,7 +138,7 @@ static FLASH_INLINE void i8_key_scores(const block_state * st, int32_t x0, v128_
  * [r0, r0 + nt) of an int8 page (r0 a TILE_KEYS multiple). Keys go in passes
  * of 8 (16 for a single row), 4 rows at a time; scores past nt, up to the
  * pass, are computed from the page's rows and dropped by the caller. A pass
- * touches its share of the blocks of a tile ahead (tr), as flash.c's
+ * touches its share of the blocks of a tile ahead (tr), as flash_float.h's
  * qk_groups does. */
 static uint32_t int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
                             const touch_rows * tr) {

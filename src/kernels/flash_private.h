@@ -1,5 +1,6 @@
 /* flash_private.h: what flash.c (the tile loop) shares with the
- * microkernels it includes from files of their own (flash_int8.h): the plan
+ * microkernels and touch-ahead it includes from files of their own
+ * (flash_float.h, flash_touch.h, flash_int8.h, flash_int4.h): the plan
  * of a call, the state of one block of rows, and which kernel reads a tile. */
 #ifndef SDPA_FLASH_PRIVATE_H
 #define SDPA_FLASH_PRIVATE_H
