@@ -17,7 +17,7 @@
 import { fail } from './errors.js';
 import { fmtDims } from './shape.js';
 import { typedArrayTag, typedArrayLength, typedArraySet, isArray } from './intrinsics.js';
-import { describeValue } from './validate.js';  // (a cycle: used at call time only)
+import { describeValue } from './snapshot.js';  // (a cycle: used at call time only)
 import { TENSOR_DTYPES } from './abi.js';
 
 /** Internal state of every live or disposed heap tensor, keyed by the tensor. */

@@ -8,9 +8,10 @@
 
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
-  Checks, readOptions, checkStartPos, inspectTensor, checkAttention, describeValue, checkLive, checkLiveOptions,
-  CUSTOM_OPTIONS, readCacheConfig, readLayerConfigs, checkPlanRows, readAllocArgs, checkReserveBytes,
-} from './validate.js';
+  Checks, checkStartPos, checkAttention, CUSTOM_OPTIONS, readCacheConfig, checkPlanRows, readAllocArgs,
+  checkReserveBytes,
+} from './rules.js';
+import { readOptions, inspectTensor, describeValue, checkLive, checkLiveOptions, readLayerConfigs } from './snapshot.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
 import { attendMany, stepMany } from './many.js';
@@ -89,7 +90,7 @@ function makeInstance(core, info) {
   /** customSdpa, with `fn` naming the public function in messages. */
   function runCustom(fn, query, key, value, opts) {
     const ck = new Checks(fn);
-    // snapshot: every caller value read once (validate.js, the snapshot rule)
+    // snapshot: every caller value read once (snapshot.js, the snapshot rule)
     const Q = inspectTensor(ck, 'query', query, 'input');
     const K = inspectTensor(ck, 'key', key, 'input');
     const V = inspectTensor(ck, 'value', value, 'input');

@@ -8,7 +8,7 @@
 // layer), so a rejected call leaves every layer as it was. fork() is all or
 // nothing: on E_OOM the forks made so far are disposed again.
 
-import { Checks } from './validate.js';
+import { Checks } from './rules.js';
 import { cacheHooks } from './kv-cache.js';
 import { SdpaError } from './errors.js';
 import { saveGroup, saveGroupChunks, saveGroupStream } from './kv-state.js';

@@ -5,7 +5,7 @@
 // a limit, not an allocation. `length` is the number of rows written; writes
 // may not leave a hole. fork() shares every page copy-on-write; truncate()
 // gives whole pages back. update / attend / step follow the snapshot rule
-// (validate.js): read every argument once, check liveness, validate, and only
+// (snapshot.js, then rules.js): read every argument once, check liveness, validate, and only
 // then touch wasm memory, so a rejected call leaves the cache untouched. A
 // view of the cache's storage is never a valid argument (checkLive).
 //
@@ -15,11 +15,11 @@
 // causal only) are checked here too, from its windowStart read just before.
 
 import {
-  Checks, readOptions, checkStartPos, inspectTensor, checkAttention, checkLive, checkLiveOptions,
-  checkCacheWrite, checkOutAliasing, checkCacheAttention, cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS,
-  checkWriteStart, checkImpliedStart, checkStepRows, checkCacheRows, checkCacheTruncate,
-  ATTEND_OPTIONS, checkKeepRows, UPDATE_OPTIONS, checkRotary,
-} from './validate.js';
+  Checks, checkStartPos, checkAttention, checkCacheWrite, checkOutAliasing, checkCacheAttention,
+  cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS, checkWriteStart, checkImpliedStart, checkStepRows,
+  checkCacheRows, checkCacheTruncate, ATTEND_OPTIONS, checkKeepRows, UPDATE_OPTIONS, checkRotary,
+} from './rules.js';
+import { readOptions, inspectTensor, checkLive, checkLiveOptions } from './snapshot.js';
 import { SLOT } from './runtime.js';
 import { RECORD_PARTS } from './abi.js';
 import { prod } from './shape.js';

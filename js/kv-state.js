@@ -16,9 +16,10 @@
 
 import { SdpaError } from './errors.js';
 import {
-  Checks, readOptions, describeValue, SAVE_OPTIONS, SAVE_CHUNK_OPTIONS, SAVE_STREAM_OPTIONS, LOAD_OPTIONS, checkSignal, checkSaveInto,
-  readSaveMeta, checkChunkBytes, checkSaveRows, checkLoadMaxSeqLen, MAX_META_BYTES,
-} from './validate.js';
+  Checks, SAVE_OPTIONS, SAVE_CHUNK_OPTIONS, SAVE_STREAM_OPTIONS, LOAD_OPTIONS, checkChunkBytes, checkSaveRows,
+  checkLoadMaxSeqLen,
+} from './rules.js';
+import { readOptions, describeValue, checkSignal, checkSaveInto, readSaveMeta, MAX_META_BYTES } from './snapshot.js';
 import { CACHE_DTYPES } from './abi.js';
 import { formatBytes } from './runtime.js';
 import { typedArrayTag, typedArrayBuffer, typedArrayByteOffset, typedArrayByteLength, typedArraySet, isView } from './intrinsics.js';

@@ -32,7 +32,7 @@
 // left pending: `initTimeout` bounds the whole load.
 
 import { SdpaError, E_LOAD } from './errors.js';
-import { describeValue } from './validate.js';
+import { describeValue } from './snapshot.js';
 import { MAX_THREADS } from './abi.js';
 
 export const MAX_AUTO_THREADS = 8;

@@ -5,7 +5,8 @@
 // item is read once, then every item is checked (messages 'items[i]: ...'),
 // then the rules between items, before anything is written.
 import { SdpaError } from './errors.js';
-import { Checks, readOptions, inspectTensor, describeValue, MANY_ITEM_OPTIONS, STEP_MANY_ITEM_OPTIONS, checkManyItems } from './validate.js';
+import { Checks, MANY_ITEM_OPTIONS, STEP_MANY_ITEM_OPTIONS, checkManyItems } from './rules.js';
+import { readOptions, inspectTensor, describeValue } from './snapshot.js';
 import { MANY_MAX } from './abi.js';
 import { cacheHooks } from './kv-cache.js';
 import { isArray } from './intrinsics.js';

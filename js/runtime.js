@@ -262,7 +262,7 @@ export class Core {
   }
 
   /**
-   * A checked rotary (validate.js checkRotary) as a rotary block at `at`
+   * A checked rotary (rules.js checkRotary) as a rotary block at `at`
    * (ROTARY_BLOCK); its tables by address when they live in this memory,
    * else copied in, and more than ROTARY_INLINE_POSITIONS positions, as
    * temporaries pushed onto `temps` (the caller frees them). Returns the

@@ -1,5 +1,8 @@
 // shape.js: the dims helpers every module uses (one copy of each).
 
+/** C keeps dims in int32 (include/sdpa.h). */
+export const INT32_MAX = 0x7fffffff;
+
 /** Element count of a tensor with these dims (1 for []). */
 export function prod(dims) {
   let n = 1;

@@ -8,9 +8,10 @@
 // with fully masked rows giving zeros.
 
 import {
-  Checks, readOptions, inspectTensor, checkRank, checkDims, checkBool, checkScale, fitsFastScale,
-  checkDropout, checkLive, checkMaskCausal, structural, dataOf, RANK_4,
-} from './validate.js';
+  Checks, checkRank, checkDims, checkBool, checkScale, fitsFastScale, checkDropout, checkMaskCausal,
+  structural, RANK_4,
+} from './rules.js';
+import { readOptions, inspectTensor, checkLive, dataOf } from './snapshot.js';
 import { fmtDims } from './shape.js';
 
 export const TORCH_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', 'scale', 'enableGqa']);

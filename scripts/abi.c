@@ -8,7 +8,7 @@
  * sdpa_abi) and run by node; `npm run build` copies its output over
  * js/abi.js when it differs, and tests/js/abi.test.js fails when the
  * committed js/abi.js is not what this prints. A generated module rather than
- * a report at load: errors.js, validate.js and loader.js need these numbers
+ * a report at load: errors.js, rules.js, snapshot.js and loader.js need these numbers
  * before any instance exists.
  *
  * The static_asserts here are what the JS side assumes of the layout (wasm32

@@ -10,7 +10,8 @@
 // model has its own cache group and its last row of logits.
 
 import { SdpaError } from '../errors.js';
-import { Checks, readOptions } from '../validate.js';
+import { Checks } from '../rules.js';
+import { readOptions } from '../snapshot.js';
 import { parseCheckpoint, readWeights, fingerprint } from './checkpoint.js';
 import { matmul, rmsnorm, swiglu } from './dense.js';
 import { createSampler, samplingOptions } from './sampler.js';

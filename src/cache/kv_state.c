@@ -98,7 +98,7 @@ struct sdpa_kv_saver {
     unsigned char trailer[4];
 };
 
-/* The save's rules, in the table's order (js/validate.js checkSaveRows has the same words). */
+/* The save's rules, in the table's order (js/rules.js checkSaveRows has the same words). */
 static sdpa_status check_save(sdpa_ctx * ctx, const sdpa_kv_cache * c, int32_t start, int32_t length, size_t meta_bytes) {
     if (!c) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", SAVE_FN);
     if (meta_bytes > SDPA_STATE_MAX_META)

@@ -1,6 +1,6 @@
 /* check.c: CONTRACT.md section 2, rule by rule, in the table's order.
  *
- * The messages are the ones the JS package shows (js/validate.js checks the
+ * The messages are the ones the JS package shows (js/rules.js checks the
  * same relational rules first, with the same words, so that a JS call is
  * rejected before any copy into wasm memory; tests/js/parity.test.js runs
  * every rule case through both and wants the same code and message). They
@@ -29,7 +29,7 @@ static const char * dtype_name(int32_t dtype) {
     }
 }
 
-/* Appended where dims read as PyTorch's [B, H, S, D] would fit (js/validate.js TORCH_LAYOUT). */
+/* Appended where dims read as PyTorch's [B, H, S, D] would fit (js/rules.js TORCH_LAYOUT). */
 static const char torch_layout[] =
     "; the dims look like PyTorch's [B, H, S, D] layout (heads in dim 1): this op takes [B, S, H, D] (in PyTorch: x.transpose(1, 2).contiguous())";
 
@@ -201,7 +201,7 @@ static const sdpa_options default_options = { 0, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL
 /* torch_layout when reading dims 1 and 2 of the query (and of the key, unless
  * it is a cache, whose heads are known) the other way round would satisfy the
  * heads rule and, without a mask, the key bound (start_pos < 0: not checked);
- * "" otherwise (js/validate.js layoutHint). */
+ * "" otherwise (js/rules.js layoutHint). */
 static const char * layout_hint(const int32_t * qd, const int32_t * kd, bool cache, int64_t start_pos, bool masked) {
     if (qd[1] == qd[2] && (cache || kd[1] == kd[2])) return "";
     const int64_t Hq = qd[1], Sq = qd[2];
@@ -371,7 +371,7 @@ static sdpa_status check_attention_geometry(const attention_args * a, const kv_g
     const int32_t kb = g->kb, kh = g->kh, kd = g->kd, kt = g->kt, vb = g->vb, vh = g->vh, vd = g->vd, vt = g->vt;
     const int32_t kdims[4] = { kb, kt, kh, kd };
     const char * kname = cache ? "the cache" : "key";
-    /* the key bound's start (-1: not checked, as js/validate.js's null) */
+    /* the key bound's start (-1: not checked, as js/rules.js's null) */
     const int64_t hint_start = a->check_room && a->o->start_pos >= 0 ? a->o->start_pos : -1;
 
     /* E_BATCH */
