@@ -79,7 +79,37 @@ export async function createSdpa(options) {
   return makeInstance(core, info);
 }
 
+/** The instance object: createSdpa's result over a live context. */
 function makeInstance(core, info) {
+  const { runCustom, customSdpa } = attentionEntries(core);
+  const caches = cacheEntries(core);
+  const torch = makeTorchEntry(core, runCustom);
+  const { allocTensor, memory, reserve } = memoryEntries(core);
+  const sdpa = {
+    info,
+    customSdpa,
+    createKVCache: caches.createKVCache,
+    createKVCacheGroup: caches.createKVCacheGroup,
+    loadKVCache: caches.loadKVCache,
+    loadKVCacheGroup: caches.loadKVCacheGroup,
+    kvCacheSize: caches.kvCacheSize,
+    allocTensor,
+    memory,
+    reserve,
+    scaledDotProductAttention: torch.scaledDotProductAttention,
+    planAttention: torch.planAttention,
+    /** Several caches' attend in one call (many.js). */
+    attendMany: (items) => attendMany(core, items),
+    stepMany: (items) => stepMany(core, items),
+    dispose: disposer(core),
+    get disposed() { return core.disposed; },
+  };
+  Object.defineProperty(sdpa, INTERNALS, { value: { M: core.M, core }, enumerable: false });
+  return Object.freeze(sdpa);
+}
+
+/** customSdpa, and runCustom (the same with the public function's name in messages: torch.js's fast path). */
+function attentionEntries(core) {
   const M = core.M;
   /** The C call of customSdpa (runAttention passes the mask slot, or 0). */
   const callCustom = (mask) => {
@@ -110,46 +140,55 @@ function makeInstance(core, info) {
   function customSdpa(query, key, value, opts) {
     return runCustom('customSdpa', query, key, value, opts);
   }
+  return { runCustom, customSdpa };
+}
 
-  /** sdpa_kv_cache_plan of a checked geometry with `rows` rows written (C's sizes: kv_cache.c). */
-  function planCache(fn, geo, rows) {
-    const at = core.slot('stats');
-    core.check(M._sdpa_kv_cache_plan_desc(core.ctx, core.cacheDesc(geo), rows, at), fn);
-    const f = LAYOUT.sdpa_kv_cache_size, i64 = (offset) => core.int64At(at + offset);
-    return { pages: i64(f.pages), pageBytes: i64(f.page_bytes), poolBytes: i64(f.pool_bytes), tableBytes: i64(f.table_bytes), bytes: i64(f.bytes) };
+/** sdpa_kv_cache_plan of a checked geometry with `rows` rows written (C's sizes: kv_cache.c). */
+function planCache(core, fn, geo, rows) {
+  const at = core.slot('stats');
+  core.check(core.M._sdpa_kv_cache_plan_desc(core.ctx, core.cacheDesc(geo), rows, at), fn);
+  const f = LAYOUT.sdpa_kv_cache_size, i64 = (offset) => core.int64At(at + offset);
+  return { pages: i64(f.pages), pageBytes: i64(f.page_bytes), poolBytes: i64(f.pool_bytes), tableBytes: i64(f.table_bytes), bytes: i64(f.bytes) };
+}
+
+/**
+ * Checks a geometry's one page and page table against one wasm
+ * allocation (JS refuses first, with the clearer message: MAX_ALLOC).
+ */
+function checkCacheFits(core, ck, fn, geo) {
+  const { pageBytes, tableBytes } = planCache(core, fn, geo, 0);
+  if (pageBytes > MAX_ALLOC || tableBytes > MAX_ALLOC) {
+    ck.add('E_OOM', `a cache of [${geo.batch}, ${geo.maxSeqLen}, ${geo.numKvHeads}, ${geo.headDim}] needs pages of ${formatBytes(pageBytes)} (${PAGE_ROWS} rows) and a page table of ${formatBytes(tableBytes)}; each must be one wasm allocation (< 2 GiB)`);
   }
+}
 
-  /**
-   * Checks a geometry's one page and page table against one wasm
-   * allocation (JS refuses first, with the clearer message: MAX_ALLOC).
-   */
-  function checkCacheFits(ck, fn, geo) {
-    const { pageBytes, tableBytes } = planCache(fn, geo, 0);
-    if (pageBytes > MAX_ALLOC || tableBytes > MAX_ALLOC) {
-      ck.add('E_OOM', `a cache of [${geo.batch}, ${geo.maxSeqLen}, ${geo.numKvHeads}, ${geo.headDim}] needs pages of ${formatBytes(pageBytes)} (${PAGE_ROWS} rows) and a page table of ${formatBytes(tableBytes)}; each must be one wasm allocation (< 2 GiB)`);
-    }
-  }
+/** A cache of a checked geometry (E_OOM from C when its table cannot be had). */
+function makeCache(core, fn, geo) {
+  const outAt = core.slot('ptr');
+  core.views().u32[outAt >>> 2] = 0;
+  const st = core.M._sdpa_kv_cache_create_desc(core.ctx, core.cacheDesc(geo), outAt);
+  core.check(st, fn);
+  const ptr = core.views().u32[outAt >>> 2];
+  return adoptCache(core, ptr, geo);
+}
 
+/** A KVCache object for a cache C made (a create or a load). */
+function adoptCache(core, ptr, geo) {
+  const cache = new KVCache(core, ptr, geo);
+  core.caches.add(cache);
+  return cache;
+}
+
+/** The instance's cache functions: createKVCache, createKVCacheGroup, kvCacheSize, loadKVCache, loadKVCacheGroup. */
+function cacheEntries(core) {
   function createKVCache(config) {
     const fn = 'createKVCache';
     const ck = new Checks(fn);
     const geo = readCacheConfig(ck, config);
     core.checkAlive(ck);
-    if (geo !== null && !core.disposed) checkCacheFits(ck, fn, geo);
+    if (geo !== null && !core.disposed) checkCacheFits(core, ck, fn, geo);
     ck.done();
-    return makeCache(fn, geo);
-  }
-
-  /** A cache of a checked geometry (E_OOM from C when its table cannot be had). */
-  function makeCache(fn, geo) {
-    const outAt = core.slot('ptr');
-    core.views().u32[outAt >>> 2] = 0;
-    const st = M._sdpa_kv_cache_create_desc(core.ctx, core.cacheDesc(geo), outAt);
-    core.check(st, fn);
-    const ptr = core.views().u32[outAt >>> 2];
-    const cache = new KVCache(core, ptr, geo);
-    core.caches.add(cache);
-    return cache;
+    return makeCache(core, fn, geo);
   }
 
   /**
@@ -165,7 +204,7 @@ function makeInstance(core, info) {
     const n = checkPlanRows(ck, geo, rows);
     core.checkAlive(ck);
     ck.done();
-    return planCache(fn, geo, n);
+    return planCache(core, fn, geo, n);
   }
 
   /**
@@ -181,29 +220,15 @@ function makeInstance(core, info) {
     const geos = (list ?? []).map((config, i) => {
       ck.prefix = `layers[${i}]: `;
       const geo = readCacheConfig(ck, config);
-      if (geo !== null && !core.disposed) checkCacheFits(ck, fn, geo);
+      if (geo !== null && !core.disposed) checkCacheFits(core, ck, fn, geo);
       return geo;
     });
     ck.prefix = '';
     ck.done();
-    return new KVCacheGroup(core, makeEach(fn, geos, (geo) => makeCache(fn, geo)));
+    return new KVCacheGroup(core, makeEach(fn, geos, (geo) => makeCache(core, fn, geo)));
   }
 
-  function allocTensor(dtype, dims) {
-    const fn = 'allocTensor';
-    const ck = new Checks(fn);
-    const arr = readAllocArgs(ck, dtype, dims);  // the snapshot
-    core.checkAlive(ck);
-    ck.done();
-    return core.allocTensor(fn, dtype, arr);
-  }
-
-  /** A KVCache object for a cache C made (a load). */
-  function adoptCache(ptr, geo) {
-    const cache = new KVCache(core, ptr, geo);
-    core.caches.add(cache);
-    return cache;
-  }
+  const adopt = (ptr, geo) => adoptCache(core, ptr, geo);
 
   /**
    * A new cache of this instance from saved KV state (cache.save(),
@@ -211,30 +236,27 @@ function makeInstance(core, info) {
    * ReadableStream or (async) iterable of chunks. Resolves to { cache, meta }.
    */
   function loadKVCache(source, opts) {
-    return loadState(core, 'sdpa.loadKVCache', source, opts, CacheSink, adoptCache);
+    return loadState(core, 'sdpa.loadKVCache', source, opts, CacheSink, adopt);
   }
 
   /** A new KVCacheGroup from group.save()'s bytes: resolves to { group, meta }. */
   function loadKVCacheGroup(source, opts) {
-    return loadState(core, 'sdpa.loadKVCacheGroup', source, opts, GroupSink, adoptCache)
+    return loadState(core, 'sdpa.loadKVCacheGroup', source, opts, GroupSink, adopt)
       .then(({ caches, meta }) => ({ group: new KVCacheGroup(core, caches), meta }));
   }
+  return { createKVCache, createKVCacheGroup, kvCacheSize, loadKVCache, loadKVCacheGroup };
+}
 
-  const torch = makeTorchEntry(core, runCustom);
-
-  function dispose() {
-    if (core.disposed) return;
-    for (const s of [...core.states]) s.free();
-    for (const c of [...core.caches]) c.dispose();
-    for (const t of [...core.tensors]) t.dispose();
-    core.disposed = true;
-    M._sdpa_ctx_free(core.ctx);
-    M._free(core.scratch);
-    if (core.manyBlock) M._free(core.manyBlock);
-    core.manyBlock = 0;
-    core.ctx = 0;
-    core.scratch = 0;
-    if (M.PThread) M.PThread.terminateAllThreads();
+/** The instance's heap functions: allocTensor, memory, reserve. */
+function memoryEntries(core) {
+  const M = core.M;
+  function allocTensor(dtype, dims) {
+    const fn = 'allocTensor';
+    const ck = new Checks(fn);
+    const arr = readAllocArgs(ck, dtype, dims);  // the snapshot
+    core.checkAlive(ck);
+    ck.done();
+    return core.allocTensor(fn, dtype, arr);
   }
 
   /** The page pool of this instance's caches (sdpa_memory_stats), and the wasm heap's size. */
@@ -265,26 +287,24 @@ function makeInstance(core, info) {
     ck.done();
     core.check(M._sdpa_ctx_reserve_pages(core.ctx, bytes), fn);
   }
+  return { allocTensor, memory, reserve };
+}
 
-  const sdpa = {
-    info,
-    customSdpa,
-    createKVCache,
-    createKVCacheGroup,
-    loadKVCache,
-    loadKVCacheGroup,
-    kvCacheSize,
-    allocTensor,
-    memory,
-    reserve,
-    scaledDotProductAttention: torch.scaledDotProductAttention,
-    planAttention: torch.planAttention,
-    /** Several caches' attend in one call (many.js). */
-    attendMany: (items) => attendMany(core, items),
-    stepMany: (items) => stepMany(core, items),
-    dispose,
-    get disposed() { return core.disposed; },
+/** sdpa.dispose: frees the saves, caches and heap tensors, then the context and its threads. */
+function disposer(core) {
+  const M = core.M;
+  return function dispose() {
+    if (core.disposed) return;
+    for (const s of [...core.states]) s.free();
+    for (const c of [...core.caches]) c.dispose();
+    for (const t of [...core.tensors]) t.dispose();
+    core.disposed = true;
+    M._sdpa_ctx_free(core.ctx);
+    M._free(core.scratch);
+    if (core.manyBlock) M._free(core.manyBlock);
+    core.manyBlock = 0;
+    core.ctx = 0;
+    core.scratch = 0;
+    if (M.PThread) M.PThread.terminateAllThreads();
   };
-  Object.defineProperty(sdpa, INTERNALS, { value: { M, core }, enumerable: false });
-  return Object.freeze(sdpa);
 }

@@ -400,31 +400,62 @@ function terminate(moduleArg) {
 
 async function loadInner({ forced, threads, load, state }) {
   // 1. The compiled module, when the caller gave one or its bytes: it decides the build.
-  let mod = load.module, given = null;
-  if (mod || load.binary) {
-    given = mod ? 'wasmModule' : 'wasmBinary';
-    if (!mod) {
-      const named = buildOfBytes(load.binary);
-      if (named && BUILDS[named].relaxed && !hasRelaxedSimd()) throw noRelaxedError(`wasmBinary is the '${named}' build, which`, named);
-      if (!WebAssembly.validate(load.binary)) {
-        throw new SdpaError(E_LOAD, `createSdpa: wasmBinary (${load.binary.byteLength} bytes) is not a valid WebAssembly module: ` +
-          `pass the bytes of one of ${WASM_FILES}${isNode ? '' : ' (and a browser with WebAssembly SIMD)'}.`);
-      }
-      mod = await WebAssembly.compile(load.binary);
-    }
-    const kind = buildOfModule(mod);
-    if (forced && forced !== kind) {
-      throw new SdpaError('E_ARG', `createSdpa: ${given} is the '${kind}' build's module (${BUILDS[kind].wasm}) but build is '${forced}'`);
-    }
-    if (BUILDS[kind].threaded && !canThread()) {
-      const single = BUILDS[kind].relaxed ? 'relaxed' : 'simd';
-      throw new SdpaError(E_LOAD, `createSdpa: ${given} is the '${kind}' build, which needs SharedArrayBuffer, and ${noThreadsWhy()}; ` +
-        `pass the single-thread build (${BUILDS[single].wasm}) instead, or make the page cross-origin isolated.`);
-    }
-    forced = kind;
-  }
-
+  const given = await givenModule(load, forced);
   // 2. The build and the thread count.
+  const { build, spec, n } = await pickBuild(given.forced, threads, given.name, state);
+  // 3. Where the files are.
+  const glue = locate(spec.glue, load.paths, build);
+  const wasm = given.mod ? null : locate(spec.wasm, load.paths, build);
+  const worker = spec.threaded ? locate(spec.worker, load.paths, build) : null;
+  // 4. The wasm module (read or fetched here, so failures name the URL and status).
+  const mod = given.mod ? given.mod : await fetchModule(wasm, build, spec, state);
+  const wasmName = wasm ? displayPath(wasm.url) : given.name;
+  // 5. The glue (and, for threads, the worker script).
+  const scripts = await fetchScripts(glue, worker, spec, build, state);
+  const factory = await importGlue(glue, scripts, build, state);
+  if (state.timedOut) throw new Error('timed out'); // (createSdpa has rejected already: start no workers)
+  // 6. Instantiate.
+  const M = await instantiate({ mod, factory, spec, n, build, wasm, wasmName, given: given.name, glue, worker, scripts, state });
+  return { M, build, threads: n };
+}
+
+/**
+ * loadInner's step 1: the module the caller gave (wasmModule, or wasmBinary
+ * compiled here), checked against `forced` and this runtime. Returns { mod,
+ * name ('wasmModule' | 'wasmBinary'), forced (the module's build) }, or
+ * { mod: null, name: null, forced } when none was given.
+ */
+async function givenModule(load, forced) {
+  let mod = load.module;
+  if (!mod && !load.binary) return { mod, name: null, forced };
+  const given = mod ? 'wasmModule' : 'wasmBinary';
+  if (!mod) {
+    const named = buildOfBytes(load.binary);
+    if (named && BUILDS[named].relaxed && !hasRelaxedSimd()) throw noRelaxedError(`wasmBinary is the '${named}' build, which`, named);
+    if (!WebAssembly.validate(load.binary)) {
+      throw new SdpaError(E_LOAD, `createSdpa: wasmBinary (${load.binary.byteLength} bytes) is not a valid WebAssembly module: ` +
+        `pass the bytes of one of ${WASM_FILES}${isNode ? '' : ' (and a browser with WebAssembly SIMD)'}.`);
+    }
+    mod = await WebAssembly.compile(load.binary);
+  }
+  const kind = buildOfModule(mod);
+  if (forced && forced !== kind) {
+    throw new SdpaError('E_ARG', `createSdpa: ${given} is the '${kind}' build's module (${BUILDS[kind].wasm}) but build is '${forced}'`);
+  }
+  if (BUILDS[kind].threaded && !canThread()) {
+    const single = BUILDS[kind].relaxed ? 'relaxed' : 'simd';
+    throw new SdpaError(E_LOAD, `createSdpa: ${given} is the '${kind}' build, which needs SharedArrayBuffer, and ${noThreadsWhy()}; ` +
+      `pass the single-thread build (${BUILDS[single].wasm}) instead, or make the page cross-origin isolated.`);
+  }
+  return { mod, name: given, forced: kind };
+}
+
+/**
+ * loadInner's step 2: the build (chooseBuild; `given` the caller's module's
+ * name or null) and the thread count `n`, with the console.warn of a clamp or
+ * a fallback. Returns { build, spec, n }.
+ */
+async function pickBuild(forced, threads, given, state) {
   const { build, reason } = chooseBuild(forced);
   state.build = build;
   const spec = BUILDS[build];
@@ -457,50 +488,53 @@ async function loadInner({ forced, threads, load, state }) {
     const ask = typeof threads === 'number' && threads > 1 ? ` (threads: ${threads} was asked; 1 thread runs)` : '';
     warnOnce('fallback', reason + ask);
   }
+  return { build, spec, n };
+}
 
-  // 3. Where the files are.
-  const glue = locate(spec.glue, load.paths, build);
-  const wasm = mod ? null : locate(spec.wasm, load.paths, build);
-  const worker = spec.threaded ? locate(spec.worker, load.paths, build) : null;
-
-  // 4. The wasm module (read or fetched here, so failures name the URL and status).
-  if (!mod) {
-    const where = displayPath(wasm.url);
-    let bytes;
-    state.stage = `fetching ${where}`;
-    if (isNode) {
-      const fs = await nodeModule('fs');
-      try {
-        bytes = await fs.promises.readFile(wasm.url);
-      } catch (e) {
-        throw loadError(build, `cannot read ${where}: ${e && (e.code || e.message)}`, missingAdvice(wasm), e);
-      }
-    } else {
-      bytes = (await fetchFile(wasm, 'the wasm module', build)).bytes;
-    }
-    if (!WebAssembly.validate(bytes)) {
-      const head = new TextDecoder().decode(bytes.subarray(0, 16)).replace(/\s+/g, ' ');
-      const html = /^\s*</.test(head) ? `; it starts with ${JSON.stringify(head)}: an HTML page (a server that answers unknown paths with index.html?)` : '';
-      throw loadError(build, `${where} is not a valid WebAssembly module (${bytes.length} bytes${html})`,
-        html ? missingAdvice(wasm) : `a corrupt or truncated file, or a runtime without WebAssembly SIMD${spec.threaded ? '/threads' : ''}; ${missingAdvice(wasm)}`);
-    }
-    state.stage = `compiling ${where}`;
+/** loadInner's step 4: the build's wasm file read (Node) or fetched, checked and compiled. */
+async function fetchModule(wasm, build, spec, state) {
+  const where = displayPath(wasm.url);
+  let bytes;
+  state.stage = `fetching ${where}`;
+  if (isNode) {
+    const fs = await nodeModule('fs');
     try {
-      mod = await WebAssembly.compile(bytes);
+      bytes = await fs.promises.readFile(wasm.url);
     } catch (e) {
-      throw loadError(build, `compiling ${where} failed: ${e && e.message}`, missingAdvice(wasm), e);
+      throw loadError(build, `cannot read ${where}: ${e && (e.code || e.message)}`, missingAdvice(wasm), e);
     }
-    const kind = buildOfModule(mod);
-    if (kind !== build) {
-      throw loadError(build, `${where} is the '${kind}' build's wasm, not the '${build}' build's`, missingAdvice(wasm));
-    }
+  } else {
+    bytes = (await fetchFile(wasm, 'the wasm module', build)).bytes;
   }
-  const wasmName = wasm ? displayPath(wasm.url) : given;
+  if (!WebAssembly.validate(bytes)) {
+    const head = new TextDecoder().decode(bytes.subarray(0, 16)).replace(/\s+/g, ' ');
+    const html = /^\s*</.test(head) ? `; it starts with ${JSON.stringify(head)}: an HTML page (a server that answers unknown paths with index.html?)` : '';
+    throw loadError(build, `${where} is not a valid WebAssembly module (${bytes.length} bytes${html})`,
+      html ? missingAdvice(wasm) : `a corrupt or truncated file, or a runtime without WebAssembly SIMD${spec.threaded ? '/threads' : ''}; ${missingAdvice(wasm)}`);
+  }
+  state.stage = `compiling ${where}`;
+  let mod;
+  try {
+    mod = await WebAssembly.compile(bytes);
+  } catch (e) {
+    throw loadError(build, `compiling ${where} failed: ${e && e.message}`, missingAdvice(wasm), e);
+  }
+  const kind = buildOfModule(mod);
+  if (kind !== build) {
+    throw loadError(build, `${where} is the '${kind}' build's wasm, not the '${build}' build's`, missingAdvice(wasm));
+  }
+  return mod;
+}
 
-  // 5. The glue (and, for threads, the worker script): cross-origin ones as blob: URLs.
-  // The threads build's glue too: the main thread and every pool worker import
-  // it, and one blob: URL makes that one download (a Content-Security-Policy
-  // without blob: falls back to the URL below).
+/**
+ * loadInner's step 5a: the glue and, for threads, the worker script, as the
+ * URLs to load them from: cross-origin ones as blob: URLs (kept in
+ * state.blobs). The threads build's glue too: the main thread and every pool
+ * worker import it, and one blob: URL makes that one download (a
+ * Content-Security-Policy without blob: falls back to the URL: importGlue).
+ * Returns { glueWhere, glueHref, glueBlob, workerWhere, workerHref }.
+ */
+async function fetchScripts(glue, worker, spec, build, state) {
   const glueWhere = displayPath(glue.url);
   let glueHref = glue.url.href;
   const glueBlob = !isNode && (spec.threaded || !sameOrigin(glue.url));
@@ -530,16 +564,25 @@ async function loadInner({ forced, threads, load, state }) {
       workerHref = worker.url.href;
     }
   }
+  return { glueWhere, glueHref, glueBlob, workerWhere, workerHref };
+}
 
+/**
+ * loadInner's step 5b: imports the glue and returns its module factory. A
+ * refused blob: import (CSP) imports the file itself and sets
+ * scripts.glueHref to its URL (the pool workers import that one too).
+ */
+async function importGlue(glue, scripts, build, state) {
+  const { glueWhere, glueBlob } = scripts;
   state.stage = `importing ${glueWhere}`;
   let factory;
   try {
     try {
-      factory = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueHref)).default;
+      factory = (await import(/* webpackIgnore: true */ /* @vite-ignore */ scripts.glueHref)).default;
     } catch (e) {
       if (!glueBlob || !sameOrigin(glue.url)) throw e;
-      glueHref = glue.url.href; // a blob: import refused (CSP): the file itself
-      factory = (await import(/* webpackIgnore: true */ /* @vite-ignore */ glueHref)).default;
+      scripts.glueHref = glue.url.href; // a blob: import refused (CSP): the file itself
+      factory = (await import(/* webpackIgnore: true */ /* @vite-ignore */ scripts.glueHref)).default;
     }
   } catch (e) {
     const p = await probe(glue.url);
@@ -549,9 +592,17 @@ async function loadInner({ forced, threads, load, state }) {
     throw loadError(build, `cannot load ${glueWhere}${p ? ` (GET: ${p.text})` : ''}: ${e && e.message}`, advice, e);
   }
   if (typeof factory !== 'function') throw loadError(build, `${glueWhere} does not export the module factory`, missingAdvice(glue));
-  if (state.timedOut) throw new Error('timed out'); // (createSdpa has rejected already: start no workers)
+  return factory;
+}
 
-  // 6. Instantiate: the glue gets the compiled module; pool workers get the worker URL and the glue URL.
+/**
+ * loadInner's step 6: instantiates the module through the glue's factory
+ * (the glue gets the compiled module; pool workers get the worker URL and the
+ * glue URL) and waits for it, and for the pool's workers (watchWorkers).
+ * Returns the glue's module object.
+ */
+async function instantiate(a) {
+  const { mod, factory, spec, n, wasm, wasmName, scripts, state } = a;
   const logs = [];
   let failInstantiate;
   const instantiateFailed = new Promise((_, rej) => { failInstantiate = rej; });
@@ -560,19 +611,19 @@ async function loadInner({ forced, threads, load, state }) {
     sdpaWorkers: spec.threaded ? Math.max(0, n - 1) : 0,
     print: (s) => console.log(s),
     printErr: (s) => { logs.push(String(s)); if (logs.length > 20) logs.shift(); },
-    locateFile: (file) => (file === spec.worker ? workerHref : file === spec.wasm && wasm ? wasm.url.href : file),
+    locateFile: (file) => (file === spec.worker ? scripts.workerHref : file === spec.wasm && wasm ? wasm.url.href : file),
     instantiateWasm: (imports, receive) => {
       WebAssembly.instantiate(mod, imports).then((inst) => receive(inst, mod), failInstantiate);
       return {};
     },
   };
-  if (spec.threaded) moduleArg.mainScriptUrlOrBlob = glueHref;
+  if (spec.threaded) moduleArg.mainScriptUrlOrBlob = scripts.glueHref;
   state.moduleArg = moduleArg;
 
   let M, watch = null;
   const nWorkers = spec.threaded ? Math.min(MAX_WORKERS, Math.max(1, n - 1)) : 0;
   state.stage = spec.threaded
-    ? `starting ${nWorkers} pthread worker${nWorkers > 1 ? 's' : ''} from ${workerWhere}, which import${nWorkers > 1 ? '' : 's'} ${glueWhere}`
+    ? `starting ${nWorkers} pthread worker${nWorkers > 1 ? 's' : ''} from ${scripts.workerWhere}, which import${nWorkers > 1 ? '' : 's'} ${scripts.glueWhere}`
     : `instantiating ${wasmName}`;
   try {
     // The 3.1.6 Node glue adds process 'uncaughtException' / 'unhandledRejection'
@@ -591,26 +642,31 @@ async function loadInner({ forced, threads, load, state }) {
   } catch (e) {
     if (watch) watch.stop();
     terminate(moduleArg);
-    if (watch && watch.failedWith === e) {
-      let why = e && (e.text || e.message) ? (e.text || e.message) : (e && e.type) || 'it did not load';
-      let advice = missingAdvice(worker);
-      if (!e || !e.text) {
-        const p = await probe(worker.url);
-        if (p) why += ` (GET ${worker.url.href}: ${p.text})`;
-      } else {
-        advice = `it could not import the glue ${glueWhere}: ${missingAdvice(glue)}`;
-      }
-      throw loadError(build, `the pthread worker ${workerWhere} failed to load: ${why}`, advice, e);
-    }
-    const msg = e && e.message ? e.message : String(e);
-    const extra = logs.filter((l) => !msg.includes(l) && !/Build with -s ASSERTIONS/.test(l)).slice(-2);
-    const detail = extra.length ? ` (${extra.join(' | ')})` : '';
-    throw loadError(build, `instantiating ${wasmName} failed: ${msg}${detail}`,
-      given ? `check that ${given} comes from this version of sdpa-wasm` : missingAdvice(wasm), e);
+    throw await instantiateError(e, watch, logs, a);
   }
   // From now on C stderr goes to the console.
   moduleArg.printErr = M.printErr = (s) => console.error(s);
-  return { M, build, threads: n };
+  return M;
+}
+
+/** The E_LOAD of a failed instantiate: a pool worker that did not load, or the instance (with the glue's last stderr lines). */
+async function instantiateError(e, watch, logs, { build, wasm, wasmName, given, glue, worker, scripts }) {
+  if (watch && watch.failedWith === e) {
+    let why = e && (e.text || e.message) ? (e.text || e.message) : (e && e.type) || 'it did not load';
+    let advice = missingAdvice(worker);
+    if (!e || !e.text) {
+      const p = await probe(worker.url);
+      if (p) why += ` (GET ${worker.url.href}: ${p.text})`;
+    } else {
+      advice = `it could not import the glue ${scripts.glueWhere}: ${missingAdvice(glue)}`;
+    }
+    return loadError(build, `the pthread worker ${scripts.workerWhere} failed to load: ${why}`, advice, e);
+  }
+  const msg = e && e.message ? e.message : String(e);
+  const extra = logs.filter((l) => !msg.includes(l) && !/Build with -s ASSERTIONS/.test(l)).slice(-2);
+  const detail = extra.length ? ` (${extra.join(' | ')})` : '';
+  return loadError(build, `instantiating ${wasmName} failed: ${msg}${detail}`,
+    given ? `check that ${given} comes from this version of sdpa-wasm` : missingAdvice(wasm), e);
 }
 
 /**
