@@ -530,6 +530,25 @@ sdpa_status sdpa_kv_cache_load(sdpa_ctx * ctx, const void * data, size_t n, int3
 
 /// CRC-32C (Castagnoli) of n bytes, extending `crc` (0 to start).
 uint32_t sdpa_crc32c(uint32_t crc, const void * data, size_t n);
+
+/* A group of caches (the JS KVCacheGroup's save, docs/FORMAT.md section 5):
+ * a container header (magic, version, layer count, meta, a CRC-32C), then one
+ * save per layer, each read by its own sdpa_kv_loader. */
+
+/// Writes a group header for `layers` saves with `meta_bytes` bytes of meta
+/// to `out` when `cap` holds it; returns the header's bytes either way (0
+/// when meta_bytes is above SDPA_STATE_MAX_META, or meta is NULL with bytes).
+size_t sdpa_kv_group_header_write(uint32_t layers, const void * meta, size_t meta_bytes, void * out, size_t cap);
+/// Checks the first `have` bytes of a group header as they arrive: the magic
+/// so far; from 24 bytes on the version and the meta size; once the whole
+/// header is there its CRC-32C, the layer count (1 .. 65536) and the reserved
+/// field. *need gets the header's bytes as far as known (24, then the whole
+/// header's); once have == *need, *layers gets the layer count and the meta
+/// is *meta_bytes bytes at *meta_at (else all three are 0). `ended` non-zero:
+/// no more bytes come, so a header not whole is E_FORMAT too, saying where.
+/// E_FORMAT names what is wrong (as sdpa.loadKVCacheGroup).
+sdpa_status sdpa_kv_group_header_check(sdpa_ctx * ctx, const void * head, size_t have, int32_t ended,
+                                       uint32_t * need, uint32_t * layers, uint32_t * meta_at, uint32_t * meta_bytes);
 /* ---- What an LLM runtime calls per layer -------------------------------
  *
  * Tree masks (speculative decoding). options->tree_mask, for

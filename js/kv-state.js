@@ -12,14 +12,17 @@
 // cache it was making: every page taken goes back to the pool.
 //
 // A group's save is a small container (its own header and CRC) followed by
-// one ordinary save per layer.
+// one ordinary save per layer. Its header is C's too (kv_state.c,
+// sdpa_kv_group_header_write / sdpa_kv_group_header_check: the format's one
+// owner); here it is only streamed: GroupSink gathers the bytes C asks for,
+// then feeds each layer's save to a C loader.
 
 import { SdpaError } from './errors.js';
 import {
   Checks, SAVE_OPTIONS, SAVE_CHUNK_OPTIONS, SAVE_STREAM_OPTIONS, LOAD_OPTIONS, checkChunkBytes, checkSaveRows,
   checkLoadMaxSeqLen,
 } from './rules.js';
-import { readOptions, describeValue, checkSignal, checkSaveInto, readSaveMeta, MAX_META_BYTES } from './snapshot.js';
+import { readOptions, describeValue, checkSignal, checkSaveInto, readSaveMeta } from './snapshot.js';
 import { CACHE_DTYPES } from './abi.js';
 import { formatBytes } from './runtime.js';
 import { typedArrayTag, typedArrayBuffer, typedArrayByteOffset, typedArrayByteLength, typedArraySet, isView } from './intrinsics.js';
@@ -28,9 +31,6 @@ import { typedArrayTag, typedArrayBuffer, typedArrayByteOffset, typedArrayByteLe
 const STAGING_BYTES = 4 << 20;
 /** Cache dtype names by sdpa_dtype number. */
 const CACHE_DTYPE_NAMES = Object.freeze(Object.fromEntries(Object.entries(CACHE_DTYPES).map(([name, id]) => [id, name])));
-const GROUP_MAGIC = Object.freeze([0x89, 0x53, 0x44, 0x50, 0x41, 0x4b, 0x47, 0x0a]); // "\x89SDPAKG\n"
-const GROUP_VERSION = 1;
-const GROUP_FIXED = 24;
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
@@ -293,27 +293,33 @@ export function saveCacheStream(cache, hooks, opts) {
 
 // -- groups
 
-/** The group container's header: magic, version, layers, meta bytes, reserved, meta, CRC-32C. */
+/** The group container's header (docs/FORMAT.md section 5), written by C (sdpa_kv_group_header_write). */
 function groupHeader(core, layers, meta) {
-  const m = meta ? meta.length : 0;
-  const h = new Uint8Array(GROUP_FIXED + m + 4);
-  const dv = new DataView(h.buffer);
-  h.set(GROUP_MAGIC, 0);
-  dv.setUint32(8, GROUP_VERSION, true);
-  dv.setUint32(12, layers, true);
-  dv.setUint32(16, m, true);
-  dv.setUint32(20, 0, true);
-  if (m) h.set(meta, GROUP_FIXED);
-  dv.setUint32(GROUP_FIXED + m, crc32c(core, 'KVCacheGroup.save', h.subarray(0, GROUP_FIXED + m)), true);
-  return h;
+  const M = core.M, m = meta ? meta.length : 0;
+  const n = M._sdpa_kv_group_header_write(layers, 0, m, 0, 0) >>> 0;
+  const p = core.malloc(m + n, 'KVCacheGroup.save', 'a temporary copy of a header');
+  try {
+    if (m) typedArraySet(core.views().u8, meta, p);
+    M._sdpa_kv_group_header_write(layers, p, m, p + m, n);
+    return core.views().u8.slice(p + m, p + m + n);
+  } finally {
+    core.free(p);
+  }
 }
 
-/** CRC-32C of a small byte array, by the C core (sdpa_crc32c). */
-function crc32c(core, fn, bytes) {
-  const p = core.malloc(Math.max(bytes.length, 1), fn, 'a temporary copy of a header');
+/**
+ * C's check of the first `have` bytes of a group header (sdpa_kv_group_header_check; `ended`:
+ * no more bytes come): { need, layers, metaAt, metaBytes }, or its E_FORMAT thrown.
+ */
+function checkGroupHeader(core, fn, head, have, ended) {
+  const p = core.malloc(Math.max(have, 1), fn, 'a temporary copy of a header');
   try {
-    typedArraySet(core.views().u8, bytes, p);
-    return core.M._sdpa_crc32c(0, p, bytes.length) >>> 0;
+    typedArraySet(core.views().u8, head.subarray(0, have), p);
+    const at = core.slot('stats');
+    const U32 = Uint32Array.BYTES_PER_ELEMENT;  // (four uint32 out-arguments, one after another)
+    core.check(core.M._sdpa_kv_group_header_check(core.ctx, p, have, ended ? 1 : 0, at, at + U32, at + 2 * U32, at + 3 * U32), fn);
+    const u32 = core.views().u32, w = at >>> 2;
+    return { need: u32[w], layers: u32[w + 1], metaAt: u32[w + 2], metaBytes: u32[w + 3] };
   } finally {
     core.free(p);
   }
@@ -525,7 +531,9 @@ function parseMeta(fn, bytes) {
 class GroupSink {
   constructor(core, fn, maxSeqLen, makeCache) {
     this.core = core; this.fn = fn; this.maxSeqLen = maxSeqLen; this.makeCache = makeCache;
-    this.head = new Uint8Array(GROUP_FIXED);
+    // the header's fixed part first (its size: C's answer for no bytes)
+    this.head = new Uint8Array(checkGroupHeader(core, fn, new Uint8Array(0), 0, false).need);
+    this.fixed = this.head.length;
     this.have = 0;
     this.layers = -1;
     this.meta = undefined;
@@ -535,36 +543,30 @@ class GroupSink {
     this.fed = 0;
   }
   #fail(msg) { throw new SdpaError('E_FORMAT', `${this.fn}: ${msg}`); }
-  /** Header bytes first (fixed part, then meta and CRC), then each layer's save. */
+  /**
+   * Header bytes first, checked by C as they arrive (the magic with every
+   * chunk, the fixed part once whole, then meta and CRC once whole), then
+   * each layer's save.
+   */
   push(bytes) {
     let at = 0;
     while (at < bytes.length) {
       if (this.layers < 0) {
+        const before = this.have;
         const n = Math.min(this.head.length - this.have, bytes.length - at);
         this.head.set(bytes.subarray(at, at + n), this.have);
         this.have += n; at += n; this.fed += n;
-        for (let i = 0; i < Math.min(this.have, 8); i++) {
-          if (this.head[i] !== GROUP_MAGIC[i]) this.#fail(`this is not a saved KV cache group: byte ${i} is 0x${this.head[i].toString(16).padStart(2, '0')}, expected 0x${GROUP_MAGIC[i].toString(16)} (the magic "\\x89SDPAKG\\n")`);
-        }
-        if (this.have < this.head.length) continue;
-        const dv = new DataView(this.head.buffer);
-        if (this.head.length === GROUP_FIXED) {
-          const version = dv.getUint32(8, true), m = dv.getUint32(16, true);
-          if (version !== GROUP_VERSION) this.#fail(`group format version ${version} ${version > GROUP_VERSION ? 'is newer than this build' : 'is unknown'}; this build reads version ${GROUP_VERSION}`);
-          if (m > MAX_META_BYTES) this.#fail(`the group header's meta is ${m} bytes; at most ${MAX_META_BYTES}`);
-          const grown = new Uint8Array(GROUP_FIXED + m + 4);
+        if (before >= this.fixed && this.have < this.head.length) continue;  // (inside the meta: nothing new to check)
+        const h = checkGroupHeader(this.core, this.fn, this.head, this.have, false);
+        if (h.need > this.head.length) {  // the fixed part is whole: gather the meta and the CRC
+          const grown = new Uint8Array(h.need);
           grown.set(this.head);
           this.head = grown;
           continue;
         }
-        const m = dv.getUint32(16, true), want = dv.getUint32(GROUP_FIXED + m, true);
-        const got = crc32c(this.core, this.fn, this.head.subarray(0, GROUP_FIXED + m));
-        if (got !== want) this.#fail(`the group header's CRC-32C is 0x${got.toString(16).padStart(8, '0')} but the data says 0x${want.toString(16).padStart(8, '0')}; the header was changed or damaged`);
-        const layers = dv.getUint32(12, true);
-        if (layers < 1 || layers > 65536) this.#fail(`the group header says ${layers} layers; expected 1 .. 65536`);
-        if (dv.getUint32(20, true) !== 0) this.#fail('the group header\'s reserved field (byte 20) is not 0');
-        this.meta = parseMeta(this.fn, m ? this.head.slice(GROUP_FIXED, GROUP_FIXED + m) : null);
-        this.layers = layers;
+        if (h.layers === 0) continue;
+        this.meta = parseMeta(this.fn, h.metaBytes ? this.head.slice(h.metaAt, h.metaAt + h.metaBytes) : null);
+        this.layers = h.layers;
         continue;
       }
       if (this.made.length === this.layers) trailing(this.fn, bytes.length - at, this.fed);
@@ -590,7 +592,7 @@ class GroupSink {
     }
   }
   end() {
-    if (this.layers < 0) this.#fail(`the data ends after ${this.fed} bytes, inside the group header (${this.head.length === GROUP_FIXED ? 'at least ' : ''}${this.head.length + (this.head.length === GROUP_FIXED ? 4 : 0)} bytes)`);
+    if (this.layers < 0) checkGroupHeader(this.core, this.fn, this.head, this.have, true);  // throws where the data ended
     if (this.made.length < this.layers) {
       if (this.loader) this.#layerCall(() => this.loader.finish());  // throws where the data ended
       this.#fail(`the data ends after ${this.fed} bytes, after ${this.made.length} of ${this.layers} layers`);

@@ -1,10 +1,18 @@
-/* kv_state.c: saved KV state (docs/FORMAT.md): a cache as portable bytes.
+/* kv_state.c: saved KV state (docs/FORMAT.md): a cache as portable bytes,
+ * and the container of a group of them. The one owner of both formats.
  *
  *   header   96 fixed bytes (magic, version, sizes, geometry, dtypes, rows),
  *            the caller's meta, a CRC-32C of both
  *   payload  for b, for h, for t in the saved rows: K record, V record
  *            (cache/kv_record.h: the stored form, no page layout)
  *   trailer  a CRC-32C of the payload
+ *
+ * A group's save (FORMAT.md section 5, the end of this file) is a container
+ * header (magic, version, layer count, meta, a CRC-32C) and then one save as
+ * above per layer. The group object is JS's, so JS streams the container
+ * (js/kv-state.js: it gathers the header bytes sdpa_kv_group_header_check
+ * asks for, then feeds each layer to a loader), but its bytes are written and
+ * checked here only.
  *
  * Both directions stream: a saver hands out the bytes in pieces of any
  * size (exporting whole records straight into the caller's buffer, and a
@@ -619,4 +627,79 @@ sdpa_status sdpa_kv_cache_load(sdpa_ctx * ctx, const void * data, size_t n, int3
     if (s == SDPA_OK) s = sdpa_kv_load_finish(L, out_cache);
     sdpa_kv_load_free(L);
     return s;
+}
+
+/* ------------------------------------------------------------------ group container */
+
+/* A group's save (docs/FORMAT.md section 5): this header, then one save per
+ * layer (each as above, parsed by its own loader). The group object is JS's
+ * (js/kv-cache-group.js); its container is written and checked here, beside
+ * the cache format, and js/kv-state.js streams it: it gathers the bytes
+ * sdpa_kv_group_header_check asks for, then feeds each layer's save to a
+ * loader. */
+#define GROUP_VERSION 1u
+#define GROUP_FIXED 24u
+#define GROUP_MAX_LAYERS 65536u
+static const unsigned char GROUP_MAGIC[8] = { 0x89, 'S', 'D', 'P', 'A', 'K', 'G', '\n' };
+static const char GROUP_LOAD_FN[] = "sdpa.loadKVCacheGroup";
+
+size_t sdpa_kv_group_header_write(uint32_t layers, const void * meta, size_t meta_bytes, void * out, size_t cap) {
+    if (meta_bytes > (size_t)SDPA_STATE_MAX_META) return 0;
+    const size_t n = GROUP_FIXED + meta_bytes + 4;
+    if (!out || cap < n) return n;
+    if (meta_bytes && !meta) return 0;
+    unsigned char * h = out;
+    memcpy(h, GROUP_MAGIC, sizeof GROUP_MAGIC);
+    put32(h + 8, GROUP_VERSION);
+    put32(h + 12, layers);
+    put32(h + 16, (uint32_t)meta_bytes);
+    put32(h + 20, 0);
+    if (meta_bytes) memcpy(h + GROUP_FIXED, meta, meta_bytes);
+    put32(h + GROUP_FIXED + meta_bytes, sdpa_crc32c_update(0, h, GROUP_FIXED + meta_bytes));
+    return n;
+}
+
+sdpa_status sdpa_kv_group_header_check(sdpa_ctx * ctx, const void * head_, size_t have, int32_t ended,
+                                       uint32_t * need, uint32_t * layers, uint32_t * meta_at, uint32_t * meta_bytes) {
+    if (!ctx) return SDPA_E_ARG;
+    if (!need || !layers || !meta_at || !meta_bytes || (have && !head_))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: an argument of sdpa_kv_group_header_check is missing", GROUP_LOAD_FN);
+    const unsigned char * p = head_;
+    *need = GROUP_FIXED;
+    *layers = *meta_at = *meta_bytes = 0;
+    for (size_t i = 0; i < have && i < sizeof GROUP_MAGIC; i++)
+        if (p[i] != GROUP_MAGIC[i])
+            return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: this is not a saved KV cache group: byte %zu is 0x%02x, expected 0x%x (the magic \"\\x89SDPAKG\\n\")",
+                             GROUP_LOAD_FN, i, p[i], GROUP_MAGIC[i]);
+    if (have >= GROUP_FIXED) {
+        const uint32_t version = get32(p + 8), m = get32(p + 16);
+        if (version != GROUP_VERSION)
+            return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: group format version %u %s; this build reads version %u", GROUP_LOAD_FN,
+                             (unsigned)version, version > GROUP_VERSION ? "is newer than this build" : "is unknown", GROUP_VERSION);
+        if (m > (uint32_t)SDPA_STATE_MAX_META)
+            return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: the group header's meta is %u bytes; at most %d", GROUP_LOAD_FN, (unsigned)m,
+                             SDPA_STATE_MAX_META);
+        *need = GROUP_FIXED + m + 4;
+    }
+    if (have < *need) {
+        if (ended)
+            return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: the data ends after %zu bytes, inside the group header (%s%u bytes)", GROUP_LOAD_FN,
+                             have, have < GROUP_FIXED ? "at least " : "", have < GROUP_FIXED ? GROUP_FIXED + 4 : (unsigned)*need);
+        sdpa_clear_error(ctx);
+        return SDPA_OK;
+    }
+    const size_t m = *need - GROUP_FIXED - 4;
+    const uint32_t want = get32(p + GROUP_FIXED + m), got = sdpa_crc32c_update(0, p, GROUP_FIXED + m);
+    if (got != want)
+        return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: the group header's CRC-32C is 0x%08x but the data says 0x%08x; the header was changed or damaged",
+                         GROUP_LOAD_FN, (unsigned)got, (unsigned)want);
+    const uint32_t n = get32(p + 12);
+    if (n < 1 || n > GROUP_MAX_LAYERS)
+        return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: the group header says %u layers; expected 1 .. %u", GROUP_LOAD_FN, (unsigned)n, GROUP_MAX_LAYERS);
+    if (get32(p + 20) != 0) return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: the group header's reserved field (byte 20) is not 0", GROUP_LOAD_FN);
+    *layers = n;
+    *meta_at = GROUP_FIXED;
+    *meta_bytes = (uint32_t)m;
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
 }

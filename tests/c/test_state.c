@@ -7,7 +7,8 @@
  * steps; prefix saves; the save's rules; every truncation and every bit flip
  * of a small save is E_FORMAT with no cache made and the pool's pages in use
  * unchanged; crafted headers (valid CRC) for each header rule; a header
- * asking for more pages than the heap has is E_OOM with the pool unchanged.
+ * asking for more pages than the heap has is E_OOM with the pool unchanged;
+ * the group container's header (written, checked as it arrives, its rules).
  */
 #include <float.h>
 #include <math.h>
@@ -483,6 +484,60 @@ static void test_crafted_headers(void) {
     free(data);
 }
 
+/* The group container's header (FORMAT.md section 5): written, then checked
+ * as it arrives (the fixed part, then the whole), every prefix, every bit
+ * flip and each rule with the CRC recomputed. */
+static void test_group_header(void) {
+    static const char meta[] = "{\"run\":1}";
+    const size_t m = sizeof meta - 1;
+    const size_t n = sdpa_kv_group_header_write(3, meta, m, NULL, 0);
+    TU_CHECK(n == 24 + m + 4, "header bytes %zu", n);
+    TU_CHECK(sdpa_kv_group_header_write(3, NULL, (size_t)SDPA_STATE_MAX_META + 1, NULL, 0) == 0, "meta above the limit");
+    unsigned char * h = tu_malloc(n);
+    TU_CHECK(sdpa_kv_group_header_write(3, meta, m, h, n - 1) == n, "a short buffer is not written");
+    TU_CHECK(sdpa_kv_group_header_write(3, meta, m, h, n) == n, "written");
+    TU_CHECK(memcmp(h, "\x89SDPAKG\n", 8) == 0 && memcmp(h + 24, meta, m) == 0, "magic and meta");
+    uint32_t need = 0, layers = 0, at = 0, mb = 0;
+    sdpa_status s = sdpa_kv_group_header_check(g_ctx, NULL, 0, 0, &need, &layers, &at, &mb);
+    TU_CHECK(s == SDPA_OK && need == 24 && layers == 0, "no bytes: need %u", need);
+    s = sdpa_kv_group_header_check(g_ctx, h, 24, 0, &need, &layers, &at, &mb);
+    TU_CHECK(s == SDPA_OK && need == n && layers == 0, "fixed part: need %u", need);
+    s = sdpa_kv_group_header_check(g_ctx, h, n, 0, &need, &layers, &at, &mb);
+    TU_CHECK(s == SDPA_OK && layers == 3 && at == 24 && mb == m, "whole: %s layers %u meta %u at %u", sdpa_status_code(s), layers, mb, at);
+    int bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        s = sdpa_kv_group_header_check(g_ctx, h, k, 1, &need, &layers, &at, &mb);
+        bad += s != SDPA_E_FORMAT || !tu_contains_ci(sdpa_ctx_last_error(g_ctx), "inside the group header");
+    }
+    TU_CHECK(bad == 0, "%d prefixes not E_FORMAT", bad);
+    TU_CHECK(tu_contains_ci(sdpa_ctx_last_error(g_ctx), "sdpa.loadKVCacheGroup: the data ends after"), "%s", sdpa_ctx_last_error(g_ctx));
+    for (size_t bit = 0; bit < n * 8; bit++) {
+        h[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        const bool size = bit / 8 >= 16 && bit / 8 < 20;  /* a flipped meta size asks for other bytes: the fixed part tells */
+        const size_t have = size ? 24 : n;
+        s = sdpa_kv_group_header_check(g_ctx, h, have, 0, &need, &layers, &at, &mb);
+        const bool ok = s == SDPA_E_FORMAT || (have == 24 && s == SDPA_OK && need != n && layers == 0);
+        if (!ok && bad++ == 0) printf("bit %zu: %s %s\n", bit, sdpa_status_code(s), sdpa_ctx_last_error(g_ctx));
+        h[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    }
+    TU_CHECK(bad == 0, "%d bit flips accepted", bad);
+    /* each rule, the CRC recomputed */
+    static const struct { size_t at; uint32_t v; const char * says; } rules[] = {
+        { 8, 2, "group format version 2 is newer than this build" }, { 12, 0, "says 0 layers" },
+        { 12, 65537, "says 65537 layers" }, { 20, 1, "reserved field (byte 20) is not 0" },
+    };
+    for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) {
+        unsigned char * d = tu_malloc(n);
+        memcpy(d, h, n);
+        set32(d + rules[r].at, rules[r].v);
+        set32(d + n - 4, sdpa_crc32c(0, d, n - 4));
+        s = sdpa_kv_group_header_check(g_ctx, d, n, 0, &need, &layers, &at, &mb);
+        TU_CHECK(s == SDPA_E_FORMAT && tu_contains_ci(sdpa_ctx_last_error(g_ctx), rules[r].says), "rule %zu: %s", r, sdpa_ctx_last_error(g_ctx));
+        free(d);
+    }
+    free(h);
+}
+
 int main(void) {
     tu_rng_seed(&g_rng, tu_base_seed(20));
     sdpa_status s;
@@ -493,6 +548,7 @@ int main(void) {
     test_save_rules();
     test_bad_input();
     test_crafted_headers();
+    test_group_header();
     sdpa_ctx_free(g_ctx);
     return tu_summary("test_state");
 }
