@@ -1,4 +1,4 @@
-// parity.test.js: every relational rule lives in two layers, js/validate.js
+// parity.test.js: every relational rule lives in two layers, js/rules.js
 // (so that a JS call is rejected before anything is copied into wasm memory,
 // with no caller code run after the snapshot, and E_DISPOSED in table order)
 // and src/contract/check.c (so that a C caller and the fuzzer never reach the

@@ -2,7 +2,7 @@
 // loads them through sdpa.loadKVCache in every source form and chunking:
 // truncations, bit flips, byte writes, header fields written (with the header CRC
 // resealed, and sometimes the payload CRC too), trailing bytes; and group saves (the
-// container is parsed in JS), with the group header's fields written and resealed. The property:
+// container is streamed by JS and checked by C), with the group header's fields written and resealed. The property:
 //   - the load resolves to a cache, or rejects with an SdpaError E_FORMAT (E_OOM
 //     for a resealed header asking for too much) naming sdpa.loadKVCache; never
 //     another error, never a trap or a hang;
@@ -135,7 +135,7 @@ test(`mutated saves: a cache or E_FORMAT / E_OOM, nothing made on failure, the p
   }), { numRuns: RUNS, seed: SEED, endOnFailure: true });
 });
 
-// The group container is parsed in JS (kv-state.js GroupSink, with C's CRC): mutated group saves.
+// The group container (streamed by kv-state.js GroupSink, its header checked by C's sdpa_kv_group_header_check): mutated group saves.
 const groupMutation = fc.oneof(
   fc.record({ kind: fc.constant('flip'), at: fc.nat(), bit: fc.integer({ min: 0, max: 7 }) }),
   fc.record({ kind: fc.constant('byte'), at: fc.nat(), value: fc.integer({ min: 0, max: 255 }) }),
