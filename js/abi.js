@@ -16,7 +16,7 @@ export const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { f
 /**
  * Each cache dtype's row record (sdpa_kv_cache_read_records, docs/FORMAT.md), part by part in
  * record order: for head dim D, ceil(D / span) items (span 0: one item) of `bytes` bytes each,
- * little-endian `type`; `name` is what KVCache.readRaw calls the part (src/cache/kv_record.c).
+ * little-endian `type`; `name` is what KVCache.readRaw calls the part (src/cache/kv_dtype.c).
  */
 export const RECORD_PARTS = Object.freeze({
   float32: Object.freeze([

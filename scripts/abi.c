@@ -18,6 +18,7 @@
  * Usage: node sdpa_abi.js [OUT]   (no OUT: standard output) */
 #include "sdpa.h"
 #include "cache/kv_record.h"
+#include "cache/kv_dtype.h"
 
 #include <assert.h>
 #include <stdalign.h>
@@ -101,24 +102,23 @@ static void dtypes(void) {
     fprintf(out, "  float32: Object.freeze({ id: %d, bytes: %zu }),\n", SDPA_DTYPE_FLOAT32, sizeof(float));
     fprintf(out, "  bool: Object.freeze({ id: %d, bytes: %zu }),\n", SDPA_DTYPE_BOOL, sizeof(uint8_t));
     fprintf(out, "});\n");
-    /* every number the record format names (sdpa_kv_record_dtype_name), stored by this build or not */
-    enum { DTYPE_SEARCH = 256 };
+    /* every row of the cache dtype table (src/cache/kv_dtype.c), in its order */
     fprintf(out, "/** Cache dtypes (sdpa_kv_cache_desc key_dtype / value_dtype) by name: their sdpa_dtype number. */\n");
     fprintf(out, "export const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), {");
-    for (int32_t d = 0, n = 0; d < DTYPE_SEARCH; d++)
-        if (sdpa_kv_record_parts(d, NULL)) fprintf(out, "%s %s: %d", n++ ? "," : "", sdpa_kv_record_dtype_name(d), d);
+    for (int32_t i = 0; i < sdpa_dtype_count; i++)
+        fprintf(out, "%s %s: %d", i ? "," : "", sdpa_dtype_table[i].name, sdpa_dtype_table[i].dtype);
     fprintf(out, " }));\n");
     fprintf(out, "/**\n"
                  " * Each cache dtype's row record (sdpa_kv_cache_read_records, docs/FORMAT.md), part by part in\n"
                  " * record order: for head dim D, ceil(D / span) items (span 0: one item) of `bytes` bytes each,\n"
-                 " * little-endian `type`; `name` is what KVCache.readRaw calls the part (src/cache/kv_record.c).\n"
+                 " * little-endian `type`; `name` is what KVCache.readRaw calls the part (src/cache/kv_dtype.c).\n"
                  " */\n");
     fprintf(out, "export const RECORD_PARTS = Object.freeze({\n");
-    for (int32_t d = 0; d < DTYPE_SEARCH; d++) {
-        int32_t n;
-        const sdpa_kv_record_part * p = sdpa_kv_record_parts(d, &n);
-        if (!p) continue;
-        fprintf(out, "  %s: Object.freeze([", sdpa_kv_record_dtype_name(d));
+    for (int32_t d = 0; d < sdpa_dtype_count; d++) {
+        const sdpa_dtype_traits * t = &sdpa_dtype_table[d];
+        const int32_t n = t->n_record_parts;
+        const sdpa_kv_record_part * p = t->record_parts;
+        fprintf(out, "  %s: Object.freeze([", t->name);
         for (int32_t i = 0; i < n; i++)
             fprintf(out, "%s\n    Object.freeze({ name: '%s', type: '%s', bytes: %d, span: %d })", i ? "," : "",
                     p[i].name, p[i].item_type, p[i].item_bytes, p[i].span);

@@ -1,5 +1,8 @@
-/* kv_format.c: page layouts and the exact codec of a stored row (see kv_format.h). */
+/* kv_format.c: page layouts and the exact codec of a stored row (see
+ * kv_format.h): one geometry, encode and decode per dtype, which the dtype
+ * table (kv_dtype.c) holds and the sdpa_kv_* entry points call through. */
 #include "cache/kv_format.h"
+#include "cache/kv_dtype.h"
 
 #include <float.h>
 #include <math.h>
@@ -15,57 +18,62 @@
 static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static float float_of(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
-bool sdpa_is_cache_dtype(int32_t dtype) {
-    return dtype == SDPA_DTYPE_FLOAT32 || dtype == SDPA_DTYPE_FLOAT16 || dtype == SDPA_DTYPE_INT8 ||
-           dtype == SDPA_DTYPE_INT4;
+bool sdpa_is_cache_dtype(int32_t dtype) { return sdpa_dtype_traits_of(dtype) != NULL; }
+
+/* Each dtype's block geometry for head dim D (< 2^31: no wrap), the
+ * table's `geometry` column. */
+static sdpa_block_geometry float_geometry(size_t elem_bytes, uint64_t D) {
+    const sdpa_block_geometry g = { (int32_t)D, 0, D * elem_bytes, 0, 0 };
+    return g;
+}
+sdpa_block_geometry sdpa_float_geometry_f32(int value, uint64_t D) { (void)value; return float_geometry(4, D); }
+sdpa_block_geometry sdpa_float_geometry_f16(int value, uint64_t D) { (void)value; return float_geometry(2, D); }
+sdpa_block_geometry sdpa_int8_geometry(int value, uint64_t D) {
+    sdpa_block_geometry g;
+    g.units = value ? (int32_t)D : (int32_t)((D + 1) / 2);  /* an I8_KEYS block pads D to even */
+    g.groups = 0;
+    g.row_bytes = value ? D : 2 * (uint64_t)g.units;
+    g.side_bytes = SDPA_PAGE_ROWS * sizeof(float) + SDPA_PAGE_ROWS;  /* scales, zero points */
+    g.zp_at = SDPA_PAGE_ROWS * sizeof(float);
+    return g;
+}
+sdpa_block_geometry sdpa_int4_geometry(int value, uint64_t D) {
+    sdpa_block_geometry g;
+    g.units = (int32_t)(value ? (D + 15) / 16 : (D + 3) / 4);
+    g.groups = (int32_t)((D + SDPA_I4_GROUP - 1) / SDPA_I4_GROUP);
+    g.row_bytes = value ? 8 * (uint64_t)g.units : 2 * (uint64_t)g.units;
+    g.side_bytes = 2 * (uint64_t)g.groups * SDPA_PAGE_ROWS * sizeof(uint16_t);  /* scales, offsets */
+    g.zp_at = g.side_bytes / 2;
+    return g;
 }
 
 /* One block's layout for `dtype` (K when !value) and head dim D (<= 2^31):
- * fills bf but for its offsets; returns the block's bytes, *side its side
- * data's (scales, zero points or offsets). No wrap: D < 2^31. */
-static uint64_t block_make(sdpa_block_format * bf, int32_t dtype, int value, uint64_t D, uint64_t * side) {
-    const uint64_t rows = SDPA_PAGE_ROWS;
-    uint64_t row_bytes;
-    *side = 0;
-    bf->dtype = dtype;
-    bf->units = (int32_t)D;
-    bf->groups = 0;
-    switch (dtype) {
-        case SDPA_DTYPE_FLOAT32:
-        case SDPA_DTYPE_FLOAT16:
-            bf->elem_bytes = dtype == SDPA_DTYPE_FLOAT32 ? 4 : 2;
-            bf->layout = value ? SDPA_LAYOUT_ROWS : SDPA_LAYOUT_KEY_GROUPS;
-            row_bytes = D * bf->elem_bytes;
-            break;
-        case SDPA_DTYPE_INT8:
-            bf->elem_bytes = 1;
-            bf->layout = value ? SDPA_LAYOUT_I8_PAIRS : SDPA_LAYOUT_I8_KEYS;
-            if (!value) bf->units = (int32_t)((D + 1) / 2);        /* an I8_KEYS block pads D to even */
-            row_bytes = value ? D : 2 * (uint64_t)bf->units;
-            *side = rows * sizeof(float) + rows;                    /* scales, zero points */
-            break;
-        default:  /* SDPA_DTYPE_INT4 */
-            bf->elem_bytes = 0;
-            bf->layout = value ? SDPA_LAYOUT_I4_PAIRS : SDPA_LAYOUT_I4_KEYS;
-            bf->units = (int32_t)(value ? (D + 15) / 16 : (D + 3) / 4);
-            row_bytes = value ? 8 * (uint64_t)bf->units : 2 * (uint64_t)bf->units;
-            bf->groups = (int32_t)((D + SDPA_I4_GROUP - 1) / SDPA_I4_GROUP);
-            *side = 2 * (uint64_t)bf->groups * rows * sizeof(uint16_t);  /* scales, offsets */
-            break;
-    }
-    bf->row_bytes = (size_t)row_bytes;  /* < 2^34: fits (only stored when the page fits) */
-    return rows * row_bytes;
+ * fills bf but for its offsets (*zp_at: its zero points' or offsets' place
+ * in its side data); returns the block's bytes, *side its side data's. */
+static uint64_t block_make(sdpa_block_format * bf, const sdpa_dtype_traits * t, int value, uint64_t D, uint64_t * side,
+                           uint64_t * zp_at) {
+    const sdpa_block_geometry g = t->geometry(value, D);
+    bf->dtype = t->dtype;
+    bf->layout = t->layout[value];
+    bf->elem_bytes = t->elem_bytes;
+    bf->units = g.units;
+    bf->groups = g.groups;
+    bf->row_bytes = (size_t)g.row_bytes;  /* < 2^34: fits (only stored when the page fits) */
+    *side = g.side_bytes;
+    *zp_at = g.zp_at;
+    return SDPA_PAGE_ROWS * g.row_bytes;
 }
 
 uint64_t sdpa_page_format_make(sdpa_page_format * f, int32_t key_dtype, int32_t value_dtype, int32_t head_dim) {
     memset(f, 0, sizeof *f);
-    if (!sdpa_is_cache_dtype(key_dtype) || !sdpa_is_cache_dtype(value_dtype)) return 0;
+    const sdpa_dtype_traits * traits[2] = { sdpa_dtype_traits_of(key_dtype), sdpa_dtype_traits_of(value_dtype) };
+    if (!traits[0] || !traits[1]) return 0;
     const uint64_t D = (uint64_t)(head_dim > 0 ? head_dim : 0);
     sdpa_page_format made;
     memset(&made, 0, sizeof made);
-    uint64_t side[2], block[2];
+    uint64_t side[2], block[2], zp_at[2];
     for (int value = 0; value < 2; value++)
-        block[value] = block_make(&made.block[value], value ? value_dtype : key_dtype, value, D, &side[value]);
+        block[value] = block_make(&made.block[value], traits[value], value, D, &side[value], &zp_at[value]);
     /* K block, V block, K side data, V side data: every part a multiple of 64 bytes */
     const uint64_t bytes = ((block[0] + block[1] + side[0] + side[1]) + 63) & ~(uint64_t)63;  /* < 2^40 */
     if (bytes > SDPA_MAX_PAGE_BYTES) return bytes;
@@ -76,8 +84,7 @@ uint64_t sdpa_page_format_make(sdpa_page_format * f, int32_t key_dtype, int32_t 
     for (int value = 0; value < 2; value++) {
         sdpa_block_format * bf = &made.block[value];
         bf->scale_offset = (size_t)at;
-        bf->zp_offset = (size_t)(at + (bf->dtype == SDPA_DTYPE_INT8 ? SDPA_PAGE_ROWS * sizeof(float)
-                                                                      : side[value] / 2));
+        bf->zp_offset = (size_t)(at + zp_at[value]);
         at += side[value];
     }
     made.page_bytes = (size_t)bytes;
@@ -216,74 +223,94 @@ const void * sdpa_kv_raw_row(const sdpa_page_format * f, const void * page, int3
     return (const char *)sdpa_kv_block(f, page, value) + (size_t)row * (size_t)f->dim * bf->elem_bytes;
 }
 
-bool sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
+/* Each dtype's encode of a row (the table's `encode_row`): true when the
+ * block may now hold what the in-place readers cannot convert. */
+bool sdpa_f32_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
     const int32_t D = f->dim;
-    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    void * block = block_mut(f, page, value);
+    if (sdpa_kv_layout(f, value) == SDPA_LAYOUT_ROWS) {  /* V: one contiguous row (a decode step's write) */
+        memcpy((float *)block + (size_t)row * (size_t)D, x, (size_t)D * sizeof(float));
+        return false;
+    }
+    for (int32_t d = 0; d < D; d++) ((float *)block)[sdpa_kv_elem_index(f, row, value, d)] = x[d];
+    return false;
+}
+
+bool sdpa_f16_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
+    const int32_t D = f->dim;
     void * block = block_mut(f, page, value);
     uint32_t special = 0;
-    switch (bf->dtype) {
-        case SDPA_DTYPE_FLOAT32:
-            if (bf->layout == SDPA_LAYOUT_ROWS) {  /* V: one contiguous row (a decode step's write) */
-                memcpy((float *)block + (size_t)row * (size_t)D, x, (size_t)D * sizeof(float));
-                break;
-            }
-            for (int32_t d = 0; d < D; d++) ((float *)block)[sdpa_kv_elem_index(f, row, value, d)] = x[d];
-            break;
-        case SDPA_DTYPE_FLOAT16:
-            for (int32_t d = 0; d < D; d++) {
-                const uint16_t h = sdpa_f32_to_f16(x[d]);
-                ((uint16_t *)block)[sdpa_kv_elem_index(f, row, value, d)] = h;
-                special |= (h & 0x7c00u) == 0x7c00u;  /* Inf or NaN */
-            }
-            break;
-        case SDPA_DTYPE_INT8: {
-            float scale;
-            int8_t zp;
-            sdpa_quantize_params(x, D, &scale, &zp);
-            const float inv = 1.0f / scale;
-            for (int32_t d = 0; d < D; d++)
-                ((int8_t *)block)[sdpa_kv_elem_index(f, row, value, d)] = sdpa_quantize_value(x[d], inv, zp);
-            memcpy((float *)(uintptr_t)sdpa_kv_scales(f, page, value) + row, &scale, sizeof scale);
-            ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row] = zp;
-            break;
-        }
-        default:  /* int4 */
-            for (int32_t g = 0; g < bf->groups; g++) {
-                const int32_t d0 = g * SDPA_I4_GROUP, n = D - d0 < SDPA_I4_GROUP ? D - d0 : SDPA_I4_GROUP;
-                uint16_t sc, off;
-                sdpa_int4_params(x + d0, n, &sc, &off);
-                const float scale = sdpa_f16_to_f32(sc), offset = sdpa_f16_to_f32(off);
-                for (int32_t d = d0; d < d0 + n; d++)
-                    put_nibble(block, sdpa_kv_elem_index(f, row, value, d), sdpa_int4_level(x[d], scale, offset));
-                i4_side_mut(f, page, value, 0, g)[row] = sc;
-                i4_side_mut(f, page, value, 1, g)[row] = off;
-                special |= sc == F16_NAN;
-            }
-            break;
+    for (int32_t d = 0; d < D; d++) {
+        const uint16_t h = sdpa_f32_to_f16(x[d]);
+        ((uint16_t *)block)[sdpa_kv_elem_index(f, row, value, d)] = h;
+        special |= (h & 0x7c00u) == 0x7c00u;  /* Inf or NaN */
     }
     return special != 0;
 }
 
-float sdpa_kv_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {
-    const void * block = sdpa_kv_block(f, page, value);
-    const size_t at = sdpa_kv_elem_index(f, row, value, d);
-    switch (sdpa_kv_dtype(f, value)) {
-        case SDPA_DTYPE_FLOAT32: return ((const float *)block)[at];
-        case SDPA_DTYPE_FLOAT16: return sdpa_f16_to_f32(((const uint16_t *)block)[at]);
-        case SDPA_DTYPE_INT8: {
-            float scale;
-            memcpy(&scale, sdpa_kv_scales(f, page, value) + row, sizeof scale);
-            const int32_t zp = sdpa_kv_zero_points(f, page, value)[row];
-            return (float)(((const int8_t *)block)[at] - zp) * scale;
-        }
-        default: {  /* int4: q * scale + offset, two float32 steps */
-            const int32_t g = d / SDPA_I4_GROUP;
-            const float scale = sdpa_f16_to_f32(load_u16(sdpa_kv_i4_scales(f, page, value, g) + row));
-            const float offset = sdpa_f16_to_f32(load_u16(sdpa_kv_i4_offsets(f, page, value, g) + row));
-            const float scaled = (float)get_nibble(block, at) * scale;
-            return scaled + offset;
-        }
+bool sdpa_int8_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
+    const int32_t D = f->dim;
+    void * block = block_mut(f, page, value);
+    float scale;
+    int8_t zp;
+    sdpa_quantize_params(x, D, &scale, &zp);
+    const float inv = 1.0f / scale;
+    for (int32_t d = 0; d < D; d++)
+        ((int8_t *)block)[sdpa_kv_elem_index(f, row, value, d)] = sdpa_quantize_value(x[d], inv, zp);
+    memcpy((float *)(uintptr_t)sdpa_kv_scales(f, page, value) + row, &scale, sizeof scale);
+    ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row] = zp;
+    return false;
+}
+
+bool sdpa_int4_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
+    const int32_t D = f->dim;
+    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    void * block = block_mut(f, page, value);
+    uint32_t special = 0;
+    for (int32_t g = 0; g < bf->groups; g++) {
+        const int32_t d0 = g * SDPA_I4_GROUP, n = D - d0 < SDPA_I4_GROUP ? D - d0 : SDPA_I4_GROUP;
+        uint16_t sc, off;
+        sdpa_int4_params(x + d0, n, &sc, &off);
+        const float scale = sdpa_f16_to_f32(sc), offset = sdpa_f16_to_f32(off);
+        for (int32_t d = d0; d < d0 + n; d++)
+            put_nibble(block, sdpa_kv_elem_index(f, row, value, d), sdpa_int4_level(x[d], scale, offset));
+        i4_side_mut(f, page, value, 0, g)[row] = sc;
+        i4_side_mut(f, page, value, 1, g)[row] = off;
+        special |= sc == F16_NAN;
     }
+    return special != 0;
+}
+
+bool sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
+    return sdpa_dtype_traits_of(sdpa_kv_dtype(f, value))->encode_row(f, page, row, value, x);
+}
+
+/* Each dtype's decode of one element (the table's `decode`). */
+float sdpa_f32_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {
+    return ((const float *)sdpa_kv_block(f, page, value))[sdpa_kv_elem_index(f, row, value, d)];
+}
+float sdpa_f16_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {
+    return sdpa_f16_to_f32(((const uint16_t *)sdpa_kv_block(f, page, value))[sdpa_kv_elem_index(f, row, value, d)]);
+}
+float sdpa_int8_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {
+    const size_t at = sdpa_kv_elem_index(f, row, value, d);
+    float scale;
+    memcpy(&scale, sdpa_kv_scales(f, page, value) + row, sizeof scale);
+    const int32_t zp = sdpa_kv_zero_points(f, page, value)[row];
+    return (float)(((const int8_t *)sdpa_kv_block(f, page, value))[at] - zp) * scale;
+}
+float sdpa_int4_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {
+    /* q * scale + offset, two float32 steps */
+    const size_t at = sdpa_kv_elem_index(f, row, value, d);
+    const int32_t g = d / SDPA_I4_GROUP;
+    const float scale = sdpa_f16_to_f32(load_u16(sdpa_kv_i4_scales(f, page, value, g) + row));
+    const float offset = sdpa_f16_to_f32(load_u16(sdpa_kv_i4_offsets(f, page, value, g) + row));
+    const float scaled = (float)get_nibble(sdpa_kv_block(f, page, value), at) * scale;
+    return scaled + offset;
+}
+
+float sdpa_kv_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {
+    return sdpa_dtype_traits_of(sdpa_kv_dtype(f, value))->decode(f, page, row, value, d);
 }
 
 void sdpa_kv_decode_row(const sdpa_page_format * f, const void * page, int32_t row, int value, float * out) {
@@ -291,12 +318,30 @@ void sdpa_kv_decode_row(const sdpa_page_format * f, const void * page, int32_t r
         memcpy(out, sdpa_kv_raw_row(f, page, row, value), (size_t)f->dim * sizeof(float));
         return;
     }
-    for (int32_t d = 0; d < f->dim; d++) out[d] = sdpa_kv_decode(f, page, row, value, d);
+    float (*decode)(const sdpa_page_format *, const void *, int32_t, int, int32_t) =
+        sdpa_dtype_traits_of(sdpa_kv_dtype(f, value))->decode;
+    for (int32_t d = 0; d < f->dim; d++) out[d] = decode(f, page, row, value, d);
+}
+
+/* Each dtype's side data of rows first .. ROWS-1 zeroed (the table's `clear_side`). */
+void sdpa_int8_clear_side(const sdpa_page_format * f, void * page, int value, int32_t first) {
+    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    const size_t rows = (size_t)(SDPA_PAGE_ROWS - first);
+    char * base = page;
+    memset(base + bf->scale_offset + (size_t)first * sizeof(float), 0, rows * sizeof(float));
+    memset(base + bf->zp_offset + (size_t)first, 0, rows);
+}
+void sdpa_int4_clear_side(const sdpa_page_format * f, void * page, int value, int32_t first) {
+    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    const size_t rows = (size_t)(SDPA_PAGE_ROWS - first);
+    for (int32_t g = 0; g < bf->groups; g++) {
+        memset(i4_side_mut(f, page, value, 0, g) + first, 0, rows * sizeof(uint16_t));
+        memset(i4_side_mut(f, page, value, 1, g) + first, 0, rows * sizeof(uint16_t));
+    }
 }
 
 void sdpa_kv_clear_rows(const sdpa_page_format * f, void * page, int32_t first) {
     const size_t rows = (size_t)(SDPA_PAGE_ROWS - first);
-    char * base = page;
     for (int value = 0; value < 2; value++) {
         const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
         const size_t eb = bf->elem_bytes;
@@ -307,18 +352,11 @@ void sdpa_kv_clear_rows(const sdpa_page_format * f, void * page, int32_t first) 
             for (int32_t t = first; t < SDPA_PAGE_ROWS; t++)
                 for (int32_t d = 0; d < f->dim; d++) {
                     const size_t at = sdpa_kv_elem_index(f, t, value, d);
-                    if (bf->dtype == SDPA_DTYPE_INT4) put_nibble(block, at, 0);
+                    if (eb == 0) put_nibble(block, at, 0);  /* two elements a byte */
                     else memset(block + at * eb, 0, eb);
                 }
         }
-        if (bf->dtype == SDPA_DTYPE_INT8) {
-            memset(base + bf->scale_offset + (size_t)first * sizeof(float), 0, rows * sizeof(float));
-            memset(base + bf->zp_offset + (size_t)first, 0, rows);
-        } else if (bf->dtype == SDPA_DTYPE_INT4) {
-            for (int32_t g = 0; g < bf->groups; g++) {
-                memset(i4_side_mut(f, page, value, 0, g) + first, 0, rows * sizeof(uint16_t));
-                memset(i4_side_mut(f, page, value, 1, g) + first, 0, rows * sizeof(uint16_t));
-            }
-        }
+        void (*clear_side)(const sdpa_page_format *, void *, int, int32_t) = sdpa_dtype_traits_of(bf->dtype)->clear_side;
+        if (clear_side) clear_side(f, page, value, first);
     }
 }

@@ -1,10 +1,11 @@
 /* kv_record.c: row records, the canonical stored form of a row (see
- * kv_record.h and docs/FORMAT.md). The only place that knows a record's
- * bytes per dtype. Pages are read and written through kv_format.h's
+ * kv_record.h and docs/FORMAT.md): one export and one import per dtype,
+ * which the dtype table (kv_dtype.c, with each dtype's record parts) holds. Pages are read and written through kv_format.h's
  * element index, so a page layout change needs nothing here; the ROWS and
  * KEY_GROUPS layouts (float32 / float16) get a strided fast path, and a
  * test (tests/c/test_state.c) holds every path to sdpa_kv_copy_raw_row. */
 #include "cache/kv_record.h"
+#include "cache/kv_dtype.h"
 
 #include <float.h>
 #include <stdio.h>
@@ -29,48 +30,19 @@ static int8_t row_zero_point(const sdpa_page_format * f, const void * page, int3
     return sdpa_kv_zero_points(f, page, value)[row];
 }
 
-bool sdpa_kv_record_dtype_known(int32_t dtype) {
-    return dtype == SDPA_DTYPE_FLOAT32 || dtype == SDPA_DTYPE_FLOAT16 || dtype == SDPA_DTYPE_INT8 ||
-           dtype == SDPA_DTYPE_INT4;
-}
+bool sdpa_kv_record_dtype_known(int32_t dtype) { return sdpa_dtype_traits_of(dtype) != NULL; }
 
 const char * sdpa_kv_record_dtype_name(int32_t dtype) {
-    switch (dtype) {
-        case SDPA_DTYPE_FLOAT32: return "float32";
-        case SDPA_DTYPE_FLOAT16: return "float16";
-        case SDPA_DTYPE_INT8: return "int8";
-        case SDPA_DTYPE_INT4: return "int4";
-        default: return "unknown";
-    }
+    const sdpa_dtype_traits * t = sdpa_dtype_traits_of(dtype);
+    return t ? t->name : "unknown";
 }
 
-/* Each dtype's record (kv_record.h's table), part by part. */
-static const sdpa_kv_record_part F32_PARTS[] = { { "data", "float32", sizeof(float), 1 } };
-static const sdpa_kv_record_part F16_PARTS[] = { { "data", "uint16", sizeof(uint16_t), 1 } };
-static const sdpa_kv_record_part I8_PARTS[] = {
-    { "data", "int8", sizeof(int8_t), 1 },
-    { "scales", "float32", sizeof(float), 0 },
-    { "zeroPoints", "int8", sizeof(int8_t), 0 },
-};
-static const sdpa_kv_record_part I4_PARTS[] = {
-    { "data", "uint8", sizeof(uint8_t), 2 },  /* two nibbles a byte */
-    { "scales", "uint16", sizeof(uint16_t), SDPA_I4_GROUP },
-    { "offsets", "uint16", sizeof(uint16_t), SDPA_I4_GROUP },
-};
-#define PARTS(a) (*n_parts = (int32_t)(sizeof a / sizeof a[0]), a)
-
+/* Each dtype's record parts are its row of the dtype table (kv_dtype.c). */
 const sdpa_kv_record_part * sdpa_kv_record_parts(int32_t dtype, int32_t * n_parts) {
-    int32_t unused;
-    if (!n_parts) n_parts = &unused;
-    switch (dtype) {
-        case SDPA_DTYPE_FLOAT32: return PARTS(F32_PARTS);
-        case SDPA_DTYPE_FLOAT16: return PARTS(F16_PARTS);
-        case SDPA_DTYPE_INT8: return PARTS(I8_PARTS);
-        case SDPA_DTYPE_INT4: return PARTS(I4_PARTS);
-        default: *n_parts = 0; return NULL;
-    }
+    const sdpa_dtype_traits * t = sdpa_dtype_traits_of(dtype);
+    if (n_parts) *n_parts = t ? t->n_record_parts : 0;
+    return t ? t->record_parts : NULL;
 }
-#undef PARTS
 
 uint64_t sdpa_kv_record_bytes(int32_t dtype, int32_t head_dim) {
     int32_t n;
@@ -445,60 +417,65 @@ static void i4_move(const sdpa_page_format * f, void * page, int32_t first, int3
     }
 }
 
-/* (end of the int4 helpers) */
-void sdpa_kv_record_export(const sdpa_page_format * f, const void * page, int32_t first, int32_t n, int value,
-                           unsigned char * out, size_t stride) {
-    const int32_t dtype = sdpa_kv_record_block_dtype(f, value);
-    const size_t D = (size_t)f->dim;
+/* ---- each dtype's export (the table's `record_export`) ---------------- */
+
+void sdpa_int4_record_export(const sdpa_page_format * f, const void * page, int32_t first, int32_t n, int value,
+                             unsigned char * out, size_t stride) {
+    i4_move(f, (void *)(uintptr_t)page, first, n, value, out, stride, false);  /* nibbles, then float16 scales and offsets */
+}
+
+void sdpa_float_record_export(const sdpa_page_format * f, const void * page, int32_t first, int32_t n, int value,
+                              unsigned char * out, size_t stride) {
     unsigned char * block = block_of(f, page, value);
-    if (dtype == SDPA_DTYPE_INT4) {  /* nibbles, then float16 scales and offsets */
-        i4_move(f, (void *)(uintptr_t)page, first, n, value, out, stride, false);
-        return;
-    }
+    const size_t eb = sdpa_kv_blockf(f, value)->elem_bytes;  /* float32 4, float16 2 */
+    const int32_t R = (int32_t)(16 / eb);
     for (int32_t i = 0; i < n; i++, out += stride) {
         const int32_t row = first + i;
-        switch (dtype) {
-            case SDPA_DTYPE_FLOAT32:
-            case SDPA_DTYPE_FLOAT16: {
-                const size_t eb = dtype == SDPA_DTYPE_FLOAT32 ? 4 : 2;
-                const int32_t R = (int32_t)(16 / eb);
-                if (i + R <= n && row_group_layout(f, row, value, R)) {
-                    const int32_t from = move_row_group(f, block, row, value, eb, out, stride, false);
-                    for (int32_t k = 0; k < R; k++) move_tail_eb(f, block, row + k, value, out + (size_t)k * stride, from, eb, false);
-                    i += R - 1;
-                    out += (size_t)(R - 1) * stride;
-                } else {
-                    move_elems(f, block, row, value, out, eb, false);
-                }
-                break;
-            }
-            default: {  /* int8 */
-                if (i + SDPA_I8_KEY_GROUP <= n && key_group_layout(f, row, value)) {
-                    const int32_t from = move_key_group(f, block, row, value, out, stride, false);
-                    for (int32_t k = 0; k < SDPA_I8_KEY_GROUP; k++) {
-                        unsigned char * o = out + (size_t)k * stride;
-                        move_tail(f, block, row + k, value, o, from, false);
-                        const float scale = row_scale(f, page, row + k, value);
-                        memcpy(o + D, &scale, 4);
-                        o[D + 4] = (unsigned char)row_zero_point(f, page, row + k, value);
-                    }
-                    i += SDPA_I8_KEY_GROUP - 1;
-                    out += (size_t)(SDPA_I8_KEY_GROUP - 1) * stride;
-                    break;
-                }
-                const bool pair = i + 1 < n && paired_rows(f, row, value);
-                if (pair) move_row_pair(f, block, row, value, out, out + stride, false);
-                else move_elems(f, block, row, value, out, 1, false);
-                for (int32_t k = 0; k <= (int32_t)pair; k++) {
-                    const float scale = row_scale(f, page, row + k, value);
-                    memcpy(out + (size_t)k * stride + D, &scale, 4);
-                    out[(size_t)k * stride + D + 4] = (unsigned char)row_zero_point(f, page, row + k, value);
-                }
-                if (pair) { i++; out += stride; }
-                break;
-            }
+        if (i + R <= n && row_group_layout(f, row, value, R)) {
+            const int32_t from = move_row_group(f, block, row, value, eb, out, stride, false);
+            for (int32_t k = 0; k < R; k++) move_tail_eb(f, block, row + k, value, out + (size_t)k * stride, from, eb, false);
+            i += R - 1;
+            out += (size_t)(R - 1) * stride;
+        } else {
+            move_elems(f, block, row, value, out, eb, false);
         }
     }
+}
+
+void sdpa_int8_record_export(const sdpa_page_format * f, const void * page, int32_t first, int32_t n, int value,
+                             unsigned char * out, size_t stride) {
+    const size_t D = (size_t)f->dim;
+    unsigned char * block = block_of(f, page, value);
+    for (int32_t i = 0; i < n; i++, out += stride) {
+        const int32_t row = first + i;
+        if (i + SDPA_I8_KEY_GROUP <= n && key_group_layout(f, row, value)) {
+            const int32_t from = move_key_group(f, block, row, value, out, stride, false);
+            for (int32_t k = 0; k < SDPA_I8_KEY_GROUP; k++) {
+                unsigned char * o = out + (size_t)k * stride;
+                move_tail(f, block, row + k, value, o, from, false);
+                const float scale = row_scale(f, page, row + k, value);
+                memcpy(o + D, &scale, 4);
+                o[D + 4] = (unsigned char)row_zero_point(f, page, row + k, value);
+            }
+            i += SDPA_I8_KEY_GROUP - 1;
+            out += (size_t)(SDPA_I8_KEY_GROUP - 1) * stride;
+            continue;
+        }
+        const bool pair = i + 1 < n && paired_rows(f, row, value);
+        if (pair) move_row_pair(f, block, row, value, out, out + stride, false);
+        else move_elems(f, block, row, value, out, 1, false);
+        for (int32_t k = 0; k <= (int32_t)pair; k++) {
+            const float scale = row_scale(f, page, row + k, value);
+            memcpy(out + (size_t)k * stride + D, &scale, 4);
+            out[(size_t)k * stride + D + 4] = (unsigned char)row_zero_point(f, page, row + k, value);
+        }
+        if (pair) { i++; out += stride; }
+    }
+}
+
+void sdpa_kv_record_export(const sdpa_page_format * f, const void * page, int32_t first, int32_t n, int value,
+                           unsigned char * out, size_t stride) {
+    sdpa_dtype_traits_of(sdpa_kv_record_block_dtype(f, value))->record_export(f, page, first, n, value, out, stride);
 }
 
 static uint32_t f32_bits(const unsigned char * p) { uint32_t u; memcpy(&u, p, 4); return u; }
@@ -518,129 +495,161 @@ static bool int8_record_ok(const unsigned char * rec, size_t D) {
     return true;
 }
 
-sdpa_record_fault sdpa_kv_record_import(const sdpa_page_format * f, void * page, int32_t first, int32_t n, int value,
-                                        const unsigned char * in, size_t stride, int32_t * bad_row, bool * nonfinite) {
-    const int32_t dtype = sdpa_kv_record_block_dtype(f, value);
+/* ---- each dtype's import (the table's `record_import`) ---------------- */
+
+sdpa_record_fault sdpa_int4_record_import(const sdpa_page_format * f, void * page, int32_t first, int32_t n, int value,
+                                          const unsigned char * in, size_t stride, int32_t * bad_row, bool * nonfinite) {
+    /* any float16 bits (an Inf or NaN marks the page); an odd D's pad nibble 0 */
     const size_t D = (size_t)f->dim;
-    unsigned char * block = block_of(f, page, value);
-    if (dtype == SDPA_DTYPE_INT4) {  /* any float16 bits (an Inf or NaN marks the page); an odd D's pad nibble 0 */
-        const int32_t G = sdpa_kv_blockf(f, value)->groups;
-        const size_t nib_bytes = (D + 1) / 2;
-        for (int32_t i = 0; i < n; i++) {
-            const unsigned char * r = in + (size_t)i * stride;
-            if ((D & 1) && (r[nib_bytes - 1] >> 4) != 0) {
-                *bad_row = i;
-                return SDPA_RECORD_BAD_PAD;
-            }
-            for (int32_t g = 0; g < 2 * G; g++) {
-                uint16_t h;
-                memcpy(&h, r + nib_bytes + 2 * (size_t)g, 2);
-                *nonfinite |= (h & 0x7c00u) == 0x7c00u;
-            }
+    const int32_t G = sdpa_kv_blockf(f, value)->groups;
+    const size_t nib_bytes = (D + 1) / 2;
+    for (int32_t i = 0; i < n; i++) {
+        const unsigned char * r = in + (size_t)i * stride;
+        if ((D & 1) && (r[nib_bytes - 1] >> 4) != 0) {
+            *bad_row = i;
+            return SDPA_RECORD_BAD_PAD;
         }
-        i4_move(f, page, first, n, value, (unsigned char *)(uintptr_t)in, stride, true);
-        return SDPA_RECORD_OK;
+        for (int32_t g = 0; g < 2 * G; g++) {
+            uint16_t h;
+            memcpy(&h, r + nib_bytes + 2 * (size_t)g, 2);
+            *nonfinite |= (h & 0x7c00u) == 0x7c00u;
+        }
     }
+    i4_move(f, page, first, n, value, (unsigned char *)(uintptr_t)in, stride, true);
+    return SDPA_RECORD_OK;
+}
+
+sdpa_record_fault sdpa_f32_record_import(const sdpa_page_format * f, void * page, int32_t first, int32_t n, int value,
+                                         const unsigned char * in, size_t stride, int32_t * bad_row, bool * nonfinite) {
+    (void)bad_row;
+    (void)nonfinite;
+    unsigned char * block = block_of(f, page, value);
     for (int32_t i = 0; i < n; i++, in += stride) {
         const int32_t row = first + i;
         unsigned char * rec = (unsigned char *)(uintptr_t)in;  /* read only: move_elems copies to the page */
-        switch (dtype) {
-            case SDPA_DTYPE_FLOAT32:
-                if (i + 4 <= n && row_group_layout(f, row, value, 4)) {
-                    const int32_t from = move_row_group(f, block, row, value, 4, rec, stride, true);
-                    for (int32_t k = 0; k < 4; k++) move_tail_eb(f, block, row + k, value, rec + (size_t)k * stride, from, 4, true);
-                    i += 3;
-                    in += 3 * stride;
-                } else {
-                    move_elems(f, block, row, value, rec, 4, true);
-                }
-                break;
-            case SDPA_DTYPE_FLOAT16: {
-                if (i + 8 <= n && row_group_layout(f, row, value, 8)) {
-                    for (int32_t k = 0; k < 8; k++) *nonfinite |= f16_record_special(in + (size_t)k * stride, D);
-                    const int32_t from = move_row_group(f, block, row, value, 2, rec, stride, true);
-                    for (int32_t k = 0; k < 8; k++) move_tail_eb(f, block, row + k, value, rec + (size_t)k * stride, from, 2, true);
-                    i += 7;
-                    in += 7 * stride;
-                    break;
-                }
-                const sdpa_block_layout layout = sdpa_kv_layout(f, value);
-                uint32_t special = 0;
-                if (affine_layout(layout) && D > 1) {  /* move and look for Inf / NaN (exponent all ones) in one pass */
-                    const size_t base = sdpa_kv_elem_index(f, row, value, 0), step = sdpa_kv_elem_index(f, row, value, 1) - base;
-                    uint16_t * e = (uint16_t *)(void *)(block + base * 2);
-                    for (size_t d = 0; d < D; d++) {
-                        uint16_t h;
-                        memcpy(&h, in + 2 * d, 2);
-                        special |= (uint32_t)((h & 0x7c00u) == 0x7c00u);
-                        e[d * step] = h;
-                    }
-                } else {
-                    for (size_t d = 0; d < D; d++) {
-                        uint16_t h;
-                        memcpy(&h, in + 2 * d, 2);
-                        special |= (uint32_t)((h & 0x7c00u) == 0x7c00u);
-                    }
-                    move_elems(f, block, row, value, rec, 2, true);
-                }
-                *nonfinite |= special != 0;
-                break;
-            }
-            default: {  /* int8 */
-                if (i + SDPA_I8_KEY_GROUP <= n && key_group_layout(f, row, value)) {
-                    for (int32_t k = 0; k < SDPA_I8_KEY_GROUP; k++) {
-                        if (!int8_record_ok(in + (size_t)k * stride, D)) {
-                            *bad_row = i + k;
-                            return SDPA_RECORD_BAD_SCALE;
-                        }
-                    }
-                    const int32_t from = move_key_group(f, block, row, value, rec, stride, true);
-                    for (int32_t k = 0; k < SDPA_I8_KEY_GROUP; k++) {
-                        unsigned char * r = rec + (size_t)k * stride;
-                        move_tail(f, block, row + k, value, r, from, true);
-                        memcpy((unsigned char *)(uintptr_t)sdpa_kv_scales(f, page, value) + (size_t)(row + k) * 4, r + D, 4);
-                        ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row + k] = (int8_t)r[D + 4];
-                    }
-                    i += SDPA_I8_KEY_GROUP - 1;
-                    in += (size_t)(SDPA_I8_KEY_GROUP - 1) * stride;
-                    break;
-                }
-                const bool pair = i + 1 < n && paired_rows(f, row, value);
-                for (int32_t k = 0; k <= (int32_t)pair; k++) {
-                    if (!int8_record_ok(in + (size_t)k * stride, D)) {
-                        *bad_row = i + k;
-                        return SDPA_RECORD_BAD_SCALE;
-                    }
-                }
-                if (pair) move_row_pair(f, block, row, value, rec, rec + stride, true);
-                else move_elems(f, block, row, value, rec, 1, true);
-                for (int32_t k = 0; k <= (int32_t)pair; k++) {
-                    const unsigned char * r = in + (size_t)k * stride;
-                    memcpy((unsigned char *)(uintptr_t)sdpa_kv_scales(f, page, value) + (size_t)(row + k) * 4, r + D, 4);
-                    ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row + k] = (int8_t)r[D + 4];
-                }
-                if (pair) { i++; in += stride; }
-                break;
-            }
+        if (i + 4 <= n && row_group_layout(f, row, value, 4)) {
+            const int32_t from = move_row_group(f, block, row, value, 4, rec, stride, true);
+            for (int32_t k = 0; k < 4; k++) move_tail_eb(f, block, row + k, value, rec + (size_t)k * stride, from, 4, true);
+            i += 3;
+            in += 3 * stride;
+        } else {
+            move_elems(f, block, row, value, rec, 4, true);
         }
     }
     return SDPA_RECORD_OK;
 }
 
+sdpa_record_fault sdpa_f16_record_import(const sdpa_page_format * f, void * page, int32_t first, int32_t n, int value,
+                                         const unsigned char * in, size_t stride, int32_t * bad_row, bool * nonfinite) {
+    (void)bad_row;
+    const size_t D = (size_t)f->dim;
+    unsigned char * block = block_of(f, page, value);
+    for (int32_t i = 0; i < n; i++, in += stride) {
+        const int32_t row = first + i;
+        unsigned char * rec = (unsigned char *)(uintptr_t)in;  /* read only: move_elems copies to the page */
+        if (i + 8 <= n && row_group_layout(f, row, value, 8)) {
+            for (int32_t k = 0; k < 8; k++) *nonfinite |= f16_record_special(in + (size_t)k * stride, D);
+            const int32_t from = move_row_group(f, block, row, value, 2, rec, stride, true);
+            for (int32_t k = 0; k < 8; k++) move_tail_eb(f, block, row + k, value, rec + (size_t)k * stride, from, 2, true);
+            i += 7;
+            in += 7 * stride;
+            continue;
+        }
+        const sdpa_block_layout layout = sdpa_kv_layout(f, value);
+        uint32_t special = 0;
+        if (affine_layout(layout) && D > 1) {  /* move and look for Inf / NaN (exponent all ones) in one pass */
+            const size_t base = sdpa_kv_elem_index(f, row, value, 0), step = sdpa_kv_elem_index(f, row, value, 1) - base;
+            uint16_t * e = (uint16_t *)(void *)(block + base * 2);
+            for (size_t d = 0; d < D; d++) {
+                uint16_t h;
+                memcpy(&h, in + 2 * d, 2);
+                special |= (uint32_t)((h & 0x7c00u) == 0x7c00u);
+                e[d * step] = h;
+            }
+        } else {
+            for (size_t d = 0; d < D; d++) {
+                uint16_t h;
+                memcpy(&h, in + 2 * d, 2);
+                special |= (uint32_t)((h & 0x7c00u) == 0x7c00u);
+            }
+            move_elems(f, block, row, value, rec, 2, true);
+        }
+        *nonfinite |= special != 0;
+    }
+    return SDPA_RECORD_OK;
+}
+
+sdpa_record_fault sdpa_int8_record_import(const sdpa_page_format * f, void * page, int32_t first, int32_t n, int value,
+                                          const unsigned char * in, size_t stride, int32_t * bad_row, bool * nonfinite) {
+    (void)nonfinite;
+    const size_t D = (size_t)f->dim;
+    unsigned char * block = block_of(f, page, value);
+    for (int32_t i = 0; i < n; i++, in += stride) {
+        const int32_t row = first + i;
+        unsigned char * rec = (unsigned char *)(uintptr_t)in;  /* read only: move_elems copies to the page */
+        if (i + SDPA_I8_KEY_GROUP <= n && key_group_layout(f, row, value)) {
+            for (int32_t k = 0; k < SDPA_I8_KEY_GROUP; k++) {
+                if (!int8_record_ok(in + (size_t)k * stride, D)) {
+                    *bad_row = i + k;
+                    return SDPA_RECORD_BAD_SCALE;
+                }
+            }
+            const int32_t from = move_key_group(f, block, row, value, rec, stride, true);
+            for (int32_t k = 0; k < SDPA_I8_KEY_GROUP; k++) {
+                unsigned char * r = rec + (size_t)k * stride;
+                move_tail(f, block, row + k, value, r, from, true);
+                memcpy((unsigned char *)(uintptr_t)sdpa_kv_scales(f, page, value) + (size_t)(row + k) * 4, r + D, 4);
+                ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row + k] = (int8_t)r[D + 4];
+            }
+            i += SDPA_I8_KEY_GROUP - 1;
+            in += (size_t)(SDPA_I8_KEY_GROUP - 1) * stride;
+            continue;
+        }
+        const bool pair = i + 1 < n && paired_rows(f, row, value);
+        for (int32_t k = 0; k <= (int32_t)pair; k++) {
+            if (!int8_record_ok(in + (size_t)k * stride, D)) {
+                *bad_row = i + k;
+                return SDPA_RECORD_BAD_SCALE;
+            }
+        }
+        if (pair) move_row_pair(f, block, row, value, rec, rec + stride, true);
+        else move_elems(f, block, row, value, rec, 1, true);
+        for (int32_t k = 0; k <= (int32_t)pair; k++) {
+            const unsigned char * r = in + (size_t)k * stride;
+            memcpy((unsigned char *)(uintptr_t)sdpa_kv_scales(f, page, value) + (size_t)(row + k) * 4, r + D, 4);
+            ((int8_t *)(uintptr_t)sdpa_kv_zero_points(f, page, value))[row + k] = (int8_t)r[D + 4];
+        }
+        if (pair) { i++; in += stride; }
+    }
+    return SDPA_RECORD_OK;
+}
+
+sdpa_record_fault sdpa_kv_record_import(const sdpa_page_format * f, void * page, int32_t first, int32_t n, int value,
+                                        const unsigned char * in, size_t stride, int32_t * bad_row, bool * nonfinite) {
+    return sdpa_dtype_traits_of(sdpa_kv_record_block_dtype(f, value))->record_import(f, page, first, n, value, in, stride,
+                                                                                     bad_row, nonfinite);
+}
+
+/* Each dtype's sentence for its faults (the table's `record_describe`): false for another fault. */
+bool sdpa_int8_record_describe(sdpa_record_fault fault, int32_t head_dim, const unsigned char * record, char * buf, size_t cap) {
+    if (fault != SDPA_RECORD_BAD_SCALE || head_dim <= 0) return false;
+    const uint32_t u = f32_bits(record + head_dim);
+    float s;
+    memcpy(&s, &u, 4);
+    snprintf(buf, cap, "its int8 scale is %g (bits 0x%08x); expected a finite scale >= %g (FLT_EPSILON), +Infinity, "
+             "or 0 with a zero point and values of 0 (an unwritten row)", (double)s, (unsigned)u, (double)FLT_EPSILON);
+    return true;
+}
+bool sdpa_int4_record_describe(sdpa_record_fault fault, int32_t head_dim, const unsigned char * record, char * buf, size_t cap) {
+    if (fault != SDPA_RECORD_BAD_PAD || head_dim <= 0) return false;
+    snprintf(buf, cap, "the unused high nibble of its last byte (head dim %d is odd) is %u; expected 0",
+             head_dim, (unsigned)(record[head_dim / 2] >> 4));
+    return true;
+}
+
 void sdpa_kv_record_describe(sdpa_record_fault fault, int32_t dtype, int32_t head_dim, const unsigned char * record,
                              char * buf, size_t cap) {
-    if (fault == SDPA_RECORD_BAD_SCALE && dtype == SDPA_DTYPE_INT8 && head_dim > 0) {
-        const uint32_t u = f32_bits(record + head_dim);
-        float s;
-        memcpy(&s, &u, 4);
-        snprintf(buf, cap, "its int8 scale is %g (bits 0x%08x); expected a finite scale >= %g (FLT_EPSILON), +Infinity, "
-                 "or 0 with a zero point and values of 0 (an unwritten row)", (double)s, (unsigned)u, (double)FLT_EPSILON);
-        return;
-    }
-    if (fault == SDPA_RECORD_BAD_PAD && dtype == SDPA_DTYPE_INT4 && head_dim > 0) {
-        snprintf(buf, cap, "the unused high nibble of its last byte (head dim %d is odd) is %u; expected 0",
-                 head_dim, (unsigned)(record[head_dim / 2] >> 4));
-        return;
-    }
+    const sdpa_dtype_traits * t = sdpa_dtype_traits_of(dtype);
+    if (t && t->record_describe && t->record_describe(fault, head_dim, record, buf, cap)) return;
     snprintf(buf, cap, "it is not a valid %s record", sdpa_kv_record_dtype_name(dtype));
 }

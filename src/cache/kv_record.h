@@ -1,8 +1,9 @@
 /* kv_record.h: the canonical stored form of one K or V row (a "row
  * record"), what saved KV state carries (docs/FORMAT.md, "Row records"),
  * independent of the page layouts of kv_format.h. Every byte of a record
- * that depends on a dtype is read or written here and nowhere else, so a
- * new cache dtype extends this file only:
+ * that depends on a dtype is read or written by kv_record.c's functions,
+ * one export and one import per dtype, which the dtype table holds
+ * (kv_dtype.c, with each dtype's record parts):
  *
  *   float32  D x float32                                   4·D bytes
  *   float16  D x uint16 (binary16 bits)                    2·D bytes
@@ -23,9 +24,9 @@
 
 /* One part of a row record, in record order: ceil(D / span) items (span 0:
  * one item per record) of item_bytes bytes each, little-endian item_type.
- * `name` is what KVCache.readRaw calls the part; scripts/abi.c carries these
- * tables to JS (js/abi.js RECORD_PARTS), so JS splits a record without
- * knowing its bytes. */
+ * `name` is what KVCache.readRaw calls the part; scripts/abi.c carries the
+ * dtype table's parts to JS (js/abi.js RECORD_PARTS), so JS splits a record
+ * without knowing its bytes. */
 typedef struct sdpa_kv_record_part {
     const char * name;       /* "data", "scales", "zeroPoints", "offsets" */
     const char * item_type;  /* "float32", "uint16", "uint8", "int8" */

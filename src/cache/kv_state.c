@@ -27,6 +27,7 @@
  * and every consistency rule hold. */
 #include "cache/kv_state.h"
 #include "cache/kv_record.h"
+#include "cache/kv_dtype.h"
 #include "cache/crc32c.h"
 #include "cache/page_pool.h"
 #include "contract/check.h"
@@ -359,9 +360,11 @@ static sdpa_status parse_header(sdpa_kv_loader * L) {
     for (int value = 0; value < 2; value++) {
         const int32_t d = value ? vd : kd;
         const char * which = value ? "value" : "key";
-        if (!sdpa_kv_record_dtype_known(d))
-            return load_fail(L, SDPA_E_FORMAT, "the %s dtype is %u, which is no cache dtype (float32 1, float16 3, int8 4, int4 5)",
-                             which, (unsigned)(uint32_t)d);
+        if (!sdpa_kv_record_dtype_known(d)) {
+            char dtypes[128];
+            sdpa_dtype_list(dtypes, sizeof dtypes, true);
+            return load_fail(L, SDPA_E_FORMAT, "the %s dtype is %u, which is no cache dtype (%s)", which, (unsigned)(uint32_t)d, dtypes);
+        }
         if (sdpa_kv_record_bytes(d, 1) == 0)
             return load_fail(L, SDPA_E_FORMAT, "the %s dtype is %s, which this build does not support", which, sdpa_kv_record_dtype_name(d));
     }

@@ -10,6 +10,7 @@
 #include "contract/check.h"
 #include "cache/page_pool.h"
 #include "cache/kv_record.h"
+#include "cache/kv_dtype.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -18,15 +19,10 @@
 
 /* Rule order of the table; each pass below checks one rule for every argument. */
 
+/* A tensor dtype's name, or a cache dtype's (its row of the dtype table). */
 static const char * dtype_name(int32_t dtype) {
-    switch (dtype) {
-        case SDPA_DTYPE_FLOAT32: return "float32";
-        case SDPA_DTYPE_BOOL: return "bool";
-        case SDPA_DTYPE_FLOAT16: return "float16";
-        case SDPA_DTYPE_INT8: return "int8";
-        case SDPA_DTYPE_INT4: return "int4";
-        default: return "unknown";
-    }
+    if (dtype == SDPA_DTYPE_BOOL) return "bool";
+    return sdpa_kv_record_dtype_name(dtype);  /* "unknown" for other numbers */
 }
 
 /* Appended where dims read as PyTorch's [B, H, S, D] would fit (js/rules.js TORCH_LAYOUT). */
@@ -845,9 +841,12 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t bat
     /* K then V (C sees two dtypes; JS names the option a bad value came from: dtype, keyDtype or valueDtype) */
     for (int value = 0; value < 2; value++) {
         const int32_t dtype = value ? value_dtype : key_dtype;
-        if (!sdpa_is_cache_dtype(dtype))
-            return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: %s %s (%d) is not supported for a cache; expected float32, float16, int8 or int4",
-                             fn, value ? "valueDtype" : "keyDtype", dtype_name(dtype), dtype);
+        if (!sdpa_dtype_traits_of(dtype)) {
+            char names[128];
+            sdpa_dtype_list(names, sizeof names, false);
+            return sdpa_fail(ctx, SDPA_E_DTYPE, "%s: %s %s (%d) is not supported for a cache; expected %s",
+                             fn, value ? "valueDtype" : "keyDtype", dtype_name(dtype), dtype, names);
+        }
     }
     if (kv_heads == 0)
         return sdpa_fail(ctx, SDPA_E_HEADS, "%s: numKvHeads is 0; expected a positive integer", fn);

@@ -54,6 +54,7 @@
 #include "kernels/flash_int8.h"
 #include "kernels/flash_int4.h"
 #include "cache/page_pool.h"
+#include "cache/kv_dtype.h"
 
 #include <float.h>
 #include <stdatomic.h>
@@ -133,25 +134,21 @@ static uint64_t partial_floats_for(int32_t dim_pad) {
 }
 
 /* The K and V sources of every tile of the plan (tile_sources refines them
- * per page), each from its own block's dtype: the one place the kernels
- * look at the cache dtypes. */
+ * per page), each from its own block's dtype: its row of the dtype table
+ * (cache/kv_dtype.c) names them, and those of a page marked as holding what
+ * the in-place readers cannot convert. */
 static void plan_sources(flash_plan * f) {
     const sdpa_kv_view * kv = &f->p->kv;
-    f->k_src = K_F32_TRANSPOSED;
-    f->v_src = V_F32_ROWS;
+    f->k_src = f->k_marked = K_F32_TRANSPOSED;
+    f->v_src = f->v_marked = V_F32_ROWS;
     if (!kv->pages) return;
-    switch (sdpa_kv_dtype(kv->format, 0)) {
-        case SDPA_DTYPE_FLOAT16: f->k_src = K_F16_PAGE; break;
-        case SDPA_DTYPE_INT8: f->k_src = f->p->head_dim <= INT_Q_MAX_DIM ? K_I8_PAGE : K_DECODED; break;
-        case SDPA_DTYPE_INT4: f->k_src = K_I4_PAGE; break;
-        default: f->k_src = K_F32_PAGE; break;
-    }
-    switch (sdpa_kv_dtype(kv->format, 1)) {
-        case SDPA_DTYPE_FLOAT16: f->v_src = V_F16_PAGE; break;
-        case SDPA_DTYPE_INT8: f->v_src = V_I8_PAGE; break;
-        case SDPA_DTYPE_INT4: f->v_src = V_I4_PAGE; break;
-        default: f->v_src = V_F32_ROWS; break;
-    }
+    const sdpa_dtype_traits * kt = sdpa_dtype_traits_of(sdpa_kv_dtype(kv->format, 0));
+    const sdpa_dtype_traits * vt = sdpa_dtype_traits_of(sdpa_kv_dtype(kv->format, 1));
+    const bool k_wide = kt->k_tile_max_dim && f->p->head_dim > kt->k_tile_max_dim;
+    f->k_src = k_wide ? K_DECODED : kt->k_tile;
+    f->k_marked = k_wide ? K_DECODED : kt->k_tile_marked;
+    f->v_src = vt->v_tile;
+    f->v_marked = vt->v_tile_marked;
 }
 
 /* Validated problems have n_keys >= 1, B * Sq * Hq * D <= SIZE_MAX / 4 and,
@@ -176,9 +173,8 @@ static void make_plan(flash_plan * f, const sdpa_problem * p) {
     const int32_t keys = p->n_keys - f->key_begin;
     int32_t chunks = 1;
     if ((int64_t)p->batch * p->kv_heads * f->blocks <= SPLIT_MAX_UNITS) {
-        const int32_t kd = p->kv.pages ? sdpa_kv_dtype(p->kv.format, 0) : 0;
-        const bool int_tiles = kd == SDPA_DTYPE_INT8 || kd == SDPA_DTYPE_INT4;
-        chunks = ceil_div(keys, int_tiles ? CHUNK_MIN_KEYS_INT8 : CHUNK_MIN_KEYS);
+        const bool small_tiles = p->kv.pages && sdpa_dtype_traits_of(sdpa_kv_dtype(p->kv.format, 0))->small_tiles;
+        chunks = ceil_div(keys, small_tiles ? CHUNK_MIN_KEYS_INT8 : CHUNK_MIN_KEYS);
         if (chunks > CHUNK_MAX_COUNT) chunks = CHUNK_MAX_COUNT;
     }
     /* a cache's maxSeqLen may be near INT32_MAX: rounding up to a tile must not wrap */
@@ -382,11 +378,11 @@ static void decode_k_tile(const flash_plan * f, block_state * st, const void * p
 }
 
 /* V_F16_DECODED / V_DECODED: a page's V rows [r0, r0 + nt) decoded into the V tile. */
-static const float * decode_v_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0,
-                                   int32_t nt) {
+static const float * decode_v_tile(const flash_plan * f, block_state * st, v_source vs, const void * page,
+                                   int32_t r0, int32_t nt) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const size_t Dp = (size_t)f->dim_pad;
-    const bool f16 = sdpa_kv_dtype(fmt, 1) == SDPA_DTYPE_FLOAT16;
+    const bool f16 = vs == V_F16_DECODED;
     for (int32_t t = 0; t < nt; t++) {
         if (f16) decode_f16_row(sdpa_kv_raw_row(fmt, page, r0 + t, 1), fmt->dim, st->vtile + (size_t)t * Dp);
         else sdpa_kv_decode_row(fmt, page, r0 + t, 1, st->vtile + (size_t)t * Dp);
@@ -417,14 +413,8 @@ static void tile_sources(const flash_plan * f, const void * page, k_source * ks,
     *vs = f->v_src;
     if (!page) return;
     const uint32_t marks = sdpa_page_marks(page);
-    if (marks & SDPA_PAGE_MARK_K_NONFINITE) {
-        if (*ks == K_F16_PAGE) *ks = K_F16_DECODED;
-        if (*ks == K_I4_PAGE) *ks = K_DECODED;
-    }
-    if (marks & SDPA_PAGE_MARK_V_NONFINITE) {
-        if (*vs == V_F16_PAGE) *vs = V_F16_DECODED;
-        if (*vs == V_I4_PAGE) *vs = V_DECODED;
-    }
+    if (marks & SDPA_PAGE_MARK_K_NONFINITE) *ks = f->k_marked;
+    if (marks & SDPA_PAGE_MARK_V_NONFINITE) *vs = f->v_marked;
 }
 
 /* The float32 scores of a tile loaded into the K tile (no touches: they
@@ -602,7 +592,7 @@ static void tile_values(const flash_plan * f, block_state * st, v_source vs, int
         case V_F32_ROWS: values_f32(f, st, sdpa_kv_value(kv, b, hk, ts), sdpa_kv_row_stride(kv), nt); break;
         case V_F16_PAGE: values_f16(f, st, tile_block(kv->format, page, r0, 1), nt); break;
         case V_F16_DECODED:
-        case V_DECODED: values_f32(f, st, decode_v_tile(f, st, page, r0, nt), (size_t)f->dim_pad, nt); break;
+        case V_DECODED: values_f32(f, st, decode_v_tile(f, st, vs, page, r0, nt), (size_t)f->dim_pad, nt); break;
         case V_I8_PAGE:
             int8_weights(f, st, page, r0, nt4);
             int8_values(f, st, page, r0, nt);
@@ -625,7 +615,7 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
     v_source vs;
     tile_sources(f, page, &ks, &vs);
     tile_ahead ahead = { NULL, NULL };
-    uint32_t touched = touches_ahead(ks, st->n, f->p->kv.format) ? touch_tiles_ahead(f, b, hk, ts, t0, t1, &ahead) : 0;
+    uint32_t touched = touches_ahead(f, ks, st->n) ? touch_tiles_ahead(f, b, hk, ts, t0, t1, &ahead) : 0;
     touched |= tile_scores(f, st, ks, b, hk, ts, page, nt, &ahead);
     tile_softmax(f, st, ts, nt);
     tile_values(f, st, vs, b, hk, ts, page, nt);

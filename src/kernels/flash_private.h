@@ -1,12 +1,14 @@
 /* flash_private.h: what flash.c (the tile loop) shares with the
  * microkernels and touch-ahead it includes from files of their own
  * (flash_float.h, flash_touch.h, flash_int8.h, flash_int4.h): the plan
- * of a call, the state of one block of rows, and which kernel reads a tile. */
+ * of a call and the state of one block of rows (which kernel reads a tile:
+ * tile_sources.h). */
 #ifndef SDPA_FLASH_PRIVATE_H
 #define SDPA_FLASH_PRIVATE_H
 
 #include "internal.h"
 #include "kernels/simd.h"
+#include "kernels/tile_sources.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -21,40 +23,12 @@
 #define FLASH_INLINE inline
 #endif
 
-/* An int8 cache's Q.K quantizes q to int16 up to this head dim and decodes
- * K above it (flash_int8.h says why). */
-#define INT_Q_MAX_DIM 1024
-
-/* Where the Q.K stage of a tile gets its keys, and so which kernel computes
- * the scores. Chosen per plan from the K block's dtype (plan_sources); a
- * page marked as holding a value the in-place readers cannot convert turns
- * K_F16_PAGE into K_F16_DECODED and K_I4_PAGE into K_DECODED (tile_sources). */
-typedef enum k_source {
-    K_F32_TRANSPOSED,  /* caller tensors: rows transposed into the K tile */
-    K_F32_PAGE,        /* a float32 page's key-transposed K block, read in place */
-    K_F16_PAGE,        /* a float16 page's K block, finite halves converted per key group into L1 (scores_f16) */
-    K_F16_DECODED,     /* a float16 page's K block decoded into the K tile (Inf / NaN exact) */
-    K_I8_PAGE,         /* an int8 page's K block: integer dot products with the int16 q */
-    K_I4_PAGE,         /* an int4 page's K block: nibbles unpacked in registers, int16 q */
-    K_DECODED,         /* any page's K rows decoded into the K tile (int8 above INT_Q_MAX_DIM, marked int4) */
-} k_source;
-
-/* Where the P.V stage of a tile gets its values (likewise per plan from the
- * V block's dtype, then V_F16_PAGE -> V_F16_DECODED, V_I4_PAGE -> V_DECODED
- * per marked page). */
-typedef enum v_source {
-    V_F32_ROWS,        /* float32 rows in place: caller tensors or a float32 page's V block */
-    V_F16_PAGE,        /* a float16 page's V rows, finite halves converted per PV_KEYS rows into L1 (values_f16) */
-    V_F16_DECODED,     /* a float16 page's V rows decoded into the V tile */
-    V_I8_PAGE,         /* an int8 page's V block: int16 weights times int8 values */
-    V_I4_PAGE,         /* an int4 page's V block: per-group int16 weights times nibbles */
-    V_DECODED,         /* any page's V rows decoded into the V tile (a marked int4 page) */
-} v_source;
-
 typedef struct flash_plan {
     const sdpa_problem * p;
     k_source k_src;        /* the Q.K and P.V sources of every tile (but see tile_sources) */
     v_source v_src;
+    k_source k_marked;     /* ...of a tile in a page marked SDPA_PAGE_MARK_K_NONFINITE */
+    v_source v_marked;     /* ...of one marked SDPA_PAGE_MARK_V_NONFINITE */
     int32_t rows;          /* R = Sq * r per (b, hk) */
     int32_t blocks;        /* per (b, hk) */
     int32_t chunks;        /* key chunks per block (1 = no split) */

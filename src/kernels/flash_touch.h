@@ -72,14 +72,15 @@ static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
 
 /* Whether a tile of this K source touches ahead: pages read in place with
  * more than one row (a single row's own loads stream faster without touches
- * in between), int8 pages always (TOUCH_AHEAD). */
-static bool touches_ahead(k_source ks, int32_t n_rows, const sdpa_page_format * kv_format) {
+ * in between), int8 pages always (TOUCH_AHEAD), also when the plan decodes
+ * their K (above INT_Q_MAX_DIM: the plan's K_DECODED, not a marked page's). */
+static bool touches_ahead(const flash_plan * f, k_source ks, int32_t n_rows) {
     switch (ks) {
         case K_F32_PAGE:
         case K_F16_PAGE: return n_rows > 1;
         case K_I8_PAGE:
         case K_I4_PAGE: return true;
-        case K_DECODED: return sdpa_kv_dtype(kv_format, 0) == SDPA_DTYPE_INT8;
+        case K_DECODED: return f->k_src == K_DECODED;
         default: return false;
     }
 }
