@@ -60,3 +60,7 @@ export const MANY_MAX = 64;
 export const PAGE_ROWS = 64;
 /** Bytes of meta a save carries at most (SDPA_STATE_MAX_META). */
 export const STATE_MAX_META = 1048576;
+/** sdpa_kv_check_rows's op: the row rules of read, truncate, keepRows (SDPA_ROWS_*). */
+export const ROWS_OP = Object.freeze({ read: 0, truncate: 1, keep: 2 });
+/** Bytes of the message sdpa_kv_check_rows writes at most (SDPA_ROWS_MESSAGE_BYTES). */
+export const ROWS_MESSAGE_BYTES = 512;

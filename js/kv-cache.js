@@ -21,7 +21,7 @@ import {
 } from './rules.js';
 import { readOptions, inspectTensor, checkLive, checkLiveOptions } from './snapshot.js';
 import { SLOT } from './runtime.js';
-import { RECORD_PARTS } from './abi.js';
+import { RECORD_PARTS, ROWS_OP } from './abi.js';
 import { prod } from './shape.js';
 import { typedArrayTag, isArray } from './intrinsics.js';
 import { saveCache, saveCacheChunks, saveCacheStream, releaseSaves } from './kv-state.js';
@@ -229,11 +229,23 @@ export class KVCache {
   /** read / readRaw's arguments: rows start .. start+length-1 below maxSeqLen (throws the SdpaError). */
   #checkRows(fn, start, length) {
     const ck = new Checks(fn);
-    const live = this.#geo.window && this.#alive();
-    const [s, n] = checkCacheRows(ck, this.#geo, start, length, live ? this.length : -1, live ? this.windowStart : 0);
+    const [s, n] = checkCacheRows(ck, start, length);
+    if (s !== null && n !== null) this.#core.rowRules(ck, ROWS_OP.read, this.#rowState(), s, n);
     this.#checkAlive(ck);
     ck.done();
     return [s, n];
+  }
+
+  /**
+   * What the row rules (Core.rowRules) know of this cache: its geometry, the
+   * rows written and its windowStart; once disposed only maxSeqLen (no window,
+   * every row written), so that what a disposed cache reports is E_DISPOSED
+   * unless a rule of its geometry alone comes first.
+   */
+  #rowState() {
+    const g = this.#geo;
+    if (!this.#alive()) return { maxSeqLen: g.maxSeqLen, window: 0, sinkTokens: 0, length: g.maxSeqLen, windowStart: 0 };
+    return { maxSeqLen: g.maxSeqLen, window: g.window, sinkTokens: g.sinkTokens, length: this.length, windowStart: this.#windowStartOf() };
   }
 
   /** Copies of rows start .. start+length-1: { k, v }, each [B, length, Hkv, D] float32 (unwritten rows: zeros). */
@@ -312,7 +324,10 @@ export class KVCache {
   /** truncate's rules into `ck`; returns the length, or null when invalid. */
   #checkTruncate(ck, length) {
     this.#checkAlive(ck);
-    return checkCacheTruncate(ck, this.#geo, length, this.#writtenOrUnknown(), this.#alive() ? this.#windowStartOf() : 0);
+    const n = checkCacheTruncate(ck, length);
+    // (a disposed cache: no row rule applies, E_DISPOSED is what it reports)
+    if (n !== null && this.#alive()) this.#core.rowRules(ck, ROWS_OP.truncate, this.#rowState(), n);
+    return n;
   }
 
   /**
@@ -324,8 +339,9 @@ export class KVCache {
     const fn = 'KVCache.keepRows';
     const ck = new Checks(fn);
     this.#checkAlive(ck);
-    const live = this.#alive();
-    const list = checkKeepRows(ck, this.#geo, start, rows, live ? this.length : Infinity, live ? this.#windowStartOf() : 0);
+    const list = checkKeepRows(ck, start, rows);
+    // (a disposed cache: no span rule applies, E_DISPOSED is what it reports)
+    if (list !== null && this.#alive()) this.#core.rowRules(ck, ROWS_OP.keep, this.#rowState(), start, list.length, list.length ? list[list.length - 1] : 0);
     ck.done();
     const c = this.#core, n = list.length;
     const p = n ? c.malloc(n * Int32Array.BYTES_PER_ELEMENT, fn, 'a temporary copy of rows') : 0;

@@ -536,36 +536,23 @@ export function checkStepRows(ck, P, W, geo) {
   ck.add('E_DIMS', `${P.Q.name} has ${fmtRows(P.Sq)} but ${W.K.name} has ${W.Snew}; a step attends exactly the rows it writes${torch ? TORCH_LAYOUT : ''}`);
 }
 
+// The cache's row rules (read / readRaw's rows, truncate's length, keepRows'
+// span: capacity, rows written, a windowed cache's evicted rows) are C's
+// alone: Core.rowRules asks sdpa_kv_check_rows before anything is copied or
+// allocated. What JS checks of those calls is what only JS sees: the values'
+// JS types and that they are integers (C takes integers).
+
 /**
- * read / readRaw: rows start .. start+length-1 below maxSeqLen; a windowed
- * cache also only kept rows. `written`: the cache's length (-1: skip the
- * windowed rules: a plain cache, or a disposed one). Returns [start, length]
- * (null when invalid).
+ * read / readRaw's arguments: start a non-negative integer, length a positive
+ * one. Returns [start, length] (null when invalid; the row rules then do not apply).
  */
-export function checkCacheRows(ck, geo, start, length, written, windowStart) {
-  const s = checkStartPos(ck, start, 'start', true);
-  const n = checkSize(ck, length, 'length');
-  if (s !== null && n !== null && s + n > geo.maxSeqLen) {
-    ck.add('E_CAPACITY', `reading ${fmtRows(n)} at start ${s} needs ${fmtRows(s + n)} but the cache holds maxSeqLen = ${geo.maxSeqLen}`);
-  } else if (s !== null && n !== null && geo.window && written >= 0) {
-    const S = geo.sinkTokens, ws = windowStart, first = Math.max(s, S);
-    if (s + n > S && first < ws) {
-      ck.add('E_CAPACITY', `rows ${s} .. ${s + n - 1} include row ${first}, but rows ${S} .. ${ws - 1} of the windowed cache were evicted; only the sink rows and the rows from windowStart on are kept`);
-    } else if (s + n > written) {
-      ck.add('E_CAPACITY', `rows ${s} .. ${s + n - 1} are past the ${fmtRows(written)} written (cache.length); a windowed cache holds written rows only`);
-    }
-  }
-  return [s, n];
+export function checkCacheRows(ck, start, length) {
+  return [checkStartPos(ck, start, 'start', true), checkSize(ck, length, 'length')];
 }
 
-/** truncate(length): `held` the rows written (Infinity once disposed). Returns the length, or null when invalid. */
-export function checkCacheTruncate(ck, geo, length, held, windowStart) {
-  const n = checkStartPos(ck, length, 'length', true);
-  if (n !== null && n > held) ck.add('E_CAPACITY', `length ${n} is past the ${fmtRows(held)} written (cache.length); truncate keeps rows 0 .. length-1 of those`);
-  else if (n !== null && geo.window && n > geo.sinkTokens && n < windowStart) {
-    ck.add('E_CAPACITY', `length ${n} would end inside the evicted rows ${geo.sinkTokens} .. ${windowStart - 1} of the windowed cache; expected <= ${geo.sinkTokens} (sink rows only) or >= ${windowStart}`);
-  }
-  return n;
+/** truncate(length)'s argument: a non-negative integer. Returns it, or null when invalid. */
+export function checkCacheTruncate(ck, length) {
+  return checkStartPos(ck, length, 'length', true);
 }
 
 // ---------------------------------------------------------------------------
@@ -693,11 +680,12 @@ export function checkLoadMaxSeqLen(ck, value) {
 /**
  * KVCache.keepRows(start, rows): row start + rows[k] becomes row start + k,
  * then the cache ends at start + rows.length. Snapshot: `rows` (an Array or
- * an Int32Array) is read once into an Int32Array; the rules are C's
- * (sdpa_check_cache_keep_rows), in its order. `length`, `windowStart`: the
- * cache's now. Returns the Int32Array, or null when a rule failed.
+ * an Int32Array) is read once into an Int32Array. Checked here: the JS types,
+ * start an integer, and the list's own order; the span's rules (the rows
+ * written, truncate's for an empty list, a windowed cache's evicted rows) are
+ * C's (Core.rowRules). Returns the Int32Array when every rule here held, else null.
  */
-export function checkKeepRows(ck, geo, start, rows, length, windowStart) {
+export function checkKeepRows(ck, start, rows) {
   let list = null;
   if (typeof start !== 'number') ck.add('E_ARG', `start must be a number, got ${describeValue(start)}`);
   if (rows === undefined || rows === null) ck.add('E_ARG', 'rows is missing; expected an Array or Int32Array of row offsets from start');
@@ -707,24 +695,15 @@ export function checkKeepRows(ck, geo, start, rows, length, windowStart) {
     ck.add('E_START_POS', `start is ${start}; expected a non-negative integer`);
     return null;
   }
-  const n = list.length;
-  for (let k = 0; k < n; k++) {
+  // Written in both languages, with one wording (sdpa_check_cache_keep_rows in
+  // src/contract/check.c is C callers' check): the entries are caller data that
+  // C could only read after a copy into wasm memory, which a rejected call must
+  // not make.
+  for (let k = 0; k < list.length; k++) {
     if (list[k] < 0 || (k > 0 && list[k] <= list[k - 1])) {
       ck.add('E_START_POS', `rows[${k}] is ${list[k]}; expected non-negative offsets from start in increasing order (after ${k > 0 ? list[k - 1] : -1})`);
       return null;
     }
-  }
-  if (n > 0 && start + list[n - 1] >= length) {
-    ck.add('E_START_POS', `rows[${n - 1}] = ${list[n - 1]} is row ${start + list[n - 1]}, past the ${fmtRows(length)} written (cache.length)`);
-    return null;
-  }
-  if (n === 0) {
-    checkCacheTruncate(ck, geo, start, length, windowStart);
-    return list;
-  }
-  const last = start + list[n - 1];
-  if (geo.window && last >= geo.sinkTokens && start < windowStart) {
-    ck.add('E_CAPACITY', `rows ${start} .. ${last} include rows ${geo.sinkTokens} .. ${windowStart - 1}, evicted from the windowed cache; keep rows from ${windowStart} on`);
   }
   return list;
 }

@@ -11,7 +11,7 @@ import { SdpaError, codeOfStatus } from './errors.js';
 import { HeapTensor, DTYPE_BYTES, heapState, heapView, noteMemoryBuffer, memoryOwner, staleInputWarning } from './heap.js';
 import { prod, fmtDims } from './shape.js';
 import { typedArraySet } from './intrinsics.js';
-import { LAYOUT, TENSOR_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX } from './abi.js';
+import { LAYOUT, TENSOR_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX, ROWS_MESSAGE_BYTES } from './abi.js';
 
 // Every size and offset of a C struct comes from js/abi.js (generated from the C
 // headers by scripts/abi.c); what is JS's own is how it arranges those structs
@@ -233,6 +233,28 @@ export class Core {
     const msg = this.ctx ? this.readCString(this.M._sdpa_ctx_last_error(this.ctx)) : '';
     if (!msg) throw new SdpaError(code, `${fn}: the C core returned ${code} (status ${status})`, { status });
     throw new SdpaError(code, msg.startsWith(`${fn}: `) ? msg : `${fn}: ${msg}`, { status });
+  }
+
+  /**
+   * The row rules of read / readRaw, truncate and keepRows, decided by C
+   * (sdpa_kv_check_rows) from numbers alone, before anything is copied or
+   * allocated: the rules and their words live only there. `op`: ROWS_OP's;
+   * `state`: { maxSeqLen, window, sinkTokens, length, windowStart } of the
+   * cache. C's failure (its message names no function) goes into `ck`, to be
+   * ranked with the call's JS-only ones (the table order, ties to the first
+   * added). It needs no context: the message comes back on the wasm stack, so
+   * this works after sdpa.dispose() too (E_CAPACITY ranks before E_DISPOSED).
+   */
+  rowRules(ck, op, state, start, n = 0, last = 0) {
+    const M = this.M, top = M.stackSave();
+    try {
+      const message = M.stackAlloc(ROWS_MESSAGE_BYTES);
+      const st = M._sdpa_kv_check_rows(op, state.maxSeqLen, state.window, state.sinkTokens, state.length, state.windowStart,
+        start, n, last, message, ROWS_MESSAGE_BYTES);
+      if (st !== 0) ck.add(codeOfStatus(st), this.readCString(message));
+    } finally {
+      M.stackRestore(top);
+    }
   }
 
   // -- argument structs ---------------------------------------------------

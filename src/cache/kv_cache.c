@@ -526,6 +526,66 @@ sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_
     return truncate_as(ctx, "KVCache.truncate", cache, length);
 }
 
+/* An integer held in a double, in lo .. hi (false for NaN, fractions, out of range). */
+static bool whole_in(double x, double lo, double hi, int64_t * out) {
+    if (!(x >= lo && x <= hi) || x != (double)(int64_t)x) return false;
+    *out = (int64_t)x;
+    return true;
+}
+
+static sdpa_status check_rows_described(sdpa_ctx * ctx, int32_t op, int32_t max_seq_len, int32_t window,
+                                         int32_t sink_tokens, int32_t length, int32_t window_start,
+                                         double start, double n, double last) {
+    static const char fn[] = "sdpa_kv_check_rows";
+    const double exact = 9007199254740992.0;  /* 2^53 */
+    int64_t s = 0, rows = 0, tail = 0;
+    if (op < SDPA_ROWS_READ || op > SDPA_ROWS_KEEP)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: op is %d; expected SDPA_ROWS_READ, SDPA_ROWS_TRUNCATE or SDPA_ROWS_KEEP", fn, op);
+    if (max_seq_len <= 0 || window < 0 || sink_tokens < 0 || length < 0 || length > max_seq_len ||
+        window_start < 0 || window_start > max_seq_len)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: no cache has maxSeqLen %d, window %d, sinkTokens %d, length %d, windowStart %d",
+                         fn, max_seq_len, window, sink_tokens, length, window_start);
+    if (!whole_in(start, 0, exact, &s) ||
+        (op == SDPA_ROWS_READ && !whole_in(n, 1, exact, &rows)) ||
+        (op == SDPA_ROWS_KEEP && (!whole_in(n, 0, INT32_MAX, &rows) || !whole_in(last, 0, INT32_MAX, &tail))))
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: start %g, n %g, last %g are not the counts op %d takes", fn, start, n, last, op);
+    /* the rules read only these fields of a cache */
+    sdpa_kv_cache c;
+    memset(&c, 0, sizeof c);
+    c.max_seq_len = max_seq_len;
+    c.window = window;
+    c.sink_tokens = sink_tokens;
+    c.length = length;
+    c.window_start = window_start;
+    sdpa_status st;
+    switch (op) {
+        case SDPA_ROWS_READ: st = sdpa_check_cache_rows(ctx, "", &c, s, rows); break;
+        case SDPA_ROWS_TRUNCATE: st = sdpa_check_cache_truncate(ctx, "", &c, s); break;
+        default: st = sdpa_check_cache_keep_span(ctx, "", &c, s, (int32_t)rows, tail); break;
+    }
+    if (st != SDPA_OK) {  /* (fn "": drop the ": " before the rule's words) */
+        const size_t len = strlen(ctx->last_error);
+        if (len >= 2) memmove(ctx->last_error, ctx->last_error + 2, len - 1);
+    }
+    return st;
+}
+
+sdpa_status sdpa_kv_check_rows(int32_t op, int32_t max_seq_len, int32_t window, int32_t sink_tokens,
+                               int32_t length, int32_t window_start, double start, double n, double last,
+                               char * message, int32_t message_bytes) {
+    sdpa_ctx local;  /* (only its message: the rules write nothing else) */
+    memset(&local, 0, sizeof local);
+    const sdpa_status st = check_rows_described(&local, op, max_seq_len, window, sink_tokens, length, window_start,
+                                                start, n, last);
+    if (message && message_bytes > 0) {
+        size_t len = strlen(local.last_error);
+        if (len >= (size_t)message_bytes) len = (size_t)message_bytes - 1;
+        memcpy(message, local.last_error, len);
+        message[len] = '\0';
+    }
+    return st;
+}
+
 sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
     static const char fn[] = "KVCache.fork";
     if (!ctx) return SDPA_E_ARG;

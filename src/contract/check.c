@@ -676,11 +676,16 @@ sdpa_status sdpa_check_cache_keep_rows(sdpa_ctx * ctx, const char * fn, const sd
             return sdpa_fail(ctx, SDPA_E_START_POS,
                              "%s: rows[%d] is %d; expected non-negative offsets from start in increasing order (after %d)",
                              fn, k, rows[k], k > 0 ? rows[k - 1] : -1);
-    if (n > 0 && start + rows[n - 1] >= cache->length)
-        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: rows[%d] = %d is row %lld, past the %s written (cache.length)",
-                         fn, n - 1, rows[n - 1], (long long)start + rows[n - 1], ROWS(cache->length));
+    return sdpa_check_cache_keep_span(ctx, fn, cache, start, n, n > 0 ? rows[n - 1] : 0);
+}
+
+sdpa_status sdpa_check_cache_keep_span(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                       int64_t start, int32_t n, int64_t last_offset) {
+    if (n > 0 && start + last_offset >= cache->length)
+        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: rows[%d] = %lld is row %lld, past the %s written (cache.length)",
+                         fn, n - 1, (long long)last_offset, (long long)(start + last_offset), ROWS(cache->length));
     if (n == 0) return sdpa_check_cache_truncate(ctx, fn, cache, start);
-    const int64_t last = start + rows[n - 1];
+    const int64_t last = start + last_offset;
     if (cache->window && last >= cache->sink_tokens && start < cache->window_start)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
                          "%s: rows %lld .. %lld include rows %d .. %d, evicted from the windowed cache; keep rows from %d on",
@@ -797,6 +802,11 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
     if (length <= 0)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
     TRY(check_kv_pair(ctx, fn, cache, key_out, "key_out", value_out, "value_out", length));
+    return check_rows(ctx, fn, cache, start, length, "start", false);
+}
+
+sdpa_status sdpa_check_cache_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                  int64_t start, int64_t length) {
     return check_rows(ctx, fn, cache, start, length, "start", false);
 }
 

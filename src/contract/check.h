@@ -55,6 +55,15 @@ sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdp
 sdpa_status sdpa_check_cache_keep_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                        int64_t start, const int32_t * rows, int32_t n);
 
+/* keep_rows' rules that need the cache, after the list's own (start >= 0,
+ * offsets increasing): n rows, the last offset `last` (unused when n = 0). */
+sdpa_status sdpa_check_cache_keep_span(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                       int64_t start, int32_t n, int64_t last);
+
+/* read's rows start .. start+length-1 (length >= 1; E_START_POS, E_CAPACITY). */
+sdpa_status sdpa_check_cache_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                  int64_t start, int64_t length);
+
 /* attend_many: every item as sdpa_check_cache_attend (fn
  * "sdpa.attendMany: items[i]"), then the rules between items; problems: n. */
 sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,

@@ -1043,6 +1043,83 @@ static void test_misc(void) {
     sdpa_ctx_free(other);
 }
 
+/* sdpa_kv_check_rows (the row rules on numbers alone, what JS asks before it
+ * copies anything) decides as read, truncate and keep_rows do, with the same
+ * words: for a plain and a windowed cache, over a grid of starts and counts,
+ * its status and message equal the real entry's (its message after "fn: "). */
+static int same_as_entry(const char * desc, sdpa_status want, const char * fn, sdpa_status got, const char * msg) {
+    const char * full = sdpa_ctx_last_error(g_ctx);
+    const size_t fl = strlen(fn);
+    int ok = got == want;
+    if (ok && want != SDPA_OK) ok = strncmp(full, fn, fl) == 0 && full[fl] == ':' && strcmp(full + fl + 2, msg) == 0;
+    g_cases++;
+    return TU_CHECK(ok, "%s: entry %s '%s', check_rows %s '%s'", desc, sdpa_status_code(want), full, sdpa_status_code(got), msg);
+}
+
+static void test_check_rows(void) {
+    enum { D = 4, MAXLEN = 400 };
+    for (int windowed = 0; windowed < 2; windowed++) {
+        sdpa_kv_cache * c = NULL;
+        sdpa_status st = sdpa_kv_cache_create_windowed(g_ctx, 1, MAXLEN, 1, D, SDPA_DTYPE_FLOAT32, windowed ? 64 : 0, windowed ? 3 : 0, &c);
+        if (!TU_CHECK(st == SDPA_OK && c, "check_rows: create: %s", sdpa_status_code(st))) return;
+        const int32_t fill = windowed ? 300 : 100;
+        float * rows = tu_malloc((size_t)fill * D * 4), * out = tu_malloc((size_t)MAXLEN * D * 4 * 2);
+        memset(rows, 0, (size_t)fill * D * 4);
+        sdpa_tensor k = tu_tensor4(rows, SDPA_DTYPE_FLOAT32, 1, 1, 1, D), v = k;
+        for (int32_t at = 0; at < fill; at++) {  /* (one row at a time: a windowed cache takes a page at a time) */
+            k.data = v.data = rows + (size_t)at * D;
+            sdpa_kv_cache_update(g_ctx, c, &k, &v, at);
+        }
+        const int32_t len = sdpa_kv_cache_length(c), ws = sdpa_kv_cache_window_start(c);
+        const int32_t win = windowed ? 64 : 0, sinks = windowed ? 3 : 0;
+        static const int32_t grid[] = { 0, 1, 2, 3, 4, 10, 99, 100, 101, 127, 128, 200, 250, 299, 300, 301, 399, 400, 401, 1000 };
+        const int G = (int)(sizeof grid / sizeof grid[0]);
+        char msg[SDPA_ROWS_MESSAGE_BYTES], desc[96];
+        for (int i = 0; i < G; i++) {
+            const int32_t s0 = grid[i];
+            snprintf(desc, sizeof desc, "check_rows %s truncate(%d)", windowed ? "windowed" : "plain", s0);
+            sdpa_status got = sdpa_kv_check_rows(SDPA_ROWS_TRUNCATE, MAXLEN, win, sinks, len, ws, s0, 0, 0, msg, sizeof msg);
+            if (got != SDPA_OK)  /* (a truncate that passes would change the cache) */
+                same_as_entry(desc, sdpa_kv_cache_truncate(g_ctx, c, s0), "KVCache.truncate", got, msg);
+            for (int j = 0; j < G; j++) {
+                const int32_t n = grid[j];
+                if (n == 0) continue;
+                snprintf(desc, sizeof desc, "check_rows %s read(%d, %d)", windowed ? "windowed" : "plain", s0, n);
+                sdpa_tensor ko = tu_tensor4(out, SDPA_DTYPE_FLOAT32, 1, n, 1, D), vo = tu_tensor4(out + (size_t)MAXLEN * D, SDPA_DTYPE_FLOAT32, 1, n, 1, D);
+                got = sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, win, sinks, len, ws, s0, n, 0, msg, sizeof msg);
+                if (n <= MAXLEN) same_as_entry(desc, sdpa_kv_cache_read(g_ctx, c, s0, n, &ko, &vo), "KVCache.read", got, msg);
+                /* keep_rows with offsets 0 .. n-2 and n-1 + 1 (n rows, the last one offset n) */
+                int32_t list[8];
+                const int32_t m = n < 8 ? n : 8;
+                for (int32_t x = 0; x < m; x++) list[x] = x;
+                list[m - 1] = n;
+                snprintf(desc, sizeof desc, "check_rows %s keep(%d, %d rows, last %d)", windowed ? "windowed" : "plain", s0, m, n);
+                got = sdpa_kv_check_rows(SDPA_ROWS_KEEP, MAXLEN, win, sinks, len, ws, s0, m, list[m - 1], msg, sizeof msg);
+                if (got != SDPA_OK) same_as_entry(desc, sdpa_kv_cache_keep_rows(g_ctx, c, s0, list, m), "KVCache.keepRows", got, msg);
+            }
+            snprintf(desc, sizeof desc, "check_rows %s keep(%d, [])", windowed ? "windowed" : "plain", s0);
+            got = sdpa_kv_check_rows(SDPA_ROWS_KEEP, MAXLEN, win, sinks, len, ws, s0, 0, 0, msg, sizeof msg);
+            if (got != SDPA_OK) same_as_entry(desc, sdpa_kv_cache_keep_rows(g_ctx, c, s0, NULL, 0), "KVCache.keepRows", got, msg);
+        }
+        /* and the passing cases pass (checked last: they change the cache) */
+        {
+            char msg2[SDPA_ROWS_MESSAGE_BYTES];
+            TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, win, sinks, len, ws, len - 1, 1, 0, msg2, sizeof msg2) == SDPA_OK,
+                     "check_rows: reading the last row written: %s", msg2);
+            TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_TRUNCATE, MAXLEN, win, sinks, len, ws, len, 0, 0, msg2, sizeof msg2) == SDPA_OK,
+                     "check_rows: truncate(length): %s", msg2);
+        }
+        /* a description no cache has, an unknown op */
+        TU_CHECK(sdpa_kv_check_rows(7, MAXLEN, 0, 0, 0, 0, 0, 1, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: op 7");
+        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, 0, 0, MAXLEN + 1, 0, 0, 1, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: length > maxSeqLen");
+        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, 0, 0, 0, 0, 0.5, 1, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: start 0.5");
+        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, 0, 0, 0, 0, 4294967296.0, 1, 0, NULL, 0) == SDPA_E_CAPACITY, "check_rows: start 2^32");
+        free(rows);
+        free(out);
+        sdpa_kv_cache_free(c);
+    }
+}
+
 int main(void) {
     double t0 = tu_seconds();
     const char * vb = getenv("SDPA_TEST_VERBOSE");
@@ -1058,6 +1135,7 @@ int main(void) {
     test_custom_rules();
     test_cache_create();
     test_cache_rules();
+    test_check_rows();
     printf("  %ld rejected-call cases, %.2f s\n", g_cases, tu_seconds() - t0);
     sdpa_ctx_free(g_ctx);
     return tu_summary("test_validation");
