@@ -567,11 +567,7 @@ sdpa_record_fault sdpa_f16_record_import(const sdpa_page_format * f, void * page
                 e[d * step] = h;
             }
         } else {
-            for (size_t d = 0; d < D; d++) {
-                uint16_t h;
-                memcpy(&h, in + 2 * d, 2);
-                special |= (uint32_t)((h & 0x7c00u) == 0x7c00u);
-            }
+            special = f16_record_special(in, D);
             move_elems(f, block, row, value, rec, 2, true);
         }
         *nonfinite |= special != 0;

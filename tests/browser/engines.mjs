@@ -9,13 +9,16 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
+// The builds feature detection must pick, isolated and not, in an engine that validates relaxed SIMD
+// (both do today; an engine without it would name { isolated: 'simd-threads', plain: 'simd' }).
+const RELAXED_BUILDS = Object.freeze({ isolated: 'relaxed-threads', plain: 'relaxed' });
+
 export const ENGINES = {
   chromium: {
     label: 'Chromium',
     path: process.env.CHROMIUM_PATH || '/usr/bin/chromium',
     apt: 'chromium',
-    // the builds feature detection picks, isolated and not (both engines validate relaxed SIMD)
-    builds: { isolated: 'relaxed-threads', plain: 'relaxed' },
+    builds: RELAXED_BUILDS,
     options: () => ({
       browser: 'chrome',
       args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
@@ -26,7 +29,7 @@ export const ENGINES = {
     label: 'Firefox',
     path: process.env.FIREFOX_PATH || '/usr/bin/firefox-esr',
     apt: 'firefox-esr',
-    builds: { isolated: 'relaxed-threads', plain: 'relaxed' },
+    builds: RELAXED_BUILDS,
     // Quiet start-up: no first-run pages, no update or telemetry traffic to a network CI does not have.
     options: () => ({
       browser: 'firefox',
