@@ -10,6 +10,7 @@ import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import * as pkg from '../../js/index.js';
+import { STATUS_CODES, CACHE_DTYPES } from '../../js/abi.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -37,6 +38,24 @@ test('sdpa-wasm/llama: the runtime exports are the ones llama.d.ts declares', as
   const runtime = Object.keys(llama);
   for (const k of runtime) assert.ok(declared.has(k), `${k} is exported but not in llama.d.ts`);
   for (const k of declared) assert.ok(runtime.includes(k), `${k} is in llama.d.ts but not exported`);
+});
+
+// The code and dtype names are C's (include/sdpa.h, src/cache/kv_dtype.c, reaching JS as
+// js/abi.js); index.d.ts and CONTRACT.md's table spell them by hand, so they are held to C here.
+const unionOf = (src, name) => {
+  const m = src.match(new RegExp(`export type ${name} =([^;]*);`));
+  assert.ok(m, `${name} is declared`);
+  return [...m[1].replace(/\/\*[\s\S]*?\*\//g, '').matchAll(/'([^']+)'/g)].map((x) => x[1]);
+};
+
+test("index.d.ts's SdpaErrorCode and CacheDType, and CONTRACT.md's code table, are C's codes and dtypes in C's order", () => {
+  const dts = fs.readFileSync(path.join(ROOT, 'index.d.ts'), 'utf8');
+  const codes = STATUS_CODES.filter((c) => c !== 'OK');
+  assert.equal(unionOf(dts, 'SdpaErrorCode'), [...codes, 'E_LOAD'], 'SdpaErrorCode: every status code of sdpa.h in table order, then E_LOAD');
+  assert.equal(unionOf(dts, 'CacheDType'), Object.keys(CACHE_DTYPES), 'CacheDType: the cache dtypes of kv_dtype.c in sdpa_dtype order');
+  const contract = fs.readFileSync(path.join(ROOT, 'docs', 'CONTRACT.md'), 'utf8');
+  const table = [...contract.matchAll(/^\| `(E_[A-Z_]+)` \|/gm)].map((m) => m[1]);
+  assert.equal(table.filter((c) => c !== 'E_LOAD'), codes, "CONTRACT.md section 2's table: C's codes in C's order");
 });
 
 test.run();
