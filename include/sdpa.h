@@ -600,6 +600,39 @@ sdpa_status sdpa_kv_check_rows(int32_t op, int32_t max_seq_len, int32_t window, 
                                int32_t length, int32_t window_start, double start, double n, double last,
                                char * message, int32_t message_bytes);
 
+/// The rules of a call on tensors described, not given: what a caller that
+/// has not yet placed its arguments in this memory (the JS package, which
+/// asks before it copies or allocates anything) asks. The tensors are
+/// sdpa_tensors as the real call takes them but with data unused (NULL is
+/// fine); a NULL tensor (query, key, value, mask, out, options->sinks) is
+/// one not given. The rules are the real entry's own, in its order, except
+/// the address rules (out over an input, an input in cache storage): a
+/// described tensor has no address, so those are the caller's. op:
+///   SDPA_CHECK_CUSTOM  sdpa_custom's (cache, length, window_start unused)
+/// judged / unknown_len: SDPA_DESCRIBED_* bits. A judged tensor's dims rule
+/// was decided (failed) by the caller in words of its own (a dim that is not
+/// an int32 integer, more dims than sdpa_tensor holds): its dims rule fails
+/// with E_DIMS and its name ("query", "out", ...) as the whole message, in
+/// its place in the order, for the caller to put its words there. An
+/// unknown_len tensor's element count is unknown to the caller (its data
+/// failed a rule of the caller's): len == product(dims) is not asked.
+/// Needs no context and writes nothing but `message`: a failure's message,
+/// naming no function (the caller's name goes first), NUL-terminated in
+/// message_bytes (SDPA_CHECK_MESSAGE_BYTES are enough; NULL: none).
+#define SDPA_CHECK_CUSTOM 0
+#define SDPA_DESCRIBED_QUERY (1u << 0)
+#define SDPA_DESCRIBED_KEY (1u << 1)
+#define SDPA_DESCRIBED_VALUE (1u << 2)
+#define SDPA_DESCRIBED_MASK (1u << 3)
+#define SDPA_DESCRIBED_SINKS (1u << 4)
+#define SDPA_DESCRIBED_TREE (1u << 5)
+#define SDPA_DESCRIBED_OUT (1u << 6)
+#define SDPA_CHECK_MESSAGE_BYTES 512
+sdpa_status sdpa_check_described(int32_t op, const sdpa_kv_cache_desc * cache, int32_t length, int32_t window_start,
+                                 const sdpa_tensor * query, const sdpa_tensor * key, const sdpa_tensor * value,
+                                 const sdpa_tensor * mask, const sdpa_options * options, const sdpa_tensor * out,
+                                 uint32_t judged, uint32_t unknown_len, char * message, int32_t message_bytes);
+
 /// Several sequences in one call: item i is sdpa_kv_cache_attend(ctx,
 /// cache, query, mask, options, out) of its own, and all of them run on one
 /// dispatch of the thread pool (their work scheduled together), each with

@@ -8,7 +8,7 @@
 
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
-  Checks, checkStartPos, checkAttention, CUSTOM_OPTIONS, readCacheConfig, checkPlanRows, readAllocArgs,
+  Checks, checkStartPos, checkCustom, CUSTOM_OPTIONS, readCacheConfig, checkPlanRows, readAllocArgs,
   checkReserveBytes,
 } from './rules.js';
 import { readOptions, inspectTensor, describeValue, checkLive, checkLiveOptions, readLayerConfigs } from './snapshot.js';
@@ -132,7 +132,7 @@ function attentionEntries(core) {
     checkLive(ck, V);
     checkLiveOptions(ck, o);
     const sp = checkStartPos(ck, o.startPos, 'startPos');
-    const P = checkAttention(ck, o, sp, Q, K, V);
+    const P = checkCustom(core, ck, o, sp, Q, K, V);
     ck.done();
     return core.runAttention(fn, P, sp, K, V, callCustom);
   }

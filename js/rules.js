@@ -11,7 +11,7 @@ import { SdpaError, codeRank } from './errors.js';
 import { memoryOwner } from './heap.js';
 import { prod, fmtDims, fmtRows, INT32_MAX } from './shape.js';
 import { describeValue, readOptions, readDims, dimsLabel, readInt32List } from './snapshot.js';
-import { CACHE_DTYPES } from './abi.js';
+import { CACHE_DTYPES, CHECK_OP } from './abi.js';
 
 // ---------------------------------------------------------------------------
 // Collecting checks
@@ -320,6 +320,47 @@ export function cacheDescriptor(geo) {
 }
 
 /**
+ * The JS-only rules of an attention call's scalar options (their JS types,
+ * absent vs 0, a value that does not fit the float32 C takes; C's own
+ * E_DROPOUT / E_SCALE words print a float32 with printf, not a JS number):
+ * { isCausal, scale, window, softcap }, each the value C is given (an invalid
+ * one: the absent value, its failure already in `ck`). `cache`: attention
+ * over a cache, causal by default (a decoder's prefill and decode) unless a
+ * mask says what is visible; customSdpa keeps ExecuTorch's non-causal default.
+ */
+export function readAttentionOptions(ck, o, cache) {
+  const isCausal = checkBool(ck, o.isCausal, 'isCausal', cache && o.M === null);
+  const scale = checkScale(ck, o.scale, true);
+  checkDropout(ck, o.dropoutP);
+  const window = checkWindow(ck, o.window);
+  const softcap = checkSoftcap(ck, o.softcap);
+  return { isCausal, scale, window, softcap };
+}
+
+/**
+ * customSdpa's rules: the JS-only ones here, the relational ones (ranks,
+ * dims, batch, heads, head dim, key length, the key bound, the mask's shape,
+ * a mask with isCausal, window with a mask) in C alone, asked on
+ * descriptions before anything is copied (Core.attentionRules,
+ * sdpa_check_described), then out's aliasing (JS's: C cannot see a foreign
+ * ArrayBuffer; after C's, in the order the rules are read: C's E_ARG, window
+ * with a mask, comes first). Returns the plan { Q, M, O, S, T, isCausal,
+ * scale, window, softcap } for runAttention.
+ */
+export function checkCustom(core, ck, o, startPos, Q, K, V) {
+  const opts = readAttentionOptions(ck, o, false);
+  const P = { Q, M: o.M, O: o.O, S: o.S, T: null, isCausal: opts.isCausal, scale: opts.scale, window: opts.window, softcap: opts.softcap };
+  core.attentionRules(ck, CHECK_OP.custom, P, startPos, K, V);
+  const O = P.O;
+  checkOutAliasing(ck, O, Q);
+  checkOutAliasing(ck, O, P.M);
+  checkOutAliasing(ck, O, P.S);
+  checkOutAliasing(ck, O, K);
+  checkOutAliasing(ck, O, V);
+  return P;
+}
+
+/**
  * Checks the attention half of a call: query against key/value, the mask,
  * out and the scalar options. Adds violations to `ck`; returns the plan
  * { Q, M, O, isCausal, scale, Sq } (Sq: the query length, -1 when unknown).
@@ -334,14 +375,7 @@ export function cacheDescriptor(geo) {
 export function checkAttention(ck, o, startPos, Q, K, V) {
   const cache = K !== null && K.virtual === true;
   const M = o.M, O = o.O, S = o.S, T = o.T;
-  // Attention over a cache is causal by default (a decoder's prefill and
-  // decode), unless a mask says what is visible; customSdpa keeps ExecuTorch's
-  // non-causal default.
-  const isCausal = checkBool(ck, o.isCausal, 'isCausal', cache && M === null);
-  const scale = checkScale(ck, o.scale, true);
-  checkDropout(ck, o.dropoutP);
-  const window = checkWindow(ck, o.window);
-  const softcap = checkSoftcap(ck, o.softcap);
+  const { isCausal, scale, window, softcap } = readAttentionOptions(ck, o, cache);
   if (window && M) ck.add('E_ARG', 'window and attnMask were both given; put the window in the mask');
   if (T !== null) { // treeMask: a mask over a cache's new rows (customSdpa does not read the option)
     if (M) ck.add('E_ARG', 'treeMask and attnMask were both given; pass one of them');

@@ -9,9 +9,12 @@
 
 import { SdpaError, codeOfStatus } from './errors.js';
 import { HeapTensor, DTYPE_BYTES, heapState, heapView, noteMemoryBuffer, memoryOwner, staleInputWarning } from './heap.js';
-import { prod, fmtDims } from './shape.js';
+import { prod, fmtDims, INT32_MAX } from './shape.js';
 import { typedArraySet } from './intrinsics.js';
-import { LAYOUT, TENSOR_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX, ROWS_MESSAGE_BYTES } from './abi.js';
+import { Checks, checkDims } from './rules.js';
+import {
+  LAYOUT, TENSOR_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX, ROWS_MESSAGE_BYTES, DESCRIBED, CHECK_MESSAGE_BYTES,
+} from './abi.js';
 
 // Every size and offset of a C struct comes from js/abi.js (generated from the C
 // headers by scripts/abi.c); what is JS's own is how it arranges those structs
@@ -70,6 +73,43 @@ const ITEM_BLOCK = regions({
   query: TENSOR.size, mask: TENSOR.size, out: TENSOR.size, sinks: TENSOR.size, treeMask: TENSOR.size,
   options: OPTIONS.size, key: TENSOR.size, value: TENSOR.size, rotary: ROTARY_BLOCK.bytes,
 });
+
+/**
+ * The block sdpa_check_described reads, on the wasm stack (no malloc; it works
+ * after sdpa.dispose() too): the tensors described, the options, the message.
+ */
+const DESCRIBED_BLOCK = regions({
+  query: TENSOR.size, key: TENSOR.size, value: TENSOR.size, mask: TENSOR.size, out: TENSOR.size, sinks: TENSOR.size,
+  opts: OPTIONS.size, message: CHECK_MESSAGE_BYTES,
+});
+/** A dims entry C can be given (an int32: its messages print what it got). */
+const isInt32 = (x) => Number.isInteger(x) && x >= -0x80000000 && x <= INT32_MAX;
+/** C's count of elements (check.c dims_product): SIZE_MAX / element bytes. */
+const SIZE_MAX = 2 ** (8 * POINTER_BYTES) - 1;
+/** A rank C's rules reject wherever a rank is asked (a dims array readDims refused: its E_RANK is JS's). */
+const NO_RANK = 17;
+/** The JS-side heads axis of each tensor (rules.js checkDims: a 0 there is E_HEADS). */
+const HEADS_AXIS = Object.freeze({ query: 2, key: 2, value: 2, attnMask: -1, sinks: 0, treeMask: -1, out: 2 });
+
+/**
+ * Whether C can be given descriptor d's dims as JS has them: at most
+ * TENSOR_MAX_RANK int32 integers whose product (when the length is known)
+ * C can count. Otherwise JS judges the dims rule in its own words (a dim of
+ * 2.5 or 2^40, a product past 2^32 printed as JS prints it).
+ */
+function describable(d) {
+  const dims = d.dims;
+  if (d.heap || dims === null) return true;
+  if (dims.length > TENSOR_MAX_RANK) return false;
+  let p = 1, positive = true;
+  for (let i = 0; i < dims.length; i++) {
+    const x = dims[i];
+    if (!isInt32(x)) return false;
+    if (x <= 0) positive = false;
+    p *= x;
+  }
+  return !(d.len >= 0 && positive && p > Math.floor(SIZE_MAX / (d.dtype === 'bool' ? 1 : F32_BYTES)));
+}
 
 export function formatBytes(n) {
   const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -252,6 +292,68 @@ export class Core {
       const st = M._sdpa_kv_check_rows(op, state.maxSeqLen, state.window, state.sinkTokens, state.length, state.windowStart,
         start, n, last, message, ROWS_MESSAGE_BYTES);
       if (st !== 0) ck.add(codeOfStatus(st), this.readCString(message));
+    } finally {
+      M.stackRestore(top);
+    }
+  }
+
+  /**
+   * An attention call's relational rules, decided by C alone
+   * (sdpa_check_described: check.c's own functions on descriptions of the
+   * tensors, no data), before anything is copied or allocated. `op`:
+   * CHECK_OP's; `P`: the plan so far ({ Q, M, O, S, T, isCausal, scale,
+   * window, softcap }, the values C is given); `startPos` (null: invalid,
+   * its failure in `ck`; C is told -1, which it skips but for its own
+   * E_START_POS, ranked after JS's); K, V: key, value (customSdpa).
+   * C's first failure goes into `ck`, ranked with the call's JS-only ones
+   * (the table's order, ties to the first added: C's rules are read after
+   * the option types, before out's aliasing). Not asked when `ck` holds an
+   * E_ARG (nothing outranks it, and a tensor JS could not read is then not
+   * C's to describe). A tensor whose dims C cannot be given (describable) is
+   * "judged": JS decides its dims rule and C fails there with its name, in
+   * its place in the order, where JS puts its own words.
+   */
+  attentionRules(ck, op, P, startPos, K, V) {
+    if (ck.first !== null && ck.first.code === 'E_ARG') return;
+    const M = this.M, top = M.stackSave();
+    try {
+      const at = M.stackAlloc(DESCRIBED_BLOCK.bytes), B = DESCRIBED_BLOCK.at;
+      const h = this.views();
+      let judged = 0, unknown = 0, words = null;
+      const describe = (d, slot, asOut = null) => {
+        if (d === null) return 0;
+        const name = asOut === null ? d.name : 'out';
+        const bit = DESCRIBED[name];
+        if (asOut === null && !describable(d)) {
+          const tmp = new Checks('');
+          checkDims(tmp, d, HEADS_AXIS[name]);
+          if (tmp.first !== null && tmp.first.code === 'E_DIMS') {
+            judged |= bit;
+            (words ??= {})[name] = tmp.first.message;
+          }
+        }
+        if (d.len < 0) unknown |= bit;
+        const dims = d.dims, w = (at + slot) >>> 2;
+        h.u32[w + TW.data] = 0;
+        h.u32[w + TW.len] = d.len < 0 ? 0 : d.len >>> 0;
+        h.i32[w + TW.dtype] = DTYPE_ID[asOut === null && d.dtype !== null ? d.dtype : 'float32'];
+        h.i32[w + TW.rank] = dims === null ? NO_RANK : dims.length;
+        for (let i = 0; i < TENSOR_MAX_RANK; i++) h.i32[w + TW.dims + i] = dims !== null && i < dims.length && isInt32(dims[i]) ? dims[i] : 0;
+        return at + slot;
+      };
+      const q = describe(P.Q, B.query);
+      const k = K ? describe(K, B.key) : 0;
+      const v = V ? describe(V, B.value) : 0;
+      const m = describe(P.M, B.mask);
+      const s = describe(P.S, B.sinks);
+      // (no out given: the output runAttention makes, Q's dims)
+      const o = P.O !== null ? describe(P.O, B.out) : describe(P.Q, B.out, true);
+      putOptions(h, at + B.opts, startPos === null ? -1 : startPos, P.isCausal, P.scale, P.window, P.softcap, s);
+      const st = M._sdpa_check_described(op, 0, 0, 0, q, k, v, m, at + B.opts, o, judged, unknown, at + B.message, CHECK_MESSAGE_BYTES);
+      if (st !== 0) {
+        const code = codeOfStatus(st), message = this.readCString(at + B.message);
+        ck.add(code, code === 'E_DIMS' && words !== null && words[message] !== undefined ? words[message] : message);
+      }
     } finally {
       M.stackRestore(top);
     }

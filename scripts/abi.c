@@ -141,6 +141,14 @@ static void limits(void) {
             SDPA_ROWS_READ, SDPA_ROWS_TRUNCATE, SDPA_ROWS_KEEP);
     fprintf(out, "/** Bytes of the message sdpa_kv_check_rows writes at most (SDPA_ROWS_MESSAGE_BYTES). */\n");
     fprintf(out, "export const ROWS_MESSAGE_BYTES = %d;\n", SDPA_ROWS_MESSAGE_BYTES);
+    fprintf(out, "/** sdpa_check_described's op: the call whose rules it runs on described tensors (SDPA_CHECK_*). */\n");
+    fprintf(out, "export const CHECK_OP = Object.freeze({ custom: %d });\n", SDPA_CHECK_CUSTOM);
+    fprintf(out, "/** sdpa_check_described's judged / unknown_len bits, by the name C's messages give a tensor (SDPA_DESCRIBED_*). */\n");
+    fprintf(out, "export const DESCRIBED = Object.freeze({ query: %u, key: %u, value: %u, attnMask: %u, sinks: %u, treeMask: %u, out: %u });\n",
+            SDPA_DESCRIBED_QUERY, SDPA_DESCRIBED_KEY, SDPA_DESCRIBED_VALUE, SDPA_DESCRIBED_MASK, SDPA_DESCRIBED_SINKS,
+            SDPA_DESCRIBED_TREE, SDPA_DESCRIBED_OUT);
+    fprintf(out, "/** Bytes of the message sdpa_check_described writes at most (SDPA_CHECK_MESSAGE_BYTES). */\n");
+    fprintf(out, "export const CHECK_MESSAGE_BYTES = %d;\n", SDPA_CHECK_MESSAGE_BYTES);
 }
 
 int main(int argc, char ** argv) {

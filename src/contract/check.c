@@ -1,9 +1,11 @@
 /* check.c: CONTRACT.md section 2, rule by rule, in the table's order.
  *
- * The messages are the ones the JS package shows (js/rules.js checks the
- * same relational rules first, with the same words, so that a JS call is
- * rejected before any copy into wasm memory; tests/js/parity.test.js runs
- * every rule case through both and wants the same code and message). They
+ * The messages are the ones the JS package shows. A JS call is rejected
+ * before any copy into wasm memory: for customSdpa and the cache's row rules
+ * JS asks these functions on descriptions first (sdpa_check_described,
+ * sdpa_kv_check_rows); for the rest js/rules.js checks the same relational
+ * rules first, with the same words (tests/js/parity.test.js runs every such
+ * rule case through both and wants the same code and message). They
  * name the public JS function (fn: "customSdpa", "KVCache.step", ...) and its
  * arguments query, key, value, attnMask, sinks, out. Within one code the
  * arguments are checked in the order the JS layer reads them. */
@@ -61,6 +63,18 @@ static num_text num_of(float x) {
     return t;
 }
 #define NUM(x) (num_of(x).s)
+
+/* start + n (n >= 0) as JS's String(start + n) shows it: exact up to 2^53,
+ * past it the double the sum rounds to (what a JS caller's message says). */
+typedef struct sum_text { char s[32]; } sum_text;
+static sum_text sum_of(int64_t start, int64_t n) {
+    sum_text t;
+    const uint64_t sum = (uint64_t)start + (uint64_t)n;
+    if (sum <= (UINT64_C(1) << 53)) snprintf(t.s, sizeof t.s, "%llu", (unsigned long long)sum);
+    else snprintf(t.s, sizeof t.s, "%.0f", (double)start + (double)n);
+    return t;
+}
+#define SUM(a, b) (sum_of(a, b).s)
 
 static uint64_t elem_bytes(int32_t dtype) {
     switch (dtype) {
@@ -120,15 +134,27 @@ static bool dims_product(const sdpa_tensor * t, uint64_t * product) {
     return true;
 }
 
+/* What a descriptor-only check (sdpa_check_described) was told of a tensor
+ * beyond its sdpa_tensor: its dims rule already judged (failed) by the caller,
+ * whose words it is (a dim that is not an int32 integer, more dims than the
+ * struct holds, a product past what C can count: JS's String of a number is
+ * not printf's), or its element count unknown (the caller could not read its
+ * data: a rule of its own already failed, and len == product is not asked). */
+typedef struct dims_told { bool judged, unknown_len; } dims_told;
+static const dims_told told_nothing = { false, false };
+
 /* E_DIMS for one tensor: positive dims (a 0 at `heads_axis` is left for
- * E_HEADS), and len == product(dims). */
-static sdpa_status check_dims(sdpa_ctx * ctx, const char * fn, const char * name,
-                              const sdpa_tensor * t, int heads_axis) {
+ * E_HEADS), and len == product(dims). A judged tensor fails here with its
+ * name for a message (the caller puts its own words in its place). */
+static sdpa_status check_dims_told(sdpa_ctx * ctx, const char * fn, const char * name,
+                                   const sdpa_tensor * t, int heads_axis, dims_told told) {
+    if (told.judged) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s", fn, name);
     for (int i = 0; i < t->rank; i++) {
         if (t->dims[i] > 0 || (i == heads_axis && t->dims[i] == 0)) continue;
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s.dims[%d] is %d; every dim must be a positive integer",
                          fn, name, i, t->dims[i]);
     }
+    if (told.unknown_len) return SDPA_OK;
     uint64_t product;
     if (!dims_product(t, &product))
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s dims multiply to more elements than memory can address",
@@ -137,6 +163,11 @@ static sdpa_status check_dims(sdpa_ctx * ctx, const char * fn, const char * name
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s.data has %llu elements but dims %s need %llu",
                          fn, name, (unsigned long long)t->len, DIMS(t), (unsigned long long)product);
     return SDPA_OK;
+}
+
+static sdpa_status check_dims(sdpa_ctx * ctx, const char * fn, const char * name,
+                              const sdpa_tensor * t, int heads_axis) {
+    return check_dims_told(ctx, fn, name, t, heads_axis, told_nothing);
 }
 
 /* `what`: the expected rank as the message says it ("4-D [B, S, H, D]"). */
@@ -216,7 +247,20 @@ typedef struct attention_args {
     const sdpa_options * o;
     bool has_mask, has_sinks, has_tree;
     bool check_room;
+    /* NULL for a real call; a descriptor-only check (sdpa_check_described):
+     * what it was told of each tensor (SDPA_DESCRIBED_* bits). Its tensors
+     * have no data, so the address rules (out over an input, an input in
+     * cache storage) are not its to decide: its caller, JS, decides them on
+     * memory C cannot see (a foreign ArrayBuffer has no address here). */
+    const struct described_flags * described;
 } attention_args;
+
+typedef struct described_flags { uint32_t judged, unknown_len; } described_flags;
+
+static dims_told told_of(const attention_args * a, uint32_t bit) {
+    if (!a->described) return told_nothing;
+    return (dims_told){ (a->described->judged & bit) != 0, (a->described->unknown_len & bit) != 0 };
+}
 
 /* The key/value geometry, from tensors or the cache. */
 typedef struct kv_geometry {
@@ -239,7 +283,7 @@ static sdpa_status check_attention_args(const attention_args * a) {
         if (!present(v)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value is missing", fn);
     }
     if (!present(out)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out is missing", fn);
-    if (cache) {  /* (a step would overwrite an input before reading it) */
+    if (cache && !a->described) {  /* (a step would overwrite an input before reading it) */
         if (in_cache(cache, q)) return fail_in_cache(ctx, fn, "query");
         if (in_cache(cache, mask)) return fail_in_cache(ctx, fn, "attnMask");
         if (in_cache(cache, out)) return fail_in_cache(ctx, fn, "out");
@@ -259,12 +303,14 @@ static sdpa_status check_attention_args(const attention_args * a) {
         if (!o->is_causal)
             return sdpa_fail(ctx, SDPA_E_ARG, "%s: treeMask was given with isCausal: false; a tree mask refines a causal step (leave isCausal out or pass true)", fn);
     }
-    if (overlaps(out, q)) return fail_shares(ctx, fn, "query");
-    if (overlaps(out, mask)) return fail_shares(ctx, fn, "attnMask");
-    if (has_sinks && overlaps(out, sinks)) return fail_shares(ctx, fn, "sinks");
-    if (has_tree && overlaps(out, tree)) return fail_shares(ctx, fn, "treeMask");
-    if (!cache && overlaps(out, k)) return fail_shares(ctx, fn, "key");
-    if (!cache && overlaps(out, v)) return fail_shares(ctx, fn, "value");
+    if (!a->described) {
+        if (overlaps(out, q)) return fail_shares(ctx, fn, "query");
+        if (overlaps(out, mask)) return fail_shares(ctx, fn, "attnMask");
+        if (has_sinks && overlaps(out, sinks)) return fail_shares(ctx, fn, "sinks");
+        if (has_tree && overlaps(out, tree)) return fail_shares(ctx, fn, "treeMask");
+        if (!cache && overlaps(out, k)) return fail_shares(ctx, fn, "key");
+        if (!cache && overlaps(out, v)) return fail_shares(ctx, fn, "value");
+    }
     if (cache && cache->window) {  /* a windowed cache attends through its own causal window */
         if (has_mask)
             return sdpa_fail(ctx, SDPA_E_ARG, "%s: attnMask was given but a windowed cache (window %d) applies its own causal window; pass no mask", fn, cache->window);
@@ -297,15 +343,16 @@ static sdpa_status check_attention_dims(const attention_args * a) {
     const char * fn = a->fn;
     const sdpa_tensor * q = a->q, * k = a->k, * out = a->out;
     const sdpa_kv_cache * cache = a->cache;
-    TRY(check_dims(ctx, fn, "query", q, 2));
+    TRY(check_dims_told(ctx, fn, "query", q, 2, told_of(a, SDPA_DESCRIBED_QUERY)));
     if (!cache) {
-        TRY(check_dims(ctx, fn, "key", k, 2));
-        TRY(check_dims(ctx, fn, "value", a->v, 2));
+        TRY(check_dims_told(ctx, fn, "key", k, 2, told_of(a, SDPA_DESCRIBED_KEY)));
+        TRY(check_dims_told(ctx, fn, "value", a->v, 2, told_of(a, SDPA_DESCRIBED_VALUE)));
     }
-    if (a->has_mask) TRY(check_dims(ctx, fn, "attnMask", a->mask, -1));
-    if (a->has_sinks) TRY(check_dims(ctx, fn, "sinks", a->sinks, 0));
-    if (a->has_tree) TRY(check_dims(ctx, fn, "treeMask", a->tree, -1));
-    if (out->rank >= 0 && out->rank <= 4) TRY(check_dims(ctx, fn, "out", out, 2));
+    if (a->has_mask) TRY(check_dims_told(ctx, fn, "attnMask", a->mask, -1, told_of(a, SDPA_DESCRIBED_MASK)));
+    if (a->has_sinks) TRY(check_dims_told(ctx, fn, "sinks", a->sinks, 0, told_of(a, SDPA_DESCRIBED_SINKS)));
+    if (a->has_tree) TRY(check_dims_told(ctx, fn, "treeMask", a->tree, -1, told_of(a, SDPA_DESCRIBED_TREE)));
+    const dims_told told_out = told_of(a, SDPA_DESCRIBED_OUT);
+    if ((out->rank >= 0 && out->rank <= 4) || told_out.judged) TRY(check_dims_told(ctx, fn, "out", out, 2, told_out));
     if (out->rank != 4)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has rank %d; expected the output dims %s [B, Sq, Hq, D]",
                          fn, out->rank, DIMS(q));
@@ -314,7 +361,9 @@ static sdpa_status check_attention_dims(const attention_args * a) {
             return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has dims %s but the output is %s [B, Sq, Hq, D]",
                              fn, DIMS(out), DIMS(q));
 
-    /* the kernels' int32 extents (internal.h; only reachable natively: > 8 GiB) */
+    /* the kernels' int32 extents (internal.h; only reachable natively: > 8 GiB;
+     * a described tensor of unknown length has failed a rule of its own) */
+    if (told_of(a, SDPA_DESCRIBED_QUERY).unknown_len || (!cache && told_of(a, SDPA_DESCRIBED_KEY).unknown_len)) return SDPA_OK;
     int64_t rows = (int64_t)q->dims[0] * q->dims[1];  /* < 2^62 */
     if (rows > SDPA_INDEX_LIMIT || rows * (q->dims[2] > 0 ? q->dims[2] : 1) > SDPA_INDEX_LIMIT)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: query [%d, %d, %d, %d] has more than %d rows (B * Sq * Hq)",
@@ -415,15 +464,15 @@ static sdpa_status check_attention_start(const attention_args * a, const kv_geom
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: startPos is %lld; expected a non-negative integer", fn, (long long)o->start_pos);
     if (a->check_room && !a->has_mask && o->start_pos > (int64_t)Skv - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
-                         "%s: startPos %lld + query length %d = %llu exceeds the %s %d; without a mask the op reads keys 0 .. startPos+Sq-1%s",
-                         fn, (long long)o->start_pos, Sq, (unsigned long long)o->start_pos + (unsigned long long)Sq,
+                         "%s: startPos %lld + query length %d = %s exceeds the %s %d; without a mask the op reads keys 0 .. startPos+Sq-1%s",
+                         fn, (long long)o->start_pos, Sq, SUM(o->start_pos, Sq),
                          cache ? "cache length maxSeqLen" : "key/value length", Skv,
                          layout_hint(a->q->dims, kdims, cache, o->start_pos, false));
     /* attend (check_room): without a mask, a cache's rows past its length were never written */
     if (cache && a->check_room && !a->has_mask && o->start_pos > (int64_t)cache->length - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
-                         "%s: startPos %lld + query length %d = %llu is past the %s written (cache.length); attention over a cache reads written rows only",
-                         fn, (long long)o->start_pos, Sq, (unsigned long long)o->start_pos + (unsigned long long)Sq, ROWS(cache->length));
+                         "%s: startPos %lld + query length %d = %s is past the %s written (cache.length); attention over a cache reads written rows only",
+                         fn, (long long)o->start_pos, Sq, SUM(o->start_pos, Sq), ROWS(cache->length));
     if (cache && cache->window) {
         const int32_t window = o->window ? o->window : cache->window;
         int64_t first = o->start_pos - window + 1;  /* the first row's oldest key after the sink rows */
@@ -519,13 +568,13 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
                                    const sdpa_tensor * k, const sdpa_tensor * v,
                                    const sdpa_kv_cache * cache, const sdpa_tensor * mask,
                                    const sdpa_options * o, const sdpa_tensor * out,
-                                   bool check_room, sdpa_problem * p) {
+                                   bool check_room, const described_flags * described, sdpa_problem * p) {
     if (!o) o = &default_options;
     const attention_args a = {
         .ctx = ctx, .fn = fn, .q = q, .k = k, .v = v, .mask = mask, .out = out,
         .sinks = o->sinks, .tree = o->tree_mask, .cache = cache, .o = o,
         .has_mask = present(mask), .has_sinks = present(o->sinks), .has_tree = present(o->tree_mask),
-        .check_room = check_room,
+        .check_room = check_room, .described = described,
     };
     TRY(check_attention_args(&a));
     TRY(check_attention_ranks(&a));
@@ -544,7 +593,7 @@ sdpa_status sdpa_check_custom(sdpa_ctx * ctx, const char * fn, const sdpa_tensor
                               const sdpa_tensor * key, const sdpa_tensor * value,
                               const sdpa_tensor * mask, const sdpa_options * options,
                               const sdpa_tensor * out, sdpa_problem * problem) {
-    return check_attention(ctx, fn, query, key, value, NULL, mask, options, out, true, problem);
+    return check_attention(ctx, fn, query, key, value, NULL, mask, options, out, true, NULL, problem);
 }
 
 /* The lowest status among the candidates wins (the first rule in the table's
@@ -638,7 +687,7 @@ sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_
                                     bool check_room, sdpa_problem * problem) {
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
     first_failure first = { SDPA_OK, "" };
-    keep_first(&first, ctx, check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, check_room, problem));
+    keep_first(&first, ctx, check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, check_room, NULL, problem));
     if (options && options->rotary)  /* (q rows at startPos + i, or rotary.positions[i]) */
         keep_first(&first, ctx, check_rotary(ctx, fn, cache, options->rotary, present(out) ? out : NULL, options->start_pos,
                                              rows_of_input(query), "query", &problem->rope));
@@ -974,4 +1023,52 @@ sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_a
 sdpa_status sdpa_check_step_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
                                  sdpa_problem * problems) {
     return check_many(ctx, fn, items, n, problems, true);
+}
+
+/* ---- descriptor-only checks (sdpa_check_described) ---------------------- */
+
+/* What a described tensor points at: not NULL (present() says "given"), and
+ * never read (the address rules are skipped for described calls). */
+static char described_data[1];
+
+/* A described tensor as the rules read it (NULL stays NULL: not given). */
+static const sdpa_tensor * described(const sdpa_tensor * t, sdpa_tensor * copy) {
+    if (!t) return NULL;
+    *copy = *t;
+    copy->data = described_data;
+    return copy;
+}
+
+static sdpa_status check_described(sdpa_ctx * ctx, int32_t op, const sdpa_tensor * query, const sdpa_tensor * key,
+                                   const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
+                                   const sdpa_tensor * out, uint32_t judged, uint32_t unknown_len) {
+    if (op != SDPA_CHECK_CUSTOM)
+        return sdpa_fail(ctx, SDPA_E_ARG, "sdpa_check_described: op is %d; expected SDPA_CHECK_CUSTOM", op);
+    sdpa_tensor q, k, v, m, o, s;
+    sdpa_options opts = options ? *options : default_options;
+    opts.sinks = described(opts.sinks, &s);
+    const described_flags flags = { judged, unknown_len };
+    sdpa_problem problem;
+    /* (fn "": the message names no function) */
+    return check_attention(ctx, "", described(query, &q), described(key, &k), described(value, &v), NULL,
+                           described(mask, &m), &opts, described(out, &o), true, &flags, &problem);
+}
+
+sdpa_status sdpa_check_described(int32_t op, const sdpa_kv_cache_desc * cache, int32_t length, int32_t window_start,
+                                 const sdpa_tensor * query, const sdpa_tensor * key, const sdpa_tensor * value,
+                                 const sdpa_tensor * mask, const sdpa_options * options, const sdpa_tensor * out,
+                                 uint32_t judged, uint32_t unknown_len, char * message, int32_t message_bytes) {
+    (void)cache; (void)length; (void)window_start;
+    sdpa_ctx local;  /* (only its message: the rules write nothing else) */
+    memset(&local, 0, sizeof local);
+    const sdpa_status st = check_described(&local, op, query, key, value, mask, options, out, judged, unknown_len);
+    const char * text = local.last_error;
+    if (st != SDPA_OK && text[0] == ':' && text[1] == ' ') text += 2;  /* (fn "": drop the ": " before the rule's words) */
+    if (message && message_bytes > 0) {
+        size_t len = strlen(text);
+        if (len >= (size_t)message_bytes) len = (size_t)message_bytes - 1;
+        memcpy(message, text, len);
+        message[len] = '\0';
+    }
+    return st;
 }

@@ -1120,6 +1120,99 @@ static void test_check_rows(void) {
     }
 }
 
+/* sdpa_check_described (a call's rules on tensors described, not given: what
+ * JS asks before it copies anything) decides as sdpa_custom does, with the
+ * same words: over a grid of ranks, dims, lengths, masks, sinks, outs,
+ * startPos and options, its status and message equal the real entry's (its
+ * message after "customSdpa: "). Its own parts: a judged tensor fails its
+ * dims rule with its name, in its place; an unknown length is not asked. */
+static uint32_t g_lcg = 12345u;
+static uint32_t lcg(uint32_t n) { g_lcg = g_lcg * 1103515245u + 12345u; return (g_lcg >> 8) % n; }
+
+/* A tensor of `rank` dims (dims[0..3]) holding len elements (+ `skew`). */
+static sdpa_tensor grid_tensor(float * buf, int32_t dtype, int rank, const int32_t * dims, int skew) {
+    sdpa_tensor t = tu_tensor4(buf, dtype, dims[0], dims[1], dims[2], dims[3]);
+    t.rank = rank;
+    int64_t n = 1;
+    for (int i = 0; i < rank && i < 4; i++) n *= dims[i];
+    t.len = (size_t)(n < 0 ? 0 : n + skew < 0 ? 0 : n + skew);
+    return t;
+}
+
+static void test_check_described(void) {
+    enum { CAP = 4096 };
+    float * bq = tu_malloc(CAP * 4), * bk = tu_malloc(CAP * 4), * bv = tu_malloc(CAP * 4), * bm = tu_malloc(CAP * 4);
+    float * bs = tu_malloc(64 * 4), * bo = tu_malloc(CAP * 4);
+    memset(bq, 0, CAP * 4); memset(bk, 0, CAP * 4); memset(bv, 0, CAP * 4); memset(bm, 0, CAP * 4);
+    memset(bs, 0, 64 * 4); memset(bo, 0, CAP * 4);
+    char msg[SDPA_CHECK_MESSAGE_BYTES], desc[160];
+    static const int32_t odd[] = { 0, -1, 3, 5, 9 };
+    long passed = 0;
+    for (int it = 0; it < 3000; it++) {
+        const int32_t B = 1 + (int32_t)lcg(2), Sq = 1 + (int32_t)lcg(4), Hk = 1 + (int32_t)lcg(2), Hq = Hk * (1 + (int32_t)lcg(2));
+        const int32_t D = lcg(2) ? 4 : 8, Skv = 1 + (int32_t)lcg(8);
+        int32_t qd[4] = { B, Sq, Hq, D }, kd[4] = { B, Skv, Hk, D }, vd[4] = { B, Skv, Hk, D }, od[4] = { B, Sq, Hq, D };
+        int32_t md[4] = { Sq, Skv, 0, 0 }, sd[4] = { Hq, 0, 0, 0 };
+        int qr = 4, kr = 4, vr = 4, orank = 4, mr = 2, sr = 1;
+        int32_t * all[6] = { qd, kd, vd, od, md, sd };
+        for (int m = (int)lcg(3); m > 0; m--) {  /* a few mutations */
+            int32_t * d = all[lcg(6)];
+            switch (lcg(4)) {
+                case 0: d[lcg(4)] = odd[lcg(5)]; break;
+                case 1: d[lcg(4)] = 1 + (int32_t)lcg(8); break;
+                case 2: { int * r = (int *[]){ &qr, &kr, &vr, &orank, &mr, &sr }[lcg(6)]; *r = (int)lcg(5); break; }
+                default: { const int32_t x = d[1]; d[1] = d[2]; d[2] = x; break; }
+            }
+        }
+        const int has_mask = lcg(3) == 0, has_sinks = lcg(4) == 0;
+        const int skew = lcg(12) == 0 ? (lcg(2) ? 1 : -1) : 0;
+        sdpa_tensor q = grid_tensor(bq, lcg(20) == 0 ? SDPA_DTYPE_BOOL : SDPA_DTYPE_FLOAT32, qr, qd, lcg(3) == 0 ? skew : 0);
+        sdpa_tensor k = grid_tensor(bk, SDPA_DTYPE_FLOAT32, kr, kd, lcg(3) == 0 ? skew : 0);
+        sdpa_tensor v = grid_tensor(bv, SDPA_DTYPE_FLOAT32, vr, vd, 0);
+        sdpa_tensor mk = grid_tensor(bm, lcg(2) ? SDPA_DTYPE_BOOL : SDPA_DTYPE_FLOAT32, mr, md, 0);
+        sdpa_tensor sk = grid_tensor(bs, SDPA_DTYPE_FLOAT32, sr, sd, 0);
+        sdpa_tensor o = grid_tensor(bo, SDPA_DTYPE_FLOAT32, orank, od, lcg(3) == 0 ? skew : 0);
+        if (q.len > CAP || k.len > CAP || v.len > CAP || mk.len > CAP || sk.len > 64 || o.len > CAP) continue;
+        sdpa_options opt = { 0 };
+        static const int64_t starts[] = { 0, 0, 1, 2, 3, 5, 7, 8, -1 };
+        opt.start_pos = starts[lcg(9)];
+        opt.is_causal = (int32_t)lcg(2);
+        opt.window = lcg(4) == 0 ? 1 + (int32_t)lcg(3) : 0;
+        if (lcg(5) == 0) { opt.has_scale = 1; opt.scale = lcg(2) ? 0.5f : -1.0f; }
+        if (lcg(8) == 0) opt.dropout_p = 0.5f;
+        if (lcg(8) == 0) opt.softcap = lcg(2) ? 30.0f : -2.0f;
+        opt.sinks = has_sinks ? &sk : NULL;
+        const sdpa_status want = sdpa_custom(g_ctx, &q, &k, &v, has_mask ? &mk : NULL, &opt, &o);
+        /* the same, described: no data */
+        sdpa_tensor dq = q, dk = k, dv = v, dm = mk, ds = sk, dout = o;
+        dq.data = dk.data = dv.data = dm.data = ds.data = dout.data = NULL;
+        sdpa_options dopt = opt;
+        dopt.sinks = has_sinks ? &ds : NULL;
+        const sdpa_status got = sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &dq, &dk, &dv, has_mask ? &dm : NULL, &dopt, &dout, 0, 0, msg, sizeof msg);
+        snprintf(desc, sizeof desc, "check_described #%d q[%d:%d,%d,%d,%d] k[%d:%d,%d,%d,%d] out[%d:%d,%d,%d,%d]", it,
+                 qr, qd[0], qd[1], qd[2], qd[3], kr, kd[0], kd[1], kd[2], kd[3], orank, od[0], od[1], od[2], od[3]);
+        same_as_entry(desc, want, "customSdpa", got, msg);
+        if (want == SDPA_OK) passed++;
+    }
+    TU_CHECK(passed > 100, "check_described: only %ld passing calls in the grid", passed);
+    {   /* judged: the dims rule fails with the tensor's name, in its place (after an earlier tensor's own) */
+        sdpa_tensor q = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 2, 4, 8), k = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 6, 2, 8), v = k, o = q;
+        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_KEY, 0, msg, sizeof msg) == SDPA_E_DIMS &&
+                 strcmp(msg, "key") == 0, "check_described: judged key: '%s'", msg);
+        q.len = 3;
+        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_KEY, 0, msg, sizeof msg) == SDPA_E_DIMS &&
+                 strncmp(msg, "query.data has 3 elements", 25) == 0, "check_described: query's length before judged key: '%s'", msg);
+        /* unknown length: len == product is not asked */
+        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, 0, SDPA_DESCRIBED_QUERY, msg, sizeof msg) == SDPA_OK,
+                 "check_described: query of unknown length: '%s'", msg);
+        o.rank = 5;  /* judged out of rank 5: its dims rule before its rank's */
+        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_OUT, SDPA_DESCRIBED_QUERY, msg, sizeof msg) == SDPA_E_DIMS &&
+                 strcmp(msg, "out") == 0, "check_described: judged out of rank 5: '%s'", msg);
+        TU_CHECK(sdpa_check_described(9, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, 0, 0, msg, sizeof msg) == SDPA_E_ARG, "check_described: op 9");
+    }
+    free(bq); free(bk); free(bv); free(bm); free(bs); free(bo);
+}
+
 int main(void) {
     double t0 = tu_seconds();
     const char * vb = getenv("SDPA_TEST_VERBOSE");
@@ -1136,6 +1229,7 @@ int main(void) {
     test_cache_create();
     test_cache_rules();
     test_check_rows();
+    test_check_described();
     printf("  %ld rejected-call cases, %.2f s\n", g_cases, tu_seconds() - t0);
     sdpa_ctx_free(g_ctx);
     return tu_summary("test_validation");
