@@ -8,7 +8,7 @@
 
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
-  Checks, checkStartPos, checkCustom, CUSTOM_OPTIONS, readCacheConfig, checkPlanRows, readAllocArgs,
+  Checks, checkStartPos, checkCustom, CUSTOM_OPTIONS, readCacheConfig, readCachePlan, readAllocArgs,
   checkReserveBytes,
 } from './rules.js';
 import { readOptions, inspectTensor, describeValue, checkLive, checkLiveOptions, readLayerConfigs } from './snapshot.js';
@@ -184,7 +184,7 @@ function cacheEntries(core) {
   function createKVCache(config) {
     const fn = 'createKVCache';
     const ck = new Checks(fn);
-    const geo = readCacheConfig(ck, config);
+    const geo = readCacheConfig(ck, config, core);
     core.checkAlive(ck);
     if (geo !== null && !core.disposed) checkCacheFits(core, ck, fn, geo);
     ck.done();
@@ -200,8 +200,7 @@ function cacheEntries(core) {
   function kvCacheSize(config, rows) {
     const fn = 'sdpa.kvCacheSize';
     const ck = new Checks(fn);
-    const geo = readCacheConfig(ck, config);
-    const n = checkPlanRows(ck, geo, rows);
+    const { geo, rows: n } = readCachePlan(ck, config, rows, core);
     core.checkAlive(ck);
     ck.done();
     return planCache(core, fn, geo, n);
@@ -219,7 +218,7 @@ function cacheEntries(core) {
     core.checkAlive(ck);
     const geos = (list ?? []).map((config, i) => {
       ck.prefix = `layers[${i}]: `;
-      const geo = readCacheConfig(ck, config);
+      const geo = readCacheConfig(ck, config, core);
       if (geo !== null && !core.disposed) checkCacheFits(core, ck, fn, geo);
       return geo;
     });

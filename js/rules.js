@@ -605,43 +605,114 @@ function readCacheDtype(ck, name, value, dflt) {
   return null;
 }
 
-/**
- * Reads and checks a cache configuration (createKVCache's options) into
- * `ck`; returns the geometry, or null when a rule failed.
+/*
+ * A geometry's rules (and kvCacheSize's rows) are C's alone
+ * (sdpa_check_cache_create through sdpa_kv_check_create: Core.geometryRules),
+ * asked before anything is allocated. What JS checks of them is what only JS
+ * sees: the options' JS types, the ones missing, unknown names, that a count
+ * is an integer C can be given (a fraction, NaN, ±Infinity or a number past
+ * 2^53 is not), `window: 0` (to C, 0 is no window: JS alone knows it was
+ * given), and the dtypes' names (C sees numbers; JS names the option a bad
+ * one came from).
  */
-export function readCacheConfig(ck, config) {
+
+/** The count options in the order they are read: C's order within a code (check.c), kvCacheSize's rows last. */
+const COUNTS = Object.freeze(['batch', 'window', 'sinkTokens', 'maxSeqLen', 'numKvHeads', 'headDim', 'rows']);
+/** What C is given for a count JS rejected or has no value for: one no rule of C's rejects, so that C judges the others. */
+const SOUND = Object.freeze({ batch: 1, window: 1, sinkTokens: 0, maxSeqLen: KEY_INDEX_LIMIT, numKvHeads: 1, headDim: 1, rows: 0 });
+const POSITIVE = 'a positive integer', NON_NEGATIVE = 'a non-negative integer';
+
+/**
+ * A count option's JS-only rules: absent (`dflt`, or E_ARG when `required`),
+ * its JS type, an integer (E_DIMS). Its range is C's. Returns [value, failure]
+ * (value undefined when there is none for C; failure { code, message } or null).
+ */
+function readCount(value, name, required, dflt, expected) {
+  if (value === undefined || value === null) {
+    return required ? [undefined, { code: 'E_ARG', message: `${name} is missing; expected ${expected}` }] : [dflt, null];
+  }
+  if (typeof value !== 'number') return [undefined, { code: 'E_ARG', message: `${name} must be a number, got ${describeValue(value)}` }];
+  if (!Number.isSafeInteger(value)) return [undefined, { code: 'E_DIMS', message: `${name} is ${value}; expected ${expected}` }];
+  return [value, null];
+}
+
+/**
+ * createKVCache's options (and, `plan`, kvCacheSize's rows) into `ck`: JS's
+ * own rules, then C's verdict on the counts JS let through (the others given
+ * as SOUND), ranked as one list in read order: C's failure goes before JS's
+ * failures of the same code when C also fails on the options read before
+ * JS's first one (asked once more on those alone), else after them.
+ */
+function readGeometry(ck, config, core, plan, rowsValue) {
   const given = config !== undefined && config !== null;
   if (!given) ck.add('E_ARG', 'the options { maxSeqLen, numKvHeads, headDim } are missing');
   const o = readOptions(ck, config, CACHE_OPTIONS);  // the snapshot
-  const batch = checkSize(ck, o.batch, 'batch', { required: false, dflt: 1 });
-  // a windowed cache: its storage is the window, so maxSeqLen (the position limit) may be left out
-  const window = checkSize(ck, o.window, 'window', { required: false, dflt: 0, max: KEY_INDEX_LIMIT });
-  const sinkTokens = checkSize(ck, o.sinkTokens, 'sinkTokens', { required: false, dflt: 0, max: KEY_INDEX_LIMIT, allowZero: true });
-  const sinksAlone = sinkTokens > 0 && window === 0;
-  if (sinksAlone) ck.add('E_ARG', `sinkTokens is ${sinkTokens} but no window was given; sink rows belong to a windowed cache`);
-  const maxSeqLen = checkSize(ck, o.maxSeqLen, 'maxSeqLen', { required: given && window === 0, dflt: KEY_INDEX_LIMIT, max: KEY_INDEX_LIMIT });
-  const numKvHeads = checkSize(ck, o.numKvHeads, 'numKvHeads', { zeroCode: 'E_HEADS', required: given });
-  const headDim = checkSize(ck, o.headDim, 'headDim', { required: given });
+  const own = [];  // [position in COUNTS (the dtypes: rows', read before it), { code, message }], in read order
+  const values = {};
+  const count = (name, ...how) => {
+    const [value, failure] = readCount(name === 'rows' ? rowsValue : o[name], name, ...how);
+    values[name] = value;
+    if (failure) own.push([COUNTS.indexOf(name), failure]);
+  };
+  count('batch', false, 1, POSITIVE);
+  if (o.window === 0) {  // (JS only: to C, window 0 is no window)
+    values.window = undefined;
+    own.push([COUNTS.indexOf('window'), { code: 'E_DIMS', message: `window is ${o.window}; expected ${POSITIVE}` }]);
+  } else {
+    // a windowed cache: its storage is the window, so maxSeqLen (the position limit) may be left out
+    count('window', false, 0, POSITIVE);
+  }
+  count('sinkTokens', false, 0, NON_NEGATIVE);
+  count('maxSeqLen', given && values.window === 0, KEY_INDEX_LIMIT, POSITIVE);
+  count('numKvHeads', given, undefined, POSITIVE);
+  count('headDim', given, undefined, POSITIVE);
   // dtype for both, keyDtype / valueDtype for one of them (each overrides dtype)
-  const dtype = readCacheDtype(ck, 'dtype', o.dtype, 'float32');
-  const keyDtype = readCacheDtype(ck, 'keyDtype', o.keyDtype, dtype);
-  const valueDtype = readCacheDtype(ck, 'valueDtype', o.valueDtype, dtype);
-  if (sinksAlone || !(batch && maxSeqLen && numKvHeads && headDim && keyDtype && valueDtype)) return null;
+  const dtypes = new Checks('');
+  const dtype = readCacheDtype(dtypes, 'dtype', o.dtype, 'float32');
+  const keyDtype = readCacheDtype(dtypes, 'keyDtype', o.keyDtype, dtype);
+  const valueDtype = readCacheDtype(dtypes, 'valueDtype', o.valueDtype, dtype);
+  if (dtypes.first !== null) own.push([COUNTS.indexOf('rows'), dtypes.first]);
+  if (plan) {
+    if (rowsValue === undefined || rowsValue === null) values.rows = undefined;  // (maxSeqLen's: never past it)
+    else count('rows', true, undefined, NON_NEGATIVE);
+  }
+  // C's verdict: on every count JS let through, then, on a tie with JS, on those read before JS's first failure of that code
+  const ask = (before) => {
+    const g = {};
+    for (let k = 0; k < COUNTS.length; k++) g[COUNTS[k]] = k < before && values[COUNTS[k]] !== undefined ? values[COUNTS[k]] : SOUND[COUNTS[k]];
+    g.keyDtype = CACHE_DTYPES[keyDtype ?? 'float32'];
+    g.valueDtype = CACHE_DTYPES[valueDtype ?? 'float32'];
+    return core.geometryRules(g, plan ? g.rows : null);
+  };
+  const c = ask(COUNTS.length);
+  const tie = c === null ? undefined : own.find(([, f]) => f.code === c.code);
+  const cFirst = c !== null && (tie === undefined || ask(tie[0])?.code === c.code);
+  if (cFirst) ck.add(c.code, c.message);
+  for (const [, f] of own) ck.add(f.code, f.message);
+  if (c !== null && !cFirst) ck.add(c.code, c.message);
+  if (c !== null || own.length > 0 || values.numKvHeads === undefined || values.headDim === undefined) return null;
   return {
-    batch, maxSeqLen, numKvHeads, headDim, dtype: keyDtype === valueDtype ? keyDtype : null, keyDtype, valueDtype,
-    window: window || 0, sinkTokens: sinkTokens || 0,
+    batch: values.batch, maxSeqLen: values.maxSeqLen, numKvHeads: values.numKvHeads, headDim: values.headDim,
+    dtype: keyDtype === valueDtype ? keyDtype : null, keyDtype, valueDtype, window: values.window, sinkTokens: values.sinkTokens || 0,  // (-0: 0)
   };
 }
 
-/** kvCacheSize's rows: default maxSeqLen; a non-negative integer up to maxSeqLen. Returns it, or null. */
-export function checkPlanRows(ck, geo, rows) {
-  let n = null;
-  if (rows === undefined || rows === null) n = geo ? geo.maxSeqLen : null;
-  else if (typeof rows !== 'number') ck.add('E_ARG', `rows must be a number, got ${describeValue(rows)}`);
-  else if (!Number.isSafeInteger(rows) || rows < 0) ck.add('E_DIMS', `rows is ${rows}; expected a non-negative integer`);
-  else n = rows;
-  if (geo !== null && n !== null && n > geo.maxSeqLen) ck.add('E_CAPACITY', `rows is ${n} but the cache holds maxSeqLen = ${geo.maxSeqLen}`);
-  return n;
+/**
+ * Reads and checks a cache configuration (createKVCache's options) into
+ * `ck`, C's rules asked through `core` (Core.geometryRules); returns the
+ * geometry, or null when a rule failed.
+ */
+export function readCacheConfig(ck, config, core) {
+  return readGeometry(ck, config, core, false, undefined);
+}
+
+/**
+ * kvCacheSize's options and rows (default: maxSeqLen; 0 .. maxSeqLen, C's
+ * rule) into `ck`. Returns { geo, rows } (geo null when a rule failed).
+ */
+export function readCachePlan(ck, config, rows, core) {
+  const geo = readGeometry(ck, config, core, true, rows);
+  return { geo, rows: geo === null ? null : rows ?? geo.maxSeqLen };
 }
 
 /** allocTensor's dtype and dims (the dims read once); returns the dims array, or null. */

@@ -59,10 +59,25 @@ static void layout_of(cache_layout * L, sdpa_page_format * format, const sdpa_kv
     L->table_bytes = table_bytes_of((uint64_t)d->batch * (uint64_t)d->kv_heads, L->pages_per_head);
 }
 
-static sdpa_status check_desc(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * d, const void * out) {
+/* A geometry's rules and, with `plan`, kvCacheSize's rows, first in the
+ * table's order (a negative rows, E_DIMS, outranks a geometry's E_DTYPE or
+ * E_HEADS; rows past maxSeqLen, E_CAPACITY, is asked of a sound geometry
+ * only). What sdpa_kv_cache_create_desc, _plan_desc and sdpa_kv_check_create
+ * run. */
+static sdpa_status check_geometry(sdpa_ctx * ctx, const char * fn, int64_t batch, int64_t max_seq_len, int64_t kv_heads,
+                                  int64_t head_dim, int32_t key_dtype, int32_t value_dtype, int64_t window,
+                                  int64_t sink_tokens, bool plan, int64_t rows, const void * out) {
+    const sdpa_status st = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, key_dtype, value_dtype,
+                                                   window, sink_tokens, out);
+    if (!plan || (st != SDPA_OK && (rows >= 0 || st <= SDPA_E_DIMS))) return st;
+    return sdpa_check_cache_plan_rows(ctx, fn, st == SDPA_OK ? (int32_t)max_seq_len : 0, rows);
+}
+
+static sdpa_status check_desc(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * d, bool plan, int32_t rows,
+                              const void * out) {
     if (!d) return sdpa_fail(ctx, SDPA_E_ARG, "%s: desc is missing", fn);
-    return sdpa_check_cache_create(ctx, fn, d->batch, d->max_seq_len, d->kv_heads, d->head_dim, d->key_dtype,
-                                   d->value_dtype, d->window, d->sink_tokens, out);
+    return check_geometry(ctx, fn, d->batch, d->max_seq_len, d->kv_heads, d->head_dim, d->key_dtype, d->value_dtype,
+                          d->window, d->sink_tokens, plan, rows, out);
 }
 
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
@@ -82,7 +97,7 @@ sdpa_status sdpa_kv_cache_create_windowed(sdpa_ctx * ctx, int32_t batch, int32_t
 sdpa_status sdpa_kv_cache_create_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, sdpa_kv_cache ** out_cache) {
     static const char fn[] = "createKVCache";
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = check_desc(ctx, fn, desc, out_cache);
+    sdpa_status s = check_desc(ctx, fn, desc, false, 0, out_cache);
     if (s != SDPA_OK) return s;
     const int32_t batch = desc->batch, max_seq_len = desc->max_seq_len, kv_heads = desc->kv_heads;
     const int32_t head_dim = desc->head_dim, window = desc->window, sink_tokens = desc->sink_tokens;
@@ -167,13 +182,9 @@ sdpa_status sdpa_kv_cache_plan_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * d
                                     sdpa_kv_cache_size * out) {
     static const char fn[] = "sdpa.kvCacheSize";
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = check_desc(ctx, fn, desc, out);
+    sdpa_status s = check_desc(ctx, fn, desc, true, rows, out);
     if (s != SDPA_OK) return s;
-    const int32_t batch = desc->batch, max_seq_len = desc->max_seq_len, kv_heads = desc->kv_heads;
-    if (rows < 0)
-        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: rows is %d; expected a non-negative integer", fn, rows);
-    if (rows > max_seq_len)
-        return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: rows is %d but the cache holds maxSeqLen = %d", fn, rows, max_seq_len);
+    const int32_t batch = desc->batch, kv_heads = desc->kv_heads;
     sdpa_page_format format;
     cache_layout L;
     layout_of(&L, &format, desc);
@@ -563,9 +574,21 @@ static sdpa_status check_rows_described(sdpa_ctx * ctx, int32_t op, int32_t max_
         case SDPA_ROWS_TRUNCATE: st = sdpa_check_cache_truncate(ctx, "", &c, s); break;
         default: st = sdpa_check_cache_keep_span(ctx, "", &c, s, (int32_t)rows, tail); break;
     }
-    if (st != SDPA_OK) {  /* (fn "": drop the ": " before the rule's words) */
-        const size_t len = strlen(ctx->last_error);
-        if (len >= 2) memmove(ctx->last_error, ctx->last_error + 2, len - 1);
+    return st;
+}
+
+/* A described check's message (its rules ran with fn "": the ": " before the
+ * rule's words dropped) into the caller's buffer. */
+static sdpa_status described_message(sdpa_ctx * local, sdpa_status st, char * message, int32_t message_bytes) {
+    if (st != SDPA_OK) {
+        const size_t len = strlen(local->last_error);
+        if (len >= 2 && local->last_error[0] == ':') memmove(local->last_error, local->last_error + 2, len - 1);
+    }
+    if (message && message_bytes > 0) {
+        size_t len = strlen(local->last_error);
+        if (len >= (size_t)message_bytes) len = (size_t)message_bytes - 1;
+        memcpy(message, local->last_error, len);
+        message[len] = '\0';
     }
     return st;
 }
@@ -577,13 +600,27 @@ sdpa_status sdpa_kv_check_rows(int32_t op, int32_t max_seq_len, int32_t window, 
     memset(&local, 0, sizeof local);
     const sdpa_status st = check_rows_described(&local, op, max_seq_len, window, sink_tokens, length, window_start,
                                                 start, n, last);
-    if (message && message_bytes > 0) {
-        size_t len = strlen(local.last_error);
-        if (len >= (size_t)message_bytes) len = (size_t)message_bytes - 1;
-        memcpy(message, local.last_error, len);
-        message[len] = '\0';
-    }
-    return st;
+    return described_message(&local, st, message, message_bytes);
+}
+
+sdpa_status sdpa_kv_check_create(double batch, double max_seq_len, double kv_heads, double head_dim,
+                                 int32_t key_dtype, int32_t value_dtype, double window, double sink_tokens,
+                                 int32_t plan, double rows, char * message, int32_t message_bytes) {
+    static const char fn[] = "sdpa_kv_check_create";
+    const double exact = 9007199254740992.0;  /* 2^53 */
+    sdpa_ctx local;  /* (only its message: the rules write nothing else) */
+    memset(&local, 0, sizeof local);
+    int64_t b, m, h, d, w, s, r = 0;
+    sdpa_status st;
+    if (!whole_in(batch, -exact, exact, &b) || !whole_in(max_seq_len, -exact, exact, &m) ||
+        !whole_in(kv_heads, -exact, exact, &h) || !whole_in(head_dim, -exact, exact, &d) ||
+        !whole_in(window, -exact, exact, &w) || !whole_in(sink_tokens, -exact, exact, &s) ||
+        (plan && !whole_in(rows, -exact, exact, &r)))
+        st = sdpa_fail(&local, SDPA_E_ARG, "%s: batch %g, maxSeqLen %g, numKvHeads %g, headDim %g, window %g, sinkTokens %g, rows %g are not the integers it takes",
+                       fn, batch, max_seq_len, kv_heads, head_dim, window, sink_tokens, rows);
+    else
+        st = check_geometry(&local, "", b, m, h, d, key_dtype, value_dtype, w, s, plan != 0, r, &local);
+    return described_message(&local, st, message, message_bytes);
 }
 
 sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {

@@ -879,24 +879,30 @@ sdpa_status sdpa_check_cache_read_records(sdpa_ctx * ctx, const char * fn, const
     return SDPA_OK;
 }
 
-sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,
-                                    int32_t max_seq_len, int32_t kv_heads, int32_t head_dim,
-                                    int32_t key_dtype, int32_t value_dtype, int32_t window, int32_t sink_tokens,
+sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int64_t batch,
+                                    int64_t max_seq_len, int64_t kv_heads, int64_t head_dim,
+                                    int32_t key_dtype, int32_t value_dtype, int64_t window, int64_t sink_tokens,
                                     const void * out_cache) {
     if (!out_cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out_cache is missing", fn);
-    if (sink_tokens > 0 && window == 0)
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: sinkTokens is %d but no window was given; sink rows belong to a windowed cache", fn, sink_tokens);
-    /* E_DIMS in the order createKVCache reads its options */
-    if (batch <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: batch is %d; expected a positive integer", fn, batch);
-    if (window < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: window is %d; expected a positive integer", fn, window);
-    if (window > SDPA_INDEX_LIMIT) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: window is %d; at most %d", fn, window, SDPA_INDEX_LIMIT);
-    if (sink_tokens < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: sinkTokens is %d; expected a non-negative integer", fn, sink_tokens);
-    if (sink_tokens > SDPA_INDEX_LIMIT) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: sinkTokens is %d; at most %d", fn, sink_tokens, SDPA_INDEX_LIMIT);
-    if (max_seq_len <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; expected a positive integer", fn, max_seq_len);
+    /* (a sinkTokens past the limit is its own E_DIMS, whatever the window) */
+    if (sink_tokens > 0 && sink_tokens <= SDPA_INDEX_LIMIT && window == 0)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: sinkTokens is %lld but no window was given; sink rows belong to a windowed cache",
+                         fn, (long long)sink_tokens);
+    /* E_DIMS in the order createKVCache reads its options; the int32 bounds
+     * are reached only through sdpa_kv_check_create (a JS number) */
+    if (batch <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: batch is %lld; expected a positive integer", fn, (long long)batch);
+    if (batch > INT32_MAX) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: batch is %lld; at most %d (2^31 - 1)", fn, (long long)batch, INT32_MAX);
+    if (window < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: window is %lld; expected a positive integer", fn, (long long)window);
+    if (window > SDPA_INDEX_LIMIT) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: window is %lld; at most %d", fn, (long long)window, SDPA_INDEX_LIMIT);
+    if (sink_tokens < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: sinkTokens is %lld; expected a non-negative integer", fn, (long long)sink_tokens);
+    if (sink_tokens > SDPA_INDEX_LIMIT) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: sinkTokens is %lld; at most %d", fn, (long long)sink_tokens, SDPA_INDEX_LIMIT);
+    if (max_seq_len <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %lld; expected a positive integer", fn, (long long)max_seq_len);
     /* the kernels walk keys in int32 tiles (internal.h) */
-    if (max_seq_len > SDPA_INDEX_LIMIT) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; at most %d", fn, max_seq_len, SDPA_INDEX_LIMIT);
-    if (kv_heads < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: numKvHeads is %d; expected a positive integer", fn, kv_heads);
-    if (head_dim <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: headDim is %d; expected a positive integer", fn, head_dim);
+    if (max_seq_len > SDPA_INDEX_LIMIT) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %lld; at most %d", fn, (long long)max_seq_len, SDPA_INDEX_LIMIT);
+    if (kv_heads < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: numKvHeads is %lld; expected a positive integer", fn, (long long)kv_heads);
+    if (kv_heads > INT32_MAX) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: numKvHeads is %lld; at most %d (2^31 - 1)", fn, (long long)kv_heads, INT32_MAX);
+    if (head_dim <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: headDim is %lld; expected a positive integer", fn, (long long)head_dim);
+    if (head_dim > INT32_MAX) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: headDim is %lld; at most %d (2^31 - 1)", fn, (long long)head_dim, INT32_MAX);
     /* K then V (C sees two dtypes; JS names the option a bad value came from: dtype, keyDtype or valueDtype) */
     for (int value = 0; value < 2; value++) {
         const int32_t dtype = value ? value_dtype : key_dtype;
@@ -912,6 +918,12 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t bat
     return SDPA_OK;
 }
 
+sdpa_status sdpa_check_cache_plan_rows(sdpa_ctx * ctx, const char * fn, int32_t max_seq_len, int64_t rows) {
+    if (rows < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: rows is %lld; expected a non-negative integer", fn, (long long)rows);
+    if (rows > max_seq_len)
+        return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: rows is %lld but the cache holds maxSeqLen = %d", fn, (long long)rows, max_seq_len);
+    return SDPA_OK;
+}
 
 sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                   const sdpa_tensor * query, const sdpa_tensor * key,

@@ -82,10 +82,16 @@ sdpa_status sdpa_check_cache_read_records(sdpa_ctx * ctx, const char * fn, const
                                           int64_t start, int64_t length, int32_t which, const void * out,
                                           uint64_t out_bytes);
 
-/* cache geometry at creation (window 0: a plain cache, sink_tokens 0). */
-sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int32_t batch,
-                                    int32_t max_seq_len, int32_t kv_heads, int32_t head_dim,
-                                    int32_t key_dtype, int32_t value_dtype, int32_t window, int32_t sink_tokens,
+/* cache geometry at creation (window 0: a plain cache, sink_tokens 0). The
+ * counts are int64 so that sdpa_kv_check_create can hand on any integer a JS
+ * number holds (C's own callers pass int32: the int32 bounds never fail for
+ * them). */
+sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int64_t batch,
+                                    int64_t max_seq_len, int64_t kv_heads, int64_t head_dim,
+                                    int32_t key_dtype, int32_t value_dtype, int64_t window, int64_t sink_tokens,
                                     const void * out_cache);
+
+/* kvCacheSize's rows: 0 .. max_seq_len (a geometry already checked). */
+sdpa_status sdpa_check_cache_plan_rows(sdpa_ctx * ctx, const char * fn, int32_t max_seq_len, int64_t rows);
 
 #endif

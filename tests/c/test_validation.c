@@ -1213,6 +1213,69 @@ static void test_check_described(void) {
     free(bq); free(bk); free(bv); free(bm); free(bs); free(bo);
 }
 
+/* sdpa_kv_check_create (a geometry's rules and kvCacheSize's rows on numbers
+ * alone, what JS asks before it allocates anything) decides as
+ * sdpa_kv_cache_create_desc and sdpa_kv_cache_plan_desc do, with the same
+ * words, over a grid of geometries (bad counts, dtypes, windows and sinks
+ * together) and rows; and the counts only a JS number can hold. */
+static void test_check_create(void) {
+    const int32_t LIM = INT32_MAX - 65536;
+    static const int32_t batches[] = { -1, 0, 1, 2 }, heads[] = { -1, 0, 1, 2 }, dims[] = { -1, 0, 1, 8 };
+    const int32_t maxes[] = { -1, 0, 1, 8, LIM, LIM + 1 }, windows[] = { -1, 0, 1, 4, LIM + 1 }, sinks[] = { -1, 0, 2, LIM + 1 };
+    static const int32_t kds[] = { SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, 99 }, vds[] = { SDPA_DTYPE_INT4, 0 };
+    static const int32_t rowses[] = { -1, 0, 8, 9 };
+#define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
+    char msg[SDPA_ROWS_MESSAGE_BYTES], desc[160];
+    sdpa_kv_cache_size size;
+    long before = g_cases;
+    for (int a = 0; a < N_OF(batches); a++) for (int b = 0; b < N_OF(maxes); b++) for (int c = 0; c < N_OF(heads); c++)
+    for (int d = 0; d < N_OF(dims); d++) for (int e = 0; e < N_OF(kds); e++) for (int f = 0; f < N_OF(vds); f++)
+    for (int w = 0; w < N_OF(windows); w++) for (int k = 0; k < N_OF(sinks); k++) {
+        const sdpa_kv_cache_desc g = { batches[a], maxes[b], heads[c], dims[d], kds[e], vds[f], windows[w], sinks[k] };
+        snprintf(desc, sizeof desc, "check_create [%d, %d, %d, %d] dtypes %d/%d window %d sinks %d", g.batch, g.max_seq_len,
+                 g.kv_heads, g.head_dim, g.key_dtype, g.value_dtype, g.window, g.sink_tokens);
+        sdpa_status got = sdpa_kv_check_create(g.batch, g.max_seq_len, g.kv_heads, g.head_dim, g.key_dtype, g.value_dtype,
+                                               g.window, g.sink_tokens, 0, 0, msg, sizeof msg);
+        if (got != SDPA_OK) {  /* (a create that passes would allocate a page table) */
+            sdpa_kv_cache * made = NULL;
+            same_as_entry(desc, sdpa_kv_cache_create_desc(g_ctx, &g, &made), "createKVCache", got, msg);
+            sdpa_kv_cache_free(made);
+        }
+        for (int r = 0; r < N_OF(rowses); r++) {
+            got = sdpa_kv_check_create(g.batch, g.max_seq_len, g.kv_heads, g.head_dim, g.key_dtype, g.value_dtype,
+                                       g.window, g.sink_tokens, 1, rowses[r], msg, sizeof msg);
+            same_as_entry(desc, sdpa_kv_cache_plan_desc(g_ctx, &g, rowses[r], &size), "sdpa.kvCacheSize", got, msg);
+        }
+    }
+    TU_CHECK(g_cases - before > 10000, "check_create: %ld cases", g_cases - before);
+    /* counts only a JS number holds: the int32 bounds, in read order, and sinkTokens past the limit without a window */
+    static const struct { double batch, max, heads, dim, window, sinks, rows; sdpa_status want; const char * words; } wide[] = {
+        { 2147483648.0, 8, 1, 8, 0, 0, -1, SDPA_E_DIMS, "batch is 2147483648; at most 2147483647 (2^31 - 1)" },
+        { 1, 8, 4294967296.0, 8, 0, 0, -1, SDPA_E_DIMS, "numKvHeads is 4294967296; at most 2147483647 (2^31 - 1)" },
+        { 1, 8, 1, 9007199254740991.0, 0, 0, -1, SDPA_E_DIMS, "headDim is 9007199254740991; at most 2147483647 (2^31 - 1)" },
+        { 1, 4294967296.0, 1, 8, 0, 0, -1, SDPA_E_DIMS, "maxSeqLen is 4294967296; at most 2147418111" },
+        { 1, 8, 1, 8, 2147483648.0, 0, -1, SDPA_E_DIMS, "window is 2147483648; at most 2147418111" },
+        { 1, 8, 1, 8, 0, 2147483648.0, -1, SDPA_E_DIMS, "sinkTokens is 2147483648; at most 2147418111" },
+        { 1, 8, 1, 8, 0, 2147418112.0, -1, SDPA_E_DIMS, "sinkTokens is 2147418112; at most 2147418111" },
+        { 1, 8, 1, 8, 0, 0, 4294967296.0, SDPA_E_CAPACITY, "rows is 4294967296 but the cache holds maxSeqLen = 8" },
+        { 1, 8, 0, 8, 0, 0, -4294967296.0, SDPA_E_DIMS, "rows is -4294967296; expected a non-negative integer" },
+        { 1.5, 8, 1, 8, 0, 0, -1, SDPA_E_ARG, NULL },
+        { 1, 8, 1, 8, 0, 0, 0.5, SDPA_E_ARG, NULL },
+        { 1, 8, 1, 8, 1e300, 0, -1, SDPA_E_ARG, NULL },
+    };
+    for (int i = 0; i < N_OF(wide); i++) {
+        const int32_t plan = wide[i].rows != -1;
+        const sdpa_status got = sdpa_kv_check_create(wide[i].batch, wide[i].max, wide[i].heads, wide[i].dim, SDPA_DTYPE_FLOAT32,
+                                                     SDPA_DTYPE_FLOAT32, wide[i].window, wide[i].sinks, plan, wide[i].rows, msg, sizeof msg);
+        g_cases++;
+        TU_CHECK(got == wide[i].want && (!wide[i].words || strcmp(msg, wide[i].words) == 0),
+                 "check_create wide %d: %s '%s', want %s '%s'", i, sdpa_status_code(got), msg, sdpa_status_code(wide[i].want),
+                 wide[i].words ? wide[i].words : "");
+    }
+    TU_CHECK(sdpa_kv_check_create(1, 8, 1, 8, 1, 1, 0, 0, 0, 0, NULL, 0) == SDPA_OK, "check_create: a sound geometry, no message buffer");
+#undef N_OF
+}
+
 int main(void) {
     double t0 = tu_seconds();
     const char * vb = getenv("SDPA_TEST_VERBOSE");
@@ -1230,6 +1293,7 @@ int main(void) {
     test_cache_rules();
     test_check_rows();
     test_check_described();
+    test_check_create();
     printf("  %ld rejected-call cases, %.2f s\n", g_cases, tu_seconds() - t0);
     sdpa_ctx_free(g_ctx);
     return tu_summary("test_validation");

@@ -9,17 +9,19 @@
 // same code and the same message, word for word.
 //
 // Not here either, because they live in C alone (JS asks C before it copies
-// anything: Core.rowRules, sdpa_kv_check_rows): the row rules of read /
-// readRaw, truncate and keepRows' span (rows written, maxSeqLen, a windowed
-// cache's evicted rows). Here of those calls: only what both layers check
-// (a negative start or length, keepRows' list order). Nor customSdpa's
-// relational rules (ranks, dims, batch, heads, head dim, key length, the key
-// bound, the mask's shape, a mask with isCausal, window with a mask: C alone,
-// asked on descriptions, Core.attentionRules, sdpa_check_described;
-// test_validation.c holds that entry to sdpa_custom). Here of customSdpa:
-// what both layers check: out's aliasing (JS sees foreign ArrayBuffers, C
-// has addresses), a bool tensor (E_DTYPE), a negative startPos, dropoutP,
-// scale and softcap (JS prints the JS number, C a float32).
+// or allocates anything): the row rules of read / readRaw, truncate and
+// keepRows' span (rows written, maxSeqLen, a windowed cache's evicted rows:
+// Core.rowRules, sdpa_kv_check_rows), and a cache geometry's rules with
+// kvCacheSize's rows (createKVCache, createKVCacheGroup, kvCacheSize:
+// Core.geometryRules, sdpa_kv_check_create). Here of those calls: only what
+// both layers check (a negative start or length, keepRows' list order). Nor
+// customSdpa's relational rules (ranks, dims, batch, heads, head dim, key
+// length, the key bound, the mask's shape, a mask with isCausal, window with
+// a mask: C alone, asked on descriptions, Core.attentionRules,
+// sdpa_check_described; test_validation.c holds that entry to sdpa_custom).
+// Here of customSdpa: what both layers check: out's aliasing (JS sees foreign
+// ArrayBuffers, C has addresses), a bool tensor (E_DTYPE), a negative
+// startPos, dropoutP, scale and softcap (JS prints the JS number, C a float32).
 //
 // Not here, because only JS can see them (docs/CONTRACT.md section 2, "The C
 // layer ..."): JS types and missing arguments, unknown options, dims entries
@@ -210,16 +212,6 @@ function viaC(kind, which, args) {
         st = M._sdpa_kv_cache_keep_rows(core.ctx, cache, s, p, list.length);
         break;
       }
-      case 'create': case 'plan': {
-        const g = { batch: 1, window: 0, sinkTokens: 0, dtype: 'float32', maxSeqLen: 0x7fffffff - 65536, ...args[0] };
-        const dt = { float32: 1, float16: 3, int8: 4 }[g.dtype] ?? 0;
-        const at = malloc(40);
-        st = kind === 'create'
-          ? M._sdpa_kv_cache_create_windowed(core.ctx, g.batch, g.maxSeqLen, g.numKvHeads, g.headDim, dt, g.window, g.sinkTokens, at)
-          : M._sdpa_kv_cache_plan(core.ctx, g.batch, g.maxSeqLen, g.numKvHeads, g.headDim, dt, g.window, g.sinkTokens, args[1] ?? g.maxSeqLen, at);
-        if (kind === 'create' && st === 0) M._sdpa_kv_cache_free(u32()[at >>> 2]);
-        break;
-      }
       default: throw new Error(kind);
     }
   } finally { freeAll(); }
@@ -240,8 +232,6 @@ function viaJS(kind, which, args) {
       case 'keepRows': cache.keepRows(...args); break;
       case 'stepMany': sdpa.stepMany(args.map(([w, qx, kx, vx, o]) => ({ cache: J[w], q: qx, k: kx, v: vx, ...o }))); break;
       case 'many': sdpa.attendMany(args.map(([w, qx, o]) => ({ cache: J[w], q: qx, ...o }))); break;
-      case 'create': sdpa.createKVCache(...args).dispose(); break;
-      case 'plan': sdpa.kvCacheSize(...args); break;
       default: throw new Error(kind);
     }
   } catch (e) {
@@ -312,7 +302,6 @@ test('E_ARG: aliasing, inputs in cache storage, window with a mask, the windowed
     ['windowed cache step: a mask', 'step', 'win', () => [wq(), wkv(), wkv(), WIN_ROWS, { attnMask: t([1, 8], 0) }], 'E_ARG'],
     ['windowed cache step: isCausal false', 'step', 'win', () => [wq(), wkv(), wkv(), WIN_ROWS, { isCausal: false }], 'E_ARG'],
     ['windowed cache step: window and mask (window first)', 'step', 'win', () => [wq(), wkv(), wkv(), WIN_ROWS, { window: 2, attnMask: t([1, 8], 0) }], 'E_ARG'],
-    ['createKVCache: sinkTokens without window', 'create', null, () => [{ maxSeqLen: 8, numKvHeads: 2, headDim: 8, sinkTokens: 2 }], 'E_ARG'],
   ]);
   hq.dispose(); heapOut.dispose();
 });
@@ -354,16 +343,6 @@ test('E_DIMS', () => {
     ['step: query and key lengths differ', 'step', 'plain', () => [cq(2), ckv(1), ckv(1), 4], 'E_DIMS'],
     ['step: lengths differ beats a far startPos', 'step', 'plain', () => [cq(2), ckv(1), ckv(1), 9, {}], 'E_DIMS'],
     ['read length 0', 'read', 'plain', () => [0, 0], 'E_DIMS'],
-    ['createKVCache maxSeqLen 0', 'create', null, () => [{ maxSeqLen: 0, numKvHeads: 2, headDim: 8 }], 'E_DIMS'],
-    ['createKVCache batch -1', 'create', null, () => [{ batch: -1, maxSeqLen: 8, numKvHeads: 2, headDim: 8 }], 'E_DIMS'],
-    ['createKVCache headDim -3', 'create', null, () => [{ maxSeqLen: 8, numKvHeads: 2, headDim: -3 }], 'E_DIMS'],
-    ['createKVCache numKvHeads -2', 'create', null, () => [{ maxSeqLen: 8, numKvHeads: -2, headDim: 8 }], 'E_DIMS'],
-    ['createKVCache maxSeqLen past the key index', 'create', null, () => [{ maxSeqLen: 0x7fffffff, numKvHeads: 2, headDim: 8 }], 'E_DIMS'],
-    ['createKVCache maxSeqLen past the key index and a bad dtype', 'create', null, () => [{ maxSeqLen: 0x7fffffff, numKvHeads: 2, headDim: 8, dtype: 'bfloat16' }], 'E_DIMS'],
-    ['createKVCache window -1', 'create', null, () => [{ maxSeqLen: 8, numKvHeads: 2, headDim: 8, window: -1 }], 'E_DIMS'],
-    ['createKVCache sinkTokens -1', 'create', null, () => [{ numKvHeads: 2, headDim: 8, window: 4, sinkTokens: -1 }], 'E_DIMS'],
-    ['createKVCache window past the key index', 'create', null, () => [{ numKvHeads: 2, headDim: 8, window: 0x7fff0000 }], 'E_DIMS'],
-    ['kvCacheSize rows -1', 'plan', null, () => [PLAIN, -1], 'E_DIMS'],
   ]);
   heapOut.dispose(); heapOut2.dispose();
 });
@@ -390,7 +369,6 @@ test('E_BATCH, E_HEADS, E_HEAD_DIM, E_KV_LEN', () => {
     ['update key heads, [B, H, S, D] hint', 'update', 'plain', () => [t([1, 2, 1, 8]), t([1, 2, 1, 8]), 4], 'E_HEADS'],
     ['update heads beat a far startPos', 'update', 'plain', () => [t([1, 1, 3, 8]), t([1, 1, 3, 4]), 8], 'E_HEADS'],
     ['attend query 3 heads over 2', 'attend', 'plain', () => [t([1, 1, 3, 8]), { startPos: 3 }], 'E_HEADS'],
-    ['createKVCache numKvHeads 0', 'create', null, () => [{ maxSeqLen: 8, numKvHeads: 0, headDim: 8 }], 'E_HEADS'],
     ['update key D', 'update', 'plain', () => [t([1, 1, 2, 4]), t([1, 1, 2, 4]), 4], 'E_HEAD_DIM'],
     ['attend query D', 'attend', 'plain', () => [t([1, 1, 4, 4]), { startPos: 3 }], 'E_HEAD_DIM'],
     ['update lengths', 'update', 'plain', () => [ckv(2), ckv(1), 4], 'E_KV_LEN'],
@@ -423,7 +401,6 @@ test('E_CAPACITY', () => {
     ['append past the end', 'update', 'plain', () => [ckv(5), ckv(5)], 'E_CAPACITY'],
     ['step past the end', 'step', 'plain', () => [cq(5), ckv(5), ckv(5), 4, { isCausal: true }], 'E_CAPACITY'],
     ['step past the end with a mask', 'step', 'plain', () => [cq(5), ckv(5), ckv(5), 4, { attnMask: t([5, 8], 0) }], 'E_CAPACITY'],
-    ['kvCacheSize rows past maxSeqLen', 'plan', null, () => [PLAIN, 9], 'E_CAPACITY'],
   ]);
 });
 
@@ -496,7 +473,7 @@ test('rotary', () => {
 });
 
 test('every case agreed', () => {
-  assert.ok(cases === 126, `${cases} cases`);
+  assert.ok(cases === 113, `${cases} cases`);
   console.log(`  parity: ${cases} rule cases, JS and C agree on code and message`);
 });
 

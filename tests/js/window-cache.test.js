@@ -140,6 +140,13 @@ test('windowed-cache rules: typed errors, and a rejected call changes nothing', 
   expectError(() => sdpa.createKVCache({ maxSeqLen: 64, numKvHeads: H, headDim: D, sinkTokens: 2 }), 'E_ARG', [/sinkTokens/, /window/]);
   expectError(() => sdpa.createKVCache({ numKvHeads: H, headDim: D, window: -3 }), 'E_DIMS', [/window/]);
   expectError(() => sdpa.createKVCache({ numKvHeads: H, headDim: D, window: 8, sinkTokens: 1.5 }), 'E_DIMS', [/sinkTokens/]);
+  // a bad window with sinkTokens: the window's rule, in createKVCache's words (not kvCacheSize's, not "no window")
+  for (const window of [-1, 0, 1.5, 2 ** 31]) {
+    for (const make of [(c) => sdpa.createKVCache(c), (c) => sdpa.createKVCacheGroup([c])]) {
+      const e = expectError(() => make({ maxSeqLen: 8, numKvHeads: H, headDim: D, window, sinkTokens: 5 }), 'E_DIMS', [/window is /]);
+      assert.not.match(e.message, /kvCacheSize|no window/);
+    }
+  }
   expectError(() => sdpa.createKVCache({ numKvHeads: H, headDim: D }), 'E_ARG', [/maxSeqLen/]);
   const W = 70, S = 5, rand = rng(3);
   const cache = sdpa.createKVCache({ numKvHeads: H, headDim: D, window: W, sinkTokens: S });
