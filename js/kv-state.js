@@ -121,7 +121,7 @@ function readSave(fn, cache, hooks, opts, allowed) {
   const into = allowed === SAVE_OPTIONS ? checkSaveInto(ck, o.into) : null;
   hooks.checkAlive(cache, ck);
   const st = hooks.state(cache);
-  const [start, length] = checkSaveRows(ck, st.geo, o.start, o.length, st.alive ? st.length : -1, st.windowStart);
+  const [start, length] = checkSaveRows(ck, st, o.start, o.length);
   ck.done();
   return { start, length, meta, chunkBytes, signal, into, ptr: st.ptr };
 }
@@ -337,7 +337,7 @@ function groupSavers(fn, group, layers, hooks, opts, allowed) {
     ck.prefix = `layer ${i}: `;
     hooks.checkAlive(c, ck);
     const st = hooks.state(c);
-    const [start, length] = checkSaveRows(ck, st.geo, o.start, o.length, st.alive ? st.length : -1, st.windowStart);
+    const [start, length] = checkSaveRows(ck, st, o.start, o.length);
     return { start, length, ptr: st.ptr };
   });
   ck.prefix = '';

@@ -11,7 +11,7 @@ import { SdpaError, codeRank } from './errors.js';
 import { memoryOwner } from './heap.js';
 import { prod, fmtDims, fmtRows, INT32_MAX } from './shape.js';
 import { describeValue, readOptions, readDims, dimsLabel, readInt32List } from './snapshot.js';
-import { CACHE_DTYPES, CHECK_OP } from './abi.js';
+import { CACHE_DTYPES, CHECK_OP, ROWS_OP } from './abi.js';
 
 // ---------------------------------------------------------------------------
 // Collecting checks
@@ -748,30 +748,34 @@ export function checkChunkBytes(ck, value) {
 }
 
 /**
- * save's rows (src/cache/kv_state.c check_save has the same words): start,
- * length (default: the rest of the rows written); `written` the cache's
- * length (-1 once disposed: only the types are checked), windowStart its
- * first kept row after the sinks. Returns [start, length] (nulls when invalid).
+ * save's rows (save, saveChunks, saveStream and the group's, for each
+ * layer): start (default 0), length (default: the rest of the rows written).
+ * JS checks what only it sees: the values' JS types and that they are
+ * integers; their ranges and the rows written (a windowed cache's evicted
+ * rows too) are C's alone (check.c sdpa_check_cache_save_rows, the rules of
+ * sdpa_kv_save_begin), asked through Core.rowRules (ROWS_OP.save) before
+ * anything is made. `st`: hooks.state's { core, geo, alive, length,
+ * windowStart }; a disposed cache has no rows written, so C is asked only
+ * about the values' own rules (described with length -1). A value JS
+ * rejected goes to C as 0 (its failure, already added, outranks whatever C
+ * says of that stand-in). Returns [start, length] (nulls when JS rejected them).
  */
-export function checkSaveRows(ck, geo, start, length, written, windowStart) {
-  const s = checkStartPos(ck, start, 'start');
-  let n;
-  if (length === undefined || length === null) {
-    n = s !== null && written >= 0 ? Math.max(written - s, 0) : 0;
-  } else if (typeof length !== 'number') {
-    ck.add('E_ARG', `length must be a number, got ${describeValue(length)}`); n = null;
-  } else if (!Number.isSafeInteger(length) || length < 0 || length > INT32_MAX) {
-    ck.add('E_DIMS', `length is ${length}; expected a non-negative integer`); n = null;
-  } else {
-    n = length;
-  }
-  if (s === null || n === null || written < 0) return [s, n];
-  const end = s + n;
-  if (end > written || s > written) {
-    ck.add('E_CAPACITY', `rows ${s} .. ${Math.max(end, s + 1) - 1} are past the ${fmtRows(written)} written (cache.length); a save holds written rows only`);
-  } else if (geo.window && end > geo.sinkTokens && end < windowStart) {
-    ck.add('E_CAPACITY', `the saved rows would end at row ${end}, inside the evicted rows ${geo.sinkTokens} .. ${windowStart - 1} of the windowed cache; expected an end <= ${geo.sinkTokens} (sink rows only) or >= ${windowStart}`);
-  }
+export function checkSaveRows(ck, st, start, length) {
+  let s = null, n = null;
+  if (start === undefined || start === null) s = 0;
+  else if (typeof start !== 'number') ck.add('E_ARG', `start must be a number, got ${describeValue(start)}`);
+  else if (!Number.isSafeInteger(start)) ck.add('E_START_POS', `start is ${start}; expected a non-negative integer`);
+  else s = start;
+  // (the default: the rest of the rows written from start, when start is a row)
+  if (length === undefined || length === null) n = s !== null && s >= 0 && st.alive ? Math.max(st.length - s, 0) : 0;
+  else if (typeof length !== 'number') ck.add('E_ARG', `length must be a number, got ${describeValue(length)}`);
+  else if (!Number.isSafeInteger(length)) ck.add('E_DIMS', `length is ${length}; expected a non-negative integer`);
+  else n = length;
+  const g = st.geo;
+  const described = st.alive
+    ? { maxSeqLen: g.maxSeqLen, window: g.window, sinkTokens: g.sinkTokens, length: st.length, windowStart: st.windowStart }
+    : { maxSeqLen: g.maxSeqLen, window: 0, sinkTokens: 0, length: -1, windowStart: 0 };
+  st.core.rowRules(ck, ROWS_OP.save, described, s ?? 0, n ?? 0);
   return [s, n];
 }
 

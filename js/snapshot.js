@@ -469,6 +469,8 @@ export function readSaveMeta(ck, meta) {
   }
   if (json === undefined) { ck.add('E_ARG', `meta must be a JSON value, got ${describeValue(meta)}`); return null; }
   const bytes = utf8.encode(json);
+  // Written in both languages, one wording (kv_state.c check_save is C callers' check): the bytes
+  // are JS's own snapshot of meta, refused before the save makes anything.
   if (bytes.length > MAX_META_BYTES) { ck.add('E_ARG', `meta is ${bytes.length} bytes as JSON; at most ${MAX_META_BYTES}`); return null; }
   return bytes;
 }

@@ -550,15 +550,18 @@ static sdpa_status check_rows_described(sdpa_ctx * ctx, int32_t op, int32_t max_
     static const char fn[] = "sdpa_kv_check_rows";
     const double exact = 9007199254740992.0;  /* 2^53 */
     int64_t s = 0, rows = 0, tail = 0;
-    if (op < SDPA_ROWS_READ || op > SDPA_ROWS_KEEP)
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: op is %d; expected SDPA_ROWS_READ, SDPA_ROWS_TRUNCATE or SDPA_ROWS_KEEP", fn, op);
-    if (max_seq_len <= 0 || window < 0 || sink_tokens < 0 || length < 0 || length > max_seq_len ||
+    if (op < SDPA_ROWS_READ || op > SDPA_ROWS_SAVE)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: op is %d; expected SDPA_ROWS_READ, SDPA_ROWS_TRUNCATE, SDPA_ROWS_KEEP or SDPA_ROWS_SAVE", fn, op);
+    /* (a save may describe a cache that is gone: length -1, its rows unknown) */
+    const bool gone = op == SDPA_ROWS_SAVE && length == -1;
+    if (max_seq_len <= 0 || window < 0 || sink_tokens < 0 || (length < 0 && !gone) || length > max_seq_len ||
         window_start < 0 || window_start > max_seq_len)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: no cache has maxSeqLen %d, window %d, sinkTokens %d, length %d, windowStart %d",
                          fn, max_seq_len, window, sink_tokens, length, window_start);
-    if (!whole_in(start, 0, exact, &s) ||
+    if ((op != SDPA_ROWS_SAVE && !whole_in(start, 0, exact, &s)) ||
         (op == SDPA_ROWS_READ && !whole_in(n, 1, exact, &rows)) ||
-        (op == SDPA_ROWS_KEEP && (!whole_in(n, 0, INT32_MAX, &rows) || !whole_in(last, 0, INT32_MAX, &tail))))
+        (op == SDPA_ROWS_KEEP && (!whole_in(n, 0, INT32_MAX, &rows) || !whole_in(last, 0, INT32_MAX, &tail))) ||
+        (op == SDPA_ROWS_SAVE && (!whole_in(start, -exact, exact, &s) || !whole_in(n, -exact, exact, &rows))))
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: start %g, n %g, last %g are not the counts op %d takes", fn, start, n, last, op);
     /* the rules read only these fields of a cache */
     sdpa_kv_cache c;
@@ -572,6 +575,7 @@ static sdpa_status check_rows_described(sdpa_ctx * ctx, int32_t op, int32_t max_
     switch (op) {
         case SDPA_ROWS_READ: st = sdpa_check_cache_rows(ctx, "", &c, s, rows); break;
         case SDPA_ROWS_TRUNCATE: st = sdpa_check_cache_truncate(ctx, "", &c, s); break;
+        case SDPA_ROWS_SAVE: st = sdpa_check_cache_save_rows(ctx, "", gone ? NULL : &c, s, rows); break;
         default: st = sdpa_check_cache_keep_span(ctx, "", &c, s, (int32_t)rows, tail); break;
     }
     return st;

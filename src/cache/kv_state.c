@@ -107,22 +107,17 @@ struct sdpa_kv_saver {
     unsigned char trailer[4];
 };
 
-/* The save's rules, in the table's order (js/rules.js checkSaveRows has the same words). */
+/* The save's rules, in the table's order. Its rows are check.c's
+ * sdpa_check_cache_save_rows, which the JS package asks first (through
+ * sdpa_kv_check_rows, SDPA_ROWS_SAVE), so they are written there only. The
+ * meta's size is also JS's (snapshot.js readSaveMeta, the same words): JS
+ * makes the bytes (JSON.stringify, its snapshot of meta) and rejects them
+ * before it makes anything; C callers hand their own bytes here. */
 static sdpa_status check_save(sdpa_ctx * ctx, const sdpa_kv_cache * c, int32_t start, int32_t length, size_t meta_bytes) {
     if (!c) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", SAVE_FN);
     if (meta_bytes > SDPA_STATE_MAX_META)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: meta is %zu bytes as JSON; at most %d", SAVE_FN, meta_bytes, SDPA_STATE_MAX_META);
-    if (length < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %d; expected a non-negative integer", SAVE_FN, length);
-    if (start < 0) return sdpa_fail(ctx, SDPA_E_START_POS, "%s: start is %d; expected a non-negative integer", SAVE_FN, start);
-    const int64_t end = (int64_t)start + length;
-    if (end > c->length)
-        return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: rows %d .. %lld are past the %d %s written (cache.length); a save holds written rows only",
-                         SAVE_FN, start, (long long)(end > start ? end : (int64_t)start + 1) - 1, c->length, c->length == 1 ? "row" : "rows");
-    if (c->window && end > c->sink_tokens && end < c->window_start)
-        return sdpa_fail(ctx, SDPA_E_CAPACITY,
-                         "%s: the saved rows would end at row %lld, inside the evicted rows %d .. %d of the windowed cache; expected an end <= %d (sink rows only) or >= %d",
-                         SAVE_FN, (long long)end, c->sink_tokens, c->window_start - 1, c->sink_tokens, c->window_start);
-    return SDPA_OK;
+    return sdpa_check_cache_save_rows(ctx, SAVE_FN, c, start, length);
 }
 
 sdpa_status sdpa_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start, int32_t length,

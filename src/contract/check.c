@@ -918,6 +918,26 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int64_t bat
     return SDPA_OK;
 }
 
+sdpa_status sdpa_check_cache_save_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c,
+                                       int64_t start, int64_t length) {
+    if (length < 0 || length > INT32_MAX)
+        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a non-negative integer", fn, (long long)length);
+    if (start < 0) return sdpa_fail(ctx, SDPA_E_START_POS, "%s: start is %lld; expected a non-negative integer", fn, (long long)start);
+    if (!c) return SDPA_OK;
+    const int64_t end = start + length;
+    if (end > c->length) {
+        /* the last row as JS prints it: past 2^53 its sums round (exact for C's int32 callers) */
+        const double after = (double)start + (double)length, next = (double)start + 1.0;
+        return sdpa_fail(ctx, SDPA_E_CAPACITY, "%s: rows %lld .. %.0f are past the %s written (cache.length); a save holds written rows only",
+                         fn, (long long)start, (after > next ? after : next) - 1.0, ROWS(c->length));
+    }
+    if (c->window && end > c->sink_tokens && end < c->window_start)
+        return sdpa_fail(ctx, SDPA_E_CAPACITY,
+                         "%s: the saved rows would end at row %lld, inside the evicted rows %d .. %d of the windowed cache; expected an end <= %d (sink rows only) or >= %d",
+                         fn, (long long)end, c->sink_tokens, c->window_start - 1, c->sink_tokens, c->window_start);
+    return SDPA_OK;
+}
+
 sdpa_status sdpa_check_cache_plan_rows(sdpa_ctx * ctx, const char * fn, int32_t max_seq_len, int64_t rows) {
     if (rows < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: rows is %lld; expected a non-negative integer", fn, (long long)rows);
     if (rows > max_seq_len)

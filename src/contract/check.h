@@ -91,6 +91,15 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int64_t bat
                                     int32_t key_dtype, int32_t value_dtype, int64_t window, int64_t sink_tokens,
                                     const void * out_cache);
 
+/* save's rows start .. start+length-1 (sdpa_kv_save_begin): the values'
+ * own rules, then rows written only, and a windowed cache's save ends at or
+ * before its sink rows or at or past window_start. cache NULL: a cache that
+ * is gone (sdpa_kv_check_rows' description with length -1), whose rows are
+ * unknown: the values' own rules only. int64: what sdpa_kv_check_rows hands
+ * on from a JS number. */
+sdpa_status sdpa_check_cache_save_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                       int64_t start, int64_t length);
+
 /* kvCacheSize's rows: 0 .. max_seq_len (a geometry already checked). */
 sdpa_status sdpa_check_cache_plan_rows(sdpa_ctx * ctx, const char * fn, int32_t max_seq_len, int64_t rows);
 

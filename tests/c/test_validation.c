@@ -1097,6 +1097,24 @@ static void test_check_rows(void) {
                 got = sdpa_kv_check_rows(SDPA_ROWS_KEEP, MAXLEN, win, sinks, len, ws, s0, m, list[m - 1], msg, sizeof msg);
                 if (got != SDPA_OK) same_as_entry(desc, sdpa_kv_cache_keep_rows(g_ctx, c, s0, list, m), "KVCache.keepRows", got, msg);
             }
+            /* save(start, length): every pair of the grid and a negative start or length (a save that
+             * passes only forks the cache) */
+            for (int j = -1; j < G; j++) {
+                const int32_t n = j < 0 ? -1 : grid[j];
+                for (int neg = 0; neg < 2; neg++) {
+                    const int32_t start = neg ? -1 - s0 : s0;
+                    snprintf(desc, sizeof desc, "check_rows %s save(%d, %d)", windowed ? "windowed" : "plain", start, n);
+                    got = sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, win, sinks, len, ws, start, n, 0, msg, sizeof msg);
+                    sdpa_kv_saver * sv = NULL;
+                    same_as_entry(desc, sdpa_kv_save_begin(g_ctx, c, start, n, NULL, 0, &sv), "KVCache.save", got, msg);
+                    sdpa_kv_save_free(sv);
+                    /* a cache that is gone: the values' own rules only */
+                    const sdpa_status gone = sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, 0, 0, -1, 0, start, n, 0, msg, sizeof msg);
+                    g_cases++;
+                    TU_CHECK(gone == (n < 0 ? SDPA_E_DIMS : start < 0 ? SDPA_E_START_POS : SDPA_OK), "%s, a cache that is gone: %s '%s'",
+                             desc, sdpa_status_code(gone), msg);
+                }
+            }
             snprintf(desc, sizeof desc, "check_rows %s keep(%d, [])", windowed ? "windowed" : "plain", s0);
             got = sdpa_kv_check_rows(SDPA_ROWS_KEEP, MAXLEN, win, sinks, len, ws, s0, 0, 0, msg, sizeof msg);
             if (got != SDPA_OK) same_as_entry(desc, sdpa_kv_cache_keep_rows(g_ctx, c, s0, NULL, 0), "KVCache.keepRows", got, msg);
@@ -1114,6 +1132,16 @@ static void test_check_rows(void) {
         TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, 0, 0, MAXLEN + 1, 0, 0, 1, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: length > maxSeqLen");
         TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, 0, 0, 0, 0, 0.5, 1, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: start 0.5");
         TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, 0, 0, 0, 0, 4294967296.0, 1, 0, NULL, 0) == SDPA_E_CAPACITY, "check_rows: start 2^32");
+        /* save's values past int32 (a JS number): in words, not wrapped */
+        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, 0, 0, 0, 0, 0, 2147483648.0, 0, msg, sizeof msg) == SDPA_E_DIMS &&
+                 strcmp(msg, "length is 2147483648; expected a non-negative integer") == 0, "check_rows: save length 2^31: '%s'", msg);
+        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, 0, 0, -1, 0, -9007199254740991.0, 2147483648.0, 0, msg, sizeof msg) == SDPA_E_DIMS,
+                 "check_rows: save of a cache that is gone, length 2^31: '%s'", msg);
+        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, 0, 0, 0, 0, 4294967296.0, 0, 0, msg, sizeof msg) == SDPA_E_CAPACITY &&
+                 strcmp(msg, "rows 4294967296 .. 4294967296 are past the 0 rows written (cache.length); a save holds written rows only") == 0,
+                 "check_rows: save start 2^32: '%s'", msg);
+        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, 0, 0, 0, 0, 0.5, 0, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: save start 0.5");
+        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, 0, 0, -1, 0, 0, 1, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: length -1 is a save's only");
         free(rows);
         free(out);
         sdpa_kv_cache_free(c);
