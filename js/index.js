@@ -132,7 +132,7 @@ function attentionEntries(core) {
     checkLive(ck, V);
     checkLiveOptions(ck, o);
     const sp = checkStartPos(ck, o.startPos, 'startPos');
-    const P = checkCustom(core, ck, o, sp, Q, K, V);
+    const P = checkCustom(core, ck, o, sp, Q, K, V, fn === 'customSdpa');
     ck.done();
     return core.runAttention(fn, P, sp, K, V, callCustom);
   }

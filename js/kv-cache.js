@@ -12,17 +12,17 @@
 // A windowed cache (createKVCache({ window, sinkTokens })) keeps the first
 // sinkTokens rows and a ring of pages for the last window + 64 rows or more:
 // positions keep counting, memory stays flat. Its extra rules (evicted rows,
-// causal only) are checked here too, from its windowStart read just before.
+// causal only) are C's (src/contract/check.c), asked on a description of the
+// call with its windowStart read just before (Core.attentionRules).
 
 import {
-  Checks, checkStartPos, checkAttention, checkCacheWrite, checkOutAliasing, checkCacheAttention,
-  cacheDescriptor, CUSTOM_OPTIONS, STEP_OPTIONS, checkWriteStart, checkImpliedStart, checkStepRows,
-  checkCacheRows, checkCacheTruncate, ATTEND_OPTIONS, checkKeepRows, UPDATE_OPTIONS, checkRotary,
+  Checks, checkStartPos, checkBool, readAttentionOptions, regionOf, overlaps, CUSTOM_OPTIONS, STEP_OPTIONS,
+  checkWriteStart, checkImpliedStart, checkCacheRows, checkCacheTruncate, ATTEND_OPTIONS, checkKeepRows, UPDATE_OPTIONS,
 } from './rules.js';
 import { readOptions, inspectTensor, checkLive, checkLiveOptions } from './snapshot.js';
-import { SLOT } from './runtime.js';
-import { RECORD_PARTS, ROWS_OP } from './abi.js';
-import { prod } from './shape.js';
+import { SLOT, ROTARY_INLINE_POSITIONS } from './runtime.js';
+import { RECORD_PARTS, ROWS_OP, CHECK_OP, DESCRIBED } from './abi.js';
+import { prod, INT32_MAX } from './shape.js';
 import { typedArrayTag, isArray } from './intrinsics.js';
 import { saveCache, saveCacheChunks, saveCacheStream, releaseSaves } from './kv-state.js';
 
@@ -70,7 +70,6 @@ export class KVCache {
   #core;
   #ptr;
   #geo;
-  #kv;
   #disposed = false;
   #callAttend;
   #callStep;
@@ -80,7 +79,6 @@ export class KVCache {
     this.#core = core;
     this.#ptr = ptr;
     this.#geo = Object.freeze({ ...geo });
-    this.#kv = cacheDescriptor(geo);
     // The C calls of attend and step, made once (runAttention passes the mask slot, or 0).
     this.#callAttend = (mask) => {
       const s = core.scratch;
@@ -164,9 +162,10 @@ export class KVCache {
     checkLiveOptions(ck, o);
     const length = this.#writtenOrUnknown();
     const sp = checkWriteStart(ck, startPos, length);
-    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, this.#windowStartOf());
-    const rot = checkRotary(ck, o.R, this.#geo, null, sp, W.Snew, 'key');
+    const P = { Q: null, M: null, O: null, S: null, T: null, R: o.R, isCausal: false, scale: null, window: 0, softcap: 0 };
+    this.#rules(ck, CHECK_OP.update, P, sp, K, V, length, this.#windowStartOf(), true);
     ck.done();
+    const W = { K, V }, rot = P.rot;
     const c = this.#core;
     c.warnStaleInputs(W.K, W.V, null);
     // Addresses inside wasm memory first, then temporaries (see Core.addressOf).
@@ -178,7 +177,7 @@ export class KVCache {
       if (vp === -1) vp = tv = c.copyIn(W.V, fn);
       c.writeTensor(SLOT.k, kp, W.K.len, 'float32', W.K.dims);
       c.writeTensor(SLOT.v, vp, W.V.len, 'float32', W.V.dims);
-      c.check(c.M._sdpa_kv_cache_update_rotary(c.ctx, this.#ptr, c.slot('k'), c.slot('v'), sp, ra), fn);
+      c.check(c.M._sdpa_kv_cache_update_rotary(c.ctx, this.#ptr, c.slot('k'), c.slot('v'), sp, ra), fn, P.fast);
     } finally {
       c.free(tk); c.free(tv);
       for (const p of temps) c.free(p);
@@ -196,7 +195,7 @@ export class KVCache {
     const Q = inspectTensor(ck, 'query', q, 'input');
     const o = readOptions(ck, opts, ATTEND_OPTIONS);
     // state, then the rules (the same as an attendMany item's)
-    const { P, sp } = this.#checkAttendItem(ck, Q, o);
+    const { P, sp } = this.#checkAttendItem(ck, Q, o, true);
     ck.done();
     return this.#core.runAttention(fn, P, sp, null, null, this.#callAttend);
   }
@@ -221,7 +220,7 @@ export class KVCache {
     const V = inspectTensor(ck, 'value', v, 'input');
     const o = readOptions(ck, opts, STEP_OPTIONS, STEP_MISPLACED);
     // state, then the rules (the same as a stepMany item's)
-    const { P, sp, K: Kw, V: Vw } = this.#checkStepItem(ck, Q, K, V, startPos, o);
+    const { P, sp, K: Kw, V: Vw } = this.#checkStepItem(ck, Q, K, V, startPos, o, true);
     ck.done();
     return this.#core.runAttention(fn, P, sp, Kw, Vw, this.#callStep);
   }
@@ -376,7 +375,7 @@ export class KVCache {
   }
 
   /** step's state and rules for a snapshot (Q, K, V, startPos, o); returns { P, sp, ptr, K, V }. */
-  #checkStepItem(ck, Q, K, V, startPos, o) {
+  #checkStepItem(ck, Q, K, V, startPos, o, single = false) {
     this.#checkAlive(ck);
     checkLive(ck, Q);
     checkLive(ck, K);
@@ -384,37 +383,113 @@ export class KVCache {
     checkLiveOptions(ck, o);
     const length = this.#writtenOrUnknown();
     const sp = checkWriteStart(ck, startPos, length);
-    const windowStart = this.#windowStartOf();
-    const W = checkCacheWrite(ck, this.#geo, K, V, sp, length, windowStart);
-    // (startPos null: the bound startPos + Sq <= maxSeqLen is the write's E_CAPACITY)
-    const P = checkAttention(ck, o, null, Q, this.#kv, this.#kv);
-    checkCacheAttention(ck, P, this.#geo, length, windowStart, sp, false);
-    this.#checkRotaryOf(ck, P, o, sp);
-    checkOutAliasing(ck, P.O, W.K);
-    checkOutAliasing(ck, P.O, W.V);
-    checkStepRows(ck, P, W, this.#geo);
-    return { P, sp, ptr: this.#ptr, K: W.K, V: W.V };
+    const P = this.#plan(ck, Q, o);
+    this.#rules(ck, CHECK_OP.step, P, sp, K, V, length, this.#windowStartOf(), single);
+    return { P, sp, ptr: this.#ptr, K, V };
   }
 
   /** attend's state and rules for a snapshot (Q, o); returns { P, sp, ptr }. */
-  #checkAttendItem(ck, Q, o) {
+  #checkAttendItem(ck, Q, o, single = false) {
     this.#checkAlive(ck);
     checkLive(ck, Q);
     checkLiveOptions(ck, o);
     let sp;
     if (o.startPos === undefined || o.startPos === null) sp = checkImpliedStart(ck, Q, o.M !== null, this.#alive() ? this.length : -1);
     else sp = checkStartPos(ck, o.startPos, 'startPos');
-    const P = checkAttention(ck, o, sp, Q, this.#kv, this.#kv);
-    checkCacheAttention(ck, P, this.#geo, this.#writtenOrUnknown(), this.#windowStartOf(), sp, true);
-    this.#checkRotaryOf(ck, P, o, sp);
+    const P = this.#plan(ck, Q, o);
+    this.#rules(ck, CHECK_OP.attend, P, sp, null, null, this.#writtenOrUnknown(), this.#windowStartOf(), single);
     return { P, sp, ptr: this.#ptr };
   }
 
-  /** The rotary rules of an attend or a step (q rows at sp + i) onto P: P.rot, and its tables as P.RC, P.RS for the rules between items. */
-  #checkRotaryOf(ck, P, o, sp) {
-    P.rot = checkRotary(ck, o.R, this.#geo, P.O, sp, P.Sq, 'query');
-    P.RC = o.R === null ? null : o.R.C;
-    P.RS = o.R === null ? null : o.R.S;
+  /**
+   * An attend's or a step's plan: its tensors and the option values C is
+   * given (readAttentionOptions: their JS-only rules; attention over a cache
+   * is causal by default), rotary's tables as P.RC, P.RS for the rules
+   * between items.
+   */
+  #plan(ck, Q, o) {
+    const { isCausal, scale, window, softcap } = readAttentionOptions(ck, o, true);
+    return {
+      Q, M: o.M, O: o.O, S: o.S, T: o.T, R: o.R, isCausal, scale, window, softcap,
+      RC: o.R === null ? null : o.R.C, RS: o.R === null ? null : o.R.S, rot: null,
+    };
+  }
+
+  /** Whether every tensor of the call is a live heap tensor of this instance (out: given, when `out`). */
+  #heapOnly(P, K, V, out) {
+    const core = this.#core;
+    const mine = (d) => d === null || (d.heap !== null && d.heap.rt === core && !d.heap.disposed);
+    const R = P.R;
+    return mine(P.Q) && mine(K) && mine(V) && mine(P.M) && mine(P.S) && mine(P.T) && (out ? P.O !== null && mine(P.O) : true) &&
+      (R === null || (mine(R.C) && mine(R.S) && (R.positions === null || R.positions.length <= ROTARY_INLINE_POSITIONS)));
+  }
+
+  /**
+   * A cache call's relational rules, C's alone (Core.attentionRules: the
+   * op's check on descriptions, before anything is copied), given what only
+   * JS sees: which inputs out overlaps (regionOf: foreign ArrayBuffers),
+   * rotary.interleaved's JS type and rotary.positions' entries (caller data,
+   * not in wasm memory), each told to C in its place in the order (judged,
+   * with JS's words). P.rot: the rotary block's tables, for putRotary.
+   *
+   * `single` (a call of its own, not an item of attendMany / stepMany): when
+   * no JS rule failed and every tensor is a heap tensor of this instance
+   * (out given, rotary.positions that fit the rotary block inline), the real
+   * call copies and allocates nothing before its own check, which is the
+   * same check.c functions on the same tensors (their addresses are the
+   * regions JS would compare): P.fast, and the call's one C check decides
+   * (a decode step makes one wasm call for its rules and its work).
+   */
+  #rules(ck, op, P, sp, K, V, length, windowStart, single) {
+    const R = P.R;
+    let judged = 0, words = null, over = 0;
+    P.rot = null;
+    P.fast = false;
+    if (R !== null) {
+      const tmp = new Checks('');
+      const interleaved = checkBool(tmp, R.interleaved, 'rotary.interleaved');
+      if (tmp.first !== null) {
+        judged |= DESCRIBED['rotary.interleaved'];
+        (words ??= {})['rotary.interleaved'] = tmp.first.message;
+      }
+      const pos = R.positions, C = R.C;
+      // (written in both: C callers' sdpa_check_cache_* read their positions; JS's are not in wasm memory)
+      if (pos !== null && C !== null && C.dims !== null && C.dims.length > 0 && Number.isSafeInteger(C.dims[0])) {
+        const n = C.dims[0];
+        for (let k = 0; k < pos.length; k++) {
+          if (pos[k] < 0 || pos[k] >= n) {
+            judged |= DESCRIBED['rotary.positions'];
+            (words ??= {})['rotary.positions'] = `rotary.positions[${k}] is ${pos[k]}; expected a position in 0 .. ${n - 1} (the rows of rotary.cos and rotary.sin)`;
+            break;
+          }
+        }
+      }
+      P.rot = { C: R.C, S: R.S, interleaved, positions: pos };
+    }
+    // (sp within int32: update's C entry takes it as an int32)
+    if (single && judged === 0 && ck.first === null && sp !== null && sp <= INT32_MAX && this.#heapOnly(P, K, V, op !== CHECK_OP.update)) {
+      P.fast = true;
+      return;
+    }
+    const ro = P.O ? regionOf(P.O) : null;
+    if (ro !== null) {
+      const hit = (x, name) => { if (x && overlaps(ro, regionOf(x))) over |= DESCRIBED[name]; };
+      hit(P.Q, 'query');
+      hit(P.M, 'attnMask');
+      hit(P.S, 'sinks');
+      hit(P.T, 'treeMask');
+      hit(K, 'key');
+      hit(V, 'value');
+      if (R !== null) {
+        hit(R.C, 'rotary.cos');
+        hit(R.S, 'rotary.sin');
+      }
+    }
+    P.judged = judged;
+    P.words = words;
+    P.overlaps = over;
+    // (JS asks; the real call's own check then passes: the same rules on the same answers)
+    this.#core.attentionRules(ck, op, P, sp, K, V, { geo: this.#geo, length, windowStart });
   }
 
   /**

@@ -200,7 +200,7 @@ export function checkMaskCausal(ck, M, isCausal) {
 }
 
 // ---------------------------------------------------------------------------
-// The fast op: customSdpa, and the cache's attend / update / step / read
+// The fast op's options: customSdpa, and the cache's attend / update / step
 
 export const CUSTOM_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'out']);
 export const STEP_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'treeMask', 'rotary', 'out']);
@@ -208,67 +208,6 @@ export const STEP_OPTIONS = Object.freeze(['attnMask', 'dropoutP', 'isCausal', '
 export const ATTEND_OPTIONS = Object.freeze(['startPos', 'attnMask', 'dropoutP', 'isCausal', 'scale', 'window', 'softcap', 'sinks', 'treeMask', 'rotary', 'out']);
 /** KVCache.update's. */
 export const UPDATE_OPTIONS = Object.freeze(['rotary']);
-
-// ---------------------------------------------------------------------------
-// Rotary embeddings ({ cos, sin, interleaved, positions }), C's
-// check_rotary (src/contract/check.c) with the same words
-
-const ROTARY_RANK = '2-D [maxPosition, rotaryDim / 2]';
-
-/**
- * A call's rotary rules (C's check_rotary, in its order) for `rows` new rows
- * (-1: unknown) at default positions start .. start + rows - 1, `rowsName`
- * the tensor that has them; `O`: out's descriptor (null for an update).
- * Returns { C, S, interleaved, positions, half } when they hold, else null.
- */
-export function checkRotary(ck, R, geo, O, start, rows, rowsName) {
-  if (R === null) return null;
-  const C = R.C, S = R.S;
-  // E_ARG (missing cos / sin: inspectTensor; their storage: checkLive; a bad interleaved: checkBool,
-  // which outranks every later rule, so the rules below may go on)
-  const interleaved = checkBool(ck, R.interleaved, 'rotary.interleaved');
-  checkOutAliasing(ck, O, C);
-  checkOutAliasing(ck, O, S);
-  if (C === null || S === null) return null;
-  // E_RANK
-  const cr = checkRank(ck, C, RANK_2, ROTARY_RANK);
-  const sr = checkRank(ck, S, RANK_2, ROTARY_RANK);
-  if (!cr || !sr) return null;
-  // E_DIMS
-  const cd = checkDims(ck, C, -1), sd = checkDims(ck, S, -1);
-  if (!cd || !sd) return null;
-  if (S.dims[0] !== C.dims[0] || S.dims[1] !== C.dims[1]) {
-    ck.add('E_DIMS', `rotary.sin has dims ${fmtDims(S.dims)} but rotary.cos has ${fmtDims(C.dims)}; they must be equal`);
-    return null;
-  }
-  const pos = R.positions;
-  if (pos !== null && rows >= 0 && pos.length !== rows) {
-    ck.add('E_DIMS', `rotary.positions has ${pos.length} entries but ${rowsName} has ${fmtRows(rows)}; one position per new row`);
-    return null;
-  }
-  // E_DTYPE (inspectTensor added it)
-  if (C.dtype !== 'float32' || S.dtype !== 'float32') return null;
-  // E_HEAD_DIM
-  const half = C.dims[1];
-  if (2 * half > geo.headDim) {
-    ck.add('E_HEAD_DIM', `rotary.cos has dims ${fmtDims(C.dims)}: rotaryDim 2 * ${half} = ${2 * half} is more than the cache's headDim ${geo.headDim}; rotaryDim must be at most the head dim`);
-    return null;
-  }
-  // E_START_POS
-  const P = C.dims[0];
-  if (pos !== null) {
-    for (let k = 0; k < pos.length; k++) {
-      if (pos[k] < 0 || pos[k] >= P) {
-        ck.add('E_START_POS', `rotary.positions[${k}] is ${pos[k]}; expected a position in 0 .. ${P - 1} (the rows of rotary.cos and rotary.sin)`);
-        return null;
-      }
-    }
-  } else if (rows > 0 && start !== null && start >= 0 && start > P - rows) {
-    ck.add('E_START_POS', `the new rows sit at positions ${start} .. ${start + rows - 1}, but rotary.cos and rotary.sin hold positions 0 .. ${P - 1}; pass longer tables or rotary.positions`);
-    return null;
-  }
-  return { C, S, interleaved, positions: pos, half };
-}
 
 /** window: absent → 0 (none); a positive integer up to 2^31 - 1 (E_ARG otherwise: it is a count, not a size). */
 function checkWindow(ck, value) {
@@ -284,39 +223,6 @@ function checkSoftcap(ck, value) {
   if (typeof value !== 'number') { ck.add('E_ARG', `softcap must be a number, got ${describeValue(value)}`); return 0; }
   if (!fitsFastScale(value)) { ck.add('E_SCALE', `softcap is ${value}; expected a finite number > 0`); return 0; }
   return Math.fround(value);
-}
-
-/** Appended to a message when the dims read the other way round would fit (layoutHint). */
-export const TORCH_LAYOUT = `; the dims look like PyTorch's [B, H, S, D] layout (heads in dim 1): this op takes [B, S, H, D] (in PyTorch: x.transpose(1, 2).contiguous())`;
-
-/**
- * TORCH_LAYOUT when reading dims 1 and 2 of q (and of k/v, unless they are a
- * cache, whose heads are known) the other way round would satisfy the heads
- * rule and, without a mask, the key bound; '' otherwise. Called only where
- * the heads rule or the key bound failed.
- */
-function layoutHint(Q, K, cache, startPos, masked) {
-  const qd = Q.dims, kd = K.dims;
-  if (qd[1] === qd[2] && (cache || kd[1] === kd[2])) return '';  // the same either way
-  const Hq = qd[1], Sq = qd[2];
-  const Hk = cache ? kd[2] : kd[1], Skv = cache ? kd[1] : kd[2];
-  const fits = Hk >= 1 && Hk <= Hq && Hq % Hk === 0 && (masked || startPos === null || startPos + Sq <= Skv);
-  return fits ? TORCH_LAYOUT : '';
-}
-
-const RANK_2 = Object.freeze([2]);
-const RANK_1 = Object.freeze([1]);
-const BSHD = '4-D [B, S, H, D]';
-
-/**
- * The stand-in descriptor of a cache's whole K (and V) for checkAttention:
- * dims [B, maxSeqLen, Hkv, D]. Made once per cache.
- */
-export function cacheDescriptor(geo) {
-  return Object.freeze({
-    name: 'the cache', dims: Object.freeze([geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim]),
-    rank: 4, dtype: 'float32', virtual: true, windowed: geo.window > 0,
-  });
 }
 
 /**
@@ -347,9 +253,22 @@ export function readAttentionOptions(ck, o, cache) {
  * with a mask, comes first). Returns the plan { Q, M, O, S, T, isCausal,
  * scale, window, softcap } for runAttention.
  */
-export function checkCustom(core, ck, o, startPos, Q, K, V) {
+export function checkCustom(core, ck, o, startPos, Q, K, V, single = false) {
   const opts = readAttentionOptions(ck, o, false);
-  const P = { Q, M: o.M, O: o.O, S: o.S, T: null, isCausal: opts.isCausal, scale: opts.scale, window: opts.window, softcap: opts.softcap };
+  const P = {
+    Q, M: o.M, O: o.O, S: o.S, T: null, isCausal: opts.isCausal, scale: opts.scale, window: opts.window, softcap: opts.softcap,
+    fast: false,
+  };
+  // `single`: customSdpa itself (C's messages name it). With no JS rule failed
+  // and every tensor a live heap tensor of this instance (out given), the
+  // real call copies and allocates nothing before its own check, which is
+  // the same one on the same tensors, their addresses the regions JS would
+  // compare: that one C call decides (P.fast).
+  const mine = (d) => d === null || (d.heap !== null && d.heap.rt === core && !d.heap.disposed);
+  if (single && ck.first === null && startPos !== null && P.O !== null && mine(Q) && mine(K) && mine(V) && mine(P.M) && mine(P.S) && mine(P.O)) {
+    P.fast = true;
+    return P;
+  }
   core.attentionRules(ck, CHECK_OP.custom, P, startPos, K, V);
   const O = P.O;
   checkOutAliasing(ck, O, Q);
@@ -360,181 +279,13 @@ export function checkCustom(core, ck, o, startPos, Q, K, V) {
   return P;
 }
 
-/**
- * Checks the attention half of a call: query against key/value, the mask,
- * out and the scalar options. Adds violations to `ck`; returns the plan
- * { Q, M, O, isCausal, scale, Sq } (Sq: the query length, -1 when unknown).
- *
- * @param {object} o          options already read with readOptions (o.M, o.O: the mask and out descriptors)
- * @param {number|null} startPos  already checked; null (invalid, or a cache step,
- *                            whose write reports the bound as E_CAPACITY) skips
- *                            the bound startPos + Sq <= Skv
- * @param Q, K, V             descriptors from inspectTensor (or null); K and V
- *                            are both the cache's cacheDescriptor for a cache
- */
-export function checkAttention(ck, o, startPos, Q, K, V) {
-  const cache = K !== null && K.virtual === true;
-  const M = o.M, O = o.O, S = o.S, T = o.T;
-  const { isCausal, scale, window, softcap } = readAttentionOptions(ck, o, cache);
-  if (window && M) ck.add('E_ARG', 'window and attnMask were both given; put the window in the mask');
-  if (T !== null) { // treeMask: a mask over a cache's new rows (customSdpa does not read the option)
-    if (M) ck.add('E_ARG', 'treeMask and attnMask were both given; pass one of them');
-    else if (isCausal === false) ck.add('E_ARG', 'treeMask was given with isCausal: false; a tree mask refines a causal step (leave isCausal out or pass true)');
-  }
-
-  // E_RANK
-  const qr = checkRank(ck, Q, RANK_4, BSHD);
-  const kr = cache || checkRank(ck, K, RANK_4, BSHD);
-  const vr = cache || checkRank(ck, V, RANK_4, BSHD);
-  const mr = M !== null && checkRank(ck, M, RANK_2, '2-D [Sq, N] (this op does not broadcast masks)');
-  const sr = S !== null && checkRank(ck, S, RANK_1, '1-D [Hq] (one sink logit per query head)');
-  const tr = T !== null && checkRank(ck, T, RANK_2, '2-D [Sq, Sq] (the new rows over the new rows)');
-
-  // E_DIMS (0 heads: E_HEADS)
-  if (qr) checkDims(ck, Q, 2);
-  if (!cache && kr) checkDims(ck, K, 2);
-  if (!cache && vr) checkDims(ck, V, 2);
-  const mok = mr && checkDims(ck, M, -1);
-  const sok = sr && checkDims(ck, S, 0);
-  const tok = tr && checkDims(ck, T, -1);
-  if (T !== null && T.dtype === 'float32') ck.add('E_MASK_DTYPE', 'treeMask has dtype float32 (1); expected bool');
-  const qs = qr && structural(Q), ks = cache || (kr && structural(K)), vs = cache || (vr && structural(V));
-  let ook = false;
-  if (O && O.dims) {
-    checkDims(ck, O, 2); // out's head count 0 is E_HEADS, as for query
-    ook = structural(O);
-    if (ook && qs) {
-      const want = Q.dims;
-      if (O.rank !== 4) {
-        ck.add('E_DIMS', `out has rank ${O.rank}; expected the output dims ${fmtDims(want)} [B, Sq, Hq, D]`);
-        ook = false;
-      } else if (O.dims[1] !== want[1] || O.dims[2] !== want[2] || O.dims[3] !== want[3]) {
-        ck.add('E_DIMS', `out has dims ${fmtDims(O.dims)} but the output is ${fmtDims(want)} [B, Sq, Hq, D]`);
-        ook = false;
-      }
-    }
-  }
-
-  // E_ARG: out aliasing an input (the first one found is reported)
-  checkOutAliasing(ck, O, Q);
-  checkOutAliasing(ck, O, M);
-  checkOutAliasing(ck, O, S);
-  checkOutAliasing(ck, O, T);
-  if (!cache) {
-    checkOutAliasing(ck, O, K);
-    checkOutAliasing(ck, O, V);
-  }
-
-  let Sq = -1;
-  if (qs && ks && vs) {
-    // (indexing, not destructuring: array destructuring allocates an iterator here)
-    const qd = Q.dims, kd = K.dims, vd = V.dims;
-    const B = qd[0], Hq = qd[2], D = qd[3];
-    const Bk = kd[0], Sk = kd[1], Hk = kd[2], Dk = kd[3];
-    const Bv = vd[0], Sv = vd[1], Hv = vd[2], Dv = vd[3];
-    Sq = qd[1];
-    const Skv = Math.min(Sk, Sv);
-    const kname = K.name, vname = V.name;
-    // E_BATCH
-    if (Bk !== B) ck.add('E_BATCH', `${kname} has batch ${Bk} but ${Q.name} has batch ${B}; batches must match (no broadcasting)`);
-    if (!cache && Bv !== B) ck.add('E_BATCH', `${vname} has batch ${Bv} but ${Q.name} has batch ${B}; batches must match (no broadcasting)`);
-    if (O && ook && O.dims[0] !== B) ck.add('E_BATCH', `out has batch ${O.dims[0]} but ${Q.name} has batch ${B}`);
-    // E_HEADS
-    if (Hk !== Hv) ck.add('E_HEADS', `${kname} has ${Hk} heads but ${vname} has ${Hv}; key and value heads must be equal`);
-    else if (Hk > Hq) ck.add('E_HEADS', `${kname} has ${Hk} heads but ${Q.name} has ${Hq}; key heads must not exceed query heads${layoutHint(Q, K, cache, startPos, M !== null)}`);
-    else if (Hq % Hk !== 0) ck.add('E_HEADS', `${kname} has ${Hk} heads but ${Q.name} has ${Hq}; query heads must be a multiple of key heads (GQA)${layoutHint(Q, K, cache, startPos, M !== null)}`);
-    if (S && sok && S.dims[0] !== Hq) ck.add('E_HEADS', `sinks has ${S.dims[0]} entries but ${Q.name} has ${Hq} heads; one sink logit per query head`);
-    // E_HEAD_DIM
-    if (Dk !== D) ck.add('E_HEAD_DIM', `${kname} has head dim ${Dk} but ${Q.name} has ${D}; head dims must be equal`);
-    else if (!cache && Dv !== D) ck.add('E_HEAD_DIM', `${vname} has head dim ${Dv} but ${Q.name} has ${D}; head dims must be equal`);
-    // E_KV_LEN
-    if (!cache && Sk !== Sv) ck.add('E_KV_LEN', `${kname} has sequence length ${Sk} but ${vname} has ${Sv}; they must be equal`);
-    // E_START_POS (no mask: keys 0 .. sp+Sq-1 must exist)
-    if (!M && startPos !== null && startPos + Sq > Skv) {
-      ck.add('E_START_POS', `startPos ${startPos} + query length ${Sq} = ${startPos + Sq} exceeds the ${cache ? 'cache length maxSeqLen' : 'key/value length'} ${Skv}; without a mask the op reads keys 0 .. startPos+Sq-1${layoutHint(Q, K, cache, startPos, false)}`);
-    }
-    // E_MASK_SHAPE
-    if (M && mok && (M.dims[0] !== Sq || M.dims[1] > Skv)) {
-      ck.add('E_MASK_SHAPE', `attnMask has dims ${fmtDims(M.dims)} but must be [Sq, N] = [${Sq}, N] with N ≤ ${Skv} (${cache ? 'maxSeqLen' : 'key length'}); this op does not broadcast masks`);
-    }
-    if (T && tok && (T.dims[0] !== Sq || T.dims[1] !== Sq)) {
-      ck.add('E_MASK_SHAPE', `treeMask has dims ${fmtDims(T.dims)} but must be [Sq, Sq] = [${Sq}, ${Sq}] (the new rows over the new rows)`);
-    }
-  }
-  checkMaskCausal(ck, M, isCausal);
-  return { Q, M, O, S, T, isCausal, scale, window, softcap, Sq };
-}
-
-/**
- * A cache's own attention rules (CONTRACT.md section 3), after
- * checkAttention. `attend`: without a mask the rows attended must be written
- * (startPos + Sq <= length: a row past it was never written). A windowed
- * cache also: causal, no mask, no wider window (E_ARG), and the first row's
- * window must not reach evicted rows (E_START_POS). `length`, `windowStart`:
- * the cache's now (numbers: a decode step allocates nothing).
- */
-export function checkCacheAttention(ck, P, geo, length, windowStart, startPos, attend) {
-  if (geo.window) {
-    if (P.M) ck.add('E_ARG', `attnMask was given but a windowed cache (window ${geo.window}) applies its own causal window; pass no mask`);
-    if (!P.isCausal) ck.add('E_ARG', `isCausal is false but a windowed cache (window ${geo.window}) attends causally; leave it out or pass true`);
-    if (P.window > geo.window) ck.add('E_ARG', `window ${P.window} is wider than the cache's window ${geo.window}; it may narrow the window, not widen it`);
-  }
-  if (startPos === null || P.Sq < 0) return;
-  if (attend && !P.M && startPos + P.Sq > length) {
-    ck.add('E_START_POS', `startPos ${startPos} + query length ${P.Sq} = ${startPos + P.Sq} is past the ${fmtRows(length)} written (cache.length); attention over a cache reads written rows only`);
-  }
-  if (!geo.window) return;
-  const W = P.window || geo.window;
-  const first = Math.max(startPos - W + 1, geo.sinkTokens);
-  if (first <= startPos && first < windowStart) {
-    ck.add('E_START_POS', `the query row at startPos ${startPos} sees keys from row ${first}, but rows ${geo.sinkTokens} .. ${windowStart - 1} of the windowed cache were evicted; startPos must be >= ${windowStart + W - 1}`);
-  }
-}
-
-/** checkCacheWrite's geometry rules for one of k, v against the cache. */
-function checkWriteGeometry(ck, cache, d) {
-  const B = d.dims[0], H = d.dims[2], D = d.dims[3];
-  if (B !== cache.batch) ck.add('E_BATCH', `${d.name} has batch ${B} but the cache has batch ${cache.batch}`);
-  if (H !== cache.numKvHeads) {
-    const hint = d.dims[1] === cache.numKvHeads ? TORCH_LAYOUT : '';
-    ck.add('E_HEADS', `${d.name} has ${H} heads but the cache has numKvHeads = ${cache.numKvHeads}${hint}`);
-  }
-  if (D !== cache.headDim) ck.add('E_HEAD_DIM', `${d.name} has head dim ${D} but the cache has headDim = ${cache.headDim}`);
-}
-
-/**
- * Checks a cache write: K, V (descriptors of k, v [B, Snew, Hkv, D]) at
- * startPos against the cache geometry and its `length` (rows written: a
- * write may not start past it); for a windowed cache also against
- * `windowStart` (a write may not reach back into the evicted rows
- * sinkTokens .. windowStart-1). Returns { K, V, Snew } (Snew -1 when unknown).
- */
-export function checkCacheWrite(ck, cache, K, V, startPos, length, windowStart = 0) {
-  const kr = checkRank(ck, K, RANK_4, '4-D [B, Snew, Hkv, D]');
-  const vr = checkRank(ck, V, RANK_4, '4-D [B, Snew, Hkv, D]');
-  if (kr) checkDims(ck, K, 2);
-  if (vr) checkDims(ck, V, 2);
-  const ks = kr && structural(K), vs = vr && structural(V);
-  if (ks) checkWriteGeometry(ck, cache, K);
-  if (vs) checkWriteGeometry(ck, cache, V);
-  if (ks && vs && K.dims[1] !== V.dims[1]) {
-    ck.add('E_KV_LEN', `${K.name} has ${K.dims[1]} rows but ${V.name} has ${V.dims[1]}; they must be equal`);
-  }
-  const Snew = ks ? K.dims[1] : -1;
-  if (startPos !== null && startPos > length) {
-    ck.add('E_START_POS', `startPos ${startPos} is past the ${fmtRows(length)} written (cache.length); a write must start at or before length (rows ${length} .. ${startPos - 1} would be a hole)`);
-  } else if (ks && startPos !== null && cache.window > 0 && startPos + Snew > cache.sinkTokens &&
-             Math.max(startPos, cache.sinkTokens) < windowStart) {
-    ck.add('E_START_POS', `rows ${startPos} .. ${startPos + Snew - 1} include row ${Math.max(startPos, cache.sinkTokens)}, but rows ${cache.sinkTokens} .. ${windowStart - 1} of the windowed cache were evicted; a write must not reach back into evicted rows`);
-  } else if (ks && startPos !== null && startPos + Snew > cache.maxSeqLen) {
-    ck.add('E_CAPACITY', `writing ${fmtRows(Snew)} at startPos ${startPos} needs ${fmtRows(startPos + Snew)} but the cache holds maxSeqLen = ${cache.maxSeqLen}`);
-  }
-  return { K, V, Snew };
-}
-
 // ---------------------------------------------------------------------------
-// The cache's own rules (CONTRACT.md section 3). C checks the same ones with
-// the same words (src/contract/check.c); tests/js/parity.test.js holds both.
+// The cache calls (CONTRACT.md section 3). Their relational rules (the write
+// against the cache, the attention against it, a windowed cache's, rotary's,
+// a step's own) are C's alone (src/contract/check.c), asked on descriptions
+// before anything is copied (kv-cache.js #rules, Core.attentionRules). What JS
+// checks of them is what only JS sees: the option types (readAttentionOptions),
+// where a write starts when none is given, attend's implied startPos.
 
 /**
  * Where update / step write: startPos, or length (append) when none is given;
@@ -560,14 +311,6 @@ export function checkImpliedStart(ck, Q, masked, length) {
     ck.add('E_START_POS', `${Q.name} has ${fmtRows(Sq)} but the cache holds only ${length} (cache.length); without startPos, ${Q.name} is taken as the last Sq rows written`);
   }
   return 0;
-}
-
-/** A step's own rule: the query has the rows the key writes (P from checkAttention, W from checkCacheWrite). */
-export function checkStepRows(ck, P, W, geo) {
-  if (P.Sq < 0 || W.Snew < 0 || P.Sq === W.Snew) return;
-  // (query [B, Hq, S, D] and key [B, Hkv, S, D]: the rows differ because the heads do)
-  const torch = P.Q.dims[2] === W.K.dims[2] && W.K.dims[1] === geo.numKvHeads;
-  ck.add('E_DIMS', `${P.Q.name} has ${fmtRows(P.Sq)} but ${W.K.name} has ${W.Snew}; a step attends exactly the rows it writes${torch ? TORCH_LAYOUT : ''}`);
 }
 
 // The cache's row rules (read / readRaw's rows, truncate's length, keepRows'

@@ -7,7 +7,7 @@
 //   `finally`); heap tensors are passed by pointer, without a copy.
 // - A status returned by C becomes an SdpaError carrying the C message.
 
-import { SdpaError, codeOfStatus } from './errors.js';
+import { SdpaError, codeOfStatus, codeRank } from './errors.js';
 import { HeapTensor, DTYPE_BYTES, heapState, heapView, noteMemoryBuffer, memoryOwner, staleInputWarning } from './heap.js';
 import { prod, fmtDims, INT32_MAX } from './shape.js';
 import { typedArraySet } from './intrinsics.js';
@@ -44,10 +44,20 @@ function regions(sizes) {
 }
 
 /** Positions a rotary block holds inline (more go to a temporary). */
-const ROTARY_INLINE_POSITIONS = 64;
+export const ROTARY_INLINE_POSITIONS = 64;
 /** A rotary block (putRotary): sdpa_rotary, its cos and sin tensors, room for the positions. */
 const ROTARY_BLOCK = regions({
   rotary: ROTARY.size, cos: TENSOR.size, sin: TENSOR.size, positions: ROTARY_INLINE_POSITIONS * I32_BYTES,
+});
+/**
+ * The block sdpa_check_described reads: the tensors described, the options,
+ * the message; in the scratch block, or on the wasm stack once the instance
+ * is disposed (no malloc: the rules still answer then).
+ */
+const DESCRIBED_BLOCK = regions({
+  query: TENSOR.size, key: TENSOR.size, value: TENSOR.size, mask: TENSOR.size, out: TENSOR.size, sinks: TENSOR.size,
+  tree: TENSOR.size, rotary: ROTARY.size, rcos: TENSOR.size, rsin: TENSOR.size, opts: OPTIONS.size, desc: DESC.size,
+  message: CHECK_MESSAGE_BYTES,
 });
 /**
  * The scratch block, malloc'ed once per instance: the argument structs of one
@@ -58,7 +68,7 @@ const ROTARY_BLOCK = regions({
 const SCRATCH = regions({
   q: TENSOR.size, k: TENSOR.size, v: TENSOR.size, mask: TENSOR.size, out: TENSOR.size, sinks: TENSOR.size,
   opts: OPTIONS.size, ptr: POINTER_BYTES, stats: Math.max(LAYOUT.sdpa_memory_stats.size, LAYOUT.sdpa_kv_cache_size.size),
-  desc: DESC.size, tree: TENSOR.size, rotary: ROTARY_BLOCK.bytes,
+  desc: DESC.size, tree: TENSOR.size, rotary: ROTARY_BLOCK.bytes, described: DESCRIBED_BLOCK.bytes,
 });
 /** Byte offsets of the scratch block's regions. */
 export const SLOT = SCRATCH.at;
@@ -74,14 +84,6 @@ const ITEM_BLOCK = regions({
   options: OPTIONS.size, key: TENSOR.size, value: TENSOR.size, rotary: ROTARY_BLOCK.bytes,
 });
 
-/**
- * The block sdpa_check_described reads, on the wasm stack (no malloc; it works
- * after sdpa.dispose() too): the tensors described, the options, the message.
- */
-const DESCRIBED_BLOCK = regions({
-  query: TENSOR.size, key: TENSOR.size, value: TENSOR.size, mask: TENSOR.size, out: TENSOR.size, sinks: TENSOR.size,
-  opts: OPTIONS.size, message: CHECK_MESSAGE_BYTES,
-});
 /** A dims entry C can be given (an int32: its messages print what it got). */
 const isInt32 = (x) => Number.isInteger(x) && x >= -0x80000000 && x <= INT32_MAX;
 /** C's count of elements (check.c dims_product): SIZE_MAX / element bytes. */
@@ -89,7 +91,7 @@ const SIZE_MAX = 2 ** (8 * POINTER_BYTES) - 1;
 /** A rank C's rules reject wherever a rank is asked (a dims array readDims refused: its E_RANK is JS's). */
 const NO_RANK = 17;
 /** The JS-side heads axis of each tensor (rules.js checkDims: a 0 there is E_HEADS). */
-const HEADS_AXIS = Object.freeze({ query: 2, key: 2, value: 2, attnMask: -1, sinks: 0, treeMask: -1, out: 2 });
+const HEADS_AXIS = Object.freeze({ query: 2, key: 2, value: 2, attnMask: -1, sinks: 0, treeMask: -1, out: 2, 'rotary.cos': -1, 'rotary.sin': -1 });
 
 /**
  * Whether C can be given descriptor d's dims as JS has them: at most
@@ -263,10 +265,19 @@ export class Core {
     return decoder.decode(u8.slice(p, end));
   }
 
-  /** Throws the SdpaError for a non-zero C status. */
-  check(status, fn) {
+  /**
+   * Throws the SdpaError for a non-zero C status. `rules`: the call's rules
+   * were left to this call's own check (a heap-tensor call, P.fast): a rule's
+   * failure is thrown as JS's Checks throws it (no `status`), the rest (E_OOM)
+   * as C's.
+   */
+  check(status, fn, rules = false) {
     if (status === 0) return;
     const code = codeOfStatus(status);
+    if (rules && codeRank(code) < codeRank('E_DISPOSED')) {
+      const msg = this.readCString(this.M._sdpa_ctx_last_error(this.ctx));
+      throw new SdpaError(code, msg.startsWith(`${fn}: `) ? msg : `${fn}: ${msg}`);
+    }
     // C's message is the message: it names the public function (src/contract/check.c). Only
     // where another public function ran it (scaledDotProductAttention's fast path is
     // customSdpa) is the caller's name put first.
@@ -301,32 +312,38 @@ export class Core {
    * An attention call's relational rules, decided by C alone
    * (sdpa_check_described: check.c's own functions on descriptions of the
    * tensors, no data), before anything is copied or allocated. `op`:
-   * CHECK_OP's; `P`: the plan so far ({ Q, M, O, S, T, isCausal, scale,
-   * window, softcap }, the values C is given); `startPos` (null: invalid,
-   * its failure in `ck`; C is told -1, which it skips but for its own
-   * E_START_POS, ranked after JS's); K, V: key, value (customSdpa).
+   * CHECK_OP's; `P`: the plan so far ({ Q, M, O, S, T, R (rotary's snapshot
+   * or absent), isCausal, scale, window, softcap }: the values C is given;
+   * `judged`, `words`, `overlaps`: what the caller decided that C cannot see,
+   * below); `startPos` (null: invalid, its failure in `ck`, or unknown: C
+   * skips the rules on it); K, V: key, value (customSdpa, update, step);
+   * `cache`: { geo, length (Infinity: unknown, a cache that is gone),
+   * windowStart } for the cache calls.
    * C's first failure goes into `ck`, ranked with the call's JS-only ones
    * (the table's order, ties to the first added: C's rules are read after
-   * the option types, before out's aliasing). Not asked when `ck` holds an
-   * E_ARG (nothing outranks it, and a tensor JS could not read is then not
-   * C's to describe). A tensor whose dims C cannot be given (describable) is
-   * "judged": JS decides its dims rule and C fails there with its name, in
-   * its place in the order, where JS puts its own words.
+   * the JS-only ones). Not asked when `ck` holds an E_ARG (nothing outranks
+   * it, and a tensor JS could not read is then not C's to describe). A
+   * tensor whose dims C cannot be given (describable) is "judged": JS decides
+   * its dims rule and C fails there with its name, in its place in the
+   * order, where JS puts its own words (P.words: more such words by name:
+   * rotary.interleaved's type, rotary.positions' entries, with their bits
+   * in P.judged). P.overlaps: the DESCRIBED bits of the inputs out overlaps
+   * (regionOf: JS sees memory C cannot), C's address rules' answers.
    */
-  attentionRules(ck, op, P, startPos, K, V) {
+  attentionRules(ck, op, P, startPos, K, V, cache = null) {
     if (ck.first !== null && ck.first.code === 'E_ARG') return;
-    const M = this.M, top = M.stackSave();
+    const M = this.M, top = this.scratch ? 0 : M.stackSave();
     try {
-      const at = M.stackAlloc(DESCRIBED_BLOCK.bytes), B = DESCRIBED_BLOCK.at;
+      const at = this.scratch ? this.scratch + SLOT.described : M.stackAlloc(DESCRIBED_BLOCK.bytes), B = DESCRIBED_BLOCK.at;
       const h = this.views();
-      let judged = 0, unknown = 0, words = null;
-      const describe = (d, slot, asOut = null) => {
+      let judged = P.judged ?? 0, unknown = 0, words = P.words ?? null;
+      const describe = (d, slot, asOut = false) => {
         if (d === null) return 0;
-        const name = asOut === null ? d.name : 'out';
+        const name = asOut ? 'out' : d.name;
         const bit = DESCRIBED[name];
-        if (asOut === null && !describable(d)) {
+        if (!asOut && !describable(d)) {
           const tmp = new Checks('');
-          checkDims(tmp, d, HEADS_AXIS[name]);
+          checkDims(tmp, d, HEADS_AXIS[name] ?? -1);
           if (tmp.first !== null && tmp.first.code === 'E_DIMS') {
             judged |= bit;
             (words ??= {})[name] = tmp.first.message;
@@ -336,26 +353,56 @@ export class Core {
         const dims = d.dims, w = (at + slot) >>> 2;
         h.u32[w + TW.data] = 0;
         h.u32[w + TW.len] = d.len < 0 ? 0 : d.len >>> 0;
-        h.i32[w + TW.dtype] = DTYPE_ID[asOut === null && d.dtype !== null ? d.dtype : 'float32'];
+        h.i32[w + TW.dtype] = DTYPE_ID[!asOut && d.dtype !== null ? d.dtype : 'float32'];
         h.i32[w + TW.rank] = dims === null ? NO_RANK : dims.length;
         for (let i = 0; i < TENSOR_MAX_RANK; i++) h.i32[w + TW.dims + i] = dims !== null && i < dims.length && isInt32(dims[i]) ? dims[i] : 0;
         return at + slot;
       };
-      const q = describe(P.Q, B.query);
+      const Q = P.Q ?? null;
+      const q = describe(Q, B.query);
       const k = K ? describe(K, B.key) : 0;
       const v = V ? describe(V, B.value) : 0;
-      const m = describe(P.M, B.mask);
-      const s = describe(P.S, B.sinks);
+      const m = describe(P.M ?? null, B.mask);
+      const s = describe(P.S ?? null, B.sinks);
+      const t = describe(P.T ?? null, B.tree);
       // (no out given: the output runAttention makes, Q's dims)
-      const o = P.O !== null ? describe(P.O, B.out) : describe(P.Q, B.out, true);
-      putOptions(h, at + B.opts, startPos === null ? -1 : startPos, P.isCausal, P.scale, P.window, P.softcap, s);
-      const st = M._sdpa_check_described(op, 0, 0, 0, q, k, v, m, at + B.opts, o, judged, unknown, at + B.message, CHECK_MESSAGE_BYTES);
+      const o = Q === null ? 0 : P.O ? describe(P.O, B.out) : describe(Q, B.out, true);
+      let r = 0;
+      const R = P.R ?? null;
+      if (R) {
+        r = at + B.rotary;
+        const w = r >>> 2, n = R.positions === null ? 0 : R.positions.length;
+        h.u32[w + RW.cos] = describe(R.C, B.rcos);
+        h.u32[w + RW.sin] = describe(R.S, B.rsin);
+        h.i32[w + RW.interleaved] = R.interleaved === true ? 1 : 0;
+        h.i32[w + RW.n_positions] = n;
+        h.u32[w + RW.positions] = 0;  // (the entries are JS's: C is told only their count)
+      }
+      if (startPos === null) unknown |= DESCRIBED.start;
+      putOptions(h, at + B.opts, startPos === null ? -1 : startPos, P.isCausal, P.scale, P.window, P.softcap, s, t, r);
+      let d = 0, length = 0, windowStart = 0;
+      if (cache !== null) {
+        const geo = cache.geo, w = (d = at + B.desc) >>> 2;
+        h.i32[w + DW.batch] = geo.batch;
+        h.i32[w + DW.max_seq_len] = geo.maxSeqLen;
+        h.i32[w + DW.kv_heads] = geo.numKvHeads;
+        h.i32[w + DW.head_dim] = geo.headDim;
+        h.i32[w + DW.key_dtype] = CACHE_DTYPES[geo.keyDtype];
+        h.i32[w + DW.value_dtype] = CACHE_DTYPES[geo.valueDtype];
+        h.i32[w + DW.window] = geo.window;
+        h.i32[w + DW.sink_tokens] = geo.sinkTokens;
+        if (cache.length === Infinity) unknown |= DESCRIBED.length;
+        else length = cache.length;
+        windowStart = cache.windowStart;
+      }
+      const st = M._sdpa_check_described(op, d, length, windowStart, q, k, v, m, at + B.opts, o, judged, unknown, P.overlaps ?? 0,
+        at + B.message, CHECK_MESSAGE_BYTES);
       if (st !== 0) {
-        const code = codeOfStatus(st), message = this.readCString(at + B.message);
-        ck.add(code, code === 'E_DIMS' && words !== null && words[message] !== undefined ? words[message] : message);
+        const message = this.readCString(at + B.message);
+        ck.add(codeOfStatus(st), words !== null && words[message] !== undefined ? words[message] : message);
       }
     } finally {
-      M.stackRestore(top);
+      if (top) M.stackRestore(top);
     }
   }
 
@@ -408,7 +455,7 @@ export class Core {
   }
 
   /**
-   * A checked rotary (rules.js checkRotary) as a rotary block at `at`
+   * A checked rotary ({ C, S, interleaved, positions }: kv-cache.js #rules) as a rotary block at `at`
    * (ROTARY_BLOCK); its tables by address when they live in this memory,
    * else copied in, and more than ROTARY_INLINE_POSITIONS positions, as
    * temporaries pushed onto `temps` (the caller frees them). Returns the
@@ -462,7 +509,7 @@ export class Core {
 
   /**
    * One attention call: places the inputs, writes the structs, invokes C,
-   * copies the output back. `P` from checkAttention (its Q, M, O and scalar
+   * copies the output back. `P` the checked plan (checkCustom, kv-cache.js #plan: its Q, M, O and scalar
    * options); `K`, `V` the key/value descriptors (null for a cache attend);
    * `invoke(maskSlot)` calls C with the slot addresses and returns a status.
    * The output goes to `out` in place when it lives in wasm memory, else to a
@@ -498,11 +545,13 @@ export class Core {
       if (K) putTensor(h, s + SLOT.k, k, K.len, K.dtype, K.dims);
       if (V) putTensor(h, s + SLOT.v, v, V.len, V.dtype, V.dims);
       if (M) putTensor(h, s + SLOT.mask, m, M.len, M.dtype, M.dims);
-      putTensor(h, s + SLOT.out, o, n, 'float32', Q.dims);
+      // (out as given: with P.fast the call's own check reads its dims; else they are the output's)
+      if (O) putTensor(h, s + SLOT.out, o, O.len, O.dtype, O.dims);
+      else putTensor(h, s + SLOT.out, o, n, 'float32', Q.dims);
       if (S) putTensor(h, s + SLOT.sinks, sk, S.len, 'float32', S.dims);
       if (T) putTensor(h, s + SLOT.tree, tr, T.len, T.dtype, T.dims);
       putOptions(h, s + SLOT.opts, startPos, P.isCausal, P.scale, P.window, P.softcap, S ? s + SLOT.sinks : 0, T ? s + SLOT.tree : 0, ra);
-      this.check(invoke(M ? s + SLOT.mask : 0), fn);
+      this.check(invoke(M ? s + SLOT.mask : 0), fn, P.fast === true);
       if (to === 0) return O.t;
       const f32 = this.views().f32, w = to >>> 2;
       const result = O ? (O.heap ? heapView(O.heap) : O.data) : new Float32Array(n);

@@ -1,11 +1,12 @@
 /* check.c: CONTRACT.md section 2, rule by rule, in the table's order.
  *
  * The messages are the ones the JS package shows. A JS call is rejected
- * before any copy into wasm memory: for customSdpa and the cache's row rules
- * JS asks these functions on descriptions first (sdpa_check_described,
- * sdpa_kv_check_rows); for the rest js/rules.js checks the same relational
- * rules first, with the same words (tests/js/parity.test.js runs every such
- * rule case through both and wants the same code and message). They
+ * before any copy into wasm memory: for the attention calls (customSdpa, the
+ * cache's update / attend / step and their many-item forms) and the cache's
+ * row rules JS asks these functions on descriptions first
+ * (sdpa_check_described, sdpa_kv_check_rows); the rules JS keeps a copy of
+ * (tests/js/parity.test.js runs every such case through both and wants the
+ * same code and message) are those only it can decide for a JS call. They
  * name the public JS function (fn: "customSdpa", "KVCache.step", ...) and its
  * arguments query, key, value, attnMask, sinks, out. Within one code the
  * arguments are checked in the order the JS layer reads them. */
@@ -64,17 +65,18 @@ static num_text num_of(float x) {
 }
 #define NUM(x) (num_of(x).s)
 
-/* start + n (n >= 0) as JS's String(start + n) shows it: exact up to 2^53,
- * past it the double the sum rounds to (what a JS caller's message says). */
+/* start + n + d (start, n >= 0; d 0 or -1) as JS's String(start + n + d)
+ * shows it: exact up to 2^53, past it the doubles JS's additions round to,
+ * left to right (what a JS caller's message says). */
 typedef struct sum_text { char s[32]; } sum_text;
-static sum_text sum_of(int64_t start, int64_t n) {
+static sum_text sum_of(int64_t start, int64_t n, int64_t d) {
     sum_text t;
     const uint64_t sum = (uint64_t)start + (uint64_t)n;
-    if (sum <= (UINT64_C(1) << 53)) snprintf(t.s, sizeof t.s, "%llu", (unsigned long long)sum);
-    else snprintf(t.s, sizeof t.s, "%.0f", (double)start + (double)n);
+    if (sum <= (UINT64_C(1) << 53)) snprintf(t.s, sizeof t.s, "%llu", (unsigned long long)(sum + (uint64_t)d));
+    else snprintf(t.s, sizeof t.s, "%.0f", ((double)start + (double)n) + (double)d);
     return t;
 }
-#define SUM(a, b) (sum_of(a, b).s)
+#define SUM(a, b) (sum_of(a, b, 0).s)
 
 static uint64_t elem_bytes(int32_t dtype) {
     switch (dtype) {
@@ -165,11 +167,6 @@ static sdpa_status check_dims_told(sdpa_ctx * ctx, const char * fn, const char *
     return SDPA_OK;
 }
 
-static sdpa_status check_dims(sdpa_ctx * ctx, const char * fn, const char * name,
-                              const sdpa_tensor * t, int heads_axis) {
-    return check_dims_told(ctx, fn, name, t, heads_axis, told_nothing);
-}
-
 /* `what`: the expected rank as the message says it ("4-D [B, S, H, D]"). */
 static sdpa_status check_rank(sdpa_ctx * ctx, const char * fn, const char * name,
                               const sdpa_tensor * t, int want, const char * what) {
@@ -255,12 +252,24 @@ typedef struct attention_args {
     const struct described_flags * described;
 } attention_args;
 
-typedef struct described_flags { uint32_t judged, unknown_len; } described_flags;
+typedef struct described_flags {
+    uint32_t judged;       /* dims rules (and rotary.interleaved, rotary.positions' entries) the caller decided */
+    uint32_t unknown_len;  /* tensors whose element count the caller does not know */
+    uint32_t overlaps;     /* the tensors out overlaps, as the caller sees memory (the address rules' answers) */
+    bool length_unknown;   /* a cache that is gone: its rows written unknown (the rules on them are not asked) */
+    bool start_unknown;    /* startPos invalid (the caller's failure) or not known (an append to a cache that is gone) */
+} described_flags;
 
-static dims_told told_of(const attention_args * a, uint32_t bit) {
-    if (!a->described) return told_nothing;
-    return (dims_told){ (a->described->judged & bit) != 0, (a->described->unknown_len & bit) != 0 };
+/* Does out overlap the tensor of `bit` (described: the caller's answer)? */
+static bool out_over(const described_flags * d, const sdpa_tensor * out, const sdpa_tensor * in, uint32_t bit) {
+    return d ? (d->overlaps & bit) != 0 : overlaps(out, in);
 }
+
+static dims_told told_by(const described_flags * d, uint32_t bit) {
+    if (!d) return told_nothing;
+    return (dims_told){ (d->judged & bit) != 0, (d->unknown_len & bit) != 0 };
+}
+static dims_told told_of(const attention_args * a, uint32_t bit) { return told_by(a->described, bit); }
 
 /* The key/value geometry, from tensors or the cache. */
 typedef struct kv_geometry {
@@ -303,14 +312,14 @@ static sdpa_status check_attention_args(const attention_args * a) {
         if (!o->is_causal)
             return sdpa_fail(ctx, SDPA_E_ARG, "%s: treeMask was given with isCausal: false; a tree mask refines a causal step (leave isCausal out or pass true)", fn);
     }
-    if (!a->described) {
-        if (overlaps(out, q)) return fail_shares(ctx, fn, "query");
-        if (overlaps(out, mask)) return fail_shares(ctx, fn, "attnMask");
-        if (has_sinks && overlaps(out, sinks)) return fail_shares(ctx, fn, "sinks");
-        if (has_tree && overlaps(out, tree)) return fail_shares(ctx, fn, "treeMask");
-        if (!cache && overlaps(out, k)) return fail_shares(ctx, fn, "key");
-        if (!cache && overlaps(out, v)) return fail_shares(ctx, fn, "value");
-    }
+    /* (described: the caller's answers; customSdpa's caller, JS, decides these itself) */
+    const described_flags * d = a->described;
+    if (out_over(d, out, q, SDPA_DESCRIBED_QUERY)) return fail_shares(ctx, fn, "query");
+    if (present(mask) && out_over(d, out, mask, SDPA_DESCRIBED_MASK)) return fail_shares(ctx, fn, "attnMask");
+    if (has_sinks && out_over(d, out, sinks, SDPA_DESCRIBED_SINKS)) return fail_shares(ctx, fn, "sinks");
+    if (has_tree && out_over(d, out, tree, SDPA_DESCRIBED_TREE)) return fail_shares(ctx, fn, "treeMask");
+    if (!cache && out_over(d, out, k, SDPA_DESCRIBED_KEY)) return fail_shares(ctx, fn, "key");
+    if (!cache && out_over(d, out, v, SDPA_DESCRIBED_VALUE)) return fail_shares(ctx, fn, "value");
     if (cache && cache->window) {  /* a windowed cache attends through its own causal window */
         if (has_mask)
             return sdpa_fail(ctx, SDPA_E_ARG, "%s: attnMask was given but a windowed cache (window %d) applies its own causal window; pass no mask", fn, cache->window);
@@ -460,6 +469,8 @@ static sdpa_status check_attention_start(const attention_args * a, const kv_geom
     const int32_t Sq = a->q->dims[1];
     const int32_t kdims[4] = { g->kb, g->kt, g->kh, g->kd };
     const int32_t Skv = g->kt < g->vt ? g->kt : g->vt;
+    const described_flags * d = a->described;
+    if (d && d->start_unknown) return SDPA_OK;  /* (the caller's own failure, or E_DISPOSED) */
     if (o->start_pos < 0)
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: startPos is %lld; expected a non-negative integer", fn, (long long)o->start_pos);
     if (a->check_room && !a->has_mask && o->start_pos > (int64_t)Skv - Sq)
@@ -469,7 +480,7 @@ static sdpa_status check_attention_start(const attention_args * a, const kv_geom
                          cache ? "cache length maxSeqLen" : "key/value length", Skv,
                          layout_hint(a->q->dims, kdims, cache, o->start_pos, false));
     /* attend (check_room): without a mask, a cache's rows past its length were never written */
-    if (cache && a->check_room && !a->has_mask && o->start_pos > (int64_t)cache->length - Sq)
+    if (cache && a->check_room && !a->has_mask && !(d && d->length_unknown) && o->start_pos > (int64_t)cache->length - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
                          "%s: startPos %lld + query length %d = %s is past the %s written (cache.length); attention over a cache reads written rows only",
                          fn, (long long)o->start_pos, Sq, SUM(o->start_pos, Sq), ROWS(cache->length));
@@ -622,7 +633,7 @@ static sdpa_status report_first(sdpa_ctx * ctx, const first_failure * f) {
  * overlap the tables or the positions. Fills *rope (half 0 without rotary). */
 static sdpa_status check_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, const sdpa_rotary * ro,
                                 const sdpa_tensor * out, int64_t start, int32_t rows, const char * rows_name,
-                                sdpa_rope * rope) {
+                                const described_flags * d, sdpa_rope * rope) {
     memset(rope, 0, sizeof *rope);
     if (!ro) return SDPA_OK;
     const sdpa_tensor * c = ro->cos, * s = ro->sin;
@@ -630,23 +641,26 @@ static sdpa_status check_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_c
     /* E_ARG */
     if (!present(c)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.cos is missing; expected a tensor { data, dims }", fn);
     if (!present(s)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.sin is missing; expected a tensor { data, dims }", fn);
+    if (d && (d->judged & SDPA_DESCRIBED_INTERLEAVED)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.interleaved", fn);
     if (ro->interleaved != 0 && ro->interleaved != 1)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.interleaved is %d; expected 0 or 1", fn, ro->interleaved);
     if (ro->n_positions < 0 || (ro->n_positions > 0) != (ro->positions != NULL))
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.positions and its count %d disagree; pass both or neither", fn, ro->n_positions);
-    if (in_cache(cache, c)) return fail_in_cache(ctx, fn, "rotary.cos");
-    if (in_cache(cache, s)) return fail_in_cache(ctx, fn, "rotary.sin");
-    if (pos_bytes && sdpa_page_pool_overlaps(cache->ctx->pages, ro->positions, pos_bytes)) return fail_in_cache(ctx, fn, "rotary.positions");
-    if (out && overlaps(out, c)) return fail_shares(ctx, fn, "rotary.cos");
-    if (out && overlaps(out, s)) return fail_shares(ctx, fn, "rotary.sin");
-    if (out && pos_bytes && ranges_overlap(out->data, claimed_bytes(out), ro->positions, pos_bytes))
+    if (!d) {  /* (described: the caller's snapshot rule saw to cache storage; JS passes positions of its own) */
+        if (in_cache(cache, c)) return fail_in_cache(ctx, fn, "rotary.cos");
+        if (in_cache(cache, s)) return fail_in_cache(ctx, fn, "rotary.sin");
+        if (pos_bytes && sdpa_page_pool_overlaps(cache->ctx->pages, ro->positions, pos_bytes)) return fail_in_cache(ctx, fn, "rotary.positions");
+    }
+    if (out && out_over(d, out, c, SDPA_DESCRIBED_ROTARY_COS)) return fail_shares(ctx, fn, "rotary.cos");
+    if (out && out_over(d, out, s, SDPA_DESCRIBED_ROTARY_SIN)) return fail_shares(ctx, fn, "rotary.sin");
+    if (!d && out && pos_bytes && ranges_overlap(out->data, claimed_bytes(out), ro->positions, pos_bytes))
         return fail_shares(ctx, fn, "rotary.positions");
     /* E_RANK */
     TRY(check_rank(ctx, fn, "rotary.cos", c, 2, "2-D [maxPosition, rotaryDim / 2]"));
     TRY(check_rank(ctx, fn, "rotary.sin", s, 2, "2-D [maxPosition, rotaryDim / 2]"));
     /* E_DIMS */
-    TRY(check_dims(ctx, fn, "rotary.cos", c, -1));
-    TRY(check_dims(ctx, fn, "rotary.sin", s, -1));
+    TRY(check_dims_told(ctx, fn, "rotary.cos", c, -1, told_by(d, SDPA_DESCRIBED_ROTARY_COS)));
+    TRY(check_dims_told(ctx, fn, "rotary.sin", s, -1, told_by(d, SDPA_DESCRIBED_ROTARY_SIN)));
     if (s->dims[0] != c->dims[0] || s->dims[1] != c->dims[1])
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: rotary.sin has dims %s but rotary.cos has %s; they must be equal", fn, DIMS(s), DIMS(c));
     if (ro->positions && rows >= 0 && ro->n_positions != rows)
@@ -661,13 +675,15 @@ static sdpa_status check_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_c
                          fn, DIMS(c), c->dims[1], 2 * (long long)c->dims[1], cache->head_dim);
     /* E_START_POS */
     const int32_t P = c->dims[0];
-    for (int32_t k = 0; k < ro->n_positions; k++)
+    /* (described: the entries are caller data, not in this memory; the caller decides them, here in the order) */
+    if (d && (d->judged & SDPA_DESCRIBED_POSITIONS)) return sdpa_fail(ctx, SDPA_E_START_POS, "%s: rotary.positions", fn);
+    for (int32_t k = 0; k < (d ? 0 : ro->n_positions); k++)
         if (ro->positions[k] < 0 || ro->positions[k] >= P)
             return sdpa_fail(ctx, SDPA_E_START_POS, "%s: rotary.positions[%d] is %d; expected a position in 0 .. %d (the rows of rotary.cos and rotary.sin)",
                              fn, k, ro->positions[k], P - 1);
     if (!ro->positions && rows > 0 && start >= 0 && start > (int64_t)P - rows)
-        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: the new rows sit at positions %lld .. %llu, but rotary.cos and rotary.sin hold positions 0 .. %d; pass longer tables or rotary.positions",
-                         fn, (long long)start, (unsigned long long)start + (unsigned long long)rows - 1, P - 1);  /* (no overflow: start may be near INT64_MAX) */
+        return sdpa_fail(ctx, SDPA_E_START_POS, "%s: the new rows sit at positions %lld .. %s, but rotary.cos and rotary.sin hold positions 0 .. %d; pass longer tables or rotary.positions",
+                         fn, (long long)start, sum_of(start, rows, -1).s, P - 1);  /* (no overflow: start may be near INT64_MAX) */
     rope->cos = c->data;
     rope->sin = s->data;
     rope->half = c->dims[1];
@@ -681,19 +697,26 @@ static int32_t rows_of_input(const sdpa_tensor * t) {
     return present(t) && t->rank == 4 && t->dims[1] > 0 ? t->dims[1] : -1;
 }
 
+static sdpa_status check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                     const sdpa_tensor * query, const sdpa_tensor * mask,
+                                     const sdpa_options * options, const sdpa_tensor * out,
+                                     bool check_room, const described_flags * d, sdpa_problem * problem) {
+    if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
+    first_failure first = { SDPA_OK, "" };
+    keep_first(&first, ctx, check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, check_room, d, problem));
+    if (options && options->rotary)  /* (q rows at startPos + i, or rotary.positions[i]) */
+        keep_first(&first, ctx, check_rotary(ctx, fn, cache, options->rotary, present(out) ? out : NULL, options->start_pos,
+                                             rows_of_input(query), "query", d, &problem->rope));
+    else
+        memset(&problem->rope, 0, sizeof problem->rope);
+    return report_first(ctx, &first);
+}
+
 sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                     const sdpa_tensor * query, const sdpa_tensor * mask,
                                     const sdpa_options * options, const sdpa_tensor * out,
                                     bool check_room, sdpa_problem * problem) {
-    if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
-    first_failure first = { SDPA_OK, "" };
-    keep_first(&first, ctx, check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, check_room, NULL, problem));
-    if (options && options->rotary)  /* (q rows at startPos + i, or rotary.positions[i]) */
-        keep_first(&first, ctx, check_rotary(ctx, fn, cache, options->rotary, present(out) ? out : NULL, options->start_pos,
-                                             rows_of_input(query), "query", &problem->rope));
-    else
-        memset(&problem->rope, 0, sizeof problem->rope);
-    return report_first(ctx, &first);
+    return check_cache_attend(ctx, fn, cache, query, mask, options, out, check_room, NULL, problem);
 }
 
 sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, int64_t length) {
@@ -751,10 +774,10 @@ sdpa_status sdpa_check_cache_fork(sdpa_ctx * ctx, const char * fn, const sdpa_kv
 /* Rows [start, start+length) of a cache: shared by update (write: no hole
  * may be left, start <= length) and read. */
 static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                              int64_t start, int64_t length, const char * what, bool write) {
+                              int64_t start, int64_t length, const char * what, bool write, bool length_unknown) {
     if (start < 0)
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: %s is %lld; expected a non-negative integer", fn, what, (long long)start);
-    if (write && start > cache->length)
+    if (write && !length_unknown && start > cache->length)
         return sdpa_fail(ctx, SDPA_E_START_POS,
                          "%s: %s %lld is past the %s written (cache.length); a write must start at or before length (rows %d .. %lld would be a hole)",
                          fn, what, (long long)start, ROWS(cache->length), cache->length, (long long)start - 1);
@@ -767,8 +790,9 @@ static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cac
                          fn, (long long)start, (long long)(start + length - 1), (long long)first, cache->sink_tokens, cache->window_start - 1);
     if (start > (int64_t)cache->max_seq_len - length)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
-                         "%s: %s %s at %s %lld needs %s but the cache holds maxSeqLen = %d",
-                         fn, write ? "writing" : "reading", ROWS(length), what, (long long)start, ROWS(start + length), cache->max_seq_len);
+                         "%s: %s %s at %s %lld needs %s %s but the cache holds maxSeqLen = %d",
+                         fn, write ? "writing" : "reading", ROWS(length), what, (long long)start, SUM(start, length),
+                         start + length == 1 ? "row" : "rows", cache->max_seq_len);
     if (evicted)
         return sdpa_fail(ctx, SDPA_E_CAPACITY,
                          "%s: rows %lld .. %lld include row %lld, but rows %d .. %d of the windowed cache were evicted; only the sink rows and the rows from windowStart on are kept",
@@ -782,13 +806,14 @@ static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cac
 
 /* key/value-shaped tensors against the cache geometry. want_rows >= 0: both
  * must have exactly that many rows (E_DIMS; cache.read's outputs). */
-static sdpa_status check_kv_pair(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                 const sdpa_tensor * k, const char * kname,
-                                 const sdpa_tensor * v, const char * vname, int64_t want_rows) {
+static sdpa_status check_kv_pair_told(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                      const sdpa_tensor * k, const char * kname,
+                                      const sdpa_tensor * v, const char * vname, int64_t want_rows,
+                                      dims_told tk, dims_told tv) {
     TRY(check_rank(ctx, fn, kname, k, 4, BSHD_WRITE));
     TRY(check_rank(ctx, fn, vname, v, 4, BSHD_WRITE));
-    TRY(check_dims(ctx, fn, kname, k, 2));
-    TRY(check_dims(ctx, fn, vname, v, 2));
+    TRY(check_dims_told(ctx, fn, kname, k, 2, tk));
+    TRY(check_dims_told(ctx, fn, vname, v, 2, tv));
     if (want_rows >= 0) {
         if (k->dims[1] != want_rows)
             return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s has %d rows but %lld were asked for", fn, kname, k->dims[1], (long long)want_rows);
@@ -815,27 +840,47 @@ static sdpa_status check_kv_pair(sdpa_ctx * ctx, const char * fn, const sdpa_kv_
     return SDPA_OK;
 }
 
-sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                    const sdpa_tensor * key, const sdpa_tensor * value,
-                                    int64_t start_pos) {
+static sdpa_status check_kv_pair(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                 const sdpa_tensor * k, const char * kname,
+                                 const sdpa_tensor * v, const char * vname, int64_t want_rows) {
+    return check_kv_pair_told(ctx, fn, cache, k, kname, v, vname, want_rows, told_nothing, told_nothing);
+}
+
+static sdpa_status check_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                const sdpa_tensor * key, const sdpa_tensor * value,
+                                int64_t start_pos, const described_flags * d) {
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
     if (!present(key)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: key is missing", fn);
     if (!present(value)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value is missing", fn);
-    if (in_cache(cache, key)) return fail_in_cache(ctx, fn, "key");
-    if (in_cache(cache, value)) return fail_in_cache(ctx, fn, "value");
-    TRY(check_kv_pair(ctx, fn, cache, key, "key", value, "value", -1));
-    return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos", true);
+    if (!d && in_cache(cache, key)) return fail_in_cache(ctx, fn, "key");
+    if (!d && in_cache(cache, value)) return fail_in_cache(ctx, fn, "value");
+    TRY(check_kv_pair_told(ctx, fn, cache, key, "key", value, "value", -1, told_by(d, SDPA_DESCRIBED_KEY), told_by(d, SDPA_DESCRIBED_VALUE)));
+    if (d && d->start_unknown) return SDPA_OK;
+    return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos", true, d && d->length_unknown);
+}
+
+sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                    const sdpa_tensor * key, const sdpa_tensor * value,
+                                    int64_t start_pos) {
+    return check_update(ctx, fn, cache, key, value, start_pos, NULL);
+}
+
+static sdpa_status check_update_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                       const sdpa_tensor * key, const sdpa_tensor * value,
+                                       int64_t start_pos, const sdpa_rotary * rotary, const described_flags * d,
+                                       sdpa_rope * rope) {
+    first_failure first = { SDPA_OK, "" };
+    keep_first(&first, ctx, check_update(ctx, fn, cache, key, value, start_pos, d));
+    memset(rope, 0, sizeof *rope);
+    if (cache && rotary)  /* (K rows at startPos + i, or rotary.positions[i]) */
+        keep_first(&first, ctx, check_rotary(ctx, fn, cache, rotary, NULL, start_pos, rows_of_input(key), "key", d, rope));
+    return report_first(ctx, &first);
 }
 
 sdpa_status sdpa_check_cache_update_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                            const sdpa_tensor * key, const sdpa_tensor * value,
                                            int64_t start_pos, const sdpa_rotary * rotary, sdpa_rope * rope) {
-    first_failure first = { SDPA_OK, "" };
-    keep_first(&first, ctx, sdpa_check_cache_update(ctx, fn, cache, key, value, start_pos));
-    memset(rope, 0, sizeof *rope);
-    if (cache && rotary)  /* (K rows at startPos + i, or rotary.positions[i]) */
-        keep_first(&first, ctx, check_rotary(ctx, fn, cache, rotary, NULL, start_pos, rows_of_input(key), "key", rope));
-    return report_first(ctx, &first);
+    return check_update_rotary(ctx, fn, cache, key, value, start_pos, rotary, NULL, rope);
 }
 
 sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
@@ -851,12 +896,12 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
     if (length <= 0)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
     TRY(check_kv_pair(ctx, fn, cache, key_out, "key_out", value_out, "value_out", length));
-    return check_rows(ctx, fn, cache, start, length, "start", false);
+    return check_rows(ctx, fn, cache, start, length, "start", false, false);
 }
 
 sdpa_status sdpa_check_cache_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                   int64_t start, int64_t length) {
-    return check_rows(ctx, fn, cache, start, length, "start", false);
+    return check_rows(ctx, fn, cache, start, length, "start", false, false);
 }
 
 sdpa_status sdpa_check_cache_read_records(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
@@ -867,7 +912,7 @@ sdpa_status sdpa_check_cache_read_records(sdpa_ctx * ctx, const char * fn, const
     if (which != 0 && which != 1) return sdpa_fail(ctx, SDPA_E_ARG, "%s: which is %d; expected 0 (keys) or 1 (values)", fn, which);
     if (length <= 0)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
-    TRY(check_rows(ctx, fn, cache, start, length, "start", false));
+    TRY(check_rows(ctx, fn, cache, start, length, "start", false, false));
     const uint64_t rows = (uint64_t)cache->batch * (uint64_t)length * (uint64_t)cache->kv_heads;
     const uint64_t want = sdpa_size_mul(rows, sdpa_kv_record_bytes(sdpa_kv_dtype(&cache->format, which), cache->head_dim));
     if (out_bytes != want)
@@ -945,22 +990,23 @@ sdpa_status sdpa_check_cache_plan_rows(sdpa_ctx * ctx, const char * fn, int32_t 
     return SDPA_OK;
 }
 
-sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                  const sdpa_tensor * query, const sdpa_tensor * key,
-                                  const sdpa_tensor * value, const sdpa_tensor * mask,
-                                  const sdpa_options * options, const sdpa_tensor * out,
-                                  sdpa_problem * problem) {
+static sdpa_status check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                   const sdpa_tensor * query, const sdpa_tensor * key,
+                                   const sdpa_tensor * value, const sdpa_tensor * mask,
+                                   const sdpa_options * options, const sdpa_tensor * out,
+                                   const described_flags * d, sdpa_problem * problem) {
     const int64_t start_pos = options ? options->start_pos : 0;
     first_failure first = { SDPA_OK, "" };
     /* every rule of both halves and the step's own, before anything is written */
     /* (the query's E_ARG and E_DTYPE first: within one code the JS layer names the query first) */
-    if (cache && in_cache(cache, query)) keep_first(&first, ctx, fail_in_cache(ctx, fn, "query"));
+    if (!d && cache && in_cache(cache, query)) keep_first(&first, ctx, fail_in_cache(ctx, fn, "query"));
     if (present(query) && query->dtype != SDPA_DTYPE_FLOAT32) keep_first(&first, ctx, check_float32(ctx, fn, "query", query));
-    keep_first(&first, ctx, sdpa_check_cache_update(ctx, fn, cache, key, value, start_pos));
-    keep_first(&first, ctx, sdpa_check_cache_attend(ctx, fn, cache, query, mask, options, out, false, problem));
+    keep_first(&first, ctx, check_update(ctx, fn, cache, key, value, start_pos, d));
+    keep_first(&first, ctx, check_cache_attend(ctx, fn, cache, query, mask, options, out, false, d, problem));
     const bool have = present(query) && present(key) && present(value) && present(out);
-    if (have && (overlaps(out, key) || overlaps(out, value)))
-        keep_first(&first, ctx, fail_shares(ctx, fn, overlaps(out, key) ? "key" : "value"));
+    const bool over_key = have && out_over(d, out, key, SDPA_DESCRIBED_KEY);
+    if (over_key || (have && out_over(d, out, value, SDPA_DESCRIBED_VALUE)))
+        keep_first(&first, ctx, fail_shares(ctx, fn, over_key ? "key" : "value"));
     if (have && query->rank == 4 && key->rank == 4 && query->dims[1] != key->dims[1])
         keep_first(&first, ctx, sdpa_fail(ctx, SDPA_E_DIMS, "%s: query has %s but key has %d; a step attends exactly the rows it writes%s",
                                           fn, ROWS(query->dims[1]), key->dims[1],
@@ -968,6 +1014,14 @@ sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv
                                           cache && query->dims[2] == key->dims[2] && key->dims[1] == cache->kv_heads ? torch_layout : ""));
     if (first.status != SDPA_OK) memcpy(ctx->last_error, first.message, sizeof first.message);
     return first.status;
+}
+
+sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                  const sdpa_tensor * query, const sdpa_tensor * key,
+                                  const sdpa_tensor * value, const sdpa_tensor * mask,
+                                  const sdpa_options * options, const sdpa_tensor * out,
+                                  sdpa_problem * problem) {
+    return check_cache_step(ctx, fn, cache, query, key, value, mask, options, out, NULL, problem);
 }
 
 /* ---- attendMany --------------------------------------------------------- */
@@ -1060,7 +1114,7 @@ sdpa_status sdpa_check_step_many(sdpa_ctx * ctx, const char * fn, const sdpa_att
 /* ---- descriptor-only checks (sdpa_check_described) ---------------------- */
 
 /* What a described tensor points at: not NULL (present() says "given"), and
- * never read (the address rules are skipped for described calls). */
+ * never read (the address rules take the caller's answers for described calls). */
 static char described_data[1];
 
 /* A described tensor as the rules read it (NULL stays NULL: not given). */
@@ -1071,29 +1125,65 @@ static const sdpa_tensor * described(const sdpa_tensor * t, sdpa_tensor * copy) 
     return copy;
 }
 
-static sdpa_status check_described(sdpa_ctx * ctx, int32_t op, const sdpa_tensor * query, const sdpa_tensor * key,
+static sdpa_status check_described(sdpa_ctx * ctx, int32_t op, const sdpa_kv_cache_desc * desc, int32_t length,
+                                   int32_t window_start, const sdpa_tensor * query, const sdpa_tensor * key,
                                    const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
-                                   const sdpa_tensor * out, uint32_t judged, uint32_t unknown_len) {
-    if (op != SDPA_CHECK_CUSTOM)
-        return sdpa_fail(ctx, SDPA_E_ARG, "sdpa_check_described: op is %d; expected SDPA_CHECK_CUSTOM", op);
-    sdpa_tensor q, k, v, m, o, s;
+                                   const sdpa_tensor * out, const described_flags * flags) {
+    static const char fn[] = "";  /* (the message names no function) */
+    if (op < SDPA_CHECK_CUSTOM || op > SDPA_CHECK_STEP)
+        return sdpa_fail(ctx, SDPA_E_ARG, "sdpa_check_described: op is %d; expected an SDPA_CHECK_* op", op);
+    sdpa_tensor q, k, v, m, o, s, t, rc, rs;
     sdpa_options opts = options ? *options : default_options;
     opts.sinks = described(opts.sinks, &s);
-    const described_flags flags = { judged, unknown_len };
+    opts.tree_mask = described(opts.tree_mask, &t);
+    sdpa_rotary ro;
+    if (opts.rotary) {
+        ro = *opts.rotary;
+        ro.cos = described(ro.cos, &rc);
+        ro.sin = described(ro.sin, &rs);
+        ro.positions = ro.n_positions > 0 ? (const int32_t *)(const void *)described_data : NULL;  /* (the entries: the caller's) */
+        opts.rotary = &ro;
+    }
     sdpa_problem problem;
-    /* (fn "": the message names no function) */
-    return check_attention(ctx, "", described(query, &q), described(key, &k), described(value, &v), NULL,
-                           described(mask, &m), &opts, described(out, &o), true, &flags, &problem);
+    if (op == SDPA_CHECK_CUSTOM)
+        return check_attention(ctx, fn, described(query, &q), described(key, &k), described(value, &v), NULL,
+                               described(mask, &m), &opts, described(out, &o), true, flags, &problem);
+    if (!desc) return sdpa_fail(ctx, SDPA_E_ARG, "sdpa_check_described: the cache is not described");
+    sdpa_kv_cache c;  /* (the rules read only its geometry, length and window_start) */
+    memset(&c, 0, sizeof c);
+    c.batch = desc->batch;
+    c.max_seq_len = desc->max_seq_len;
+    c.kv_heads = desc->kv_heads;
+    c.head_dim = desc->head_dim;
+    c.window = desc->window;
+    c.sink_tokens = desc->sink_tokens;
+    c.length = length;
+    c.window_start = window_start;
+    switch (op) {
+        case SDPA_CHECK_UPDATE: {
+            sdpa_rope rope;
+            return check_update_rotary(ctx, fn, &c, described(key, &k), described(value, &v), opts.start_pos, opts.rotary,
+                                       flags, &rope);
+        }
+        case SDPA_CHECK_ATTEND:
+            return check_cache_attend(ctx, fn, &c, described(query, &q), described(mask, &m), &opts, described(out, &o), true,
+                                      flags, &problem);
+        default:
+            return check_cache_step(ctx, fn, &c, described(query, &q), described(key, &k), described(value, &v),
+                                    described(mask, &m), &opts, described(out, &o), flags, &problem);
+    }
 }
 
 sdpa_status sdpa_check_described(int32_t op, const sdpa_kv_cache_desc * cache, int32_t length, int32_t window_start,
                                  const sdpa_tensor * query, const sdpa_tensor * key, const sdpa_tensor * value,
                                  const sdpa_tensor * mask, const sdpa_options * options, const sdpa_tensor * out,
-                                 uint32_t judged, uint32_t unknown_len, char * message, int32_t message_bytes) {
-    (void)cache; (void)length; (void)window_start;
+                                 uint32_t judged, uint32_t unknown, uint32_t overlaps, char * message, int32_t message_bytes) {
     sdpa_ctx local;  /* (only its message: the rules write nothing else) */
     memset(&local, 0, sizeof local);
-    const sdpa_status st = check_described(&local, op, query, key, value, mask, options, out, judged, unknown_len);
+    const described_flags flags = {
+        judged, unknown, overlaps, (unknown & SDPA_DESCRIBED_LENGTH) != 0, (unknown & SDPA_DESCRIBED_START) != 0,
+    };
+    const sdpa_status st = check_described(&local, op, cache, length, window_start, query, key, value, mask, options, out, &flags);
     const char * text = local.last_error;
     if (st != SDPA_OK && text[0] == ':' && text[1] == ' ') text += 2;  /* (fn "": drop the ": " before the rule's words) */
     if (message && message_bytes > 0) {

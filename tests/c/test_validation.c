@@ -1216,7 +1216,7 @@ static void test_check_described(void) {
         dq.data = dk.data = dv.data = dm.data = ds.data = dout.data = NULL;
         sdpa_options dopt = opt;
         dopt.sinks = has_sinks ? &ds : NULL;
-        const sdpa_status got = sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &dq, &dk, &dv, has_mask ? &dm : NULL, &dopt, &dout, 0, 0, msg, sizeof msg);
+        const sdpa_status got = sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &dq, &dk, &dv, has_mask ? &dm : NULL, &dopt, &dout, 0, 0, 0, msg, sizeof msg);
         snprintf(desc, sizeof desc, "check_described #%d q[%d:%d,%d,%d,%d] k[%d:%d,%d,%d,%d] out[%d:%d,%d,%d,%d]", it,
                  qr, qd[0], qd[1], qd[2], qd[3], kr, kd[0], kd[1], kd[2], kd[3], orank, od[0], od[1], od[2], od[3]);
         same_as_entry(desc, want, "customSdpa", got, msg);
@@ -1225,18 +1225,18 @@ static void test_check_described(void) {
     TU_CHECK(passed > 100, "check_described: only %ld passing calls in the grid", passed);
     {   /* judged: the dims rule fails with the tensor's name, in its place (after an earlier tensor's own) */
         sdpa_tensor q = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 2, 4, 8), k = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 6, 2, 8), v = k, o = q;
-        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_KEY, 0, msg, sizeof msg) == SDPA_E_DIMS &&
+        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_KEY, 0, 0, msg, sizeof msg) == SDPA_E_DIMS &&
                  strcmp(msg, "key") == 0, "check_described: judged key: '%s'", msg);
         q.len = 3;
-        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_KEY, 0, msg, sizeof msg) == SDPA_E_DIMS &&
+        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_KEY, 0, 0, msg, sizeof msg) == SDPA_E_DIMS &&
                  strncmp(msg, "query.data has 3 elements", 25) == 0, "check_described: query's length before judged key: '%s'", msg);
         /* unknown length: len == product is not asked */
-        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, 0, SDPA_DESCRIBED_QUERY, msg, sizeof msg) == SDPA_OK,
+        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, 0, SDPA_DESCRIBED_QUERY, 0, msg, sizeof msg) == SDPA_OK,
                  "check_described: query of unknown length: '%s'", msg);
         o.rank = 5;  /* judged out of rank 5: its dims rule before its rank's */
-        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_OUT, SDPA_DESCRIBED_QUERY, msg, sizeof msg) == SDPA_E_DIMS &&
+        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_OUT, SDPA_DESCRIBED_QUERY, 0, msg, sizeof msg) == SDPA_E_DIMS &&
                  strcmp(msg, "out") == 0, "check_described: judged out of rank 5: '%s'", msg);
-        TU_CHECK(sdpa_check_described(9, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, 0, 0, msg, sizeof msg) == SDPA_E_ARG, "check_described: op 9");
+        TU_CHECK(sdpa_check_described(9, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, 0, 0, 0, msg, sizeof msg) == SDPA_E_ARG, "check_described: op 9");
     }
     free(bq); free(bk); free(bv); free(bm); free(bs); free(bo);
 }
@@ -1304,6 +1304,120 @@ static void test_check_create(void) {
 #undef N_OF
 }
 
+/* The cache ops of sdpa_check_described (update, attend, step on a cache
+ * described by numbers) against sdpa_kv_cache_update_rotary, _attend and
+ * _step on the real cache (a fork of it, so a passing write changes nothing
+ * here): same code and words over a grid, for a plain and a windowed cache.
+ * rotary.positions' entries are in range (described, they are the caller's). */
+static void test_check_described_cache(void) {
+    enum { CAP = 8192 };
+    float * bq = tu_malloc(CAP * 4), * bk = tu_malloc(CAP * 4), * bv = tu_malloc(CAP * 4), * bm = tu_malloc(CAP * 4);
+    float * bo = tu_malloc(CAP * 4), * bc = tu_malloc(CAP * 4), * bs = tu_malloc(CAP * 4), * bsk = tu_malloc(64 * 4);
+    memset(bq, 0, CAP * 4); memset(bk, 0, CAP * 4); memset(bv, 0, CAP * 4); memset(bm, 0, CAP * 4);
+    memset(bo, 0, CAP * 4); memset(bc, 0, CAP * 4); memset(bs, 0, CAP * 4); memset(bsk, 0, 64 * 4);
+    char msg[SDPA_CHECK_MESSAGE_BYTES], desc[200];
+    static const int32_t odd[] = { 0, -1, 3, 5, 9 };
+    static const char * const fns[] = { "", "KVCache.update", "KVCache.attend", "KVCache.step" };
+    long passed = 0;
+    for (int windowed = 0; windowed < 2; windowed++) {
+        const int32_t Hk = windowed ? 1 : 2, D = windowed ? 4 : 8, ML = windowed ? 1024 : 64;
+        const int32_t W = windowed ? 8 : 0, SINK = windowed ? 2 : 0, fill = windowed ? 300 : 20;
+        sdpa_kv_cache * c = NULL;
+        if (!TU_CHECK(sdpa_kv_cache_create_windowed(g_ctx, 1, ML, Hk, D, SDPA_DTYPE_FLOAT32, W, SINK, &c) == SDPA_OK, "create")) return;
+        for (int32_t at = 0; at < fill; at++) {
+            sdpa_tensor k = tu_tensor4(bk, SDPA_DTYPE_FLOAT32, 1, 1, Hk, D);
+            sdpa_kv_cache_update(g_ctx, c, &k, &k, at);
+        }
+        const sdpa_kv_cache_desc cd = { 1, ML, Hk, D, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, W, SINK };
+        const int32_t len = sdpa_kv_cache_length(c), ws = sdpa_kv_cache_window_start(c);
+        for (int it = 0; it < 2500; it++) {
+            const int op = 1 + (int)lcg(3);
+            const int32_t Sq = 1 + (int32_t)lcg(3), Hq = Hk * (1 + (int32_t)lcg(2));
+            int32_t qd[4] = { 1, Sq, Hq, D }, kd[4] = { 1, Sq, Hk, D }, vd[4] = { 1, Sq, Hk, D }, od[4] = { 1, Sq, Hq, D };
+            int32_t md[4] = { Sq, lcg(2) ? ML : len, 0, 0 }, td[4] = { Sq, Sq, 0, 0 }, sd[4] = { Hq, 0, 0, 0 };
+            int32_t cosd[4] = { lcg(3) ? 1100 : 8, lcg(4) ? D / 2 : D / 2 + 1, 0, 0 }, sind[4];
+            memcpy(sind, cosd, sizeof sind);
+            int qr = 4, kr = 4, vr = 4, orank = 4;
+            int32_t * all[6] = { qd, kd, vd, od, md, cosd };
+            for (int m = (int)lcg(3); m > 0; m--) {
+                int32_t * d = all[lcg(6)];
+                switch (lcg(4)) {
+                    case 0: d[lcg(4)] = odd[lcg(5)]; break;
+                    case 1: d[lcg(4)] = 1 + (int32_t)lcg(8); break;
+                    case 2: { int * r = (int *[]){ &qr, &kr, &vr, &orank }[lcg(4)]; *r = (int)lcg(5); break; }
+                    default: { const int32_t x = d[1]; d[1] = d[2]; d[2] = x; break; }
+                }
+            }
+            const int has_mask = lcg(5) == 0, has_tree = lcg(8) == 0, has_sinks = lcg(6) == 0, has_rot = lcg(4) == 0;
+            sdpa_tensor q = grid_tensor(bq, SDPA_DTYPE_FLOAT32, qr, qd, 0), k = grid_tensor(bk, SDPA_DTYPE_FLOAT32, kr, kd, lcg(10) == 0);
+            sdpa_tensor v = grid_tensor(bv, SDPA_DTYPE_FLOAT32, vr, vd, 0), o = grid_tensor(bo, SDPA_DTYPE_FLOAT32, orank, od, 0);
+            sdpa_tensor mk = grid_tensor(bm, SDPA_DTYPE_BOOL, 2, md, 0), tr = grid_tensor(bm, SDPA_DTYPE_BOOL, 2, td, 0);
+            sdpa_tensor sk = grid_tensor(bsk, SDPA_DTYPE_FLOAT32, 1, sd, 0);
+            sdpa_tensor rc = grid_tensor(bc, SDPA_DTYPE_FLOAT32, 2, cosd, 0), rs = grid_tensor(bs, SDPA_DTYPE_FLOAT32, 2, sind, 0);
+            if (q.len > CAP || k.len > CAP || v.len > CAP || o.len > CAP || mk.len > CAP || rc.len > CAP) continue;
+            int32_t pos[4] = { 0, 1, 2, 3 };
+            sdpa_rotary ro = { &rc, &rs, (int32_t)lcg(2), lcg(3) == 0 ? (lcg(4) ? Sq : Sq + 1) : 0, NULL };
+            if (ro.n_positions > 4) ro.n_positions = 4;
+            ro.positions = ro.n_positions ? pos : NULL;
+            static const int32_t starts[] = { -1, 0, 1, 5, 18, 19, 20, 21, 63, 64, 250, 292, 299, 300, 301, 1023 };
+            sdpa_options opt = { 0 };
+            opt.start_pos = starts[lcg(16)];
+            opt.is_causal = lcg(4) != 0;
+            opt.window = lcg(5) == 0 ? (int32_t)(1 + lcg(10)) : 0;
+            opt.sinks = has_sinks ? &sk : NULL;
+            opt.tree_mask = has_tree ? &tr : NULL;
+            opt.rotary = has_rot ? &ro : NULL;
+            sdpa_tensor dq = q, dk = k, dv = v, dout = o, dm = mk, dt = tr, ds = sk, drc = rc, drs = rs;
+            dq.data = dk.data = dv.data = dout.data = dm.data = dt.data = ds.data = drc.data = drs.data = NULL;
+            sdpa_rotary dro = ro;
+            dro.cos = &drc; dro.sin = &drs; dro.positions = NULL;
+            sdpa_options dopt = opt;
+            dopt.sinks = has_sinks ? &ds : NULL;
+            dopt.tree_mask = has_tree ? &dt : NULL;
+            dopt.rotary = has_rot ? &dro : NULL;
+            const sdpa_status got = sdpa_check_described(op, &cd, len, ws, op == 1 ? NULL : &dq, op == 2 ? NULL : &dk, op == 2 ? NULL : &dv,
+                                                         has_mask && op != 1 ? &dm : NULL, &dopt, op == 1 ? NULL : &dout, 0, 0, 0, msg, sizeof msg);
+            sdpa_kv_cache * f = NULL;
+            if (!TU_CHECK(sdpa_kv_cache_fork(g_ctx, c, &f) == SDPA_OK, "fork")) break;
+            sdpa_status want;
+            if (op == 1) want = sdpa_kv_cache_update_rotary(g_ctx, f, &k, &v, opt.start_pos, has_rot ? &ro : NULL);
+            else if (op == 2) want = sdpa_kv_cache_attend(g_ctx, f, &q, has_mask ? &mk : NULL, &opt, &o);
+            else want = sdpa_kv_cache_step(g_ctx, f, &q, &k, &v, has_mask ? &mk : NULL, &opt, &o);
+            snprintf(desc, sizeof desc, "check_described %s op %d #%d sp %lld q[%d:%d,%d,%d,%d] k[%d:%d,%d,%d,%d] out[%d:%d,%d,%d,%d]",
+                     windowed ? "windowed" : "plain", op, it, (long long)opt.start_pos, qr, qd[0], qd[1], qd[2], qd[3],
+                     kr, kd[0], kd[1], kd[2], kd[3], orank, od[0], od[1], od[2], od[3]);
+            same_as_entry(desc, want, fns[op], got, msg);
+            if (want == SDPA_OK) passed++;
+            sdpa_kv_cache_free(f);
+        }
+        {   /* a cache that is gone (rows written unknown), an append of unknown start */
+            sdpa_tensor k = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 2, Hk, D);
+            sdpa_options opt = { 0 };
+            opt.start_pos = ML - 1;  /* past the rows written: the hole rule is not asked, capacity is */
+            TU_CHECK(sdpa_check_described(SDPA_CHECK_UPDATE, &cd, 0, 0, NULL, &k, &k, NULL, &opt, NULL, 0, SDPA_DESCRIBED_LENGTH, 0, msg, sizeof msg) == SDPA_E_CAPACITY,
+                     "check_described: update of a cache that is gone: '%s'", msg);
+            opt.start_pos = -1;
+            TU_CHECK(sdpa_check_described(SDPA_CHECK_UPDATE, &cd, 0, 0, NULL, &k, &k, NULL, &opt, NULL, 0, SDPA_DESCRIBED_LENGTH | SDPA_DESCRIBED_START, 0, msg, sizeof msg) == SDPA_OK,
+                     "check_described: an append of unknown start: '%s'", msg);
+            /* the caller's answers to the address rules, and a judged rotary.positions */
+            sdpa_tensor q = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 2, Hk, D), o = q;
+            opt.start_pos = len;
+            opt.is_causal = 1;
+            TU_CHECK(sdpa_check_described(SDPA_CHECK_STEP, &cd, len, ws, &q, &k, &k, NULL, &opt, &o, 0, 0, SDPA_DESCRIBED_VALUE, msg, sizeof msg) == SDPA_E_ARG &&
+                     strcmp(msg, "out shares memory with value; out must not overlap any input") == 0, "check_described: out over value: '%s'", msg);
+            sdpa_tensor rc = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 1, 2048, D / 2);
+            rc.rank = 2; rc.dims[0] = 2048; rc.dims[1] = D / 2; rc.len = (size_t)2048 * (size_t)(D / 2);
+            sdpa_rotary ro = { &rc, &rc, 0, 2, NULL };
+            opt.rotary = &ro;
+            TU_CHECK(sdpa_check_described(SDPA_CHECK_STEP, &cd, len, ws, &q, &k, &k, NULL, &opt, &o, SDPA_DESCRIBED_POSITIONS, 0, 0, msg, sizeof msg) == SDPA_E_START_POS &&
+                     strcmp(msg, "rotary.positions") == 0, "check_described: judged rotary.positions: '%s'", msg);
+        }
+        sdpa_kv_cache_free(c);
+    }
+    TU_CHECK(passed > 100, "check_described (cache): only %ld passing calls in the grid", passed);
+    free(bq); free(bk); free(bv); free(bm); free(bo); free(bc); free(bs); free(bsk);
+}
+
 int main(void) {
     double t0 = tu_seconds();
     const char * vb = getenv("SDPA_TEST_VERBOSE");
@@ -1322,6 +1436,7 @@ int main(void) {
     test_check_rows();
     test_check_described();
     test_check_create();
+    test_check_described_cache();
     printf("  %ld rejected-call cases, %.2f s\n", g_cases, tu_seconds() - t0);
     sdpa_ctx_free(g_ctx);
     return tu_summary("test_validation");
