@@ -9,14 +9,14 @@
 import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
 import {
   Checks, checkStartPos, checkCustom, CUSTOM_OPTIONS, readCacheConfig, readCachePlan, readAllocArgs,
-  checkReserveBytes,
+  checkReserveBytes, checkCacheAllocations,
 } from './rules.js';
 import { readOptions, inspectTensor, describeValue, checkLive, checkLiveOptions, readLayerConfigs } from './snapshot.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
 import { attendMany, stepMany } from './many.js';
 import { KVCache } from './kv-cache.js';
-import { LAYOUT, PAGE_ROWS } from './abi.js';
+import { LAYOUT } from './abi.js';
 import { KVCacheGroup, makeEach } from './kv-cache-group.js';
 import { loadState, CacheSink, GroupSink } from './kv-state.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
@@ -27,12 +27,6 @@ export { SdpaError, STATUS_CODES, E_LOAD, KVCache, KVCacheGroup, HeapTensor, isH
 
 /** Key of the (unstable, test-only) internals: sdpa[INTERNALS] = { M, core }. */
 export const INTERNALS = Symbol.for('sdpa-wasm.internals');
-
-/** The largest single allocation wasm32 malloc can make (< 2 GiB). A little
- * below C's SDPA_MAX_PAGE_BYTES (2^31 - 1), which leaves no room for malloc's
- * own header: JS refuses first, with the clearer message. */
-const MAX_ALLOC = 0x7fff0000;
-
 
 /**
  * Loads the wasm build and makes an instance.
@@ -151,15 +145,9 @@ function planCache(core, fn, geo, rows) {
   return { pages: i64(f.pages), pageBytes: i64(f.page_bytes), poolBytes: i64(f.pool_bytes), tableBytes: i64(f.table_bytes), bytes: i64(f.bytes) };
 }
 
-/**
- * Checks a geometry's one page and page table against one wasm
- * allocation (JS refuses first, with the clearer message: MAX_ALLOC).
- */
+/** A checked geometry's one page and page table against one wasm allocation (rules.js checkCacheAllocations). */
 function checkCacheFits(core, ck, fn, geo) {
-  const { pageBytes, tableBytes } = planCache(core, fn, geo, 0);
-  if (pageBytes > MAX_ALLOC || tableBytes > MAX_ALLOC) {
-    ck.add('E_OOM', `a cache of [${geo.batch}, ${geo.maxSeqLen}, ${geo.numKvHeads}, ${geo.headDim}] needs pages of ${formatBytes(pageBytes)} (${PAGE_ROWS} rows) and a page table of ${formatBytes(tableBytes)}; each must be one wasm allocation (< 2 GiB)`);
-  }
+  checkCacheAllocations(ck, geo, planCache(core, fn, geo, 0), formatBytes);
 }
 
 /** A cache of a checked geometry (E_OOM from C when its table cannot be had). */

@@ -11,7 +11,7 @@ import { SdpaError, codeRank } from './errors.js';
 import { memoryOwner } from './heap.js';
 import { prod, fmtDims, fmtRows, INT32_MAX } from './shape.js';
 import { describeValue, readOptions, readDims, dimsLabel, readInt32List } from './snapshot.js';
-import { CACHE_DTYPES, CHECK_OP, ROWS_OP } from './abi.js';
+import { CACHE_DTYPES, CHECK_OP, ROWS_OP, PAGE_ROWS } from './abi.js';
 
 // ---------------------------------------------------------------------------
 // Collecting checks
@@ -317,7 +317,11 @@ export function checkImpliedStart(ck, Q, masked, length) {
 // span: capacity, rows written, a windowed cache's evicted rows) are C's
 // alone: Core.rowRules asks sdpa_kv_check_rows before anything is copied or
 // allocated. What JS checks of those calls is what only JS sees: the values'
-// JS types and that they are integers (C takes integers).
+// JS types and that they are integers (C takes integers). Written in both
+// languages, one wording: a negative start / length and read's length below
+// 1 (check.c's check_rows, sdpa_check_cache_truncate and _read_records are C
+// callers' check): these ops of sdpa_kv_check_rows take counts (values outside
+// them are a description error there), so JS refuses them first.
 
 /**
  * read / readRaw's arguments: start a non-negative integer, length a positive
@@ -458,6 +462,24 @@ export function readCachePlan(ck, config, rows, core) {
   return { geo, rows: geo === null ? null : rows ?? geo.maxSeqLen };
 }
 
+/** The largest single allocation wasm32 malloc can make (< 2 GiB). A little
+ * below C's SDPA_MAX_PAGE_BYTES (2^31 - 1), which leaves no room for malloc's
+ * own header: JS refuses first, with the clearer message. */
+const MAX_ALLOC = 0x7fff0000;
+
+/**
+ * A checked geometry's one page and page table (`plan`: kvCacheSize's
+ * { pageBytes, tableBytes } of it, from C) against one wasm allocation (E_OOM).
+ * JS's own rule: C's limit is SDPA_MAX_PAGE_BYTES, which malloc's header
+ * does not leave room for.
+ */
+export function checkCacheAllocations(ck, geo, plan, fmtBytes) {
+  const { pageBytes, tableBytes } = plan;
+  if (pageBytes > MAX_ALLOC || tableBytes > MAX_ALLOC) {
+    ck.add('E_OOM', `a cache of [${geo.batch}, ${geo.maxSeqLen}, ${geo.numKvHeads}, ${geo.headDim}] needs pages of ${fmtBytes(pageBytes)} (${PAGE_ROWS} rows) and a page table of ${fmtBytes(tableBytes)}; each must be one wasm allocation (< 2 GiB)`);
+  }
+}
+
 /** allocTensor's dtype and dims (the dims read once); returns the dims array, or null. */
 export function readAllocArgs(ck, dtype, dims) {
   if (dtype === undefined || dtype === null) ck.add('E_ARG', `dtype is missing; expected 'float32' or 'bool'`);
@@ -522,7 +544,13 @@ export function checkSaveRows(ck, st, start, length) {
   return [s, n];
 }
 
-/** loadKVCache's maxSeqLen: absent (0: the saved one) or a positive integer up to the key index limit. */
+/**
+ * loadKVCache's maxSeqLen: absent (0: the saved one) or a positive integer up
+ * to the key index limit. Written in both languages, one wording (kv_state.c
+ * sdpa_kv_load_begin is C callers' check): one number's range, refused before
+ * any source byte is read, where C's check comes with a loader JS does not
+ * make for a rejected call; 0 is JS's own E_DIMS (to C it is "the saved one").
+ */
 export function checkLoadMaxSeqLen(ck, value) {
   return checkSize(ck, value, 'maxSeqLen', { required: false, dflt: 0, max: KEY_INDEX_LIMIT });
 }

@@ -323,6 +323,7 @@ sdpa_status sdpa_kv_load_begin(sdpa_ctx * ctx, int32_t max_seq_len, sdpa_kv_load
     if (!ctx) return SDPA_E_ARG;
     if (!out_loader) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out_loader is missing", LOAD_FN);
     *out_loader = NULL;
+    /* (also js/rules.js checkLoadMaxSeqLen, one wording: JS refuses the number before it reads a byte) */
     if (max_seq_len < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; expected a positive integer", LOAD_FN, max_seq_len);
     if (max_seq_len > SDPA_INDEX_LIMIT)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; at most %d", LOAD_FN, max_seq_len, SDPA_INDEX_LIMIT);

@@ -721,6 +721,7 @@ sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_
 
 sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, int64_t length) {
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
+    /* (also js/rules.js checkCacheTruncate, one wording: sdpa_kv_check_rows takes counts, so JS refuses a negative first) */
     if (length < 0)
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: length is %lld; expected a non-negative integer", fn, (long long)length);
     if (length > cache->length)
