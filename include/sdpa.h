@@ -592,7 +592,8 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
 ///                       rules too); length -1 describes a cache that is gone
 ///                       (its rows unknown: only those rules of the values)
 /// start, n and last are integers held in doubles (JS numbers up to 2^53).
-/// E_START_POS, E_CAPACITY; E_ARG for an op or description no cache has. It
+/// E_START_POS, E_CAPACITY (and for SDPA_ROWS_SAVE E_DIMS: a negative n or
+/// one past int32); E_ARG for an op or description no cache has. It
 /// needs no context and touches no memory but `message` (so it may be asked
 /// after a context is gone): a failure's message, which names no function
 /// (the caller's name goes first), NUL-terminated in message_bytes (at most
@@ -637,6 +638,9 @@ sdpa_status sdpa_kv_check_rows(int32_t op, int32_t max_seq_len, int32_t window, 
 ///             described tensor has no address, so the address rules (out over
 ///             an input) take these answers, in their place and words; an
 ///             input in cache storage is the caller's alone
+/// E_ARG for an unknown op, and for a cache op without `cache` or with a
+/// description no cache has (its geometry, 0 <= length <= max_seq_len unless
+/// _LENGTH, 0 <= window_start <= max_seq_len) before any rule reads it.
 /// Needs no context and writes nothing but `message`: a failure's message,
 /// naming no function (the caller's name goes first), NUL-terminated in
 /// message_bytes (SDPA_CHECK_MESSAGE_BYTES are enough; NULL: none).

@@ -16,7 +16,7 @@
 // call with its windowStart read just before (Core.attentionRules).
 
 import {
-  Checks, checkStartPos, checkBool, readAttentionOptions, regionOf, overlaps, CUSTOM_OPTIONS, STEP_OPTIONS,
+  Checks, checkStartPos, checkBool, readAttentionOptions, overlapBits, STEP_OPTIONS,
   checkWriteStart, checkImpliedStart, checkCacheRows, checkCacheTruncate, ATTEND_OPTIONS, checkKeepRows, UPDATE_OPTIONS,
 } from './rules.js';
 import { readOptions, inspectTensor, checkLive, checkLiveOptions } from './snapshot.js';
@@ -442,7 +442,7 @@ export class KVCache {
    */
   #rules(ck, op, P, sp, K, V, length, windowStart, single) {
     const R = P.R;
-    let judged = 0, words = null, over = 0;
+    let judged = 0, words = null;
     P.rot = null;
     P.fast = false;
     if (R !== null) {
@@ -466,25 +466,12 @@ export class KVCache {
       }
       P.rot = { C: R.C, S: R.S, interleaved, positions: pos };
     }
-    // (sp within int32: update's C entry takes it as an int32)
+    // (sp within int32: update's C entry takes it as an int32; attend / step reject a larger one, described)
     if (single && judged === 0 && ck.first === null && sp !== null && sp <= INT32_MAX && this.#heapOnly(P, K, V, op !== CHECK_OP.update)) {
       P.fast = true;
       return;
     }
-    const ro = P.O ? regionOf(P.O) : null;
-    if (ro !== null) {
-      const hit = (x, name) => { if (x && overlaps(ro, regionOf(x))) over |= DESCRIBED[name]; };
-      hit(P.Q, 'query');
-      hit(P.M, 'attnMask');
-      hit(P.S, 'sinks');
-      hit(P.T, 'treeMask');
-      hit(K, 'key');
-      hit(V, 'value');
-      if (R !== null) {
-        hit(R.C, 'rotary.cos');
-        hit(R.S, 'rotary.sin');
-      }
-    }
+    const over = overlapBits(P.O, P.Q, P.M, P.S, P.T, K, V, R !== null ? R.C : null, R !== null ? R.S : null);
     P.judged = judged;
     P.words = words;
     P.overlaps = over;

@@ -11,7 +11,7 @@ import { SdpaError, codeRank } from './errors.js';
 import { memoryOwner } from './heap.js';
 import { prod, fmtDims, fmtRows, INT32_MAX } from './shape.js';
 import { describeValue, readOptions, readDims, dimsLabel, readInt32List } from './snapshot.js';
-import { CACHE_DTYPES, CHECK_OP, ROWS_OP, PAGE_ROWS } from './abi.js';
+import { CACHE_DTYPES, CHECK_OP, ROWS_OP, PAGE_ROWS, DESCRIBED } from './abi.js';
 
 // ---------------------------------------------------------------------------
 // Collecting checks
@@ -185,12 +185,22 @@ export function overlaps(a, b) {
   return !!a && !!b && a.space === b.space && a.start < b.end && b.start < a.end;
 }
 
-/** E_ARG when `out` (a descriptor) shares memory with `x` (a descriptor, or { name, region }). */
-export function checkOutAliasing(ck, out, x) {
-  if (!out || !x) return;
-  if (overlaps(regionOf(out), x.region ? x.region : regionOf(x))) {
-    ck.add('E_ARG', `${out.name} shares memory with ${x.name}; out must not overlap any input`);
+/**
+ * The address rules' answers as JS sees memory (C cannot see a foreign
+ * ArrayBuffer): the DESCRIBED bits of the inputs `out` (a descriptor, or null)
+ * overlaps. `inputs`: descriptors (null: not given), each the DESCRIBED name
+ * of its argument as its `name`. C words the rule, in its place in the order
+ * (sdpa_check_described's `overlaps`).
+ */
+export function overlapBits(out, ...inputs) {
+  const ro = out ? regionOf(out) : null;
+  if (ro === null) return 0;
+  let bits = 0;
+  for (let i = 0; i < inputs.length; i++) {
+    const x = inputs[i];
+    if (x && overlaps(ro, regionOf(x))) bits |= DESCRIBED[x.name];
   }
+  return bits;
 }
 
 
@@ -248,10 +258,10 @@ export function readAttentionOptions(ck, o, cache) {
  * dims, batch, heads, head dim, key length, the key bound, the mask's shape,
  * a mask with isCausal, window with a mask) in C alone, asked on
  * descriptions before anything is copied (Core.attentionRules,
- * sdpa_check_described), then out's aliasing (JS's: C cannot see a foreign
- * ArrayBuffer; after C's, in the order the rules are read: C's E_ARG, window
- * with a mask, comes first). Returns the plan { Q, M, O, S, T, isCausal,
- * scale, window, softcap } for runAttention.
+ * sdpa_check_described), out's aliasing among them: JS says which inputs
+ * out overlaps (overlapBits: C cannot see a foreign ArrayBuffer), C words it
+ * in its place. Returns the plan { Q, M, O, S, T, isCausal, scale, window,
+ * softcap } for runAttention.
  */
 export function checkCustom(core, ck, o, startPos, Q, K, V, single = false) {
   const opts = readAttentionOptions(ck, o, false);
@@ -269,13 +279,8 @@ export function checkCustom(core, ck, o, startPos, Q, K, V, single = false) {
     P.fast = true;
     return P;
   }
+  P.overlaps = overlapBits(P.O, Q, P.M, P.S, K, V);
   core.attentionRules(ck, CHECK_OP.custom, P, startPos, K, V);
-  const O = P.O;
-  checkOutAliasing(ck, O, Q);
-  checkOutAliasing(ck, O, P.M);
-  checkOutAliasing(ck, O, P.S);
-  checkOutAliasing(ck, O, K);
-  checkOutAliasing(ck, O, V);
   return P;
 }
 
@@ -601,7 +606,7 @@ const ITEM_INPUTS = Object.freeze([['Q', 'query'], ['M', 'attnMask'], ['S', 'sin
 /**
  * The rules between checked items (C's sdpa_check_attend_many, in its
  * order): one item per cache; an item's out overlapping another's out or
- * inputs. `items`: [{ cache, P }] (P: checkAttention's result, or null).
+ * inputs. `items`: [{ cache, P }] (P: the item's checked plan, kv-cache.js #plan, or null).
  */
 export function checkManyItems(ck, items) {
   // each item's out and inputs as regions, once (an item without out gets a temporary one: it overlaps nothing)

@@ -96,13 +96,14 @@ const HEADS_AXIS = Object.freeze({ query: 2, key: 2, value: 2, attnMask: -1, sin
 /**
  * Whether C can be given descriptor d's dims as JS has them: at most
  * TENSOR_MAX_RANK int32 integers whose product (when the length is known)
- * C can count. Otherwise JS judges the dims rule in its own words (a dim of
- * 2.5 or 2^40, a product past 2^32 printed as JS prints it).
+ * C can count, and a length C's size_t holds. Otherwise JS judges the dims
+ * rule in its own words (a dim of 2.5 or 2^40, a product or a length past
+ * 2^32 printed as JS prints it).
  */
 function describable(d) {
   const dims = d.dims;
   if (d.heap || dims === null) return true;
-  if (dims.length > TENSOR_MAX_RANK) return false;
+  if (dims.length > TENSOR_MAX_RANK || d.len > SIZE_MAX) return false;  // (sdpa_tensor.len is a size_t: 2^32 + 16 would read as 16)
   let p = 1, positive = true;
   for (let i = 0; i < dims.length; i++) {
     const x = dims[i];
@@ -287,7 +288,7 @@ export class Core {
   }
 
   /**
-   * The row rules of read / readRaw, truncate and keepRows, decided by C
+   * The row rules of read / readRaw, truncate, keepRows and save, decided by C
    * (sdpa_kv_check_rows) from numbers alone, before anything is copied or
    * allocated: the rules and their words live only there. `op`: ROWS_OP's;
    * `state`: { maxSeqLen, window, sinkTokens, length, windowStart } of the
@@ -399,6 +400,8 @@ export class Core {
         at + B.message, CHECK_MESSAGE_BYTES);
       if (st !== 0) {
         const message = this.readCString(at + B.message);
+        // A judged rule (SDPA_DESCRIBED_* in `judged`: JS decided it, in words C cannot print) fails in C
+        // at its place in the order with the tensor's or rule's name as the whole message: JS's words go there.
         ck.add(codeOfStatus(st), words !== null && words[message] !== undefined ? words[message] : message);
       }
     } finally {

@@ -28,7 +28,7 @@ static const char * dtype_name(int32_t dtype) {
     return sdpa_kv_record_dtype_name(dtype);  /* "unknown" for other numbers */
 }
 
-/* Appended where dims read as PyTorch's [B, H, S, D] would fit (js/rules.js TORCH_LAYOUT). */
+/* Appended where dims read as PyTorch's [B, H, S, D] would fit (layout_hint). */
 static const char torch_layout[] =
     "; the dims look like PyTorch's [B, H, S, D] layout (heads in dim 1): this op takes [B, S, H, D] (in PyTorch: x.transpose(1, 2).contiguous())";
 
@@ -225,7 +225,7 @@ static const sdpa_options default_options = { 0, 0, 0, 0.0f, 0.0f, 0, 0.0f, NULL
 /* torch_layout when reading dims 1 and 2 of the query (and of the key, unless
  * it is a cache, whose heads are known) the other way round would satisfy the
  * heads rule and, without a mask, the key bound (start_pos < 0: not checked);
- * "" otherwise (js/rules.js layoutHint). */
+ * "" otherwise. */
 static const char * layout_hint(const int32_t * qd, const int32_t * kd, bool cache, int64_t start_pos, bool masked) {
     if (qd[1] == qd[2] && (cache || kd[1] == kd[2])) return "";
     const int64_t Hq = qd[1], Sq = qd[2];
@@ -425,7 +425,7 @@ static sdpa_status check_attention_geometry(const attention_args * a, const kv_g
     const int32_t kb = g->kb, kh = g->kh, kd = g->kd, kt = g->kt, vb = g->vb, vh = g->vh, vd = g->vd, vt = g->vt;
     const int32_t kdims[4] = { kb, kt, kh, kd };
     const char * kname = cache ? "the cache" : "key";
-    /* the key bound's start (-1: not checked, as js/rules.js's null) */
+    /* the key bound's start (-1: not checked) */
     const int64_t hint_start = a->check_room && a->o->start_pos >= 0 ? a->o->start_pos : -1;
 
     /* E_BATCH */
@@ -1150,6 +1150,14 @@ static sdpa_status check_described(sdpa_ctx * ctx, int32_t op, const sdpa_kv_cac
         return check_attention(ctx, fn, described(query, &q), described(key, &k), described(value, &v), NULL,
                                described(mask, &m), &opts, described(out, &o), true, flags, &problem);
     if (!desc) return sdpa_fail(ctx, SDPA_E_ARG, "sdpa_check_described: the cache is not described");
+    /* a public entry: a description no cache has (a head count of 0 would divide by zero below) is refused */
+    if (sdpa_check_cache_create(ctx, "sdpa_check_described", desc->batch, desc->max_seq_len, desc->kv_heads, desc->head_dim,
+                                desc->key_dtype, desc->value_dtype, desc->window, desc->sink_tokens, desc) != SDPA_OK ||
+        (!flags->length_unknown && (length < 0 || length > desc->max_seq_len)) ||
+        window_start < 0 || window_start > desc->max_seq_len)
+        return sdpa_fail(ctx, SDPA_E_ARG, "sdpa_check_described: no cache has batch %d, maxSeqLen %d, numKvHeads %d, headDim %d, dtypes %d / %d, window %d, sinkTokens %d, length %d, windowStart %d",
+                         desc->batch, desc->max_seq_len, desc->kv_heads, desc->head_dim, desc->key_dtype, desc->value_dtype,
+                         desc->window, desc->sink_tokens, length, window_start);
     sdpa_kv_cache c;  /* (the rules read only its geometry, length and window_start) */
     memset(&c, 0, sizeof c);
     c.batch = desc->batch;

@@ -1411,6 +1411,13 @@ static void test_check_described_cache(void) {
             opt.rotary = &ro;
             TU_CHECK(sdpa_check_described(SDPA_CHECK_STEP, &cd, len, ws, &q, &k, &k, NULL, &opt, &o, SDPA_DESCRIBED_POSITIONS, 0, 0, msg, sizeof msg) == SDPA_E_START_POS &&
                      strcmp(msg, "rotary.positions") == 0, "check_described: judged rotary.positions: '%s'", msg);
+            /* a description no cache has is refused before any rule reads it (0 heads would divide by zero) */
+            sdpa_kv_cache_desc bad = cd;
+            bad.kv_heads = 0;
+            TU_CHECK(sdpa_check_described(SDPA_CHECK_STEP, &bad, len, ws, &q, &k, &k, NULL, &opt, &o, 0, 0, 0, msg, sizeof msg) == SDPA_E_ARG &&
+                     strstr(msg, "no cache has") != NULL, "check_described: 0 kv heads: '%s'", msg);
+            TU_CHECK(sdpa_check_described(SDPA_CHECK_STEP, &cd, cd.max_seq_len + 1, ws, &q, &k, &k, NULL, &opt, &o, 0, 0, 0, msg, sizeof msg) == SDPA_E_ARG &&
+                     strstr(msg, "no cache has") != NULL, "check_described: length past maxSeqLen: '%s'", msg);
         }
         sdpa_kv_cache_free(c);
     }
