@@ -860,12 +860,6 @@ static sdpa_status check_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_c
     return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos", true, d && d->length_unknown);
 }
 
-sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                    const sdpa_tensor * key, const sdpa_tensor * value,
-                                    int64_t start_pos) {
-    return check_update(ctx, fn, cache, key, value, start_pos, NULL);
-}
-
 static sdpa_status check_update_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                        const sdpa_tensor * key, const sdpa_tensor * value,
                                        int64_t start_pos, const sdpa_rotary * rotary, const described_flags * d,

@@ -31,12 +31,7 @@ sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv
                                   const sdpa_options * options, const sdpa_tensor * out,
                                   sdpa_problem * problem);
 
-/* update_cache: key, value [B, Snew, Hkv, D] at start_pos. */
-sdpa_status sdpa_check_cache_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                    const sdpa_tensor * key, const sdpa_tensor * value,
-                                    int64_t start_pos);
-
-/* update with rotary embeddings: update's rules, then rotary's
+/* update_cache: key, value [B, Snew, Hkv, D] at start_pos, with rotary embeddings: update's rules, then rotary's
  * for the key's rows (the lowest status wins); *rope: the K rows' rotation
  * (half 0 when rotary is NULL). */
 sdpa_status sdpa_check_cache_update_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
