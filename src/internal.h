@@ -40,6 +40,7 @@ struct sdpa_ctx {
     int32_t     n_threads;
     int32_t     use_reference;
     double      parallel_min_macs;  /* calls with less work run on the calling thread */
+    double      dense_min_macs;     /* dense calls (dense/dense.c) with less work likewise */
     void *      scratch;        /* owned; kernels align inside it */
     size_t      scratch_bytes;
     struct sdpa_page_pool * pages;  /* every page of every cache of this context */

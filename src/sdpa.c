@@ -5,6 +5,7 @@
 #include "contract/check.h"
 #include "kernels/kernels.h"
 #include "cache/page_pool.h"
+#include "sdpa_dense.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,7 @@ sdpa_ctx * sdpa_ctx_create(int32_t n_threads, sdpa_status * status) {
     }
     ctx->n_threads = sdpa_pool_threads(ctx->pool);
     ctx->parallel_min_macs = SDPA_PARALLEL_MIN_MACS;
+    ctx->dense_min_macs = SDPA_DENSE_PARALLEL_MIN_MACS;
     if (status) *status = SDPA_OK;
     return ctx;
 }

@@ -1,0 +1,111 @@
+/*
+ * sdpa_dense.h: the dense parts of a transformer layer beside the attention
+ * (a Llama-family decode step: weight products, RMSNorm, SwiGLU, the
+ * embedding lookup), on the same context and thread pool as sdpa.h. The
+ * contract is docs/CONTRACT.md section 6; this header states how it maps
+ * onto C.
+ *
+ * Tensors are sdpa_tensor (sdpa.h): `len` is the element count and must
+ * equal the product of dims (E_DIMS); activations are float32, row-major.
+ *
+ * Weights: a weight matrix is a rank-2 sdpa_tensor [rows, cols] (out
+ * features x in features, llama2.c's and GGUF's layout: row o is output o's
+ * weights), row-major in one of these dtypes, so that the bytes of a GGUF
+ * tensor are used as they are in the file:
+ *   SDPA_DTYPE_FLOAT32  4 bytes a value
+ *   SDPA_DTYPE_FLOAT16  2 bytes a value (IEEE binary16)
+ *   SDPA_DTYPE_Q8_0     ggml's block_q8_0: per 32 values of a row, a float16
+ *                       scale d then 32 int8 q (34 bytes); value j = d * q[j]
+ *   SDPA_DTYPE_Q4_0     ggml's block_q4_0: per 32 values of a row, a float16
+ *                       scale d then 16 bytes; byte j holds value j in its low
+ *                       nibble and value j + 16 in its high nibble (18 bytes);
+ *                       value = d * (nibble - 8)
+ * (q8_0 and q4_0: cols must be a multiple of 32, E_DIMS). A weight's bytes
+ * are rows * sdpa_weight_row_bytes(dtype, cols); `data` may have any
+ * alignment. NaN or Inf in a weight (a float16 scale included) is computed
+ * through, not scanned for: the outputs it reaches are NaN or Inf.
+ *
+ * Numerics: every output element is one dot product computed by one thread
+ * in one fixed order (float32 accumulation, 4 lanes, then a fixed lane sum;
+ * q8_0 / q4_0 scale each block's partial sum by its d), so results are
+ * bit-identical for every thread count, and a row's result does not depend
+ * on how many rows are computed with it. The relaxed-SIMD builds fuse
+ * multiply-adds (other bits, the same tolerance).
+ *
+ * Errors: each entry checks every rule before writing anything and returns
+ * an sdpa_status; on failure no output byte is written and
+ * sdpa_ctx_last_error(ctx) names the argument (x, weight, out, gate, up,
+ * table, ids, source), the rule, and expected vs actual (the messages name
+ * no function: the caller's wrapper does). Rules, in status order: E_ARG (a
+ * NULL tensor or data pointer, out overlapping an input it may not, an id
+ * outside the table, a bad eps), E_RANK, E_DIMS (len != product of dims,
+ * mismatched sizes, cols not a multiple of a block), E_DTYPE.
+ *
+ * Threads: output rows are split among the context's threads; a call whose
+ * work is below SDPA_DENSE_PARALLEL_MIN_MACS multiply-adds stays on the
+ * calling thread (waking the pool costs more). Nothing here allocates.
+ */
+#ifndef SDPA_DENSE_H
+#define SDPA_DENSE_H
+
+#include "sdpa.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// Values per block of the quantized weight dtypes (ggml's QK8_0, QK4_0).
+#define SDPA_WEIGHT_BLOCK 32
+
+/// Multiply-adds below which a dense call runs on the calling thread alone
+/// (bench/dense.mjs measures where the pool starts to pay).
+#define SDPA_DENSE_PARALLEL_MIN_MACS 65536.0
+/// Sets that threshold for this context (0: every call with more than one
+/// unit of work uses the pool; tests use it on small shapes).
+void sdpa_ctx_set_dense_parallel_min_macs(sdpa_ctx * ctx, double macs);
+
+/// Bytes of one row of `cols` values in a weight dtype; 0 for a dtype that is
+/// not a weight dtype, or cols not positive or not a multiple of the dtype's
+/// block.
+size_t sdpa_weight_row_bytes(int32_t dtype, int32_t cols);
+
+/// out = x · weightᵀ (+ out when accumulate: a residual add fused in).
+///   x       float32 [..., cols]   (rank 1 to 4; n = len / cols rows)
+///   weight  [rows, cols]          any weight dtype
+///   out     float32 [..., rows]   x's leading dims
+/// out must not overlap x or weight (E_ARG).
+sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight,
+                        sdpa_tensor * out, int32_t accumulate);
+
+/// out[i, :] = weight * x[i, :] / sqrt(mean(x[i, :]^2) + eps) (RMSNorm).
+///   x, out  float32 [..., dim] (the same dims); out may be x itself, or
+///           disjoint from it (E_ARG otherwise)
+///   weight  float32 [dim]
+///   eps     finite and >= 0 (E_ARG)
+sdpa_status sdpa_rms_norm(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight,
+                          float eps, sdpa_tensor * out);
+
+/// out = silu(gate) * up, elementwise (SwiGLU's gate; silu(g) = g / (1 + e^-g)).
+///   gate, up, out  float32, the same dims; out may be gate or up itself, or
+///                  disjoint from both (E_ARG otherwise)
+sdpa_status sdpa_swiglu(sdpa_ctx * ctx, const sdpa_tensor * gate, const sdpa_tensor * up,
+                        sdpa_tensor * out);
+
+/// out[i, :] = table[ids[i], :] as float32 (an embedding lookup).
+///   table  [vocab, dim]  any weight dtype
+///   ids    n_ids int32, each in 0 .. vocab - 1 (E_ARG names the first that is not)
+///   out    float32 [n_ids, dim]; must not overlap table or ids (E_ARG)
+sdpa_status sdpa_embed(sdpa_ctx * ctx, const sdpa_tensor * table, const int32_t * ids,
+                       int32_t n_ids, sdpa_tensor * out);
+
+/// out = source quantized to out's dtype (float16: round to nearest even;
+/// q8_0 / q4_0: ggml's reference quantize_row_q8_0 / quantize_row_q4_0, d
+/// rounded to float16). source float32 [rows, cols]; out [rows, cols] in a
+/// weight dtype (float32: a copy). Must not overlap (E_ARG).
+sdpa_status sdpa_quantize(sdpa_ctx * ctx, const sdpa_tensor * source, sdpa_tensor * out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,306 @@
+/* dense.c: the dense room's entry points (include/sdpa_dense.h): check
+ * (contract/check_dense.c) -> run the microkernels (dense_kernels.h) over
+ * units of output rows on the context's pool.
+ *
+ * A product's units: weight rows in tiles of UNIT_ROWS, times (for several
+ * x rows) blocks of UNIT_XROWS x rows. Every output element is computed
+ * whole inside one unit, in the one order of dense_kernels.h, so neither the
+ * units nor the thread that runs them change a bit. */
+#include "dense/dense.h"
+#include "dense/dense_kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#define UNIT_ROWS 16   /* weight rows per unit */
+#define UNIT_XROWS 64  /* x rows per unit (several x rows: prefill) */
+
+void sdpa_ctx_set_dense_parallel_min_macs(sdpa_ctx * ctx, double macs) {
+    if (ctx) ctx->dense_min_macs = macs > 0 ? macs : 0;  /* (NaN: 0) */
+}
+
+/* Runs fn over n units: on the pool, or on the calling thread alone when the
+ * work is small (or there is one unit). */
+static void run_units(sdpa_ctx * ctx, sdpa_task_fn fn, void * arg, int32_t n_units, double macs) {
+    if (n_units <= 1 || ctx->n_threads == 1 || macs < ctx->dense_min_macs) {
+        for (int32_t u = 0; u < n_units; u++) fn(arg, u, 0);
+    } else {
+        sdpa_pool_run(ctx->pool, fn, arg, n_units);
+    }
+}
+
+/* ---- y = x · wᵀ --------------------------------------------------------- */
+
+typedef struct product_job {
+    const sdpa_dense_product * p;
+    int32_t w_tiles;           /* units per x block */
+    float * scratch;           /* float16 prefill: per thread 2 * cols floats */
+    size_t scratch_floats;
+} product_job;
+
+/* One x row (x, y) against weight rows r0 .. r1-1. */
+static void decode_rows(const sdpa_dense_product * p, const float * x, float * y, int32_t r0, int32_t r1) {
+    const bool acc = p->accumulate != 0;
+    const size_t rb = p->row_bytes;
+    int32_t r = r0;
+    switch (p->dtype) {
+    case SDPA_DTYPE_FLOAT32: {
+        const float * w = (const float *)p->w;
+        const size_t rs = (size_t)p->cols;
+        for (; r + 4 <= r1; r += 4) f32_rows4(w + r * rs, rs, x, p->cols, y + r, acc);
+        for (; r < r1; r++) { const float s = f32_row1(w + r * rs, x, p->cols); y[r] = acc ? y[r] + s : s; }
+        break;
+    }
+    case SDPA_DTYPE_FLOAT16:
+        for (; r < r1; r++) {
+            const uint8_t * w = p->w + r * rb;
+            v128_t special = wasm_i32x4_splat(0);
+            float s = f16_row1((const uint16_t *)w, x, p->cols, &special);
+            if (wasm_v128_any_true(special)) s = dot_exact(p->dtype, w, x, p->cols);
+            y[r] = acc ? y[r] + s : s;
+        }
+        break;
+    default: {
+        const bool q8 = p->dtype == SDPA_DTYPE_Q8_0;
+        const int32_t nb = p->cols / 32;
+        for (; r + 4 <= r1; r += 4) q_rows4(p->w + r * rb, rb, q8, x, nb, y + r, acc);
+        for (; r < r1; r++) { const float s = q_row1(p->w + r * rb, q8, x, nb); y[r] = acc ? y[r] + s : s; }
+        break;
+    }
+    }
+}
+
+/* float32 weight rows w (rs floats apart; w1 = second row or NULL) against x rows i0 .. i1-1. */
+static void f32_block(const sdpa_dense_product * p, const float * w, size_t rs, int32_t o, int32_t n_w,
+                      int32_t i0, int32_t i1) {
+    const bool acc = p->accumulate != 0;
+    const size_t cols = (size_t)p->cols, ys = (size_t)p->rows;
+    int32_t i = i0;
+    if (n_w == 2)
+        for (; i + 4 <= i1; i += 4) f32_x4w2(w, rs, p->x + i * cols, cols, p->cols, p->y + i * ys + o, ys, acc);
+    for (; i < i1; i++)
+        for (int32_t k = 0; k < n_w; k++) {
+            const float s = f32_row1(w + k * rs, p->x + i * cols, p->cols);
+            float * yo = p->y + i * ys + o + k;
+            *yo = acc ? *yo + s : s;
+        }
+}
+
+/* Several x rows i0 .. i1-1 against weight rows r0 .. r1-1. */
+static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, int32_t i1, int32_t r0, int32_t r1) {
+    const sdpa_dense_product * p = job->p;
+    const bool acc = p->accumulate != 0;
+    const size_t cols = (size_t)p->cols, ys = (size_t)p->rows, rb = p->row_bytes;
+    switch (p->dtype) {
+    case SDPA_DTYPE_FLOAT32:
+        for (int32_t o = r0; o < r1; o += 2) {
+            const int32_t n_w = r1 - o >= 2 ? 2 : 1;
+            f32_block(p, (const float *)p->w + o * cols, cols, o, n_w, i0, i1);
+        }
+        break;
+    case SDPA_DTYPE_FLOAT16: {
+        /* two rows at a time converted exactly (Inf and NaN too) into this
+         * thread's scratch, then the float32 kernels: the same order, the same bits */
+        float * tile = job->scratch + (size_t)thread * job->scratch_floats;
+        for (int32_t o = r0; o < r1; o += 2) {
+            const int32_t n_w = r1 - o >= 2 ? 2 : 1;
+            for (int32_t k = 0; k < n_w; k++) {
+                const uint16_t * h = (const uint16_t *)(p->w + (o + k) * rb);
+                float * t = tile + k * cols;
+                int32_t j = 0;
+                for (; j + 8 <= p->cols; j += 8) {
+                    const v128_t v = wasm_v128_load(h + j);
+                    wasm_v128_store(t + j, f16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(v)));
+                    wasm_v128_store(t + j + 4, f16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(v)));
+                }
+                for (; j < p->cols; j++) t[j] = half_to_float(h[j]);
+            }
+            f32_block(p, tile, cols, o, n_w, i0, i1);
+        }
+        break;
+    }
+    default: {
+        const bool q8 = p->dtype == SDPA_DTYPE_Q8_0;
+        const int32_t nb = p->cols / 32;
+        for (int32_t o = r0; o < r1; o++) {
+            const uint8_t * w = p->w + o * rb;
+            int32_t i = i0;
+            for (; i + 4 <= i1; i += 4) q_x4w1(w, q8, p->x + i * cols, cols, nb, p->y + i * ys + o, ys, acc);
+            for (; i < i1; i++) {
+                const float s = q_row1(w, q8, p->x + i * cols, nb);
+                float * yo = p->y + i * ys + o;
+                *yo = acc ? *yo + s : s;
+            }
+        }
+        break;
+    }
+    }
+}
+
+static void product_unit(void * arg, int32_t unit, int32_t thread) {
+    const product_job * job = arg;
+    const sdpa_dense_product * p = job->p;
+    const int32_t xb = unit / job->w_tiles, wt = unit % job->w_tiles;
+    const int32_t r0 = wt * UNIT_ROWS, r1 = r0 + UNIT_ROWS < p->rows ? r0 + UNIT_ROWS : p->rows;
+    if (p->n == 1) {
+        decode_rows(p, p->x, p->y, r0, r1);
+        return;
+    }
+    const int32_t i0 = xb * UNIT_XROWS, i1 = i0 + UNIT_XROWS < p->n ? i0 + UNIT_XROWS : p->n;
+    prefill_rows(job, thread, i0, i1, r0, r1);
+}
+
+sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, sdpa_tensor * out,
+                        int32_t accumulate) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_dense_product p;
+    sdpa_status s = sdpa_check_linear(ctx, x, weight, out, accumulate, &p);
+    if (s != SDPA_OK) return s;
+    product_job job = { &p, (p.rows + UNIT_ROWS - 1) / UNIT_ROWS, NULL, 0 };
+    if (p.dtype == SDPA_DTYPE_FLOAT16 && p.n > 1) {
+        job.scratch_floats = ((size_t)2 * p.cols + 15) & ~(size_t)15;
+        s = sdpa_scratch_reserve(ctx, "linear", sdpa_size_mul((uint64_t)ctx->n_threads * job.scratch_floats, 4) + 64);
+        if (s != SDPA_OK) return s;
+        job.scratch = (float *)(((uintptr_t)ctx->scratch + 63) & ~(uintptr_t)63);
+    }
+    const int32_t x_blocks = p.n == 1 ? 1 : (p.n + UNIT_XROWS - 1) / UNIT_XROWS;
+    run_units(ctx, product_unit, &job, job.w_tiles * x_blocks, (double)p.n * p.rows * p.cols);
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
+}
+
+/* ---- RMSNorm, SwiGLU ---------------------------------------------------- */
+
+static void rms_norm_row(const float * x, const float * w, float * y, int32_t dim, float eps) {
+    v128_t a = wasm_f32x4_splat(0);
+    int32_t j = 0;
+    for (; j + 4 <= dim; j += 4) { const v128_t v = wasm_v128_load(x + j); a = f32x4_fmadd(a, v, v); }
+    float ss = f32x4_hsum(a);
+    for (int32_t k = j; k < dim; k++) ss += x[k] * x[k];
+    const float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+    const v128_t vs = wasm_f32x4_splat(scale);
+    for (j = 0; j + 4 <= dim; j += 4)
+        wasm_v128_store(y + j, wasm_f32x4_mul(wasm_v128_load(w + j), wasm_f32x4_mul(vs, wasm_v128_load(x + j))));
+    for (; j < dim; j++) y[j] = w[j] * (scale * x[j]);
+}
+
+sdpa_status sdpa_rms_norm(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, float eps,
+                          sdpa_tensor * out) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_dense_rows p;
+    sdpa_status s = sdpa_check_rms_norm(ctx, x, weight, eps, out, &p);
+    if (s != SDPA_OK) return s;
+    for (int64_t i = 0; i < p.n; i++) rms_norm_row(p.x + i * p.dim, p.b, p.y + i * p.dim, p.dim, p.eps);
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_swiglu(sdpa_ctx * ctx, const sdpa_tensor * gate, const sdpa_tensor * up, sdpa_tensor * out) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_dense_rows p;
+    sdpa_status s = sdpa_check_swiglu(ctx, gate, up, out, &p);
+    if (s != SDPA_OK) return s;
+    const size_t len = (size_t)p.n * (size_t)p.dim;
+    size_t j = 0;
+    for (; j + 4 <= len; j += 4) wasm_v128_store(p.y + j, swiglu4(wasm_v128_load(p.x + j), wasm_v128_load(p.b + j)));
+    if (j < len) {  /* the tail through the same vector code, lane by lane */
+        float g[4] = { 0, 0, 0, 0 }, u[4] = { 0, 0, 0, 0 }, r[4];
+        memcpy(g, p.x + j, (len - j) * 4);
+        memcpy(u, p.b + j, (len - j) * 4);
+        wasm_v128_store(r, swiglu4(wasm_v128_load(g), wasm_v128_load(u)));
+        memcpy(p.y + j, r, (len - j) * 4);
+    }
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
+}
+
+/* ---- embedding rows, quantization ---------------------------------------- */
+
+/* Row `row` of a weight (row_bytes apart) as cols float32 values. */
+static void decode_weight_row(int32_t dtype, const uint8_t * w, int32_t cols, float * y) {
+    switch (dtype) {
+    case SDPA_DTYPE_FLOAT32: memcpy(y, w, (size_t)cols * 4); break;
+    case SDPA_DTYPE_FLOAT16: {
+        int32_t j = 0;
+        for (; j + 8 <= cols; j += 8) {
+            const v128_t v = wasm_v128_load(w + 2 * j);
+            wasm_v128_store(y + j, f16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(v)));
+            wasm_v128_store(y + j + 4, f16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(v)));
+        }
+        for (; j < cols; j++) y[j] = half_to_float(load_u16(w + 2 * j));
+        break;
+    }
+    default: {
+        const bool q8 = dtype == SDPA_DTYPE_Q8_0;
+        v128_t f[8];
+        for (int32_t b = 0; b < cols / 32; b++) {
+            const float d = q8 ? q8_block(w + b * 34, f) : q4_block(w + b * 18, f);
+            const v128_t vd = wasm_f32x4_splat(d);
+            for (int k = 0; k < 8; k++) wasm_v128_store(y + 32 * b + 4 * k, wasm_f32x4_mul(f[k], vd));
+        }
+        break;
+    }
+    }
+}
+
+sdpa_status sdpa_embed(sdpa_ctx * ctx, const sdpa_tensor * table, const int32_t * ids, int32_t n_ids,
+                       sdpa_tensor * out) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_dense_rowcopy p;
+    sdpa_status s = sdpa_check_embed(ctx, table, ids, n_ids, out, &p);
+    if (s != SDPA_OK) return s;
+    for (int32_t i = 0; i < p.n; i++)
+        decode_weight_row(p.dtype, (const uint8_t *)p.src + (size_t)p.ids[i] * p.row_bytes, p.cols,
+                          (float *)p.dst + (size_t)i * p.cols);
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
+}
+
+/* ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref for one block of 32
+ * (d computed in float32, stored rounded to float16). A block holding a NaN
+ * or an Inf gets d = NaN and zero values: every value of it reads as NaN. */
+static void quantize_block(int32_t dtype, const float * x, uint8_t * b) {
+    float amax = 0.0f, max = 0.0f;
+    bool finite = true;
+    for (int j = 0; j < 32; j++) {
+        finite &= isfinite(x[j]) != 0;
+        if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+    }
+    const bool q8 = dtype == SDPA_DTYPE_Q8_0;
+    const float d = !finite ? NAN : q8 ? amax / 127.0f : max / -8.0f;
+    const float id = finite && d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t dh = sdpa_f32_to_f16(d);
+    memcpy(b, &dh, 2);
+    if (q8) {
+        for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)(finite ? roundf(x[j] * id) : 0.0f);
+    } else {
+        for (int j = 0; j < 16; j++) {
+            const float x0 = x[j] * id + 8.5f, x1 = x[16 + j] * id + 8.5f;
+            const int q0 = finite ? (x0 < 15.0f ? (int)x0 : 15) : 8, q1 = finite ? (x1 < 15.0f ? (int)x1 : 15) : 8;
+            b[2 + j] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+sdpa_status sdpa_quantize(sdpa_ctx * ctx, const sdpa_tensor * source, sdpa_tensor * out) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_dense_rowcopy p;
+    sdpa_status s = sdpa_check_quantize(ctx, source, out, &p);
+    if (s != SDPA_OK) return s;
+    for (int32_t i = 0; i < p.n; i++) {
+        const float * x = (const float *)p.src + (size_t)i * p.cols;
+        uint8_t * y = (uint8_t *)p.dst + (size_t)i * p.row_bytes;
+        switch (p.dtype) {
+        case SDPA_DTYPE_FLOAT32: memcpy(y, x, (size_t)p.cols * 4); break;
+        case SDPA_DTYPE_FLOAT16:
+            for (int32_t j = 0; j < p.cols; j++) { const uint16_t h = sdpa_f32_to_f16(x[j]); memcpy(y + 2 * j, &h, 2); }
+            break;
+        default:
+            for (int32_t b = 0; b < p.cols / 32; b++)
+                quantize_block(p.dtype, x + 32 * b, y + (size_t)b * (p.dtype == SDPA_DTYPE_Q8_0 ? 34 : 18));
+            break;
+        }
+    }
+    sdpa_clear_error(ctx);
+    return SDPA_OK;
+}

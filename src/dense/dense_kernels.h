@@ -1,0 +1,308 @@
+/* dense_kernels.h: the SIMD128 microkernels of the dense room, included by
+ * dense.c alone (one translation unit, as flash.c's are).
+ *
+ * The one order every output of a product is computed in (include/
+ * sdpa_dense.h, "Numerics"), whichever kernel computes it:
+ *   float32, float16:  acc (4 lanes) += w[j..j+3] * x[j..j+3] for j = 0, 4, ...
+ *                      s = hsum(acc) ((0+2)+(1+3)); then s += w[j] * x[j] for
+ *                      the last cols % 4 values, in order.
+ *   q8_0, q4_0:        per block b in order: p0 (4 lanes) sums the products
+ *                      of the block's 4-value groups 0, 2, 4, 6 and p1 those of
+ *                      1, 3, 5, 7 (each in that order); acc += (p0 + p1) * d_b;
+ *                      s = hsum(acc).
+ * The decode kernels (one x row) run 4 weight rows side by side and the
+ * prefill kernels (several x rows) 4 x rows against 1 or 2 weight rows, both
+ * in this order per output: a row's result does not depend on how many rows
+ * are computed with it. */
+#ifndef SDPA_DENSE_KERNELS_H
+#define SDPA_DENSE_KERNELS_H
+
+#include "kernels/simd.h"
+
+#include <string.h>
+
+/* ---- float16 ------------------------------------------------------------ */
+
+/* One binary16 -> float32, exactly (Inf, NaN and subnormals included). */
+static inline float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
+    uint32_t bits;
+    float f;
+    if (em >= 0x7c00u) {
+        bits = sign | 0x7f800000u | (em & 0x3ffu) << 13;
+        memcpy(&f, &bits, 4);
+        return f;
+    }
+    bits = em << 13;
+    memcpy(&f, &bits, 4);
+    f *= 0x1p112f;  /* normals and subnormals alike, exactly */
+    return sign ? -f : f;
+}
+
+static inline uint16_t load_u16(const uint8_t * p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* 8 halves (sign-extended into 16-bit lanes as loaded) -> two float32x4, assuming
+ * finite halves (an Inf or NaN reads as a finite value >= 65536: the callers
+ * check for them with f16x8_specials and recompute such rows exactly). */
+static inline void f16x8_finite(v128_t h, v128_t * lo, v128_t * hi) {
+    const v128_t mask = wasm_i32x4_splat((int32_t)0x8FFFE000u), k = wasm_f32x4_splat(0x1p112f);
+    *lo = wasm_f32x4_mul(wasm_v128_and(wasm_i32x4_shl(wasm_i32x4_extend_low_i16x8(h), 13), mask), k);
+    *hi = wasm_f32x4_mul(wasm_v128_and(wasm_i32x4_shl(wasm_i32x4_extend_high_i16x8(h), 13), mask), k);
+}
+
+/* Lanes of 8 halves that are Inf or NaN (all exponent bits set): non-zero lanes. */
+static inline v128_t f16x8_specials(v128_t h) {
+    const v128_t e = wasm_i16x8_splat(0x7c00);
+    return wasm_i16x8_eq(wasm_v128_and(h, e), e);
+}
+
+/* ---- one output, the reference order, any values (the exact slow path) --- */
+
+/* Element j of weight row w (dtype dt) as float32. */
+static inline float weight_elem(int32_t dt, const uint8_t * w, int32_t j) {
+    switch (dt) {
+    case SDPA_DTYPE_FLOAT32: { float f; memcpy(&f, w + 4 * (size_t)j, 4); return f; }
+    case SDPA_DTYPE_FLOAT16: return half_to_float(load_u16(w + 2 * (size_t)j));
+    case SDPA_DTYPE_Q8_0: {
+        const uint8_t * b = w + (size_t)(j / 32) * 34;
+        return (float)(int8_t)b[2 + j % 32];  /* (the scale is applied per block) */
+    }
+    default: {  /* q4_0 */
+        const uint8_t * b = w + (size_t)(j / 32) * 18;
+        const int32_t k = j % 32;
+        const int32_t nib = k < 16 ? (b[2 + k] & 15) : (b[2 + k - 16] >> 4);
+        return (float)(nib - 8);
+    }
+    }
+}
+
+/* Output s = dot(w row, x) in the order above, lane by lane in scalar code:
+ * what every kernel computes (tests hold the SIMD kernels to it bit for bit
+ * on plain builds), used for rows holding a float16 Inf or NaN. */
+static float dot_exact(int32_t dt, const uint8_t * w, const float * x, int32_t cols) {
+    float lane[4] = { 0, 0, 0, 0 };
+    if (dt == SDPA_DTYPE_Q8_0 || dt == SDPA_DTYPE_Q4_0) {
+        const size_t bb = dt == SDPA_DTYPE_Q8_0 ? 34 : 18;
+        for (int32_t b = 0; b < cols / 32; b++) {
+            const float d = half_to_float(load_u16(w + (size_t)b * bb));
+            for (int32_t l = 0; l < 4; l++) {
+                float p0 = 0, p1 = 0;
+                for (int32_t g = 0; g < 8; g++) {
+                    const int32_t j = b * 32 + g * 4 + l;
+                    const float pr = weight_elem(dt, w, j) * x[j];
+                    if (g % 2 == 0) p0 = g == 0 ? pr : p0 + pr;
+                    else p1 = g == 1 ? pr : p1 + pr;
+                }
+#ifdef __wasm_relaxed_simd__
+                lane[l] = fmaf(p0 + p1, d, lane[l]);
+#else
+                lane[l] = lane[l] + (p0 + p1) * d;
+#endif
+            }
+        }
+        return (lane[0] + lane[2]) + (lane[1] + lane[3]);
+    }
+    int32_t j = 0;
+    for (; j + 4 <= cols; j += 4)
+        for (int32_t l = 0; l < 4; l++) {
+#ifdef __wasm_relaxed_simd__
+            lane[l] = fmaf(weight_elem(dt, w, j + l), x[j + l], lane[l]);
+#else
+            lane[l] = lane[l] + weight_elem(dt, w, j + l) * x[j + l];
+#endif
+        }
+    float s = (lane[0] + lane[2]) + (lane[1] + lane[3]);
+    for (; j < cols; j++) s += weight_elem(dt, w, j) * x[j];
+    return s;
+}
+
+/* ---- float32 weights ---------------------------------------------------- */
+
+static inline float f32_tail(float s, const float * w, const float * x, int32_t j, int32_t cols) {
+    for (; j < cols; j++) s += w[j] * x[j];
+    return s;
+}
+
+/* y[0..3] (+)= dot(w rows 0..3, x): 4 weight rows rs floats apart. */
+static inline void f32_rows4(const float * w, size_t rs, const float * x, int32_t cols, float * y, bool acc) {
+    v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0;
+    int32_t j = 0;
+    for (; j + 4 <= cols; j += 4) {
+        const v128_t xv = wasm_v128_load(x + j);
+        a0 = f32x4_fmadd(a0, wasm_v128_load(w + j), xv);
+        a1 = f32x4_fmadd(a1, wasm_v128_load(w + rs + j), xv);
+        a2 = f32x4_fmadd(a2, wasm_v128_load(w + 2 * rs + j), xv);
+        a3 = f32x4_fmadd(a3, wasm_v128_load(w + 3 * rs + j), xv);
+    }
+    const float s0 = f32_tail(f32x4_hsum(a0), w, x, j, cols), s1 = f32_tail(f32x4_hsum(a1), w + rs, x, j, cols);
+    const float s2 = f32_tail(f32x4_hsum(a2), w + 2 * rs, x, j, cols), s3 = f32_tail(f32x4_hsum(a3), w + 3 * rs, x, j, cols);
+    if (acc) { y[0] += s0; y[1] += s1; y[2] += s2; y[3] += s3; }
+    else { y[0] = s0; y[1] = s1; y[2] = s2; y[3] = s3; }
+}
+
+static inline float f32_row1(const float * w, const float * x, int32_t cols) {
+    v128_t a = wasm_f32x4_splat(0);
+    int32_t j = 0;
+    for (; j + 4 <= cols; j += 4) a = f32x4_fmadd(a, wasm_v128_load(w + j), wasm_v128_load(x + j));
+    return f32_tail(f32x4_hsum(a), w, x, j, cols);
+}
+
+/* 4 x rows (xs floats apart) against 2 weight rows: y[r * ys + o] (+)=. */
+static inline void f32_x4w2(const float * w, size_t rs, const float * x, size_t xs, int32_t cols,
+                            float * y, size_t ys, bool acc) {
+    v128_t a00 = wasm_f32x4_splat(0), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+    const float * w1 = w + rs;
+    int32_t j = 0;
+    for (; j + 4 <= cols; j += 4) {
+        const v128_t v0 = wasm_v128_load(w + j), v1 = wasm_v128_load(w1 + j);
+        v128_t xv = wasm_v128_load(x + j);
+        a00 = f32x4_fmadd(a00, v0, xv); a01 = f32x4_fmadd(a01, v1, xv);
+        xv = wasm_v128_load(x + xs + j);
+        a10 = f32x4_fmadd(a10, v0, xv); a11 = f32x4_fmadd(a11, v1, xv);
+        xv = wasm_v128_load(x + 2 * xs + j);
+        a20 = f32x4_fmadd(a20, v0, xv); a21 = f32x4_fmadd(a21, v1, xv);
+        xv = wasm_v128_load(x + 3 * xs + j);
+        a30 = f32x4_fmadd(a30, v0, xv); a31 = f32x4_fmadd(a31, v1, xv);
+    }
+    const v128_t as[4][2] = { { a00, a01 }, { a10, a11 }, { a20, a21 }, { a30, a31 } };
+    for (int r = 0; r < 4; r++)
+        for (int o = 0; o < 2; o++) {
+            const float s = f32_tail(f32x4_hsum(as[r][o]), o ? w1 : w, x + r * xs, j, cols);
+            float * yo = y + r * ys + o;
+            *yo = acc ? *yo + s : s;
+        }
+}
+
+/* ---- float16 weights ---------------------------------------------------- */
+
+static inline float f16_tail(float s, const uint16_t * w, const float * x, int32_t j, int32_t cols) {
+    for (; j < cols; j++) s += half_to_float(w[j]) * x[j];
+    return s;
+}
+
+/* dot(w row, x) for one weight row of halves; *special |= lanes holding Inf / NaN. */
+static inline float f16_row1(const uint16_t * w, const float * x, int32_t cols, v128_t * special) {
+    v128_t a = wasm_f32x4_splat(0), sp = wasm_i32x4_splat(0);
+    int32_t j = 0;
+    for (; j + 8 <= cols; j += 8) {
+        const v128_t h = wasm_v128_load(w + j);
+        v128_t lo, hi;
+        sp = wasm_v128_or(sp, f16x8_specials(h));
+        f16x8_finite(h, &lo, &hi);
+        a = f32x4_fmadd(a, lo, wasm_v128_load(x + j));
+        a = f32x4_fmadd(a, hi, wasm_v128_load(x + j + 4));
+    }
+    if (j + 4 <= cols) {
+        const v128_t h = wasm_v128_load64_zero(w + j);
+        v128_t lo, hi;
+        sp = wasm_v128_or(sp, f16x8_specials(h));
+        f16x8_finite(h, &lo, &hi);
+        a = f32x4_fmadd(a, lo, wasm_v128_load(x + j));
+        j += 4;
+    }
+    *special = wasm_v128_or(*special, sp);
+    return f16_tail(f32x4_hsum(a), w, x, j, cols);
+}
+
+/* ---- q8_0 / q4_0 weights ------------------------------------------------ */
+
+/* 16 int8 -> four float32x4 (values 0-3, 4-7, 8-11, 12-15). */
+static inline void i8x16_to_f32(v128_t q, v128_t * f) {
+    const v128_t lo = wasm_i16x8_extend_low_i8x16(q), hi = wasm_i16x8_extend_high_i8x16(q);
+    f[0] = wasm_f32x4_convert_i32x4(wasm_i32x4_extend_low_i16x8(lo));
+    f[1] = wasm_f32x4_convert_i32x4(wasm_i32x4_extend_high_i16x8(lo));
+    f[2] = wasm_f32x4_convert_i32x4(wasm_i32x4_extend_low_i16x8(hi));
+    f[3] = wasm_f32x4_convert_i32x4(wasm_i32x4_extend_high_i16x8(hi));
+}
+
+/* A block's 32 values as 8 float32x4 (without its scale) and its scale d. */
+static inline float q8_block(const uint8_t * b, v128_t * f) {
+    i8x16_to_f32(wasm_v128_load(b + 2), f);
+    i8x16_to_f32(wasm_v128_load(b + 18), f + 4);
+    return half_to_float(load_u16(b));
+}
+static inline float q4_block(const uint8_t * b, v128_t * f) {
+    const v128_t q = wasm_v128_load(b + 2), eight = wasm_i8x16_splat(8);
+    i8x16_to_f32(wasm_i8x16_sub(wasm_v128_and(q, wasm_i8x16_splat(15)), eight), f);
+    i8x16_to_f32(wasm_i8x16_sub(wasm_u8x16_shr(q, 4), eight), f + 4);
+    return half_to_float(load_u16(b));
+}
+
+/* acc += (p0 + p1) * d for a block's 8 weight vectors and x's 32 values. */
+static inline v128_t block_fma(v128_t acc, const v128_t * f, const float * x, float d) {
+    v128_t p0 = wasm_f32x4_mul(f[0], wasm_v128_load(x));
+    v128_t p1 = wasm_f32x4_mul(f[1], wasm_v128_load(x + 4));
+    p0 = f32x4_fmadd(p0, f[2], wasm_v128_load(x + 8));
+    p1 = f32x4_fmadd(p1, f[3], wasm_v128_load(x + 12));
+    p0 = f32x4_fmadd(p0, f[4], wasm_v128_load(x + 16));
+    p1 = f32x4_fmadd(p1, f[5], wasm_v128_load(x + 20));
+    p0 = f32x4_fmadd(p0, f[6], wasm_v128_load(x + 24));
+    p1 = f32x4_fmadd(p1, f[7], wasm_v128_load(x + 28));
+    return f32x4_fmadd(acc, wasm_f32x4_add(p0, p1), wasm_f32x4_splat(d));
+}
+
+/* dot(w row, x) of a q8_0 (q8 true) or q4_0 row of nb blocks. */
+static inline float q_row1(const uint8_t * w, bool q8, const float * x, int32_t nb) {
+    const size_t bb = q8 ? 34 : 18;
+    v128_t acc = wasm_f32x4_splat(0), f[8];
+    for (int32_t b = 0; b < nb; b++) {
+        const float d = q8 ? q8_block(w + b * bb, f) : q4_block(w + b * bb, f);
+        acc = block_fma(acc, f, x + 32 * b, d);
+    }
+    return f32x4_hsum(acc);
+}
+
+/* 4 weight rows (rs bytes apart) against one x row: y[0..3] (+)=. */
+static inline void q_rows4(const uint8_t * w, size_t rs, bool q8, const float * x, int32_t nb, float * y, bool acc) {
+    const size_t bb = q8 ? 34 : 18;
+    v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0, f[8];
+    for (int32_t b = 0; b < nb; b++) {
+        const uint8_t * p = w + b * bb;
+        const float * xb = x + 32 * b;
+        float d = q8 ? q8_block(p, f) : q4_block(p, f);
+        a0 = block_fma(a0, f, xb, d);
+        d = q8 ? q8_block(p + rs, f) : q4_block(p + rs, f);
+        a1 = block_fma(a1, f, xb, d);
+        d = q8 ? q8_block(p + 2 * rs, f) : q4_block(p + 2 * rs, f);
+        a2 = block_fma(a2, f, xb, d);
+        d = q8 ? q8_block(p + 3 * rs, f) : q4_block(p + 3 * rs, f);
+        a3 = block_fma(a3, f, xb, d);
+    }
+    const float s[4] = { f32x4_hsum(a0), f32x4_hsum(a1), f32x4_hsum(a2), f32x4_hsum(a3) };
+    for (int r = 0; r < 4; r++) y[r] = acc ? y[r] + s[r] : s[r];
+}
+
+/* One weight row against 4 x rows (xs floats apart): y[r * ys] (+)=; each
+ * block converted once for the 4 rows. */
+static inline void q_x4w1(const uint8_t * w, bool q8, const float * x, size_t xs, int32_t nb,
+                          float * y, size_t ys, bool acc) {
+    const size_t bb = q8 ? 34 : 18;
+    v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0, f[8];
+    for (int32_t b = 0; b < nb; b++) {
+        const float d = q8 ? q8_block(w + b * bb, f) : q4_block(w + b * bb, f);
+        const float * xb = x + 32 * b;
+        a0 = block_fma(a0, f, xb, d);
+        a1 = block_fma(a1, f, xb + xs, d);
+        a2 = block_fma(a2, f, xb + 2 * xs, d);
+        a3 = block_fma(a3, f, xb + 3 * xs, d);
+    }
+    const float s[4] = { f32x4_hsum(a0), f32x4_hsum(a1), f32x4_hsum(a2), f32x4_hsum(a3) };
+    for (int r = 0; r < 4; r++) y[r * ys] = acc ? y[r * ys] + s[r] : s[r];
+}
+
+/* ---- elementwise -------------------------------------------------------- */
+
+/* silu(g) * u = g * sigmoid(g) * u, with e = exp(-|g|) (<= 1, never overflows):
+ * sigmoid(g) = 1 / (1 + e) for g >= 0, e / (1 + e) below. */
+static inline v128_t swiglu4(v128_t g, v128_t u) {
+    const v128_t one = wasm_f32x4_splat(1.0f);
+    const v128_t e = f32x4_exp_nonpositive(wasm_f32x4_neg(wasm_f32x4_abs(g)));
+    const v128_t num = wasm_v128_bitselect(one, e, wasm_f32x4_ge(g, wasm_f32x4_splat(0)));
+    return wasm_f32x4_mul(wasm_f32x4_mul(g, wasm_f32x4_div(num, wasm_f32x4_add(one, e))), u);
+}
+
+#endif
