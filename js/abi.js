@@ -11,6 +11,16 @@ export const TENSOR_DTYPES = Object.freeze({
   float32: Object.freeze({ id: 1, bytes: 4 }),
   bool: Object.freeze({ id: 2, bytes: 1 }),
 });
+/**
+ * Weight dtypes (include/sdpa_dense.h) by name: their sdpa_dtype number, values per block
+ * and bytes per block (sdpa_weight_row_bytes).
+ */
+export const WEIGHT_DTYPES = Object.freeze(Object.assign(Object.create(null), {
+  float32: Object.freeze({ id: 1, block: 1, blockBytes: 4 }),
+  float16: Object.freeze({ id: 3, block: 1, blockBytes: 2 }),
+  q8_0: Object.freeze({ id: 6, block: 32, blockBytes: 34 }),
+  q4_0: Object.freeze({ id: 7, block: 32, blockBytes: 18 }),
+}));
 /** Cache dtypes (sdpa_kv_cache_desc key_dtype / value_dtype) by name: their sdpa_dtype number. */
 export const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { float32: 1, float16: 3, int8: 4, int4: 5 }));
 /**

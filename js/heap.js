@@ -18,7 +18,7 @@ import { fail } from './errors.js';
 import { fmtDims } from './shape.js';
 import { typedArrayTag, typedArrayLength, typedArraySet, isArray } from './intrinsics.js';
 import { describeValue } from './snapshot.js';  // (a cycle: used at call time only)
-import { TENSOR_DTYPES } from './abi.js';
+import { TENSOR_DTYPES, WEIGHT_DTYPES } from './abi.js';
 
 /** Internal state of every live or disposed heap tensor, keyed by the tensor. */
 const STATE = new WeakMap();
@@ -67,7 +67,8 @@ function handOut(s) {
 export function heapView(s) {
   const buffer = s.rt.currentBuffer();
   if (buffer !== s.buffer) {
-    s.view = s.dtype === 'bool' ? new Uint8Array(buffer, s.ptr, s.n) : new Float32Array(buffer, s.ptr, s.n);
+    const View = VIEW_TYPE[s.dtype];
+    s.view = new View(buffer, s.ptr, s.bytes / View.BYTES_PER_ELEMENT);
     s.buffer = buffer;
   }
   return s.view;
@@ -101,24 +102,46 @@ export function isHeapTensor(t) {
 /** Bytes per element of a tensor dtype (js/abi.js, from C). */
 export const DTYPE_BYTES = Object.freeze({ float32: TENSOR_DTYPES.float32.bytes, bool: TENSOR_DTYPES.bool.bytes });
 
+/**
+ * The typed array `data` is, per dtype: float32 and bool as before; the weight
+ * dtypes (include/sdpa_dense.h) float16 as its bits (Uint16Array), q8_0 and
+ * q4_0 as their blocks' bytes (Uint8Array, ggml's layout).
+ */
+const VIEW_TYPE = Object.freeze({ float32: Float32Array, bool: Uint8Array, float16: Uint16Array, q8_0: Uint8Array, q4_0: Uint8Array });
+
+/** The dtypes allocTensor makes. */
+export const HEAP_DTYPES = Object.freeze(['float32', 'bool', 'float16', 'q8_0', 'q4_0']);
+
+/** Bytes of a heap tensor of `dtype` and `dims` (a weight dtype: whole blocks of its last dim; checked by readAllocArgs). */
+export function tensorBytes(dtype, dims) {
+  const n = dims.reduce((a, b) => a * b, 1);
+  if (dtype === 'bool' || dtype === 'float32') return n * DTYPE_BYTES[dtype];
+  const w = WEIGHT_DTYPES[dtype];
+  return (n / w.block) * w.blockBytes;
+}
+
 export class HeapTensor {
   /**
    * Made by sdpa.allocTensor; not meant to be constructed directly.
    * @param {object} rt the runtime that owns the memory (currentBuffer(), releaseTensor())
    * @param {number} ptr unsigned byte address in wasm memory
    * @param {number[]} dims positive integers (checked by allocTensor)
-   * @param {'float32'|'bool'} dtype
+   * @param {'float32'|'bool'|'float16'|'q8_0'|'q4_0'} dtype
    * @param {number} n element count, product(dims)
+   * @param {number} bytes its bytes (tensorBytes)
    */
-  constructor(rt, ptr, dims, dtype, n) {
+  constructor(rt, ptr, dims, dtype, n, bytes) {
     const start = ptr >>> 0;
     STATE.set(this, {
-      rt, ptr: start, n, dtype, dims: Object.freeze(dims.slice()), disposed: false, view: null, buffer: null, handedOut: null,
-      region: Object.freeze({ space: rt, start, end: start + n * DTYPE_BYTES[dtype] }),
+      rt, ptr: start, n, bytes, dtype, dims: Object.freeze(dims.slice()), disposed: false, view: null, buffer: null, handedOut: null,
+      region: Object.freeze({ space: rt, start, end: start + bytes }),
     });
   }
 
-  /** A typed array over the tensor's wasm memory (Float32Array, or Uint8Array for 'bool'). */
+  /**
+   * A typed array over the tensor's wasm memory: Float32Array (float32), Uint8Array
+   * (bool; q8_0 and q4_0: the blocks' bytes), Uint16Array (float16: the bits).
+   */
   get data() {
     return handOut(liveState(this, 'data'));
   }
@@ -139,8 +162,10 @@ export class HeapTensor {
 
   get dims() { return stateOf(this, 'dims').dims; }
   get dtype() { return stateOf(this, 'dtype').dtype; }
-  /** Element count. */
+  /** Element count (values: a q8_0 / q4_0 tensor's data holds fewer bytes). */
   get length() { return stateOf(this, 'length').n; }
+  /** Bytes in wasm memory. */
+  get byteLength() { return stateOf(this, 'byteLength').bytes; }
   get disposed() { return stateOf(this, 'disposed').disposed; }
 
   /** Frees the wasm memory. A second call is a no-op. */

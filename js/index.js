@@ -21,6 +21,7 @@ import { KVCacheGroup, makeEach } from './kv-cache-group.js';
 import { loadState, CacheSink, GroupSink } from './kv-state.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
 import { makeTorchEntry } from './torch.js';
+import { denseEntries } from './dense.js';
 import { VERSION } from './version.js';
 
 export { SdpaError, STATUS_CODES, E_LOAD, KVCache, KVCacheGroup, HeapTensor, isHeapTensor, VERSION };
@@ -79,6 +80,7 @@ function makeInstance(core, info) {
   const caches = cacheEntries(core);
   const torch = makeTorchEntry(core, runCustom);
   const { allocTensor, memory, reserve } = memoryEntries(core);
+  const dense = denseEntries(core);
   const sdpa = {
     info,
     customSdpa,
@@ -88,6 +90,11 @@ function makeInstance(core, info) {
     loadKVCacheGroup: caches.loadKVCacheGroup,
     kvCacheSize: caches.kvCacheSize,
     allocTensor,
+    linear: dense.linear,
+    rmsNorm: dense.rmsNorm,
+    swiglu: dense.swiglu,
+    embed: dense.embed,
+    quantize: dense.quantize,
     memory,
     reserve,
     scaledDotProductAttention: torch.scaledDotProductAttention,
@@ -290,6 +297,9 @@ function disposer(core) {
     M._free(core.scratch);
     if (core.manyBlock) M._free(core.manyBlock);
     core.manyBlock = 0;
+    if (core.idsAt) M._free(core.idsAt);
+    core.idsAt = 0;
+    core.idsCapacity = 0;
     core.ctx = 0;
     core.scratch = 0;
     if (M.PThread) M.PThread.terminateAllThreads();

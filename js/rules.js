@@ -8,10 +8,10 @@
 // whose rank is wrong) are skipped; the earlier failure already outranks them.
 
 import { SdpaError, codeRank } from './errors.js';
-import { memoryOwner } from './heap.js';
+import { memoryOwner, HEAP_DTYPES } from './heap.js';
 import { prod, fmtDims, fmtRows, INT32_MAX } from './shape.js';
 import { describeValue, readOptions, readDims, dimsLabel, readInt32List } from './snapshot.js';
-import { CACHE_DTYPES, CHECK_OP, ROWS_OP, PAGE_ROWS, DESCRIBED } from './abi.js';
+import { CACHE_DTYPES, WEIGHT_DTYPES, CHECK_OP, ROWS_OP, PAGE_ROWS, DESCRIBED } from './abi.js';
 
 // ---------------------------------------------------------------------------
 // Collecting checks
@@ -487,12 +487,18 @@ export function checkCacheAllocations(ck, geo, plan, fmtBytes) {
 
 /** allocTensor's dtype and dims (the dims read once); returns the dims array, or null. */
 export function readAllocArgs(ck, dtype, dims) {
-  if (dtype === undefined || dtype === null) ck.add('E_ARG', `dtype is missing; expected 'float32' or 'bool'`);
+  const known = HEAP_DTYPES.map((d) => `'${d}'`).join(', ');
+  if (dtype === undefined || dtype === null) ck.add('E_ARG', `dtype is missing; expected one of ${known}`);
   else if (typeof dtype !== 'string') ck.add('E_ARG', `dtype must be a string, got ${describeValue(dtype)}`);
-  else if (dtype !== 'float32' && dtype !== 'bool') ck.add('E_DTYPE', `dtype '${dtype}' is not supported; expected 'float32' or 'bool'`);
+  else if (!HEAP_DTYPES.includes(dtype)) ck.add('E_DTYPE', `dtype '${dtype}' is not supported; expected one of ${known}`);
   const arr = readDims(ck, dims, null);  // the snapshot
   if (arr && arr.length === 0) ck.add('E_RANK', 'dims is empty; expected rank 1 or more');
-  else if (arr) checkDimValues(ck, arr, null);
+  else if (arr && checkDimValues(ck, arr, null)) {
+    const block = WEIGHT_DTYPES[dtype]?.block ?? 1;
+    if (arr.at(-1) % block !== 0) {
+      ck.add('E_DIMS', `dims ${fmtDims(arr)}: a ${dtype} tensor's rows hold whole blocks of ${block} values; expected the last dim to be a multiple of ${block}, got ${arr.at(-1)}`);
+    }
+  }
   return arr;
 }
 

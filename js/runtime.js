@@ -8,12 +8,12 @@
 // - A status returned by C becomes an SdpaError carrying the C message.
 
 import { SdpaError, codeOfStatus, codeRank } from './errors.js';
-import { HeapTensor, DTYPE_BYTES, heapState, heapView, noteMemoryBuffer, memoryOwner, staleInputWarning } from './heap.js';
+import { HeapTensor, DTYPE_BYTES, tensorBytes, heapState, heapView, noteMemoryBuffer, memoryOwner, staleInputWarning } from './heap.js';
 import { prod, fmtDims, INT32_MAX } from './shape.js';
 import { typedArraySet } from './intrinsics.js';
 import { Checks, checkDims } from './rules.js';
 import {
-  LAYOUT, TENSOR_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX, ROWS_MESSAGE_BYTES, DESCRIBED, CHECK_MESSAGE_BYTES,
+  LAYOUT, TENSOR_DTYPES, WEIGHT_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX, ROWS_MESSAGE_BYTES, DESCRIBED, CHECK_MESSAGE_BYTES,
 } from './abi.js';
 
 // Every size and offset of a C struct comes from js/abi.js (generated from the C
@@ -26,7 +26,10 @@ const words = (s) => Object.freeze(Object.fromEntries(Object.entries(s).filter((
 const TW = words(TENSOR), OW = words(OPTIONS), RW = words(ROTARY), IW = words(ITEM), DW = words(DESC);
 const OPTIONS_WORDS = OPTIONS.size >>> 2;
 /** sdpa_dtype numbers of the tensor dtypes (undefined, written as 0, for any other name). */
-const DTYPE_ID = Object.freeze(Object.fromEntries(Object.entries(TENSOR_DTYPES).map(([name, d]) => [name, d.id])));
+const DTYPE_ID = Object.freeze({
+  ...Object.fromEntries(Object.entries(WEIGHT_DTYPES).map(([name, d]) => [name, d.id])),
+  ...Object.fromEntries(Object.entries(TENSOR_DTYPES).map(([name, d]) => [name, d.id])),
+});
 const F32_BYTES = TENSOR_DTYPES.float32.bytes, I32_BYTES = Int32Array.BYTES_PER_ELEMENT;
 /** Every region of a block starts this aligned: the strictest C struct's alignment (sdpa_options' int64). */
 const ALIGN = Math.max(...Object.values(LAYOUT).map((s) => s.align));
@@ -122,7 +125,7 @@ export function formatBytes(n) {
 }
 
 /** Writes an sdpa_tensor at byte address `at` through the views `v`. */
-function putTensor(v, at, ptr, len, dtype, dims) {
+export function putTensor(v, at, ptr, len, dtype, dims) {
   const w = at >>> 2;
   v.u32[w + TW.data] = ptr >>> 0;
   v.u32[w + TW.len] = len >>> 0;
@@ -172,6 +175,8 @@ export class Core {
     this._seen = null; // the last buffer recorded by noteMemoryBuffer
     this.staleWarned = false;
     this.manyBlock = 0; // attendMany's items block (runMany), made at its first call
+    this.idsAt = 0;     // sdpa.embed's ids (idsBlock)
+    this.idsCapacity = 0;
   }
 
   /**
@@ -633,12 +638,26 @@ export class Core {
   // -- heap tensors -------------------------------------------------------
 
   allocTensor(fn, dtype, dims) {
-    const n = prod(dims), bytes = n * DTYPE_BYTES[dtype];
+    const n = prod(dims), bytes = tensorBytes(dtype, dims);
     const p = this.malloc(bytes, fn, `a ${dtype} tensor ${fmtDims(dims)}`);
     this.views().u8.fill(0, p, p + bytes);
-    const t = new HeapTensor(this, p, dims, dtype, n);
+    const t = new HeapTensor(this, p, dims, dtype, n, bytes);
     this.tensors.add(t);
     return t;
+  }
+
+  /**
+   * The address of a block of at least n int32 (sdpa.embed's ids), grown as
+   * needed and kept for the next call (so a decode loop allocates nothing).
+   */
+  idsBlock(fn, n) {
+    if (n > this.idsCapacity) {
+      const p = this.malloc(Math.max(n, 64) * I32_BYTES, fn, `${n} ids`);
+      this.free(this.idsAt);
+      this.idsAt = p;
+      this.idsCapacity = Math.max(n, 64);
+    }
+    return this.idsAt;
   }
 
   /** Called by HeapTensor.dispose(). */

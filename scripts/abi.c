@@ -17,6 +17,7 @@
  *
  * Usage: node sdpa_abi.js [OUT]   (no OUT: standard output) */
 #include "sdpa.h"
+#include "sdpa_dense.h"
 #include "cache/kv_record.h"
 #include "cache/kv_dtype.h"
 
@@ -102,6 +103,20 @@ static void dtypes(void) {
     fprintf(out, "  float32: Object.freeze({ id: %d, bytes: %zu }),\n", SDPA_DTYPE_FLOAT32, sizeof(float));
     fprintf(out, "  bool: Object.freeze({ id: %d, bytes: %zu }),\n", SDPA_DTYPE_BOOL, sizeof(uint8_t));
     fprintf(out, "});\n");
+    /* the weight dtypes of include/sdpa_dense.h: a block of `block` values takes `blockBytes` */
+    static const struct { const char * name; int32_t dtype; } weights[] = {
+        { "float32", SDPA_DTYPE_FLOAT32 }, { "float16", SDPA_DTYPE_FLOAT16 },
+        { "q8_0", SDPA_DTYPE_Q8_0 }, { "q4_0", SDPA_DTYPE_Q4_0 },
+    };
+    fprintf(out, "/**\n * Weight dtypes (include/sdpa_dense.h) by name: their sdpa_dtype number, values per block\n"
+                 " * and bytes per block (sdpa_weight_row_bytes).\n */\n");
+    fprintf(out, "export const WEIGHT_DTYPES = Object.freeze(Object.assign(Object.create(null), {\n");
+    for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++) {
+        const int32_t block = sdpa_weight_row_bytes(weights[i].dtype, 1) ? 1 : SDPA_WEIGHT_BLOCK;
+        fprintf(out, "  %s: Object.freeze({ id: %d, block: %d, blockBytes: %zu }),\n", weights[i].name, weights[i].dtype,
+                block, sdpa_weight_row_bytes(weights[i].dtype, block));
+    }
+    fprintf(out, "}));\n");
     /* every row of the cache dtype table (src/cache/kv_dtype.c), in its order */
     fprintf(out, "/** Cache dtypes (sdpa_kv_cache_desc key_dtype / value_dtype) by name: their sdpa_dtype number. */\n");
     fprintf(out, "export const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), {");

@@ -1,0 +1,216 @@
+// dense.js: the dense calls beside the attention (include/sdpa_dense.h):
+// linear, rmsNorm, swiglu, embed, quantize, on tensors in wasm memory.
+//
+// Validated once, in C: JS reads what only JS can see (each argument is a
+// live heap tensor, or a view of one; the options' JS types; `rows`, the
+// prefix of rows JS describes), writes the sdpa_tensor structs into the
+// instance's scratch block and calls the C entry, which checks every rule
+// of CONTRACT.md section 6 before it writes anything. C's message names the
+// argument and the rule; JS puts the call's name first. Nothing is copied:
+// the kernels read and write the tensors' memory in place.
+
+import { Checks } from './rules.js';
+import { heapState, HeapTensor } from './heap.js';
+import { readOptions, describeValue, inspectTensor, checkLive } from './snapshot.js';
+import { putTensor, SLOT } from './runtime.js';
+import { WEIGHT_DTYPES } from './abi.js';
+import { INT32_MAX } from './shape.js';
+
+const LINEAR_OPTIONS = Object.freeze(['out', 'accumulate', 'rows']);
+const RMS_OPTIONS = Object.freeze(['out', 'eps', 'rows']);
+const SWIGLU_OPTIONS = Object.freeze(['out', 'rows']);
+const EMBED_OPTIONS = Object.freeze(['out']);
+const DEFAULT_EPS = 1e-5;
+
+/**
+ * A tensor argument as C is given it: { ptr, len, dtype, dims, t }, or null
+ * (its failure in ck). A heap tensor is read from its state (no property of
+ * it is read); any other tensor object must be a view of a live heap tensor
+ * of this instance (snapshot.js checkLive): the dense calls work in place.
+ */
+function tensorArg(ck, core, name, t) {
+  const s = heapState(t);
+  if (s !== undefined) {
+    if (s.disposed) { ck.add('E_DISPOSED', `${name} is a disposed heap tensor`); return null; }
+    if (s.rt !== core) { ck.add('E_ARG', `${name} is a heap tensor of another sdpa instance; expected one of this instance`); return null; }
+    return { ptr: s.ptr, len: s.n, dtype: s.dtype, dims: s.dims, t };
+  }
+  const d = inspectTensor(ck, name, t, 'input');
+  if (d === null || d.data === null) return null;
+  checkLive(ck, d);
+  if (core.tensorHolding(d.byteOffset, d.byteOffset + d.byteLength) === null || d.buffer !== core.currentBuffer()) {
+    ck.add('E_ARG', `${name} must be a heap tensor (sdpa.allocTensor) or a view of one in this instance's wasm memory; got ${describeValue(d.data)} elsewhere (the dense calls read and write wasm memory in place)`);
+    return null;
+  }
+  return { ptr: d.byteOffset, len: d.len, dtype: d.dtype, dims: d.dims, t };
+}
+
+/** `rows` (an option): undefined, or an integer >= 1 (C checks it against the tensors' rows: E_DIMS). */
+function readRows(ck, rows) {
+  if (rows === undefined || rows === null) return null;
+  if (!Number.isSafeInteger(rows) || rows < 1 || rows > INT32_MAX) {
+    ck.add('E_ARG', `options.rows is ${describeValue(rows)}; expected a positive integer (the first rows of the activations)`);
+    return null;
+  }
+  return rows;
+}
+
+/**
+ * An activation descriptor cut to its first `rows` rows (every dim but the
+ * last, flattened): [rows, last]. JS makes this view, so JS checks it fits.
+ */
+function firstRows(ck, a, rows) {
+  if (a === null || rows === null) return a;
+  const last = a.dims[a.dims.length - 1], have = a.len / last;
+  if (!(rows <= have)) {
+    ck.add('E_DIMS', `options.rows is ${rows} but ${a.name} holds ${have} rows of ${last}; expected at most ${have}`);
+    return null;
+  }
+  return { ...a, len: rows * last, dims: [rows, last] };
+}
+
+export function denseEntries(core) {
+  const M = core.M;
+
+  /** Writes descriptors into the scratch slots and returns their addresses. */
+  function put(slot, a) {
+    const at = core.slot(slot);
+    putTensor(core.views(), at, a.ptr, a.len, a.dtype, a.dims);
+    return at;
+  }
+
+  /** out given, or a new heap tensor of `dims` made for this call (disposed again if C refuses it). */
+  function outArg(ck, o, dims) {
+    if (o.out !== undefined && o.out !== null) return tensorArg(ck, core, 'out', o.out);
+    return null;
+  }
+
+  /** Runs C's entry with a fresh out when none was given; returns the out tensor. */
+  function run(fn, ck, given, makeDims, call) {
+    core.checkAlive(ck);
+    ck.done();
+    let out = given, made = null;
+    if (out === null) {
+      const dims = makeDims();
+      if (dims.every((x) => Number.isInteger(x) && x >= 1 && x <= INT32_MAX)) {
+        made = core.allocTensor(fn, 'float32', dims);
+        out = { ptr: heapState(made).ptr, len: made.length, dtype: 'float32', dims: made.dims, t: made };
+      } else {
+        // the inputs' dims cannot give an out: C reports why (a rule of x, weight or ids), on a stand-in it never writes
+        out = { ptr: core.slot('stats'), len: 1, dtype: 'float32', dims: [1], t: null };
+      }
+    }
+    try {
+      core.check(call(put('out', out)), fn);
+    } catch (e) {
+      made?.dispose();
+      throw e;
+    }
+    return out.t;
+  }
+
+  /**
+   * out = x · weightᵀ (+ out with accumulate). x float32 [..., in], weight
+   * [outF, in] in any weight dtype, out float32 [..., outF].
+   */
+  function linear(x, weight, options) {
+    const fn = 'sdpa.linear';
+    const ck = new Checks(fn);
+    const o = readOptions(ck, options, LINEAR_OPTIONS, null, false);
+    const rows = readRows(ck, o.rows);
+    if (o.accumulate !== undefined && typeof o.accumulate !== 'boolean') ck.add('E_ARG', `options.accumulate must be a boolean, got ${describeValue(o.accumulate)}`);
+    const X = firstRows(ck, named(tensorArg(ck, core, 'x', x), 'x'), rows);
+    const W = tensorArg(ck, core, 'weight', weight);
+    const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
+    return run(fn, ck, O, () => [...X.dims.slice(0, -1), W.dims[0]],
+      (outAt) => M._sdpa_linear(core.ctx, put('q', X), put('k', W), outAt, o.accumulate ? 1 : 0));
+  }
+
+  /** out = weight * x / sqrt(mean(x^2) + eps), row by row; out may be x. */
+  function rmsNorm(x, weight, options) {
+    const fn = 'sdpa.rmsNorm';
+    const ck = new Checks(fn);
+    const o = readOptions(ck, options, RMS_OPTIONS, null, false);
+    const rows = readRows(ck, o.rows);
+    const eps = o.eps ?? DEFAULT_EPS;
+    if (typeof eps !== 'number') ck.add('E_ARG', `options.eps must be a number, got ${describeValue(eps)}`);
+    const X = firstRows(ck, named(tensorArg(ck, core, 'x', x), 'x'), rows);
+    const W = tensorArg(ck, core, 'weight', weight);
+    const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
+    return run(fn, ck, O, () => X.dims.slice(), (outAt) => M._sdpa_rms_norm(core.ctx, put('q', X), put('k', W), eps, outAt));
+  }
+
+  /** out = silu(gate) * up; out may be gate or up. */
+  function swiglu(gate, up, options) {
+    const fn = 'sdpa.swiglu';
+    const ck = new Checks(fn);
+    const o = readOptions(ck, options, SWIGLU_OPTIONS, null, false);
+    const rows = readRows(ck, o.rows);
+    const G = firstRows(ck, named(tensorArg(ck, core, 'gate', gate), 'gate'), rows);
+    const U = firstRows(ck, named(tensorArg(ck, core, 'up', up), 'up'), rows);
+    const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
+    return run(fn, ck, O, () => G.dims.slice(), (outAt) => M._sdpa_swiglu(core.ctx, put('q', G), put('k', U), outAt));
+  }
+
+  /** out[i] = table[ids[i]] as float32. ids: an Int32Array or an array of integers. */
+  function embed(table, ids, options) {
+    const fn = 'sdpa.embed';
+    const ck = new Checks(fn);
+    const o = readOptions(ck, options, EMBED_OPTIONS, null, false);
+    const T = tensorArg(ck, core, 'table', table);
+    const list = readIds(ck, ids);
+    const O = outArg(ck, o);
+    const n = list === null ? 0 : list.length;
+    if (list !== null) core.idsBlock(fn, n);   // (grows before any view is taken below)
+    return run(fn, ck, O, () => [n, T.dims[T.dims.length - 1]], (outAt) => {
+      const at = core.idsBlock(fn, n);
+      core.views().i32.set(list, at >>> 2);
+      return M._sdpa_embed(core.ctx, put('k', T), at, n, outAt);
+    });
+  }
+
+  /**
+   * out = source converted to out's dtype (float16: nearest even; q8_0 / q4_0:
+   * ggml's reference quantization). source float32 [rows, cols], out a heap
+   * tensor of the same dims in a weight dtype. Returns out.
+   */
+  function quantize(source, out) {
+    const fn = 'sdpa.quantize';
+    const ck = new Checks(fn);
+    const S = tensorArg(ck, core, 'source', source);
+    const O = out === undefined || out === null ? (ck.add('E_ARG', 'out is missing; expected a heap tensor of a weight dtype (float32, float16, q8_0, q4_0)'), null) : tensorArg(ck, core, 'out', out);
+    core.checkAlive(ck);
+    ck.done();
+    core.check(M._sdpa_quantize(core.ctx, put('q', S), put('out', O)), fn);
+    return O.t;
+  }
+
+  return { linear, rmsNorm, swiglu, embed, quantize };
+}
+
+/** The descriptor with its argument name (firstRows' messages). */
+function named(a, name) {
+  if (a !== null) a.name = name;
+  return a;
+}
+
+/** ids as an Int32Array (E_ARG naming the first entry that is not an int32 integer). */
+function readIds(ck, ids) {
+  if (ids instanceof Int32Array) return ids;
+  if (!Array.isArray(ids) && !(ArrayBuffer.isView(ids) && !(ids instanceof DataView))) {
+    ck.add('E_ARG', `ids must be an Int32Array or an array of integers, got ${describeValue(ids)}`);
+    return null;
+  }
+  const out = new Int32Array(ids.length);
+  for (let i = 0; i < ids.length; i++) {
+    const v = ids[i];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < -0x80000000 || v > INT32_MAX) {
+      ck.add('E_ARG', `ids[${i}] is ${describeValue(v)}; expected an integer row of table`);
+      return null;
+    }
+    out[i] = v;
+  }
+  return out;
+}
+
+export { WEIGHT_DTYPES, HeapTensor };
