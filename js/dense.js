@@ -159,8 +159,10 @@ export function denseEntries(core) {
     const o = readOptions(ck, options, EMBED_OPTIONS, null, false);
     const T = tensorArg(ck, core, 'table', table);
     const list = readIds(ck, ids);
-    const O = outArg(ck, o);
     const n = list === null ? 0 : list.length;
+    // out: [n, dim], or a tensor whose first n rows are written
+    let O = named(outArg(ck, o), 'out');
+    if (O !== null && n > 0 && O.len / O.dims[O.dims.length - 1] > n) O = firstRows(ck, O, n);
     if (list !== null) core.idsBlock(fn, n);   // (grows before any view is taken below)
     return run(fn, ck, O, () => [n, T.dims[T.dims.length - 1]], (outAt) => {
       const at = core.idsBlock(fn, n);

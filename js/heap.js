@@ -160,6 +160,22 @@ export class HeapTensor {
     typedArraySet(handOut(s), source, offset);
   }
 
+  /**
+   * Copies bytes (a Uint8Array) into the tensor's memory at byte `byteOffset`
+   * (default 0): how a weight's file bytes (a GGUF tensor's blocks, a
+   * checkpoint's float32s) go into wasm memory chunk by chunk, with no other
+   * copy kept. E_ARG for another source, E_DIMS when it does not fit.
+   */
+  setBytes(source, byteOffset = 0) {
+    const s = liveState(this, 'setBytes');
+    if (typedArrayTag(source) !== 'Uint8Array') throw fail('E_ARG', `HeapTensor.setBytes: source must be a Uint8Array, got ${describeValue(source)}`);
+    if (!Number.isSafeInteger(byteOffset) || byteOffset < 0) throw fail('E_ARG', `HeapTensor.setBytes: byteOffset is ${describeValue(byteOffset)}; expected a non-negative integer`);
+    const n = typedArrayLength(source);
+    if (byteOffset + n > s.bytes) throw fail('E_DIMS', `HeapTensor.setBytes: ${n} bytes at byte ${byteOffset} do not fit the tensor's ${s.bytes} (${s.dtype} ${fmtDims(s.dims)})`);
+    heapView(s);
+    typedArraySet(new Uint8Array(s.buffer, s.ptr, s.bytes), source, byteOffset);
+  }
+
   get dims() { return stateOf(this, 'dims').dims; }
   get dtype() { return stateOf(this, 'dtype').dtype; }
   /** Element count (values: a q8_0 / q4_0 tensor's data holds fewer bytes). */

@@ -74,15 +74,6 @@ export function parseCheckpoint(bytes) {
   return { config, headSize, kvDim, sharedClassifier: shared, offsets, floats, headerBytes: HEADER_BYTES };
 }
 
-/** The float32 tensors of the checkpoint as one aligned Float32Array (a copy: the caller's bytes may change later). */
-export function readWeights(bytes, layout) {
-  if (!LITTLE_ENDIAN) throw new SdpaError('E_ARG', 'loadLlama: a big-endian host cannot read float32 checkpoints in place');
-  const w = new Float32Array(layout.floats);
-  new Uint8Array(w.buffer).set(bytes.subarray(layout.headerBytes, layout.headerBytes + 4 * layout.floats));
-  return w;
-}
-const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
-
 /** FNV-1a over the checkpoint's 32-bit words: names the weights a saved state belongs to. */
 export function fingerprint(bytes) {
   const words = bytes.byteLength >>> 2;

@@ -1,25 +1,30 @@
-// model.js: a Llama-architecture model (llama2.c's) whose every layer's
-// attention and KV cache are sdpa-wasm's: one KVCacheGroup, K rows and q rotated
-// inside the op (interleaved pairs), the model's q / k / v written straight into
-// heap tensors, so a decode step copies nothing into or out of the cache. The
-// dense parts (RMSNorm, the matrix products, SwiGLU, the classifier) are plain
-// JS (dense.js) into buffers made at load: a decode step allocates nothing.
+// model.js: a Llama-architecture model (llama2.c's) run in wasm: every layer's
+// attention and KV cache are sdpa-wasm's (one KVCacheGroup, K rows and q
+// rotated inside the op, interleaved pairs), and its dense parts are the
+// package's dense calls (sdpa.embed, sdpa.rmsNorm, sdpa.linear, sdpa.swiglu)
+// on heap tensors made at load. The weights live in the wasm heap once, in
+// the dtype asked for (float32, or float16 / q8_0 / q4_0 quantized at load);
+// no JS copy of the checkpoint is kept. A decode step is wasm calls only (no
+// JS loop over a hidden-size vector) and allocates nothing.
 //
-// Shared by a model and its forks (a Core): the weights, the heap tensors and
-// the JS buffers (calls are synchronous, so one set serves every fork). Each
+// Shared by a model and its forks (a Core): the weights, the heap tensors of
+// the activations (calls are synchronous, so one set serves every fork). Each
 // model has its own cache group and its last row of logits.
 
 import { SdpaError } from '../errors.js';
 import { Checks } from '../rules.js';
 import { readOptions } from '../snapshot.js';
-import { parseCheckpoint, readWeights, fingerprint } from './checkpoint.js';
-import { matmul, rmsnorm, swiglu } from './dense.js';
+import { parseCheckpoint, fingerprint } from './checkpoint.js';
 import { createSampler, samplingOptions } from './sampler.js';
 import { toBytes, BOS, EOS } from './tokenizer.js';
 
 /** The key of the model's own entry in a saved state's meta. */
 const STATE_KEY = 'sdpa-wasm/llama';
-const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'maxChunk', 'reserve']);
+const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'maxChunk', 'reserve', 'weightDtype']);
+/** The dtypes loadLlama stores the weight matrices in (include/sdpa_dense.h). */
+export const WEIGHT_DTYPES = Object.freeze(['float32', 'float16', 'q8_0', 'q4_0']);
+/** llama2.c's RMSNorm epsilon. */
+const RMS_EPS = 1e-5;
 const now = () => performance.now();
 
 /** The options `known` of `fn`, read once through the library's snapshot path (readOptions: unknown names, getters, inherited options). */
@@ -66,101 +71,201 @@ function renamed(e, fn) {
   return e instanceof SdpaError ? new SdpaError(e.code, e.message.replace(/^[\w.]+: /, `${fn}: `), { cause: e }) : e;
 }
 
+/**
+ * The checkpoint's tensors as heap tensors: `weightDtype` for the matrices
+ * (and the token embedding / classifier), float32 for the norms and the RoPE
+ * tables. Each float32 tensor is copied from the checkpoint's bytes straight
+ * into wasm memory; a quantized one goes through one float32 staging tensor
+ * (the largest matrix), freed at the end. `alloc` records every tensor made.
+ */
+function loadWeights(sdpa, bytes, layout, weightDtype, maxSeqLen, alloc) {
+  const { config: c, offsets: at, headSize: hs, kvDim, headerBytes } = layout;
+  const { dim, hiddenDim: hidden, nLayers: L, vocabSize: V } = c;
+  let staging = null;
+  const floats = (offset, n) => bytes.subarray(headerBytes + 4 * offset, headerBytes + 4 * (offset + n));
+  const plain = (offset, dims) => {
+    const t = alloc('float32', dims);
+    t.setBytes(floats(offset, dims.reduce((a, b) => a * b, 1)));
+    return t;
+  };
+  const matrix = (offset, rows, cols) => {
+    if (weightDtype === 'float32') return plain(offset, [rows, cols]);
+    const n = rows * cols;
+    if (staging === null || staging.length < n) {
+      staging?.dispose();
+      staging = sdpa.allocTensor('float32', [maxMatrix(c, kvDim)]);
+    }
+    staging.setBytes(floats(offset, n));
+    const t = alloc(weightDtype, [rows, cols]);
+    sdpa.quantize({ data: staging.data.subarray(0, n), dims: [rows, cols] }, t);
+    return t;
+  };
+  try {
+    const w = { layers: [] };
+    w.embedding = matrix(at.tokenEmbedding, V, dim);
+    for (let l = 0; l < L; l++) {
+      w.layers.push({
+        rmsAtt: plain(at.rmsAtt + l * dim, [dim]),
+        wq: matrix(at.wq + l * dim * dim, dim, dim),
+        wk: matrix(at.wk + l * kvDim * dim, kvDim, dim),
+        wv: matrix(at.wv + l * kvDim * dim, kvDim, dim),
+        wo: matrix(at.wo + l * dim * dim, dim, dim),
+        rmsFfn: plain(at.rmsFfn + l * dim, [dim]),
+        w1: matrix(at.w1 + l * hidden * dim, hidden, dim),
+        w2: matrix(at.w2 + l * dim * hidden, dim, hidden),
+        w3: matrix(at.w3 + l * hidden * dim, hidden, dim),
+      });
+    }
+    w.rmsFinal = plain(at.rmsFinal, [dim]);
+    w.classifier = layout.sharedClassifier ? w.embedding : matrix(at.wcls, V, dim);
+    w.cos = plain(at.freqCos, [maxSeqLen, hs / 2]);
+    w.sin = plain(at.freqSin, [maxSeqLen, hs / 2]);
+    return w;
+  } finally {
+    staging?.dispose();
+  }
+}
+
+/** Values of the largest weight matrix. */
+function maxMatrix(c, kvDim) {
+  return Math.max(c.vocabSize * c.dim, c.dim * c.dim, kvDim * c.dim, c.hiddenDim * c.dim);
+}
+
 /** What a model and its forks share; freed when the last of them is disposed. */
 class Core {
-  constructor(sdpa, layout, weights, fp, o) {
+  constructor(sdpa, layout, bytes, fp, o) {
     const { config } = layout;
     this.sdpa = sdpa;
     this.config = config;
     this.headSize = layout.headSize;
     this.kvDim = layout.kvDim;
-    this.offsets = layout.offsets;
-    this.w = weights;
     this.fingerprint = fp;
     this.maxSeqLen = o.maxSeqLen;
     this.chunk = o.maxChunk;
     this.cacheConfig = o.cacheConfig;
+    this.weightDtype = o.weightDtype;
     this.refs = 0;
-    const { dim, hiddenDim, nHeads, nKvHeads } = config;
-    const C = this.chunk, hs = layout.headSize;
-    this.x = new Float32Array(C * dim);
-    this.xb = new Float32Array(C * dim);
-    this.hb = new Float32Array(C * hiddenDim);
-    this.hb2 = new Float32Array(C * hiddenDim);
     this.tensors = [];
+    const { dim, hiddenDim, nHeads, vocabSize } = config;
+    const C = this.chunk;
     try {
-      const alloc = (dims) => { const t = sdpa.allocTensor('float32', dims); this.tensors.push(t); return t; };
-      this.Q = alloc([1, C, nHeads, hs]);
-      this.K = alloc([1, C, nKvHeads, hs]);
-      this.V = alloc([1, C, nKvHeads, hs]);
-      this.O = alloc([1, C, nHeads, hs]);
-      const half = hs / 2, rows = o.maxSeqLen;
-      this.cos = alloc([rows, half]);
-      this.sin = alloc([rows, half]);
-      this.cos.set(weights.subarray(this.offsets.freqCos, this.offsets.freqCos + rows * half));
-      this.sin.set(weights.subarray(this.offsets.freqSin, this.offsets.freqSin + rows * half));
+      const alloc = (dtype, dims) => { const t = sdpa.allocTensor(dtype, dims); this.tensors.push(t); return t; };
+      this.w = loadWeights(sdpa, bytes, layout, o.weightDtype, o.maxSeqLen, alloc);
+      // activations: rows of the residual stream x, its normed copy xb, the FFN's hb / hb2,
+      // q / k / v / the attention's output (views of them are the attention's [1, m, H, hs])
+      this.X = alloc('float32', [C, dim]);
+      this.XB = alloc('float32', [C, dim]);
+      this.HB = alloc('float32', [C, hiddenDim]);
+      this.HB2 = alloc('float32', [C, hiddenDim]);
+      this.Q = alloc('float32', [C, dim]);
+      this.K = alloc('float32', [C, layout.kvDim]);
+      this.V = alloc('float32', [C, layout.kvDim]);
+      this.O = alloc('float32', [C, dim]);
+      this.LOGITS = alloc('float32', [1, vocabSize]);
     } catch (e) {
       this.free();
       throw e;
     }
-    this.rotary = Object.freeze({ cos: this.cos, sin: this.sin, interleaved: true });
-    this.full = { q: this.Q, k: this.K, v: this.V, o: this.O, opts: { out: this.O, rotary: this.rotary } };
-    this.views = new Map();     // rows -> { buffer, q, k, v, o, opts }: views inside the heap tensors
+    this.rotary = Object.freeze({ cos: this.w.cos, sin: this.w.sin, interleaved: true });
+    this.steps = new Map();     // rows -> the options objects and attention views of a step of that many rows
+    this.nHeads = nHeads;
   }
 
-  /** The q, k, v, out tensors for a step of m rows: the heap tensors, or views of their first m rows. */
-  io(m) {
-    if (m === this.chunk) return this.full;
+  /**
+   * The options objects of a step of m rows (made once per m and reused: a
+   * decode step makes no object) and the attention's views of q / k / v /
+   * out as [1, m, H, hs], re-made when memory grew (their buffer changed).
+   */
+  step(m) {
+    let s = this.steps.get(m);
     const buffer = this.Q.data.buffer;
-    let v = this.views.get(m);
-    if (!v || v.buffer !== buffer) {       // memory grew: views of the old buffer may be detached
-      const { nHeads, nKvHeads } = this.config, hs = this.headSize;
-      const view = (t, h) => ({ data: t.data.subarray(0, m * h * hs), dims: [1, m, h, hs] });
-      const o = view(this.O, nHeads);
-      v = { buffer, q: view(this.Q, nHeads), k: view(this.K, nKvHeads), v: view(this.V, nKvHeads), o, opts: { out: o, rotary: this.rotary } };
-      if (this.views.size > 8) this.views.clear();
-      this.views.set(m, v);
+    if (s === undefined) {
+      const { X, XB, HB, HB2, Q, K, V, O } = this;
+      s = {
+        buffer: null, q: null, k: null, v: null, o: null, attend: null,
+        norm: { out: XB, rows: m, eps: RMS_EPS },
+        q_: { out: Q, rows: m }, k_: { out: K, rows: m }, v_: { out: V, rows: m },
+        residual: { out: X, rows: m, accumulate: true },
+        hb: { out: HB, rows: m }, hb2: { out: HB2, rows: m }, gate: { out: HB, rows: m },
+        embed: { out: X },
+      };
+      if (this.steps.size > 8) this.steps.clear();
+      this.steps.set(m, s);
     }
-    return v;
+    if (s.buffer !== buffer) {
+      const { nHeads, headSize: hs } = this, nKv = this.config.nKvHeads;
+      const view = (t, h) => ({ data: t.data.subarray(0, m * h * hs), dims: [1, m, h, hs] });
+      s.q = view(this.Q, nHeads); s.k = view(this.K, nKv); s.v = view(this.V, nKv); s.o = view(this.O, nHeads);
+      s.attend = { out: s.o, rotary: this.rotary };
+      s.buffer = buffer;
+    }
+    return s;
   }
 
   /**
    * Appends m tokens (ids[i0 ..]) to `group` at its length, one step per layer,
-   * writes the logits of every row into out (row-major, at outOffset) unless out
-   * is null, leaves the rows' final normed states in xb, and adds the time to `timing`.
+   * leaves the rows' final normed states in XB, writes every row's logits into
+   * out (row-major, at outOffset) unless out is null, and adds the time to `timing`.
    */
   run(group, ids, i0, m, out, outOffset, timing) {
-    const { dim, hiddenDim: hidden, nLayers, vocabSize } = this.config;
-    const { w, offsets: at, x, xb, hb, hb2, kvDim } = this;
+    const { sdpa, w } = this;
     const layers = group.layers;
-    let attention = 0, t0 = now();
-    for (let i = 0; i < m; i++) {
-      const e = at.tokenEmbedding + ids[i0 + i] * dim;
-      for (let j = 0; j < dim; j++) x[i * dim + j] = w[e + j];
-    }
-    for (let l = 0; l < nLayers; l++) {
-      rmsnorm(xb, x, w, at.rmsAtt + l * dim, m, dim);
-      let io = this.io(m);
-      matmul(io.q.data, 0, xb, 0, w, at.wq + l * dim * dim, m, dim, dim, false);
-      matmul(io.k.data, 0, xb, 0, w, at.wk + l * kvDim * dim, m, dim, kvDim, false);
-      matmul(io.v.data, 0, xb, 0, w, at.wv + l * kvDim * dim, m, dim, kvDim, false);
+    const t0 = now();
+    let attention = 0, products = 0, t;
+    let s = this.step(m);
+    sdpa.embed(w.embedding, ids.subarray(i0, i0 + m), s.embed);
+    for (let l = 0; l < layers.length; l++) {
+      const lw = w.layers[l];
+      sdpa.rmsNorm(this.X, lw.rmsAtt, s.norm);
+      t = now();
+      sdpa.linear(this.XB, lw.wq, s.q_);
+      sdpa.linear(this.XB, lw.wk, s.k_);
+      sdpa.linear(this.XB, lw.wv, s.v_);
       const ta = now();
-      layers[l].step(io.q, io.k, io.v, io.opts);       // append at the cache's length, causal, rotary in the op
-      attention += now() - ta;
-      io = this.io(m);                                 // (a step that took pages may have grown memory)
-      matmul(x, 0, io.o.data, 0, w, at.wo + l * dim * dim, m, dim, dim, true);
-      rmsnorm(xb, x, w, at.rmsFfn + l * dim, m, dim);
-      matmul(hb, 0, xb, 0, w, at.w1 + l * hidden * dim, m, dim, hidden, false);
-      matmul(hb2, 0, xb, 0, w, at.w3 + l * hidden * dim, m, dim, hidden, false);
-      swiglu(hb, hb2, m * hidden);
-      matmul(x, 0, hb, 0, w, at.w2 + l * dim * hidden, m, hidden, dim, true);
+      products += ta - t;
+      layers[l].step(s.q, s.k, s.v, s.attend);      // append at the cache's length, causal, rotary in the op
+      t = now();
+      attention += t - ta;
+      s = this.step(m);                             // (a step that took pages may have grown memory)
+      sdpa.linear(this.O, lw.wo, s.residual);       // x += attention · woᵀ
+      products += now() - t;
+      sdpa.rmsNorm(this.X, lw.rmsFfn, s.norm);
+      t = now();
+      sdpa.linear(this.XB, lw.w1, s.hb);
+      sdpa.linear(this.XB, lw.w3, s.hb2);
+      products += now() - t;
+      sdpa.swiglu(this.HB, this.HB2, s.gate);
+      t = now();
+      sdpa.linear(this.HB, lw.w2, s.residual);      // x += ffn · w2ᵀ
+      products += now() - t;
     }
-    rmsnorm(xb, x, w, at.rmsFinal, m, dim);
-    if (out !== null) matmul(out, outOffset, xb, 0, w, at.wcls, m, dim, vocabSize, false);
+    sdpa.rmsNorm(this.X, w.rmsFinal, s.norm);
+    if (out !== null) {
+      t = now();
+      const V = this.config.vocabSize, logits = this.LOGITS;
+      for (let i = 0; i < m; i++) {                 // the classifier row by row, through one row of heap memory
+        sdpa.linear(this.row(i), w.classifier, { out: logits });
+        out.set(logits.data, outOffset + i * V);
+      }
+      products += now() - t;
+    }
     const total = now() - t0;
     timing.attentionMs += attention;
-    timing.denseMs += total - attention;
+    timing.productsMs += products;
+    timing.otherMs += total - attention - products;
     timing.tokens += m;
+  }
+
+  /** Row i of XB as a [1, dim] view (the classifier's input). */
+  row(i) {
+    const dim = this.config.dim;
+    return { data: this.XB.data.subarray(i * dim, (i + 1) * dim), dims: [1, dim] };
+  }
+
+  /** The classifier on row i of XB into `logits` (a Float32Array of vocabSize). */
+  lastLogits(i, logits) {
+    this.sdpa.linear(this.row(i), this.w.classifier, { out: this.LOGITS });
+    logits.set(this.LOGITS.data);
   }
 
   /** Drops one reference; the last frees the heap tensors. */
@@ -178,11 +283,13 @@ class Core {
  * loadLlama(sdpa, checkpoint, options): a LlamaModel from a llama2.c version-0
  * checkpoint (Uint8Array / ArrayBuffer). Synchronous. Options: maxSeqLen
  * (default and at most the checkpoint's seq_len: its RoPE tables end there),
- * dtype / keyDtype / valueDtype of the KV cache (default float32), maxChunk
- * (rows per attention step of a long forward; default min(maxSeqLen, 512)),
- * reserve (default true: the page pool made to have one full context's pages
- * free, so that this model's decode steps allocate nothing; several models on
- * one instance: reserve their sum with sdpa.reserve).
+ * dtype / keyDtype / valueDtype of the KV cache (default float32), weightDtype
+ * (the weight matrices' dtype in wasm memory: float32, or float16 / q8_0 /
+ * q4_0 quantized at load; default float32), maxChunk (rows per step of a long
+ * forward; default min(maxSeqLen, 512)), reserve (default true: the page pool
+ * made to have one full context's pages free, so that this model's decode
+ * steps allocate nothing; several models on one instance: reserve their sum
+ * with sdpa.reserve).
  */
 export function loadLlama(sdpa, checkpoint, options) {
   const fn = 'loadLlama';
@@ -197,6 +304,15 @@ export function loadLlama(sdpa, checkpoint, options) {
   o.maxSeqLen = checkCount(fn, 'options.maxSeqLen', o.maxSeqLen ?? seqLen, 1, seqLen);
   o.maxChunk = checkCount(fn, 'options.maxChunk', o.maxChunk ?? Math.min(o.maxSeqLen, 512), 1, o.maxSeqLen);
   if (typeof (o.reserve ?? true) !== 'boolean') throw new SdpaError('E_ARG', `${fn}: options.reserve must be a boolean, got ${typeof o.reserve}`);
+  o.weightDtype = o.weightDtype ?? 'float32';
+  if (!WEIGHT_DTYPES.includes(o.weightDtype)) {
+    throw new SdpaError('E_ARG', `${fn}: options.weightDtype is ${JSON.stringify(o.weightDtype) ?? String(o.weightDtype)}; expected one of ${WEIGHT_DTYPES.map((d) => `'${d}'`).join(', ')}`);
+  }
+  const block = o.weightDtype === 'q8_0' || o.weightDtype === 'q4_0' ? 32 : 1;
+  const { dim, hiddenDim } = layout.config;
+  if (dim % block !== 0 || hiddenDim % block !== 0) {
+    throw new SdpaError('E_ARG', `${fn}: options.weightDtype '${o.weightDtype}' stores rows in blocks of ${block} values, but this checkpoint's rows hold ${dim} (dim) and ${hiddenDim} (hidden_dim) values; expected multiples of ${block}`);
+  }
   o.cacheConfig = { maxSeqLen: o.maxSeqLen, numKvHeads: layout.config.nKvHeads, headDim: layout.headSize };
   for (const k of ['dtype', 'keyDtype', 'valueDtype']) if (o[k] !== undefined) o.cacheConfig[k] = o[k];
   let poolBytes;
@@ -205,10 +321,10 @@ export function loadLlama(sdpa, checkpoint, options) {
   } catch (e) {
     throw renamed(e, fn);
   }
-  const weights = readWeights(bytes, layout);
+  if (!LITTLE_ENDIAN) throw new SdpaError('E_ARG', `${fn}: a big-endian host cannot read float32 checkpoints in place`);
   let core, group = null;
   try {
-    core = new Core(sdpa, layout, weights, fingerprint(bytes), o);
+    core = new Core(sdpa, layout, bytes, fingerprint(bytes), o);
   } catch (e) {
     throw renamed(e, fn);
   }
@@ -222,6 +338,7 @@ export function loadLlama(sdpa, checkpoint, options) {
   }
   return new LlamaModel(core, group, null);
 }
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 export class LlamaModel {
   #core;
@@ -229,7 +346,7 @@ export class LlamaModel {
   #logits;          // the last appended row's logits (valid when #hasLogits)
   #hasLogits = false;
   #disposed = false;
-  #timing = { tokens: 0, attentionMs: 0, denseMs: 0 };
+  #timing = { tokens: 0, attentionMs: 0, productsMs: 0, otherMs: 0 };
 
   /** Made by loadLlama, fork and restore. */
   constructor(core, group, logits) {
@@ -254,8 +371,14 @@ export class LlamaModel {
   get keyDtype() { return this.#group.layers[0].keyDtype; }
   get valueDtype() { return this.#group.layers[0].valueDtype; }
   get disposed() { return this.#disposed || this.#group.disposed; }
-  /** Time of the last forward (or generate): tokens, attentionMs (our attention steps), denseMs (everything else). */
-  get timing() { return { ...this.#timing }; }
+  /**
+   * Time of the last forward (or generate step): tokens, attentionMs (our
+   * attention steps), productsMs (the weight products, classifier included),
+   * otherMs (embedding, norms, SwiGLU, JS), denseMs (productsMs + otherMs).
+   */
+  get timing() { const t = this.#timing; return { ...t, denseMs: t.productsMs + t.otherMs }; }
+  /** The dtype the weight matrices are stored in (loadLlama's weightDtype). */
+  get weightDtype() { return this.#core.weightDtype; }
 
   #alive(fn) {
     if (this.#core.sdpa.disposed) throw new SdpaError('E_DISPOSED', `${fn}: the sdpa instance was disposed`);
@@ -299,7 +422,7 @@ export class LlamaModel {
       throw new SdpaError('E_CAPACITY', `${fn}: ${n} tokens at position ${start} would end at ${start + n}; expected at most maxSeqLen ${core.maxSeqLen}`);
     }
     const timing = this.#timing;
-    timing.tokens = 0; timing.attentionMs = 0; timing.denseMs = 0;
+    timing.tokens = 0; timing.attentionMs = 0; timing.productsMs = 0; timing.otherMs = 0;
     try {
       for (let i = 0; i < n; i += core.chunk) {
         const m = Math.min(core.chunk, n - i);
@@ -312,9 +435,13 @@ export class LlamaModel {
       throw e;
     }
     // the last row's logits, once per call (only now: a failed call leaves the model's as they were)
-    const { dim, vocabSize: V } = core.config;
+    const V = core.config.vocabSize;
     if (out !== null) this.#logits.set(out.subarray((n - 1) * V, n * V));
-    else matmul(this.#logits, 0, core.xb, ((n - 1) % core.chunk) * dim, core.w, core.offsets.wcls, 1, dim, V, false);
+    else {
+      const t = now();
+      core.lastLogits((n - 1) % core.chunk, this.#logits);
+      timing.productsMs += now() - t;
+    }
     this.#hasLogits = true;
   }
 

@@ -210,13 +210,22 @@ static inline float f16_row1(const uint16_t * w, const float * x, int32_t cols, 
 
 /* ---- q8_0 / q4_0 weights ------------------------------------------------ */
 
+/* Small int32 lanes (|i| < 2^22) -> float32, exactly: the bits of 1.5 * 2^23
+ * plus i are the float 1.5 * 2^23 + i. Not f32x4.convert_i32x4: LLVM 14 folds
+ * it with the sign extensions before it into a conversion from i16, which
+ * wasm lacks, and scalarizes it (16 extract / convert / replace a vector). */
+static inline v128_t small_i32x4_to_f32(v128_t i) {
+    const v128_t magic = wasm_i32x4_splat(0x4B400000);
+    return wasm_f32x4_sub(wasm_i32x4_add(i, magic), magic);
+}
+
 /* 16 int8 -> four float32x4 (values 0-3, 4-7, 8-11, 12-15). */
 static inline void i8x16_to_f32(v128_t q, v128_t * f) {
     const v128_t lo = wasm_i16x8_extend_low_i8x16(q), hi = wasm_i16x8_extend_high_i8x16(q);
-    f[0] = wasm_f32x4_convert_i32x4(wasm_i32x4_extend_low_i16x8(lo));
-    f[1] = wasm_f32x4_convert_i32x4(wasm_i32x4_extend_high_i16x8(lo));
-    f[2] = wasm_f32x4_convert_i32x4(wasm_i32x4_extend_low_i16x8(hi));
-    f[3] = wasm_f32x4_convert_i32x4(wasm_i32x4_extend_high_i16x8(hi));
+    f[0] = small_i32x4_to_f32(wasm_i32x4_extend_low_i16x8(lo));
+    f[1] = small_i32x4_to_f32(wasm_i32x4_extend_high_i16x8(lo));
+    f[2] = small_i32x4_to_f32(wasm_i32x4_extend_low_i16x8(hi));
+    f[3] = small_i32x4_to_f32(wasm_i32x4_extend_high_i16x8(hi));
 }
 
 /* A block's 32 values as 8 float32x4 (without its scale) and its scale d. */
