@@ -298,7 +298,8 @@ export function loadLlama(sdpa, checkpoint, options) {
   }
   if (sdpa.disposed) throw new SdpaError('E_DISPOSED', `${fn}: sdpa was disposed`);
   const o = checkKnown(fn, options, LOAD_OPTIONS);
-  const bytes = toBytes(checkpoint, fn, 'checkpoint');
+  // a view, not a copy: every byte is read into wasm memory before this call returns
+  const bytes = toBytes(checkpoint, fn, 'checkpoint', false);
   const layout = parseCheckpoint(bytes);
   const { seqLen } = layout.config;
   o.maxSeqLen = checkCount(fn, 'options.maxSeqLen', o.maxSeqLen ?? seqLen, 1, seqLen);

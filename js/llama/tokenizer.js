@@ -70,13 +70,15 @@ export function loadTokenizer(source, options = {}) {
   return new Tokenizer(pieces, Float32Array.from(scores));
 }
 
-/** The bytes of a Uint8Array / ArrayBuffer / ArrayBufferView, copied (later changes by the caller do not reach us). */
-export function toBytes(source, fn, what) {
+/** The bytes of a Uint8Array / ArrayBuffer / ArrayBufferView, copied (later changes by the caller do not reach us), or a view of them (copy false: for a caller that reads them all before it returns). */
+export function toBytes(source, fn, what, copy = true) {
   if (source instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && source instanceof SharedArrayBuffer)) {
-    return new Uint8Array(source).slice();       // (SharedArrayBuffer.prototype.slice(0) of 0 bytes throws on Node 20)
+    const view = new Uint8Array(source);
+    return copy ? view.slice() : view;           // (SharedArrayBuffer.prototype.slice(0) of 0 bytes throws on Node 20)
   }
   if (ArrayBuffer.isView(source)) {
-    return new Uint8Array(source.buffer, source.byteOffset, source.byteLength).slice();
+    const view = new Uint8Array(source.buffer, source.byteOffset, source.byteLength);
+    return copy ? view.slice() : view;
   }
   throw new SdpaError('E_ARG', `${fn}: ${what} must be a Uint8Array or an ArrayBuffer, got ${source === null ? 'null' : typeof source}`);
 }
