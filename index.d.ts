@@ -22,8 +22,17 @@ export class SdpaError extends Error {
 /** `float32` ↔ Float32Array; `bool` ↔ Uint8Array (masks only; non-zero = attend). */
 export type DType = 'float32' | 'bool';
 
-/** The typed array of a dtype: `float32` ↔ Float32Array, `bool` ↔ Uint8Array. */
-export type DataOf<T extends DType> = T extends 'bool' ? Uint8Array : Float32Array;
+/**
+ * The dtypes of a weight matrix (sdpa.linear, sdpa.embed; docs/CONTRACT.md section 6):
+ * float32, float16 (IEEE binary16 bits), and ggml's q8_0 / q4_0 blocks of 32 values.
+ */
+export type WeightDType = 'float32' | 'float16' | 'q8_0' | 'q4_0';
+
+/** What sdpa.allocTensor makes. */
+export type HeapDType = DType | WeightDType;
+
+/** The typed array of a dtype: `float32` ↔ Float32Array, `bool` ↔ Uint8Array; `float16` ↔ its bits (Uint16Array); `q8_0` / `q4_0` ↔ their blocks' bytes (Uint8Array). */
+export type DataOf<T extends HeapDType> = T extends 'float32' ? Float32Array : T extends 'float16' ? Uint16Array : Uint8Array;
 
 /** A dense row-major tensor. `dtype`, when given, must agree with `data`'s type. */
 export interface Tensor<D extends Float32Array | Uint8Array = Float32Array> {
@@ -48,19 +57,27 @@ export interface OutputTensor {
  * single-thread build, and writes through it are lost), or write with
  * set(). Reading `data` after dispose() is E_DISPOSED.
  */
-export class HeapTensor<D extends Float32Array | Uint8Array = Float32Array> {
+export class HeapTensor<D extends Float32Array | Uint8Array | Uint16Array = Float32Array> {
   private constructor();
   readonly data: D;
   /**
-   * Copies `source` into the tensor at element `offset` (default 0) through
-   * the current view: safe across memory growth in every build. E_DIMS when
-   * it does not fit.
+   * Copies `source` into the tensor at element `offset` (default 0) of
+   * `data` through the current view: safe across memory growth in every
+   * build. E_DIMS when it does not fit.
    */
   set(source: ArrayLike<number>, offset?: number): void;
+  /**
+   * Copies bytes into the tensor's memory at byte `byteOffset` (default 0):
+   * a weight file's bytes as they are, chunk by chunk, no other copy kept.
+   * E_ARG for a source that is not a Uint8Array; E_DIMS when it does not fit.
+   */
+  setBytes(source: Uint8Array, byteOffset?: number): void;
   readonly dims: readonly number[];
-  readonly dtype: DType;
-  /** Element count. */
+  readonly dtype: HeapDType;
+  /** Element count (values; a q8_0 / q4_0 tensor's `data` holds fewer bytes: see byteLength). */
   readonly length: number;
+  /** Bytes in wasm memory. */
+  readonly byteLength: number;
   readonly disposed: boolean;
   /** Frees the memory; a second call is a no-op. */
   dispose(): void;
@@ -594,8 +611,34 @@ export interface Sdpa {
    * nothing. E_OOM past the heap.
    */
   reserve(bytes: number): void;
-  /** A zero-filled heap tensor. */
-  allocTensor<T extends DType>(dtype: T, dims: readonly number[]): HeapTensor<DataOf<T>>;
+  /**
+   * A zero-filled heap tensor. A weight dtype's tensor (float16, q8_0,
+   * q4_0) is for the dense calls; q8_0 / q4_0 need a last dim that is a
+   * multiple of 32 (E_DIMS).
+   */
+  allocTensor<T extends HeapDType>(dtype: T, dims: readonly number[]): HeapTensor<DataOf<T>>;
+  /**
+   * out = x · weightᵀ (+ out with accumulate). x float32 [..., in], weight
+   * [outFeatures, in] in any weight dtype, out float32 [..., outFeatures].
+   * Every tensor lives in this instance's wasm memory (a heap tensor or a
+   * view of one). Returns out (a new heap tensor when none is given).
+   */
+  linear<O extends DenseTensor>(x: DenseTensor, weight: HeapTensor<Float32Array | Uint16Array | Uint8Array>, opts: LinearOptions & { out: O }): O;
+  linear(x: DenseTensor, weight: HeapTensor<Float32Array | Uint16Array | Uint8Array>, opts?: LinearOptions): HeapTensor<Float32Array>;
+  /** out[i] = weight · x[i] / sqrt(mean(x[i]²) + eps); weight float32 [dim]; out may be x. */
+  rmsNorm<O extends DenseTensor>(x: DenseTensor, weight: DenseTensor, opts: RmsNormOptions & { out: O }): O;
+  rmsNorm(x: DenseTensor, weight: DenseTensor, opts?: RmsNormOptions): HeapTensor<Float32Array>;
+  /** out = silu(gate) · up elementwise; out may be gate or up. */
+  swiglu<O extends DenseTensor>(gate: DenseTensor, up: DenseTensor, opts: DenseRowsOptions & { out: O }): O;
+  swiglu(gate: DenseTensor, up: DenseTensor, opts?: DenseRowsOptions): HeapTensor<Float32Array>;
+  /** out[i] = table[ids[i]] as float32, for a table [vocab, dim] in any weight dtype. */
+  embed<O extends DenseTensor>(table: HeapTensor<Float32Array | Uint16Array | Uint8Array>, ids: Int32Array | readonly number[], opts: { out: O }): O;
+  embed(table: HeapTensor<Float32Array | Uint16Array | Uint8Array>, ids: Int32Array | readonly number[], opts?: { out?: DenseTensor | null | undefined }): HeapTensor<Float32Array>;
+  /**
+   * out = source [rows, cols] (float32) in out's weight dtype: float16 rounds
+   * to nearest even, q8_0 / q4_0 are ggml's reference quantization. Returns out.
+   */
+  quantize<O extends HeapTensor<Float32Array | Uint16Array | Uint8Array>>(source: DenseTensor, out: O): O;
   /** torch.nn.functional.scaled_dot_product_attention on [B, H, S, D]; returns [B, Hq, L, Ev]. */
   scaledDotProductAttention(query: FloatTensor, key: FloatTensor, value: FloatTensor, opts?: ScaledDotProductAttentionOptions): OutputTensor;
   /** Throws what scaledDotProductAttention would throw; otherwise the route it takes. */
@@ -604,9 +647,28 @@ export interface Sdpa {
   dispose(): void;
 }
 
+/** A float32 tensor in an instance's wasm memory: a heap tensor, or a view { data, dims } of one. */
+export type DenseTensor = HeapTensor<Float32Array> | Tensor<Float32Array>;
+
+/** Options of the dense calls that take activations row by row. */
+export interface DenseRowsOptions {
+  /** Where the result goes (default: a new heap tensor). */
+  out?: DenseTensor | null | undefined;
+  /** Compute only the first `rows` rows of every activation argument (E_DIMS past what a tensor holds). */
+  rows?: number | undefined;
+}
+export interface LinearOptions extends DenseRowsOptions {
+  /** out += x · weightᵀ (a residual add fused in). Default false. */
+  accumulate?: boolean | undefined;
+}
+export interface RmsNormOptions extends DenseRowsOptions {
+  /** Default 1e-5 (llama2.c's). Finite and >= 0. */
+  eps?: number | undefined;
+}
+
 export function createSdpa(options?: CreateSdpaOptions): Promise<Sdpa>;
 
-export function isHeapTensor(x: unknown): x is HeapTensor<Float32Array | Uint8Array>;
+export function isHeapTensor(x: unknown): x is HeapTensor<Float32Array | Uint8Array | Uint16Array>;
 
 /** Error codes indexed by C status number (index 0 is 'OK'). */
 export const STATUS_CODES: readonly string[];

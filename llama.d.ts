@@ -1,7 +1,7 @@
 // Types for sdpa-wasm/llama: a Llama-architecture runner (llama2.c's checkpoint
 // and tokenizer formats) whose every layer's attention and KV cache are
 // sdpa-wasm's. Guide: docs/LLAMA.md.
-import type { Sdpa, CacheDType, JsonValue, KVCacheGroup, KVStateSource, SaveChunks } from './index.js';
+import type { Sdpa, CacheDType, WeightDType, JsonValue, KVCacheGroup, KVStateSource, SaveChunks } from './index.js';
 
 /** The checkpoint's header, named. */
 export interface LlamaConfig {
@@ -31,6 +31,12 @@ export interface LoadLlamaOptions {
    * sdpa.reserve() the sum of their pages yourself.
    */
   reserve?: boolean | undefined;
+  /**
+   * The dtype the weight matrices and the embedding are kept in, in wasm memory (default 'float32':
+   * the checkpoint's values; 'float16', 'q8_0', 'q4_0': quantized at load with sdpa.quantize, the
+   * float32 copy freed). The norms stay float32. q8_0 / q4_0 need dim and hidden_dim multiples of 32.
+   */
+  weightDtype?: WeightDType | undefined;
 }
 
 export interface ForwardOptions {
@@ -86,7 +92,13 @@ export class LlamaModel {
   readonly valueDtype: CacheDType;
   readonly disposed: boolean;
   /** This model's last forward (or generate step): tokens, time in our attention steps, time in the dense parts. */
-  readonly timing: { tokens: number; attentionMs: number; denseMs: number };
+  /**
+   * The last forward's time: attentionMs in our attention steps, productsMs in the weight products
+   * (classifier included), otherMs in the rest (embedding, norms, SwiGLU, JS); denseMs = productsMs + otherMs.
+   */
+  readonly timing: { tokens: number; attentionMs: number; productsMs: number; otherMs: number; denseMs: number };
+  /** The dtype the weights are kept in (loadLlama's weightDtype). */
+  readonly weightDtype: WeightDType;
   /**
    * Appends the tokens at `length` and returns their logits (row-major [n, vocabSize],
    * or the last row). E_ARG for an id outside 0 .. vocabSize-1, E_CAPACITY past maxSeqLen:

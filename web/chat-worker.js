@@ -16,7 +16,7 @@
 // (worker → page):
 //   { type: 'ready', info, config, crossOriginIsolated, warnings }
 //   { type: 'turn', prompt: ids, promptText, ms }       the prompt appended (one forward)
-//   { type: 'token', id, text, length, attentionMs, denseMs }
+//   { type: 'token', id, text, length, attentionMs, productsMs, otherMs, denseMs } (the step's time: model.timing)
 //   { type: 'reply', tokens, stop, decodeTps }          decodeTps: the model's own steps (not the float32 one's beside it)
 //   { type: 'state', length, dtype, bytes, agree: { same, total } | null, tokens }
 //   { type: 'rerun', tokens, ms }                       a dtype switch ran the conversation again (a prefill)

@@ -110,7 +110,8 @@ worker.onmessage = ({ data: m }) => {
       el.len.textContent = String(m.length);
       if (m.tokens === 1) {
         chat.points.push([m.length, m.attentionMs, m.denseMs]);
-        el.share.textContent = `${(100 * m.attentionMs / (m.attentionMs + m.denseMs)).toFixed(0)}%`;
+        const pct = (x) => `${(100 * x / (m.attentionMs + m.denseMs)).toFixed(0)}%`;
+        el.share.textContent = `${pct(m.attentionMs)} attention · ${pct(m.productsMs)} products · ${pct(m.otherMs)} other`;
         if (chat.points.length % 4 === 0) drawStack();
       }
       break;

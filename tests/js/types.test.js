@@ -10,7 +10,7 @@ import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import * as pkg from '../../js/index.js';
-import { STATUS_CODES, CACHE_DTYPES } from '../../js/abi.js';
+import { STATUS_CODES, CACHE_DTYPES, WEIGHT_DTYPES } from '../../js/abi.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -53,8 +53,10 @@ test("index.d.ts's SdpaErrorCode and CacheDType, and CONTRACT.md's code table, a
   const codes = STATUS_CODES.filter((c) => c !== 'OK');
   assert.equal(unionOf(dts, 'SdpaErrorCode'), [...codes, 'E_LOAD'], 'SdpaErrorCode: every status code of sdpa.h in table order, then E_LOAD');
   assert.equal(unionOf(dts, 'CacheDType'), Object.keys(CACHE_DTYPES), 'CacheDType: the cache dtypes of kv_dtype.c in sdpa_dtype order');
+  assert.equal(unionOf(dts, 'WeightDType'), Object.keys(WEIGHT_DTYPES), "WeightDType: the weight dtypes of sdpa_dense.h (scripts/abi.c's order)");
   const contract = fs.readFileSync(path.join(ROOT, 'docs', 'CONTRACT.md'), 'utf8');
-  const table = [...contract.matchAll(/^\| `(E_[A-Z_]+)` \|/gm)].map((m) => m[1]);
+  const section2 = contract.slice(contract.indexOf('\n## 2.'), contract.indexOf('\n## 3.'));
+  const table = [...section2.matchAll(/^\| `(E_[A-Z_]+)` \|/gm)].map((m) => m[1]);
   assert.equal(table.filter((c) => c !== 'E_LOAD'), codes, "CONTRACT.md section 2's table: C's codes in C's order");
 });
 

@@ -3,7 +3,7 @@
 // after a `@ts-expect-error` (an unused one is itself an error). types.test.js runs it.
 import {
   createSdpa, SdpaError, KVCache, KVCacheGroup, HeapTensor,
-  type CacheDType, type DType, type KVCacheOptions, type RawRows, type KVCacheSize, type OutputTensor, type FloatTensor, type RotaryOptions,
+  type CacheDType, type DType, type WeightDType, type KVCacheOptions, type RawRows, type KVCacheSize, type OutputTensor, type FloatTensor, type RotaryOptions,
 } from 'sdpa-wasm';
 import * as pkg from 'sdpa-wasm';
 
@@ -63,8 +63,24 @@ const q: HeapTensor<Float32Array> = sdpa.allocTensor('float32', [1, 1, 8, 64]);
 const m: HeapTensor<Uint8Array> = sdpa.allocTensor('bool', [1, 4]);
 q.set(new Float32Array(8 * 64));
 q.set([1, 2, 3], 5);
-// @ts-expect-error: not a DType
-sdpa.allocTensor('float16', [2]);
+// @ts-expect-error: not a HeapDType
+sdpa.allocTensor('int8', [2]);
+
+// weights and the dense calls
+const w16: HeapTensor<Uint16Array> = sdpa.allocTensor('float16', [8, 64]);
+const w4: HeapTensor<Uint8Array> = sdpa.allocTensor('q4_0', [8, 64]);
+w4.setBytes(new Uint8Array(w4.byteLength));
+sdpa.quantize(q, w16);
+const y: HeapTensor<Float32Array> = sdpa.linear(q, w4, { accumulate: false, rows: 1 });
+sdpa.linear({ data: q.data.subarray(0, 64), dims: [1, 64] }, w16, { out: y, accumulate: true });
+sdpa.rmsNorm(y, sdpa.allocTensor('float32', [8]), { out: y, eps: 1e-6 });
+sdpa.swiglu(y, y, { out: y });
+const e: HeapTensor<Float32Array> = sdpa.embed(w4, [0, 1], {});
+sdpa.embed(w4, Int32Array.of(3), { out: e });
+// @ts-expect-error: accumulate is a boolean
+sdpa.linear(q, w4, { accumulate: 1 });
+const wd: WeightDType = 'q8_0';
+void [wd];
 
 // attention options accept undefined explicitly; the cache is causal by default
 const out = plain.step(q, sdpa.allocTensor('float32', [1, 1, 2, 64]), sdpa.allocTensor('float32', [1, 1, 2, 64]), { isCausal: undefined, out: q });
@@ -146,7 +162,8 @@ sdpa.dispose();
 // sdpa-wasm/llama
 import { loadLlama, loadTokenizer, createSampler, argmax, BOS, EOS, type LlamaModel, type StopReason, type LlamaConfig } from 'sdpa-wasm/llama';
 declare const checkpointBytes: Uint8Array, tokenizerBytes: Uint8Array;
-const model: LlamaModel = loadLlama(sdpa, checkpointBytes, { maxSeqLen: 256, keyDtype: 'int8', valueDtype: 'int4', maxChunk: 64, reserve: true });
+const model: LlamaModel = loadLlama(sdpa, checkpointBytes, { maxSeqLen: 256, keyDtype: 'int8', valueDtype: 'int4', maxChunk: 64, reserve: true, weightDtype: 'q8_0' });
+const productsMs: number = model.timing.productsMs + model.timing.otherMs; void productsMs;
 const cfg: LlamaConfig = model.config;
 const tokenizer = loadTokenizer(tokenizerBytes, { vocabSize: cfg.vocabSize });
 const ids: Int32Array = tokenizer.encode('Hello', { bos: true, eos: false });
