@@ -11,7 +11,7 @@
 
 import { Checks } from './rules.js';
 import { heapState, HeapTensor } from './heap.js';
-import { readOptions, describeValue, inspectTensor, checkLive } from './snapshot.js';
+import { readPlainOptions, describeValue, inspectTensor, checkLive } from './snapshot.js';
 import { putTensor, SLOT } from './runtime.js';
 import { WEIGHT_DTYPES } from './abi.js';
 import { INT32_MAX } from './shape.js';
@@ -66,16 +66,17 @@ function firstRows(ck, a, rows) {
     ck.add('E_DIMS', `options.rows is ${rows} but ${a.name} holds ${have} rows of ${last}; expected at most ${have}`);
     return null;
   }
-  return { ...a, len: rows * last, dims: [rows, last] };
+  return { ptr: a.ptr, len: rows * last, dtype: a.dtype, dims: [rows, last], t: a.t, name: a.name };
 }
 
 export function denseEntries(core) {
   const M = core.M;
 
-  /** Writes descriptors into the scratch slots and returns their addresses. */
-  function put(slot, a) {
-    const at = core.slot(slot);
-    putTensor(core.views(), at, a.ptr, a.len, a.dtype, a.dims);
+  const SLOT_AT = (name) => SLOT[name];
+  /** Writes a descriptor into a scratch slot (views: core.views() of this call) and returns its address. */
+  function put(views, slot, a) {
+    const at = core.scratch + SLOT_AT(slot);
+    putTensor(views, at, a.ptr, a.len, a.dtype, a.dims);
     return at;
   }
 
@@ -101,7 +102,8 @@ export function denseEntries(core) {
       }
     }
     try {
-      core.check(call(put('out', out)), fn);
+      const views = core.views();
+      core.check(call(views, put(views, 'out', out)), fn);
     } catch (e) {
       made?.dispose();
       throw e;
@@ -116,47 +118,47 @@ export function denseEntries(core) {
   function linear(x, weight, options) {
     const fn = 'sdpa.linear';
     const ck = new Checks(fn);
-    const o = readOptions(ck, options, LINEAR_OPTIONS, null, false);
+    const o = readPlainOptions(ck, options, LINEAR_OPTIONS);
     const rows = readRows(ck, o.rows);
     if (o.accumulate !== undefined && typeof o.accumulate !== 'boolean') ck.add('E_ARG', `options.accumulate must be a boolean, got ${describeValue(o.accumulate)}`);
     const X = firstRows(ck, named(tensorArg(ck, core, 'x', x), 'x'), rows);
     const W = tensorArg(ck, core, 'weight', weight);
     const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
     return run(fn, ck, O, () => [...X.dims.slice(0, -1), W.dims[0]],
-      (outAt) => M._sdpa_linear(core.ctx, put('q', X), put('k', W), outAt, o.accumulate ? 1 : 0));
+      (v, outAt) => M._sdpa_linear(core.ctx, put(v, 'q', X), put(v, 'k', W), outAt, o.accumulate ? 1 : 0));
   }
 
   /** out = weight * x / sqrt(mean(x^2) + eps), row by row; out may be x. */
   function rmsNorm(x, weight, options) {
     const fn = 'sdpa.rmsNorm';
     const ck = new Checks(fn);
-    const o = readOptions(ck, options, RMS_OPTIONS, null, false);
+    const o = readPlainOptions(ck, options, RMS_OPTIONS);
     const rows = readRows(ck, o.rows);
     const eps = o.eps ?? DEFAULT_EPS;
     if (typeof eps !== 'number') ck.add('E_ARG', `options.eps must be a number, got ${describeValue(eps)}`);
     const X = firstRows(ck, named(tensorArg(ck, core, 'x', x), 'x'), rows);
     const W = tensorArg(ck, core, 'weight', weight);
     const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
-    return run(fn, ck, O, () => X.dims.slice(), (outAt) => M._sdpa_rms_norm(core.ctx, put('q', X), put('k', W), eps, outAt));
+    return run(fn, ck, O, () => X.dims.slice(), (v, outAt) => M._sdpa_rms_norm(core.ctx, put(v, 'q', X), put(v, 'k', W), eps, outAt));
   }
 
   /** out = silu(gate) * up; out may be gate or up. */
   function swiglu(gate, up, options) {
     const fn = 'sdpa.swiglu';
     const ck = new Checks(fn);
-    const o = readOptions(ck, options, SWIGLU_OPTIONS, null, false);
+    const o = readPlainOptions(ck, options, SWIGLU_OPTIONS);
     const rows = readRows(ck, o.rows);
     const G = firstRows(ck, named(tensorArg(ck, core, 'gate', gate), 'gate'), rows);
     const U = firstRows(ck, named(tensorArg(ck, core, 'up', up), 'up'), rows);
     const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
-    return run(fn, ck, O, () => G.dims.slice(), (outAt) => M._sdpa_swiglu(core.ctx, put('q', G), put('k', U), outAt));
+    return run(fn, ck, O, () => G.dims.slice(), (v, outAt) => M._sdpa_swiglu(core.ctx, put(v, 'q', G), put(v, 'k', U), outAt));
   }
 
   /** out[i] = table[ids[i]] as float32. ids: an Int32Array or an array of integers. */
   function embed(table, ids, options) {
     const fn = 'sdpa.embed';
     const ck = new Checks(fn);
-    const o = readOptions(ck, options, EMBED_OPTIONS, null, false);
+    const o = readPlainOptions(ck, options, EMBED_OPTIONS);
     const T = tensorArg(ck, core, 'table', table);
     const list = readIds(ck, ids);
     const n = list === null ? 0 : list.length;
@@ -164,10 +166,10 @@ export function denseEntries(core) {
     let O = named(outArg(ck, o), 'out');
     if (O !== null && n > 0 && O.len / O.dims[O.dims.length - 1] > n) O = firstRows(ck, O, n);
     if (list !== null) core.idsBlock(fn, n);   // (grows before any view is taken below)
-    return run(fn, ck, O, () => [n, T.dims[T.dims.length - 1]], (outAt) => {
+    return run(fn, ck, O, () => [n, T.dims[T.dims.length - 1]], (v, outAt) => {
       const at = core.idsBlock(fn, n);
-      core.views().i32.set(list, at >>> 2);
-      return M._sdpa_embed(core.ctx, put('k', T), at, n, outAt);
+      v.i32.set(list, at >>> 2);
+      return M._sdpa_embed(core.ctx, put(v, 'k', T), at, n, outAt);
     });
   }
 
@@ -183,7 +185,8 @@ export function denseEntries(core) {
     const O = out === undefined || out === null ? (ck.add('E_ARG', 'out is missing; expected a heap tensor of a weight dtype (float32, float16, q8_0, q4_0)'), null) : tensorArg(ck, core, 'out', out);
     core.checkAlive(ck);
     ck.done();
-    core.check(M._sdpa_quantize(core.ctx, put('q', S), put('out', O)), fn);
+    const v = core.views();
+    core.check(M._sdpa_quantize(core.ctx, put(v, 'q', S), put(v, 'out', O)), fn);
     return O.t;
   }
 

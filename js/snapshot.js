@@ -171,6 +171,39 @@ export function readOptions(ck, opts, allowed, misplaced = null, tensors = true)
   return out;
 }
 
+/**
+ * readOptions for calls whose options hold no tensor to inspect (the dense
+ * calls): the same rules (a plain object; each name read once, inherited
+ * ones from a prototype other than Object.prototype included; an unknown
+ * name is E_ARG), into an object of the `allowed` names alone, made without
+ * readOptions' blank (a decode step calls these dozens of times).
+ */
+export function readPlainOptions(ck, opts, allowed) {
+  if (opts !== undefined && opts !== null && getPrototypeOf(opts) === ObjectPrototype) {
+    // an object literal (the common case): own names only, no getter of Object.prototype's to skip
+    let known = true;
+    for (const key in opts) if (!allowed.includes(key)) { known = false; break; }
+    if (known) {
+      const out = {};
+      for (let i = 0; i < allowed.length; i++) out[allowed[i]] = opts[allowed[i]];
+      return out;
+    }
+  }
+  const out = {};
+  for (let i = 0; i < allowed.length; i++) out[allowed[i]] = undefined;
+  if (opts === undefined || opts === null) return out;
+  if (typeof opts !== 'object' || isArray(opts) || isView(opts) || objectToString(opts) !== '[object Object]') {
+    ck.add('E_ARG', `options must be a plain object, got ${describeObject(opts)}`);
+    return out;
+  }
+  for (let i = 0; i < allowed.length; i++) out[allowed[i]] = getOption(opts, allowed[i]);
+  for (const key in opts) {
+    if (allowed.includes(key) || !countsAsOption(opts, key)) continue;
+    ck.add('E_ARG', `unknown option '${key}'${suggest(key, allowed)}; the options are ${allowed.join(', ')}`);
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------
 // Dims
 

@@ -63,7 +63,7 @@ static void decode_rows(const sdpa_dense_product * p, const float * x, float * y
     default: {
         const bool q8 = p->dtype == SDPA_DTYPE_Q8_0;
         const int32_t nb = p->cols / 32;
-        for (; r + 4 <= r1; r += 4) q_rows4(p->w + r * rb, rb, q8, x, nb, y + r, acc);
+        for (; r + 2 <= r1; r += 2) q_rows2(p->w + r * rb, rb, q8, x, nb, y + r, acc);
         for (; r < r1; r++) { const float s = q_row1(p->w + r * rb, q8, x, nb); y[r] = acc ? y[r] + s : s; }
         break;
     }
@@ -113,7 +113,7 @@ static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, in
                     wasm_v128_store(t + j, f16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(v)));
                     wasm_v128_store(t + j + 4, f16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(v)));
                 }
-                for (; j < p->cols; j++) t[j] = half_to_float(h[j]);
+                for (; j < p->cols; j++) t[j] = half_to_float(load_u16((const uint8_t *)(h + j)));
             }
             f32_block(p, tile, cols, o, n_w, i0, i1);
         }
