@@ -5,7 +5,7 @@
 // Suites (in order):      counts
 //   native   ctest build/native                  ctest's tests
 //   asan     ctest build/asan (ASan + UBSan)     ctest's tests
-//   fuzz     build/fuzz/fuzz_sdpa, 30 s          1
+//   fuzz     build/fuzz/fuzz_sdpa 30 s, fuzz_state and fuzz_dense 10 s each   3
 //   tsan     ctest build/tsan (ThreadSanitizer)  ctest's tests (cache, hotpath: 1-4 threads; threadpool)
 //   wasm     ctest build/wasm (Node, pthreads)   ctest's tests
 //   wasm-relaxed ctest build/wasm-relaxed (the same C tests compiled with relaxed SIMD,
@@ -210,8 +210,24 @@ const SUITE_FN = {
       okState = false;
       noteState = 'build/fuzz/fuzz_state missing';
     }
-    const notes = [ok ? '' : `fuzzer exit ${r.code}${r.timedOut ? ', timed out' : ''}; artifacts in build/fuzz/artifacts`, noteState].filter(Boolean).join('; ');
-    return { passed: (ok ? 1 : 0) + (okState ? 1 : 0), failed: (ok ? 0 : 1) + (okState ? 0 : 1), note: notes };
+    // the dense calls (tests/fuzz/fuzz_dense.c): a third of the time, a corpus of its own
+    const denseExe = path.join(ROOT, 'build/fuzz/fuzz_dense');
+    let okDense = true, noteDense = '';
+    if (fs.existsSync(denseExe)) {
+      const denseWork = path.join(ROOT, 'build/fuzz/corpus-dense');
+      fs.mkdirSync(denseWork, { recursive: true });
+      const rd = await run(denseExe, [`-max_total_time=${Math.max(10, Math.round(opts.fuzzTime / 3))}`, '-seed=1', '-timeout=25', '-rss_limit_mb=4096',
+        '-print_final_stats=1', `-artifact_prefix=${artifacts}/dense-`, denseWork],
+      { timeoutMs: TIMEOUT.fuzz * SCALE, quiet: true, env: buildEnv({ ASAN_OPTIONS: FUZZ_ASAN_OPTIONS }) });
+      log(rd.out.split('\n').slice(-12).join('\n'));
+      okDense = rd.code === 0 && !rd.timedOut;
+      if (!okDense) noteDense = `fuzz_dense exit ${rd.code}${rd.timedOut ? ', timed out' : ''}; artifacts in build/fuzz/artifacts/dense-*`;
+    } else {
+      okDense = false;
+      noteDense = 'build/fuzz/fuzz_dense missing';
+    }
+    const notes = [ok ? '' : `fuzzer exit ${r.code}${r.timedOut ? ', timed out' : ''}; artifacts in build/fuzz/artifacts`, noteState, noteDense].filter(Boolean).join('; ');
+    return { passed: (ok ? 1 : 0) + (okState ? 1 : 0) + (okDense ? 1 : 0), failed: (ok ? 0 : 1) + (okState ? 0 : 1) + (okDense ? 0 : 1), note: notes };
   },
 
   wasm: () => ctestSuite('wasm', 'build/wasm'),
