@@ -107,14 +107,15 @@ static sdpa_status weight_dtype_ok(sdpa_ctx * ctx, const char * name, const sdpa
 static sdpa_status blocks_ok(sdpa_ctx * ctx, const char * name, const sdpa_tensor * t) {
     const int32_t cols = t->dims[t->rank - 1];
     if (!is_block_dtype(t->dtype) || cols % SDPA_WEIGHT_BLOCK == 0) return SDPA_OK;
-    return sdpa_fail(ctx, SDPA_E_DIMS, "%s is %s [%s] with rows of %d values; expected a multiple of %d (its block)",
-                     name, dtype_label(t->dtype), DIMS(t) + 1, cols, SDPA_WEIGHT_BLOCK);
+    return sdpa_fail(ctx, SDPA_E_DIMS, "%s is %s %s with rows of %d values; expected a multiple of %d (its block)",
+                     name, dtype_label(t->dtype), DIMS(t), cols, SDPA_WEIGHT_BLOCK);
 }
 
 /* ---- memory -------------------------------------------------------------- */
 
+/* (Checked before the rank rules: a rank outside 1 .. 4 names no dim to read.) */
 static uint64_t span_of(const sdpa_tensor * t) {
-    const int32_t cols = t->rank > 0 ? t->dims[t->rank - 1] : 1;
+    const int32_t cols = t->rank > 0 && t->rank <= 4 ? t->dims[t->rank - 1] : 1;
     return sdpa_weight_bytes(t->dtype, (uint64_t)t->len, cols);
 }
 
