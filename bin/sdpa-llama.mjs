@@ -19,6 +19,7 @@ const HELP = `usage: sdpa-llama [options]
   --seed N             the sampler's seed (default: random)
   --dtype D            KV cache dtype: float32 (default), float16, int8, int4
   --key-dtype D, --value-dtype D   K and V each in its own dtype
+  --weight-dtype D     the weights in wasm memory: float32 (default), float16, q8_0, q4_0 (quantized at load)
   --max-seq-len N      the context (default: the checkpoint's seq_len)
   --threads N          attention threads (default 'auto')`;
 
@@ -29,7 +30,7 @@ function parseCli(argv) {
       prompt: { type: 'string', default: '' }, checkpoint: { type: 'string' }, tokenizer: { type: 'string' },
       steps: { type: 'string', default: '256' }, temperature: { type: 'string', default: '1' },
       'top-p': { type: 'string', default: '0.9' }, 'top-k': { type: 'string', default: '0' }, seed: { type: 'string' },
-      dtype: { type: 'string' }, 'key-dtype': { type: 'string' }, 'value-dtype': { type: 'string' },
+      dtype: { type: 'string' }, 'key-dtype': { type: 'string' }, 'value-dtype': { type: 'string' }, 'weight-dtype': { type: 'string' },
       'max-seq-len': { type: 'string' }, threads: { type: 'string', default: 'auto' }, help: { type: 'boolean', short: 'h' },
     },
   });
@@ -54,6 +55,7 @@ async function run() {
     if (a.dtype !== undefined) options.dtype = a.dtype;
     if (a['key-dtype'] !== undefined) options.keyDtype = a['key-dtype'];
     if (a['value-dtype'] !== undefined) options.valueDtype = a['value-dtype'];
+    if (a['weight-dtype'] !== undefined) options.weightDtype = a['weight-dtype'];
     if (a['max-seq-len'] !== undefined) options.maxSeqLen = num('max-seq-len', a['max-seq-len']);
     const model = loadLlama(sdpa, checkpoint, options);
     const tokenizer = loadTokenizer(tokenizerBytes, { vocabSize: model.config.vocabSize });
@@ -69,10 +71,10 @@ async function run() {
     let text = '';
     for (const id of prompt) text += out.push(id);
     process.stdout.write(text);
-    let first = 0, n = 0, attention = 0, dense = 0;
+    let first = 0, n = 0, attention = 0, products = 0, other = 0;
     for (let r = it.next(); !r.done; r = it.next()) {
       if (n === 0) first = performance.now();
-      else { const t = model.timing; attention += t.attentionMs; dense += t.denseMs; }
+      else { const t = model.timing; attention += t.attentionMs; products += t.productsMs; other += t.otherMs; }
       n++;
       process.stdout.write(out.push(r.value));
     }
@@ -80,9 +82,11 @@ async function run() {
     const end = performance.now();
     const prefill = (first - t0) / 1000, decode = (end - first) / 1000;
     const info = sdpa.info;
+    const pct = (x) => `${(100 * x / (attention + products + other)).toFixed(0)}%`;
     console.error(`${prompt.length} prompt tokens at ${(prompt.length / prefill).toFixed(1)} tokens/s, ` +
       `${n} generated at ${n > 1 ? ((n - 1) / decode).toFixed(1) : '-'} tokens/s` +
-      `${n > 1 ? ` (attention ${(100 * attention / (attention + dense)).toFixed(0)}% of a step)` : ''}; ` +
+      `${n > 1 ? ` (a step: attention ${pct(attention)}, weight products ${pct(products)}, the rest ${pct(other)})` : ''}; ` +
+      `${model.weightDtype} weights, ` +
       `${model.keyDtype === model.valueDtype ? model.keyDtype : `K ${model.keyDtype} + V ${model.valueDtype}`} KV cache, ` +
       `${info.build} build, ${info.threads} thread${info.threads > 1 ? 's' : ''}`);
     return 0;

@@ -43,7 +43,9 @@
  *
  * Threads: output rows are split among the context's threads; a call whose
  * work is below SDPA_DENSE_PARALLEL_MIN_MACS multiply-adds stays on the
- * calling thread (waking the pool costs more). Nothing here allocates.
+ * calling thread (waking the pool costs more). Nothing here allocates, but
+ * a float16 product of several x rows takes a row buffer per thread from
+ * the context's scratch (sdpa.h: the first call of a shape may grow it).
  */
 #ifndef SDPA_DENSE_H
 #define SDPA_DENSE_H

@@ -159,7 +159,7 @@ sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor
     product_job job = { &p, (p.rows + UNIT_ROWS - 1) / UNIT_ROWS, NULL, 0 };
     if (p.dtype == SDPA_DTYPE_FLOAT16 && p.n > 1) {
         job.scratch_floats = ((size_t)2 * p.cols + 15) & ~(size_t)15;
-        s = sdpa_scratch_reserve(ctx, "linear", sdpa_size_mul((uint64_t)ctx->n_threads * job.scratch_floats, 4) + 64);
+        s = sdpa_scratch_reserve(ctx, "the float16 prefill's row buffers", sdpa_size_mul((uint64_t)ctx->n_threads * job.scratch_floats, 4) + 64);
         if (s != SDPA_OK) return s;
         job.scratch = (float *)(((uintptr_t)ctx->scratch + 63) & ~(uintptr_t)63);
     }
