@@ -71,13 +71,24 @@ void sdpa_ctx_set_dense_parallel_min_macs(sdpa_ctx * ctx, double macs);
 /// block.
 size_t sdpa_weight_row_bytes(int32_t dtype, int32_t cols);
 
-/// out = x · weightᵀ (+ out when accumulate: a residual add fused in).
+/// sdpa_linear's flags.
+/// ACCUMULATE: out += x · weightᵀ (a residual add fused in).
+/// INT16_ACTIVATIONS: with q8_0 / q4_0 weights, x is quantized per row and
+/// block of 32 to int16 (scale max|x| / 32767, round to nearest) and each
+/// block's dot is exact integer arithmetic (about twice as fast; x's error
+/// <= 2^-16 of its block's largest value; a block of x holding a NaN or an
+/// Inf makes the outputs it reaches NaN). Takes n * (2 * cols + 4 * cols / 32)
+/// bytes of the context's scratch. No effect on float32 / float16 weights.
+#define SDPA_LINEAR_ACCUMULATE 1
+#define SDPA_LINEAR_INT16_ACTIVATIONS 2
+
+/// out = x · weightᵀ (flags: SDPA_LINEAR_*, else 0).
 ///   x       float32 [..., cols]   (rank 1 to 4; n = len / cols rows)
 ///   weight  [rows, cols]          any weight dtype
 ///   out     float32 [..., rows]   x's leading dims
-/// out must not overlap x or weight (E_ARG).
+/// out must not overlap x or weight (E_ARG); other flag bits are E_ARG.
 sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight,
-                        sdpa_tensor * out, int32_t accumulate);
+                        sdpa_tensor * out, int32_t flags);
 
 /// out[i, :] = weight * x[i, :] / sqrt(mean(x[i, :]^2) + eps) (RMSNorm).
 ///   x, out  float32 [..., dim] (the same dims); out may be x itself, or

@@ -20,7 +20,7 @@ import { toBytes, BOS, EOS } from './tokenizer.js';
 
 /** The key of the model's own entry in a saved state's meta. */
 const STATE_KEY = 'sdpa-wasm/llama';
-const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'maxChunk', 'reserve', 'weightDtype']);
+const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'maxChunk', 'reserve', 'weightDtype', 'activations']);
 /** The dtypes loadLlama stores the weight matrices in (include/sdpa_dense.h). */
 export const WEIGHT_DTYPES = Object.freeze(['float32', 'float16', 'q8_0', 'q4_0']);
 /** llama2.c's RMSNorm epsilon. */
@@ -144,6 +144,7 @@ class Core {
     this.chunk = o.maxChunk;
     this.cacheConfig = o.cacheConfig;
     this.weightDtype = o.weightDtype;
+    this.activations = o.activations;
     this.refs = 0;
     this.tensors = [];
     const { dim, hiddenDim, nHeads, vocabSize } = config;
@@ -180,13 +181,13 @@ class Core {
     let s = this.steps.get(m);
     const buffer = this.Q.data.buffer;
     if (s === undefined) {
-      const { X, XB, HB, HB2, Q, K, V, O } = this;
+      const { X, XB, HB, HB2, Q, K, V, O } = this, a = this.activations;
       s = {
         buffer: null, q: null, k: null, v: null, o: null, attend: null,
         norm: { out: XB, rows: m, eps: RMS_EPS },
-        q_: { out: Q, rows: m }, k_: { out: K, rows: m }, v_: { out: V, rows: m },
-        residual: { out: X, rows: m, accumulate: true },
-        hb: { out: HB, rows: m }, hb2: { out: HB2, rows: m }, gate: { out: HB, rows: m },
+        q_: { out: Q, rows: m, activations: a }, k_: { out: K, rows: m, activations: a }, v_: { out: V, rows: m, activations: a },
+        residual: { out: X, rows: m, accumulate: true, activations: a },
+        hb: { out: HB, rows: m, activations: a }, hb2: { out: HB2, rows: m, activations: a }, gate: { out: HB, rows: m },
         embed: { out: X },
       };
       if (this.steps.size > 8) this.steps.clear();
@@ -244,7 +245,7 @@ class Core {
       t = now();
       const V = this.config.vocabSize, logits = this.LOGITS;
       for (let i = 0; i < m; i++) {                 // the classifier row by row, through one row of heap memory
-        sdpa.linear(this.row(i), w.classifier, { out: logits });
+        sdpa.linear(this.row(i), w.classifier, { out: logits, activations: this.activations });
         out.set(logits.data, outOffset + i * V);
       }
       products += now() - t;
@@ -264,7 +265,7 @@ class Core {
 
   /** The classifier on row i of XB into `logits` (a Float32Array of vocabSize). */
   lastLogits(i, logits) {
-    this.sdpa.linear(this.row(i), this.w.classifier, { out: this.LOGITS });
+    this.sdpa.linear(this.row(i), this.w.classifier, { out: this.LOGITS, activations: this.activations });
     logits.set(this.LOGITS.data);
   }
 
@@ -285,7 +286,9 @@ class Core {
  * (default and at most the checkpoint's seq_len: its RoPE tables end there),
  * dtype / keyDtype / valueDtype of the KV cache (default float32), weightDtype
  * (the weight matrices' dtype in wasm memory: float32, or float16 / q8_0 /
- * q4_0 quantized at load; default float32), maxChunk (rows per step of a long
+ * q4_0 quantized at load; default float32), activations ('int16': the q8_0 /
+ * q4_0 products on activations quantized per block, sdpa.linear's option;
+ * default 'float32'), maxChunk (rows per step of a long
  * forward; default min(maxSeqLen, 512)), reserve (default true: the page pool
  * made to have one full context's pages free, so that this model's decode
  * steps allocate nothing; several models on one instance: reserve their sum
@@ -308,6 +311,10 @@ export function loadLlama(sdpa, checkpoint, options) {
   o.weightDtype = o.weightDtype ?? 'float32';
   if (!WEIGHT_DTYPES.includes(o.weightDtype)) {
     throw new SdpaError('E_ARG', `${fn}: options.weightDtype is ${JSON.stringify(o.weightDtype) ?? String(o.weightDtype)}; expected one of ${WEIGHT_DTYPES.map((d) => `'${d}'`).join(', ')}`);
+  }
+  o.activations = o.activations ?? 'float32';
+  if (o.activations !== 'float32' && o.activations !== 'int16') {
+    throw new SdpaError('E_ARG', `${fn}: options.activations is ${JSON.stringify(o.activations) ?? String(o.activations)}; expected 'float32' or 'int16' (q8_0 / q4_0 weights' products on activations quantized per block, sdpa.linear's option)`);
   }
   const block = o.weightDtype === 'q8_0' || o.weightDtype === 'q4_0' ? 32 : 1;
   const { dim, hiddenDim } = layout.config;

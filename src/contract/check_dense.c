@@ -151,11 +151,11 @@ static sdpa_status rows_match(sdpa_ctx * ctx, const char * name, const sdpa_tens
 }
 
 sdpa_status sdpa_check_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * w,
-                              const sdpa_tensor * out, int32_t accumulate, sdpa_dense_product * p) {
+                              const sdpa_tensor * out, int32_t flags, sdpa_dense_product * p) {
     TRY(need(ctx, "x", x)); TRY(need(ctx, "weight", w)); TRY(need(ctx, "out", out));
     TRY(need_data(ctx, "x", x)); TRY(need_data(ctx, "weight", w)); TRY(need_data(ctx, "out", out));
-    if (accumulate != 0 && accumulate != 1)
-        return sdpa_fail(ctx, SDPA_E_ARG, "accumulate is %d; expected 0 or 1", accumulate);
+    if (flags & ~(SDPA_LINEAR_ACCUMULATE | SDPA_LINEAR_INT16_ACTIVATIONS))
+        return sdpa_fail(ctx, SDPA_E_ARG, "flags is %d; expected SDPA_LINEAR_ACCUMULATE (1), SDPA_LINEAR_INT16_ACTIVATIONS (2), both or 0", flags);
     TRY(apart(ctx, out, "x", x, false));
     TRY(apart(ctx, out, "weight", w, false));
     TRY(rank_in(ctx, "x", x, 1, 4, "1 to 4 ([..., inFeatures])"));
@@ -172,7 +172,10 @@ sdpa_status sdpa_check_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_
     p->x = x->data; p->y = out->data; p->w = w->data;
     p->n = (int32_t)leading(x); p->rows = rows; p->cols = cols; p->dtype = w->dtype;
     p->row_bytes = sdpa_weight_row_bytes(w->dtype, cols);
-    p->accumulate = accumulate;
+    p->accumulate = (flags & SDPA_LINEAR_ACCUMULATE) != 0;
+    p->int16_x = (flags & SDPA_LINEAR_INT16_ACTIVATIONS) && is_block_dtype(w->dtype);
+    p->xq = NULL;
+    p->xs = NULL;
     if (p->row_bytes == 0 || leading(x) > SDPA_INDEX_LIMIT)
         return sdpa_fail(ctx, SDPA_E_DIMS, "x dims %s and weight dims %s are larger than this build computes", DIMS(x), DIMS(w));
     return SDPA_OK;

@@ -63,6 +63,10 @@ static void decode_rows(const sdpa_dense_product * p, const float * x, float * y
     default: {
         const bool q8 = p->dtype == SDPA_DTYPE_Q8_0;
         const int32_t nb = p->cols / 32;
+        if (p->int16_x) {  /* (x is row 0's quantized copy) */
+            for (; r < r1; r += 2) qi_rows(p->w + r * rb, rb, r + 2 <= r1 ? 2 : 1, q8, p->xq, p->xs, nb, y + r, acc);
+            break;
+        }
         for (; r + 2 <= r1; r += 2) q_rows2(p->w + r * rb, rb, q8, x, nb, y + r, acc);
         for (; r < r1; r++) { const float s = q_row1(p->w + r * rb, q8, x, nb); y[r] = acc ? y[r] + s : s; }
         break;
@@ -122,6 +126,16 @@ static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, in
     default: {
         const bool q8 = p->dtype == SDPA_DTYPE_Q8_0;
         const int32_t nb = p->cols / 32;
+        if (p->int16_x) {
+            for (int32_t o = r0; o < r1; o++) {
+                const uint8_t * w = p->w + o * rb;
+                int32_t i = i0;
+                for (; i + 4 <= i1; i += 4)
+                    qi_x4w1(w, q8, p->xq + i * cols, cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, ys, acc);
+                for (; i < i1; i++) qi_rows(w, 0, 1, q8, p->xq + i * cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, acc);
+            }
+            break;
+        }
         for (int32_t o = r0; o < r1; o++) {
             const uint8_t * w = p->w + o * rb;
             int32_t i = i0;
@@ -151,12 +165,22 @@ static void product_unit(void * arg, int32_t unit, int32_t thread) {
 }
 
 sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, sdpa_tensor * out,
-                        int32_t accumulate) {
+                        int32_t flags) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_dense_product p;
-    sdpa_status s = sdpa_check_linear(ctx, x, weight, out, accumulate, &p);
+    sdpa_status s = sdpa_check_linear(ctx, x, weight, out, flags, &p);
     if (s != SDPA_OK) return s;
     product_job job = { &p, (p.rows + UNIT_ROWS - 1) / UNIT_ROWS, NULL, 0 };
+    if (p.int16_x) {  /* x quantized once, on this thread, into the scratch: [n][cols] int16, then [n][nb] scales */
+        const int32_t nb = p.cols / 32;
+        const uint64_t q_bytes = sdpa_size_mul((uint64_t)p.n * (uint64_t)p.cols, 2);
+        s = sdpa_scratch_reserve(ctx, "x quantized to int16", sdpa_size_add(sdpa_size_add(q_bytes, sdpa_size_mul((uint64_t)p.n * (uint64_t)nb, 4)), 64));
+        if (s != SDPA_OK) return s;
+        p.xq = (int16_t *)(((uintptr_t)ctx->scratch + 15) & ~(uintptr_t)15);
+        p.xs = (float *)((uint8_t *)p.xq + q_bytes);
+        for (int32_t i = 0; i < p.n; i++)
+            quantize_x_row(p.x + (size_t)i * p.cols, nb, p.xq + (size_t)i * p.cols, p.xs + (size_t)i * nb);
+    }
     if (p.dtype == SDPA_DTYPE_FLOAT16 && p.n > 1) {
         job.scratch_floats = ((size_t)2 * p.cols + 15) & ~(size_t)15;
         s = sdpa_scratch_reserve(ctx, "the float16 prefill's row buffers", sdpa_size_mul((uint64_t)ctx->n_threads * job.scratch_floats, 4) + 64);

@@ -17,7 +17,10 @@ typedef struct sdpa_dense_product {
     const uint8_t * w;
     int32_t n, rows, cols, dtype;
     size_t row_bytes;      /* bytes between weight rows */
-    int32_t accumulate;
+    int32_t accumulate;    /* SDPA_LINEAR_ACCUMULATE */
+    int32_t int16_x;       /* SDPA_LINEAR_INT16_ACTIVATIONS with a q8_0 / q4_0 weight */
+    int16_t * xq;          /* int16_x: x quantized, [n][cols] */
+    float * xs;            /* int16_x: its scales, [n][cols / 32] */
 } sdpa_dense_product;
 
 /* A validated elementwise or row-wise call: n rows of dim floats. */
@@ -39,7 +42,7 @@ typedef struct sdpa_dense_rowcopy {
 } sdpa_dense_rowcopy;
 
 sdpa_status sdpa_check_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight,
-                              const sdpa_tensor * out, int32_t accumulate, sdpa_dense_product * p);
+                              const sdpa_tensor * out, int32_t flags, sdpa_dense_product * p);
 sdpa_status sdpa_check_rms_norm(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, float eps,
                                 const sdpa_tensor * out, sdpa_dense_rows * p);
 sdpa_status sdpa_check_swiglu(sdpa_ctx * ctx, const sdpa_tensor * gate, const sdpa_tensor * up,

@@ -310,6 +310,103 @@ static inline void q_x4w1(const uint8_t * w, bool q8, const float * x, size_t xs
     for (int r = 0; r < 4; r++) y[r * ys] = acc ? y[r * ys] + s[r] : s[r];
 }
 
+/* ---- q8_0 / q4_0 weights with int16 activations (SDPA_LINEAR_INT16_ACTIVATIONS) --
+ *
+ * x is quantized once per call, per row and block of 32: s = max|x| / 32767,
+ * xq = round(x / s) (int16). A block's dot is then exact integer arithmetic
+ * (i32x4.dot_i16x8_s: |w| <= 127, |xq| <= 32767, 32 products fit an int32),
+ * and per block in order acc += float(isum) * (d * s); s = hsum(acc). Twice
+ * the float path's speed (no int8 -> float conversion per value); x's
+ * relative error <= 2^-16 of its block's largest value. A block of x holding
+ * a NaN or an Inf gets s = NaN: every output it reaches is NaN. */
+
+/* Row x (nb blocks of 32) -> xq (int16) and xs (a scale per block). */
+static inline void quantize_x_row(const float * x, int32_t nb, int16_t * xq, float * xs) {
+    for (int32_t b = 0; b < nb; b++) {
+        const float * xb = x + 32 * b;
+        v128_t m = wasm_f32x4_abs(wasm_v128_load(xb));
+        for (int k = 1; k < 8; k++) m = wasm_f32x4_max(m, wasm_f32x4_abs(wasm_v128_load(xb + 4 * k)));
+        const float amax = f32x4_hmax(m);  /* NaN when a lane is NaN */
+        if (!(amax <= 3.4e38f)) {          /* NaN or Inf */
+            xs[b] = NAN;
+            memset(xq + 32 * b, 0, 64);
+            continue;
+        }
+        xs[b] = amax / 32767.0f;
+        const v128_t inv = wasm_f32x4_splat(amax > 0.0f ? 32767.0f / amax : 0.0f);
+        for (int k = 0; k < 4; k++) {
+            const v128_t lo = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(xb + 8 * k), inv)));
+            const v128_t hi = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(xb + 8 * k + 4), inv)));
+            wasm_v128_store(xq + 32 * b + 8 * k, wasm_i16x8_narrow_i32x4(lo, hi));
+        }
+    }
+}
+
+/* A block's 32 weights as four int16x8 (values 0-7, 8-15, 16-23, 24-31). */
+static inline void q8_block_i16(const uint8_t * b, v128_t * w) {
+    const v128_t qa = wasm_v128_load(b + 2), qb = wasm_v128_load(b + 18);
+    w[0] = wasm_i16x8_extend_low_i8x16(qa); w[1] = wasm_i16x8_extend_high_i8x16(qa);
+    w[2] = wasm_i16x8_extend_low_i8x16(qb); w[3] = wasm_i16x8_extend_high_i8x16(qb);
+}
+static inline void q4_block_i16(const uint8_t * b, v128_t * w) {
+    const v128_t q = wasm_v128_load(b + 2), eight = wasm_i8x16_splat(8);
+    const v128_t lo = wasm_i8x16_sub(wasm_v128_and(q, wasm_i8x16_splat(15)), eight);
+    const v128_t hi = wasm_i8x16_sub(wasm_u8x16_shr(q, 4), eight);
+    w[0] = wasm_i16x8_extend_low_i8x16(lo); w[1] = wasm_i16x8_extend_high_i8x16(lo);
+    w[2] = wasm_i16x8_extend_low_i8x16(hi); w[3] = wasm_i16x8_extend_high_i8x16(hi);
+}
+
+/* The block's integer dot with xq's block (4 int32 lanes: exact). */
+static inline v128_t block_isum(const v128_t * w, const int16_t * xq) {
+    v128_t s = wasm_i32x4_dot_i16x8(w[0], wasm_v128_load(xq));
+    s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(w[1], wasm_v128_load(xq + 8)));
+    s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(w[2], wasm_v128_load(xq + 16)));
+    return wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(w[3], wasm_v128_load(xq + 24)));
+}
+
+static inline v128_t block_fma_i16(v128_t acc, const v128_t * w, const int16_t * xq, float d, float s) {
+    return f32x4_fmadd(acc, wasm_f32x4_convert_i32x4(block_isum(w, xq)), wasm_f32x4_splat(d * s));
+}
+
+/* rows weight rows (1 or 2, rs bytes apart) against one quantized x row: y[0..rows-1] (+)=. */
+static inline void qi_rows(const uint8_t * w, size_t rs, int32_t rows, bool q8, const int16_t * xq, const float * xs,
+                           int32_t nb, float * y, bool acc) {
+    const size_t bb = q8 ? 34 : 18;
+    v128_t a0 = wasm_f32x4_splat(0), a1 = a0, f[4];
+    for (int32_t b = 0; b < nb; b++) {
+        const uint8_t * p = w + b * bb;
+        if (q8) q8_block_i16(p, f); else q4_block_i16(p, f);
+        a0 = block_fma_i16(a0, f, xq + 32 * b, half_to_float(load_u16(p)), xs[b]);
+        if (rows == 2) {
+            p += rs;
+            if (q8) q8_block_i16(p, f); else q4_block_i16(p, f);
+            a1 = block_fma_i16(a1, f, xq + 32 * b, half_to_float(load_u16(p)), xs[b]);
+        }
+    }
+    const float s0 = f32x4_hsum(a0);
+    y[0] = acc ? y[0] + s0 : s0;
+    if (rows == 2) { const float s1 = f32x4_hsum(a1); y[1] = acc ? y[1] + s1 : s1; }
+}
+
+/* One weight row against 4 quantized x rows (xqs int16 / nb scales apart): y[r * ys] (+)=. */
+static inline void qi_x4w1(const uint8_t * w, bool q8, const int16_t * xq, size_t xqs, const float * xs, int32_t nb,
+                           float * y, size_t ys, bool acc) {
+    const size_t bb = q8 ? 34 : 18;
+    v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0, f[4];
+    for (int32_t b = 0; b < nb; b++) {
+        const uint8_t * p = w + b * bb;
+        if (q8) q8_block_i16(p, f); else q4_block_i16(p, f);
+        const float d = half_to_float(load_u16(p));
+        const int16_t * xb = xq + 32 * b;
+        a0 = block_fma_i16(a0, f, xb, d, xs[b]);
+        a1 = block_fma_i16(a1, f, xb + xqs, d, xs[nb + b]);
+        a2 = block_fma_i16(a2, f, xb + 2 * xqs, d, xs[2 * nb + b]);
+        a3 = block_fma_i16(a3, f, xb + 3 * xqs, d, xs[3 * nb + b]);
+    }
+    const float s[4] = { f32x4_hsum(a0), f32x4_hsum(a1), f32x4_hsum(a2), f32x4_hsum(a3) };
+    for (int r = 0; r < 4; r++) y[r * ys] = acc ? y[r * ys] + s[r] : s[r];
+}
+
 /* ---- elementwise -------------------------------------------------------- */
 
 /* silu(g) * u = g * sigmoid(g) * u, with e = exp(-|g|) (<= 1, never overflows):

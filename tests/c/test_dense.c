@@ -1037,8 +1037,8 @@ static void bad_linear(sdpa_ctx * ctx, int32_t dt) {
     LIN("weight.data NULL", SDPA_E_ARG, "weight.data", &X, &a, &O, 0);
     a = O; a.data = NULL;
     LIN("out.data NULL", SDPA_E_ARG, "out.data", &X, &W, &a, 0);
-    LIN("accumulate 2", SDPA_E_ARG, "accumulate", &X, &W, &O, 2);
-    LIN("accumulate -1", SDPA_E_ARG, "accumulate", &X, &W, &O, -1);
+    LIN("flags 4", SDPA_E_ARG, "flags", &X, &W, &O, 4);
+    LIN("flags -1", SDPA_E_ARG, "flags", &X, &W, &O, -1);
     {   /* out overlapping x: one buffer, out starting inside x (and x inside out) */
         float * buf = tu_malloc((N * C + N * R) * 4);
         fill_normal(&rng, buf, N * C + N * R, 1.0f);
@@ -1152,7 +1152,7 @@ static void bad_linear(sdpa_ctx * ctx, int32_t dt) {
     a = X; a.dtype = F16;
     c = O; c.dims[1] = 3;
     LIN("x float16 + out dims", SDPA_E_DIMS, "out has", &a, &W, &c, 0);
-    LIN("accumulate 5 + out dims", SDPA_E_ARG, "accumulate", &X, &W, &c, 5);
+    LIN("flags 5 + out dims", SDPA_E_ARG, "flags", &X, &W, &c, 5);
     if (dt == Q8 || dt == Q4) {
         a = X; a.dims[0] = 2; a.dims[1] = 48; a.len = 96; a.dtype = F16;
         b = W; b.dims[0] = 4; b.dims[1] = 48; b.len = 192;
