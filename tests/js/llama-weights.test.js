@@ -1,0 +1,116 @@
+// llama-weights.test.js: sdpa-wasm/llama with its weight dtypes (loadLlama's
+// weightDtype: float32, float16, q8_0, q4_0) on the shipped model, against
+// the float64 llama2.c forward of tests/js/llama-reference.js over the
+// weights as the runner stores them (each matrix quantized by the JS
+// reference quantizer, then dequantized). Since the reference holds the same
+// quantized values, what is left is float32 arithmetic: the tolerance is
+// the float32 model's, 1e-5 * (1 + max |logit|), for every dtype.
+//
+// Measured (the first 70 tokens of the held-out stream, prefill and token by
+// token): max |error| 1.4e-5 float32, 8.7e-6 float16, 1.7e-5 q8_0, 8.9e-6
+// q4_0, against a tolerance of 1.7e-4. A wrong block layout is far outside
+// it (q4_0 with its nibbles swapped: errors of about 12), and so is the
+// quantization itself (the quantized models against the float32 reference:
+// 2.9e-3 float16, 6.5e-2 q8_0, 1.7 q4_0).
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createSdpa, INTERNALS } from '../../js/index.js';
+import { loadLlama } from '../../js/llama/index.js';
+import { sameBits } from './helpers.js';
+import { referenceWeights, referenceForward } from './llama-reference.js';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const CHECKPOINT = new Uint8Array(fs.readFileSync(path.join(ROOT, 'models/fortunes/model.bin')));
+const REF = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/data/llama/reference.json'), 'utf8'));
+const REF_BIN = fs.readFileSync(path.join(ROOT, 'tests/data/llama/reference.bin'));
+const V = REF.vocabSize;
+const STREAM = REF.streams['heldout-full'];
+const T = 70;           // (prefill: one block of 64 x rows and a tail of 6)
+const TOKENS = STREAM.tokens.slice(0, T);
+/** PyTorch's float64 logits of the float32 checkpoint (scripts/llama/reference.py), stored as float32. */
+const TORCH = new Float32Array(REF_BIN.buffer.slice(REF_BIN.byteOffset + STREAM.offset, REF_BIN.byteOffset + STREAM.offset + T * V * 4));
+
+let sdpa, sdpa2;
+const reference = new Map();    // weightDtype -> its float64 logits [T, V]
+test.before(async () => {
+  sdpa = await createSdpa({ threads: 1 });
+  sdpa2 = await createSdpa({ threads: 2 });
+});
+test.after(() => { sdpa?.dispose(); sdpa2?.dispose(); });
+
+function referenceOf(weightDtype) {
+  if (!reference.has(weightDtype)) reference.set(weightDtype, referenceForward(referenceWeights(CHECKPOINT, weightDtype), TOKENS));
+  return reference.get(weightDtype);
+}
+
+const maxAbs = (a) => a.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+function maxErr(got, want, from = 0) {
+  let e = 0;
+  for (let i = 0; i < got.length; i++) e = Math.max(e, Math.abs(got[i] - want[from + i]));
+  return Number.isNaN(e) ? Infinity : e;
+}
+
+test('the float64 reference on float32 weights equals PyTorch\'s reference (to the float32 rounding of its stored logits)', () => {
+  const ref = referenceOf('float32');
+  for (let i = 0; i < T * V; i++) {
+    if (!(Math.abs(ref[i] - TORCH[i]) <= 2 ** -23 * (1 + Math.abs(TORCH[i])))) assert.unreachable(`logit ${i}: ${ref[i]} vs PyTorch's ${TORCH[i]}`);
+  }
+});
+
+for (const weightDtype of ['float32', 'float16', 'q8_0', 'q4_0']) {
+  test(`weightDtype ${weightDtype}: logits equal the float64 forward over the stored weights, prefill and token by token; 1 and 2 threads the same bits`, () => {
+    const ref = referenceOf(weightDtype);
+    const tol = 1e-5 * (1 + maxAbs(ref));
+    const m = loadLlama(sdpa, CHECKPOINT, { weightDtype });
+    assert.is(m.weightDtype, weightDtype);
+    const all = m.forward(TOKENS);
+    const e = maxErr(all, ref);
+    assert.ok(e <= tol, `${weightDtype} prefill: max |error| ${e} > ${tol}`);
+    m.truncate(0);
+    const row = new Float32Array(V);
+    let e1 = 0;
+    for (let i = 0; i < T; i++) {
+      m.forward([TOKENS[i]], { out: row });
+      e1 = Math.max(e1, maxErr(row, ref, i * V));
+    }
+    assert.ok(e1 <= tol, `${weightDtype} token by token: max |error| ${e1} > ${tol}`);
+    // the quantization is there: these logits are not the float32 model's
+    if (weightDtype !== 'float32') {
+      const q = maxErr(all, TORCH);
+      assert.ok(q > 10 * tol, `${weightDtype}: logits within ${q} of the float32 model's; expected the quantization to show`);
+    }
+    const m2 = loadLlama(sdpa2, CHECKPOINT, { weightDtype });
+    assert.ok(sameBits(m2.forward(TOKENS), all), `${weightDtype}: 2 threads`);
+    m.dispose(); m2.dispose();
+  });
+}
+
+test('the tolerance separates a wrong block layout: the weights\' bytes mangled in wasm memory are far outside it', () => {
+  // (as if the kernels read the layout wrong: q4_0 nibbles swapped, q8_0 / float16 bytes swapped in pairs)
+  const mangle = {
+    q4_0: (b) => { for (let k = 0; k < b.length; k += 18) for (let j = 2; j < 18; j++) b[k + j] = (b[k + j] >>> 4) | ((b[k + j] & 15) << 4); },
+    q8_0: (b) => { for (let k = 0; k < b.length; k += 34) for (let j = 2; j < 34; j += 2) [b[k + j], b[k + j + 1]] = [b[k + j + 1], b[k + j]]; },
+    float16: (b) => { for (let j = 0; j < b.length; j += 2) [b[j], b[j + 1]] = [b[j + 1], b[j]]; },
+  };
+  for (const [weightDtype, f] of Object.entries(mangle)) {
+    const s = sdpa;
+    const before = new Set(s[INTERNALS].core.tensors);
+    const m = loadLlama(s, CHECKPOINT, { weightDtype });
+    const ref = referenceOf(weightDtype);
+    const tol = 1e-5 * (1 + maxAbs(ref));
+    const weights = [...s[INTERNALS].core.tensors].filter((t) => !before.has(t) && t.dtype === weightDtype);
+    assert.is(weights.length, 1 + 7 * m.config.nLayers, `${weightDtype}: the model's matrices (the embedding, shared with the classifier, and 7 a layer)`);
+    for (const t of weights) {
+      const d = t.data, b = new Uint8Array(d.buffer, d.byteOffset, t.byteLength);
+      f(b);
+    }
+    const e = maxErr(m.forward(TOKENS.slice(0, 8)), ref);
+    assert.ok(e > 100 * tol, `${weightDtype} mangled: max |error| ${e}; expected far above ${tol}`);
+    m.dispose();
+  }
+});
+
+test.run();
