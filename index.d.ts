@@ -660,6 +660,12 @@ export interface DenseRowsOptions {
 export interface LinearOptions extends DenseRowsOptions {
   /** out += x · weightᵀ (a residual add fused in). Default false. */
   accumulate?: boolean | undefined;
+  /**
+   * 'int16': with q8_0 / q4_0 weights, x is quantized per row and block of 32 to int16 and the
+   * block dots are exact integer arithmetic (about twice as fast; error <= 2^-16 of a block's
+   * largest |x| per value). No effect on float weights. Default 'float32'.
+   */
+  activations?: 'float32' | 'int16' | undefined;
 }
 export interface RmsNormOptions extends DenseRowsOptions {
   /** Default 1e-5 (llama2.c's). Finite and >= 0. */

@@ -71,7 +71,7 @@ const w16: HeapTensor<Uint16Array> = sdpa.allocTensor('float16', [8, 64]);
 const w4: HeapTensor<Uint8Array> = sdpa.allocTensor('q4_0', [8, 64]);
 w4.setBytes(new Uint8Array(w4.byteLength));
 sdpa.quantize(q, w16);
-const y: HeapTensor<Float32Array> = sdpa.linear(q, w4, { accumulate: false, rows: 1 });
+const y: HeapTensor<Float32Array> = sdpa.linear(q, w4, { accumulate: false, rows: 1, activations: 'int16' });
 sdpa.linear({ data: q.data.subarray(0, 64), dims: [1, 64] }, w16, { out: y, accumulate: true });
 sdpa.rmsNorm(y, sdpa.allocTensor('float32', [8]), { out: y, eps: 1e-6 });
 sdpa.swiglu(y, y, { out: y });
@@ -162,7 +162,7 @@ sdpa.dispose();
 // sdpa-wasm/llama
 import { loadLlama, loadTokenizer, createSampler, argmax, BOS, EOS, type LlamaModel, type StopReason, type LlamaConfig } from 'sdpa-wasm/llama';
 declare const checkpointBytes: Uint8Array, tokenizerBytes: Uint8Array;
-const model: LlamaModel = loadLlama(sdpa, checkpointBytes, { maxSeqLen: 256, keyDtype: 'int8', valueDtype: 'int4', maxChunk: 64, reserve: true, weightDtype: 'q8_0' });
+const model: LlamaModel = loadLlama(sdpa, checkpointBytes, { maxSeqLen: 256, keyDtype: 'int8', valueDtype: 'int4', maxChunk: 64, reserve: true, weightDtype: 'q8_0', activations: 'int16' });
 const productsMs: number = model.timing.productsMs + model.timing.otherMs; void productsMs;
 const cfg: LlamaConfig = model.config;
 const tokenizer = loadTokenizer(tokenizerBytes, { vocabSize: cfg.vocabSize });
