@@ -56,6 +56,7 @@ export async function createSdpa(options) {
   const core = new Core(M);
   try {
     core.scratch = core.malloc(SCRATCH_BYTES, 'createSdpa', 'the argument block');
+    core.idsBlock('createSdpa', 64);   // sdpa.embed's ids: a model's steps of up to 64 tokens never allocate
     const statusAt = core.scratch + SLOT.ptr;
     core.views().i32[statusAt >>> 2] = 0;
     const ctx = M._sdpa_ctx_create(n, statusAt) >>> 0;
@@ -66,6 +67,7 @@ export async function createSdpa(options) {
     core.ctx = ctx;
   } catch (e) {
     if (core.scratch) M._free(core.scratch);
+    if (core.idsAt) M._free(core.idsAt);
     if (M.PThread) M.PThread.terminateAllThreads();
     throw e;
   }

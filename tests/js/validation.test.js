@@ -256,7 +256,7 @@ test('E_DTYPE: q/k/v/out not float32, dtype field contradicting data, cache/allo
     ['out bool heap tensor', () => sdpa.customSdpa(q(), k(), v(), { out: boolOut }), [/out/]],
     ['update k Int32Array', () => cache.update({ data: new Int32Array(16), dims: [1, 1, 2, 8] }, ckv(), 4), [/\bkey\b/]],
     ['cache dtype bfloat16', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8, dtype: 'bfloat16' }), [/dtype/, /bfloat16/, /int8/]],
-    ['allocTensor float16', () => sdpa.allocTensor('float16', [4]), [/dtype/]],
+    ['allocTensor int8', () => sdpa.allocTensor('int8', [4]), [/dtype/, /q8_0/]],
     ['torch key Int16Array', () => sdpa.scaledDotProductAttention(t([1, 2, 2, 4]), { data: new Int16Array(16), dims: [1, 2, 2, 4] }, t([1, 2, 2, 4])), [/key/]],
     ['mask dtype field contradicts its data', () => sdpa.customSdpa(q(), k(), v(), { attnMask: { data: new Float32Array(12), dims: [2, 6], dtype: 'bool' }, out: sentinelOut }), [/attnMask\.dtype/]],
   ]);
