@@ -90,6 +90,64 @@ export async function measureLimits({ threads = 1, bytes = 256 << 20, reps = 7, 
   }
 }
 
+/**
+ * A limits session for probing all through a run (bench/dense.mjs, bench/llama.mjs): one module
+ * with threads - 1 workers and a `bytes` array, kept open. sample(nt) takes one read-bandwidth
+ * sample (a whole-array sum) and one mul+add sample (`madIters` iterations of the chain count that
+ * was fastest for nt at the start) with nt threads, and keeps them; stats(nt) gives
+ * { bwGBs, peakGFLOPs, bw, peak, chains } over every sample so far (medians, min, max, n), so that a
+ * bound comes from the same minutes as the rows it bounds. close() ends the workers.
+ */
+export async function openLimits({ threads = 2, bytes = 256 << 20, madIters = 4_000_000, log = () => {} } = {}) {
+  ensureLimitsBuilt({ log });
+  const M = await loadModule(limitsMjs, limitsWasm, threads);
+  const n = Math.floor(bytes / 4 / (32 * 8)) * 32 * 8;
+  const p = M._limits_alloc(n * 4);
+  if (!p) throw new Error(`limits: could not allocate ${bytes} bytes in wasm memory`);
+  M._limits_fill(p, n);
+  const check = (s, nt) => { if (s === -1e30) throw new Error(`limits: could not start ${nt} threads`); };
+  for (let i = 0; i < 40; i++) M._limits_read(p, 1 << 16, 1);     // tier-up
+  const chains = {}, samples = {};
+  const madd = (nt, c, iters, r) => {
+    const t = now();
+    check(M._limits_madd(c, iters, nt, 0.25 + (r % 8)), nt);
+    return (nt * iters * c * 8) / ((now() - t) * 1e6);
+  };
+  let round = 0;
+  const session = {
+    threads,
+    sample(nt) {
+      if (!(nt >= 1 && nt <= threads)) throw new Error(`limits: ${nt} threads in a session of ${threads}`);
+      if (!chains[nt]) {
+        // the chain count: the best of 8 / 12 / 14 (medians of 3 short runs each, after a tier-up)
+        let best = null;
+        for (const c of [8, 12, 14]) {
+          for (let i = 0; i < 40; i++) M._limits_madd(c, 2000, nt, 0.5);
+          const g = stats([0, 1, 2].map((r) => madd(nt, c, madIters, r))).median;
+          if (!best || g > best.g) best = { c, g };
+        }
+        chains[nt] = best.c;
+        samples[nt] = { bw: [], peak: [] };
+      }
+      const t = now();
+      check(M._limits_read(p, n, nt), nt);
+      samples[nt].bw.push((n * 4) / ((now() - t) * 1e6));
+      samples[nt].peak.push(madd(nt, chains[nt], madIters, round++));
+    },
+    stats(nt) {
+      const s = samples[nt];
+      if (!s) return null;
+      const bw = stats(s.bw), peak = stats(s.peak);
+      return { threads: nt, bwGBs: bw.median, peakGFLOPs: peak.median, bw, peak, chains: chains[nt], bytes: n * 4 };
+    },
+    close() {
+      M._limits_free(p);
+      try { M.PThread.terminateAllThreads(); } catch { /* single thread */ }
+    },
+  };
+  return session;
+}
+
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const threads = Number((process.argv.find((a) => a.startsWith('--threads=')) || '--threads=1').split('=')[1]);
   const fma = process.argv.includes('--fma');
