@@ -333,10 +333,15 @@ static inline void quantize_x_row(const float * x, int32_t nb, int16_t * xq, flo
             continue;
         }
         xs[b] = amax / 32767.0f;
-        const v128_t inv = wasm_f32x4_splat(amax > 0.0f ? 32767.0f / amax : 0.0f);
+        /* 32767 / amax overflows float32 below amax ~ 9.6e-35 (x * Inf would make
+         * every non-zero value +-32767): such a block is scaled by 2^64 first,
+         * exactly (a power of two; the products stay normal), the same quotient */
+        const float sc = amax < 0x1p-64f ? 0x1p64f : 1.0f;
+        const v128_t vsc = wasm_f32x4_splat(sc);
+        const v128_t inv = wasm_f32x4_splat(amax > 0.0f ? 32767.0f / (amax * sc) : 0.0f);
         for (int k = 0; k < 4; k++) {
-            const v128_t lo = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(xb + 8 * k), inv)));
-            const v128_t hi = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_v128_load(xb + 8 * k + 4), inv)));
+            const v128_t lo = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_f32x4_mul(wasm_v128_load(xb + 8 * k), vsc), inv)));
+            const v128_t hi = wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(wasm_f32x4_mul(wasm_v128_load(xb + 8 * k + 4), vsc), inv)));
             wasm_v128_store(xq + 32 * b + 8 * k, wasm_i16x8_narrow_i32x4(lo, hi));
         }
     }

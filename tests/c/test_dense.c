@@ -38,7 +38,19 @@
  *      two rules broken at once: the lower status wins;
  *   7. sdpa_weight_row_bytes; no scratch growth on the decode path (1-row
  *      linear calls of every dtype) nor in rms_norm / swiglu / embed /
- *      quantize.
+ *      quantize;
+ *   8. SDPA_LINEAR_INT16_ACTIVATIONS (q8_0 / q4_0; n in {1,3,4,5,67},
+ *      weight rows 1..40, cols 32..320, accumulate 0 and 1; x blocks of many
+ *      kinds: ties of the rounding, zeros, a lone value, 1e-36 and subnormal
+ *      blocks, scales 1e-6..1e18 side by side): bit for bit against the
+ *      test's scalar model of the computation (plain builds; the relaxed build
+ *      within its float32 rounding), and within a derived bound of the
+ *      float64 product over the ORIGINAL x (the bound's derivation is at
+ *      section 8); 1..4 threads and each x row alone bit-identical; a NaN /
+ *      Inf in an x block makes exactly that row's outputs NaN; the scratch
+ *      grows on the first call and not for the same or smaller shapes; the
+ *      flag changes no bit on float32 / float16 weights; flags outside 0..3
+ *      are E_ARG naming "flags is <value>".
  *
  * Buffers are allocated at exactly the bytes a call may touch, so ASan
  * catches any read past them.
@@ -1007,7 +1019,9 @@ static void bad_linear(sdpa_ctx * ctx, int32_t dt) {
      * are judged on the claimed bytes, before the dims rules): weight 4
      * bytes a value whatever its dtype, plus a row. */
     const size_t rb = ref_row_bytes(dt, C), wcap = (size_t)(R + 1) * C * 4;
-    float * x = tu_malloc(N * C * 4), * out = tu_malloc(N * R * 4);
+    /* (out: room for the [4, 8] the cols-16 case claims; with only N * R floats its claim ran
+     * past the buffer, onto whatever malloc put next: the weight, now and then, E_ARG) */
+    float * x = tu_malloc(N * C * 4), * out = tu_malloc(4 * R * 4);
     uint8_t * w = tu_malloc(wcap);
     memset(w, 0, wcap);
     tu_rng rng;
@@ -1039,6 +1053,13 @@ static void bad_linear(sdpa_ctx * ctx, int32_t dt) {
     LIN("out.data NULL", SDPA_E_ARG, "out.data", &X, &W, &a, 0);
     LIN("flags 4", SDPA_E_ARG, "flags", &X, &W, &O, 4);
     LIN("flags -1", SDPA_E_ARG, "flags", &X, &W, &O, -1);
+    /* every bit but ACCUMULATE (1) and INT16_ACTIVATIONS (2) refused, with the value */
+    LIN("flags 4 (named)", SDPA_E_ARG, "flags is 4;", &X, &W, &O, 4);
+    LIN("flags 6", SDPA_E_ARG, "flags is 6;", &X, &W, &O, 6);
+    LIN("flags 7", SDPA_E_ARG, "flags is 7;", &X, &W, &O, 7);
+    LIN("flags 8", SDPA_E_ARG, "flags is 8;", &X, &W, &O, 8);
+    LIN("flags INT32_MIN", SDPA_E_ARG, "flags is -2147483648;", &X, &W, &O, INT32_MIN);
+    LIN("flags -1 (named)", SDPA_E_ARG, "flags is -1;", &X, &W, &O, -1);
     {   /* out overlapping x: one buffer, out starting inside x (and x inside out) */
         float * buf = tu_malloc((N * C + N * R) * 4);
         fill_normal(&rng, buf, N * C + N * R, 1.0f);
@@ -1153,6 +1174,11 @@ static void bad_linear(sdpa_ctx * ctx, int32_t dt) {
     c = O; c.dims[1] = 3;
     LIN("x float16 + out dims", SDPA_E_DIMS, "out has", &a, &W, &c, 0);
     LIN("flags 5 + out dims", SDPA_E_ARG, "flags", &X, &W, &c, 5);
+    /* the valid flags pass on to the next rule */
+    LIN("flags 2 + out dims", SDPA_E_DIMS, "out has", &X, &W, &c, SDPA_LINEAR_INT16_ACTIVATIONS);
+    LIN("flags 3 + out dims", SDPA_E_DIMS, "out has", &X, &W, &c, SDPA_LINEAR_INT16_ACTIVATIONS | SDPA_LINEAR_ACCUMULATE);
+    a = X; a.data = NULL;
+    LIN("flags 6 + x.data NULL", SDPA_E_ARG, "x.data", &a, &W, &O, 6);
     if (dt == Q8 || dt == Q4) {
         a = X; a.dims[0] = 2; a.dims[1] = 48; a.len = 96; a.dtype = F16;
         b = W; b.dims[0] = 4; b.dims[1] = 48; b.len = 192;
@@ -1163,6 +1189,9 @@ static void bad_linear(sdpa_ctx * ctx, int32_t dt) {
     /* a valid call after all that succeeds and clears the message */
     pattern(out, N * R * 4);
     expect_ok(ctx, sdpa_linear(ctx, &X, &W, &O, 0), "linear after rejections");
+    pattern(out, N * R * 4);
+    tu_dirty_error(ctx);
+    expect_ok(ctx, sdpa_linear(ctx, &X, &W, &O, SDPA_LINEAR_INT16_ACTIVATIONS | SDPA_LINEAR_ACCUMULATE), "linear flags 3 after rejections");
     free(x);
     free(out);
     free(w);
@@ -1581,6 +1610,521 @@ static void test_no_alloc(void) {
     sdpa_ctx_free(ctx);
 }
 
+/* ---- 8: int16 activations (SDPA_LINEAR_INT16_ACTIVATIONS) ------------------ */
+
+/* The test's model of the int16 path, written from sdpa_dense.h and the
+ * description of the computation (not from src/dense):
+ *   x, per row and block of 32: amax = max |x| (float32); a block holding a
+ *   NaN or an Inf gets s = NaN and xq = 0; otherwise s = amax / 32767.0f and
+ *   xq = round-to-nearest-even(x * inv) with inv = 32767.0f / amax (0 for an
+ *   all-zero block), saturated to int16. A block whose amax is below 2^-64
+ *   is scaled by 2^64 first (exact), x * 2^64 * (32767 / (amax * 2^64)):
+ *   32767 / amax itself overflows float32 below amax ~ 9.6e-35, and x * Inf
+ *   would saturate every non-zero value of the block to +-32767;
+ *   weight, per block b: d_b (float16 -> float32) and the integers q;
+ *   per output: isum lane l = sum of q_j xq_j over the j of the block with
+ *   (j % 8) / 2 == l (exact in int32: what i32x4.dot_i16x8_s adds into lane
+ *   l), then per block in order lane[l] = lane[l] + float(isum_l) * (d_b * s_b)
+ *   (each a float32 operation, not contracted: separate statements), the
+ *   result (lane0 + lane2) + (lane1 + lane3), and with ACCUMULATE y0 + that.
+ * Plain builds hold sdpa_linear to it bit for bit; the relaxed-SIMD build
+ * (f32x4.relaxed_madd, fused or not depending on the CPU) to the model within
+ * the float32 rounding part of the bound below.
+ *
+ * The bound against the float64 product of the dequantized weights and the
+ * ORIGINAL x (u = 2^-24):
+ *   x's error per element, xq * s - x: |xq - t| <= 1/2 with t = fl(x inv),
+ *   |t - x inv| <= u 32768, and s inv = (1 + e1)(1 + e2) with |e| <= u, so
+ *   |xq s - x| <= E_b = s_b / 2 + 4 u amax_b (+ 2^-135 when s_b is a float32
+ *   subnormal, amax below ~2^-111: s_b's absolute rounding 2^-150 times
+ *   |xq| <= 32767);
+ *   float32 evaluation: per block a conversion, d * s and a product, nb
+ *   additions per lane, the lane sum (2) and y0: at most (nb + 6) u (1.01)
+ *   times (|y0| + sum_j |w_j| (|x_j| + E_b)); and where d * s or the product
+ *   underflows, an absolute 2^-150 (|isum_l| + 1) per block and lane;
+ *   |y - ref| <= sum_j |w_j| E_b(j) + (nb + 6) 1.01 u (|y0| + sum_j |w_j|
+ *   (|x_j| + E_b(j))) + 2^-149 sum_b (sum_j |q_j xq_j| + 4).
+ * The first term dominates (x's 2^-16 relative rounding); a dropped or
+ * misread term moves y by about |w_j x_j|, hundreds of times the bound. */
+
+typedef struct int16_model {
+    int16_t * xq;  /* [n][cols] */
+    float * xs;    /* [n][nb] */
+    float * y;     /* [n][rows]: the model's output */
+    double * ref;  /* [n][rows]: float64 over the original x */
+    double * tol;  /* [n][rows]: the bound above */
+    double * fmag; /* [n][rows]: |y0| + sum_b sum_l |float(isum_l) d s| (the float32 part's magnitude) */
+} int16_model;
+
+static void model_quantize_x(const float * x, int32_t nb, int16_t * xq, float * xs) {
+    for (int32_t b = 0; b < nb; b++) {
+        const float * xb = x + 32 * b;
+        float amax = 0.0f;
+        int finite = 1;
+        for (int j = 0; j < 32; j++) {
+            if (!isfinite(xb[j])) finite = 0;
+            else if (fabsf(xb[j]) > amax) amax = fabsf(xb[j]);
+        }
+        if (!finite) {
+            xs[b] = NAN;
+            for (int j = 0; j < 32; j++) xq[32 * b + j] = 0;
+            continue;
+        }
+        xs[b] = amax / 32767.0f;
+        const float k = amax < 0x1p-64f ? 0x1p64f : 1.0f;
+        const float ak = amax * k;
+        const float inv = amax > 0.0f ? 32767.0f / ak : 0.0f;
+        for (int j = 0; j < 32; j++) {
+            const float xk = xb[j] * k;
+            const float t = nearbyintf(xk * inv);
+            xq[32 * b + j] = (int16_t)(t > 32767.0f ? 32767 : t < -32768.0f ? -32768 : (int)t);
+        }
+    }
+}
+
+/* The integer q of element j of a q8_0 / q4_0 row, and its block's d as float32. */
+static int32_t wq_int(int32_t dt, const uint8_t * row, int32_t j) {
+    if (dt == Q8) return (int8_t)row[(size_t)(j / 32) * 34 + 2 + j % 32];
+    const uint8_t * b = row + (size_t)(j / 32) * 18;
+    const int k = j % 32;
+    return (k < 16 ? (b[2 + k] & 15) : (b[2 + k - 16] >> 4)) - 8;
+}
+static float wq_d(int32_t dt, const uint8_t * row, int32_t b) {
+    return (float)ref_half(get_u16(row + (size_t)b * (dt == Q8 ? 34 : 18)));
+}
+
+static int16_model int16_reference(int32_t dt, const uint8_t * w, const float * x, const float * y0, int32_t n,
+                                   int32_t rows, int32_t cols) {
+    const int32_t nb = cols / 32;
+    const size_t rb = ref_row_bytes(dt, cols), ny = (size_t)n * rows;
+    const double u = 0x1p-24;
+    int16_model m;
+    m.xq = tu_malloc((size_t)n * cols * 2);
+    m.xs = tu_malloc((size_t)n * nb * 4);
+    m.y = tu_malloc(ny * 4);
+    m.ref = tu_malloc(ny * sizeof(double));
+    m.tol = tu_malloc(ny * sizeof(double));
+    m.fmag = tu_malloc(ny * sizeof(double));
+    for (int32_t i = 0; i < n; i++) model_quantize_x(x + (size_t)i * cols, nb, m.xq + (size_t)i * cols, m.xs + (size_t)i * nb);
+    double * eb = tu_malloc((size_t)n * nb * sizeof(double));  /* E_b */
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t b = 0; b < nb; b++) {
+            double amax = 0;
+            for (int j = 0; j < 32; j++) amax = fmax(amax, fabs((double)x[(size_t)i * cols + 32 * b + j]));
+            const double s = m.xs[(size_t)i * nb + b];
+            eb[(size_t)i * nb + b] = 0.5 * s + 4 * u * amax + (s < 0x1p-126 ? 0x1p-135 : 0.0);
+        }
+    for (int32_t o = 0; o < rows; o++) {
+        const uint8_t * row = w + (size_t)o * rb;
+        for (int32_t i = 0; i < n; i++) {
+            const float * xi = x + (size_t)i * cols;
+            const int16_t * qi = m.xq + (size_t)i * cols;
+            const float * si = m.xs + (size_t)i * nb;
+            const size_t k = (size_t)i * rows + o;
+            const double y0k = y0 ? y0[k] : 0.0;
+            double ref = y0k, qerr = 0, wmag = fabs(y0k), fmag = fabs(y0k), under = 0;
+            float lane[4] = {0, 0, 0, 0};
+            for (int32_t b = 0; b < nb; b++) {
+                const float d = wq_d(dt, row, b);
+                int32_t isum[4] = {0, 0, 0, 0};
+                double qx = 0;
+                for (int j = 0; j < 32; j++) {
+                    const int32_t q = wq_int(dt, row, 32 * b + j), xq = qi[32 * b + j];
+                    isum[(j % 8) / 2] += q * xq;
+                    qx += fabs((double)q * xq);
+                    const double wv = (double)d * q, e = eb[(size_t)i * nb + b];
+                    ref += wv * (double)xi[32 * b + j];
+                    qerr += fabs(wv) * e;
+                    wmag += fabs(wv) * (fabs((double)xi[32 * b + j]) + e);
+                }
+                under += qx + 4;
+                const float ds = d * si[b];
+                for (int l = 0; l < 4; l++) {
+                    const float fi = (float)isum[l];
+                    fmag += fabs((double)fi * ds);
+#ifdef __wasm_relaxed_simd__
+                    lane[l] = fmaf(fi, ds, lane[l]);  /* (the tolerance, not the bits, is checked there) */
+#else
+                    const float p = fi * ds;
+                    lane[l] = lane[l] + p;
+#endif
+                }
+            }
+            const float a02 = lane[0] + lane[2], a13 = lane[1] + lane[3];
+            const float s = a02 + a13;
+            m.y[k] = y0 ? y0[k] + s : s;
+            m.ref[k] = ref;
+            m.tol[k] = qerr + (nb + 6) * 1.01 * u * wmag + 0x1p-149 * under;
+            m.fmag[k] = fmag;
+        }
+    }
+    free(eb);
+    return m;
+}
+
+static void int16_model_free(int16_model * m) {
+    free(m->xq);
+    free(m->xs);
+    free(m->y);
+    free(m->ref);
+    free(m->tol);
+    free(m->fmag);
+}
+
+/* a == b bit for bit, or both NaN (a NaN's payload is not promised). */
+static int same_or_nan(const char * what, const float * a, const float * b, size_t count) {
+    for (size_t k = 0; k < count; k++) {
+        if (isnan(a[k]) && isnan(b[k])) continue;
+        if (memcmp(a + k, b + k, 4) != 0)
+            return TU_CHECK(0, "%s: element %zu: %.9g vs %.9g (bits %08" PRIx32 " vs %08" PRIx32 ")", what, k, (double)a[k],
+                            (double)b[k], bits_of(a[k]), bits_of(b[k]));
+    }
+    return TU_CHECK(1, "ok");
+}
+
+/* got against the model: plain builds bit for bit (NaN where the model is
+ * NaN); relaxed builds within the float32 part of the bound. Returns 1 when it holds. */
+static int check_int16_model(const char * what, const float * got, const int16_model * m, size_t count) {
+#ifdef __wasm_relaxed_simd__
+    const int32_t nb_guess = 10;  /* cols <= 320 */
+    for (size_t k = 0; k < count; k++) {
+        if (isnan(m->y[k]) ? isnan(got[k]) : fabs((double)got[k] - m->y[k]) <= 2.0 * (nb_guess + 6) * 0x1p-24 * m->fmag[k] + 0x1p-140)
+            continue;
+        return TU_CHECK(0, "%s: y[%zu] = %.9g, the model %.9g", what, k, (double)got[k], (double)m->y[k]);
+    }
+    return TU_CHECK(1, "ok");
+#else
+    return same_or_nan(what, got, m->y, count);
+#endif
+}
+
+/* got against the float64 product over the original x within the bound;
+ * the worst |error| / bound goes to *worst. Outputs whose reference is NaN
+ * (a row of x holding NaN / Inf) must be NaN. */
+static int check_int16_bound(const char * what, const float * got, const int16_model * m, size_t count, double * worst) {
+    for (size_t k = 0; k < count; k++) {
+        if (!isfinite(m->ref[k]) || isnan(m->y[k])) {
+            if (!isnan(got[k])) return TU_CHECK(0, "%s: y[%zu] = %.9g, expected NaN", what, k, (double)got[k]);
+            continue;
+        }
+        const double e = fabs((double)got[k] - m->ref[k]);
+        if (!(e <= m->tol[k]))
+            return TU_CHECK(0, "%s: y[%zu] = %.9g, float64 %.9g: |error| %.3g > bound %.3g", what, k, (double)got[k],
+                            m->ref[k], e, m->tol[k]);
+        if (m->tol[k] > 0 && e / m->tol[k] > *worst) *worst = e / m->tol[k];
+    }
+    return TU_CHECK(1, "ok");
+}
+
+/* x for the int16 path: each block of 32 of its own kind (ties of the
+ * rounding, zeros, a lone value, tiny and subnormal blocks, very different
+ * scales side by side in one row). */
+static void fill_x_int16(tu_rng * rng, float * x, int32_t cols, int32_t row) {
+    for (int32_t b = 0; b < cols / 32; b++) {
+        float * xb = x + 32 * b;
+        const int kind = (int)((row * 5 + b * 3 + (int32_t)(tu_rng_u64(rng) % 3)) % 11);
+        switch (kind) {
+        case 0: case 1: case 2:
+            fill_normal(rng, xb, 32, 1.0f);
+            break;
+        case 3:
+            fill_normal(rng, xb, 32, powf(10.0f, tu_rng_uniform(rng, -6.0f, 6.0f)));
+            break;
+        case 4:
+            memset(xb, 0, 32 * 4);
+            if (tu_rng_u64(rng) & 1) xb[tu_rng_int(rng, 0, 31)] = -0.0f;
+            break;
+        case 5:  /* a lone non-zero: its xq is +-32767 */
+            memset(xb, 0, 32 * 4);
+            xb[tu_rng_int(rng, 0, 31)] = tu_rng_normal(rng) * 3.0f;
+            break;
+        case 6: {  /* amax 32767 (inv = 1) or 65534 (inv = 0.5): x inv lands on .5 exactly: ties to even */
+            const float big = (tu_rng_u64(rng) & 1) ? 32767.0f : 65534.0f;
+            for (int j = 0; j < 32; j++) {
+                const float h = (float)tu_rng_int(rng, -40, 40) + (big == 32767.0f ? 0.5f : 1.0f);
+                xb[j] = big == 32767.0f ? h : 2.0f * h - 1.0f + (j & 1 ? 0.0f : 2.0f);  /* odd integers / 2 */
+            }
+            xb[tu_rng_int(rng, 0, 31)] = (tu_rng_u64(rng) & 1) ? big : -big;
+            xb[(b * 7 + 3) % 32] = big == 32767.0f ? 32766.5f : 65533.0f;  /* (the tie at the top: 32766.5 -> 32766) */
+            break;
+        }
+        case 7:  /* tiny: amax ~1e-36 (32767 / amax overflows float32) */
+            fill_normal(rng, xb, 32, 1e-36f);
+            break;
+        case 8:  /* subnormals only (and one normal below 2^-113 in half of them) */
+            for (int j = 0; j < 32; j++) xb[j] = (float)tu_rng_int(rng, -5000, 5000) * 0x1p-149f;
+            if (tu_rng_u64(rng) & 1) xb[tu_rng_int(rng, 0, 31)] = 0x1p-120f;
+            break;
+        case 9:  /* small integers: exact zeros, repeated values */
+            for (int j = 0; j < 32; j++) xb[j] = (float)tu_rng_int(rng, -3, 3);
+            break;
+        default:  /* large */
+            fill_normal(rng, xb, 32, 1e18f);
+            break;
+        }
+    }
+}
+
+/* One int16 product run every way: the model (bits), the float64 bound,
+ * contexts of 1..4 threads (forced pool) and the default threshold, and each
+ * x row alone. */
+static void run_int16(const char * label, int32_t dt, const uint8_t * w, int32_t rows, int32_t cols, const float * x,
+                      int32_t n, const float * y0, int shape, double * worst) {
+    const size_t ny = (size_t)n * rows;
+    const int32_t flags = SDPA_LINEAR_INT16_ACTIVATIONS | (y0 ? SDPA_LINEAR_ACCUMULATE : 0);
+    int16_model m = int16_reference(dt, w, x, y0, n, rows, cols);
+    sdpa_tensor wt = tu_tensor2((void *)(uintptr_t)w, dt, rows, cols);
+    sdpa_tensor xt = act_tensor((void *)(uintptr_t)x, n, cols, shape);
+    float * out[5];
+    char what[200];
+    for (int c = 0; c < 5; c++) {
+        sdpa_ctx * ctx = g_ctx[c < 4 ? c : 3];
+        sdpa_ctx_set_dense_parallel_min_macs(ctx, c < 4 ? 0.0 : SDPA_DENSE_PARALLEL_MIN_MACS);
+        out[c] = tu_malloc(ny * 4);
+        if (y0) memcpy(out[c], y0, ny * 4);
+        else for (size_t k = 0; k < ny; k++) out[c][k] = 12345.0f;  /* (finite: an unwritten output is not taken for a NaN) */
+        sdpa_tensor ot = act_tensor(out[c], n, rows, shape);
+        snprintf(what, sizeof what, "%s: int16 sdpa_linear on %d threads%s", label, sdpa_ctx_threads(ctx),
+                 c == 4 ? " (default threshold)" : "");
+        tu_dirty_error(ctx);
+        const sdpa_status st = sdpa_linear(ctx, &xt, &wt, &ot, flags);
+        sdpa_ctx_set_dense_parallel_min_macs(ctx, 0);
+        if (!TU_CHECK(st == SDPA_OK, "%s returned %s: %s", what, sdpa_status_code(st), sdpa_ctx_last_error(ctx))) continue;
+        TU_CHECK(sdpa_ctx_last_error(ctx)[0] == 0, "%s: last_error not empty after a success", what);
+        if (c == 0) {
+            check_int16_model(what, out[0], &m, ny);
+            check_int16_bound(what, out[0], &m, ny, worst);
+        } else {
+            same_or_nan(what, out[c], out[0], ny);
+        }
+    }
+    if (n > 1) {
+        float * single = tu_malloc(ny * 4);
+        int ok = 1;
+        for (int32_t i = 0; i < n && ok; i++) {
+            sdpa_ctx * ctx = g_ctx[i % 4];
+            float * yi = single + (size_t)i * rows;
+            if (y0) memcpy(yi, y0 + (size_t)i * rows, (size_t)rows * 4);
+            else tu_fill_nan(yi, (size_t)rows);
+            sdpa_tensor x1 = act_tensor((void *)(uintptr_t)(x + (size_t)i * cols), 1, cols, i % 3);
+            sdpa_tensor o1 = act_tensor(yi, 1, rows, i % 3);
+            const sdpa_status st = sdpa_linear(ctx, &x1, &wt, &o1, flags);
+            ok = TU_CHECK(st == SDPA_OK, "%s: 1-row int16 call on x row %d returned %s: %s", label, i,
+                          sdpa_status_code(st), sdpa_ctx_last_error(ctx));
+        }
+        if (ok) {
+            snprintf(what, sizeof what, "%s: each x row alone vs the %d-row int16 call", label, n);
+            same_or_nan(what, single, out[0], ny);
+        }
+        free(single);
+    }
+    for (int c = 0; c < 5; c++) free(out[c]);
+    int16_model_free(&m);
+    g_cases++;
+}
+
+/* (a), (b), (c): q8_0 / q4_0, n = 1, 3, 4, 5, 67 x rows, cols 32 .. 320,
+ * weight rows 1 .. 37 (1 and 2 side by side, 16-row units and their tails),
+ * accumulate 0 and 1, x of rank 1 to 4, weights at any byte offset. */
+static void sweep_int16(void) {
+    static const int N_LIST[] = {1, 3, 4, 5, 67};
+    static const int ROWS[] = {1, 2, 3, 5, 16, 17, 33, 37};
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed(0) * 7919 + 8);
+    double worst[2] = {0, 0};
+    for (int qi = 0; qi < 2; qi++) {
+        const int32_t dt = qi ? Q4 : Q8;
+        int k = 0;
+        for (int ni = 0; ni < COUNT(N_LIST); ni++)
+            for (int acc = 0; acc < 2; acc++)
+                for (int ri = 0; ri < 4; ri++, k++) {
+                    const int32_t n = N_LIST[ni], rows = ROWS[(k * 3 + ni) % COUNT(ROWS)];
+                    const int32_t cols = 32 * (1 + (k * 7 + acc) % 10);
+                    const int woff = k % 4, shape = (k + ni) % 3;
+                    char label[200];
+                    snprintf(label, sizeof label, "int16 %s n=%d rows=%d cols=%d accumulate=%d weight offset %d shape %d",
+                             dtype_name(dt), n, rows, cols, acc, woff, shape);
+                    snprintf(tu_context, sizeof tu_context, "%s", label);
+                    const size_t wbytes = ref_row_bytes(dt, cols) * (size_t)rows;
+                    uint8_t * wbase = tu_malloc(wbytes + (size_t)woff);
+                    uint8_t * w = wbase + woff;
+                    fill_weight(&rng, dt, w, rows, cols);
+                    float * x = tu_malloc((size_t)n * cols * 4);
+                    for (int32_t i = 0; i < n; i++) fill_x_int16(&rng, x + (size_t)i * cols, cols, i + k);
+                    float * y0 = NULL;
+                    if (acc) {
+                        y0 = tu_malloc((size_t)n * rows * 4);
+                        fill_normal(&rng, y0, (size_t)n * rows, 2.0f);
+                    }
+                    run_int16(label, dt, w, rows, cols, x, n, y0, shape, &worst[qi]);
+                    free(y0);
+                    free(x);
+                    free(wbase);
+                }
+    }
+    /* the extremes once: the widest rows at the most x rows */
+    for (int qi = 0; qi < 2; qi++) {
+        const int32_t dt = qi ? Q4 : Q8, n = 67, rows = 40, cols = 320;
+        snprintf(tu_context, sizeof tu_context, "int16 %s n=%d rows=%d cols=%d accumulate=1", dtype_name(dt), n, rows, cols);
+        uint8_t * w = tu_malloc(ref_row_bytes(dt, cols) * rows);
+        fill_weight(&rng, dt, w, rows, cols);
+        float * x = tu_malloc((size_t)n * cols * 4), * y0 = tu_malloc((size_t)n * rows * 4);
+        for (int32_t i = 0; i < n; i++) fill_x_int16(&rng, x + (size_t)i * cols, cols, i);
+        fill_normal(&rng, y0, (size_t)n * rows, 1.0f);
+        run_int16(tu_context, dt, w, rows, cols, x, n, y0, 0, &worst[qi]);
+        free(w);
+        free(x);
+        free(y0);
+    }
+    printf("  int16 activations: worst |error| / bound %.3f q8_0, %.3f q4_0\n", worst[0], worst[1]);
+    tu_context[0] = 0;
+}
+
+/* (d) a NaN / +Inf / -Inf in one block of an x row: that row's outputs all
+ * NaN (weight rows with d = 0 or all-zero q in that block too, accumulate
+ * or not), the other rows exactly as the model says. */
+static void test_int16_nonfinite_x(void) {
+    static const float BAD[] = {NAN, INFINITY, -INFINITY};
+    static const int NS[] = {1, 3, 5, 9};
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed(0) * 7919 + 9);
+    const int32_t rows = 19, cols = 128;
+    double worst = 0;
+    for (int qi = 0; qi < 2; qi++)
+        for (int ni = 0; ni < COUNT(NS); ni++)
+            for (int acc = 0; acc < 2; acc++) {
+                const int32_t dt = qi ? Q4 : Q8, n = NS[ni];
+                const float bad = BAD[(ni + acc) % 3];
+                const int32_t bad_row = n / 2, bad_j = (ni * 37 + acc * 11) % cols;
+                char label[200];
+                snprintf(label, sizeof label, "int16 %s: x[%d][%d] = %g, n=%d rows=%d cols=%d accumulate=%d", dtype_name(dt),
+                         bad_row, bad_j, (double)bad, n, rows, cols, acc);
+                snprintf(tu_context, sizeof tu_context, "%s", label);
+                const size_t rb = ref_row_bytes(dt, cols), bb = dt == Q8 ? 34 : 18;
+                uint8_t * w = tu_malloc(rb * rows);
+                fill_weight(&rng, dt, w, rows, cols);
+                const uint16_t zero_h = 0;
+                memcpy(w + 2 * rb + (size_t)(bad_j / 32) * bb, &zero_h, 2);  /* row 2: d = 0 in the bad block */
+                memset(w + 4 * rb, dt == Q8 ? 0 : 0x88, rb);                /* row 4: q all 0 */
+                memcpy(w + 4 * rb + (size_t)(bad_j / 32) * bb, &zero_h, 2);  /* (d = 0 there as well) */
+                float * x = tu_malloc((size_t)n * cols * 4);
+                fill_normal(&rng, x, (size_t)n * cols, 1.0f);
+                x[(size_t)bad_row * cols + bad_j] = bad;
+                float * y0 = NULL;
+                if (acc) {
+                    y0 = tu_malloc((size_t)n * rows * 4);
+                    fill_normal(&rng, y0, (size_t)n * rows, 1.0f);
+                }
+                int16_model m = int16_reference(dt, w, x, y0, n, rows, cols);
+                for (int32_t i = 0; i < n; i++)
+                    for (int32_t o = 0; o < rows; o++) {
+                        const float v = m.y[(size_t)i * rows + o];
+                        if (i == bad_row ? !isnan(v) : !isfinite(v)) {
+                            TU_CHECK(0, "%s: the test's own model at [%d][%d]: %g", label, i, o, (double)v);
+                            i = n;
+                            break;
+                        }
+                    }
+                free(m.xq); free(m.xs); free(m.y); free(m.ref); free(m.tol); free(m.fmag);
+                run_int16(label, dt, w, rows, cols, x, n, y0, ni % 3, &worst);  /* (NaN rows: NaN, via check_int16_bound) */
+                free(y0);
+                free(x);
+                free(w);
+            }
+    tu_context[0] = 0;
+}
+
+/* (e) the scratch: grows on a fresh context's first int16 call (to at least
+ * n (2 cols + 4 cols / 32) bytes, the header's figure), not again for the same
+ * or a smaller shape, nor for a call refused by a rule; a larger shape grows it.
+ * The flag on float32 / float16 weights changes no bit and takes no scratch. */
+static void test_int16_scratch(void) {
+    snprintf(tu_context, sizeof tu_context, "int16 scratch");
+    sdpa_status s = SDPA_E_ARG;
+    sdpa_ctx * ctx = sdpa_ctx_create(2, &s);
+    if (!TU_CHECK(ctx && s == SDPA_OK, "sdpa_ctx_create(2): %s", sdpa_status_code(s))) return;
+    sdpa_ctx_set_dense_parallel_min_macs(ctx, 0);
+    tu_rng rng;
+    tu_rng_seed(&rng, 96);
+    enum { R = 40, C = 256, N = 9 };
+    float * x = tu_malloc((size_t)N * 2 * C * 4), * y = tu_malloc((size_t)N * 2 * R * 4), * y2 = tu_malloc((size_t)N * R * 4);
+    fill_normal(&rng, x, (size_t)N * 2 * C, 1.0f);
+    uint8_t * w[4];
+    for (int d = 0; d < 4; d++) {
+        w[d] = tu_malloc(ref_row_bytes(DTYPES[d], 2 * C) * R);
+        fill_weight(&rng, DTYPES[d], w[d], R, 2 * C);
+    }
+    /* float32 / float16 weights: the flag is no-op (bits, scratch) */
+    for (int d = 0; d < 2; d++)
+        for (int n = 1; n <= 5; n += 4) {
+            const size_t before = sdpa_ctx_scratch_bytes(ctx);
+            sdpa_tensor xt = tu_tensor2(x, F32, n, C), wt = tu_tensor2(w[d], DTYPES[d], R, C);
+            sdpa_tensor yt = tu_tensor2(y, F32, n, R), y2t = tu_tensor2(y2, F32, n, R);
+            for (int acc = 0; acc < 2; acc++) {
+                fill_normal(&rng, y, (size_t)n * R, 1.0f);
+                memcpy(y2, y, (size_t)n * R * 4);
+                TU_CHECK(sdpa_linear(ctx, &xt, &wt, &yt, acc) == SDPA_OK, "%s n=%d flags %d", dtype_name(DTYPES[d]), n, acc);
+                const size_t mid = sdpa_ctx_scratch_bytes(ctx);
+                TU_CHECK(sdpa_linear(ctx, &xt, &wt, &y2t, acc | SDPA_LINEAR_INT16_ACTIVATIONS) == SDPA_OK, "%s n=%d flags %d",
+                         dtype_name(DTYPES[d]), n, acc | 2);
+                TU_CHECK(memcmp(y, y2, (size_t)n * R * 4) == 0, "%s n=%d accumulate=%d: INT16_ACTIVATIONS changed bits",
+                         dtype_name(DTYPES[d]), n, acc);
+                TU_CHECK(sdpa_ctx_scratch_bytes(ctx) == mid, "%s n=%d: INT16_ACTIVATIONS took scratch (%zu -> %zu)",
+                         dtype_name(DTYPES[d]), n, mid, sdpa_ctx_scratch_bytes(ctx));
+            }
+            if (d == 0) TU_CHECK(sdpa_ctx_scratch_bytes(ctx) == before, "float32 n=%d: scratch %zu -> %zu", n, before, sdpa_ctx_scratch_bytes(ctx));
+        }
+    /* q8_0 / q4_0 */
+    const size_t base = sdpa_ctx_scratch_bytes(ctx);  /* (the float16 prefill's row buffers: 2 threads x 2 rows of 256) */
+    const size_t need = (size_t)N * (2 * C + 4 * C / 32);
+    sdpa_tensor xt = tu_tensor2(x, F32, N, C), yt = tu_tensor2(y, F32, N, R);
+    sdpa_tensor wq8 = tu_tensor2(w[2], Q8, R, C), wq4 = tu_tensor2(w[3], Q4, R, C);
+    {   /* refused by a rule: nothing grows */
+        sdpa_tensor bad = yt;
+        bad.dims[1] = R - 1;
+        bad.len = (size_t)N * (R - 1);
+        TU_CHECK(sdpa_linear(ctx, &xt, &wq8, &bad, SDPA_LINEAR_INT16_ACTIVATIONS) == SDPA_E_DIMS, "out dims refused");
+        TU_CHECK(sdpa_ctx_scratch_bytes(ctx) == base, "a refused int16 call grew the scratch: %zu -> %zu", base,
+                 sdpa_ctx_scratch_bytes(ctx));
+    }
+    TU_CHECK(base < need, "the float16 buffers (%zu bytes) already hold %zu: the growth is not seen", base, need);
+    TU_CHECK(sdpa_linear(ctx, &xt, &wq8, &yt, SDPA_LINEAR_INT16_ACTIVATIONS) == SDPA_OK, "first int16 call: %s",
+             sdpa_ctx_last_error(ctx));
+    const size_t first = sdpa_ctx_scratch_bytes(ctx);
+    TU_CHECK(first >= need && first <= need + 256, "first int16 call (n=%d, cols=%d): scratch %zu -> %zu; expected %zu (+ alignment)",
+             N, C, base, first, need);
+    for (int rep = 0; rep < 3; rep++)
+        for (int n = N; n >= 1; n -= 2)
+            for (int32_t cols = C; cols >= 32; cols /= 2) {
+                /* (a [R, cols] weight: the first cols of every row of w is not one; rows of cols values from the front) */
+                sdpa_tensor x2 = tu_tensor2(x, F32, n, cols), y2t = tu_tensor2(y, F32, n, R);
+                sdpa_tensor w2 = tu_tensor2(w[2 + (rep & 1)], rep & 1 ? Q4 : Q8, R, cols);
+                TU_CHECK(sdpa_linear(ctx, &x2, &w2, &y2t, SDPA_LINEAR_INT16_ACTIVATIONS | (rep == 2)) == SDPA_OK,
+                         "n=%d cols=%d: %s", n, cols, sdpa_ctx_last_error(ctx));
+                TU_CHECK(sdpa_ctx_scratch_bytes(ctx) == first, "n=%d cols=%d (%s): scratch %zu -> %zu", n, cols,
+                         rep & 1 ? "q4_0" : "q8_0", first, sdpa_ctx_scratch_bytes(ctx));
+            }
+    TU_CHECK(sdpa_linear(ctx, &xt, &wq4, &yt, SDPA_LINEAR_INT16_ACTIVATIONS) == SDPA_OK, "q4_0 after");
+    TU_CHECK(sdpa_ctx_scratch_bytes(ctx) == first, "q4_0, the same shape: scratch %zu -> %zu", first, sdpa_ctx_scratch_bytes(ctx));
+    /* a larger shape: 2N rows of 2C */
+    sdpa_tensor xb = tu_tensor2(x, F32, N, 2 * C), wb = tu_tensor2(w[3], Q4, R, 2 * C), ybt = tu_tensor2(y, F32, N, R);
+    TU_CHECK(sdpa_linear(ctx, &xb, &wb, &ybt, SDPA_LINEAR_INT16_ACTIVATIONS) == SDPA_OK, "larger");
+    const size_t larger = sdpa_ctx_scratch_bytes(ctx);
+    TU_CHECK(larger >= 2 * need && larger <= 2 * need + 256, "cols %d: scratch %zu -> %zu; expected %zu", 2 * C, first, larger, 2 * need);
+    for (int d = 0; d < 4; d++) free(w[d]);
+    free(x);
+    free(y);
+    free(y2);
+    sdpa_ctx_free(ctx);
+    tu_context[0] = 0;
+}
+
+static void test_int16(void) {
+    sweep_int16();
+    test_int16_nonfinite_x();
+    test_int16_scratch();
+}
+
 int main(void) {
     const double t0 = tu_seconds();
     for (int i = 0; i < 4; i++) {
@@ -1627,6 +2171,7 @@ int main(void) {
     SECTION("embed", test_embed());
     SECTION("bad input", test_bad_input());
     SECTION("no allocation", test_no_alloc());
+    SECTION("int16 x", test_int16());
 
     for (int i = 0; i < ns; i++)
         printf("  %-14s %5ld cases  %6.2f s\n", sections[i].name, sections[i].cases, sections[i].secs);
