@@ -23,6 +23,7 @@
 //   node bench/dense.mjs [--quick] [--json] [--threads=1,2] [--models=shipped,135m]
 //                        [--dtypes=float32,float16,q8_0,q4_0] [--rows=1,64,512] [--budget=300]
 //                        [--no-matrices] [--no-token] [--no-pool]
+//   node bench/dense.mjs --render=dense.json     the tables of a saved --json run
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -54,7 +55,6 @@ const WARMUP_MS = QUICK ? 120 : 300;                              // per kernel 
 const LIMIT_BYTES = (QUICK ? 64 : 256) << 20;
 
 const out = (s) => process.stdout.write(s + '\n');
-const log = JSON_OUT ? (s) => process.stderr.write(s + '\n') : out;
 const note = (s) => process.stderr.write(s + '\n');
 
 // The header's default pool threshold (1-thread mode sets it to Infinity, 2-thread mode back to this).
@@ -70,6 +70,8 @@ const fmt = (x, d = 3) => (!Number.isFinite(x) ? '-' : x >= 100 ? x.toFixed(0) :
 const pct = (x) => (Number.isFinite(x) ? `${(100 * x).toFixed(0)}%` : '-');
 const shortMB = (b) => (b >= 1e6 ? `${(b / 1e6).toFixed(b >= 1e7 ? 0 : 1)}` : `${(b / 1e6).toFixed(2)}`);
 
+if (arg('render')) { out(render(JSON.parse(fs.readFileSync(arg('render'), 'utf8')))); process.exit(0); }
+
 function git(...a) {
   try { return execFileSync('git', a, { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim(); } catch { return null; }
 }
@@ -84,8 +86,8 @@ const meta = {
   date: new Date().toISOString(), commit: commit ? commit + (dirty ? '+local changes' : '') : null, quick: QUICK,
   node: process.version, cpu: os.cpus()[0]?.model?.trim() ?? '?', cores: os.cpus().length, loadavgStart: loadStart,
 };
-log(`sdpa-wasm dense products  ${meta.date}  commit ${meta.commit ?? '?'}  ${meta.cpu} (${meta.cores} vCPU)  node ${meta.node}${QUICK ? '  [--quick]' : ''}`);
-log(`load average at start ${loadStart.map((x) => x.toFixed(2)).join(' ')} (a shared machine: other load moves every number)`);
+note(`sdpa-wasm dense products  ${meta.date}  commit ${meta.commit ?? '?'}  ${meta.cpu} (${meta.cores} vCPU)  node ${meta.node}${QUICK ? '  [--quick]' : ''}`);
+note(`load average at start ${loadStart.map((x) => x.toFixed(2)).join(' ')} (a shared machine: other load moves every number)`);
 
 // The limits, probed all through the run: one sample of each (read, mul+add) per thread count
 // before every row; the bound uses their medians (bench/lib/limits.mjs, openLimits).
@@ -345,75 +347,77 @@ for (const r of results.tokens) {
   }
 }
 
-// ---------------------------------------------------------------------------- print
-
-const L = [];
-L.push('');
-L.push(`## Limits (bench/lib/limits.c: a ${(limits[THREADS[0]].bytes / 2 ** 20).toFixed(0)} MiB sum, f32x4 mul+add chains; one sample of each before every row; medians [min–max] of the run's samples)`);
-L.push('| threads | read GB/s | mul+add GFLOP/s | samples | machine balance (bytes per FLOP) |');
-L.push('|---|---|---|---|---|');
-for (const t of THREADS) {
-  const l = limits[t];
-  L.push(`| ${t} | ${l.bwGBs.toFixed(1)} [${l.bw.min.toFixed(1)}–${l.bw.max.toFixed(1)}] | ${l.peakGFLOPs.toFixed(1)} [${l.peak.min.toFixed(1)}–${l.peak.max.toFixed(1)}] (${l.chains} chains) | ${l.bw.n} | ${(l.bwGBs / l.peakGFLOPs).toFixed(3)} |`);
-}
-const TT = THREADS;
-if (results.matrices.length) {
-  L.push('');
-  L.push('## One matrix at a time (sdpa.linear, x float32 [rows, in], out float32)');
-  L.push(`Cold: the weight rotated over copies of >= ${COLD_BYTES >> 20} MiB (from DRAM). Hot: the same copy again (L2 / L3 when it fits). ` +
-    'GFLOP/s and weight GB/s are cold; bound = max(bytes / read bandwidth, FLOPs / mul+add peak) at that thread count, side m (memory) or c (compute) by bytes per FLOP against the balance; ' +
-    '% bound = bound / cold time; hot % peak = hot GFLOP/s / mul+add peak. Medians.');
-  for (const m of MODEL_IDS) {
-    const rows = results.matrices.filter((r) => r.model === m);
-    if (!rows.length) continue;
-    const s = MODELS[m].shape;
-    L.push('');
-    L.push(`### ${MODELS[m].name}: dim ${s.dim}, kv ${(s.dim / s.nHeads) * s.nKvHeads}, hidden ${s.hiddenDim}, vocab ${s.vocabSize}`);
-    L.push(`| matrix [out×in] | rows | dtype | weight MB | B/FLOP | ${TT.map((t) => `${t}t µs | ${t}t GFLOP/s | ${t}t GB/s | ${t}t side | ${t}t % bound | ${t}t hot % peak`).join(' | ')}${TT.length > 1 ? ` | ${TT[1]}t ÷ ${TT[0]}t |` : ' |'}`);
-    L.push(`|---|---|---|---|---|${TT.map(() => '---|---|---|---|---|---|').join('')}${TT.length > 1 ? '---|' : ''}`);
-    for (const r of rows) {
-      const cells = TT.map((t) => {
-        const p = r.per[t];
-        return `${fmt(p.cold.median * 1e3)} | ${fmt(p.gflops)} | ${fmt(p.weightGBs)} | ${p.bound.side[0]} | ${pct(p.ofBound)} | ${pct(p.hotOfPeak)}`;
-      });
-      const sp = TT.length > 1 ? ` | ${(r.per[TT[0]].cold.median / r.per[TT[1]].cold.median).toFixed(2)}×` : '';
-      L.push(`| ${r.matrix} [${r.rows}×${r.cols}] | ${r.n} | ${r.dtype} | ${shortMB(r.weightBytes)} | ${(r.bytes / r.flops).toFixed(3)} | ${cells.join(' | ')}${sp} |`);
-    }
-  }
-}
-if (results.tokens.length) {
-  L.push('');
-  L.push("## One token's products (every layer's matrices and the classifier, in the model's order; x one row)");
-  L.push(`Cold: copies of the whole set rotated over >= ${COLD_BYTES >> 20} MiB (a set that large is cold by itself: 1 set). One set: the same set again and again, as a decoding model reads it (the shipped model's 3.6-14 MB stay in the L3). % bound against the cold time.`);
-  L.push(`| model | dtype | products | set MB | GFLOP | ${TT.map((t) => `${t}t ms cold | ${t}t GFLOP/s | ${t}t weight GB/s | ${t}t side | ${t}t % bound | ${t}t ms one set | ${t}t one set GFLOP/s (% peak)`).join(' | ')}${TT.length > 1 ? ` | ${TT[1]}t ÷ ${TT[0]}t cold |` : ' |'}`);
-  L.push(`|---|---|---|---|---|${TT.map(() => '---|---|---|---|---|---|---|').join('')}${TT.length > 1 ? '---|' : ''}`);
-  for (const r of results.tokens) {
-    const cells = TT.map((t) => {
-      const p = r.per[t];
-      return `${fmt(p.cold.median)} | ${fmt(p.cold.gflops)} | ${fmt(p.cold.weightGBs)} | ${p.bound.side[0]} | ${pct(p.cold.ofBound)} | ${p.set ? fmt(p.set.median) : '='} | ${p.set ? `${fmt(p.set.gflops)} (${pct(p.set.ofPeak)})` : '='}`;
-    });
-    const sp = TT.length > 1 ? ` | ${(r.per[TT[0]].cold.median / r.per[TT[1]].cold.median).toFixed(2)}×` : '';
-    L.push(`| ${r.model} | ${r.dtype} | ${r.products} | ${shortMB(r.setBytes)}${r.sets > 1 ? ` (×${r.sets})` : ''} | ${(r.flops / 1e9).toFixed(3)} | ${cells.join(' | ')}${sp} |`);
-  }
-}
-if (results.pool.length) {
-  const T = results.pool[0].threads;
-  L.push('');
-  L.push(`## Where the pool pays (${T} threads, decode: one x row): forced onto the calling thread vs forced onto the pool (the header's threshold: ${DEFAULT_MIN_MACS} multiply-adds)`);
-  L.push('| dtype | [out×in] | multiply-adds | cold serial µs | cold pool µs | serial ÷ pool | hot serial µs | hot pool µs | serial ÷ pool |');
-  L.push('|---|---|---|---|---|---|---|---|---|');
-  for (const r of results.pool) {
-    L.push(`| ${r.dtype} | [${r.rows}×${r.cols}] | ${r.macs} | ${fmt(r.coldSerial.median * 1e3)} | ${fmt(r.coldPool.median * 1e3)} | ${(r.coldSerial.median / r.coldPool.median).toFixed(2)}× | ` +
-      `${fmt(r.hotSerial.median * 1e3)} | ${fmt(r.hotPool.median * 1e3)} | ${(r.hotSerial.median / r.hotPool.median).toFixed(2)}× |`);
-  }
-}
 meta.loadavgEnd = os.loadavg();
 meta.seconds = (Date.now() - t0) / 1000;
-L.push('');
-L.push(`load average at the end ${meta.loadavgEnd.map((x) => x.toFixed(2)).join(' ')}; ${meta.seconds.toFixed(0)} s`);
+const res = { meta, limits, options: { rows: ROWS, dtypes: DTYPES, models: MODEL_IDS, threads: THREADS, coldBytes: COLD_BYTES, budgetMs: BUDGET_MS, defaultMinMacs: DEFAULT_MIN_MACS }, ...results };
+out(JSON_OUT ? JSON.stringify(res, null, 1) : render(res));
 
-if (JSON_OUT) {
-  out(JSON.stringify({ meta, limits, options: { rows: ROWS, dtypes: DTYPES, models: MODEL_IDS, threads: THREADS, coldBytes: COLD_BYTES, budgetMs: BUDGET_MS, defaultMinMacs: DEFAULT_MIN_MACS }, ...results }, null, 1));
-} else {
-  out(L.join('\n'));
+// ---------------------------------------------------------------------------- print
+
+/** The tables of a run (the --json object). */
+function render(res) {
+  const L = [];
+    const m0 = res.meta;
+    L.push(`sdpa-wasm dense products  ${m0.date}  commit ${m0.commit ?? '?'}  ${m0.cpu} (${m0.cores} vCPU)  node ${m0.node}  ${m0.sdpaInfo?.build ?? ''}${m0.quick ? '  [--quick]' : ''}`);
+    L.push(`load average at start ${m0.loadavgStart.map((x) => x.toFixed(2)).join(' ')}, at the end ${m0.loadavgEnd.map((x) => x.toFixed(2)).join(' ')} (a shared machine: other load moves every number); ${m0.seconds.toFixed(0)} s`);
+  L.push('');
+  L.push(`## Limits (bench/lib/limits.c: a ${(res.limits[res.options.threads[0]].bytes / 2 ** 20).toFixed(0)} MiB sum, f32x4 mul+add chains; one sample of each before every row; medians [min–max] of the run's samples)`);
+  L.push('| threads | read GB/s | mul+add GFLOP/s | samples | machine balance (bytes per FLOP) |');
+  L.push('|---|---|---|---|---|');
+  for (const t of res.options.threads) {
+    const l = res.limits[t];
+    L.push(`| ${t} | ${l.bwGBs.toFixed(1)} [${l.bw.min.toFixed(1)}–${l.bw.max.toFixed(1)}] | ${l.peakGFLOPs.toFixed(1)} [${l.peak.min.toFixed(1)}–${l.peak.max.toFixed(1)}] (${l.chains} chains) | ${l.bw.n} | ${(l.bwGBs / l.peakGFLOPs).toFixed(3)} |`);
+  }
+  const TT = res.options.threads;
+  if (res.matrices.length) {
+    L.push('');
+    L.push('## One matrix at a time (sdpa.linear, x float32 [rows, in], out float32)');
+    L.push(`Cold: the weight rotated over copies of >= ${res.options.coldBytes >> 20} MiB (from DRAM). Hot: the same copy again (L2 / L3 when it fits). ` +
+      'GFLOP/s and weight GB/s are cold; bound = max(bytes / read bandwidth, FLOPs / mul+add peak) at that thread count, side m (memory) or c (compute) by bytes per FLOP against the balance; ' +
+      '% bound = bound / cold time; hot % peak = hot GFLOP/s / mul+add peak. Medians.');
+    for (const m of res.options.models) {
+      const rows = res.matrices.filter((r) => r.model === m);
+      if (!rows.length) continue;
+      const s = MODELS[m].shape;
+      L.push('');
+      L.push(`### ${MODELS[m].name}: dim ${s.dim}, kv ${(s.dim / s.nHeads) * s.nKvHeads}, hidden ${s.hiddenDim}, vocab ${s.vocabSize}`);
+      L.push(`| matrix [out×in] | rows | dtype | weight MB | B/FLOP | ${TT.map((t) => `${t}t µs | ${t}t GFLOP/s | ${t}t GB/s | ${t}t side | ${t}t % bound | ${t}t hot % peak`).join(' | ')}${TT.length > 1 ? ` | ${TT[1]}t ÷ ${TT[0]}t |` : ' |'}`);
+      L.push(`|---|---|---|---|---|${TT.map(() => '---|---|---|---|---|---|').join('')}${TT.length > 1 ? '---|' : ''}`);
+      for (const r of rows) {
+        const cells = TT.map((t) => {
+          const p = r.per[t];
+          return `${fmt(p.cold.median * 1e3)} | ${fmt(p.gflops)} | ${fmt(p.weightGBs)} | ${p.bound.side[0]} | ${pct(p.ofBound)} | ${pct(p.hotOfPeak)}`;
+        });
+        const sp = TT.length > 1 ? ` | ${(r.per[TT[0]].cold.median / r.per[TT[1]].cold.median).toFixed(2)}×` : '';
+        L.push(`| ${r.matrix} [${r.rows}×${r.cols}] | ${r.n} | ${r.dtype} | ${shortMB(r.weightBytes)} | ${(r.bytes / r.flops).toFixed(3)} | ${cells.join(' | ')}${sp} |`);
+      }
+    }
+  }
+  if (res.tokens.length) {
+    L.push('');
+    L.push("## One token's products (every layer's matrices and the classifier, in the model's order; x one row)");
+    L.push(`Cold: copies of the whole set rotated over >= ${res.options.coldBytes >> 20} MiB (a set that large is cold by itself: 1 set). One set: the same set again and again, as a decoding model reads it (the shipped model's 3.6-14 MB stay in the L3). % bound against the cold time.`);
+    L.push(`| model | dtype | products | set MB | GFLOP | ${TT.map((t) => `${t}t ms cold | ${t}t GFLOP/s | ${t}t weight GB/s | ${t}t side | ${t}t % bound | ${t}t ms one set | ${t}t one set GFLOP/s (% peak)`).join(' | ')}${TT.length > 1 ? ` | ${TT[1]}t ÷ ${TT[0]}t cold |` : ' |'}`);
+    L.push(`|---|---|---|---|---|${TT.map(() => '---|---|---|---|---|---|---|').join('')}${TT.length > 1 ? '---|' : ''}`);
+    for (const r of res.tokens) {
+      const cells = TT.map((t) => {
+        const p = r.per[t];
+        return `${fmt(p.cold.median)} | ${fmt(p.cold.gflops)} | ${fmt(p.cold.weightGBs)} | ${p.bound.side[0]} | ${pct(p.cold.ofBound)} | ${p.set ? fmt(p.set.median) : '='} | ${p.set ? `${fmt(p.set.gflops)} (${pct(p.set.ofPeak)})` : '='}`;
+      });
+      const sp = TT.length > 1 ? ` | ${(r.per[TT[0]].cold.median / r.per[TT[1]].cold.median).toFixed(2)}×` : '';
+      L.push(`| ${r.model} | ${r.dtype} | ${r.products} | ${shortMB(r.setBytes)}${r.sets > 1 ? ` (×${r.sets})` : ''} | ${(r.flops / 1e9).toFixed(3)} | ${cells.join(' | ')}${sp} |`);
+    }
+  }
+  if (res.pool.length) {
+    const T = res.pool[0].threads;
+    L.push('');
+    L.push(`## Where the pool pays (${T} threads, decode: one x row): forced onto the calling thread vs forced onto the pool (the header's threshold: ${res.options.defaultMinMacs} multiply-adds)`);
+    L.push('| dtype | [out×in] | multiply-adds | cold serial µs | cold pool µs | serial ÷ pool | hot serial µs | hot pool µs | serial ÷ pool |');
+    L.push('|---|---|---|---|---|---|---|---|---|');
+    for (const r of res.pool) {
+      L.push(`| ${r.dtype} | [${r.rows}×${r.cols}] | ${r.macs} | ${fmt(r.coldSerial.median * 1e3)} | ${fmt(r.coldPool.median * 1e3)} | ${(r.coldSerial.median / r.coldPool.median).toFixed(2)}× | ` +
+        `${fmt(r.hotSerial.median * 1e3)} | ${fmt(r.hotPool.median * 1e3)} | ${(r.hotSerial.median / r.hotPool.median).toFixed(2)}× |`);
+    }
+  }
+  return L.join('\n');
 }

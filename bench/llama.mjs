@@ -22,6 +22,7 @@
 //          --weights=float32,float16,q8_0,q4_0 --kv=float32,float16,int8,int4,int8/int4,float16/int4
 //          --big-weights=<--weights> --big-prefill=q8_0 --prompt="You will" --steps=511 --big-steps=24
 //          --windows=8 --no-speed --no-quality --no-big]
+//        node bench/llama.mjs --render=llama.json     the tables of a saved --json run
 import crypto from 'node:crypto';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -58,7 +59,6 @@ const PREFILL = 512, BIG_SHORT_PREFILL = QUICK ? 32 : 64;
 const RUNC = arg('runc', null);
 
 const out = (s) => process.stdout.write(s + '\n');
-const log = JSON_OUT ? (s) => process.stderr.write(s + '\n') : out;
 const note = (s) => process.stderr.write(s + '\n');
 const now = () => performance.now();
 const median = (xs) => { const s = [...xs].filter(Number.isFinite).sort((a, b) => a - b); const n = s.length; return n === 0 ? NaN : n % 2 ? s[n >> 1] : (s[n / 2 - 1] + s[n / 2]) / 2; };
@@ -76,6 +76,8 @@ function agreement(a, b) {
   return { same: k === a.length && k === b.length, prefix: k, length: b.length };
 }
 
+if (arg('render')) { out(render(JSON.parse(fs.readFileSync(arg('render'), 'utf8')))); process.exit(0); }
+
 const fortunes = path.join(ROOT, 'models', 'fortunes');
 const checkpoint = new Uint8Array(fs.readFileSync(path.join(fortunes, 'model.bin')));
 const tokenizer = loadTokenizer(fs.readFileSync(path.join(fortunes, 'tokenizer.bin')));
@@ -90,9 +92,9 @@ const meta = {
   date: new Date().toISOString(), commit: commit ? commit + (dirty ? '+local changes' : '') : null, quick: QUICK, node: process.version,
   cpu: os.cpus()[0]?.model?.trim() ?? '?', cores: os.cpus().length, loadavgStart: os.loadavg(), rounds: ROUNDS, prompt: PROMPT,
 };
-const result = { meta, limits: null, runc: null, shipped: null, big: null, targets: [], quality: null };
-log(`sdpa-wasm/llama bench  ${meta.date}  commit ${meta.commit ?? '?'}  ${meta.cpu} (${meta.cores} vCPU)  node ${meta.node}${QUICK ? '  [--quick]' : ''}`);
-log(`load average at start ${meta.loadavgStart.map((x) => x.toFixed(2)).join(' ')} (a shared machine: other load moves every number)`);
+const result = { meta, options: { prompt: PROMPT, prefill: PREFILL, bigShortPrefill: BIG_SHORT_PREFILL, bigPrefill: BIG_PREFILL, steps: STEPS, bigSteps: BIG_STEPS, threads: THREADS, weights: WEIGHTS, bigWeights: BIG_WEIGHTS, kv: KV_SPEED }, limits: null, shipped: null, big: null, targets: [], quality: null };
+note(`sdpa-wasm/llama bench  ${meta.date}  commit ${meta.commit ?? '?'}  ${meta.cpu} (${meta.cores} vCPU)  node ${meta.node}${QUICK ? '  [--quick]' : ''}`);
+note(`load average at start ${meta.loadavgStart.map((x) => x.toFixed(2)).join(' ')} (a shared machine: other load moves every number)`);
 
 // ------------------------------------------------------------------------------------- speed
 
@@ -378,43 +380,48 @@ if (!flag('no-quality')) await quality();
 meta.loadavgEnd = os.loadavg();
 meta.seconds = (Date.now() - t0) / 1000;
 
-const L = [];
-if (result.limits) {
-  L.push('', `Limits (bench/lib/limits.c, one sample before every configuration's turn; medians [min–max]): ${Object.entries(result.limits).map(([t, l]) => `${t} thread${t > 1 ? 's' : ''}: read ${l.bwGBs.toFixed(1)} GB/s [${l.bw.min.toFixed(1)}–${l.bw.max.toFixed(1)}], mul+add ${l.peakGFLOPs.toFixed(1)} GFLOP/s [${l.peak.min.toFixed(1)}–${l.peak.max.toFixed(1)}]`).join('; ')} (${Object.values(result.limits)[0].bw.n} samples).`);
-}
-const sh = result.shipped;
-if (sh) {
-  L.push(...speedTable(`## The shipped model (dim ${SHIPPED.dim}, ${SHIPPED.nLayers} layers, vocab ${SHIPPED.vocabSize}): greedy from ${JSON.stringify(PROMPT)} (${sh.promptTokens} tokens with BOS) to ${sh.steps} positions; ${PREFILL}-token prefill of held-out text`,
-    sh.rows, sh.runc, [PREFILL]));
-  L.push('Decode tok/s: decode forwards (one token appended each, greedy sampling included) ÷ their time, median of rounds; attention / products / other: shares of model.timing summed over the decode steps. ' +
-    'text = run.c: the row\'s greedy text is run.c\'s (only float32 weights with a float32 KV cache are meant to give it; the others show how soon rounding moves an argmax). ' +
-    (sh.runc ? `run.c: its decode-only line (bench/lib/runc.mjs: the forwards from the last prompt token on, ${sh.runc.forwards} of them), median of ${sh.runc.samples.length} runs.` : 'run.c: not run (give --runc=path/to/run.c).'));
-  if (sh.textCheck) L.push(`Greedy text, ${sh.textCheck.config} against run.c: ${sh.textCheck.same ? 'identical' : `differs after ${sh.textCheck.prefix} of ${sh.textCheck.length} characters`} (${JSON.stringify(sh.textCheck.sample)}…); rows marked yes produce the same text.`);
-}
-const big = result.big;
-if (big) {
-  L.push(...speedTable(`## SmolLM2-135M's shape, random weights (dim ${big.shape.dim}, ${big.shape.nLayers} layers, hidden ${big.shape.hiddenDim}, vocab ${big.shape.vocabSize}): greedy from ${JSON.stringify(PROMPT)} (${big.promptTokens} tokens), ${big.generated} tokens generated (${big.generated - 1} decode forwards); prefill of ${BIG_SHORT_PREFILL} tokens${BIG_PREFILL.length ? ` and, for ${BIG_PREFILL.join(', ')}, of ${PREFILL} (one run)` : ''}`,
-    big.rows, big.runc, [BIG_SHORT_PREFILL, ...(BIG_PREFILL.length ? [PREFILL] : [])]));
-  L.push('Weight bytes per token ÷ decode time (all layers and the tied classifier, read once a token):');
-  L.push(big.rows.map((s) => `${s.label}: ${(s.weightBytesPerToken / 1e6).toFixed(0)} MB → ${(s.weightBytesPerToken / (s.decode.msPerToken * 1e6)).toFixed(2)} GB/s` +
-    (result.limits?.[s.threads] ? ` (${pct(s.weightBytesPerToken / (s.decode.msPerToken * 1e6) / result.limits[s.threads].bwGBs)} of the ${s.threads}-thread read)` : '')).join('; '));
-  if (big.textCheck) L.push(`Greedy text, ${big.textCheck.config} against run.c: ${big.textCheck.same ? 'identical' : `differs after ${big.textCheck.prefix} of ${big.textCheck.length} characters`}.`);
-  L.push(`Load times: ${big.rows.map((s) => `${s.label} ${(s.loadMs / 1000).toFixed(1)} s`).join(', ')}.`);
-}
-if (result.targets.length) {
-  L.push('', `## Targets (issue 38)${QUICK ? ': --quick, indicative only' : ''}`);
-  L.push('| target | measured | goal | met | |');
-  L.push('|---|---|---|---|---|');
-  for (const t of result.targets) L.push(`| ${t.name} | ${t.value.toFixed(2)} | ≥ ${t.goal} | ${t.met === null ? '-' : t.met ? 'yes' : 'no'} | ${t.detail} |`);
-}
-const q = result.quality;
-if (q) {
-  L.push('', `## What a KV cache dtype does to the shipped model (held-out text: ${q.windows} windows of ${q.windowTokens} tokens = ${q.rows[0].tokens} predictions; each window one forward)`);
-  L.push('| KV dtype (K / V) | cache bytes per token (all layers) | perplexity | top-1 agreement with float32 | max \\|logit − float32 logit\\| |');
-  L.push('|---|---|---|---|---|');
-  for (const r of q.rows) L.push(`| ${r.dtype} | ${r.bytesPerToken.toFixed(0)} | ${r.ppl.toFixed(3)} | ${(100 * r.agree).toFixed(2)}% | ${r.maxErr.toExponential(2)} (max \\|logit\\| ${r.maxAbs.toFixed(1)}) |`);
-}
-L.push('', `load average at the end ${meta.loadavgEnd.map((x) => x.toFixed(2)).join(' ')}; ${meta.seconds.toFixed(0)} s`);
+out(JSON_OUT ? JSON.stringify(result, null, 1) : render(result));
 
-if (JSON_OUT) out(JSON.stringify(result, null, 1));
-else out(L.join('\n'));
+/** The tables of a run (the --json object). */
+function render(result) {
+  const L = [];
+    const { meta, options: o } = result;
+    L.push(`sdpa-wasm/llama bench  ${meta.date}  commit ${meta.commit ?? '?'}  ${meta.cpu} (${meta.cores} vCPU)  node ${meta.node}  ${(meta.sdpaInfo ?? []).map((i) => `${i.build} ${i.threads}t`).join(', ')}${meta.quick ? '  [--quick]' : ''}`);
+    L.push(`load average at start ${meta.loadavgStart.map((x) => x.toFixed(2)).join(' ')}, at the end ${meta.loadavgEnd.map((x) => x.toFixed(2)).join(' ')} (a shared machine: other load moves every number); ${meta.seconds.toFixed(0)} s; ${meta.rounds} round${meta.rounds > 1 ? 's' : ''}`);
+  if (result.limits) {
+    L.push('', `Limits (bench/lib/limits.c, one sample before every configuration's turn; medians [min–max]): ${Object.entries(result.limits).map(([t, l]) => `${t} thread${t > 1 ? 's' : ''}: read ${l.bwGBs.toFixed(1)} GB/s [${l.bw.min.toFixed(1)}–${l.bw.max.toFixed(1)}], mul+add ${l.peakGFLOPs.toFixed(1)} GFLOP/s [${l.peak.min.toFixed(1)}–${l.peak.max.toFixed(1)}]`).join('; ')} (${Object.values(result.limits)[0].bw.n} samples).`);
+  }
+  const sh = result.shipped;
+  if (sh) {
+    L.push(...speedTable(`## The shipped model (dim ${sh.shape.dim}, ${sh.shape.nLayers} layers, vocab ${sh.shape.vocabSize}): greedy from ${JSON.stringify(o.prompt)} (${sh.promptTokens} tokens with BOS) to ${sh.steps} positions; ${o.prefill}-token prefill of held-out text`,
+      sh.rows, sh.runc, [o.prefill]));
+    L.push('Decode tok/s: decode forwards (one token appended each, greedy sampling included) ÷ their time, median of rounds; attention / products / other: shares of model.timing summed over the decode steps. ' +
+      'text = run.c: the row\'s greedy text is run.c\'s (only float32 weights with a float32 KV cache are meant to give it; the others show how soon rounding moves an argmax). ' +
+      (sh.runc ? `run.c: its decode-only line (bench/lib/runc.mjs: the forwards from the last prompt token on, ${sh.runc.forwards} of them), median of ${sh.runc.samples.length} runs.` : 'run.c: not run (give --runc=path/to/run.c).'));
+    if (sh.textCheck) L.push(`Greedy text, ${sh.textCheck.config} against run.c: ${sh.textCheck.same ? 'identical' : `differs after ${sh.textCheck.prefix} of ${sh.textCheck.length} characters`} (${JSON.stringify(sh.textCheck.sample)}…); rows marked yes produce the same text.`);
+  }
+  const big = result.big;
+  if (big) {
+    L.push(...speedTable(`## SmolLM2-135M's shape, random weights (dim ${big.shape.dim}, ${big.shape.nLayers} layers, hidden ${big.shape.hiddenDim}, vocab ${big.shape.vocabSize}): greedy from ${JSON.stringify(o.prompt)} (${big.promptTokens} tokens), ${big.generated} tokens generated (${big.generated - 1} decode forwards); prefill of ${o.bigShortPrefill} tokens${o.bigPrefill.length ? ` and, for ${o.bigPrefill.join(', ')}, of ${o.prefill} (one run)` : ''}`,
+      big.rows, big.runc, [o.bigShortPrefill, ...(o.bigPrefill.length ? [o.prefill] : [])]));
+    L.push('Weight bytes per token ÷ decode time (all layers and the tied classifier, read once a token):');
+    L.push(big.rows.map((s) => `${s.label}: ${(s.weightBytesPerToken / 1e6).toFixed(0)} MB → ${(s.weightBytesPerToken / (s.decode.msPerToken * 1e6)).toFixed(2)} GB/s` +
+      (result.limits?.[s.threads] ? ` (${pct(s.weightBytesPerToken / (s.decode.msPerToken * 1e6) / result.limits[s.threads].bwGBs)} of the ${s.threads}-thread read)` : '')).join('; '));
+    if (big.textCheck) L.push(`Greedy text, ${big.textCheck.config} against run.c: ${big.textCheck.same ? 'identical' : `differs after ${big.textCheck.prefix} of ${big.textCheck.length} characters`}.`);
+    L.push(`Load times: ${big.rows.map((s) => `${s.label} ${(s.loadMs / 1000).toFixed(1)} s`).join(', ')}.`);
+  }
+  if (result.targets.length) {
+    L.push('', `## Targets (issue 38)${meta.quick ? ': --quick, indicative only' : ''}`);
+    L.push('| target | measured | goal | met | |');
+    L.push('|---|---|---|---|---|');
+    for (const t of result.targets) L.push(`| ${t.name} | ${t.value.toFixed(2)} | ≥ ${t.goal} | ${t.met === null ? '-' : t.met ? 'yes' : 'no'} | ${t.detail} |`);
+  }
+  const q = result.quality;
+  if (q) {
+    L.push('', `## What a KV cache dtype does to the shipped model (held-out text: ${q.windows} windows of ${q.windowTokens} tokens = ${q.rows[0].tokens} predictions; each window one forward)`);
+    L.push('| KV dtype (K / V) | cache bytes per token (all layers) | perplexity | top-1 agreement with float32 | max \\|logit − float32 logit\\| |');
+    L.push('|---|---|---|---|---|');
+    for (const r of q.rows) L.push(`| ${r.dtype} | ${r.bytesPerToken.toFixed(0)} | ${r.ppl.toFixed(3)} | ${(100 * r.agree).toFixed(2)}% | ${r.maxErr.toExponential(2)} (max \\|logit\\| ${r.maxAbs.toFixed(1)}) |`);
+  }
+  return L.join('\n');
+}
