@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// The weight products (sdpa.linear) per weight dtype (float32, float16, q8_0, q4_0), against the
+// The weight products (sdpa.linear) per weight dtype (float32, float16, q8_0, q4_0; and q8_0 /
+// q4_0 with activations: 'int16', the option that quantizes x per block), against the
 // machine's limits probed all through the same run (bench/lib/limits.mjs openLimits: read
 // bandwidth and f32x4 mul+add peak, 1 and 2 threads, one sample of each before every row):
 //   * one matrix at a time: every distinct [out, in] of one token of the shipped model
@@ -21,7 +22,7 @@
 // (--quick: about 20 s).
 //
 //   node bench/dense.mjs [--quick] [--json] [--threads=1,2] [--models=shipped,135m]
-//                        [--dtypes=float32,float16,q8_0,q4_0] [--rows=1,64,512] [--budget=300]
+//                        [--dtypes=float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16] [--rows=1,64,512] [--budget=300]
 //                        [--no-matrices] [--no-token] [--no-pool]
 //   node bench/dense.mjs --render=dense.json     the tables of a saved --json run
 import { execFileSync } from 'node:child_process';
@@ -44,7 +45,10 @@ const QUICK = flag('quick');
 const JSON_OUT = flag('json');
 const THREADS = arg('threads', '1,2').split(',').map(Number);
 const MODEL_IDS = arg('models', 'shipped,135m').split(',');
-const DTYPES = arg('dtypes', 'float32,float16,q8_0,q4_0').split(',');
+// a weight dtype, or q8_0+int16 / q4_0+int16: the same weights with sdpa.linear's activations: 'int16'
+const DTYPES = arg('dtypes', 'float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16').split(',');
+/** { dtype, act, opts(o) }: a --dtypes entry (act: the activations option, or undefined). */
+const variantOf = (v) => { const [dtype, act] = v.split('+'); return { dtype, act, opts: (o) => (act ? { ...o, activations: act } : o) }; };
 const ROWS = arg('rows', QUICK ? '1,64' : '1,64,512').split(',').map(Number);
 const BUDGET_MS = Number(arg('budget', QUICK ? 60 : 300));      // per matrix row, all four variants together
 const MIN_SAMPLES = QUICK ? 3 : 5;
@@ -137,10 +141,11 @@ function copiesOf(master, n) {
 /** V8 compiles wasm with Liftoff first and tiers hot functions up to TurboFan: run every kernel path long enough first. */
 function warmUp() {
   const ta = now();
-  for (const dtype of DTYPES) {
+  for (const variant of DTYPES) {
+    const { dtype, opts } = variantOf(variant);
     const w = makeWeight(dtype, 256, 256);
     for (const n of [1, 8]) {
-      const x = randomTensor([n, 256]), y = sdpa.allocTensor('float32', [n, 256]), o = { out: y };
+      const x = randomTensor([n, 256]), y = sdpa.allocTensor('float32', [n, 256]), o = opts({ out: y });
       for (const t of THREADS) {
         setThreads(t);
         const s = now();
@@ -202,8 +207,9 @@ const results = { matrices: [], tokens: [], pool: [] };
 
 // ---------------------------------------------------------------------------- one matrix at a time
 
-function matrixRows(modelId, dtype) {
+function matrixRows(modelId, variant) {
   const s = MODELS[modelId].shape;
+  const { dtype, opts } = variantOf(variant);
   for (const sh of distinctShapes(s)) {
     const wb = sh.rows * rowBytes(dtype, sh.cols);
     const nCopies = Math.max(2, Math.ceil(COLD_BYTES / wb));
@@ -213,7 +219,7 @@ function matrixRows(modelId, dtype) {
       if (sh.decodeOnly && n > 1) continue;
       const x = randomTensor([n, sh.cols]);
       const y = sdpa.allocTensor('float32', [n, sh.rows]);
-      const o = { out: y };
+      const o = opts({ out: y });
       const variants = [];
       for (const t of THREADS) {
         variants.push({ key: `cold${t}`, threads: t, call: (i) => sdpa.linear(x, ws[i % nCopies], o) });
@@ -222,12 +228,12 @@ function matrixRows(modelId, dtype) {
       sampleLimits();
       const st = timeVariants(variants);
       const row = {
-        model: modelId, matrix: sh.name, rows: sh.rows, cols: sh.cols, n, dtype, weightBytes: wb, copies: nCopies,
+        model: modelId, matrix: sh.name, rows: sh.rows, cols: sh.cols, n, dtype: variant, weightBytes: wb, copies: nCopies,
         flops: 2 * n * sh.rows * sh.cols, bytes: wb + 4 * n * (sh.cols + sh.rows), per: {},
       };
       for (const t of THREADS) row.per[t] = { cold: st[`cold${t}`], hot: st[`hot${t}`] };
       results.matrices.push(row);
-      note(`dense: ${modelId} ${sh.name} [${sh.rows}x${sh.cols}] ${dtype} n=${n}: ` + THREADS.map((t) => `${t}t cold ${fmt(row.per[t].cold.median * 1e3)} us, hot ${fmt(row.per[t].hot.median * 1e3)} us`).join('; '));
+      note(`dense: ${modelId} ${sh.name} [${sh.rows}x${sh.cols}] ${variant} n=${n}: ` + THREADS.map((t) => `${t}t cold ${fmt(row.per[t].cold.median * 1e3)} us, hot ${fmt(row.per[t].hot.median * 1e3)} us`).join('; '));
       x.dispose(); y.dispose();
     }
     for (const w of ws) w.dispose();
@@ -236,8 +242,9 @@ function matrixRows(modelId, dtype) {
 
 // ---------------------------------------------------------------------------- one token's products
 
-function tokenRows(modelId, dtype) {
+function tokenRows(modelId, variant) {
   const s = MODELS[modelId].shape;
+  const { dtype, opts } = variantOf(variant);
   const list = tokenProducts(s);
   const setBytes = list.reduce((b, p) => b + p.rows * rowBytes(dtype, p.cols), 0);
   const flops = list.reduce((f, p) => f + 2 * p.rows * p.cols, 0);
@@ -255,12 +262,14 @@ function tokenRows(modelId, dtype) {
     }));
   }
   for (const w of masters.values()) w.dispose();
-  const width = Math.max(s.dim, s.hiddenDim, s.vocabSize);
-  const xs = randomTensor([1, width]);
-  const ys = sdpa.allocTensor('float32', [1, width]);
-  // the [1, cols] / [1, rows] views of the two activation rows, and their options, made once
-  const view = (t, n) => ({ data: t.data.subarray(0, n), dims: [1, n] });
-  const calls = list.map((p) => ({ x: view(xs, p.cols), o: { out: view(ys, p.rows), accumulate: !!p.acc } }));
+  // x and out: one heap tensor [1, n] per width (as the model's activations are heap tensors: a
+  // view argument would cost a search of every live heap tensor, and this run holds thousands)
+  const xs = new Map(), ys = new Map();
+  for (const p of list) {
+    if (!xs.has(p.cols)) xs.set(p.cols, randomTensor([1, p.cols]));
+    if (!ys.has(p.rows)) ys.set(p.rows, sdpa.allocTensor('float32', [1, p.rows]));
+  }
+  const calls = list.map((p) => ({ x: xs.get(p.cols), o: opts({ out: ys.get(p.rows), accumulate: !!p.acc }) }));
   const token = (set) => { for (let j = 0; j < list.length; j++) sdpa.linear(calls[j].x, set[j], calls[j].o); };
   const variants = [];
   for (const t of THREADS) {
@@ -271,12 +280,12 @@ function tokenRows(modelId, dtype) {
   sampleLimits();
   const st = timeVariants(variants, QUICK ? 150 : 1200);
   sampleLimits();
-  const row = { model: modelId, dtype, products: list.length, setBytes, sets, flops, bytes: setBytes, per: {} };
+  const row = { model: modelId, dtype: variant, products: list.length, setBytes, sets, flops, bytes: setBytes, per: {} };
   for (const t of THREADS) row.per[t] = { cold: st[`cold${t}`], set: st[`set${t}`] ?? null };
   results.tokens.push(row);
-  note(`dense: ${modelId} token ${dtype}: ` + THREADS.map((t) => `${t}t cold ${fmt(row.per[t].cold.median)} ms` + (row.per[t].set ? `, one set ${fmt(row.per[t].set.median)} ms` : '')).join('; '));
+  note(`dense: ${modelId} token ${variant}: ` + THREADS.map((t) => `${t}t cold ${fmt(row.per[t].cold.median)} ms` + (row.per[t].set ? `, one set ${fmt(row.per[t].set.median)} ms` : '')).join('; '));
   for (const set of all) for (const w of set) w.dispose();
-  xs.dispose(); ys.dispose();
+  for (const t of [...xs.values(), ...ys.values()]) t.dispose();
 }
 
 // ---------------------------------------------------------------------------- where the pool pays

@@ -1,10 +1,10 @@
 #!/usr/bin/env node
 // sdpa-wasm/llama (js/llama: every layer in wasm) on two models, in one run:
 //  1. speed: decode and prefill tokens/s, with the share of a step in attention / weight
-//     products / the rest (model.timing), per weight dtype (float32, float16, q8_0, q4_0) at 1
-//     and 2 threads, of
+//     products / the rest (model.timing), per weight dtype (float32, float16, q8_0, q4_0, and
+//     q8_0 / q4_0 with activations: 'int16', written q8_0+int16) at 1 and 2 threads, of
 //       * the shipped model (models/fortunes), greedy from the same prompt to 511 positions,
-//         and per KV cache dtype (float32 weights); a 512-token prefill of held-out text;
+//         and per KV cache dtype (float32 weights, --kv-threads); a 512-token prefill;
 //       * SmolLM2-135M's shape with random weights (bench/lib/random-llama.mjs, written into
 //         os.tmpdir() and deleted after): a short greedy decode (--big-steps tokens), a 64-token
 //         prefill, and a 512-token prefill for --big-prefill's weight dtypes (one run: long);
@@ -12,15 +12,17 @@
 //     float32, 1 thread, the same prompt, greedy, fixed length) when --runc=path/to/run.c is
 //     given, with whether the greedy texts are identical; against the read bandwidth and mul+add
 //     peak probed all through the run (bench/lib/limits.mjs openLimits); and the issue-38 targets.
-//     Every configuration is loaded first; each round then runs each of them once (and run.c), in
-//     an order reversed every round, so a slow phase of the shared host lands in every row.
+//     Every configuration is a model alone in an instance of its own, all loaded first; each
+//     round then runs each of them once (and run.c), in an order reversed every round, so a slow
+//     phase of the shared host lands in every row.
 //  2. what each KV cache dtype does to the shipped model: on held-out text
 //     (tests/data/llama/heldout.txt, never trained on) in windows of the full context,
 //     perplexity, top-1 agreement with float32 and the largest logit error.
 // Medians over rounds; times never fail anything. About 4-5 minutes (--quick: under 1).
 // usage: npm run bench:llama [-- --quick --json --runc=/path/to/llama2.c/run.c --rounds=3 --threads=1,2
-//          --weights=float32,float16,q8_0,q4_0 --kv=float32,float16,int8,int4,int8/int4,float16/int4
-//          --big-weights=<--weights> --big-prefill=q8_0 --prompt="You will" --steps=511 --big-steps=24
+//          --weights=float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16 --kv=float32,float16,int8,int4,int8/int4,float16/int4
+//          --kv-threads=1 --big-weights=<--weights> --big-prefill=q8_0,q8_0+int16 --prompt="You will"
+//          --steps=511 --big-steps=16
 //          --windows=8 --no-speed --no-quality --no-big]
 //        node bench/llama.mjs --render=llama.json     the tables of a saved --json run
 import crypto from 'node:crypto';
@@ -47,14 +49,16 @@ const JSON_OUT = flag('json');
 const ROUNDS = Number(arg('rounds', QUICK ? 1 : 3));
 const WINDOWS = Number(arg('windows', QUICK ? 2 : 8));
 const THREADS = list(arg('threads', '1,2')).map(Number);
-const WEIGHTS = list(arg('weights', QUICK ? 'float32,q8_0' : 'float32,float16,q8_0,q4_0'));
+// a weight dtype, or q8_0+int16 / q4_0+int16: the same weights with loadLlama's activations: 'int16'
+const WEIGHTS = list(arg('weights', QUICK ? 'float32,q8_0,q8_0+int16' : 'float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16'));
 const KV_SPEED = list(arg('kv', QUICK ? 'float32,int8' : 'float32,float16,int8,int4,int8/int4,float16/int4'));
+const KV_THREADS = list(arg('kv-threads', '1')).map(Number);             // the KV-dtype rows' thread counts
 const KV_QUALITY = ['float32', 'float16', 'int8', 'int4', 'int8/int4', 'float16/int4'];
 const PROMPT = arg('prompt', 'You will');
 const STEPS = Number(arg('steps', QUICK ? 128 : 511));                    // the shipped model: positions, as run.c's -n
-const BIG_STEPS = Number(arg('big-steps', QUICK ? 8 : 24));               // the 135M shape: tokens generated after the prompt
-const BIG_WEIGHTS = list(arg('big-weights', QUICK ? 'q8_0' : WEIGHTS.join(',')));
-const BIG_PREFILL = list(arg('big-prefill', QUICK ? '' : 'q8_0'));        // weight dtypes with a 512-token prefill on the 135M shape
+const BIG_STEPS = Number(arg('big-steps', QUICK ? 8 : 16));               // the 135M shape: tokens generated after the prompt
+const BIG_WEIGHTS = list(arg('big-weights', QUICK ? 'q8_0,q8_0+int16' : WEIGHTS.join(',')));
+const BIG_PREFILL = list(arg('big-prefill', QUICK ? '' : 'q8_0,q8_0+int16'));        // weight dtypes with a 512-token prefill on the 135M shape
 const PREFILL = 512, BIG_SHORT_PREFILL = QUICK ? 32 : 64;
 const RUNC = arg('runc', null);
 
@@ -92,24 +96,30 @@ const meta = {
   date: new Date().toISOString(), commit: commit ? commit + (dirty ? '+local changes' : '') : null, quick: QUICK, node: process.version,
   cpu: os.cpus()[0]?.model?.trim() ?? '?', cores: os.cpus().length, loadavgStart: os.loadavg(), rounds: ROUNDS, prompt: PROMPT,
 };
-const result = { meta, options: { prompt: PROMPT, prefill: PREFILL, bigShortPrefill: BIG_SHORT_PREFILL, bigPrefill: BIG_PREFILL, steps: STEPS, bigSteps: BIG_STEPS, threads: THREADS, weights: WEIGHTS, bigWeights: BIG_WEIGHTS, kv: KV_SPEED }, limits: null, shipped: null, big: null, targets: [], quality: null };
+const result = { meta, options: { prompt: PROMPT, prefill: PREFILL, bigShortPrefill: BIG_SHORT_PREFILL, bigPrefill: BIG_PREFILL, steps: STEPS, bigSteps: BIG_STEPS, threads: THREADS, kvThreads: KV_THREADS, weights: WEIGHTS, bigWeights: BIG_WEIGHTS, kv: KV_SPEED }, limits: null, shipped: null, big: null, targets: [], quality: null };
 note(`sdpa-wasm/llama bench  ${meta.date}  commit ${meta.commit ?? '?'}  ${meta.cpu} (${meta.cores} vCPU)  node ${meta.node}${QUICK ? '  [--quick]' : ''}`);
 note(`load average at start ${meta.loadavgStart.map((x) => x.toFixed(2)).join(' ')} (a shared machine: other load moves every number)`);
 
 // ------------------------------------------------------------------------------------- speed
 
 /**
- * One configuration: a model on the instance of its thread count. run(kind) runs one decode
+ * One configuration: a model alone in an instance of its own (the JS checks of a view argument
+ * walk the instance's live heap tensors: a model loaded after others in one instance runs slower,
+ * 17% on the shipped model after 16 others), every instance from one compiled module (so V8's
+ * tier-up is shared). decodeOnce runs one decode
  * (truncate, the prompt in one forward untimed, then greedy steps to `steps` positions: each
  * appends one token; tok/s = appended tokens / the loop's time, sampling included) or one prefill
  * of n tokens (one forward, logits of the last row), and pushes its figures.
  */
-function makeConfig(sdpa, bytes, { label, weights, kv, threads, maxSeqLen, promptIds, steps, prefillIds }) {
+async function makeConfig(wasmModule, bytes, { label, weights, kv, threads, maxSeqLen, promptIds, steps, prefillIds }) {
   const [keyDtype, valueDtype = keyDtype] = kv.split('/');
+  const [weightDtype, activations = 'float32'] = weights.split('+');    // q8_0+int16: activations 'int16'
+  const sdpa = await createSdpa({ threads, build: 'simd-threads', wasmModule });
   const ta = now();
-  const model = loadLlama(sdpa, bytes, { weightDtype: weights, keyDtype, valueDtype, maxSeqLen });
+  const model = loadLlama(sdpa, bytes, { weightDtype, activations, keyDtype, valueDtype, maxSeqLen });
   const loadMs = now() - ta;
-  const c = { label, weights, kv, threads, loadMs, model, decode: [], prefill: {}, text: null, texts: new Set() };
+  const c = { label, weights, weightDtype, kv, threads, loadMs, model, sdpa, decode: [], prefill: {}, text: null, texts: new Set() };
+  c.dispose = () => { model.dispose(); sdpa.dispose(); };
   c.decodeOnce = (tok) => {
     model.truncate(0);
     model.forward(promptIds, { logits: 'last' });
@@ -201,9 +211,9 @@ async function speed() {
     runc = { jsPath: b.jsPath };
     note(`llama: run.c ${b.built ? 'built' : 'up to date'}: ${path.relative(ROOT, b.jsPath)}`);
   }
-  const sdpas = new Map();
-  for (const t of THREADS) sdpas.set(t, await createSdpa({ threads: t }));
-  meta.sdpaInfo = [...sdpas.values()].map((s) => ({ ...s.info }));
+  // one compiled module for every configuration's instance (the default build of Node 20: simd-threads)
+  const wasmModule = await WebAssembly.compile(fs.readFileSync(path.join(ROOT, 'dist', 'sdpa-simd-threads.wasm')));
+  meta.sdpaInfo = [];
 
   // ---- the shipped model
   const promptIds = tokenizer.encode(PROMPT);
@@ -211,9 +221,12 @@ async function speed() {
   const shippedConfigs = [];
   const base = { maxSeqLen: SHIPPED.seqLen, promptIds, steps: STEPS, prefillIds };
   for (const t of THREADS) {
-    for (const w of WEIGHTS) shippedConfigs.push(makeConfig(sdpas.get(t), checkpoint, { ...base, label: `${w} ${t}t`, weights: w, kv: 'float32', threads: t }));
-    for (const kv of KV_SPEED.filter((k) => k !== 'float32')) shippedConfigs.push(makeConfig(sdpas.get(t), checkpoint, { ...base, label: `kv ${kv} ${t}t`, weights: 'float32', kv, threads: t }));
+    for (const w of WEIGHTS) shippedConfigs.push(await makeConfig(wasmModule, checkpoint, { ...base, label: `${w} ${t}t`, weights: w, kv: 'float32', threads: t }));
+    if (KV_THREADS.includes(t)) {
+      for (const kv of KV_SPEED.filter((k) => k !== 'float32')) shippedConfigs.push(await makeConfig(wasmModule, checkpoint, { ...base, label: `kv ${kv} ${t}t`, weights: 'float32', kv, threads: t }));
+    }
   }
+  for (const c of shippedConfigs) if (!meta.sdpaInfo.some((i) => i.threads === c.sdpa.info.threads)) meta.sdpaInfo.push({ ...c.sdpa.info });
   // warm-up: V8 compiles wasm with Liftoff first and tiers hot functions up to TurboFan
   for (const c of shippedConfigs) { c.decodeOnce(null); c.prefillOnce(64); c.reset(); }
   const runcShipped = [];
@@ -231,7 +244,7 @@ async function speed() {
     const ours = shippedConfigs.find((c) => c.weights === 'float32' && c.kv === 'float32' && c.threads === 1) ?? shippedConfigs[0];
     shipped.textCheck = { config: ours.label, ...agreement(ours.text, text), sample: text.slice(0, 120) };
   }
-  for (const c of shippedConfigs) c.model.dispose();
+  for (const c of shippedConfigs) c.dispose();
   result.shipped = shipped;
 
   // ---- SmolLM2-135M's shape, random weights
@@ -256,11 +269,11 @@ async function speed() {
       ta = now();
       for (const t of THREADS) {
         for (const w of BIG_WEIGHTS) {
-          configs.push(makeConfig(sdpas.get(t), bytes, { label: `${w} ${t}t`, weights: w, kv: 'float32', threads: t, maxSeqLen: PREFILL + 8, promptIds: bigPrompt, steps, prefillIds: ids }));
+          configs.push(await makeConfig(wasmModule, bytes, { label: `${w} ${t}t`, weights: w, kv: 'float32', threads: t, maxSeqLen: PREFILL + 8, promptIds: bigPrompt, steps, prefillIds: ids }));
         }
       }
       note(`llama: 135M shape: ${configs.length} models loaded in ${((now() - ta) / 1000).toFixed(1)} s (${configs.map((c) => `${c.label} ${(c.loadMs / 1000).toFixed(1)} s`).join(', ')})`);
-      for (const c of configs) { c.model.forward(bigPrompt, { logits: 'last' }); c.model.truncate(0); }   // (the instances are warm from the shipped model)
+      for (const c of configs) { c.model.forward(bigPrompt, { logits: 'last' }); c.model.truncate(0); }   // (the module is warm from the shipped model)
       const runcBig = [];
       for (let r = 0; r < ROUNDS; r++) {
         const order = r & 1 ? [...configs].reverse() : configs;
@@ -276,7 +289,7 @@ async function speed() {
         }
       }
       const big = { shape: S, steps, generated: BIG_STEPS, promptTokens: bigPrompt.length, rows: configs.map(summary), runc: null };
-      for (const s of big.rows) s.weightBytesPerToken = tokenWork(S, s.weights).bytes;
+      for (const s of big.rows) s.weightBytesPerToken = tokenWork(S, s.weights.split('+')[0]).bytes;
       if (runc) {
         const text = runcBig[0].text;
         big.runc = { tokS: median(runcBig.map((x) => x.tokS)), achievedTokS: median(runcBig.map((x) => x.achievedTokS)), samples: runcBig.map((x) => x.tokS), forwards: runcBig[0].forwards, textHash: hash(text), textsDiffer: new Set(runcBig.map((x) => x.text)).size > 1 };
@@ -285,12 +298,11 @@ async function speed() {
       }
       result.big = big;
     } finally {
-      for (const c of configs) c.model.dispose();
+      for (const c of configs) c.dispose();
       cleanup();
       process.off('SIGINT', onSignal); process.off('SIGTERM', onSignal);
     }
   }
-  for (const s of sdpas.values()) s.dispose();
   sampleLimits();
   result.limits = Object.fromEntries(THREADS.map((t) => [t, probe.stats(t)]));
   probe.close();
@@ -312,15 +324,17 @@ function targets() {
     if (best && best !== f32) add(`the same, the fastest weight dtype (${best.weights})`, best.decode.tokS / sh.runc.tokS, 1.5, `${fmt(best.decode.tokS)} tok/s`);
   }
   const big = result.big;
-  const q8 = find(big?.rows, 'q8_0', 'float32', 1);
-  if (q8 && result.limits?.[1]) {
-    const gbs = q8.weightBytesPerToken / (q8.decode.msPerToken * 1e6);
-    add('135M shape, q8_0, 1 thread: weight bytes per token ÷ decode time, of the 1-thread read bandwidth', gbs / result.limits[1].bwGBs, 0.5,
-      `${(q8.weightBytesPerToken / 1e6).toFixed(0)} MB per token in ${q8.decode.msPerToken.toFixed(1)} ms = ${gbs.toFixed(2)} GB/s; read ${result.limits[1].bwGBs.toFixed(1)} GB/s`);
+  for (const w of ['q8_0', 'q8_0+int16']) {
+    const one = find(big?.rows, w, 'float32', 1), two = find(big?.rows, w, 'float32', 2);
+    const what = w === 'q8_0' ? 'q8_0' : "q8_0 with activations: 'int16'";
+    if (one && result.limits?.[1]) {
+      const gbs = one.weightBytesPerToken / (one.decode.msPerToken * 1e6);
+      add(`135M shape, ${what}, 1 thread: weight bytes per token ÷ decode time, of the 1-thread read bandwidth`, gbs / result.limits[1].bwGBs, 0.5,
+        `${(one.weightBytesPerToken / 1e6).toFixed(0)} MB per token in ${one.decode.msPerToken.toFixed(1)} ms = ${gbs.toFixed(2)} GB/s; read ${result.limits[1].bwGBs.toFixed(1)} GB/s`);
+    }
+    if (one && two) add(`135M shape, ${what}: decode 2 threads ÷ 1 thread`, two.decode.tokS / one.decode.tokS, 1.6,
+      `${fmt(two.decode.tokS)} vs ${fmt(one.decode.tokS)} tok/s` + (result.limits?.[2] ? `; the probes 2t ÷ 1t: read ${(result.limits[2].bwGBs / result.limits[1].bwGBs).toFixed(2)}×, mul+add ${(result.limits[2].peakGFLOPs / result.limits[1].peakGFLOPs).toFixed(2)}×` : ''));
   }
-  const q8two = find(big?.rows, 'q8_0', 'float32', 2);
-  if (q8 && q8two) add('135M shape, q8_0: decode 2 threads ÷ 1 thread', q8two.decode.tokS / q8.decode.tokS, 1.6,
-    `${fmt(q8two.decode.tokS)} vs ${fmt(q8.decode.tokS)} tok/s` + (result.limits?.[2] ? `; the probes 2t ÷ 1t: read ${(result.limits[2].bwGBs / result.limits[1].bwGBs).toFixed(2)}×, mul+add ${(result.limits[2].peakGFLOPs / result.limits[1].peakGFLOPs).toFixed(2)}×` : ''));
   for (const rows of [sh?.rows, big?.rows]) {
     for (const s of rows ?? []) {
       const p = s.prefill[PREFILL];
