@@ -4,16 +4,31 @@
  * The input picks a call (linear, rms_norm, swiglu, embed, quantize), its
  * tensors' dtypes (weight dtypes, and others no call takes), ranks, dims and
  * claimed lengths (sometimes not the product of the dims), whether out
- * overlaps an input, accumulate / eps / ids, and the bytes of the weights and
- * activations. Every buffer is allocated with exactly the bytes its
- * descriptor claims, so ASan sees any access outside what a call was told.
+ * overlaps an input, linear's flags (0..3: ACCUMULATE, INT16_ACTIVATIONS,
+ * both; rarely 7, an invalid bit) / eps / ids, and the bytes of the weights
+ * and activations. Every choice of shape is read first, then the tensors'
+ * contents: the input's bytes while they last, then a generator seeded by the
+ * whole input (without it a short input could not make a q8_0 linear, whose
+ * x and weight take hundreds of bytes: 60 s from an empty corpus reached none).
+ * Every buffer is allocated with exactly the bytes its descriptor claims, so
+ * ASan sees any access outside what a call was told.
  *
  * Oracles (abort() on violation):
  *   - the status is OK or one of the rule codes (E_ARG, E_RANK, E_DIMS, E_DTYPE);
  *   - a failure writes no byte of out and leaves a message;
  *   - a linear that succeeds equals a float64 product over the dequantized
- *     weights (ggml's layouts, decoded here) within float32 rounding, where
- *     every value is finite; and is bit-identical on 1 and 3 threads.
+ *     weights (ggml's layouts, decoded here) and the original x within float32
+ *     rounding, 1e-5 (|y0| + sum_j |w_j x_j|) + 1e-30, where every value is
+ *     finite (over the dims the call was given, which need not be the ones
+ *     the input first asked for); and is bit-identical on 1 and 3 threads;
+ *   - with SDPA_LINEAR_INT16_ACTIVATIONS and a q8_0 / q4_0 weight, x is
+ *     quantized per row and block of 32 (s_b = amax_b / 32767, xq = x / s_b
+ *     rounded to an int16), so each x value is off by at most
+ *     E_b = s_b / 2 + 4 * 2^-24 amax_b (the rounding to an integer, plus
+ *     float32's rounding of 32767 / amax, of x times it and of s_b); the
+ *     tolerance widens by sum_j |w_j| E_b(j) (and 1e-5 of that for the
+ *     float32 sums). (x here is multiples of 1/256 below 4: no block is tiny
+ *     enough for s_b or d * s_b to underflow.)
  *
  * Build: CMake with -DSDPA_FUZZ=ON builds it next to fuzz_sdpa.
  */
@@ -36,11 +51,22 @@ static sdpa_ctx * g_ctx1, * g_ctx3;
         }                                                       \
     } while (0)
 
-typedef struct reader { const uint8_t * p; size_t n; } reader;
+typedef struct reader { const uint8_t * p; size_t n; uint64_t rng; } reader;
 static uint32_t take(reader * r, uint32_t mod) {
     uint32_t v = 0;
     for (int i = 0; i < 2 && r->n; i++, r->p++, r->n--) v = v << 8 | *r->p;
     return mod ? v % mod : v;
+}
+/* Tensor contents: the input's bytes while they last, then a generator seeded
+ * by the whole input (so that a short input still makes whole weights and
+ * activations: a q8_0 linear needs hundreds of bytes of them). */
+static uint32_t take_data(reader * r, uint32_t mod) {
+    if (r->n) return take(r, mod);
+    uint64_t z = (r->rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return mod ? (uint32_t)(z % mod) : (uint32_t)z;
 }
 
 static const int32_t DTYPES[] = { SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_Q8_0, SDPA_DTYPE_Q4_0,
@@ -74,7 +100,8 @@ static double weight_at(int32_t dtype, const uint8_t * w, int32_t cols, int32_t 
     return (double)half(h) * ((k < 16 ? b[2 + k] & 15 : b[2 + k - 16] >> 4) - 8);
 }
 
-/* A tensor of the input's choosing: dims (rank 0..5, each 1..40 or 0 / -1 rarely), a claimed len. */
+/* A tensor of the input's choosing: dims (rank 0..5, each 1..40 or 0 / -1 rarely), a claimed len;
+ * its buffer allocated, filled later (fill): every choice of shape is read first. */
 static sdpa_tensor make(reader * r, int32_t dtype, int want_rank, const int32_t * want) {
     sdpa_tensor t;
     memset(&t, 0, sizeof t);
@@ -90,12 +117,18 @@ static sdpa_tensor make(reader * r, int32_t dtype, int want_rank, const int32_t 
     if (take(r, 16) == 0) len += take(r, 3) + 1;  /* a length that is not the product */
     t.len = len;
     const size_t bytes = bytes_of(dtype, len);
-    uint8_t * p = malloc(bytes ? bytes : 1);
-    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)take(r, 256);
-    if (dtype == SDPA_DTYPE_FLOAT32)  /* finite values mostly: tame the bytes */
-        for (size_t i = 0; i < len; i++) ((float *)p)[i] = ((int)take(r, 2001) - 1000) / 256.0f;
-    t.data = p;
+    t.data = malloc(bytes ? bytes : 1);
     return t;
+}
+
+static void fill(reader * r, sdpa_tensor * t) {
+    uint8_t * p = t->data;
+    const size_t bytes = bytes_of(t->dtype, t->len);
+    if (t->dtype == SDPA_DTYPE_FLOAT32) {  /* finite values: tame the bytes */
+        for (size_t i = 0; i < t->len; i++) ((float *)p)[i] = ((int)take_data(r, 2001) - 1000) / 256.0f;
+    } else {
+        for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)take_data(r, 256);
+    }
 }
 
 static int known_status(sdpa_status s) {
@@ -109,7 +142,8 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         g_ctx3 = sdpa_ctx_create(3, &st);
         sdpa_ctx_set_dense_parallel_min_macs(g_ctx3, 0);
     }
-    reader r = { data, size };
+    reader r = { data, size, 0x2545F4914F6CDD1Dull };
+    for (size_t i = 0; i < size; i++) r.rng = (r.rng ^ data[i]) * 0x100000001B3ull;
     const uint32_t op = take(&r, 5);
     const int32_t wdt = DTYPES[take(&r, 8)];
     const int32_t n = (int32_t)take(&r, 6) + 1, rows = (int32_t)take(&r, 37) + 1;
@@ -138,8 +172,11 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     int32_t ids[8];
     const int32_t n_ids = (int32_t)take(&r, 9);
     for (int i = 0; i < 8; i++) ids[i] = (int32_t)take(&r, 45) - 2;
-    const int32_t acc = take(&r, 16) == 0 ? 7 : (int32_t)take(&r, 2);
+    const int32_t acc = take(&r, 16) == 0 ? 7 : (int32_t)take(&r, 4);  /* linear's flags */
     const float eps = take(&r, 16) == 0 ? NAN : 1e-5f;
+    fill(&r, &x);
+    fill(&r, &w);
+    fill(&r, &out);
 
     const size_t out_bytes = bytes_of(out_t->dtype, out_t->len);
     uint8_t * before = malloc(out_bytes ? out_bytes : 1);
@@ -157,7 +194,10 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         CHECK(memcmp(before, out_t->data, out_bytes) == 0, "op %u: a failed call (%s) wrote out", op, sdpa_status_code(s));
         CHECK(sdpa_ctx_last_error(g_ctx1)[0] != '\0', "op %u: a failure without a message", op);
     } else if (op == 0) {
-        /* the float64 product, then the same call on 3 threads (the pool at any size) */
+        /* the float64 product, then the same call on 3 threads (the pool at any size);
+         * over the dims the call took (make may pick others than asked for, and
+         * they may still agree: x [32, 32] with weight [32, 32] for cols 8) */
+        const int32_t rows = w.dims[0], cols = w.dims[1];
         const int32_t nr = (int32_t)(x.len / (size_t)cols);
         float * y3 = malloc(out_bytes);
         memcpy(y3, before, out_bytes);
@@ -168,15 +208,25 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         free(y3);
         for (int32_t i = 0; i < nr; i++)
             for (int32_t o = 0; o < rows; o++) {
-                double ref = acc ? ((const float *)before)[(size_t)i * rows + o] : 0.0, mag = fabs(ref);
+                const float * xi = (const float *)x.data + (size_t)i * cols;
+                const int int16_x = (acc & SDPA_LINEAR_INT16_ACTIVATIONS) && (wdt == SDPA_DTYPE_Q8_0 || wdt == SDPA_DTYPE_Q4_0);
+                double ref = (acc & SDPA_LINEAR_ACCUMULATE) ? ((const float *)before)[(size_t)i * rows + o] : 0.0, mag = fabs(ref);
+                double qerr = 0, eb = 0;  /* int16: sum_j |w_j| E_b(j); E_b of the current block */
                 for (int32_t j = 0; j < cols; j++) {
-                    const double p = weight_at(wdt, w.data, cols, o, j) * ((const float *)x.data)[(size_t)i * cols + j];
+                    if (int16_x && j % 32 == 0) {
+                        double amax = 0;
+                        for (int k = 0; k < 32; k++) amax = fmax(amax, fabs((double)xi[j + k]));
+                        eb = 0.5 * (amax / 32767.0) * (1 + 0x1p-23) + 4 * 0x1p-24 * amax;
+                    }
+                    const double wv = weight_at(wdt, w.data, cols, o, j), p = wv * xi[j];
                     ref += p;
                     mag += fabs(p);
+                    qerr += fabs(wv) * eb;
                 }
                 const double got = ((const float *)out_t->data)[(size_t)i * rows + o];
-                if (!isfinite(mag) || mag > 1e30) continue;
-                CHECK(fabs(got - ref) <= 1e-5 * mag + 1e-30, "linear dtype %d row %d out %d: %g, float64 %g", wdt, i, o, got, ref);
+                if (!isfinite(mag) || mag > 1e30 || !isfinite(qerr)) continue;
+                CHECK(fabs(got - ref) <= 1e-5 * (mag + qerr) + qerr + 1e-30, "linear dtype %d flags %d row %d out %d: %g, float64 %g (bound %g)",
+                      wdt, acc, i, o, got, ref, 1e-5 * (mag + qerr) + qerr + 1e-30);
             }
     }
     free(before);
