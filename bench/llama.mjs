@@ -193,9 +193,10 @@ function speedTable(title, rows, runc, prefillNs) {
     }).join(' | ');
     const vs = runc && d ? `${(d.tokS / runc.tokS).toFixed(2)}×` : '-';
     const same = runc && s.textHash ? (s.textHash === runc.textHash ? 'yes' : 'no') : '-';
-    L.push(`| ${s.weights} | ${s.kv} | ${s.threads} | ${d ? fmt(d.tokS) : '-'} | ${d ? d.msPerToken.toFixed(2) : '-'} | ${d ? pct(d.attention) : '-'} | ${d ? pct(d.products) : '-'} | ${d ? pct(d.other) : '-'} | ${pres} | ${vs} | ${same} |`);
+    const range = d && d.samples.length > 1 ? ` [${fmt(Math.min(...d.samples))}–${fmt(Math.max(...d.samples))}]` : '';
+    L.push(`| ${s.weights} | ${s.kv} | ${s.threads} | ${d ? fmt(d.tokS) + range : '-'} | ${d ? d.msPerToken.toFixed(2) : '-'} | ${d ? pct(d.attention) : '-'} | ${d ? pct(d.products) : '-'} | ${d ? pct(d.other) : '-'} | ${pres} | ${vs} | ${same} |`);
   }
-  if (runc) L.push(`| run.c wasm fast-math | float32 | 1 | ${fmt(runc.tokS)} | ${(1000 / runc.tokS).toFixed(2)} | | | | ${prefillNs.map(() => '- | -').join(' | ')} | 1 | |`);
+  if (runc) L.push(`| run.c wasm fast-math | float32 | 1 | ${fmt(runc.tokS)}${runc.samples.length > 1 ? ` [${fmt(Math.min(...runc.samples))}–${fmt(Math.max(...runc.samples))}]` : ''} | ${(1000 / runc.tokS).toFixed(2)} | | | | ${prefillNs.map(() => '- | -').join(' | ')} | 1 | |`);
   return L;
 }
 
@@ -311,6 +312,9 @@ async function speed() {
 
 // ------------------------------------------------------------------------------------- targets
 
+/** A row's decode ÷ run.c's, round by round (each round ran both). */
+const paired = (row, runc) => row.decode.samples.map((x, i) => (x / runc.samples[i]).toFixed(2) + '×').join(', ');
+
 function targets() {
   const T = [];
   const add = (name, value, goal, detail) => T.push({ name, value, goal, met: Number.isFinite(value) ? value >= goal : null, detail });
@@ -319,9 +323,9 @@ function targets() {
   if (sh?.runc) {
     const f32 = find(sh.rows, 'float32', 'float32', 1);
     if (f32) add('shipped model, 511 positions, 1 thread: decode ÷ run.c wasm fast-math (float32 weights)', f32.decode.tokS / sh.runc.tokS, 1.5,
-      `${fmt(f32.decode.tokS)} vs ${fmt(sh.runc.tokS)} tok/s; greedy text ${sh.textCheck.same ? 'identical' : `differs after ${sh.textCheck.prefix} of ${sh.textCheck.length} characters`}`);
+      `${fmt(f32.decode.tokS)} vs ${fmt(sh.runc.tokS)} tok/s (per round: ${paired(f32, sh.runc)}); greedy text ${sh.textCheck.same ? 'identical' : `differs after ${sh.textCheck.prefix} of ${sh.textCheck.length} characters`}`);
     const best = sh.rows.filter((s) => s.threads === 1 && s.kv === 'float32').sort((a, b) => b.decode.tokS - a.decode.tokS)[0];
-    if (best && best !== f32) add(`the same, the fastest weight dtype (${best.weights})`, best.decode.tokS / sh.runc.tokS, 1.5, `${fmt(best.decode.tokS)} tok/s`);
+    if (best && best !== f32) add(`the same, the fastest weight dtype (${best.weights})`, best.decode.tokS / sh.runc.tokS, 1.5, `${fmt(best.decode.tokS)} tok/s (per round: ${paired(best, sh.runc)})`);
   }
   const big = result.big;
   for (const w of ['q8_0', 'q8_0+int16']) {
@@ -409,7 +413,7 @@ function render(result) {
   if (sh) {
     L.push(...speedTable(`## The shipped model (dim ${sh.shape.dim}, ${sh.shape.nLayers} layers, vocab ${sh.shape.vocabSize}): greedy from ${JSON.stringify(o.prompt)} (${sh.promptTokens} tokens with BOS) to ${sh.steps} positions; ${o.prefill}-token prefill of held-out text`,
       sh.rows, sh.runc, [o.prefill]));
-    L.push('Decode tok/s: decode forwards (one token appended each, greedy sampling included) ÷ their time, median of rounds; attention / products / other: shares of model.timing summed over the decode steps. ' +
+    L.push('Decode tok/s: decode forwards (one token appended each, greedy sampling included) ÷ their time, median [min–max] of rounds; attention / products / other: shares of model.timing summed over the decode steps. ' +
       'text = run.c: the row\'s greedy text is run.c\'s (only float32 weights with a float32 KV cache are meant to give it; the others show how soon rounding moves an argmax). ' +
       (sh.runc ? `run.c: its decode-only line (bench/lib/runc.mjs: the forwards from the last prompt token on, ${sh.runc.forwards} of them), median of ${sh.runc.samples.length} runs.` : 'run.c: not run (give --runc=path/to/run.c).'));
     if (sh.textCheck) L.push(`Greedy text, ${sh.textCheck.config} against run.c: ${sh.textCheck.same ? 'identical' : `differs after ${sh.textCheck.prefix} of ${sh.textCheck.length} characters`} (${JSON.stringify(sh.textCheck.sample)}…); rows marked yes produce the same text.`);
