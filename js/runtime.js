@@ -168,6 +168,8 @@ export class Core {
     this.scratch = 0;
     this.disposed = false;
     this.tensors = new Set();
+    /** The live heap tensors by their first byte, ascending (tensorHolding's binary search). */
+    this.byStart = [];
     this.caches = new Set();
     /** Savers and loaders of saved KV state under way (kv-state.js): freed first by sdpa.dispose(). */
     this.states = new Set();
@@ -218,11 +220,30 @@ export class Core {
 
   /** The live heap tensor of this instance whose bytes hold [start, end), or null. */
   tensorHolding(start, end) {
-    for (const t of this.tensors) {
-      const r = heapState(t).region;
-      if (r.start <= start && end <= r.end) return t;
+    // live tensors never overlap (each is its own malloc block): the one that could hold
+    // [start, end) is the last one starting at or before `start`
+    const a = this.byStart;
+    let lo = 0, hi = a.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (heapState(a[mid]).region.start <= start) lo = mid + 1;
+      else hi = mid;
     }
-    return null;
+    if (lo === 0) return null;
+    const t = a[lo - 1], r = heapState(t).region;
+    return r.start <= start && end <= r.end ? t : null;
+  }
+
+  /** Where a tensor starting at byte `start` goes in byStart. */
+  byStartIndex(start) {
+    const a = this.byStart;
+    let lo = 0, hi = a.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (heapState(a[mid]).region.start < start) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
   }
 
   /** 'its pages' when [start, end) overlaps the memory of this instance's KV cache pages, else null. */
@@ -643,6 +664,7 @@ export class Core {
     this.views().u8.fill(0, p, p + bytes);
     const t = new HeapTensor(this, p, dims, dtype, n, bytes);
     this.tensors.add(t);
+    this.byStart.splice(this.byStartIndex(p >>> 0), 0, t);
     return t;
   }
 
@@ -662,6 +684,10 @@ export class Core {
 
   /** Called by HeapTensor.dispose(). */
   releaseTensor(t, ptr) {
-    if (this.tensors.delete(t) && !this.disposed) this.M._free(ptr);
+    if (this.tensors.delete(t)) {
+      const i = this.byStartIndex(ptr >>> 0);
+      if (this.byStart[i] === t) this.byStart.splice(i, 1);
+      if (!this.disposed) this.M._free(ptr);
+    }
   }
 }
