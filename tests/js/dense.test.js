@@ -18,6 +18,8 @@
 //     2^-119 in size down to g = -104 where float32's e^g ends, may come out 0
 //     (an absolute 2^-119 |up| allowed; the library's exp, as its softmax's).
 //   embed, quantize: exact (the bytes / values themselves).
+//   linear with activations 'int16' (q8_0 / q4_0): x's quantization bound
+//     derived at its section, against the product over the ORIGINAL x.
 // Relaxed builds (fused multiply-adds) round less and meet the same bounds
 // (measured: the same worst errors within 0.2 u). Bit-for-bit comparisons are
 // made only between two runs of the library (1 vs 2 threads, one row vs many),
@@ -300,6 +302,243 @@ test('linear: a float16 Inf / NaN or a q8_0 / q4_0 scale Inf / NaN reaches its o
   }
 });
 
+// ---- linear, activations: 'int16' ----------------------------------------
+//
+// With activations 'int16' and a q8_0 / q4_0 weight (include/sdpa_dense.h,
+// CONTRACT section 6), x is quantized per row and block b of 32 values:
+// step s_b = amax_b / 32767 (amax_b = the block's largest |x|), xq = x / s_b
+// rounded to the nearest int16; the block dots are exact integers, then per
+// block and lane float(isum) * (d * s_b) is added in float32. Against the
+// float64 product over the weight's values and the ORIGINAL x:
+//   each x value is off by at most E_b = amax_b / 65534 + 4u amax_b (half a
+//   step, plus float32's rounding of 32767 / amax, of x times it and of s_b);
+//   the float32 part is nb + 6 roundings deep (nb = cols / 32 adds a lane, the
+//   conversion of isum, d * s, the product, the lane sum, y0 with accumulate);
+//   |y - ref| <= sum_j |w_j| E_b(j) + 1.01 (nb + 6) u (|y0| + sum_j |w_j| (|x_j| + E_b(j)))
+//              + nb 2^-120 (d * s or the product below float32's normal range:
+//                 an absolute 2^-150 times |isum| <= 2^27 a block and lane).
+// The first term, the quantization's, dominates. Measured worst: 0.51 of the
+// bound q8_0, 0.43 q4_0, plain and relaxed builds (x blocks of very different
+// scales, zeros, lone values, ties); a dropped or misread term moves an output
+// by about |w_j x_j|, hundreds of times the bound. Rows of 1e-36 blocks and of
+// subnormals are held to it too (and to 2^-12 of sum |w x|): 32767 / amax
+// overflows float32 below amax ~ 9.6e-35.
+
+/** The float64 product over the original x and the bound above, for n rows. */
+function int16Ref(xs, wv, n, cols, rows, prior = null) {
+  const nb = cols / 32, y = new Float64Array(n * rows), tol = new Float64Array(n * rows);
+  const E = new Float64Array(n * nb);
+  for (let i = 0; i < n; i++) {
+    for (let b = 0; b < nb; b++) {
+      let amax = 0;
+      for (let j = 0; j < 32; j++) amax = Math.max(amax, Math.abs(xs[i * cols + 32 * b + j]));
+      E[i * nb + b] = amax / 65534 + 4 * U * amax;
+    }
+  }
+  for (let i = 0; i < n; i++) {
+    for (let o = 0; o < rows; o++) {
+      const y0 = prior ? prior[i * rows + o] : 0;
+      let s = y0, q = 0, m = Math.abs(y0);
+      for (let j = 0; j < cols; j++) {
+        const w = wv[o * cols + j], x = xs[i * cols + j], e = E[i * nb + (j >> 5)];
+        s += w * x;
+        q += Math.abs(w) * e;
+        m += Math.abs(w) * (Math.abs(x) + e);
+      }
+      y[i * rows + o] = s;
+      tol[i * rows + o] = q + 1.01 * (nb + 6) * U * m + nb * 2 ** -120;
+    }
+  }
+  return { y, tol };
+}
+
+/** got within the bound; returns the worst |error| / bound. */
+function assertInt16(got, { y, tol }, label) {
+  assert.is(got.length, y.length, `${label}: length`);
+  let worst = 0;
+  for (let i = 0; i < y.length; i++) {
+    const e = Math.abs(got[i] - y[i]);
+    if (!(e <= tol[i])) assert.unreachable(`${label}: [${i}] got ${got[i]}, float64 ${y[i]}: |error| ${e} > bound ${tol[i]}`);
+    worst = Math.max(worst, e / tol[i]);
+  }
+  return worst;
+}
+
+/**
+ * n rows of cols values, each block of 32 of its own kind: uniform in
+ * [-1, 1), amplitudes 1e-4 .. 1e4, all zero, one lone value, integers and
+ * halves up to 40 beside a 32767 (x * 32767 / amax lands on .5: ties).
+ */
+function blockyFloats(rand, n, cols) {
+  const a = new Float32Array(n * cols);
+  for (let b = 0; b < (n * cols) / 32; b++) {
+    const at = 32 * b, kind = Math.floor(rand() * 6);
+    const amp = kind === 1 ? 10 ** (rand() * 8 - 4) : 1;
+    for (let j = 0; j < 32; j++) a[at + j] = (rand() * 2 - 1) * amp;
+    if (kind === 2) a.fill(0, at, at + 32);
+    if (kind === 3) { a.fill(0, at, at + 32); a[at + Math.floor(rand() * 32)] = rand() * 4 - 2; }
+    if (kind === 4) {
+      for (let j = 0; j < 32; j++) a[at + j] = Math.floor(rand() * 81) - 40 + (j & 1 ? 0.5 : 0);
+      a[at + Math.floor(rand() * 32)] = rand() < 0.5 ? 32767 : -32767;
+    }
+  }
+  return a;
+}
+
+test('linear, activations int16 (q8_0 / q4_0): within the derived bound of the float64 product over the original x; n = 1 and n > 1, accumulate, ranks 1 to 3, rows; other bits than the float path', () => {
+  const rand = rng(1616);
+  const worst = {};
+  for (const dtype of ['q8_0', 'q4_0']) {
+    let w = 0, differ = 0, total = 0;
+    const one = (rows, cols, xDims, { accumulate = false, m } = {}) => {
+      const n = xDims.slice(0, -1).reduce((a, b) => a * b, 1), k = m ?? n;
+      const wb = randomWeightBytes(rand, dtype, rows, cols);
+      const W = weightTensor(sdpa, dtype, rows, cols, wb);
+      const xs = blockyFloats(rand, n, cols);
+      const X = floats(sdpa, xDims, xs);
+      const outDims = [...xDims.slice(0, -1), rows];
+      const prior = randomFloats(rand, n * rows, 3);
+      const O = floats(sdpa, outDims, prior), F = floats(sdpa, outDims, prior);
+      assert.is(sdpa.linear(X, W, { out: O, accumulate, activations: 'int16', rows: m }), O, 'returns out');
+      sdpa.linear(X, W, { out: F, accumulate, activations: 'float32', rows: m });
+      const label = `${dtype} int16 [${rows}, ${cols}] x ${JSON.stringify(xDims)}${accumulate ? ' accumulate' : ''}${m ? ` rows ${m}` : ''}`;
+      w = Math.max(w, assertInt16(O.data.subarray(0, k * rows), int16Ref(xs, dequantize(dtype, wb, rows, cols), k, cols, rows, accumulate ? prior : null), label));
+      if (m !== undefined) untouched(O.data.subarray(k * rows).map((v, i) => (v === prior[k * rows + i] ? SENTINEL : v)), `${label}: the rows after`);
+      for (let i = 0; i < k * rows; i++) { total++; if (O.data[i] !== F.data[i]) differ++; }
+      if (!accumulate && m === undefined) {
+        const made = sdpa.linear(X, W, { activations: 'int16' });
+        assert.ok(sameBits(made.data, O.data), `${label}: an out made by the call`);
+        made.dispose();
+      }
+      for (const t of [W, X, O, F]) t.dispose();
+    };
+    for (const cols of [32, 96, 288]) {
+      for (const rows of [1, 3, 17]) {
+        for (const n of [1, 5, 67]) one(rows, cols, [n, cols], { accumulate: (rows + n) % 2 === 1 });
+      }
+      one(7, cols, [cols]);
+      one(6, cols, [2, 3, cols], { accumulate: true });
+      one(9, cols, [8, cols], { m: 3 });
+    }
+    worst[dtype] = w;
+    // (the option is there: the quantized x gives other bits than the float path, almost everywhere)
+    assert.ok(differ > total / 2, `${dtype}: only ${differ} of ${total} outputs differ from the float path`);
+  }
+  for (const d of ['q8_0', 'q4_0']) assert.ok(worst[d] < 1, `${d}: worst ${worst[d]}`);
+});
+
+test('linear, activations int16: x / step rounds to the nearest int16, ties to even (blocks whose largest |x| is 32767: the step is 1, x = k + 1/4, 1/2, 3/4)', () => {
+  // With amax = 32767 the step s = amax / 32767 and 32767 / amax are 1 exactly, so xq is x
+  // rounded to an integer and the output is sum_j w_j xq_j up to float32's rounding alone
+  // ((nb + 6) u of sum |w_j xq_j|): rounding toward zero (3/4 -> 0) or ties away from
+  // zero would be off by whole |w_j|, far beyond it (the bound of the tests above allows
+  // a step's half of every value, so it cannot tell).
+  const rand = rng(99);
+  const rne = (v) => { const f = Math.floor(v), r = v - f; return r > 0.5 ? f + 1 : r < 0.5 ? f : (f % 2 === 0 ? f : f + 1); };
+  const rows = 12, cols = 128, n = 3, nb = cols / 32;
+  for (const dtype of ['q8_0', 'q4_0']) {
+    const wb = randomWeightBytes(rand, dtype, rows, cols);
+    const wv = dequantize(dtype, wb, rows, cols);
+    const W = weightTensor(sdpa, dtype, rows, cols, wb);
+    const xs = new Float32Array(n * cols);
+    for (let i = 0; i < n * cols; i++) xs[i] = (rand() < 0.5 ? -1 : 1) * (Math.floor(rand() * 200) + [0.25, 0.5, 0.75][i % 3]);
+    for (let b = 0; b < n * nb; b++) xs[32 * b + (b * 7) % 32] = b % 2 ? 32767 : -32767;
+    const X = floats(sdpa, [n, cols], xs);
+    const O = sdpa.linear(X, W, { activations: 'int16' });
+    for (let i = 0; i < n; i++) {
+      for (let o = 0; o < rows; o++) {
+        let s = 0, m = 0;
+        for (let j = 0; j < cols; j++) { const p = wv[o * cols + j] * rne(xs[i * cols + j]); s += p; m += Math.abs(p); }
+        const g = O.data[i * rows + o];
+        assert.ok(Math.abs(g - s) <= 1.01 * (nb + 6) * U * m, `${dtype} row ${i} out ${o}: ${g}, with x rounded to nearest even ${s} (sum |w xq| ${m})`);
+      }
+    }
+    for (const t of [W, X, O]) t.dispose();
+  }
+});
+
+test('linear, activations int16: 1 and 2 threads the same bits (512x576, n = 1 and 70); row i of 70 equals a one-row call; float32 / float16 weights: the bits of the float path', () => {
+  assert.is(sdpa2.info.threads, 2);
+  const rand = rng(4242);
+  const rows = 512, cols = 576, n = 70;
+  const xs = blockyFloats(rand, n, cols);
+  for (const dtype of DTYPES) {
+    const wb = randomWeightBytes(rand, dtype, rows, cols);
+    const got = [sdpa, sdpa2].map((s) => {
+      const W = weightTensor(s, dtype, rows, cols, wb);
+      const X = floats(s, [n, cols], xs);
+      const many = s.linear(X, W, { activations: 'int16' });
+      const one = s.linear({ data: X.data.subarray(0, cols), dims: [1, cols] }, W, { activations: 'int16' });
+      const row = s.allocTensor('float32', [1, rows]);
+      for (let i = 0; i < n; i++) {
+        s.linear({ data: X.data.subarray(i * cols, (i + 1) * cols), dims: [1, cols] }, W, { out: row, activations: 'int16' });
+        if (!sameBits(row.data, many.data.subarray(i * rows, (i + 1) * rows))) assert.unreachable(`${dtype} int16, ${s.info.threads} threads: row ${i} of ${n} differs from a one-row call`);
+      }
+      const flt = s.linear(X, W);
+      const r = { many: many.data.slice(), one: one.data.slice(), flt: flt.data.slice() };
+      for (const t of [W, X, many, one, row, flt]) t.dispose();
+      return r;
+    });
+    assert.ok(sameBits(got[0].one, got[1].one), `${dtype} int16: n = 1, 1 vs 2 threads`);
+    assert.ok(sameBits(got[0].many, got[1].many), `${dtype} int16: n = ${n}, 1 vs 2 threads`);
+    if (dtype === 'float32' || dtype === 'float16') {
+      assert.ok(sameBits(got[0].many, got[0].flt), `${dtype}: activations 'int16' changed bits of a float weight's product`);
+    } else {
+      const wv = dequantize(dtype, wb, rows, cols);
+      for (const i of [0, 33, 69]) {
+        assertInt16(got[1].many.subarray(i * rows, (i + 1) * rows), int16Ref(xs.subarray(i * cols, (i + 1) * cols), wv, 1, cols, rows), `${dtype} int16 512x576 row ${i}`);
+      }
+    }
+  }
+});
+
+test('linear, activations int16: a NaN / Inf in a block of x makes exactly its row\'s outputs NaN; a row of tiny blocks (1e-36, subnormals) keeps the bound', () => {
+  const rand = rng(77);
+  const rows = 10, cols = 96, n = 4;
+  for (const dtype of ['q8_0', 'q4_0']) {
+    const wb = randomWeightBytes(rand, dtype, rows, cols);
+    const wv = dequantize(dtype, wb, rows, cols);
+    const W = weightTensor(sdpa, dtype, rows, cols, wb);
+    for (const bad of [NaN, Infinity, -Infinity]) {
+      const xs = randomFloats(rand, n * cols);
+      xs[2 * cols + 40] = bad;                     // row 2, block 1
+      const X = floats(sdpa, [n, cols], xs);
+      for (const accumulate of [false, true]) {
+        const prior = randomFloats(rand, n * rows);
+        const O = floats(sdpa, [n, rows], prior);
+        sdpa.linear(X, W, { out: O, accumulate, activations: 'int16' });
+        assert.ok(O.data.subarray(2 * rows, 3 * rows).every(Number.isNaN), `${dtype} x = ${bad}${accumulate ? ' accumulate' : ''}: row 2 all NaN (${Array.from(O.data.subarray(2 * rows, 3 * rows))})`);
+        // the other rows: the bits of the same rows computed without row 2
+        const rest = [0, 1, 3];
+        const Xr = floats(sdpa, [3, cols], Float32Array.from(rest.flatMap((i) => Array.from(xs.subarray(i * cols, (i + 1) * cols)))));
+        const Or = floats(sdpa, [3, rows], Float32Array.from(rest.flatMap((i) => Array.from(prior.subarray(i * rows, (i + 1) * rows)))));
+        sdpa.linear(Xr, W, { out: Or, accumulate, activations: 'int16' });
+        rest.forEach((i, k) => assert.ok(sameBits(O.data.subarray(i * rows, (i + 1) * rows), Or.data.subarray(k * rows, (k + 1) * rows)), `${dtype} x = ${bad}: row ${i} touched`));
+        for (const t of [O, Xr, Or]) t.dispose();
+      }
+      X.dispose();
+    }
+    // a row whose every block is tiny: 32767 / amax overflows float32 below amax ~ 9.6e-35
+    const xs = new Float32Array(2 * cols);
+    for (let j = 0; j < cols; j++) {
+      xs[j] = (rand() * 2 - 1) * 1e-36;
+      xs[cols + j] = Math.round((rand() * 2 - 1) * 3000) * 2 ** -149;  // subnormals only (s_b, d * s_b subnormal too)
+    }
+    const X = floats(sdpa, [2, cols], xs);
+    const O = sdpa.linear(X, W, { activations: 'int16' });
+    const ref = int16Ref(xs, wv, 2, cols, rows);
+    assertInt16(O.data.subarray(0, rows), { y: ref.y.subarray(0, rows), tol: ref.tol.subarray(0, rows) }, `${dtype}: x of 1e-36`);
+    assertInt16(O.data.subarray(rows), { y: ref.y.subarray(rows), tol: ref.tol.subarray(rows) }, `${dtype}: x of subnormals`);
+    // (and relative to the outputs' size: the 1e-36 row within 2^-12 of sum |w x|)
+    for (let o = 0; o < rows; o++) {
+      let m = 0;
+      for (let j = 0; j < cols; j++) m += Math.abs(wv[o * cols + j] * xs[j]);
+      assert.ok(Math.abs(O.data[o] - ref.y[o]) <= 2 ** -12 * m, `${dtype}: x of 1e-36, output ${o}: ${O.data[o]} vs ${ref.y[o]} (sum |w x| ${m})`);
+    }
+    for (const t of [W, X, O]) t.dispose();
+  }
+});
+
 // ---- quantize ------------------------------------------------------------
 
 /** Blocks of 32 that exercise ggml's rules: ties, signs of the max, zeros, tiny and huge scales. */
@@ -511,6 +750,10 @@ test('bad input: a typed SdpaError naming the call and the argument, and nothing
   bad(() => sdpa.linear(X, W, { out: { data: O.data.subarray(0, rows), dims: [1, rows] }, rows: 2 }), 'E_DIMS', 'linear', [/options\.rows is 2 but out holds 1 rows/], 'rows > out rows');
   bad(() => sdpa.linear(X, W, { out: O, rows: 0 }), 'E_ARG', 'linear', [/options\.rows is (number )?0; expected a positive integer/], 'rows 0');
   bad(() => sdpa.linear(X, W, { out: O, accumulate: 1 }), 'E_ARG', 'linear', [/options\.accumulate must be a boolean/], 'accumulate 1');
+  for (const [v, shown] of [['int8', /the string "int8"/], ['INT16', /the string "INT16"/], ['float16', /the string "float16"/], [16, /number 16/], [null, /null/], [true, /boolean true/]]) {
+    bad(() => sdpa.linear(X, W, { out: O, activations: v }), 'E_ARG', 'linear', [/options\.activations must be 'float32' or 'int16', got /, shown], `activations ${String(v)}`);
+  }
+  bad(() => sdpa.linear(x33, W, { out: O, activations: 'int16' }), 'E_DIMS', 'linear', [/x has dims \[2, 33\]/], 'int16: x cols != weight cols');
   bad(() => sdpa.linear(f16x, W, { out: O }), 'E_DTYPE', 'linear', [/x has dtype float16 \(\d+\); expected float32/], 'x float16');
   bad(() => sdpa.linear(X, W, { out: Q }), 'E_DIMS', 'linear', [/out has dims \[6, 64\]/], 'out q8_0 of the wrong dims');
   bad(() => sdpa.linear(X, N, { out: O }), 'E_RANK', 'linear', [/weight has rank 1/], 'weight rank 1');

@@ -12,18 +12,22 @@
 // it (q4_0 with its nibbles swapped: errors of about 12), and so is the
 // quantization itself (the quantized models against the float32 reference:
 // 2.9e-3 float16, 6.5e-2 q8_0, 1.7 q4_0).
+// activations 'int16' (q8_0 / q4_0 products on x quantized to int16): a
+// measured tolerance of its own, 4e-5 (1 + max |logit|), stated at its tests,
+// and greedy text equal to float activations'.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createSdpa, INTERNALS } from '../../js/index.js';
-import { loadLlama } from '../../js/llama/index.js';
-import { sameBits } from './helpers.js';
+import { loadLlama, loadTokenizer } from '../../js/llama/index.js';
+import { sameBits, expectError } from './helpers.js';
 import { referenceWeights, referenceForward } from './llama-reference.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const CHECKPOINT = new Uint8Array(fs.readFileSync(path.join(ROOT, 'models/fortunes/model.bin')));
+const TOKENIZER = new Uint8Array(fs.readFileSync(path.join(ROOT, 'models/fortunes/tokenizer.bin')));
 const REF = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/data/llama/reference.json'), 'utf8'));
 const REF_BIN = fs.readFileSync(path.join(ROOT, 'tests/data/llama/reference.bin'));
 const V = REF.vocabSize;
@@ -87,6 +91,76 @@ for (const weightDtype of ['float32', 'float16', 'q8_0', 'q4_0']) {
     m.dispose(); m2.dispose();
   });
 }
+
+// activations 'int16' (loadLlama's option, sdpa.linear's: every q8_0 / q4_0
+// product on x quantized per row and block of 32 to int16). No bound is
+// derived through the layers (norms, softmax, SwiGLU); the tolerance is
+// measured against the same float64 forward over the dequantized weights (float
+// activations): max |error| 3.4e-4 q8_0, 3.4e-4 q4_0 (2.0e-5 (1 + max |logit|);
+// relaxed build 3.2e-4, 3.4e-4), prefill and token by token; held to
+// INT16_TOL = 4e-5 (1 + max |logit|), 6.7e-4 here. A broken int16 path is
+// outside it (one term of the block dot with its sign flipped: errors of about
+// 11; x rounded toward zero instead of to nearest: 1.1e-3 q8_0, 8.1e-4 q4_0).
+// Greedy text from the prompt stream: the 48 tokens of int16 activations equal
+// those of float activations, for both weight dtypes (measured 60 of 60).
+const INT16_TOL = 4e-5;
+
+for (const weightDtype of ['q8_0', 'q4_0']) {
+  test(`weightDtype ${weightDtype}, activations int16: logits within ${INT16_TOL} (1 + max |logit|) of the float64 forward, prefill and token by token; other bits than float activations; 1 and 2 threads the same bits`, () => {
+    const ref = referenceOf(weightDtype);
+    const tol = INT16_TOL * (1 + maxAbs(ref));
+    const m = loadLlama(sdpa, CHECKPOINT, { weightDtype, activations: 'int16' });
+    assert.is(m.weightDtype, weightDtype);
+    const all = m.forward(TOKENS);
+    const e = maxErr(all, ref);
+    assert.ok(e <= tol, `${weightDtype} int16 prefill: max |error| ${e} > ${tol}`);
+    m.truncate(0);
+    const row = new Float32Array(V);
+    let e1 = 0;
+    for (let i = 0; i < T; i++) {
+      m.forward([TOKENS[i]], { out: row });
+      e1 = Math.max(e1, maxErr(row, ref, i * V));
+    }
+    assert.ok(e1 <= tol, `${weightDtype} int16 token by token: max |error| ${e1} > ${tol}`);
+    // the option is there: the logits leave float activations' tolerance, 1e-5 (1 + max |logit|)
+    // (measured 1.9e-5 .. 2.0e-5 (1 + max |logit|) apart)
+    const f = loadLlama(sdpa, CHECKPOINT, { weightDtype });
+    const flt = f.forward(TOKENS);
+    const d = maxErr(all, flt);
+    assert.ok(d > 1e-5 * (1 + maxAbs(ref)), `${weightDtype}: int16 logits within ${d} of float activations'; expected the quantization of x to show`);
+    const m2 = loadLlama(sdpa2, CHECKPOINT, { weightDtype, activations: 'int16' });
+    assert.ok(sameBits(m2.forward(TOKENS), all), `${weightDtype} int16: 2 threads`);
+    m.dispose(); m2.dispose(); f.dispose();
+  });
+}
+
+test('activations int16: greedy text from the prompt equals float activations\' (48 tokens, q8_0 and q4_0); float16 weights: the same bits (no q8_0 / q4_0 product); a bad value is E_ARG', () => {
+  const prompt = REF.streams.prompt.tokens;
+  const tok = loadTokenizer(TOKENIZER);
+  const N = 48;
+  for (const weightDtype of ['q8_0', 'q4_0']) {
+    const run = (activations) => {
+      const m = loadLlama(sdpa, CHECKPOINT, { weightDtype, activations });
+      const { tokens, stop } = m.generate(prompt, { temperature: 0, maxNewTokens: N, stop: [] });
+      assert.is(stop, 'maxNewTokens');
+      m.dispose();
+      return Array.from(tokens);
+    };
+    const a = run('float32'), b = run('int16');
+    let same = 0;
+    while (same < N && a[same] === b[same]) same++;
+    assert.is(same, N, `${weightDtype}: ${same} of ${N} greedy tokens agree:\n  float32: ${JSON.stringify(tok.decode(a))}\n  int16:   ${JSON.stringify(tok.decode(b))}`);
+    assert.is(tok.decode(b), tok.decode(a));
+  }
+  const f = loadLlama(sdpa, CHECKPOINT, { weightDtype: 'float16' });
+  const i = loadLlama(sdpa, CHECKPOINT, { weightDtype: 'float16', activations: 'int16' });
+  assert.ok(sameBits(i.forward(TOKENS.slice(0, 8)), f.forward(TOKENS.slice(0, 8))), 'float16 weights: activations int16 changed bits');
+  f.dispose(); i.dispose();
+  // (null and undefined: the default, as for loadLlama's other options)
+  for (const v of ['int8', 'INT16', 'float16', 16, true]) {
+    expectError(() => loadLlama(sdpa, CHECKPOINT, { weightDtype: 'q8_0', activations: v }), 'E_ARG', [/^loadLlama: /, /options\.activations is /, /expected 'float32' or 'int16'/], `activations ${String(v)}`);
+  }
+});
 
 test('the tolerance separates a wrong block layout: the weights\' bytes mangled in wasm memory are far outside it', () => {
   // (as if the kernels read the layout wrong: q4_0 nibbles swapped, q8_0 / float16 bytes swapped in pairs)
