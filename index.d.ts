@@ -662,7 +662,7 @@ export interface LinearOptions extends DenseRowsOptions {
   accumulate?: boolean | undefined;
   /**
    * 'int16': with q8_0 / q4_0 weights, x is quantized per row and block of 32 to int16 and the
-   * block dots are exact integer arithmetic (about twice as fast; error <= 2^-16 of a block's
+   * block dots are exact integer arithmetic (about twice as fast; error <= half a step, 1/65534 of a block's
    * largest |x| per value). No effect on float weights. Default 'float32'.
    */
   activations?: 'float32' | 'int16' | undefined;

@@ -76,7 +76,7 @@ size_t sdpa_weight_row_bytes(int32_t dtype, int32_t cols);
 /// INT16_ACTIVATIONS: with q8_0 / q4_0 weights, x is quantized per row and
 /// block of 32 to int16 (scale max|x| / 32767, round to nearest) and each
 /// block's dot is exact integer arithmetic (about twice as fast; x's error
-/// <= 2^-16 of its block's largest value; a block of x holding a NaN or an
+/// <= half a step, max|x| / 65534 of its block, plus float32 rounding; a block of x holding a NaN or an
 /// Inf makes the outputs it reaches NaN). Takes n * (2 * cols + 4 * cols / 32)
 /// bytes of the context's scratch. No effect on float32 / float16 weights.
 #define SDPA_LINEAR_ACCUMULATE 1

@@ -317,7 +317,7 @@ static inline void q_x4w1(const uint8_t * w, bool q8, const float * x, size_t xs
  * (i32x4.dot_i16x8_s: |w| <= 127, |xq| <= 32767, 32 products fit an int32),
  * and per block in order acc += float(isum) * (d * s); s = hsum(acc). Twice
  * the float path's speed (no int8 -> float conversion per value); x's
- * relative error <= 2^-16 of its block's largest value. A block of x holding
+ * error <= half a step (max|x| / 65534 of its block) plus float32 rounding. A block of x holding
  * a NaN or an Inf gets s = NaN: every output it reaches is NaN. */
 
 /* Row x (nb blocks of 32) -> xq (int16) and xs (a scale per block). */
