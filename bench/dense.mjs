@@ -379,6 +379,25 @@ function render(res) {
   }
   const TT = res.options.threads;
   if (res.matrices.length) {
+    // the digest: per model, rows of x and dtype, the range over the layer matrices (not the classifier)
+    const TT0 = res.options.threads, one = TT0[0], two = TT0[1];
+    const span = (xs, f) => `${f(Math.min(...xs))}–${f(Math.max(...xs))}`;
+    const p0 = (x) => `${Math.round(100 * x)}`;
+    L.push('');
+    L.push(`## Digest: per model, rows of x and dtype, the range over the layer matrices (wq/wo, wk/wv, w1/w3, w2; the tables below have each)`);
+    L.push(`| model | rows | dtype | side | ${one}t GFLOP/s | ${one}t weight GB/s | ${one}t % bound | ${one}t hot % peak${two ? ` | ${two}t % bound | ${two}t ÷ ${one}t` : ''} |`);
+    L.push(`|---|---|---|---|---|---|---|---|${two ? '---|---|' : ''}`);
+    for (const m of res.options.models) for (const n of res.options.rows) for (const d of res.options.dtypes) {
+      const rows = res.matrices.filter((x) => x.model === m && x.n === n && x.dtype === d && x.matrix !== 'classifier');
+      if (!rows.length) continue;
+      const a = rows.map((x) => x.per[one]);
+      const side = [...new Set(a.map((p) => p.bound.side[0]))].join('/');
+      const cells = [side, span(a.map((p) => p.gflops), fmt), n === 1 ? span(a.map((p) => p.weightGBs), fmt) : '-', span(a.map((p) => p.ofBound), p0) + '%', span(a.map((p) => p.hotOfPeak), p0) + '%'];
+      if (two) cells.push(span(rows.map((x) => x.per[two].ofBound), p0) + '%', span(rows.map((x) => x.per[one].cold.median / x.per[two].cold.median), (x) => x.toFixed(2)) + '×');
+      L.push(`| ${m} | ${n} | ${d} | ${cells.join(' | ')} |`);
+    }
+  }
+  if (res.matrices.length) {
     L.push('');
     L.push('## One matrix at a time (sdpa.linear, x float32 [rows, in], out float32)');
     L.push(`Cold: the weight rotated over copies of >= ${res.options.coldBytes >> 20} MiB (from DRAM). Hot: the same copy again (L2 / L3 when it fits). ` +
