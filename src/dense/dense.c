@@ -34,7 +34,7 @@ static void run_units(sdpa_ctx * ctx, sdpa_task_fn fn, void * arg, int32_t n_uni
 typedef struct product_job {
     const sdpa_dense_product * p;
     int32_t w_tiles;           /* units per x block */
-    float * scratch;           /* float16 prefill: per thread 2 * cols floats */
+    float * scratch;           /* float16 prefill: per thread a row of cols floats */
     size_t scratch_floats;
 } product_job;
 
@@ -47,7 +47,6 @@ static void decode_rows(const sdpa_dense_product * p, const float * x, float * y
     case SDPA_DTYPE_FLOAT32: {
         const float * w = (const float *)p->w;
         const size_t rs = (size_t)p->cols;
-        for (; r + 4 <= r1; r += 4) f32_rows4(w + r * rs, rs, x, p->cols, y + r, acc);
         for (; r < r1; r++) { const float s = f32_row1(w + r * rs, x, p->cols); y[r] = acc ? y[r] + s : s; }
         break;
     }
@@ -74,20 +73,17 @@ static void decode_rows(const sdpa_dense_product * p, const float * x, float * y
     }
 }
 
-/* float32 weight rows w (rs floats apart; w1 = second row or NULL) against x rows i0 .. i1-1. */
-static void f32_block(const sdpa_dense_product * p, const float * w, size_t rs, int32_t o, int32_t n_w,
-                      int32_t i0, int32_t i1) {
+/* One float32 weight row w (output o) against x rows i0 .. i1-1. */
+static void f32_block(const sdpa_dense_product * p, const float * w, int32_t o, int32_t i0, int32_t i1) {
     const bool acc = p->accumulate != 0;
     const size_t cols = (size_t)p->cols, ys = (size_t)p->rows;
     int32_t i = i0;
-    if (n_w == 2)
-        for (; i + 4 <= i1; i += 4) f32_x4w2(w, rs, p->x + i * cols, cols, p->cols, p->y + i * ys + o, ys, acc);
-    for (; i < i1; i++)
-        for (int32_t k = 0; k < n_w; k++) {
-            const float s = f32_row1(w + k * rs, p->x + i * cols, p->cols);
-            float * yo = p->y + i * ys + o + k;
-            *yo = acc ? *yo + s : s;
-        }
+    for (; i + 4 <= i1; i += 4) f32_x4w1(w, p->x + i * cols, cols, p->cols, p->y + i * ys + o, ys, acc);
+    for (; i < i1; i++) {
+        const float s = f32_row1(w, p->x + i * cols, p->cols);
+        float * yo = p->y + i * ys + o;
+        *yo = acc ? *yo + s : s;
+    }
 }
 
 /* Several x rows i0 .. i1-1 against weight rows r0 .. r1-1. */
@@ -97,29 +93,22 @@ static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, in
     const size_t cols = (size_t)p->cols, ys = (size_t)p->rows, rb = p->row_bytes;
     switch (p->dtype) {
     case SDPA_DTYPE_FLOAT32:
-        for (int32_t o = r0; o < r1; o += 2) {
-            const int32_t n_w = r1 - o >= 2 ? 2 : 1;
-            f32_block(p, (const float *)p->w + o * cols, cols, o, n_w, i0, i1);
-        }
+        for (int32_t o = r0; o < r1; o++) f32_block(p, (const float *)p->w + o * cols, o, i0, i1);
         break;
     case SDPA_DTYPE_FLOAT16: {
-        /* two rows at a time converted exactly (Inf and NaN too) into this
+        /* a row at a time converted exactly (Inf and NaN too) into this
          * thread's scratch, then the float32 kernels: the same order, the same bits */
-        float * tile = job->scratch + (size_t)thread * job->scratch_floats;
-        for (int32_t o = r0; o < r1; o += 2) {
-            const int32_t n_w = r1 - o >= 2 ? 2 : 1;
-            for (int32_t k = 0; k < n_w; k++) {
-                const uint16_t * h = (const uint16_t *)(p->w + (o + k) * rb);
-                float * t = tile + k * cols;
-                int32_t j = 0;
-                for (; j + 8 <= p->cols; j += 8) {
-                    const v128_t v = wasm_v128_load(h + j);
-                    wasm_v128_store(t + j, f16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(v)));
-                    wasm_v128_store(t + j + 4, f16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(v)));
-                }
-                for (; j < p->cols; j++) t[j] = half_to_float(load_u16((const uint8_t *)(h + j)));
+        float * t = job->scratch + (size_t)thread * job->scratch_floats;
+        for (int32_t o = r0; o < r1; o++) {
+            const uint16_t * h = (const uint16_t *)(p->w + o * rb);
+            int32_t j = 0;
+            for (; j + 8 <= p->cols; j += 8) {
+                const v128_t v = wasm_v128_load(h + j);
+                wasm_v128_store(t + j, f16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(v)));
+                wasm_v128_store(t + j + 4, f16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(v)));
             }
-            f32_block(p, tile, cols, o, n_w, i0, i1);
+            for (; j < p->cols; j++) t[j] = half_to_float(load_u16((const uint8_t *)(h + j)));
+            f32_block(p, t, o, i0, i1);
         }
         break;
     }
@@ -182,7 +171,7 @@ sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor
             quantize_x_row(p.x + (size_t)i * p.cols, nb, p.xq + (size_t)i * p.cols, p.xs + (size_t)i * nb);
     }
     if (p.dtype == SDPA_DTYPE_FLOAT16 && p.n > 1) {
-        job.scratch_floats = ((size_t)2 * p.cols + 15) & ~(size_t)15;
+        job.scratch_floats = ((size_t)p.cols + 15) & ~(size_t)15;
         s = sdpa_scratch_reserve(ctx, "the float16 prefill's row buffers", sdpa_size_mul((uint64_t)ctx->n_threads * job.scratch_floats, 4) + 64);
         if (s != SDPA_OK) return s;
         job.scratch = (float *)(((uintptr_t)ctx->scratch + 63) & ~(uintptr_t)63);
