@@ -74,8 +74,9 @@ function drawStack() {
     g.fillStyle = '#1d5fb4'; g.fillRect(x(len), top(a), bw, y(0) - top(a));
     g.fillStyle = '#b9c2ce'; g.fillRect(x(len), top(a + d), bw, top(a) - top(a + d));
   }
-  g.fillStyle = '#1d5fb4'; g.fillRect(W - 200, 10, 10, 10); g.fillStyle = '#1d2430'; g.fillText('our attention', W - 186, 19);
-  g.fillStyle = '#b9c2ce'; g.fillRect(W - 110, 10, 10, 10); g.fillStyle = '#1d2430'; g.fillText('dense (JS)', W - 96, 19);
+  g.fillStyle = '#1d5fb4'; g.fillRect(W - 230, 10, 10, 10); g.fillStyle = '#1d2430'; g.fillText('our attention', W - 216, 19);
+  // (the rest: the weight products, norms and SwiGLU, in wasm too)
+  g.fillStyle = '#b9c2ce'; g.fillRect(W - 130, 10, 10, 10); g.fillStyle = '#1d2430'; g.fillText('the rest of a step', W - 116, 19);
 }
 
 function showError(e) {
