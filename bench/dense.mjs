@@ -19,7 +19,7 @@
 // calling thread, which is what a 1-thread instance runs). The simd-threads build (the mul+add
 // probe is its bound). Every kernel path is warmed up first (V8 runs wasm in Liftoff until it has
 // tiered the hot functions up to TurboFan). Medians; times never fail anything. About 2 minutes
-// (--quick: about 20 s).
+// (--quick: under 1).
 //
 //   node bench/dense.mjs [--quick] [--json] [--threads=1,2] [--models=shipped,135m]
 //                        [--dtypes=float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16] [--rows=1,64,512] [--budget=300]
@@ -55,6 +55,7 @@ const MIN_SAMPLES = QUICK ? 3 : 5;
 const MAX_SAMPLES = 60;
 const SAMPLE_MS = 0.5;                                            // calls per sample: enough for this long
 const COLD_BYTES = (QUICK ? 64 : 96) << 20;
+const MAX_COPIES = 4096;                                          // (the smallest shipped matrix, 18 KB: 75 MB)
 const WARMUP_MS = QUICK ? 120 : 300;                              // per kernel path, before anything is timed
 const LIMIT_BYTES = (QUICK ? 64 : 256) << 20;
 
@@ -138,6 +139,9 @@ function copiesOf(master, n) {
   return list;
 }
 
+/** Disposes tensors newest first (the instance keeps its tensors sorted by address: freeing from the end is cheapest). */
+function disposeAll(list) { for (let i = list.length - 1; i >= 0; i--) list[i].dispose(); }
+
 /** V8 compiles wasm with Liftoff first and tiers hot functions up to TurboFan: run every kernel path long enough first. */
 function warmUp() {
   const ta = now();
@@ -212,7 +216,7 @@ function matrixRows(modelId, variant) {
   const { dtype, opts } = variantOf(variant);
   for (const sh of distinctShapes(s)) {
     const wb = sh.rows * rowBytes(dtype, sh.cols);
-    const nCopies = Math.max(2, Math.ceil(COLD_BYTES / wb));
+    const nCopies = Math.min(MAX_COPIES, Math.max(2, Math.ceil(COLD_BYTES / wb)));
     const master = makeWeight(dtype, sh.rows, sh.cols);
     const ws = copiesOf(master, nCopies);
     for (const n of ROWS) {
@@ -236,7 +240,7 @@ function matrixRows(modelId, variant) {
       note(`dense: ${modelId} ${sh.name} [${sh.rows}x${sh.cols}] ${variant} n=${n}: ` + THREADS.map((t) => `${t}t cold ${fmt(row.per[t].cold.median * 1e3)} us, hot ${fmt(row.per[t].hot.median * 1e3)} us`).join('; '));
       x.dispose(); y.dispose();
     }
-    for (const w of ws) w.dispose();
+    disposeAll(ws);
   }
 }
 
@@ -284,7 +288,7 @@ function tokenRows(modelId, variant) {
   for (const t of THREADS) row.per[t] = { cold: st[`cold${t}`], set: st[`set${t}`] ?? null };
   results.tokens.push(row);
   note(`dense: ${modelId} token ${variant}: ` + THREADS.map((t) => `${t}t cold ${fmt(row.per[t].cold.median)} ms` + (row.per[t].set ? `, one set ${fmt(row.per[t].set.median)} ms` : '')).join('; '));
-  for (const set of all) for (const w of set) w.dispose();
+  for (let c = all.length - 1; c >= 0; c--) disposeAll(all[c]);
   for (const t of [...xs.values(), ...ys.values()]) t.dispose();
 }
 
@@ -297,7 +301,7 @@ function poolRows() {
   for (const dtype of ['float32', 'q8_0'].filter((d) => DTYPES.includes(d))) {
     for (const [rows, cols] of shapes) {
       const wb = rows * rowBytes(dtype, cols);
-      const nCopies = Math.max(2, Math.ceil(COLD_BYTES / wb));
+      const nCopies = Math.min(MAX_COPIES, Math.max(2, Math.ceil(COLD_BYTES / wb)));
       const master = makeWeight(dtype, rows, cols);
       const ws = copiesOf(master, nCopies);
       const x = randomTensor([1, cols]), y = sdpa.allocTensor('float32', [1, rows]), o = { out: y };
@@ -308,7 +312,7 @@ function poolRows() {
       // serial: a threshold no call reaches; pool: 0 (every call of more than one unit of 16 rows)
       const st = timeVariants([mk('coldSerial', Infinity, false), mk('coldPool', 0, false), mk('hotSerial', Infinity, true), mk('hotPool', 0, true)], QUICK ? 40 : 150);
       results.pool.push({ dtype, rows, cols, macs: rows * cols, weightBytes: wb, threads: T, ...st });
-      for (const w of ws) w.dispose();
+      disposeAll(ws);
       x.dispose(); y.dispose();
     }
   }

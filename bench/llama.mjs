@@ -103,9 +103,9 @@ note(`load average at start ${meta.loadavgStart.map((x) => x.toFixed(2)).join(' 
 // ------------------------------------------------------------------------------------- speed
 
 /**
- * One configuration: a model alone in an instance of its own (the JS checks of a view argument
- * walk the instance's live heap tensors: a model loaded after others in one instance runs slower,
- * 17% on the shipped model after 16 others), every instance from one compiled module (so V8's
+ * One configuration: a model alone in an instance of its own, as a page has it (until f3cd4d5 the
+ * JS check of a view argument walked the instance's live heap tensors, and a model loaded after 16
+ * others in one instance ran 17% slower), every instance from one compiled module (so V8's
  * tier-up is shared). decodeOnce runs one decode
  * (truncate, the prompt in one forward untimed, then greedy steps to `steps` positions: each
  * appends one token; tok/s = appended tokens / the loop's time, sampling included) or one prefill
