@@ -87,6 +87,9 @@ const ITEM_BLOCK = regions({
   options: OPTIONS.size, key: TENSOR.size, value: TENSOR.size, rotary: ROTARY_BLOCK.bytes,
 });
 
+/** tensorHolding's bucket sizes: small tensors' and large (>= 1 MiB) ones'. */
+const BUCKET_BYTES = Object.freeze([4096, 1 << 20]);
+
 /** A dims entry C can be given (an int32: its messages print what it got). */
 const isInt32 = (x) => Number.isInteger(x) && x >= -0x80000000 && x <= INT32_MAX;
 /** C's count of elements (check.c dims_product): SIZE_MAX / element bytes. */
@@ -168,8 +171,13 @@ export class Core {
     this.scratch = 0;
     this.disposed = false;
     this.tensors = new Set();
-    /** The live heap tensors by their first byte, ascending (tensorHolding's binary search). */
-    this.byStart = [];
+    /**
+     * tensorHolding's index: address buckets -> the live heap tensors overlapping them, 4 KiB
+     * buckets for tensors below 1 MiB and 1 MiB buckets for larger ones, so that finding the
+     * tensor under a view, making one and freeing one each cost a few bucket visits
+     * (a walk over every tensor cost a model's step 17% with a few hundred of them live).
+     */
+    this.buckets = [new Map(), new Map()];
     this.caches = new Set();
     /** Savers and loaders of saved KV state under way (kv-state.js): freed first by sdpa.dispose(). */
     this.states = new Set();
@@ -220,30 +228,32 @@ export class Core {
 
   /** The live heap tensor of this instance whose bytes hold [start, end), or null. */
   tensorHolding(start, end) {
-    // live tensors never overlap (each is its own malloc block): the one that could hold
-    // [start, end) is the last one starting at or before `start`
-    const a = this.byStart;
-    let lo = 0, hi = a.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (heapState(a[mid]).region.start <= start) lo = mid + 1;
-      else hi = mid;
+    for (let k = 0; k < 2; k++) {
+      const list = this.buckets[k].get(Math.floor(start / BUCKET_BYTES[k]));
+      if (list === undefined) continue;
+      for (let i = 0; i < list.length; i++) {
+        const r = heapState(list[i]).region;
+        if (r.start <= start && end <= r.end) return list[i];
+      }
     }
-    if (lo === 0) return null;
-    const t = a[lo - 1], r = heapState(t).region;
-    return r.start <= start && end <= r.end ? t : null;
+    return null;
   }
 
-  /** Where a tensor starting at byte `start` goes in byStart. */
-  byStartIndex(start) {
-    const a = this.byStart;
-    let lo = 0, hi = a.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (heapState(a[mid]).region.start < start) lo = mid + 1;
-      else hi = mid;
+  /** Adds (add true) or removes a live tensor's region in tensorHolding's buckets. */
+  index(t, add) {
+    const { start, end } = heapState(t).region;
+    const k = end - start >= BUCKET_BYTES[1] ? 1 : 0, size = BUCKET_BYTES[k], map = this.buckets[k];
+    for (let b = Math.floor(start / size), last = Math.floor((end - 1) / size); b <= last; b++) {
+      const list = map.get(b);
+      if (add) {
+        if (list === undefined) map.set(b, [t]);
+        else list.push(t);
+      } else if (list !== undefined) {
+        const i = list.indexOf(t);
+        if (i >= 0) list.splice(i, 1);
+        if (list.length === 0) map.delete(b);
+      }
     }
-    return lo;
   }
 
   /** 'its pages' when [start, end) overlaps the memory of this instance's KV cache pages, else null. */
@@ -664,7 +674,7 @@ export class Core {
     this.views().u8.fill(0, p, p + bytes);
     const t = new HeapTensor(this, p, dims, dtype, n, bytes);
     this.tensors.add(t);
-    this.byStart.splice(this.byStartIndex(p >>> 0), 0, t);
+    this.index(t, true);
     return t;
   }
 
@@ -685,8 +695,7 @@ export class Core {
   /** Called by HeapTensor.dispose(). */
   releaseTensor(t, ptr) {
     if (this.tensors.delete(t)) {
-      const i = this.byStartIndex(ptr >>> 0);
-      if (this.byStart[i] === t) this.byStart.splice(i, 1);
+      this.index(t, false);
       if (!this.disposed) this.M._free(ptr);
     }
   }
