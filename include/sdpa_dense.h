@@ -26,7 +26,7 @@
  * through, not scanned for: the outputs it reaches are NaN or Inf.
  *
  * Numerics: every output element is one dot product computed by one thread
- * in one fixed order (float32 accumulation in two chains of 4 lanes, then a fixed lane sum;
+ * in one fixed order (float32 accumulation, 4 lanes, then a fixed lane sum;
  * q8_0 / q4_0 scale each block's partial sum by its d), so results are
  * bit-identical for every thread count, and a row's result does not depend
  * on how many rows are computed with it. The relaxed-SIMD builds fuse

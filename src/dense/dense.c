@@ -34,56 +34,72 @@ static void run_units(sdpa_ctx * ctx, sdpa_task_fn fn, void * arg, int32_t n_uni
 typedef struct product_job {
     const sdpa_dense_product * p;
     int32_t w_tiles;           /* units per x block */
-    float * scratch;           /* float16 prefill: per thread a row of cols floats */
+    float * scratch;           /* float16 prefill: per thread 2 * cols floats */
     size_t scratch_floats;
 } product_job;
 
-/* One x row (x, y) against weight rows r0 .. r1-1. */
-static void decode_rows(const sdpa_dense_product * p, const float * x, float * y, int32_t r0, int32_t r1) {
+/* Decode (one x row) walks the weight matrix in `far` streams: group g holds
+ * rows g, g + q, ..., g + (far - 1) q, q = ceil(rows / far), each a
+ * sequential stream from its own region of the matrix (rows side by side in
+ * one page stream badly from the L3: dense_kernels.h, f32_rows4). */
+static int32_t decode_streams(int32_t dtype) {
+    return dtype == SDPA_DTYPE_FLOAT32 ? 4 : dtype == SDPA_DTYPE_FLOAT16 ? 1 : 2;
+}
+
+/* The decode groups g0 .. g1-1 (decode_streams). */
+static void decode_rows(const sdpa_dense_product * p, int32_t g0, int32_t g1) {
     const bool acc = p->accumulate != 0;
     const size_t rb = p->row_bytes;
-    int32_t r = r0;
-    switch (p->dtype) {
-    case SDPA_DTYPE_FLOAT32: {
-        const float * w = (const float *)p->w;
-        const size_t rs = (size_t)p->cols;
-        for (; r < r1; r++) { const float s = f32_row1(w + r * rs, x, p->cols); y[r] = acc ? y[r] + s : s; }
-        break;
-    }
-    case SDPA_DTYPE_FLOAT16:
-        for (; r < r1; r++) {
-            const uint8_t * w = p->w + r * rb;
+    const int32_t far = decode_streams(p->dtype), q = (p->rows + far - 1) / far;
+    const float * x = p->x;
+    float * y = p->y;
+    for (int32_t g = g0; g < g1; g++) {
+        const bool whole = g + (far - 1) * q < p->rows;  /* every stream has its row */
+        switch (p->dtype) {
+        case SDPA_DTYPE_FLOAT32: {
+            const float * w = (const float *)p->w;
+            const size_t rs = (size_t)p->cols;
+            if (whole) {
+                f32_rows4(w + g * rs, (size_t)q * rs, x, p->cols, y + g, (size_t)q, acc);
+            } else {
+                for (int32_t r = g; r < p->rows; r += q) { const float s = f32_row1(w + r * rs, x, p->cols); y[r] = acc ? y[r] + s : s; }
+            }
+            break;
+        }
+        case SDPA_DTYPE_FLOAT16: {
+            const uint8_t * w = p->w + g * rb;
             v128_t special = wasm_i32x4_splat(0);
             float s = f16_row1((const uint16_t *)w, x, p->cols, &special);
             if (wasm_v128_any_true(special)) s = dot_exact(p->dtype, w, x, p->cols);
-            y[r] = acc ? y[r] + s : s;
-        }
-        break;
-    default: {
-        const bool q8 = p->dtype == SDPA_DTYPE_Q8_0;
-        const int32_t nb = p->cols / 32;
-        if (p->int16_x) {  /* (x is row 0's quantized copy) */
-            for (; r < r1; r += 2) qi_rows(p->w + r * rb, rb, r + 2 <= r1 ? 2 : 1, q8, p->xq, p->xs, nb, y + r, acc);
+            y[g] = acc ? y[g] + s : s;
             break;
         }
-        for (; r + 2 <= r1; r += 2) q_rows2(p->w + r * rb, rb, q8, x, nb, y + r, acc);
-        for (; r < r1; r++) { const float s = q_row1(p->w + r * rb, q8, x, nb); y[r] = acc ? y[r] + s : s; }
-        break;
-    }
+        default: {
+            const bool q8 = p->dtype == SDPA_DTYPE_Q8_0;
+            const int32_t nb = p->cols / 32;
+            if (p->int16_x) qi_rows(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, q8, p->xq, p->xs, nb, y + g, (size_t)q, acc);
+            else if (whole) q_rows2(p->w + g * rb, (size_t)q * rb, q8, x, nb, y + g, (size_t)q, acc);
+            else { const float s = q_row1(p->w + g * rb, q8, x, nb); y[g] = acc ? y[g] + s : s; }
+            break;
+        }
+        }
     }
 }
 
-/* One float32 weight row w (output o) against x rows i0 .. i1-1. */
-static void f32_block(const sdpa_dense_product * p, const float * w, int32_t o, int32_t i0, int32_t i1) {
+/* float32 weight rows w (rs floats apart; w1 = second row or NULL) against x rows i0 .. i1-1. */
+static void f32_block(const sdpa_dense_product * p, const float * w, size_t rs, int32_t o, int32_t n_w,
+                      int32_t i0, int32_t i1) {
     const bool acc = p->accumulate != 0;
     const size_t cols = (size_t)p->cols, ys = (size_t)p->rows;
     int32_t i = i0;
-    for (; i + 4 <= i1; i += 4) f32_x4w1(w, p->x + i * cols, cols, p->cols, p->y + i * ys + o, ys, acc);
-    for (; i < i1; i++) {
-        const float s = f32_row1(w, p->x + i * cols, p->cols);
-        float * yo = p->y + i * ys + o;
-        *yo = acc ? *yo + s : s;
-    }
+    if (n_w == 2)
+        for (; i + 4 <= i1; i += 4) f32_x4w2(w, rs, p->x + i * cols, cols, p->cols, p->y + i * ys + o, ys, acc);
+    for (; i < i1; i++)
+        for (int32_t k = 0; k < n_w; k++) {
+            const float s = f32_row1(w + k * rs, p->x + i * cols, p->cols);
+            float * yo = p->y + i * ys + o + k;
+            *yo = acc ? *yo + s : s;
+        }
 }
 
 /* Several x rows i0 .. i1-1 against weight rows r0 .. r1-1. */
@@ -93,22 +109,29 @@ static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, in
     const size_t cols = (size_t)p->cols, ys = (size_t)p->rows, rb = p->row_bytes;
     switch (p->dtype) {
     case SDPA_DTYPE_FLOAT32:
-        for (int32_t o = r0; o < r1; o++) f32_block(p, (const float *)p->w + o * cols, o, i0, i1);
+        for (int32_t o = r0; o < r1; o += 2) {
+            const int32_t n_w = r1 - o >= 2 ? 2 : 1;
+            f32_block(p, (const float *)p->w + o * cols, cols, o, n_w, i0, i1);
+        }
         break;
     case SDPA_DTYPE_FLOAT16: {
-        /* a row at a time converted exactly (Inf and NaN too) into this
+        /* two rows at a time converted exactly (Inf and NaN too) into this
          * thread's scratch, then the float32 kernels: the same order, the same bits */
-        float * t = job->scratch + (size_t)thread * job->scratch_floats;
-        for (int32_t o = r0; o < r1; o++) {
-            const uint16_t * h = (const uint16_t *)(p->w + o * rb);
-            int32_t j = 0;
-            for (; j + 8 <= p->cols; j += 8) {
-                const v128_t v = wasm_v128_load(h + j);
-                wasm_v128_store(t + j, f16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(v)));
-                wasm_v128_store(t + j + 4, f16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(v)));
+        float * tile = job->scratch + (size_t)thread * job->scratch_floats;
+        for (int32_t o = r0; o < r1; o += 2) {
+            const int32_t n_w = r1 - o >= 2 ? 2 : 1;
+            for (int32_t k = 0; k < n_w; k++) {
+                const uint16_t * h = (const uint16_t *)(p->w + (o + k) * rb);
+                float * t = tile + k * cols;
+                int32_t j = 0;
+                for (; j + 8 <= p->cols; j += 8) {
+                    const v128_t v = wasm_v128_load(h + j);
+                    wasm_v128_store(t + j, f16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(v)));
+                    wasm_v128_store(t + j + 4, f16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(v)));
+                }
+                for (; j < p->cols; j++) t[j] = half_to_float(load_u16((const uint8_t *)(h + j)));
             }
-            for (; j < p->cols; j++) t[j] = half_to_float(load_u16((const uint8_t *)(h + j)));
-            f32_block(p, t, o, i0, i1);
+            f32_block(p, tile, cols, o, n_w, i0, i1);
         }
         break;
     }
@@ -121,7 +144,7 @@ static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, in
                 int32_t i = i0;
                 for (; i + 4 <= i1; i += 4)
                     qi_x4w1(w, q8, p->xq + i * cols, cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, ys, acc);
-                for (; i < i1; i++) qi_rows(w, 0, 1, q8, p->xq + i * cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, acc);
+                for (; i < i1; i++) qi_rows(w, 0, 1, q8, p->xq + i * cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, 0, acc);
             }
             break;
         }
@@ -143,12 +166,14 @@ static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, in
 static void product_unit(void * arg, int32_t unit, int32_t thread) {
     const product_job * job = arg;
     const sdpa_dense_product * p = job->p;
-    const int32_t xb = unit / job->w_tiles, wt = unit % job->w_tiles;
-    const int32_t r0 = wt * UNIT_ROWS, r1 = r0 + UNIT_ROWS < p->rows ? r0 + UNIT_ROWS : p->rows;
-    if (p->n == 1) {
-        decode_rows(p, p->x, p->y, r0, r1);
+    if (p->n == 1) {  /* units of UNIT_ROWS / far groups: UNIT_ROWS rows */
+        const int32_t far = decode_streams(p->dtype), q = (p->rows + far - 1) / far, per = UNIT_ROWS / far;
+        const int32_t g0 = unit * per, g1 = g0 + per < q ? g0 + per : q;
+        decode_rows(p, g0, g1);
         return;
     }
+    const int32_t xb = unit / job->w_tiles, wt = unit % job->w_tiles;
+    const int32_t r0 = wt * UNIT_ROWS, r1 = r0 + UNIT_ROWS < p->rows ? r0 + UNIT_ROWS : p->rows;
     const int32_t i0 = xb * UNIT_XROWS, i1 = i0 + UNIT_XROWS < p->n ? i0 + UNIT_XROWS : p->n;
     prefill_rows(job, thread, i0, i1, r0, r1);
 }
@@ -171,13 +196,19 @@ sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor
             quantize_x_row(p.x + (size_t)i * p.cols, nb, p.xq + (size_t)i * p.cols, p.xs + (size_t)i * nb);
     }
     if (p.dtype == SDPA_DTYPE_FLOAT16 && p.n > 1) {
-        job.scratch_floats = ((size_t)p.cols + 15) & ~(size_t)15;
+        job.scratch_floats = ((size_t)2 * p.cols + 15) & ~(size_t)15;
         s = sdpa_scratch_reserve(ctx, "the float16 prefill's row buffers", sdpa_size_mul((uint64_t)ctx->n_threads * job.scratch_floats, 4) + 64);
         if (s != SDPA_OK) return s;
         job.scratch = (float *)(((uintptr_t)ctx->scratch + 63) & ~(uintptr_t)63);
     }
-    const int32_t x_blocks = p.n == 1 ? 1 : (p.n + UNIT_XROWS - 1) / UNIT_XROWS;
-    run_units(ctx, product_unit, &job, job.w_tiles * x_blocks, (double)p.n * p.rows * p.cols);
+    int32_t n_units;
+    if (p.n == 1) {
+        const int32_t far = decode_streams(p.dtype), q = (p.rows + far - 1) / far, per = UNIT_ROWS / far;
+        n_units = (q + per - 1) / per;
+    } else {
+        n_units = job.w_tiles * ((p.n + UNIT_XROWS - 1) / UNIT_XROWS);
+    }
+    run_units(ctx, product_unit, &job, n_units, (double)p.n * p.rows * p.cols);
     sdpa_clear_error(ctx);
     return SDPA_OK;
 }

@@ -3,22 +3,19 @@
  *
  * The one order every output of a product is computed in (include/
  * sdpa_dense.h, "Numerics"), whichever kernel computes it:
- *   float32, float16:  a0 (4 lanes) += w[j..j+3] * x[j..j+3] for j = 0, 8, 16, ...
- *                      and a1 for j = 4, 12, 20, ... (a last group of 4 after
- *                      the groups of 8 goes to a0); s = hsum(a0 + a1)
- *                      ((0+2)+(1+3)); then s += w[j] * x[j] for the last
- *                      cols % 4 values, in order. (Two chains: one row at a
- *                      time is then fast enough, and one row at a time is
- *                      what streams well from the L3: four rows side by
- *                      side ran a model's token of products at 0.7x.)
+ *   float32, float16:  acc (4 lanes) += w[j..j+3] * x[j..j+3] for j = 0, 4, ...
+ *                      s = hsum(acc) ((0+2)+(1+3)); then s += w[j] * x[j] for
+ *                      the last cols % 4 values, in order.
  *   q8_0, q4_0:        per block b in order: p0 (4 lanes) sums the products
  *                      of the block's 4-value groups 0, 2, 4, 6 and p1 those of
  *                      1, 3, 5, 7 (each in that order); acc += (p0 + p1) * d_b;
  *                      s = hsum(acc).
- * The decode kernels (one x row) run 1 (float) or 2 (q8_0 / q4_0) weight
- * rows at a time and the prefill kernels 4 x rows against 1 weight row, all
- * in this order per output: a row's result does not depend on how many rows
- * are computed with it. */
+ * The decode kernels (one x row) run 4 (float32) or 2 (q8_0 / q4_0) weight
+ * rows side by side, taken a quarter (a half) of the matrix apart, and the
+ * prefill kernels 4 x rows against 1 or 2 weight rows, all in this order per
+ * output: a row's result does not depend on how many rows are computed with
+ * it. (Prefill keeps one chain per output so that 4 x 2 outputs share their
+ * loads: two chains, 4 x 1, ran 16.8 against 31.4 GFLOP/s at 64 x 640 x 256.) */
 #ifndef SDPA_DENSE_KERNELS_H
 #define SDPA_DENSE_KERNELS_H
 
@@ -111,19 +108,15 @@ static float dot_exact(int32_t dt, const uint8_t * w, const float * x, int32_t c
         }
         return (lane[0] + lane[2]) + (lane[1] + lane[3]);
     }
-    float lane1[4] = { 0, 0, 0, 0 };
     int32_t j = 0;
-    for (; j + 4 <= cols; j += 4) {
-        float * a = j % 8 == 0 ? lane : lane1;  /* (a last group of 4 after the groups of 8: j % 8 == 0) */
+    for (; j + 4 <= cols; j += 4)
         for (int32_t l = 0; l < 4; l++) {
 #ifdef __wasm_relaxed_simd__
-            a[l] = fmaf(weight_elem(dt, w, j + l), x[j + l], a[l]);
+            lane[l] = fmaf(weight_elem(dt, w, j + l), x[j + l], lane[l]);
 #else
-            a[l] = a[l] + weight_elem(dt, w, j + l) * x[j + l];
+            lane[l] = lane[l] + weight_elem(dt, w, j + l) * x[j + l];
 #endif
         }
-    }
-    for (int32_t l = 0; l < 4; l++) lane[l] = lane[l] + lane1[l];
     float s = (lane[0] + lane[2]) + (lane[1] + lane[3]);
     for (; j < cols; j++) s += weight_elem(dt, w, j) * x[j];
     return s;
@@ -144,47 +137,57 @@ static inline float f32_tail(float s, const float * w, const float * x, int32_t 
     return s;
 }
 
-static inline float f32_row1(const float * w, const float * x, int32_t cols) {
-    v128_t a0 = wasm_f32x4_splat(0), a1 = a0;
+/* y[0], y[ys], y[2 ys], y[3 ys] (+)= dot(w rows 0..3, x): 4 weight rows rs floats
+ * apart. Decode gives it rows a quarter of the matrix apart (decode_rows):
+ * four sequential streams from four regions. (Four adjacent rows, in one
+ * page, streamed from the L3 at a third of that: 5.8 against 23.7 GFLOP/s
+ * over a 14.4 MB set of a model's matrices, one row at a time 8-9.) */
+static inline void f32_rows4(const float * w, size_t rs, const float * x, int32_t cols, float * y, size_t ys, bool acc) {
+    v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0;
     int32_t j = 0;
-    for (; j + 8 <= cols; j += 8) {
-        a0 = f32x4_fmadd(a0, wasm_v128_load(w + j), wasm_v128_load(x + j));
-        a1 = f32x4_fmadd(a1, wasm_v128_load(w + j + 4), wasm_v128_load(x + j + 4));
+    for (; j + 4 <= cols; j += 4) {
+        const v128_t xv = wasm_v128_load(x + j);
+        a0 = f32x4_fmadd(a0, wasm_v128_load(w + j), xv);
+        a1 = f32x4_fmadd(a1, wasm_v128_load(w + rs + j), xv);
+        a2 = f32x4_fmadd(a2, wasm_v128_load(w + 2 * rs + j), xv);
+        a3 = f32x4_fmadd(a3, wasm_v128_load(w + 3 * rs + j), xv);
     }
-    if (j + 4 <= cols) {
-        a0 = f32x4_fmadd(a0, wasm_v128_load(w + j), wasm_v128_load(x + j));
-        j += 4;
-    }
-    return f32_tail(f32x4_hsum(wasm_f32x4_add(a0, a1)), w, x, j, cols);
+    const float s[4] = { f32_tail(f32x4_hsum(a0), w, x, j, cols), f32_tail(f32x4_hsum(a1), w + rs, x, j, cols),
+                         f32_tail(f32x4_hsum(a2), w + 2 * rs, x, j, cols), f32_tail(f32x4_hsum(a3), w + 3 * rs, x, j, cols) };
+    for (int k = 0; k < 4; k++) y[k * ys] = acc ? y[k * ys] + s[k] : s[k];
 }
 
-/* One weight row against 4 x rows (xs floats apart): y[r * ys] (+)=; each
- * weight vector loaded once for the 4 rows. */
-static inline void f32_x4w1(const float * w, const float * x, size_t xs, int32_t cols, float * y, size_t ys, bool acc) {
-    v128_t a[4][2];
-    for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = wasm_f32x4_splat(0);
-    const float * x1 = x + xs, * x2 = x + 2 * xs, * x3 = x + 3 * xs;
+static inline float f32_row1(const float * w, const float * x, int32_t cols) {
+    v128_t a = wasm_f32x4_splat(0);
     int32_t j = 0;
-    for (; j + 8 <= cols; j += 8) {
-        const v128_t v0 = wasm_v128_load(w + j), v1 = wasm_v128_load(w + j + 4);
-        a[0][0] = f32x4_fmadd(a[0][0], v0, wasm_v128_load(x + j));  a[0][1] = f32x4_fmadd(a[0][1], v1, wasm_v128_load(x + j + 4));
-        a[1][0] = f32x4_fmadd(a[1][0], v0, wasm_v128_load(x1 + j)); a[1][1] = f32x4_fmadd(a[1][1], v1, wasm_v128_load(x1 + j + 4));
-        a[2][0] = f32x4_fmadd(a[2][0], v0, wasm_v128_load(x2 + j)); a[2][1] = f32x4_fmadd(a[2][1], v1, wasm_v128_load(x2 + j + 4));
-        a[3][0] = f32x4_fmadd(a[3][0], v0, wasm_v128_load(x3 + j)); a[3][1] = f32x4_fmadd(a[3][1], v1, wasm_v128_load(x3 + j + 4));
+    for (; j + 4 <= cols; j += 4) a = f32x4_fmadd(a, wasm_v128_load(w + j), wasm_v128_load(x + j));
+    return f32_tail(f32x4_hsum(a), w, x, j, cols);
+}
+
+/* 4 x rows (xs floats apart) against 2 weight rows: y[r * ys + o] (+)=. */
+static inline void f32_x4w2(const float * w, size_t rs, const float * x, size_t xs, int32_t cols,
+                            float * y, size_t ys, bool acc) {
+    v128_t a00 = wasm_f32x4_splat(0), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+    const float * w1 = w + rs;
+    int32_t j = 0;
+    for (; j + 4 <= cols; j += 4) {
+        const v128_t v0 = wasm_v128_load(w + j), v1 = wasm_v128_load(w1 + j);
+        v128_t xv = wasm_v128_load(x + j);
+        a00 = f32x4_fmadd(a00, v0, xv); a01 = f32x4_fmadd(a01, v1, xv);
+        xv = wasm_v128_load(x + xs + j);
+        a10 = f32x4_fmadd(a10, v0, xv); a11 = f32x4_fmadd(a11, v1, xv);
+        xv = wasm_v128_load(x + 2 * xs + j);
+        a20 = f32x4_fmadd(a20, v0, xv); a21 = f32x4_fmadd(a21, v1, xv);
+        xv = wasm_v128_load(x + 3 * xs + j);
+        a30 = f32x4_fmadd(a30, v0, xv); a31 = f32x4_fmadd(a31, v1, xv);
     }
-    if (j + 4 <= cols) {
-        const v128_t v0 = wasm_v128_load(w + j);
-        a[0][0] = f32x4_fmadd(a[0][0], v0, wasm_v128_load(x + j));
-        a[1][0] = f32x4_fmadd(a[1][0], v0, wasm_v128_load(x1 + j));
-        a[2][0] = f32x4_fmadd(a[2][0], v0, wasm_v128_load(x2 + j));
-        a[3][0] = f32x4_fmadd(a[3][0], v0, wasm_v128_load(x3 + j));
-        j += 4;
-    }
-    for (int r = 0; r < 4; r++) {
-        const float s = f32_tail(f32x4_hsum(wasm_f32x4_add(a[r][0], a[r][1])), w, x + r * xs, j, cols);
-        float * yo = y + r * ys;
-        *yo = acc ? *yo + s : s;
-    }
+    const v128_t as[4][2] = { { a00, a01 }, { a10, a11 }, { a20, a21 }, { a30, a31 } };
+    for (int r = 0; r < 4; r++)
+        for (int o = 0; o < 2; o++) {
+            const float s = f32_tail(f32x4_hsum(as[r][o]), o ? w1 : w, x + r * xs, j, cols);
+            float * yo = y + r * ys + o;
+            *yo = acc ? *yo + s : s;
+        }
 }
 
 /* ---- float16 weights ---------------------------------------------------- */
@@ -196,26 +199,26 @@ static inline float f16_tail(float s, const uint16_t * w, const float * x, int32
 
 /* dot(w row, x) for one weight row of halves; *special |= lanes holding Inf / NaN. */
 static inline float f16_row1(const uint16_t * w, const float * x, int32_t cols, v128_t * special) {
-    v128_t a0 = wasm_f32x4_splat(0), a1 = a0, sp = wasm_i32x4_splat(0);
+    v128_t a = wasm_f32x4_splat(0), sp = wasm_i32x4_splat(0);
     int32_t j = 0;
     for (; j + 8 <= cols; j += 8) {
         const v128_t h = wasm_v128_load(w + j);
         v128_t lo, hi;
         sp = wasm_v128_or(sp, f16x8_specials(h));
         f16x8_finite(h, &lo, &hi);
-        a0 = f32x4_fmadd(a0, lo, wasm_v128_load(x + j));
-        a1 = f32x4_fmadd(a1, hi, wasm_v128_load(x + j + 4));
+        a = f32x4_fmadd(a, lo, wasm_v128_load(x + j));
+        a = f32x4_fmadd(a, hi, wasm_v128_load(x + j + 4));
     }
     if (j + 4 <= cols) {
         const v128_t h = wasm_v128_load64_zero(w + j);
         v128_t lo, hi;
         sp = wasm_v128_or(sp, f16x8_specials(h));
         f16x8_finite(h, &lo, &hi);
-        a0 = f32x4_fmadd(a0, lo, wasm_v128_load(x + j));
+        a = f32x4_fmadd(a, lo, wasm_v128_load(x + j));
         j += 4;
     }
     *special = wasm_v128_or(*special, sp);
-    return f16_tail(f32x4_hsum(wasm_f32x4_add(a0, a1)), w, x, j, cols);
+    return f16_tail(f32x4_hsum(a), w, x, j, cols);
 }
 
 /* ---- q8_0 / q4_0 weights ------------------------------------------------ */
@@ -275,10 +278,10 @@ static inline float q_row1(const uint8_t * w, bool q8, const float * x, int32_t 
     return f32x4_hsum(acc);
 }
 
-/* 2 weight rows (rs bytes apart) against one x row: y[0..1] (+)=. (Two, not
- * four: four rows' block conversions spill in V8, measured 5.7 against 7.9
- * GFLOP/s on q8_0 640 x 256.) */
-static inline void q_rows2(const uint8_t * w, size_t rs, bool q8, const float * x, int32_t nb, float * y, bool acc) {
+/* 2 weight rows (rs bytes apart) against one x row: y[0], y[ys] (+)=. (Two,
+ * not four: four rows' block conversions spill in V8, measured 5.7 against
+ * 7.9 GFLOP/s on q8_0 640 x 256.) */
+static inline void q_rows2(const uint8_t * w, size_t rs, bool q8, const float * x, int32_t nb, float * y, size_t ys, bool acc) {
     const size_t bb = q8 ? 34 : 18;
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, f[8];
     for (int32_t b = 0; b < nb; b++) {
@@ -291,7 +294,7 @@ static inline void q_rows2(const uint8_t * w, size_t rs, bool q8, const float * 
     }
     const float s0 = f32x4_hsum(a0), s1 = f32x4_hsum(a1);
     y[0] = acc ? y[0] + s0 : s0;
-    y[1] = acc ? y[1] + s1 : s1;
+    y[ys] = acc ? y[ys] + s1 : s1;
 }
 
 /* One weight row against 4 x rows (xs floats apart): y[r * ys] (+)=; each
@@ -375,9 +378,9 @@ static inline v128_t block_fma_i16(v128_t acc, const v128_t * w, const int16_t *
     return f32x4_fmadd(acc, wasm_f32x4_convert_i32x4(block_isum(w, xq)), wasm_f32x4_splat(d * s));
 }
 
-/* rows weight rows (1 or 2, rs bytes apart) against one quantized x row: y[0..rows-1] (+)=. */
+/* rows weight rows (1 or 2, rs bytes apart) against one quantized x row: y[0] (and y[ys]) (+)=. */
 static inline void qi_rows(const uint8_t * w, size_t rs, int32_t rows, bool q8, const int16_t * xq, const float * xs,
-                           int32_t nb, float * y, bool acc) {
+                           int32_t nb, float * y, size_t ys, bool acc) {
     const size_t bb = q8 ? 34 : 18;
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, f[4];
     for (int32_t b = 0; b < nb; b++) {
@@ -392,7 +395,7 @@ static inline void qi_rows(const uint8_t * w, size_t rs, int32_t rows, bool q8, 
     }
     const float s0 = f32x4_hsum(a0);
     y[0] = acc ? y[0] + s0 : s0;
-    if (rows == 2) { const float s1 = f32x4_hsum(a1); y[1] = acc ? y[1] + s1 : s1; }
+    if (rows == 2) { const float s1 = f32x4_hsum(a1); y[ys] = acc ? y[ys] + s1 : s1; }
 }
 
 /* One weight row against 4 quantized x rows (xqs int16 / nb scales apart): y[r * ys] (+)=. */
