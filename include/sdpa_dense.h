@@ -60,8 +60,11 @@ extern "C" {
 #define SDPA_WEIGHT_BLOCK 32
 
 /// Multiply-adds below which a dense call runs on the calling thread alone
-/// (bench/dense.mjs measures where the pool starts to pay).
-#define SDPA_DENSE_PARALLEL_MIN_MACS 65536.0
+/// (bench/dense.mjs measures where the pool starts to pay: on a quiet host
+/// from 16 K, on a busy one not below 330 K; 2^18 keeps a small model's
+/// products, the shipped one's, off the pool, where 2 threads decoded it at
+/// 0.67x of one on a busy host).
+#define SDPA_DENSE_PARALLEL_MIN_MACS 262144.0
 /// Sets that threshold for this context (0: every call with more than one
 /// unit of work uses the pool; tests use it on small shapes).
 void sdpa_ctx_set_dense_parallel_min_macs(sdpa_ctx * ctx, double macs);
