@@ -10,10 +10,9 @@
 // the kernels read and write the tensors' memory in place.
 
 import { Checks } from './rules.js';
-import { heapState, HeapTensor } from './heap.js';
+import { heapState } from './heap.js';
 import { readPlainOptions, describeValue, inspectTensor, checkLive } from './snapshot.js';
 import { putTensor, SLOT } from './runtime.js';
-import { WEIGHT_DTYPES } from './abi.js';
 import { INT32_MAX } from './shape.js';
 
 const LINEAR_OPTIONS = Object.freeze(['out', 'accumulate', 'rows', 'activations']);
@@ -82,8 +81,8 @@ export function denseEntries(core) {
     return at;
   }
 
-  /** out given, or a new heap tensor of `dims` made for this call (disposed again if C refuses it). */
-  function outArg(ck, o, dims) {
+  /** options.out as C is given it, or null when none was given (run() then makes one). */
+  function outArg(ck, o) {
     if (o.out !== undefined && o.out !== null) return tensorArg(ck, core, 'out', o.out);
     return null;
   }
@@ -227,4 +226,3 @@ function readIds(ck, ids) {
   return out;
 }
 
-export { WEIGHT_DTYPES, HeapTensor };
