@@ -51,9 +51,9 @@ static inline uint16_t load_u16(const uint8_t * p) {
  * finite halves (an Inf or NaN reads as a finite value >= 65536: the callers
  * check for them with f16x8_specials and recompute such rows exactly). */
 static inline void f16x8_finite(v128_t h, v128_t * lo, v128_t * hi) {
-    const v128_t mask = wasm_i32x4_splat((int32_t)0x8FFFE000u), k = wasm_f32x4_splat(0x1p112f);
-    *lo = wasm_f32x4_mul(wasm_v128_and(wasm_i32x4_shl(wasm_i32x4_extend_low_i16x8(h), 13), mask), k);
-    *hi = wasm_f32x4_mul(wasm_v128_and(wasm_i32x4_shl(wasm_i32x4_extend_high_i16x8(h), 13), mask), k);
+    /* simd.h's conversion (the attention's float16 pages use it) on each sign-extended half */
+    *lo = f16x4_finite(wasm_i32x4_extend_low_i16x8(h));
+    *hi = f16x4_finite(wasm_i32x4_extend_high_i16x8(h));
 }
 
 /* Lanes of 8 halves that are Inf or NaN (all exponent bits set): non-zero lanes. */
