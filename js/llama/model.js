@@ -23,12 +23,13 @@ const STATE_KEY = 'sdpa-wasm/llama';
 const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'maxChunk', 'reserve', 'weightDtype', 'activations']);
 /** The dtypes loadLlama stores the weight matrices in (include/sdpa_dense.h). */
 export const WEIGHT_DTYPES = Object.freeze(['float32', 'float16', 'q8_0', 'q4_0']);
-/** llama2.c's RMSNorm epsilon. */
-const RMS_EPS = 1e-5;
+/** llama2.c's RMSNorm epsilon and RoPE base (its checkpoints record neither). */
+export const RMS_EPS = 1e-5;
+const ROPE_BASE = 10000;
 const now = () => performance.now();
 
 /** The options `known` of `fn`, read once through the library's snapshot path (readOptions: unknown names, getters, inherited options). */
-function checkKnown(fn, options, known) {
+export function checkKnown(fn, options, known) {
   const ck = new Checks(fn);
   const o = readOptions(ck, options, known, null, false);
   ck.done();
@@ -67,7 +68,7 @@ function readTokens(fn, tokens, vocabSize) {
 const INTEGER_ARRAYS = [Int32Array, Uint32Array, Uint16Array, Int16Array, Uint8Array, Int8Array, Uint8ClampedArray];
 
 /** An SdpaError of a call made for `fn` ('sdpa.kvCacheSize: ...'), as fn's own. */
-function renamed(e, fn) {
+export function renamed(e, fn) {
   return e instanceof SdpaError ? new SdpaError(e.code, e.message.replace(/^[\w.]+: /, `${fn}: `), { cause: e }) : e;
 }
 
@@ -118,8 +119,9 @@ function loadWeights(sdpa, bytes, layout, weightDtype, maxSeqLen, alloc) {
     }
     w.rmsFinal = plain(at.rmsFinal, [dim]);
     w.classifier = layout.sharedClassifier ? w.embedding : matrix(at.wcls, V, dim);
-    w.cos = plain(at.freqCos, [maxSeqLen, hs / 2]);
-    w.sin = plain(at.freqSin, [maxSeqLen, hs / 2]);
+    // the checkpoint's own freq_cos / freq_sin are not read: the tables are computed as a GGUF
+    // file's are (run.c computes its own too), so a checkpoint and its GGUF give the same bits
+    Object.assign(w, ropeTables(alloc, maxSeqLen, hs, ROPE_BASE, null));
     return w;
   } finally {
     staging?.dispose();
@@ -131,10 +133,37 @@ function maxMatrix(c, kvDim) {
   return Math.max(c.vocabSize * c.dim, c.dim * c.dim, kvDim * c.dim, c.hiddenDim * c.dim);
 }
 
+/**
+ * The rotary tables cos / sin [maxSeqLen, headSize / 2] as heap tensors:
+ * pair j of position p turns by p * base^(-2j / headSize) / factors[j]
+ * (factors: a GGUF file's rope_freqs, Llama 3.1's; null: 1), computed in
+ * float64 and rounded once to float32.
+ */
+export function ropeTables(alloc, maxSeqLen, headSize, base, factors) {
+  const half = headSize / 2;
+  const cos = alloc('float32', [maxSeqLen, half]), sin = alloc('float32', [maxSeqLen, half]);
+  const c = new Float32Array(maxSeqLen * half), s = new Float32Array(maxSeqLen * half);
+  for (let j = 0; j < half; j++) {
+    const theta = base ** (-2 * j / headSize) / (factors === null ? 1 : factors[j]);
+    for (let p = 0; p < maxSeqLen; p++) {
+      c[p * half + j] = Math.cos(p * theta);
+      s[p * half + j] = Math.sin(p * theta);
+    }
+  }
+  cos.data.set(c);
+  sin.data.set(s);
+  return { cos, sin };
+}
+
 /** What a model and its forks share; freed when the last of them is disposed. */
-class Core {
-  constructor(sdpa, layout, bytes, fp, o) {
-    const { config } = layout;
+export class Core {
+  /**
+   * spec: { config, headSize, kvDim, rmsEps }; makeWeights(alloc) makes the
+   * weight tensors (every one through alloc, so that free() frees them).
+   */
+  constructor(sdpa, spec, fp, o, makeWeights) {
+    const layout = spec, { config } = spec;
+    this.rmsEps = spec.rmsEps;
     this.sdpa = sdpa;
     this.config = config;
     this.headSize = layout.headSize;
@@ -151,7 +180,7 @@ class Core {
     const C = this.chunk;
     try {
       const alloc = (dtype, dims) => { const t = sdpa.allocTensor(dtype, dims); this.tensors.push(t); return t; };
-      this.w = loadWeights(sdpa, bytes, layout, o.weightDtype, o.maxSeqLen, alloc);
+      this.w = makeWeights(alloc);
       // activations: rows of the residual stream x, its normed copy xb, the FFN's hb / hb2,
       // q / k / v / the attention's output (views of them are the attention's [1, m, H, hs])
       this.X = alloc('float32', [C, dim]);
@@ -184,7 +213,7 @@ class Core {
       const { X, XB, HB, HB2, Q, K, V, O } = this, a = this.activations;
       s = {
         buffer: null, q: null, k: null, v: null, o: null, attend: null,
-        norm: { out: XB, rows: m, eps: RMS_EPS },
+        norm: { out: XB, rows: m, eps: this.rmsEps },
         q_: { out: Q, rows: m, activations: a }, k_: { out: K, rows: m, activations: a }, v_: { out: V, rows: m, activations: a },
         residual: { out: X, rows: m, accumulate: true, activations: a },
         hb: { out: HB, rows: m, activations: a }, hb2: { out: HB2, rows: m, activations: a }, gate: { out: HB, rows: m },
@@ -296,49 +325,75 @@ class Core {
  */
 export function loadLlama(sdpa, checkpoint, options) {
   const fn = 'loadLlama';
-  if (sdpa === null || typeof sdpa !== 'object' || typeof sdpa.createKVCacheGroup !== 'function') {
-    throw new SdpaError('E_ARG', `${fn}: sdpa must be an instance from createSdpa(), got ${sdpa === null ? 'null' : typeof sdpa}`);
-  }
-  if (sdpa.disposed) throw new SdpaError('E_DISPOSED', `${fn}: sdpa was disposed`);
+  checkSdpa(fn, sdpa);
   const o = checkKnown(fn, options, LOAD_OPTIONS);
   // a view, not a copy: every byte is read into wasm memory before this call returns
   const bytes = toBytes(checkpoint, fn, 'checkpoint', false);
   const layout = parseCheckpoint(bytes);
   const { seqLen } = layout.config;
-  o.maxSeqLen = checkCount(fn, 'options.maxSeqLen', o.maxSeqLen ?? seqLen, 1, seqLen);
-  o.maxChunk = checkCount(fn, 'options.maxChunk', o.maxChunk ?? Math.min(o.maxSeqLen, 512), 1, o.maxSeqLen);
-  if (typeof (o.reserve ?? true) !== 'boolean') throw new SdpaError('E_ARG', `${fn}: options.reserve must be a boolean, got ${typeof o.reserve}`);
+  readModelOptions(fn, o, seqLen, seqLen);
   o.weightDtype = o.weightDtype ?? 'float32';
   if (!WEIGHT_DTYPES.includes(o.weightDtype)) {
     throw new SdpaError('E_ARG', `${fn}: options.weightDtype is ${JSON.stringify(o.weightDtype) ?? String(o.weightDtype)}; expected one of ${WEIGHT_DTYPES.map((d) => `'${d}'`).join(', ')}`);
-  }
-  o.activations = o.activations ?? 'float32';
-  if (o.activations !== 'float32' && o.activations !== 'int16') {
-    throw new SdpaError('E_ARG', `${fn}: options.activations is ${JSON.stringify(o.activations) ?? String(o.activations)}; expected 'float32' or 'int16' (q8_0 / q4_0 weights' products on activations quantized per block, sdpa.linear's option)`);
   }
   const block = o.weightDtype === 'q8_0' || o.weightDtype === 'q4_0' ? 32 : 1;
   const { dim, hiddenDim } = layout.config;
   if (dim % block !== 0 || hiddenDim % block !== 0) {
     throw new SdpaError('E_ARG', `${fn}: options.weightDtype '${o.weightDtype}' stores rows in blocks of ${block} values, but this checkpoint's rows hold ${dim} (dim) and ${hiddenDim} (hidden_dim) values; expected multiples of ${block}`);
   }
-  o.cacheConfig = { maxSeqLen: o.maxSeqLen, numKvHeads: layout.config.nKvHeads, headDim: layout.headSize };
-  for (const k of ['dtype', 'keyDtype', 'valueDtype']) if (o[k] !== undefined) o.cacheConfig[k] = o[k];
-  let poolBytes;
-  try {
-    poolBytes = sdpa.kvCacheSize(o.cacheConfig).poolBytes;      // the cache options' rules, before any allocation
-  } catch (e) {
-    throw renamed(e, fn);
-  }
+  const spec = { config: layout.config, headSize: layout.headSize, kvDim: layout.kvDim, rmsEps: RMS_EPS };
+  const poolBytes = cachePlan(fn, sdpa, o, spec);
   if (!LITTLE_ENDIAN) throw new SdpaError('E_ARG', `${fn}: a big-endian host cannot read float32 checkpoints in place`);
-  let core, group = null;
+  let core;
   try {
-    core = new Core(sdpa, layout, bytes, fingerprint(bytes), o);
+    core = new Core(sdpa, spec, fingerprint(bytes), o, (alloc) => loadWeights(sdpa, bytes, layout, o.weightDtype, o.maxSeqLen, alloc));
   } catch (e) {
     throw renamed(e, fn);
   }
+  return makeModel(fn, sdpa, core, o, poolBytes);
+}
+
+/** E_ARG / E_DISPOSED unless sdpa is a live instance from createSdpa(). */
+export function checkSdpa(fn, sdpa) {
+  if (sdpa === null || typeof sdpa !== 'object' || typeof sdpa.createKVCacheGroup !== 'function') {
+    throw new SdpaError('E_ARG', `${fn}: sdpa must be an instance from createSdpa(), got ${sdpa === null ? 'null' : typeof sdpa}`);
+  }
+  if (sdpa.disposed) throw new SdpaError('E_DISPOSED', `${fn}: sdpa was disposed`);
+}
+
+/**
+ * The options every loader shares, checked and defaulted in place: maxSeqLen
+ * (default defaultSeqLen, at most seqLen), maxChunk, reserve, activations.
+ */
+export function readModelOptions(fn, o, seqLen, defaultSeqLen) {
+  o.maxSeqLen = checkCount(fn, 'options.maxSeqLen', o.maxSeqLen ?? defaultSeqLen, 1, seqLen);
+  o.maxChunk = checkCount(fn, 'options.maxChunk', o.maxChunk ?? Math.min(o.maxSeqLen, 512), 1, o.maxSeqLen);
+  if (typeof (o.reserve ?? true) !== 'boolean') throw new SdpaError('E_ARG', `${fn}: options.reserve must be a boolean, got ${typeof o.reserve}`);
+  o.activations = o.activations ?? 'float32';
+  if (o.activations !== 'float32' && o.activations !== 'int16') {
+    throw new SdpaError('E_ARG', `${fn}: options.activations is ${JSON.stringify(o.activations) ?? String(o.activations)}; expected 'float32' or 'int16' (quantized weights' products on activations quantized per block, sdpa.linear's option)`);
+  }
+  return o;
+}
+
+/** The cache options' rules (before any allocation): sets o.cacheConfig, returns one layer's pool bytes. */
+export function cachePlan(fn, sdpa, o, spec) {
+  o.cacheConfig = { maxSeqLen: o.maxSeqLen, numKvHeads: spec.config.nKvHeads, headDim: spec.headSize };
+  for (const k of ['dtype', 'keyDtype', 'valueDtype']) if (o[k] !== undefined) o.cacheConfig[k] = o[k];
   try {
-    group = sdpa.createKVCacheGroup(Array.from({ length: layout.config.nLayers }, () => ({ ...core.cacheConfig })));
-    if (o.reserve ?? true) sdpa.reserve(poolBytes * layout.config.nLayers);
+    return sdpa.kvCacheSize(o.cacheConfig).poolBytes;
+  } catch (e) {
+    throw renamed(e, fn);
+  }
+}
+
+/** A LlamaModel on `core` with a new cache group (and the pool reserved); frees core on failure. */
+export function makeModel(fn, sdpa, core, o, poolBytes) {
+  const nLayers = core.config.nLayers;
+  let group = null;
+  try {
+    group = sdpa.createKVCacheGroup(Array.from({ length: nLayers }, () => ({ ...core.cacheConfig })));
+    if (o.reserve ?? true) sdpa.reserve(poolBytes * nLayers);
   } catch (e) {
     group?.dispose();
     core.free();
@@ -385,8 +440,10 @@ export class LlamaModel {
    * otherMs (embedding, norms, SwiGLU, JS), denseMs (productsMs + otherMs).
    */
   get timing() { const t = this.#timing; return { ...t, denseMs: t.productsMs + t.otherMs }; }
-  /** The dtype the weight matrices are stored in (loadLlama's weightDtype). */
+  /** The dtype the weight matrices are stored in (loadLlama's weightDtype; a GGUF file's: the dtype of most weight bytes). */
   get weightDtype() { return this.#core.weightDtype; }
+  /** Names the weights (a checkpoint's or GGUF file's bytes): saved states and kept chats refuse other weights. */
+  get fingerprint() { return this.#core.fingerprint; }
 
   #alive(fn) {
     if (this.#core.sdpa.disposed) throw new SdpaError('E_DISPOSED', `${fn}: the sdpa instance was disposed`);
