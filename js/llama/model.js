@@ -141,7 +141,14 @@ function maxMatrix(c, kvDim) {
  */
 export function ropeTables(alloc, maxSeqLen, headSize, base, factors) {
   const half = headSize / 2;
-  const cos = alloc('float32', [maxSeqLen, half]), sin = alloc('float32', [maxSeqLen, half]);
+  const tables = { cos: alloc('float32', [maxSeqLen, half]), sin: alloc('float32', [maxSeqLen, half]) };
+  fillRope(tables, maxSeqLen, headSize, base, factors);
+  return tables;
+}
+
+/** Writes ropeTables' values into its tensors { cos, sin }. */
+export function fillRope({ cos, sin }, maxSeqLen, headSize, base, factors) {
+  const half = headSize / 2;
   const c = new Float32Array(maxSeqLen * half), s = new Float32Array(maxSeqLen * half);
   for (let j = 0; j < half; j++) {
     const theta = base ** (-2 * j / headSize) / (factors === null ? 1 : factors[j]);
@@ -152,7 +159,6 @@ export function ropeTables(alloc, maxSeqLen, headSize, base, factors) {
   }
   cos.data.set(c);
   sin.data.set(s);
-  return { cos, sin };
 }
 
 /** What a model and its forks share; freed when the last of them is disposed. */
