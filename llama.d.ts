@@ -1,5 +1,5 @@
 // Types for sdpa-wasm/llama: a Llama-architecture runner (llama2.c's checkpoint
-// and tokenizer formats) whose every layer's attention and KV cache are
+// and tokenizer formats, GGUF files of architecture llama) whose every layer's attention and KV cache are
 // sdpa-wasm's. Guide: docs/LLAMA.md.
 import type { Sdpa, CacheDType, WeightDType, JsonValue, KVCacheGroup, KVStateSource, SaveChunks } from './index.js';
 
@@ -99,8 +99,10 @@ export class LlamaModel {
    * (classifier included), otherMs in the rest (embedding, norms, SwiGLU, JS); denseMs = productsMs + otherMs.
    */
   readonly timing: { tokens: number; attentionMs: number; productsMs: number; otherMs: number; denseMs: number };
-  /** The dtype the weights are kept in (loadLlama's weightDtype). */
+  /** The dtype the weights are kept in (loadLlama's weightDtype; a GGUF file's: the dtype most weight bytes are in). */
   readonly weightDtype: WeightDType;
+  /** Names the weights (an FNV-1a hash of the checkpoint's or GGUF file's bytes, and their length): saved states and kept chats refuse other weights. */
+  readonly fingerprint: string;
   /**
    * Appends the tokens at `length` and returns their logits (row-major [n, vocabSize],
    * or the last row). E_ARG for an id outside 0 .. vocabSize-1, E_CAPACITY past maxSeqLen:
@@ -133,6 +135,75 @@ export class LlamaModel {
 
 /** A model from a llama2.c version-0 checkpoint. Synchronous. E_FORMAT: a file that is not one. */
 export function loadLlama(sdpa: Sdpa, checkpoint: Uint8Array | ArrayBuffer | ArrayBufferView, options?: LoadLlamaOptions): LlamaModel;
+
+/** What loadGguf reads: bytes in memory, a File / Blob, a fetch Response, a stream or an async iterable of chunks (a Node file stream). */
+export type GgufSource = Uint8Array | ArrayBuffer | ArrayBufferView | Blob | Response | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>;
+
+export interface LoadGgufOptions {
+  /** The most tokens the model holds (default min(llama.context_length, 4096); at most context_length). */
+  maxSeqLen?: number | undefined;
+  /** KV cache dtypes, maxChunk, reserve, activations: as loadLlama's. */
+  dtype?: CacheDType | undefined;
+  keyDtype?: CacheDType | undefined;
+  valueDtype?: CacheDType | undefined;
+  maxChunk?: number | undefined;
+  reserve?: boolean | undefined;
+  activations?: 'float32' | 'int16' | undefined;
+  /** Called after each chunk is in wasm memory: bytes read and the file's size (null when the source does not say). */
+  onProgress?: ((progress: { loaded: number; total: number | null }) => void) | undefined;
+  /** Aborting rejects with the signal's reason; nothing is kept. */
+  signal?: AbortSignal | undefined;
+}
+
+/** A GGUF file's model card (inspectGguf, loadGguf). */
+export interface GgufMetadata {
+  /** GGUF version: 2 or 3. */
+  readonly version: number;
+  /** general.architecture ('llama' is the one this build runs). */
+  readonly architecture: string | null;
+  readonly name: string | null;
+  /** The file's size in bytes (null: a stream that did not say). */
+  readonly fileBytes: number | null;
+  /** Weights' values (a tied classifier counted once). */
+  readonly parameters: number;
+  /** Bytes of the tensors: what the weights take in wasm memory. */
+  readonly weightBytes: number;
+  /** Tensors per ggml type, e.g. { F32: 65, Q4_K: 193, Q6_K: 33 }. */
+  readonly tensorTypes: Readonly<Record<string, number>>;
+  readonly contextLength: number | null;
+  readonly embeddingLength: number | null;
+  readonly blockCount: number | null;
+  readonly headCount: number | null;
+  readonly headCountKv: number | null;
+  readonly feedForwardLength: number | null;
+  readonly vocabSize: number | null;
+  readonly ropeFreqBase: number | null;
+  readonly rmsEps: number | null;
+  /** tokenizer.ggml.model: 'llama' (SentencePiece) or 'gpt2' (byte-level BPE); null: no tokenizer. */
+  readonly tokenizerModel: string | null;
+  /** tokenizer.chat_template (Jinja), or null. */
+  readonly chatTemplate: string | null;
+  /** Whether this build runs it, and if not, why (in words: another architecture, a tensor type, too big for the heap). */
+  readonly runnable: boolean;
+  readonly problem: string | null;
+  /** Every metadata key's value (numbers, bigint beyond 2^53, strings, booleans, typed arrays, arrays). */
+  readonly keys: ReadonlyMap<string, unknown>;
+}
+
+/**
+ * A model, its tokenizer (null when the file has none) and its card, from a GGUF file of architecture llama
+ * (versions 2 and 3). The weights stream into wasm memory chunk by chunk in the file's types (GGUF_MATRIX_TYPES
+ * for matrices, F32 for norms); no JS copy is kept. Everything but a short file is checked before any weight is
+ * read: E_FORMAT (a malformed file, a missing or malformed key or tensor, another architecture), E_DTYPE (a tensor
+ * type this build does not run: names the tensor and the types it runs), E_CAPACITY (more than the wasm heap holds).
+ */
+export function loadGguf(sdpa: Sdpa, source: GgufSource, options?: LoadGgufOptions): Promise<{ model: LlamaModel; tokenizer: Tokenizer | null; metadata: GgufMetadata }>;
+
+/** Reads only a GGUF file's header: its card, and whether (and why not) this build runs it. */
+export function inspectGguf(source: GgufSource, options?: { signal?: AbortSignal | undefined }): Promise<GgufMetadata>;
+
+/** The ggml tensor types this build runs as weight matrices ('F32', 'F16', 'Q8_0', 'Q4_0', ...). */
+export const GGUF_MATRIX_TYPES: readonly string[];
 
 export interface EncodeOptions {
   /** Prepend <s> (default true). */

@@ -180,3 +180,16 @@ loadLlama(sdpa, checkpointBytes, { dtype: 'int3' });
 model.forward(ids, { logits: 'first' });
 // @ts-expect-error: a stop reason is one of three
 const bad: StopReason = 'eos';
+
+// sdpa-wasm/llama: GGUF files
+import { loadGguf, inspectGguf, GGUF_MATRIX_TYPES, type GgufMetadata } from 'sdpa-wasm/llama';
+declare const ggufFile: Blob;
+const card: GgufMetadata = await inspectGguf(ggufFile, { signal: new AbortController().signal });
+const fits: boolean = card.runnable && card.problem === null && GGUF_MATRIX_TYPES.includes('Q4_0');
+const fromGguf = await loadGguf(sdpa, await fetch('model.gguf'), {
+  maxSeqLen: 1024, dtype: 'float16', onProgress: ({ loaded, total }) => void (total === null ? loaded : loaded / total), signal: AbortSignal.timeout(60000),
+});
+const fingerprint: string = fromGguf.model.fingerprint; void fingerprint; void fits;
+const types: Readonly<Record<string, number>> = fromGguf.metadata.tensorTypes; void types;
+// @ts-expect-error: loadGguf has no weightDtype (the file's types are used as they are)
+await loadGguf(sdpa, ggufFile, { weightDtype: 'q8_0' });
