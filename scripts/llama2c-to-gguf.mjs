@@ -89,7 +89,8 @@ function ropeDeviation(f32, offsets, seqLen, headSize) {
  * The GGUF bytes of a llama2.c checkpoint and tokenizer.bin (Uint8Arrays).
  * options: type ('F32' | 'F16' | 'Q8_0' | 'Q4_0'), name (general.name),
  * chatTemplate (string or null), sdpa (an instance for the quantization; one
- * is made and disposed when omitted and type is not F32).
+ * is made and disposed when omitted and type is not F32). tokenizer null:
+ * no tokenizer.* keys (a weights-only file, for tests of the loader alone).
  */
 export async function llama2cToGguf(checkpoint, tokenizer, { type = 'F32', name = 'llama2.c model', chatTemplate = null, sdpa = null } = {}) {
   if (!(type in TYPES)) throw new Error(`llama2c-to-gguf: type ${type}; expected one of ${Object.keys(TYPES).join(', ')}`);
@@ -100,7 +101,7 @@ export async function llama2cToGguf(checkpoint, tokenizer, { type = 'F32', name 
   const f32 = new Float32Array(checkpoint.slice(ck.headerBytes).buffer);
   const dev = ropeDeviation(f32, offsets, c.seqLen, headSize);
   if (!(dev <= 1e-4)) throw new Error(`llama2c-to-gguf: the checkpoint's freq_cos / freq_sin tables differ from RoPE base ${ROPE_BASE}'s by up to ${dev}; GGUF cannot say other tables`);
-  const vocab = spmVocab(tokenizer, c.vocabSize);
+  const vocab = tokenizer === null ? null : spmVocab(tokenizer, c.vocabSize);
 
   const L = c.nLayers;
   const tensors = [];        // { name, ne, type, at (float offset), rows, cols }
@@ -141,6 +142,8 @@ export async function llama2cToGguf(checkpoint, tokenizer, { type = 'F32', name 
     ['llama.attention.head_count', 'UINT32', c.nHeads],
     ['llama.attention.head_count_kv', 'UINT32', c.nKvHeads],
     ['llama.attention.layer_norm_rms_epsilon', 'FLOAT32', RMS_EPS],
+  ];
+  if (vocab !== null) metadata.push(
     ['tokenizer.ggml.model', 'STRING', 'llama'],
     ['tokenizer.ggml.tokens', ['ARRAY', 'STRING'], vocab.tokens],
     ['tokenizer.ggml.scores', ['ARRAY', 'FLOAT32'], vocab.scores],
@@ -151,7 +154,7 @@ export async function llama2cToGguf(checkpoint, tokenizer, { type = 'F32', name 
     ['tokenizer.ggml.add_bos_token', 'BOOL', true],
     ['tokenizer.ggml.add_eos_token', 'BOOL', false],
     ['tokenizer.ggml.add_space_prefix', 'BOOL', true],
-  ];
+  );
   if (chatTemplate !== null) metadata.push(['tokenizer.chat_template', 'STRING', chatTemplate]);
   const plan = planGguf({ metadata, tensors });
 
