@@ -5,7 +5,7 @@
 // the file layout and the arithmetic are real; the weights are noise.
 //
 //   node scripts/random-gguf.mjs out.gguf --shape smollm2-135m|tinyllama-1.1b|tiny
-//        [--type F32|F16|Q8_0|Q4_0|Q4_K|Q6_K] [--seed N]
+//        [--type F32|F16|Q8_0|Q4_0|Q4_K|Q6_K] [--seed N] [--no-tokenizer (a weights-only file)]
 //   import { writeRandomGguf, randomGguf, SHAPES } from './scripts/random-gguf.mjs';
 //
 // Shapes (SHAPES): smollm2-135m (HuggingFaceTB/SmolLM2-135M: dim 576, 30 layers,
@@ -110,9 +110,8 @@ export function randomVocab(shape) {
   return { tokens, scores, types, eot: shape.eot ? tokens.indexOf(shape.eot) : -1 };
 }
 
-/** The metadata of a random file of `shape` and `type`. */
-export function randomMetadata(shape, type) {
-  const v = randomVocab(shape);
+/** The metadata of a random file of `shape` and `type` (tokenizer false: no tokenizer.* keys, a weights-only file). */
+export function randomMetadata(shape, type, { tokenizer = true } = {}) {
   const m = [
     ['general.architecture', 'STRING', 'llama'],
     ['general.name', 'STRING', shape.name],
@@ -128,6 +127,10 @@ export function randomMetadata(shape, type) {
     ['llama.attention.head_count', 'UINT32', shape.nHeads],
     ['llama.attention.head_count_kv', 'UINT32', shape.nKvHeads],
     ['llama.attention.layer_norm_rms_epsilon', 'FLOAT32', 1e-5],
+  ];
+  if (!tokenizer) return m;
+  const v = randomVocab(shape);
+  m.push(
     ['tokenizer.ggml.model', 'STRING', 'llama'],
     ['tokenizer.ggml.tokens', ['ARRAY', 'STRING'], v.tokens],
     ['tokenizer.ggml.scores', ['ARRAY', 'FLOAT32'], v.scores],
@@ -138,7 +141,7 @@ export function randomMetadata(shape, type) {
     ['tokenizer.ggml.add_bos_token', 'BOOL', true],
     ['tokenizer.ggml.add_eos_token', 'BOOL', false],
     ['tokenizer.ggml.add_space_prefix', 'BOOL', true],
-  ];
+  );
   if (v.eot >= 0) m.push(['tokenizer.ggml.eot_token_id', 'UINT32', v.eot]);
   if (shape.template) m.push(['tokenizer.chat_template', 'STRING', shape.template]);
   return m;
@@ -283,24 +286,24 @@ function resolve(shape, type) {
 }
 
 /** The plan (gguf-layout.mjs) and tensors of a random file. */
-export function randomPlan(shape, type = 'Q4_0', { alignment = 32 } = {}) {
+export function randomPlan(shape, type = 'Q4_0', { alignment = 32, tokenizer = true } = {}) {
   const s = resolve(shape, type);
   const tensors = randomTensors(s, type);
-  return { shape: s, tensors, plan: planGguf({ metadata: randomMetadata(s, type), tensors, alignment }) };
+  return { shape: s, tensors, plan: planGguf({ metadata: randomMetadata(s, type, { tokenizer }), tensors, alignment }) };
 }
 
 const tensorSeed = (seed, i) => (Math.imul(seed >>> 0, 0x9E3779B1) + i * 0x85EBCA77) >>> 0;
 
 /** Writes a random GGUF to `path`, streaming. Returns { bytes, tensors }. */
-export function writeRandomGguf(path, { shape = 'smollm2-135m', type = 'Q4_0', seed = 1, alignment = 32 } = {}) {
-  const { tensors, plan } = randomPlan(shape, type, { alignment });
+export function writeRandomGguf(path, { shape = 'smollm2-135m', type = 'Q4_0', seed = 1, alignment = 32, tokenizer = true } = {}) {
+  const { tensors, plan } = randomPlan(shape, type, { alignment, tokenizer });
   const bytes = writeGgufFile(path, plan, (i) => tensorChunks(tensors[i], tensorSeed(seed, i)));
   return { bytes, tensors };
 }
 
 /** A random GGUF in memory (for small shapes): the file's bytes. */
-export function randomGguf({ shape = 'tiny', type = 'Q4_0', seed = 1, alignment = 32 } = {}) {
-  const { tensors, plan } = randomPlan(shape, type, { alignment });
+export function randomGguf({ shape = 'tiny', type = 'Q4_0', seed = 1, alignment = 32, tokenizer = true } = {}) {
+  const { tensors, plan } = randomPlan(shape, type, { alignment, tokenizer });
   return fillGguf(plan, (i) => {
     const parts = [...tensorChunks(tensors[i], tensorSeed(seed, i))].map((c) => c.slice());
     const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
@@ -313,14 +316,14 @@ export function randomGguf({ shape = 'tiny', type = 'Q4_0', seed = 1, alignment 
 async function main() {
   const { values: o, positionals: p } = parseArgs({
     allowPositionals: true,
-    options: { shape: { type: 'string', default: 'smollm2-135m' }, type: { type: 'string', default: 'Q4_0' }, seed: { type: 'string', default: '1' }, help: { type: 'boolean' } },
+    options: { shape: { type: 'string', default: 'smollm2-135m' }, type: { type: 'string', default: 'Q4_0' }, seed: { type: 'string', default: '1' }, 'no-tokenizer': { type: 'boolean' }, help: { type: 'boolean' } },
   });
   if (o.help || p.length !== 1) {
-    console.error(`usage: node scripts/random-gguf.mjs out.gguf [--shape ${Object.keys(SHAPES).join('|')}] [--type ${Object.keys(FILE_TYPES).join('|')}] [--seed N]`);
+    console.error(`usage: node scripts/random-gguf.mjs out.gguf [--shape ${Object.keys(SHAPES).join('|')}] [--type ${Object.keys(FILE_TYPES).join('|')}] [--seed N] [--no-tokenizer]`);
     process.exit(o.help ? 0 : 2);
   }
   const t0 = performance.now();
-  const { bytes } = writeRandomGguf(p[0], { shape: o.shape, type: o.type.toUpperCase(), seed: Number(o.seed) });
+  const { bytes } = writeRandomGguf(p[0], { shape: o.shape, type: o.type.toUpperCase(), seed: Number(o.seed), tokenizer: !o['no-tokenizer'] });
   const s = (performance.now() - t0) / 1000;
   console.log(`${p[0]}: ${o.shape} ${o.type.toUpperCase()}, ${bytes} bytes (${(bytes / 2 ** 20).toFixed(1)} MiB) in ${s.toFixed(1)} s (${(bytes / 2 ** 20 / s).toFixed(0)} MiB/s)`);
 }
