@@ -13,6 +13,7 @@
 //   /js/...      → <pkg-dir>/js/   (the package entry: /js/index.js)
 //   /dist/...    → <pkg-dir>/dist/ (glue, .wasm, pthread worker)
 //   /models/...  → <pkg-dir>/models/ (the model the package ships: the chat page's)
+//   /vendor/jinja/ → node_modules/@huggingface/jinja/dist/ (the chat page renders GGUF chat templates with it)
 // <pkg-dir> is the repository root by default; point it at an installed
 // node_modules/sdpa-wasm to try the page against a packed tarball.
 // --cors serves like a CDN: Access-Control-Allow-Origin: * and
@@ -93,6 +94,8 @@ export async function serve({
     ['/js/', path.resolve(pkgDir, 'js')],
     ['/dist/', path.resolve(pkgDir, 'dist')],
     ['/models/', path.resolve(pkgDir, 'models')],
+    // the chat page's renderer of GGUF chat templates (a module Worker has no import map: it imports it by URL)
+    ['/vendor/jinja/', path.join(REPO, 'node_modules/@huggingface/jinja/dist')],
     ['/', path.resolve(webDir)],
   ];
   const baseHeaders = { 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff' };

@@ -1,11 +1,20 @@
-// Module Web Worker of the chat page: the package's model (models/fortunes) on
-// sdpa-wasm/llama. One conversation: its tokens, the model at its end, a fork at
+// Module Web Worker of the chat page: a model on sdpa-wasm/llama, the package's
+// own (models/fortunes, a llama2.c checkpoint: the default) or a GGUF file the
+// user opens (a File, or a URL: loadGguf streams its weights into the wasm heap,
+// no JS copy). One conversation: its tokens, the model at its end, a fork at
 // the end of the last prompt (Regenerate samples again from there, no prefill),
-// and, when the cache is not float32, a float32 model fed the same tokens, whose
-// logits give the top-1 agreement of the chosen dtype.
+// and, for the shipped model when the cache is not float32, a float32 model fed
+// the same tokens, whose logits give the top-1 agreement of the chosen dtype (an
+// opened file's weights are held once: no second model beside it).
+// A file with a chat template (tokenizer.chat_template) is a chat: each turn is
+// the whole conversation rendered by tokenizer.applyChatTemplate, of which only
+// the tokens past the ones the cache already holds are run.
 //
 // Protocol (page → worker):
-//   { type: 'init', pkgUrl, modelUrl, tokenizerUrl, threads, build, dtype, storage }   storage: 'indexeddb' skips OPFS, 'broken' fails every write
+//   { type: 'init', pkgUrl, modelUrl, tokenizerUrl, jinjaUrl, threads, build, dtype, storage }   storage: 'indexeddb' skips OPFS, 'broken' fails every write
+//   { type: 'open', file: File } | { type: 'open', url }   a GGUF: inspected (a card), then loaded (progress)
+//   { type: 'cancel' }                                  aborts the load under way (loadGguf's signal)
+//   { type: 'shipped' }                                 back to the package's model
 //   { type: 'generate', text, sampling: { temperature, topP, seed }, maxNewTokens }
 //   { type: 'regenerate', sampling, maxNewTokens }      the last reply again (new seed)
 //   { type: 'undo' }                                    drops the last reply (truncates the cache)
@@ -15,6 +24,10 @@
 //   { type: 'list' } | { type: 'restore', id } | { type: 'delete', id }   kept chats
 // (worker → page):
 //   { type: 'ready', info, config, crossOriginIsolated, warnings }
+//   { type: 'card', card }                              the file's header (inspectGguf), before any weight is read
+//   { type: 'progress', loaded, total, ms }             bytes of the file read so far (total: null when unknown)
+//   { type: 'model', card, fingerprint, chat, maxSeqLen, config }   the model now open (chat: it has a template)
+//   { type: 'load', status: 'refused' | 'cancelled' | 'failed', message, kept }   a load that opened nothing (kept: the model still open)
 //   { type: 'turn', prompt: ids, promptText, ms }       the prompt appended (one forward)
 //   { type: 'token', id, text, length, attentionMs, productsMs, otherMs, denseMs } (the step's time: model.timing)
 //   { type: 'reply', tokens, stop, decodeTps }          decodeTps: the model's own steps (not the float32 one's beside it)
@@ -23,17 +36,36 @@
 //   { type: 'kept', id, savedAt, length, dtype, storage, bytes, preview, ms }
 //   { type: 'chats', chats: [summary, ...] }            the kept chats, newest first
 //   { type: 'restored', id, ms, length, prefilled, transcript }   prefilled: tokens run by the restore (0)
+//   { type: 'undone', turn }                            Undo dropped the last reply (and, in a chat, its user turn: turn true)
 //   { type: 'error', error: { name, code, message } }
 
 import { idbRequest } from './idb.js';
 const DTYPE_PAIRS = { 'int8/int4': ['int8', 'int4'] };
-let sdpa = null, lib = null, tokenizer = null, checkpoint = null;
-let conv = null;       // { model, shadow, tokens: [...], pending, promptEnd, promptFork, shadowFork, dtype }
+let sdpa = null, lib = null;
+let checkpoint = null, shippedTokenizer = null;   // the package's model: its bytes stay (a dtype switch or a failed load loads it again)
+// The model open: { kind: 'shipped' | 'gguf', name, card, fingerprint, tokenizer, chat, source }
+// (source: the File or the URL of an opened GGUF, read again for a KV dtype switch).
+let current = null;
+let tokenizer = null;
+let conv = null;       // { model, shadow, tokens: [...], pending, promptEnd, turnStart, promptFork, shadowFork, dtype, agree, messages }
 let stopRequested = false;
+let loadAbort = null;  // the AbortController of the load under way ('cancel' aborts it)
 let busy = Promise.resolve();
+let jinjaUrl = null, renderer = null;   // @huggingface/jinja by URL (a module Worker has no import map), handed to the tokenizers
+
+/** Hands the chat template renderer to the package's GGUF tokenizers, imported on the first file with a template. */
+async function chatRenderer(pkgUrl) {
+  renderer ??= (async () => {
+    const set = lib.setChatTemplateRenderer ?? (await import(pkgUrl + 'llama/gguf-tokenizer.js')).setChatTemplateRenderer;
+    set(await import(jinjaUrl));
+  })().catch((e) => { renderer = null; throw e; });
+  return renderer;
+}
+let pkgUrl = null;
 
 const post = (m) => self.postMessage(m);
-const fail = (e) => post({ type: 'error', error: { name: e?.name ?? 'Error', code: typeof e?.code === 'string' ? e.code : null, message: String(e?.message ?? e) } });
+const errorOf = (e) => ({ name: e?.name ?? 'Error', code: typeof e?.code === 'string' ? e.code : null, message: String(e?.message ?? e) });
+const fail = (e) => post({ type: 'error', error: errorOf(e) });
 
 /** Lets a 'stop' message in between tokens (a macrotask, without setTimeout's clamping). */
 const channel = new MessageChannel();
@@ -44,14 +76,115 @@ function cacheOptions(dtype) {
   return { keyDtype, valueDtype };
 }
 
-function newConversation(dtype, tokens = []) {
+function conversation(model, shadow, dtype) {
+  return {
+    model, shadow, tokens: [], pending: null, promptEnd: 0, turnStart: 0, promptFork: null, shadowFork: null, dtype,
+    agree: { same: 0, total: 0 }, messages: [],
+  };
+}
+
+/** The package's model on a cache of `dtype`, and the float32 one beside it (its weights are 14 MB: two copies are cheap). */
+function shippedConversation(dtype) {
   const model = lib.loadLlama(sdpa, checkpoint, cacheOptions(dtype));
-  const shadow = dtype === 'float32' ? null : lib.loadLlama(sdpa, checkpoint);
-  return { model, shadow, tokens, pending: null, promptEnd: 0, promptFork: null, shadowFork: null, dtype, agree: { same: 0, total: 0 } };
+  let shadow = null;
+  try { shadow = dtype === 'float32' ? null : lib.loadLlama(sdpa, checkpoint); } catch (e) { model.dispose(); throw e; }
+  return conversation(model, shadow, dtype);
 }
 
 function disposeConversation(c) {
   for (const m of [c?.model, c?.shadow, c?.promptFork, c?.shadowFork]) m?.dispose();
+}
+
+/** A model card of the shipped checkpoint, in GgufMetadata's terms (llama2.c v0: 7 int32, then float32 values). */
+function shippedCard(config, bytes) {
+  const { dim, hiddenDim, nLayers, nHeads, nKvHeads, vocabSize, seqLen } = config;
+  const hs = dim / nHeads, kvDim = hs * nKvHeads;
+  const perLayer = 2 * dim + 2 * dim * dim + 2 * kvDim * dim + 3 * dim * hiddenDim;
+  const tied = vocabSize * dim + nLayers * perLayer + dim;
+  const values = (bytes.byteLength - 28) / 4 - seqLen * hs;      // less the file's own RoPE tables (seqLen x hs/2, twice)
+  return {
+    format: 'llama2.c checkpoint', name: 'models/fortunes (shipped)', architecture: 'llama', parameters: values,
+    tensorTypes: { F32: 2 + 9 * nLayers + (values > tied ? 1 : 0) }, contextLength: seqLen, embeddingLength: dim,
+    blockCount: nLayers, headCount: nHeads, headCountKv: nKvHeads, feedForwardLength: hiddenDim, vocabSize,
+    tokenizerModel: 'llama2.c tokenizer.bin', chatTemplate: false, fileBytes: bytes.byteLength, weightBytes: values * 4,
+    runnable: true, problem: null, source: 'shipped',
+  };
+}
+
+/** The card of a GGUF file (inspectGguf's metadata, without its Map of every key). */
+function ggufCard(meta, source, fileName) {
+  const types = meta.tensorTypes instanceof Map ? Object.fromEntries(meta.tensorTypes) : { ...meta.tensorTypes };
+  return {
+    format: `GGUF v${meta.version}`, name: meta.name || fileName, architecture: meta.architecture, parameters: meta.parameters,
+    tensorTypes: types, contextLength: meta.contextLength, embeddingLength: meta.embeddingLength, blockCount: meta.blockCount,
+    headCount: meta.headCount, headCountKv: meta.headCountKv, feedForwardLength: meta.feedForwardLength,
+    vocabSize: meta.vocabSize, tokenizerModel: meta.tokenizerModel, chatTemplate: typeof meta.chatTemplate === 'string',
+    fileBytes: meta.fileBytes, weightBytes: meta.weightBytes, runnable: meta.runnable, problem: meta.problem,
+    source, fileName,
+  };
+}
+
+function postModel() {
+  post({
+    type: 'model', name: current.name, card: current.card, fingerprint: current.fingerprint, chat: current.chat,
+    maxSeqLen: conv.model.maxSeqLen, config: conv.model.config,
+  });
+}
+
+/** The shipped model open again (after a load that failed once the file before it was let go). */
+function backToShipped(dtype) {
+  const c = shippedConversation(dtype);
+  conv = c;
+  current = shipped();
+  tokenizer = current.tokenizer;
+  postModel();
+}
+
+function shipped() {
+  return {
+    kind: 'shipped', name: 'models/fortunes', card: shippedCard(conv.model.config, checkpoint),
+    fingerprint: conv.model.fingerprint ?? null, tokenizer: shippedTokenizer, chat: false, source: null,
+  };
+}
+
+async function fetchOk(url, signal) {
+  const r = await fetch(url, { signal });
+  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}${r.statusText ? ' ' + r.statusText : ''}`);
+  return r;
+}
+
+/** The file's header only (inspectGguf): a File is sliced; a URL is fetched and the download dropped after the header. */
+async function inspect(source, signal) {
+  if (typeof source !== 'string') return lib.inspectGguf(source, { signal });
+  const head = new AbortController();
+  const onAbort = () => head.abort(signal.reason);
+  signal.addEventListener('abort', onAbort);
+  try {
+    return await lib.inspectGguf(await fetchOk(source, head.signal), { signal: head.signal });
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+    head.abort();
+  }
+}
+
+/** loadGguf from a File or a URL, its progress posted at most every 100 ms (and at the end). */
+async function loadFrom(source, dtype, signal) {
+  const t0 = performance.now();
+  let last = -Infinity;
+  const onProgress = ({ loaded, total }) => {
+    const t = performance.now();
+    if (t - last < 100 && loaded !== total) return;
+    last = t;
+    post({ type: 'progress', loaded, total, ms: t - t0 });
+  };
+  post({ type: 'progress', loaded: 0, total: null, ms: 0 });
+  const body = typeof source === 'string' ? await fetchOk(source, signal) : source;
+  const r = await lib.loadGguf(sdpa, body, { ...cacheOptions(dtype), signal, onProgress });
+  if (!r.tokenizer) {
+    r.model.dispose();
+    throw new Error('the file has no tokenizer (tokenizer.ggml.* keys): the page needs one to turn text into tokens');
+  }
+  return r;
 }
 
 /** Appends ids to the model (and the shadow); counts top-1 agreement over the rows. */
@@ -71,6 +204,26 @@ function feed(ids) {
   conv.tokens.push(...ids);
 }
 
+/** Keeps the first n tokens of the conversation (the model, the float32 one beside it, the ids). */
+function truncateTo(n) {
+  if (n >= conv.tokens.length) return;
+  conv.model.truncate(n);
+  conv.shadow?.truncate(n);
+  conv.tokens.length = n;
+}
+
+/**
+ * The ids of the whole chat, rendered by the file's template with the assistant's turn opened.
+ * The template writes its own special tokens (parsed as such); BOS is added as the tokenizer
+ * asks (tokenizer.ggml.add_bos_token), once: a template that writes it too gives it once.
+ */
+async function chatIds(messages) {
+  const text = await tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true });
+  const ids = Array.from(tokenizer.encode(text, { bos: false, special: true }));
+  if (tokenizer.addBos && ids[0] !== tokenizer.bos) ids.unshift(tokenizer.bos);
+  return ids;
+}
+
 function state() {
   post({
     type: 'state', length: conv.model.length, dtype: conv.dtype, bytes: conv.model.bytes,
@@ -82,19 +235,24 @@ function state() {
  * A reply: the model's own generator (model.stream: its sampler, stop tokens, maxNewTokens and
  * maxSeqLen) from the logits of the prompt's last row, a token at a time, with a yield to the
  * event loop between tokens (for Stop) and the float32 model fed each appended token.
+ * Stop tokens: the tokenizer's (tokenizer.stopTokens: EOS, EOT ... as llama.cpp ends a turn) where it has them.
  */
 async function reply(sampling, maxNewTokens) {
   stopRequested = false;
-  const decoder = tokenizer.decoder(conv.tokens.at(-1) ?? 1);
+  const decoder = tokenizer.decoder(conv.tokens.at(-1) ?? tokenizer.bos);
   const V = conv.model.config.vocabSize;
   const logits = new Float32Array(V), shadowLogits = new Float32Array(V), one = new Int32Array(1);
-  const it = conv.model.stream([], { ...sampling, maxNewTokens });
-  const out = [];
+  const options = { ...sampling, maxNewTokens };
+  if (tokenizer.stopTokens) options.stop = tokenizer.stopTokens;
+  const it = conv.model.stream([], options);
+  const out = [], texts = [];
   let modelMs = 0, stop, r = it.next();
   for (;;) {
     const id = r.value;
     out.push(id);
-    post({ type: 'token', id, text: decoder.push(id), length: conv.model.length, ...conv.model.timing });
+    const text = decoder.push(id);
+    texts.push(text);
+    post({ type: 'token', id, text, length: conv.model.length, ...conv.model.timing });
     await yieldToEvents();
     if (stopRequested) { it.return(); stop = 'stopped'; break; }
     const t0 = performance.now();
@@ -110,10 +268,11 @@ async function reply(sampling, maxNewTokens) {
     }
   }
   conv.pending = out.at(-1);       // sampled, not appended: the next turn starts with it
+  // a chat remembers the reply's text (the stop token's own text left out); the next turn renders it again
+  if (current.chat) conv.messages.push({ role: 'assistant', content: texts.slice(0, stop === 'stop' ? -1 : undefined).join('') });
   post({ type: 'reply', tokens: out, stop, decodeTps: out.length > 1 ? (out.length - 1) / modelMs * 1000 : null });
   state();
 }
-
 // ---- kept chats: OPFS, or IndexedDB where OPFS cannot be written ----
 // A chat is its model's saved state (LlamaModel.saveStream: the KV cache of every layer) with
 // the conversation in its meta, and, for a cache that is not float32, the float32 model's
@@ -186,6 +345,8 @@ const handlers = {
   async init(m) {
     useOpfs = m.storage !== 'indexeddb';
     storageBroken = m.storage === 'broken';
+    pkgUrl = m.pkgUrl;
+    jinjaUrl = m.jinjaUrl ?? null;
     lib = await import(m.pkgUrl + 'llama/index.js');
     const { createSdpa } = await import(m.pkgUrl + 'index.js');
     const warnings = [];
@@ -194,32 +355,99 @@ const handlers = {
     const options = { threads: m.threads ?? 'auto' };
     if (m.build) options.build = m.build;
     try { sdpa = await createSdpa(options); } finally { console.warn = warn; }
-    const [c, t] = await Promise.all([m.modelUrl, m.tokenizerUrl].map(async (u) => {
-      const r = await fetch(u);
-      if (!r.ok) throw new Error(`${u}: HTTP ${r.status}`);
-      return new Uint8Array(await r.arrayBuffer());
-    }));
+    const [c, t] = await Promise.all([m.modelUrl, m.tokenizerUrl].map(async (u) => new Uint8Array(await (await fetchOk(u)).arrayBuffer())));
     checkpoint = c;
-    conv = newConversation(m.dtype ?? 'float32');
-    tokenizer = lib.loadTokenizer(t, { vocabSize: conv.model.config.vocabSize });
+    conv = shippedConversation(m.dtype ?? 'float32');
+    shippedTokenizer = lib.loadTokenizer(t, { vocabSize: conv.model.config.vocabSize });
+    current = shipped();
+    tokenizer = current.tokenizer;
+    postModel();
     // (state first: the page ends a request at 'state', and init's end is 'ready', after which it may autostart)
     state();
     post({ type: 'ready', info: sdpa.info, config: conv.model.config, crossOriginIsolated: self.crossOriginIsolated, warnings });
     try { post({ type: 'chats', chats: await listChats() }); } catch (e) { fail(e); }
   },
+  /**
+   * A GGUF file or URL: its header first (a card; a file that cannot run here is said before any
+   * weight is read), then loadGguf with the page's KV dtype. The shipped model stays open until the
+   * new one is in (a Cancel or a failure leaves it); another opened file is let go first (the heap
+   * is the new one's), and a load that fails then goes back to the shipped model.
+   */
+  async open(m) {
+    const ac = new AbortController();
+    loadAbort = ac;
+    const source = m.file ?? m.url;
+    const label = m.file ? m.file.name : m.url;
+    const dtype = m.dtype ?? conv.dtype;
+    let card = null;
+    try {
+      const meta = await inspect(source, ac.signal);
+      card = ggufCard(meta, m.file ? 'file' : 'url', label);
+      post({ type: 'card', card });
+      if (!meta.runnable) {
+        post({ type: 'load', status: 'refused', error: { name: 'Error', code: null, message: `${label} cannot run here: ${meta.problem}` }, kept: current.name, card });
+        return;
+      }
+      if (current.kind !== 'shipped') { disposeConversation(conv); conv = null; }
+      const r = await loadFrom(source, dtype, ac.signal);
+      disposeConversation(conv);
+      conv = conversation(r.model, null, dtype);
+      tokenizer = r.tokenizer;
+      // a chat template is a chat once its renderer is here; without it the model continues text, and the card says why
+      let chat = typeof r.metadata.chatTemplate === 'string' && typeof tokenizer.applyChatTemplate === 'function';
+      if (chat) {
+        try { await chatRenderer(pkgUrl); } catch (e) { chat = false; card.templateProblem = `the page could not load its renderer (${e?.message ?? e})`; }
+      }
+      current = { kind: 'gguf', name: card.name, card, fingerprint: r.model.fingerprint ?? null, tokenizer, chat, source };
+      postModel();
+    } catch (e) {
+      if (conv === null) backToShipped(dtype);
+      const cancelled = ac.signal.aborted;
+      post({
+        type: 'load', status: cancelled ? 'cancelled' : card ? 'failed' : 'refused', card, kept: current.name,
+        error: cancelled ? { name: 'AbortError', code: null, message: `the load of ${label} was cancelled; ${current.name} is open` } : errorOf(e),
+      });
+    } finally {
+      if (loadAbort === ac) loadAbort = null;
+      state();
+    }
+  },
+  async shipped() {
+    if (current.kind === 'shipped') { state(); return; }
+    const dtype = conv.dtype;
+    disposeConversation(conv);
+    conv = null;
+    backToShipped(dtype);
+    state();
+  },
   async generate(m) {
-    const first = conv.tokens.length === 0 && conv.pending === null;
-    const ids = [...(conv.pending !== null ? [conv.pending] : []), ...tokenizer.encode(m.text, { bos: first })];
-    if (ids.length === 0) throw new Error('nothing to generate from: type a prompt');
+    let ids;
+    const turnStart = conv.tokens.length;
+    if (current.chat) {
+      // the whole chat rendered again; only the ids past those the cache holds already are run
+      conv.messages.push({ role: 'user', content: m.text });
+      let full;
+      try { full = await chatIds(conv.messages); } catch (e) { conv.messages.pop(); throw e; }
+      let keep = 0;
+      while (keep < conv.tokens.length && keep < full.length && conv.tokens[keep] === full[keep]) keep++;
+      if (keep === full.length) keep--;          // at least one id to run: its logits start the reply
+      truncateTo(keep);
+      ids = full.slice(keep);
+    } else {
+      const first = conv.tokens.length === 0 && conv.pending === null;
+      ids = [...(conv.pending !== null ? [conv.pending] : []), ...tokenizer.encode(m.text, { bos: first })];
+      if (ids.length === 0) throw new Error('nothing to generate from: type a prompt');
+    }
     const t0 = performance.now();
     feed(ids);
     const ms = performance.now() - t0;
     conv.pending = null;
+    conv.turnStart = Math.min(turnStart, conv.tokens.length - ids.length);
     conv.promptFork?.dispose(); conv.shadowFork?.dispose();
     conv.promptFork = conv.model.fork();
     conv.shadowFork = conv.shadow?.fork() ?? null;
     conv.promptEnd = conv.model.length;
-    post({ type: 'turn', prompt: ids, promptText: m.text, ms, promptTps: ids.length / ms * 1000, length: conv.model.length });
+    post({ type: 'turn', prompt: ids, promptText: m.text, ms, promptTps: ids.length / ms * 1000, length: conv.model.length, chat: current.chat });
     await reply(m.sampling, m.maxNewTokens);
   },
   async regenerate(m) {
@@ -229,25 +457,41 @@ const handlers = {
     conv.shadow = conv.shadowFork?.fork() ?? null;
     conv.tokens.length = conv.promptEnd;
     conv.pending = null;
+    if (current.chat && conv.messages.at(-1)?.role === 'assistant') conv.messages.pop();
     await reply(m.sampling, m.maxNewTokens);
   },
   async undo() {
     if (!conv.promptFork) throw new Error('nothing to undo');
-    conv.model.truncate(conv.promptEnd);
-    conv.shadow?.truncate(conv.promptEnd);
-    conv.tokens.length = conv.promptEnd;
+    if (current.chat) {
+      // a chat drops the whole turn (a template expects user and assistant turns to alternate)
+      truncateTo(conv.turnStart);
+      if (conv.messages.at(-1)?.role === 'assistant') conv.messages.pop();
+      if (conv.messages.at(-1)?.role === 'user') conv.messages.pop();
+      conv.promptFork.dispose(); conv.shadowFork?.dispose();
+      conv.promptFork = conv.shadowFork = null;
+    } else {
+      truncateTo(conv.promptEnd);
+    }
     conv.pending = null;
     // (the truncated model has no logits of its own: the next prompt brings them; Regenerate forks the prompt again)
+    post({ type: 'undone', turn: current.chat });
     state();
   },
   async keep(m) {
     if (!conv.model.length) throw new Error('nothing to keep: generate first');
     const id = m.id ?? `c${Date.now()}`;
-    const meta = { tokens: conv.tokens, pending: conv.pending, promptEnd: conv.promptEnd, dtype: conv.dtype, agree: conv.agree, transcript: m.transcript ?? null };
+    const model = { name: current.name, fingerprint: current.fingerprint };
+    const meta = {
+      tokens: conv.tokens, pending: conv.pending, promptEnd: conv.promptEnd, dtype: conv.dtype, agree: conv.agree,
+      transcript: m.transcript ?? null, model, messages: current.chat ? conv.messages : null,
+    };
     const t0 = performance.now();
     const storage = await put(`chat-${id}.kv`, { model: conv.model, meta });
     if (conv.shadow) await put(`chat-${id}.f32.kv`, { model: conv.shadow, meta: null });
-    const summary = { id, savedAt: Date.now(), length: conv.model.length, dtype: conv.dtype, storage, bytes: conv.model.bytes, preview: tokenizer.decode(conv.tokens.slice(-24)) };
+    const summary = {
+      id, savedAt: Date.now(), length: conv.model.length, dtype: conv.dtype, storage, bytes: conv.model.bytes,
+      preview: tokenizer.decode(conv.tokens.slice(-24)), model,
+    };
     await put(`chat-${id}.json`, { json: summary });
     post({ type: 'kept', ...summary, ms: performance.now() - t0 });
     post({ type: 'chats', chats: await listChats() });
@@ -260,6 +504,15 @@ const handlers = {
     post({ type: 'chats', chats: await listChats() });
   },
   async restore(m) {
+    // a chat is restored only onto the model it was kept with (its fingerprint names the weights' bytes):
+    // said before its state is read (model.restore would refuse other weights too, as E_FORMAT)
+    const summary = (await listChats()).find((c) => c.id === m.id);
+    const keptWith = summary?.model ?? { name: 'models/fortunes', fingerprint: null };
+    if (keptWith.fingerprint !== current.fingerprint && (keptWith.fingerprint !== null || current.kind !== 'shipped')) {
+      throw Object.assign(new Error(`this chat was kept with ${keptWith.name}` +
+        `${keptWith.fingerprint ? ` (fingerprint ${keptWith.fingerprint})` : ''}; the model open is ${current.name}` +
+        `${current.fingerprint ? ` (${current.fingerprint})` : ''}. Open ${keptWith.name} to restore it.`), { name: 'ModelMismatch' });
+    }
     const source = await get(`chat-${m.id}.kv`);
     if (!source) throw new Error(`no kept chat ${m.id}`);
     const t0 = performance.now();
@@ -268,23 +521,43 @@ const handlers = {
     const restored = await conv.model.restore(source);     // a File (OPFS) or bytes (IndexedDB)
     const meta = restored.meta;
     let shadow = null;
-    if (meta.dtype !== 'float32') {
+    if (meta.dtype !== 'float32' && current.kind === 'shipped') {
       const s2 = await get(`chat-${m.id}.f32.kv`);
       shadow = s2 ? (await conv.model.restore(s2)).model : null;
     }
     const ms = performance.now() - t0;
     disposeConversation(conv);
     conv = {
-      model: restored.model, shadow, tokens: meta.tokens, pending: meta.pending, promptEnd: meta.promptEnd,
-      promptFork: null, shadowFork: null, dtype: meta.dtype, agree: shadow ? meta.agree : { same: 0, total: 0 },
+      ...conversation(restored.model, shadow, meta.dtype), tokens: meta.tokens, pending: meta.pending, promptEnd: meta.promptEnd,
+      turnStart: meta.promptEnd, agree: shadow ? meta.agree : { same: 0, total: 0 }, messages: meta.messages ?? [],
     };
     post({ type: 'restored', id: m.id, ms, length: conv.model.length, prefilled: fedTokens - fed0, transcript: meta.transcript });
     state();
   },
   async dtype(m) {
-    const tokens = conv.tokens.slice(), pending = conv.pending, promptEnd = conv.promptEnd;
+    const { tokens, pending, promptEnd, turnStart, messages } = conv;
     disposeConversation(conv);
-    conv = newConversation(m.dtype);
+    conv = null;
+    if (current.kind === 'shipped') conv = shippedConversation(m.dtype);
+    else {
+      // an opened file's weights are held once: the model is loaded again (the File read again, the URL fetched again)
+      const ac = new AbortController();
+      loadAbort = ac;
+      try {
+        const r = await loadFrom(current.source, m.dtype, ac.signal);
+        if ((r.model.fingerprint ?? null) !== current.fingerprint) {
+          r.model.dispose();
+          throw new Error(`${current.name} changed since it was opened (fingerprint ${r.model.fingerprint}, was ${current.fingerprint})`);
+        }
+        conv = conversation(r.model, null, m.dtype);
+      } catch (e) {
+        backToShipped(m.dtype);
+        throw e;
+      } finally {
+        if (loadAbort === ac) loadAbort = null;
+      }
+    }
+    conv.messages = messages;
     const t0 = performance.now();
     if (tokens.length) {
       feed(tokens.slice(0, promptEnd));
@@ -294,6 +567,7 @@ const handlers = {
       if (tokens.length > promptEnd) feed(tokens.slice(promptEnd));
     }
     conv.pending = pending;
+    conv.turnStart = turnStart;
     post({ type: 'rerun', tokens: tokens.length, ms: performance.now() - t0 });
     state();
   },
@@ -302,5 +576,6 @@ const handlers = {
 self.onmessage = (e) => {
   const m = e.data;
   if (m.type === 'stop') { stopRequested = true; return; }
-  busy = busy.then(() => handlers[m.type](m)).catch(fail);
+  if (m.type === 'cancel') { loadAbort?.abort(new DOMException('the load was cancelled', 'AbortError')); return; }
+  busy = busy.then(() => handlers[m.type](m)).catch((e) => { fail(e); if (conv) state(); });
 };
