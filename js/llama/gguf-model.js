@@ -22,6 +22,7 @@
 import { SdpaError } from '../errors.js';
 import { HEAP_DTYPES } from '../heap.js';
 import { parseGguf, GgufTruncated } from './gguf.js';
+import { tokenizerFromGguf } from './gguf-tokenizer.js';
 import {
   Core, checkSdpa, checkKnown, readModelOptions, cachePlan, makeModel, ropeTables, fillRope, renamed,
 } from './model.js';
@@ -341,9 +342,7 @@ export async function loadGguf(sdpa, source, options) {
   try {
     const { header, head, pos: headPos, whole } = await readHeader(fn, src, signal);
     const planned = planModel(fn, header);
-    // (imported when a file has a tokenizer: the tokenizer module lands separately)
-    const tokenizer = header.metadata.has('tokenizer.ggml.model')
-      ? (await import('./gguf-tokenizer.js')).tokenizerFromGguf(header.metadata, fn) : null;
+    const tokenizer = header.metadata.has('tokenizer.ggml.model') ? tokenizerFromGguf(header.metadata, fn) : null;
     const { hp, plan } = planned;
     readModelOptions(fn, o, hp.contextLength, Math.min(hp.contextLength, DEFAULT_MAX_SEQ_LEN));
     const spec = {
