@@ -65,10 +65,11 @@ async function chat(model, tokenizer, stop, a) {
   };
   if (a.seed !== undefined) sampling.seed = num('seed', a.seed);
   let held = [];                                     // the tokens the model holds
+  if (process.stdin.isTTY) console.error('a message per line; Ctrl-D ends the chat');
   const rl = readline.createInterface({ input: process.stdin, terminal: false });
   for await (const line of rl) {
     messages.push({ role: 'user', content: line });
-    const ids = Array.from(tokenizer.encode(tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true }), { bos: false, special: true }));
+    const ids = Array.from(tokenizer.encode(await tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true }), { bos: false, special: true }));
     let keep = 0;
     while (keep < held.length && keep < ids.length - 1 && held[keep] === ids[keep]) keep++;
     model.truncate(keep);
