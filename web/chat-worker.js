@@ -153,29 +153,45 @@ async function fetchOk(url, signal) {
   return r;
 }
 
-/** The file's header only (inspectGguf): a File is sliced; a URL is fetched and the download dropped after the header. */
-async function inspect(source, signal) {
-  if (typeof source !== 'string') return lib.inspectGguf(source, { signal });
-  const head = new AbortController();
-  const onAbort = () => head.abort(signal.reason);
-  signal.addEventListener('abort', onAbort);
-  try {
-    return await lib.inspectGguf(await fetchOk(source, head.signal), { signal: head.signal });
-  } finally {
-    signal.removeEventListener('abort', onAbort);
-    head.abort();
-  }
+/**
+ * A URL's file, downloaded once: `head` (an async iterable) gives inspectGguf the chunks it reads
+ * and keeps them; `rest` gives loadGguf those chunks again, then the rest of the download (its
+ * return() cancels it). total: the Content-Length (null when not said, or encoded).
+ */
+async function download(url, signal) {
+  const r = await fetchOk(url, signal);
+  const length = Number(r.headers.get('content-length'));
+  const plain = (r.headers.get('content-encoding') ?? 'identity') === 'identity';
+  const reader = r.body.getReader();
+  const seen = [];
+  const done = { done: true, value: undefined };
+  const head = {
+    [Symbol.asyncIterator]: () => ({
+      next: async () => { const x = await reader.read(); if (!x.done) seen.push(x.value); return x; },
+      return: async () => done,        // (inspectGguf lets go of it: the download goes on for loadGguf)
+    }),
+  };
+  const rest = {
+    [Symbol.asyncIterator]: () => {
+      let i = 0;
+      return {
+        next: async () => (i < seen.length ? { done: false, value: seen[i++] } : reader.read()),
+        return: async () => { reader.cancel().catch(() => {}); return done; },
+      };
+    },
+  };
+  return { head, rest, total: plain && Number.isSafeInteger(length) && length > 0 ? length : null, cancel: () => reader.cancel().catch(() => {}) };
 }
 
-/** loadGguf from a File or a URL, its progress posted at most every 100 ms (and at the end). */
-async function loadFrom(source, dtype, signal) {
+/** loadGguf from a File, a URL or a download's rest, its progress posted at most every 100 ms (and at the end). */
+async function loadFrom(source, dtype, signal, knownTotal = null) {
   const t0 = performance.now();
   let last = -Infinity;
   const onProgress = ({ loaded, total }) => {
     const t = performance.now();
     if (t - last < 100 && loaded !== total) return;
     last = t;
-    post({ type: 'progress', loaded, total, ms: t - t0 });
+    post({ type: 'progress', loaded, total: total ?? knownTotal, ms: t - t0 });
   };
   post({ type: 'progress', loaded: 0, total: null, ms: 0 });
   const body = typeof source === 'string' ? await fetchOk(source, signal) : source;
@@ -379,17 +395,21 @@ const handlers = {
     const source = m.file ?? m.url;
     const label = m.file ? m.file.name : m.url;
     const dtype = m.dtype ?? conv.dtype;
-    let card = null;
+    let card = null, dl = null;
     try {
-      const meta = await inspect(source, ac.signal);
+      // the header only (a File is sliced; a URL's download is read as far as the header, and goes on for the load)
+      if (m.url) dl = await download(m.url, ac.signal);
+      const meta = await lib.inspectGguf(dl ? dl.head : m.file, { signal: ac.signal });
       card = ggufCard(meta, m.file ? 'file' : 'url', label);
+      card.fileBytes ??= dl?.total ?? null;
       post({ type: 'card', card });
       if (!meta.runnable) {
+        dl?.cancel();
         post({ type: 'load', status: 'refused', error: { name: 'Error', code: null, message: `${label} cannot run here: ${meta.problem}` }, kept: current.name, card });
         return;
       }
       if (current.kind !== 'shipped') { disposeConversation(conv); conv = null; }
-      const r = await loadFrom(source, dtype, ac.signal);
+      const r = await loadFrom(dl ? dl.rest : m.file, dtype, ac.signal, card.fileBytes);
       disposeConversation(conv);
       conv = conversation(r.model, null, dtype);
       tokenizer = r.tokenizer;
@@ -401,6 +421,7 @@ const handlers = {
       current = { kind: 'gguf', name: card.name, card, fingerprint: r.model.fingerprint ?? null, tokenizer, chat, source };
       postModel();
     } catch (e) {
+      dl?.cancel();
       if (conv === null) backToShipped(dtype);
       const cancelled = ac.signal.aborted;
       post({

@@ -12,6 +12,8 @@
 // Env: CHROMIUM_PATH, FIREFOX_PATH, BROWSER_TEST_TIMEOUT_MS (whole run, default 300000).
 
 import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import puppeteer from 'puppeteer-core';
@@ -612,11 +614,273 @@ test('chat: not isolated, the single-thread build with 1 thread writes too', asy
   }
 });
 
+// ---- the chat page opens a GGUF file (web/chat-worker.js: inspectGguf, then loadGguf) ----
+
+/**
+ * The shipped model converted by scripts/llama2c-to-gguf.mjs, written to a temporary directory:
+ * q8: Q8_0 weights, no template; chat: F32 weights and a plain-text chat template (rendered in
+ * the test by string concatenation, an independent reference), and two files that must not open.
+ */
+const CHAT_TEMPLATE = "{% for m in messages %}{% if m.role == 'user' %}Q: {{ m.content }}\n{% else %}A:{{ m.content }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}A:{% endif %}";
+const renderChat = (messages) => messages.map((m) => (m.role === 'user' ? `Q: ${m.content}\n` : `A:${m.content}\n`)).join('') + 'A:';
+// (the files' directory is served at /gguf/ by the isolated server)
+const ggufDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sdpa-chat-gguf-'));
+let ggufFiles = null;
+async function ggufFixtures() {
+  if (ggufFiles) return ggufFiles;
+  await nodeGreedy([{ text: 'x' }], 1);              // (nodeLlama: the package in Node)
+  const { llama2cToGguf } = await import(path.join(REPO, 'scripts/llama2c-to-gguf.mjs'));
+  const { writeGguf } = await import(path.join(REPO, 'scripts/lib/gguf-writer.mjs'));
+  // (plain Uint8Arrays: the converter's checkpoint.slice(...).buffer takes a Node Buffer's slice for a copy)
+  const tokenizerBin = new Uint8Array(fs.readFileSync(path.join(pkgDir, 'models/fortunes/tokenizer.bin')));
+  const checkpoint = new Uint8Array(nodeLlama.checkpoint);
+  const write = (name, bytes) => { const p = path.join(ggufDir, name); fs.writeFileSync(p, bytes); return p; };
+  const q8 = await llama2cToGguf(checkpoint, tokenizerBin, { type: 'Q8_0', name: 'fortunes q8_0', sdpa: nodeLlama.sdpa });
+  const chat = await llama2cToGguf(checkpoint, tokenizerBin, { type: 'F32', name: 'fortunes chat', chatTemplate: CHAT_TEMPLATE });
+  // another architecture, one tensor of a type no build runs: inspectGguf says so from the header
+  const mamba = writeGguf({
+    metadata: [['general.architecture', 'STRING', 'mamba'], ['general.name', 'STRING', 'not a llama']],
+    tensors: [{ name: 'token_embd.weight', ne: [32, 4], type: 'Q5_1', data: new Uint8Array(4 * 24) }],
+  });
+  ggufFiles = {
+    q8: write('fortunes-q8_0.gguf', q8), q8Bytes: q8, chat: write('fortunes-chat.gguf', chat), chatBytes: chat,
+    mamba: write('mamba.gguf', mamba), text: write('notes.gguf', new TextEncoder().encode('These are notes, not a model.\n'.repeat(40))),
+  };
+  return ggufFiles;
+}
+
+/** Node's greedy reply to `ids` from a GGUF's bytes (loadGguf), the reference of the page's. */
+async function nodeGgufGreedy(bytes, ids, steps) {
+  const { sdpa, llama } = nodeLlama;
+  const { model } = await llama.loadGguf(sdpa, bytes);
+  try {
+    return Array.from(model.generate(ids, { temperature: 0, maxNewTokens: steps }).tokens);
+  } finally { model.dispose(); }
+}
+
+/** Opens `file` through the page's file input; resolves once the load ended (the model open, or words why not). */
+async function openThroughInput(page, file) {
+  const models = await page.evaluate(() => window.__chat.models);
+  const input = await page.$('#model-file');
+  await input.uploadFile(file);
+  await page.waitForFunction((n) => {
+    const c = window.__chat;
+    return c.status === 'ready' && c.load && (c.models > n || ['refused', 'cancelled', 'failed'].includes(c.load.phase));
+  }, { timeout: RUN_TIMEOUT, polling: 50 }, models);
+  return page.evaluate(() => JSON.parse(JSON.stringify(window.__chat)));
+}
+
+const cardText = (page) => page.$$eval('#model-card div', (ds) => Object.fromEntries(ds.map((d) => [d.dataset.key, d.querySelector('dd').textContent])));
+
+test('chat: a GGUF opened through the file input (the shipped model as Q8_0): its card, its tokenizer, a greedy reply equal to loadGguf\'s in Node', async () => {
+  const files = await ggufFixtures();
+  const steps = 16;
+  const { page, context, problems } = await openPage(`${iso.url}?steps=${steps}&greedy=1&build=simd-threads`);
+  try {
+    await waitChat(page, 'return c.model !== null');
+    const shippedCard = await cardText(page);
+    assert(/^3\.\d M$/.test(shippedCard.parameters) && /F32/.test(shippedCard.types), `the shipped model's card ${JSON.stringify(shippedCard)}`);
+    let c = await openThroughInput(page, files.q8);
+    assert(c.load.phase === 'done' && c.model.name === 'fortunes q8_0' && c.model.card.source === 'file', `load ${JSON.stringify(c.load)}, model ${c.model?.name}`);
+    const card = await cardText(page);
+    const layers = 5;
+    assert(card.architecture.startsWith('llama (GGUF v3)') && card.name === 'fortunes q8_0', `card ${JSON.stringify(card)}`);
+    assert(card.types === `F32 × ${2 * layers + 1}, Q8_0 × ${7 * layers + 1}` || card.types === `Q8_0 × ${7 * layers + 1}, F32 × ${2 * layers + 1}`, `tensor types "${card.types}"`);
+    assert(/^512 \(llama\)$/.test(card.vocab) && /none/.test(card.template) && /^\d+ tokens \(held here: \d+\)$/.test(card.context), `card ${JSON.stringify(card)}`);
+    assert(card.runs.includes(c.model.fingerprint) && /^gguf-[0-9a-f]{8}-[0-9a-f]+$/.test(c.model.fingerprint), `runs "${card.runs}", fingerprint ${c.model.fingerprint}`);
+    assert(/fortunes q8_0 \(your file\)/.test(await text(page, '#model-name')) && !(await page.$eval('#model-shipped', (e) => e.hidden)), 'the model line');
+    // a reply: the prompt as run.c's tokenizer (tokenizer.bin) encodes it, greedy in Node on the same file
+    await page.type('#prompt', 'You will');
+    await page.click('#generate');
+    c = await waitChat(page, 'return c.replies.length === 1');
+    const prompt = Array.from(nodeLlama.tokenizer.encode('You will', { bos: true }));
+    const node = await nodeGgufGreedy(files.q8Bytes, prompt, steps);
+    assert(same(c.tokens.slice(0, prompt.length), prompt), `the page's prompt ids ${c.tokens.slice(0, prompt.length)}, run.c's ${prompt}`);
+    assert(same(c.replies[0], node), `page ${c.replies[0]} vs Node ${node}`);
+    assert((await text(page, '#transcript')).startsWith('You will') && c.text.length > 0, 'the transcript');
+    await page.screenshot({ path: shot('chat-gguf'), fullPage: true });
+    // back to the shipped model: a new conversation on it
+    await page.click('#model-shipped');
+    c = await waitChat(page, 'return c.model.card.source === "shipped"');
+    assert(c.replies.length === 0 && c.length === 0 && (await text(page, '#transcript')) === '', 'a new conversation');
+    assert(problems.length === 0, problems.join('\n'));
+    return `card: ${card.types}, ${card.parameters} parameters, ${card.size}; ${steps} greedy ids equal Node's loadGguf; decode ${c.decodeTps?.toFixed(0) ?? '–'} tokens/s`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('chat: a GGUF with a chat template is a chat: each turn the rendered conversation (checked against the template written out), only new ids run, greedy replies equal Node\'s', async () => {
+  const files = await ggufFixtures();
+  const steps = 10;
+  const { page, context, problems } = await openPage(`${iso.url}?steps=${steps}&greedy=1&build=simd-threads`);
+  try {
+    await waitChat(page, 'return c.model !== null');
+    let c = await openThroughInput(page, files.chat);
+    assert(c.model?.chat === true, `not a chat: ${JSON.stringify(c.model?.card)} ${JSON.stringify(c.error)}`);
+    assert(/yes: each turn/.test((await cardText(page)).template), 'the card says the template is applied');
+    const { tokenizer } = nodeLlama;   // tokenizer.bin: run.c's encode, independent of the file's tokenizer
+    const messages = [];
+    const turns = ['What is a fortune?', 'And a cookie?'];
+    for (let t = 0; t < turns.length; t++) {
+      messages.push({ role: 'user', content: turns[t] });
+      const ids = Array.from(tokenizer.encode(renderChat(messages), { bos: true }));
+      await page.type('#prompt', turns[t]);
+      await page.click('#generate');
+      c = await waitChat(page, 'return c.replies.length === a', t + 1);
+      assert(same(c.tokens.slice(0, ids.length), ids), `turn ${t + 1}: the cache holds ${c.tokens.slice(0, ids.length)}, the rendered chat is ${ids}`);
+      const node = await nodeGgufGreedy(files.chatBytes, ids, steps);
+      assert(same(c.replies[t], node), `turn ${t + 1}: page ${c.replies[t]} vs Node ${node}`);
+      const decoder = tokenizer.decoder(ids.at(-1));
+      const reply = c.stop === 'stop' ? c.replies[t].slice(0, -1) : c.replies[t];
+      messages.push({ role: 'assistant', content: reply.map((id) => decoder.push(id)).join('') });
+    }
+    assert(await page.$eval('#transcript', (e) => e.classList.contains('chat-mode')), 'the transcript shows turns');
+    await page.screenshot({ path: shot('chat-gguf-template'), fullPage: true });
+    assert(problems.length === 0, problems.join('\n'));
+    return `${turns.length} turns, the cache holds the rendered conversation (${c.tokens.length} ids), replies equal Node's`;
+  } finally {
+    await context.close();
+  }
+});
+
+/** A server that sends a file slowly (chunk bytes every `everyMs`), with CORS: a slow download for Cancel. */
+async function trickleServer(file, { chunk = 16384, everyMs = 40 } = {}) {
+  const bytes = fs.readFileSync(file);
+  const server = http.createServer((req, res) => {
+    res.writeHead(200, {
+      'Content-Type': 'application/octet-stream', 'Content-Length': bytes.length, 'Cache-Control': 'no-store',
+      'Access-Control-Allow-Origin': '*', 'Cross-Origin-Resource-Policy': 'cross-origin',
+    });
+    let at = 0;
+    const timer = setInterval(() => {
+      if (at >= bytes.length) { clearInterval(timer); res.end(); return; }
+      res.write(bytes.subarray(at, at += chunk));
+    }, everyMs);
+    res.on('close', () => clearInterval(timer));
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  servers.push({ close: () => { server.close(); server.closeAllConnections?.(); } });
+  return `http://127.0.0.1:${server.address().port}/`;
+}
+
+test('chat: ?model=URL loads with progress (MB, MB/s, time left); Cancel mid-load leaves the shipped model open, and it writes', async () => {
+  const files = await ggufFixtures();
+  const slow = await trickleServer(files.q8);
+  const url = `${slow}fortunes-q8_0.gguf`;
+  const { page, context, problems } = await openPage(`${iso.url}?model=${encodeURIComponent(url)}&steps=8&greedy=1&prompt=You%20will&autostart=1`);
+  try {
+    await page.waitForFunction(() => window.__chat.load?.phase === 'loading' && window.__chat.load.loaded > 200_000, { timeout: RUN_TIMEOUT, polling: 50 });
+    const status = await text(page, '#load-status');
+    const card = await cardText(page);
+    assert(/^[\d.]+ MB of [\d.]+ MB · [\d.]+ MB\/s · (<1|\d+) s left$/.test(status), `progress "${status}"`);
+    assert(card.name === 'fortunes q8_0' && /Q8_0/.test(card.types), `the card before the weights: ${JSON.stringify(card)}`);
+    const mid = await page.evaluate(() => ({ ...window.__chat.load }));
+    await page.click('#load-cancel');
+    const c = await waitChat(page, 'return c.load.phase === "cancelled"');
+    assert(c.load.loaded < files.q8Bytes.length, `cancelled after ${c.load.loaded} of ${files.q8Bytes.length} bytes`);
+    assert(c.model.card.source === 'shipped' && c.models === 1, `the model open: ${c.model.name}`);
+    assert(/cancelled/.test(await text(page, '#load-note')) && (await page.$eval('#load-row', (e) => e.hidden)), 'the page says it was cancelled');
+    assert(c.replies.length === 0, 'autostart waited for the file');
+    // the shipped model still writes
+    await page.type('#prompt', 'You will');
+    await page.click('#generate');
+    const d = await waitChat(page, 'return c.replies.length === 1');
+    const node = await nodeGreedy([{ text: 'You will' }], 8);
+    assert(same(d.replies[0], node.replies[0]), `after Cancel: page ${d.replies[0]} vs Node ${node.replies[0]}`);
+    const real = problems.filter((p) => !p.includes(slow));   // (the cancelled download is a failed request)
+    assert(real.length === 0, real.join('\n'));
+    return `"${status}"; cancelled at ${(mid.loaded / 1e6).toFixed(2)} MB of ${(files.q8Bytes.length / 1e6).toFixed(2)}; the shipped model then wrote its reply`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('chat: ?model=URL&autostart=1 opens the file, then writes', async () => {
+  const files = await ggufFixtures();
+  const { page, context, problems } = await openPage(`${iso.url}?model=${encodeURIComponent(`/gguf/fortunes-q8_0.gguf`)}&steps=8&greedy=1&prompt=You%20will&autostart=1`);
+  try {
+    const c = await waitChat(page, 'return c.replies.length === 1');
+    assert(c.model.name === 'fortunes q8_0' && c.model.card.source === 'url', `model ${c.model.name} (${c.model.card.source})`);
+    const node = await nodeGgufGreedy(files.q8Bytes, Array.from(nodeLlama.tokenizer.encode('You will', { bos: true })), 8);
+    assert(same(c.replies[0], node), `page ${c.replies[0]} vs Node ${node}`);
+    assert(problems.length === 0, problems.join('\n'));
+    return `"${c.text}"`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('chat: a file that is not a GGUF, and a GGUF that cannot run here, are said in words; the model open stays', async () => {
+  const files = await ggufFixtures();
+  const { page, context, problems } = await openPage(`${iso.url}?steps=6&greedy=1`);
+  try {
+    await waitChat(page, 'return c.model !== null');
+    let c = await openThroughInput(page, files.text);
+    let shown = await text(page, '#error');
+    assert(c.load.phase === 'refused' && c.error?.code === 'E_FORMAT' && /GGUF/.test(shown), `not a GGUF: ${JSON.stringify(c.load)}; "${shown}"`);
+    assert(/notes\.gguf was not opened: E_FORMAT: .*models\/fortunes is open/.test(await text(page, '#load-note')), `note "${await text(page, '#load-note')}"`);
+    assert(c.model.card.source === 'shipped', 'the shipped model stays');
+    c = await openThroughInput(page, files.mamba);
+    const card = await cardText(page);
+    shown = await text(page, '#error');
+    assert(c.load.phase === 'refused' && /^no: .*mamba/.test(card.runs) && /cannot run here: .*mamba/.test(shown), `another architecture: runs "${card.runs}"; "${shown}"`);
+    assert(c.load.loaded === 0, `weights read: ${c.load.loaded} bytes`);
+    // the page goes on
+    await page.type('#prompt', 'You will');
+    await page.click('#generate');
+    c = await waitChat(page, 'return c.replies.length === 1');
+    assert(c.replies[0].length > 0 && c.model.card.source === 'shipped', 'it still writes');
+    assert(problems.length === 0, problems.join('\n'));
+    return `"${shown.slice(0, 100)}…"`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('chat: a kept chat remembers its model: restoring it onto another is refused in words; onto its own file, no prefill', async () => {
+  const files = await ggufFixtures();
+  const { page, context, problems } = await openPage(`${iso.url}?steps=8&seed=2&build=simd-threads`);
+  try {
+    await waitChat(page, 'return c.model !== null');
+    let c = await openThroughInput(page, files.q8);
+    await page.type('#prompt', 'You will');
+    await page.click('#generate');
+    c = await waitChat(page, 'return c.replies.length === 1');
+    await page.click('#keep');
+    c = await waitChat(page, 'return c.kept !== null && c.chats.length >= 1');
+    const kept = c.kept;
+    assert(kept.model.fingerprint === c.model.fingerprint && kept.model.name === 'fortunes q8_0', `kept ${JSON.stringify(kept.model)}`);
+    assert((await text(page, `#kept li[data-id="${kept.id}"]`)).includes('fortunes q8_0'), 'the list names the model');
+    // the shipped model: the restore is refused, before any state is read
+    await page.click('#model-shipped');
+    await waitChat(page, 'return c.model.card.source === "shipped"');
+    await page.click(`#kept li[data-id="${kept.id}"] button.restore`);
+    await page.waitForFunction(() => window.__chat.status === 'ready' && window.__chat.error !== null, { timeout: RUN_TIMEOUT, polling: 50 });
+    const shown = await text(page, '#error');
+    assert(new RegExp(`kept with fortunes q8_0 \\(fingerprint ${kept.model.fingerprint}\\); the model open is models/fortunes.*Open fortunes q8_0 to restore it`).test(shown), `error "${shown}"`);
+    c = await page.evaluate(() => JSON.parse(JSON.stringify(window.__chat)));
+    assert(c.restored === null && c.length === 0, 'nothing restored');
+    // its own file again: restored with no prefill
+    c = await openThroughInput(page, files.q8);
+    await page.click(`#kept li[data-id="${kept.id}"] button.restore`);
+    c = await waitChat(page, 'return c.restored !== null');
+    assert(c.restored.prefilled === 0 && c.length === kept.length, `restored ${c.length} tokens, ${c.restored.prefilled} run`);
+    await page.click(`#kept li[data-id="${kept.id}"] button.delete`);
+    await waitChat(page, 'return !c.chats.some((x) => x.id === a)', kept.id);
+    assert(problems.length === 0, problems.join('\n'));
+    return `refused: "${shown.slice(0, 120)}…"; restored onto its file: ${c.length} tokens, no prefill`;
+  } finally {
+    await context.close();
+  }
+});
+
 try {
   const need = ['js/index.js', 'dist/sdpa-simd-threads.mjs', 'dist/sdpa-simd.mjs', 'dist/sdpa-relaxed-threads.mjs', 'dist/sdpa-relaxed.mjs'].filter((f) => !fs.existsSync(path.join(pkgDir, f)));
   if (need.length && pkgDir === REPO) throw new Error(`package not built: ${need.join(', ')} missing (run \`npm run build\`)`);
   fs.mkdirSync(ARTIFACTS, { recursive: true });
-  iso = await serve({ port: 0, isolation: true, pkgDir });
+  iso = await serve({ port: 0, isolation: true, pkgDir, mounts: [['/gguf/', ggufDir]] });
+  servers.push({ close: () => fs.rmSync(ggufDir, { recursive: true, force: true }) });
   noIso = await serve({ port: 0, isolation: false, pkgDir });
   servers.push(iso, noIso);
   ({ browser, profile: userDataDir } = await launchEngine(puppeteer, engine));
