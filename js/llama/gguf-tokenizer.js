@@ -103,7 +103,7 @@ export function tokenizerFromGguf(metadata, fn = 'tokenizerFromGguf') {
   }
   const n = tokens.length;
   for (let i = 0; i < n; i++) {
-    if (typeof tokens[i] !== 'string') throw bad(tokensKey, `[${i}] is ${describe(tokens[i])}; expected a string`);
+    if (typeof tokens[i] !== 'string') throw bad(`${tokensKey}[${i}]`, `is ${describe(tokens[i])}; expected a string`);
   }
 
   const numbers = (key, Kind, check) => {
@@ -116,10 +116,10 @@ export function tokenizerFromGguf(metadata, fn = 'tokenizerFromGguf') {
     return v;
   };
   const scores = numbers('tokenizer.ggml.scores', [Float32Array, Float64Array], (s, i) => {
-    if (Number.isNaN(s)) throw bad('tokenizer.ggml.scores', `[${i}] is NaN; expected a number`);
+    if (Number.isNaN(s)) throw bad(`tokenizer.ggml.scores[${i}]`, 'is NaN; expected a number');
   });
   const types = Uint8Array.from(numbers('tokenizer.ggml.token_type', [Int32Array, Uint32Array], (t, i) => {
-    if (!(t >= 0 && t <= 6)) throw bad('tokenizer.ggml.token_type', `[${i}] is ${t}; expected 0 .. 6 (undefined, normal, unknown, control, user-defined, unused, byte)`);
+    if (!(t >= 0 && t <= 6)) throw bad(`tokenizer.ggml.token_type[${i}]`, `is ${t}; expected 0 .. 6 (undefined, normal, unknown, control, user-defined, unused, byte)`);
   }) ?? new Uint8Array(n).fill(TYPE.NORMAL));
 
   const ids = new Map();
@@ -157,10 +157,10 @@ export function tokenizerFromGguf(metadata, fn = 'tokenizerFromGguf') {
     for (let r = 0; r < list.length; r++) {
       const m = list[r];
       const cut = typeof m === 'string' ? m.indexOf(' ', 1) : -1;
-      if (cut < 0) throw bad(mergesKey, `[${r}] is ${describe(m)}; expected "left right" (two token texts and one space)`);
+      if (cut < 0) throw bad(`${mergesKey}[${r}]`, `is ${describe(m)}; expected "left right" (two token texts and one space)`);
       const left = m.slice(0, cut), right = m.slice(cut + 1);
       for (const [what, text] of [['left', left], ['right', right], ['merged', left + right]]) {
-        if (!ids.has(text)) throw bad(mergesKey, `[${r}] ${JSON.stringify(m)}: its ${what} text ${JSON.stringify(text)} is not a token of ${tokensKey}; expected every merge to name tokens`);
+        if (!ids.has(text)) throw bad(`${mergesKey}[${r}]`, `${JSON.stringify(m)}: its ${what} text ${JSON.stringify(text)} is not a token of ${tokensKey}; expected every merge to name tokens`);
       }
       if (!merges.has(m)) merges.set(m, r);
     }

@@ -15,6 +15,8 @@
 // <0xXX> piece is that byte; BOS and EOS print nothing.
 
 import { SdpaError } from '../errors.js';
+import { parseGguf, GgufTruncated, GGUF_MAGIC } from './gguf.js';
+import { tokenizerFromGguf } from './gguf-tokenizer.js';
 
 export const UNK = 0, BOS = 1, EOS = 2;
 const BYTE_PIECE = /^<0x([0-9A-Fa-f]{2})>$/;
@@ -34,14 +36,30 @@ function bad(message) {
 }
 
 /**
- * Reads a tokenizer.bin. `vocabSize`: the checkpoint's (the file must hold
- * exactly that many pieces); omitted, every piece to the end of the file.
+ * Reads a tokenizer.bin, or a GGUF file's tokenizer (bytes starting "GGUF": a
+ * vocab-only file or a whole model's; gguf-tokenizer.js). `vocabSize`: the
+ * checkpoint's (the file must hold exactly that many pieces); omitted, every
+ * piece to the end of the file.
  */
 export function loadTokenizer(source, options = {}) {
   const bytes = toBytes(source, 'loadTokenizer', 'tokenizer');
   const { vocabSize = null } = options ?? {};
   if (vocabSize !== null && !(Number.isInteger(vocabSize) && vocabSize >= 3 && vocabSize <= 1 << 24)) {
     throw new SdpaError('E_ARG', `loadTokenizer: options.vocabSize must be an integer in 3 .. ${1 << 24}, got ${String(vocabSize)}`);
+  }
+  if (bytes.byteLength >= 4 && new DataView(bytes.buffer, bytes.byteOffset, 4).getUint32(0, true) === GGUF_MAGIC) {
+    let header;
+    try {
+      header = parseGguf(bytes, 'loadTokenizer', bytes.byteLength);
+    } catch (e) {
+      if (e instanceof GgufTruncated) throw bad(`GGUF: ${e.message}; the file ends at byte ${bytes.byteLength}`);
+      throw e;
+    }
+    const tokenizer = tokenizerFromGguf(header.metadata, 'loadTokenizer');
+    if (vocabSize !== null && tokenizer.vocabSize !== vocabSize) {
+      throw bad(`tokenizer.ggml.tokens has ${tokenizer.vocabSize} tokens; expected options.vocabSize ${vocabSize}`);
+    }
+    return tokenizer;
   }
   const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (bytes.byteLength < 4) throw bad(`the file has ${bytes.byteLength} bytes; expected at least 4 (int32 maxTokenLength)`);
