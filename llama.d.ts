@@ -197,7 +197,7 @@ export interface GgufMetadata {
  * read: E_FORMAT (a malformed file, a missing or malformed key or tensor, another architecture), E_DTYPE (a tensor
  * type this build does not run: names the tensor and the types it runs), E_CAPACITY (more than the wasm heap holds).
  */
-export function loadGguf(sdpa: Sdpa, source: GgufSource, options?: LoadGgufOptions): Promise<{ model: LlamaModel; tokenizer: Tokenizer | null; metadata: GgufMetadata }>;
+export function loadGguf(sdpa: Sdpa, source: GgufSource, options?: LoadGgufOptions): Promise<{ model: LlamaModel; tokenizer: GgufTokenizer | null; metadata: GgufMetadata }>;
 
 /** Reads only a GGUF file's header: its card, and whether (and why not) this build runs it. */
 export function inspectGguf(source: GgufSource, options?: { signal?: AbortSignal | undefined }): Promise<GgufMetadata>;
@@ -235,8 +235,81 @@ export class Tokenizer {
   score(id: number): number;
 }
 
-/** A llama2.c tokenizer.bin; `vocabSize`: the checkpoint's (the file must hold exactly that many pieces). */
-export function loadTokenizer(bytes: Uint8Array | ArrayBuffer | ArrayBufferView, options?: { vocabSize?: number | undefined }): Tokenizer;
+export interface GgufEncodeOptions {
+  /** Prepend BOS (default: the file's tokenizer.ggml.add_bos_token; E_ARG when the vocab has no BOS). */
+  bos?: boolean | undefined;
+  /** Append EOS (default: tokenizer.ggml.add_eos_token). */
+  eos?: boolean | undefined;
+  /** Parse control tokens' text (<|eot_id|>, <s> ...) as those tokens, as llama.cpp's parse_special (default false; user-defined tokens are always parsed). */
+  special?: boolean | undefined;
+}
+
+export interface ChatMessage {
+  role: string;
+  content: unknown;
+  [key: string]: unknown;
+}
+
+export interface ChatTemplateOptions {
+  /** End with the assistant's header (default true). */
+  addGenerationPrompt?: boolean | undefined;
+  /** Other variables the template reads (tools, documents, ...). */
+  [variable: string]: unknown;
+}
+
+/**
+ * A GGUF file's tokenizer (tokenizer.* keys), encoding and decoding as llama.cpp does:
+ * 'llama' (SentencePiece BPE by scores, space prefix, byte fallback) or 'gpt2' (byte-level BPE by merge
+ * rank, with the pre-tokenizer named by tokenizer.ggml.pre).
+ */
+export class GgufTokenizer {
+  private constructor();
+  readonly vocabSize: number;
+  /** BOS id, or -1 when the file names none. */
+  readonly bos: number;
+  /** EOS id, or -1. */
+  readonly eos: number;
+  /** End-of-turn id (tokenizer.ggml.eot_token_id, else <|eot_id|>, <|im_end|> ... by text), or -1. */
+  readonly eot: number;
+  /** The ids that end a generation as llama.cpp treats them (EOS, EOT, EOM, FIM pad / repo / separator, <|endoftext|> ...), ascending; a copy. */
+  readonly stopTokens: Int32Array;
+  /** tokenizer.ggml.add_bos_token / add_eos_token (encode's defaults). */
+  readonly addBos: boolean;
+  readonly addEos: boolean;
+  readonly model: 'llama' | 'gpt2';
+  /** gpt2: the pre-tokenizer's name ('llama-bpe', 'qwen2', 'smollm', 'gpt-2', 'default', ...); llama: null. */
+  readonly pre: string | null;
+  /** tokenizer.chat_template (Jinja), or null. */
+  readonly chatTemplate: string | null;
+  encode(text: string, options?: GgufEncodeOptions): Int32Array;
+  /** Control, unknown and unused tokens give nothing; the first SPM piece after a control token (or the start) loses its space prefix. */
+  decode(ids: Iterable<number>): string;
+  /** `prev`: the token before the first pushed (default BOS, or -1: the start). */
+  decoder(prev?: number): TokenDecoder;
+  /** The bytes a token stands for (control and user-defined tokens: their text). */
+  piece(id: number): Uint8Array;
+  /** tokenizer.ggml.scores' value (0 without scores). */
+  score(id: number): number;
+  tokenType(id: number): 'undefined' | 'normal' | 'unknown' | 'control' | 'user-defined' | 'unused' | 'byte';
+  /**
+   * The chat rendered by the file's template with @huggingface/jinja (bos_token / eos_token are the vocab's).
+   * The renderer is imported on first use (`import('@huggingface/jinja')`); where a bare import does not
+   * resolve (a module Worker, which has no import map), give it with setChatTemplateRenderer first.
+   * Errors: E_FORMAT (no template, or one that does not parse), E_ARG (bad messages / options, a failed render),
+   * E_LOAD (the renderer could not be imported).
+   */
+  applyChatTemplate(messages: readonly ChatMessage[], options?: ChatTemplateOptions): Promise<string>;
+}
+
+/** Gives chat templates their renderer: the @huggingface/jinja module (e.g. `await import(urlOfItsDistIndexJs)` in a Worker). */
+export function setChatTemplateRenderer(jinja: { Template: new (template: string) => { render(context: Record<string, unknown>): string } }): void;
+
+/**
+ * A llama2.c tokenizer.bin (a Tokenizer; `vocabSize`: the checkpoint's, the file must hold exactly that many
+ * pieces), or, for bytes starting "GGUF" (a vocab-only file or a whole model's header), the file's tokenizer
+ * (a GgufTokenizer; `vocabSize`, when given, must be its token count).
+ */
+export function loadTokenizer(bytes: Uint8Array | ArrayBuffer | ArrayBufferView, options?: { vocabSize?: number | undefined }): Tokenizer | GgufTokenizer;
 
 export interface Sampler {
   /** A token id from a row of vocabSize logits. Allocates nothing. */

@@ -4,5 +4,5 @@
 export { loadLlama, LlamaModel } from './model.js';
 export { loadGguf, inspectGguf, GGUF_MATRIX_TYPES } from './gguf-model.js';
 export { loadTokenizer, Tokenizer, BOS, EOS } from './tokenizer.js';
-export { setChatTemplateRenderer } from './gguf-tokenizer.js';
+export { setChatTemplateRenderer, GgufTokenizer } from './gguf-tokenizer.js';
 export { createSampler, argmax } from './sampler.js';

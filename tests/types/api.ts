@@ -193,3 +193,22 @@ const fingerprint: string = fromGguf.model.fingerprint; void fingerprint; void f
 const types: Readonly<Record<string, number>> = fromGguf.metadata.tensorTypes; void types;
 // @ts-expect-error: loadGguf has no weightDtype (the file's types are used as they are)
 await loadGguf(sdpa, ggufFile, { weightDtype: 'q8_0' });
+
+// sdpa-wasm/llama: GGUF tokenizers and chat templates
+import { setChatTemplateRenderer, type GgufTokenizer } from 'sdpa-wasm/llama';
+declare const jinjaModule: { Template: new (template: string) => { render(context: Record<string, unknown>): string } };
+setChatTemplateRenderer(jinjaModule);
+if (fromGguf.tokenizer !== null) {
+  const gt: GgufTokenizer = fromGguf.tokenizer;
+  const stop: Int32Array = gt.stopTokens;
+  const chat: string = await gt.applyChatTemplate([{ role: 'user', content: 'Hi' }], { addGenerationPrompt: true, tools: [] });
+  const turn: Int32Array = gt.encode(chat, { bos: false, special: true });
+  const kind: 'llama' | 'gpt2' = gt.model;
+  const pre: string | null = gt.pre;
+  void stop; void turn; void kind; void pre; void gt.tokenType(turn[0] ?? 0); void (gt.eot + Number(gt.addBos));
+  // @ts-expect-error: applyChatTemplate's messages need a role
+  await gt.applyChatTemplate([{ content: 'Hi' }]);
+}
+const either = loadTokenizer(tokenizerBytes);
+const eitherIds: Int32Array = either.encode('Hello', { bos: true });
+const maybeStops: Int32Array | undefined = 'stopTokens' in either ? either.stopTokens : undefined; void eitherIds; void maybeStops;
