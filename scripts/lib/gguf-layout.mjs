@@ -28,7 +28,7 @@ export function planGguf({ metadata = [], tensors = [], alignment = 32, version 
     sizes.push(size);
     at += alignUp(size, alignment);
   }
-  const header = writeGguf({ metadata, tensors: tensors.map((t, i) => ({ name: t.name, ne: t.ne, type: t.type, data: EMPTY, offset: offsets[i] })), alignment, version });
+  const header = writeGguf({ metadata: Array.isArray(metadata) ? metadata.slice() : metadata, tensors: tensors.map((t, i) => ({ name: t.name, ne: t.ne, type: t.type, data: EMPTY, offset: offsets[i] })), alignment, version });
   return { header, dataOffset: header.length, offsets, sizes, fileBytes: header.length + at };
 }
 
