@@ -51,6 +51,14 @@ const CORPUS = [
   'Once upon a time, there was a little girl who loved to read books about dragons, castles and faraway lands.',
   'Ｆｕｌｌｗｉｄｔｈ ＡＳＣＩＩ １２３ and halfwidth ｶﾀｶﾅ',
   "It's 3:45pm—time for tea… “Quotes” ‘single’ «guillemets» „low“ — en–dash",
+  'In 1969, Apollo 11 landed on the Moon; 384,400 km away, 600 million people watched. Neil Armstrong said: "That\'s one small step for [a] man, one giant leap for mankind."',
+  'Der Zug fährt um 7:05 Uhr ab. Les élèves étudient l\'histoire. El niño comió 3 manzanas. Lo sviluppo è lento ma costante. Żółć gęślą jaźń.',
+  '春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。 ひらがな カタカナ 漢字 ﾊﾝｶｸ 〜〜〜',
+  'fn main() {\n    let v: Vec<u32> = (0..10).filter(|x| x % 2 == 0).collect();\n    println!("{:?}", v);\n}\n// 🦀 Rust\n',
+  '| col a | col b |\n|---|---:|\n| 1.5 | **bold** _it_ `code` |\n\n> quote\n- item 1\n  - nested item\n1. first\n',
+  '$ ls -la /usr/local/bin && echo "done" > /dev/null 2>&1; export PATH=$HOME/.local/bin:$PATH\n',
+  'Repeated: the the the the, 1 1 1 1, !? !? !?, 😀😀😀😀, \t\t\t\t, ....., ,,,,, ;;;;;',
+  '<|notatoken|> <s_not> </s > [INST] <<SYS>> {{template}} {%- raw -%} <think>? no: &lt;think&gt;',
 ];
 const WHOLE = CORPUS.join('\n');
 const corpusBytes = new TextEncoder().encode(WHOLE).length;
@@ -78,18 +86,18 @@ for (const [name, model, pre] of REFERENCES) {
     const { tok, ref } = await vocab(name);
     assert.is(tok.model, model);
     assert.is(tok.pre, pre);
-    let mismatches = 0;
+    let mismatches = 0, tokensSeen = 0;
     const texts = [...CORPUS, WHOLE];
     for (const text of texts) {
       const mine = [...tok.encode(text, { bos: false, eos: false })];
+      tokensSeen += mine.length;
       const theirs = ref.encode(text, { add_special_tokens: false });
       if (!same(mine, theirs)) {
         mismatches++;
         console.log(`${name} mismatch on ${JSON.stringify(text.slice(0, 80))}\n  ours   ${mine.slice(0, 40)}\n  theirs ${theirs.slice(0, 40)}`);
       }
     }
-    const ids = tok.encode(WHOLE, { bos: false });
-    table.push({ name, model: pre ? `${model} (${pre})` : model, vocab: tok.vocabSize, texts: texts.length, bytes: corpusBytes * 2, tokens: ids.length, mismatches });
+    table.push({ name, model: pre ? `${model} (${pre})` : model, vocab: tok.vocabSize, texts: texts.length, bytes: corpusBytes * 2, tokens: tokensSeen, mismatches });
     assert.is(mismatches, 0, `${name}: ${mismatches} of ${texts.length} texts differ`);
     // add_special_tokens: the reference's template against add_bos_token / add_eos_token
     const withSpecial = ref.encode('Hello world', { add_special_tokens: true });
