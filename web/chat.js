@@ -217,6 +217,7 @@ worker.onmessage = ({ data: m }) => {
       break;
     case 'turn':
       userNode = span('user', m.promptText);
+      chat.ran = m.prompt;       // the ids this turn ran (a chat: only those past the cache's shared prefix)
       chat.promptTps = m.promptTps;
       el.promptTps.textContent = `${m.promptTps.toFixed(0)} (${m.prompt.length} tokens)`;
       replyNode = span('model', '');

@@ -699,6 +699,15 @@ test('chat: a GGUF opened through the file input (the shipped model as Q8_0): it
     assert(same(c.replies[0], node), `page ${c.replies[0]} vs Node ${node}`);
     assert((await text(page, '#transcript')).startsWith('You will') && c.text.length > 0, 'the transcript');
     await page.screenshot({ path: shot('chat-gguf'), fullPage: true });
+    // another KV dtype: the file's weights are held once, so the file is read again, and the conversation re-run on it
+    const held = c.length;
+    await page.select('#dtype', 'int8');
+    c = await waitChat(page, 'return c.dtype === "int8" && c.rerun');
+    assert(c.model.name === 'fortunes q8_0' && c.models === 2 && c.length === held && c.rerun.tokens === held && c.load.phase === 'done', `after the switch: ${c.model.name}, ${c.length} tokens, load ${JSON.stringify(c.load)}`);
+    await page.type('#prompt', ' Then');
+    await page.click('#generate');
+    c = await waitChat(page, 'return c.replies.length === 2');
+    assert(c.replies[1].length > 0 && (await text(page, '#s-bytes')).includes('int8'), 'the int8 cache writes on');
     // back to the shipped model: a new conversation on it
     await page.click('#model-shipped');
     c = await waitChat(page, 'return c.model.card.source === "shipped"');
@@ -722,6 +731,8 @@ test('chat: a GGUF with a chat template is a chat: each turn the rendered conver
     const { tokenizer } = nodeLlama;   // tokenizer.bin: run.c's encode, independent of the file's tokenizer
     const messages = [];
     const turns = ['What is a fortune?', 'And a cookie?'];
+    const ran = [];
+    let prev = 0;
     for (let t = 0; t < turns.length; t++) {
       messages.push({ role: 'user', content: turns[t] });
       const ids = Array.from(tokenizer.encode(renderChat(messages), { bos: true }));
@@ -729,6 +740,10 @@ test('chat: a GGUF with a chat template is a chat: each turn the rendered conver
       await page.click('#generate');
       c = await waitChat(page, 'return c.replies.length === a', t + 1);
       assert(same(c.tokens.slice(0, ids.length), ids), `turn ${t + 1}: the cache holds ${c.tokens.slice(0, ids.length)}, the rendered chat is ${ids}`);
+      // what ran: the end of the rendering only, past (at least) the whole of the turn before's prompt
+      assert(same(c.ran, ids.slice(ids.length - c.ran.length)) && (t === 0 ? c.ran.length === ids.length : ids.length - c.ran.length >= prev), `turn ${t + 1}: ran ${c.ran.length} of ${ids.length} ids`);
+      ran.push(c.ran.length);
+      prev = ids.length;
       const node = await nodeGgufGreedy(files.chatBytes, ids, steps);
       assert(same(c.replies[t], node), `turn ${t + 1}: page ${c.replies[t]} vs Node ${node}`);
       const decoder = tokenizer.decoder(ids.at(-1));
@@ -738,7 +753,28 @@ test('chat: a GGUF with a chat template is a chat: each turn the rendered conver
     assert(await page.$eval('#transcript', (e) => e.classList.contains('chat-mode')), 'the transcript shows turns');
     await page.screenshot({ path: shot('chat-gguf-template'), fullPage: true });
     assert(problems.length === 0, problems.join('\n'));
-    return `${turns.length} turns, the cache holds the rendered conversation (${c.tokens.length} ids), replies equal Node's`;
+    return `${turns.length} turns, the cache holds the rendered conversation (${c.tokens.length} ids; the turns ran ${ran.join(' and ')} ids), replies equal Node's`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('chat: a GGUF dropped on the page opens', async () => {
+  await ggufFixtures();
+  const { page, context, problems } = await openPage(`${iso.url}?steps=4`);
+  try {
+    await waitChat(page, 'return c.model !== null');
+    await page.evaluate(async () => {
+      const file = new File([await (await fetch('/gguf/fortunes-q8_0.gguf')).blob()], 'dropped.gguf');
+      const dt = new DataTransfer();
+      dt.items.add(file);
+      document.body.dispatchEvent(new DragEvent('dragenter', { dataTransfer: dt, bubbles: true, cancelable: true }));
+      document.body.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+    });
+    const c = await waitChat(page, 'return c.models === 2');
+    assert(c.model.name === 'fortunes q8_0' && c.model.card.fileName === 'dropped.gguf' && !(await page.$eval('body', (b) => b.classList.contains('dragging'))), `model ${c.model.name} (${c.model.card.fileName})`);
+    assert(problems.length === 0, problems.join('\n'));
+    return `${c.model.name} from ${c.model.card.fileName}`;
   } finally {
     await context.close();
   }
