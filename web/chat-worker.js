@@ -229,16 +229,20 @@ function truncateTo(n) {
 }
 
 /**
- * The ids of the whole chat, rendered by the file's template with the assistant's turn opened.
- * The template writes its own special tokens (parsed as such); BOS is added as the tokenizer
- * asks (tokenizer.ggml.add_bos_token), once: a template that writes it too gives it once.
+ * The ids of the whole chat, rendered by the file's template with the assistant's turn opened,
+ * as llama.cpp's chat does: the template's own BOS text at the start (and EOS text at the end)
+ * taken off, special tokens' text parsed as such, BOS added as the tokenizer asks
+ * (tokenizer.ggml.add_bos_token): a template that writes BOS, or one that does not, gives it once.
  */
 async function chatIds(messages) {
-  const text = await tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true });
-  const ids = Array.from(tokenizer.encode(text, { bos: false, special: true }));
-  if (tokenizer.addBos && ids[0] !== tokenizer.bos) ids.unshift(tokenizer.bos);
-  return ids;
+  let text = await tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true });
+  const special = (id) => (id >= 0 ? utf8.decode(tokenizer.piece(id)) : '');
+  const bos = special(tokenizer.bos), eos = special(tokenizer.eos);
+  if (bos && text.startsWith(bos)) text = text.slice(bos.length);
+  if (eos && text.endsWith(eos)) text = text.slice(0, -eos.length);
+  return Array.from(tokenizer.encode(text, { bos: tokenizer.addBos, special: true }));
 }
+const utf8 = new TextDecoder();
 
 function state() {
   post({

@@ -621,7 +621,8 @@ test('chat: not isolated, the single-thread build with 1 thread writes too', asy
  * q8: Q8_0 weights, no template; chat: F32 weights and a plain-text chat template (rendered in
  * the test by string concatenation, an independent reference), and two files that must not open.
  */
-const CHAT_TEMPLATE = "{% for m in messages %}{% if m.role == 'user' %}Q: {{ m.content }}\n{% else %}A:{{ m.content }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}A:{% endif %}";
+// (it writes BOS itself, as many templates do: the page must still give it once)
+const CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}Q: {{ m.content }}\n{% else %}A:{{ m.content }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}A:{% endif %}";
 const renderChat = (messages) => messages.map((m) => (m.role === 'user' ? `Q: ${m.content}\n` : `A:${m.content}\n`)).join('') + 'A:';
 // (the files' directory is served at /gguf/ by the isolated server)
 const ggufDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sdpa-chat-gguf-'));
