@@ -247,7 +247,8 @@ worker.onmessage = ({ data: m }) => {
       Object.assign(chat, { length: m.length, dtype: m.dtype, bytes: m.bytes, agree: m.agree, tokens: m.tokens, pending: m.pending });
       el.len.textContent = String(m.length);
       el.bytes.textContent = `${(m.bytes / 1024).toFixed(0)} KiB (${m.dtype})`;
-      el.agree.textContent = m.agree ? `${m.agree.same} / ${m.agree.total}` + (m.agree.total ? ` (${(100 * m.agree.same / m.agree.total).toFixed(1)}%)` : '') : 'float32 itself';
+      el.agree.textContent = m.agree ? `${m.agree.same} / ${m.agree.total}` + (m.agree.total ? ` (${(100 * m.agree.same / m.agree.total).toFixed(1)}%)` : '')
+        : m.dtype === 'float32' ? 'float32 itself' : 'not measured: an opened file\'s weights are held once';
       setBusy(false);
       // (?model=URL&autostart=1: the first turn once the file is open; without ?model, 'ready' starts it)
       if (autostart && modelParam && chat.load?.phase === 'done') { autostart = false; el.form.requestSubmit(); }

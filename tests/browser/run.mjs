@@ -709,6 +709,8 @@ test('chat: a GGUF opened through the file input (the shipped model as Q8_0): it
     await page.click('#generate');
     c = await waitChat(page, 'return c.replies.length === 2');
     assert(c.replies[1].length > 0 && (await text(page, '#s-bytes')).includes('int8'), 'the int8 cache writes on');
+    assert(c.agree === null && /not measured/.test(await text(page, '#s-agree')), 'no float32 model beside an opened file');
+    assert(await page.$eval('#load-row', (e) => getComputedStyle(e).display === 'none'), 'the progress bar is gone after the load');
     // back to the shipped model: a new conversation on it
     await page.click('#model-shipped');
     c = await waitChat(page, 'return c.model.card.source === "shipped"');
