@@ -643,7 +643,27 @@ async function ggufFixtures() {
     metadata: [['general.architecture', 'STRING', 'mamba'], ['general.name', 'STRING', 'not a llama']],
     tensors: [{ name: 'token_embd.weight', ne: [32, 4], type: 'Q5_1', data: new Uint8Array(4 * 24) }],
   });
+  // a header of a llama model whose weights (6.4 GB of F32) a wasm32 heap cannot hold; no data after it
+  const big = { dim: 8192, hidden: 16384, heads: 64, kvHeads: 8, vocab: 131072 };
+  const kv = big.dim / big.heads * big.kvHeads;
+  const bigTensors = [['token_embd.weight', [big.dim, big.vocab]], ['output_norm.weight', [big.dim]],
+    ['blk.0.attn_norm.weight', [big.dim]], ['blk.0.attn_q.weight', [big.dim, big.dim]], ['blk.0.attn_k.weight', [big.dim, kv]],
+    ['blk.0.attn_v.weight', [big.dim, kv]], ['blk.0.attn_output.weight', [big.dim, big.dim]], ['blk.0.ffn_norm.weight', [big.dim]],
+    ['blk.0.ffn_gate.weight', [big.dim, big.hidden]], ['blk.0.ffn_down.weight', [big.hidden, big.dim]], ['blk.0.ffn_up.weight', [big.dim, big.hidden]]];
+  let at = 0;
+  const tooBig = writeGguf({
+    metadata: [['general.architecture', 'STRING', 'llama'], ['general.name', 'STRING', 'too big'],
+      ['llama.context_length', 'UINT32', 4096], ['llama.embedding_length', 'UINT32', big.dim], ['llama.block_count', 'UINT32', 1],
+      ['llama.feed_forward_length', 'UINT32', big.hidden], ['llama.attention.head_count', 'UINT32', big.heads],
+      ['llama.attention.head_count_kv', 'UINT32', big.kvHeads], ['llama.attention.layer_norm_rms_epsilon', 'FLOAT32', 1e-5]],
+    tensors: bigTensors.map(([name, ne]) => {
+      const t = { name, ne, type: 'F32', data: new Uint8Array(0), offset: at };
+      at += ne.reduce((a, b) => a * b, 1) * 4;
+      return t;
+    }),
+  });
   ggufFiles = {
+    tooBig: write('too-big.gguf', tooBig), tooBigWeights: at,
     q8: write('fortunes-q8_0.gguf', q8), q8Bytes: q8, chat: write('fortunes-chat.gguf', chat), chatBytes: chat,
     mamba: write('mamba.gguf', mamba), text: write('notes.gguf', new TextEncoder().encode('These are notes, not a model.\n'.repeat(40))),
   };
@@ -784,12 +804,13 @@ test('chat: a GGUF dropped on the page opens', async () => {
 });
 
 /** A server that sends a file slowly (chunk bytes every `everyMs`), with CORS: a slow download for Cancel. */
-async function trickleServer(file, { chunk = 16384, everyMs = 40 } = {}) {
+async function trickleServer(file, { chunk = 16384, everyMs = 40, length = true } = {}) {
   const bytes = fs.readFileSync(file);
   const server = http.createServer((req, res) => {
     res.writeHead(200, {
-      'Content-Type': 'application/octet-stream', 'Content-Length': bytes.length, 'Cache-Control': 'no-store',
+      'Content-Type': 'application/octet-stream', 'Cache-Control': 'no-store',
       'Access-Control-Allow-Origin': '*', 'Cross-Origin-Resource-Policy': 'cross-origin',
+      ...(length ? { 'Content-Length': bytes.length } : {}),     // (without: chunked, the size unknown)
     });
     let at = 0;
     const timer = setInterval(() => {
@@ -872,6 +893,26 @@ test('chat: a file that is not a GGUF, and a GGUF that cannot run here, are said
     assert(c.replies[0].length > 0 && c.model.card.source === 'shipped', 'it still writes');
     assert(problems.length === 0, problems.join('\n'));
     return `"${shown.slice(0, 100)}…"`;
+  } finally {
+    await context.close();
+  }
+});
+
+test('chat: a file too big for the wasm heap is said in words from its header, before any weight is read', async () => {
+  const files = await ggufFixtures();
+  const slow = await trickleServer(files.tooBig, { length: false });     // (no size said: only the header can tell)
+  const { page, context, problems } = await openPage(`${iso.url}?model=${encodeURIComponent(`${slow}too-big.gguf`)}`);
+  try {
+    const c = await waitChat(page, 'return c.load && c.load.phase === "refused"');
+    const card = await cardText(page);
+    const shown = await text(page, '#error');
+    assert(c.load.loaded === 0 && c.model.card.source === 'shipped', `load ${JSON.stringify(c.load)}`);
+    assert(card.name === 'too big' && /^no: its weights need [\d.,]+ ?[MG]i?B of wasm memory; a wasm32 heap holds at most/.test(card.runs), `runs "${card.runs}"`);
+    assert(/too-big\.gguf cannot run here: its weights need/.test(shown), `error "${shown}"`);
+    assert(/weights 6\d{3}\.\d MB/.test(card.size) && files.tooBigWeights > 4 * 2 ** 30, `size "${card.size}"`);
+    const real = problems.filter((p) => !p.includes(slow));     // (the download is dropped after the header)
+    assert(real.length === 0, real.join('\n'));
+    return `"${card.runs}"`;
   } finally {
     await context.close();
   }
