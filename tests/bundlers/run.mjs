@@ -34,6 +34,7 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { serve } from '../../scripts/serve.mjs';
 import { ENGINES, engineName, launchEngine } from '../browser/engines.mjs';
+import { writeGguf } from '../../scripts/lib/gguf-writer.mjs';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const SRC = path.join(REPO, 'tests/bundlers/app');
@@ -159,9 +160,35 @@ async function setup() {
   fs.copyFileSync(path.join(src, 'index.html'), path.join(app, 'public/index.html'));
   bundles.esbuild = Date.now() - t;
 
+  // Chat templates (sdpa-wasm/llama): a vocab-only GGUF with a template; the package imports
+  // @huggingface/jinja (its dependency) on first use, which each bundler must resolve and emit.
+  t = Date.now();
+  fs.writeFileSync(path.join(src, 'vocab.gguf'), writeGguf({ metadata: CHAT_VOCAB }));
+  await vite.build({
+    configFile: false, root: src, base: './', logLevel: 'warn',
+    build: { outDir: path.join(app, 'out/vite-chat'), emptyOutDir: true, rollupOptions: { input: path.join(src, 'chat.html') } },
+  });
+  const chatStats = await new Promise((resolve, reject) => webpack({
+    mode: 'production', context: src, entry: './chat.js', devtool: false, performance: { hints: false },
+    output: { path: path.join(app, 'out/webpack-chat'), clean: true },
+  }, (err, s) => (err ? reject(err) : resolve(s))));
+  if (chatStats.hasErrors() || chatStats.hasWarnings()) {
+    throw new Error(`webpack (chat): ${chatStats.toString({ all: false, errors: true, warnings: true })}`);
+  }
+  fs.writeFileSync(path.join(app, 'out/webpack-chat/chat.html'), fs.readFileSync(path.join(src, 'chat.html'), 'utf8')
+    .replace('<script type="module" src="./chat.js"></script>', '<script src="./main.js"></script>'));
+  // esbuild as its recipe bundles (no asset handling: the vocab is copied beside the bundle)
+  sh('node_modules/.bin/esbuild', ['src/chat.js', '--bundle', '--format=esm', '--outdir=out/esbuild-chat'], app);
+  for (const f of ['chat.html', 'vocab.gguf']) fs.copyFileSync(path.join(src, f), path.join(app, 'out/esbuild-chat', f));
+  bundles.chat = Date.now() - t;
+
   // Import map (no build): the page maps 'sdpa-wasm' to the installed package.
   const im = path.join(app, 'importmap');
   fs.mkdirSync(im);
+  // (the chat pages: sdpa-wasm/llama and @huggingface/jinja mapped, on the page and for a Worker)
+  for (const f of ['chat.js', 'chat-check.js', 'chat-worker.js', 'chat-worker.html', 'vocab.gguf']) fs.copyFileSync(path.join(src, f), path.join(im, f));
+  const chatMap = /<script type="importmap">.*<\/script>/.exec(fs.readFileSync(path.join(src, 'chat-worker.html'), 'utf8'))[0];
+  fs.writeFileSync(path.join(im, 'chat.html'), fs.readFileSync(path.join(src, 'chat.html'), 'utf8').replace('</head>', `${chatMap}\n</head>`));
   for (const f of ['worker-url.js', 'decode.js']) fs.copyFileSync(path.join(src, f), path.join(im, f));
   const page = fs.readFileSync(path.join(src, 'importmap.html'), 'utf8');
   const mapLine = /<script type="importmap">.*<\/script>/;
@@ -182,7 +209,7 @@ async function setup() {
   for (const f of fs.readdirSync(path.join(app, 'out/vite-broken/assets'))) {
     if (f.endsWith('.wasm')) fs.rmSync(path.join(app, 'out/vite-broken/assets', f));
   }
-  console.log(`setup: bundles built: vite ${bundles.vite} ms, webpack ${bundles.webpack} ms, esbuild ${bundles.esbuild} ms (${since()})`);
+  console.log(`setup: bundles built: vite ${bundles.vite} ms, webpack ${bundles.webpack} ms, esbuild ${bundles.esbuild} ms, chat pages ${bundles.chat} ms (${since()})`);
   return app;
 }
 
@@ -384,6 +411,48 @@ failRow("build: 'simd-threads' on a page without isolation", IM, {
   iso: false, opts: { build: 'simd-threads' },
   must: () => [/needs SharedArrayBuffer/, /Cross-Origin-Opener-Policy/],
   bound: 2000,
+});
+
+// sdpa-wasm/llama's chat templates: rendered with @huggingface/jinja, which the package imports
+// on first use (bundlers resolve it, an import map maps it) or is given (setChatTemplateRenderer:
+// a module Worker has no import map). A small SPM vocab with a template written out here.
+const CHAT_VOCAB = [
+  ['general.architecture', 'STRING', 'llama'], ['tokenizer.ggml.model', 'STRING', 'llama'],
+  ['tokenizer.ggml.tokens', ['ARRAY', 'STRING'], ['<unk>', '<s>', '</s>', '[', ']', 'a', 'e', 'h', 'i', 'n', 'r', 's', 't', 'u', '\u2581']],
+  ['tokenizer.ggml.token_type', ['ARRAY', 'INT32'], Int32Array.of(2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)],
+  ['tokenizer.ggml.bos_token_id', 'UINT32', 1], ['tokenizer.ggml.eos_token_id', 'UINT32', 2],
+  ['tokenizer.chat_template', 'STRING', '{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}'],
+];
+// '<s>' '[user] hi' '</s>' '[assistant]' with the space prefix after each special token: ▁ [ u s e r ] ▁ h i, ...
+const CHAT_TEXT = '<s>[user] hi</s>[assistant]';
+const CHAT_IDS = [1, 14, 3, 13, 11, 6, 10, 4, 14, 7, 8, 2, 14, 3, 5, 11, 11, 8, 11, 12, 5, 9, 12, 4];
+function chatRow(label, pagePath, { extra = () => '', error = null } = {}) {
+  row(`chat template: ${label}`, async (S) => {
+    const query = extra(S);
+    const { r, problems, logs, ms } = await openAndWait(`${S.plain}${pagePath.slice(1)}${query ? `?${query}` : ''}`);
+    if (error) {
+      assert(r.ok === false && r.error.name === 'SdpaError' && r.error.code === 'E_LOAD', `expected E_LOAD, got ${JSON.stringify(r)}`);
+      for (const re of error) assert(re.test(r.error.message), `message does not match ${re}: ${r.error.message}`);
+      return `${ms} ms: ${r.error.message.slice(0, 120)}…`;
+    }
+    assert(r.ok === true, `failed: ${JSON.stringify(r)}\n${logs.join('\n')}`);
+    assert(r.text === CHAT_TEXT, `rendered ${JSON.stringify(r.text)}, expected ${JSON.stringify(CHAT_TEXT)}`);
+    assert(JSON.stringify(r.ids) === JSON.stringify(CHAT_IDS), `ids ${r.ids}, expected ${CHAT_IDS}`);
+    assert(problems.length === 0, problems.join('\n'));
+    return `${ms} ms: ${JSON.stringify(r.text)}`;
+  });
+}
+chatRow('vite (the package imports @huggingface/jinja on first use)', '/out/vite-chat/chat.html');
+chatRow('webpack 5', '/out/webpack-chat/chat.html');
+chatRow('esbuild --bundle', '/out/esbuild-chat/chat.html');
+chatRow('import map mapping sdpa-wasm/llama and @huggingface/jinja', '/importmap/chat.html');
+chatRow('import map, module Worker (setChatTemplateRenderer with the URL)', '/importmap/chat-worker.html');
+chatRow('CDN: package and renderer from another origin, module Worker', '/importmap/chat-worker.html', {
+  extra: (S) => `module=${encodeURIComponent(`${S.cdn}sdpa-wasm/js/llama/index.js`)}&jinja=${encodeURIComponent(`${S.cdn}@huggingface/jinja/dist/index.js`)}`,
+});
+chatRow('CDN package in a module Worker without the renderer: E_LOAD with the way out', '/importmap/chat-worker.html', {
+  extra: (S) => `module=${encodeURIComponent(`${S.cdn}sdpa-wasm/js/llama/index.js`)}&jinja=none`,
+  error: [/could not import @huggingface\/jinja/, /setChatTemplateRenderer/],
 });
 
 // ------------------------------------------------------------------ main
