@@ -23,8 +23,8 @@
 //        each word's UTF-8 bytes mapped to GPT-2's printable chars, the pair of
 //        lowest merge rank merged (leftmost of equals) until none is (llama-bpe:
 //        a word that is a token is that token, merges ignored).
-// Decode (llama.cpp's token_to_piece with special = false): control, unknown
-// and unused tokens give nothing; byte tokens their byte; SPM pieces U+2581 as
+// Decode (llama.cpp's token_to_piece with special = false): control, unknown,
+// unused and undefined tokens give nothing; byte tokens their byte; SPM pieces U+2581 as
 // spaces (the first piece after a control token or the start loses one
 // leading space when add_space_prefix); gpt2 pieces through the inverse byte map.
 // The ids that end a generation (stopTokens) are llama.cpp's end-of-generation
@@ -160,8 +160,9 @@ export function tokenizerFromGguf(metadata, fn = 'tokenizerFromGguf') {
       const cut = typeof m === 'string' ? m.indexOf(' ', 1) : -1;
       if (cut < 0) throw bad(`${mergesKey}[${r}]`, `is ${describe(m)}; expected "left right" (two token texts and one space)`);
       const left = m.slice(0, cut), right = m.slice(cut + 1);
-      for (const [what, text] of [['left', left], ['right', right], ['merged', left + right]]) {
-        if (!ids.has(text)) throw bad(`${mergesKey}[${r}]`, `${JSON.stringify(m)}: its ${what} text ${JSON.stringify(text)} is not a token of ${tokensKey}; expected every merge to name tokens`);
+      if (!ids.has(left) || !ids.has(right) || !ids.has(left + right)) {
+        const [what, text] = !ids.has(left) ? ['left', left] : !ids.has(right) ? ['right', right] : ['merged', left + right];
+        throw bad(`${mergesKey}[${r}]`, `${JSON.stringify(m)}: its ${what} text ${JSON.stringify(text)} is not a token of ${tokensKey}; expected every merge to name tokens`);
       }
       if (!merges.has(m)) merges.set(m, r);
     }
@@ -307,7 +308,7 @@ export class GgufTokenizer {
     this.#pieces = new Array(n);
     for (let i = 0; i < n; i++) {
       const t = types[i], text = tokens[i];
-      if (t === TYPE.CONTROL || t === TYPE.UNKNOWN || t === TYPE.UNUSED) this.#silent[i] = 1;
+      if (t === TYPE.CONTROL || t === TYPE.UNKNOWN || t === TYPE.UNUSED || t === TYPE.UNDEFINED) this.#silent[i] = 1;   // (llama.cpp prints none of them)
       const byte = t === TYPE.BYTE ? BYTE_TOKEN.exec(text) : null;
       if (byte !== null) {
         const b = parseInt(byte[1], 16);
