@@ -241,7 +241,7 @@ test('every malformed tokenizer key is E_FORMAT naming the key, the rule and wha
     [spmKeys, 'tokenizer.ggml.token_type', Int32Array.of(1, 1), [/tokenizer\.ggml\.token_type/, /of 2/, /of 9/]],
     [spmKeys, 'tokenizer.ggml.token_type', Int32Array.of(1, 1, 1, 9, 1, 1, 1, 1, 1), [/tokenizer\.ggml\.token_type\[3\]/, /is 9/, /0 \.\. 6/]],
     [spmKeys, 'tokenizer.ggml.bos_token_id', 9, [/tokenizer\.ggml\.bos_token_id/, /number 9/, /0 \.\. 8/]],
-    [spmKeys, 'tokenizer.ggml.eos_token_id', -1, [/tokenizer\.ggml\.eos_token_id/, /-1/, /0 \.\. 8/]],
+    [spmKeys, 'tokenizer.ggml.eos_token_id', 12, [/tokenizer\.ggml\.eos_token_id/, /number 12/, /0 \.\. 8/]],
     [spmKeys, 'tokenizer.ggml.eot_token_id', 1.5, [/tokenizer\.ggml\.eot_token_id/, /1\.5/]],
     [spmKeys, 'tokenizer.ggml.add_bos_token', 1, [/tokenizer\.ggml\.add_bos_token/, /number 1/, /boolean/]],
     [spmKeys, 'tokenizer.chat_template', 42, [/tokenizer\.chat_template/, /number 42/, /string/]],
@@ -263,6 +263,9 @@ test('every malformed tokenizer key is E_FORMAT naming the key, the rule and wha
     }
   }
   expectError(() => tokenizerFromGguf({}), 'E_ARG', [/metadata must be a Map/]);
+  // an id of 0xFFFFFFFF (LLAMA_TOKEN_NULL as llama.cpp's converters write it) is "none": the default stays
+  assert.is(tokenizerFromGguf(broken(spmKeys, 'tokenizer.ggml.padding_token_id', 0xFFFFFFFF)).eos, 2);
+  assert.is(tokenizerFromGguf(broken(bpeKeys, 'tokenizer.ggml.eos_token_id', 0xFFFFFFFF)).eos, -1);
   // a vocab-only file cut short, and one whose vocab size is not the checkpoint's
   const file = writeGguf({ metadata: [...spmKeys()].map(([k, v]) => [k, ...(typeof v === 'number' ? ['UINT32', v] : typeof v === 'string' ? ['STRING', v]
     : v instanceof Float32Array ? [['ARRAY', 'FLOAT32'], v] : v instanceof Int32Array ? [['ARRAY', 'INT32'], v] : [['ARRAY', 'STRING'], v])]) });
