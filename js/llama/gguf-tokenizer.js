@@ -134,7 +134,7 @@ export function tokenizerFromGguf(metadata, fn = 'tokenizerFromGguf') {
   const id = (key, fallback) => {
     const v = metadata.get(key);
     // (LLAMA_TOKEN_NULL, -1, written as a uint32 by llama.cpp's converters: "none", llama.cpp keeps its default)
-    if (v === undefined || v === 0xFFFFFFFF || v === -1) return fallback;
+    if (v === undefined || v === 0xFFFFFFFF) return fallback;
     if (!Number.isInteger(v) || v < 0 || v >= n) throw bad(key, `is ${describe(v)}; expected a token id in 0 .. ${n - 1} (or 0xFFFFFFFF: none)`);
     return v;
   };
