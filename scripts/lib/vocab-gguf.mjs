@@ -4,6 +4,7 @@
 //
 //   vocabFromTokenizerJson(tokenizerJson, tokenizerConfig = {}, { pre } = {})
 //     -> { entries: [[key, type, value], ...] (gguf-writer's metadata), model, pre, vocabSize }
+//   vocabFromTokenizerBin(tokenizer) -> entries: a llama2.c tokenizer.bin (loadTokenizer's) as an SPM vocab
 //
 // What it takes (a BPE model; other HF models are an Error naming what was found):
 //   - byte-level BPE (a ByteLevel pre-tokenizer or decoder) -> tokenizer.ggml.model "gpt2": the vocab, its
@@ -121,4 +122,28 @@ export function vocabFromTokenizerJson(json, config = {}, { pre = null } = {}) {
   if (Array.isArray(template)) template = template.find((t) => t.name === 'default')?.template ?? template[0]?.template ?? null;
   if (typeof template === 'string') entries.push(['tokenizer.chat_template', 'STRING', template]);
   return { entries, model, pre: model === 'gpt2' ? pre : null, vocabSize: n };
+}
+
+/**
+ * A llama2.c tokenizer (loadTokenizer of a tokenizer.bin) as an SPM vocab, as llama.cpp's
+ * convert-llama2c-to-ggml writes it: ids 0 1 2 as <unk> (unknown) <s> </s> (control), <0xXX> pieces
+ * byte, the rest normal, spaces as U+2581, the scores as they are; BOS 1, EOS 2.
+ */
+export function vocabFromTokenizerBin(tokenizer) {
+  const n = tokenizer.vocabSize, tokens = [], scores = new Float32Array(n), types = new Int32Array(n);
+  const dec = new TextDecoder();
+  for (let i = 0; i < n; i++) {
+    let text = dec.decode(tokenizer.piece(i));
+    let type = /^<0x[0-9A-Fa-f]{2}>$/.test(text) ? TYPE.BYTE : TYPE.NORMAL;
+    if (i === 0) { text = '<unk>'; type = TYPE.UNKNOWN; } else if (i === 1) { text = '<s>'; type = TYPE.CONTROL; } else if (i === 2) { text = '</s>'; type = TYPE.CONTROL; }
+    tokens.push(text.replaceAll(' ', SPACE));
+    scores[i] = tokenizer.score(i);
+    types[i] = type;
+  }
+  return [
+    ['general.architecture', 'STRING', 'llama'], ['tokenizer.ggml.model', 'STRING', 'llama'],
+    ['tokenizer.ggml.tokens', ['ARRAY', 'STRING'], tokens], ['tokenizer.ggml.scores', ['ARRAY', 'FLOAT32'], scores],
+    ['tokenizer.ggml.token_type', ['ARRAY', 'INT32'], types],
+    ['tokenizer.ggml.bos_token_id', 'UINT32', 1], ['tokenizer.ggml.eos_token_id', 'UINT32', 2],
+  ];
 }

@@ -16,50 +16,12 @@ import { fileURLToPath } from 'node:url';
 import { loadTokenizer, setChatTemplateRenderer } from '../../js/llama/index.js';
 import { tokenizerFromGguf } from '../../js/llama/gguf-tokenizer.js';
 import { writeGguf } from '../../scripts/lib/gguf-writer.mjs';
-import { vocabFromTokenizerJson } from '../../scripts/lib/vocab-gguf.mjs';
+import { vocabFromTokenizerJson, vocabFromTokenizerBin } from '../../scripts/lib/vocab-gguf.mjs';
 import { expectError, expectReject } from './helpers.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
-// ~5 KB: prose in several scripts, whitespace runs, digits, code, emoji, contractions, punctuation runs
-const CORPUS = [
-  'Hello world', 'Hello, world!', ' leading space', '  two leading spaces', 'trailing space ', 'trailing spaces   ',
-  'a  b   c    d     e', '\ttab\tseparated\tvalues\t', 'line one\nline two\n\nline four\r\nwindows line\n',
-  '\n\n\n', '   ', ' ', '\n', 'x',
-  'Numbers: 0 7 42 123 1234 12345 123456789 3.14159 -2.5e-10 1,000,000 0x1F 2026-12-06 12:15',
-  'Phone +1 (555) 010-9999, ISBN 978-3-16-148410-0, version v1.2.3-rc.4',
-  "I'm sure it's fine; we've seen they'll say she'd go. YOU'RE RIGHT, I'D SAY, WE'LL SEE. Don't. O'Neil's",
-  'Ünïcödé: naïve café, Straße, Øresund, Łódź, İstanbul, façade, résumé, jalapeño',
-  '日本語のテキストを少し。東京は日本の首都です。', '中文文本：我喜欢学习新的语言。', '한국어 문장입니다. 안녕하세요!',
-  'Ελληνικά: Καλημέρα κόσμε. Русский: Привет, мир! Українська: Доброго ранку.', 'עברית: שלום עולם. العربية: مرحبا بالعالم',
-  'हिन्दी: नमस्ते दुनिया। ไทย: สวัสดีชาวโลก', 'Tiếng Việt: Xin chào thế giới',
-  'emoji 😀🎉👍🏽 family 👨‍👩‍👧‍👦 flags 🇫🇷🇯🇵 keycap 1️⃣ hearts ❤️💔 🤖🧠',
-  'math ∑ ∫ √ ∞ ≤ ≥ ≠ ± × ÷ ∂ ∇ → ⇒ ∀ ∃ ∈ ∉ ⊂ ∪ ∩ ℝ ℕ ℤ α β γ δ ε',
-  'punctuation runs: !!! ??? ... --- ___ *** ### $$$ %%% &&& ((( ))) [[[ ]]] {{{ }}} <<< >>> ||| ~~~ ^^^ ``` \'\'\' """',
-  'function add(a, b) {\n  return a + b; // sum\n}\n\nconst xs = [1, 2, 3].map((x) => x * 2);\nif (a <= b && c !== d || !e) { throw new Error(`bad ${a}`); }\n',
-  'def fib(n):\n    """Fibonacci."""\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n\nprint([fib(i) for i in range(10)])\n',
-  '#include <stdio.h>\nint main(void) {\n\tprintf("%d\\n", 42);\n\treturn 0;\n}\n',
-  '<div class="note">HTML &amp; entities &lt;b&gt; <br/></div>', '{"json": [1, 2.5, null, true], "nested": {"k": "v"}}',
-  'SELECT name, COUNT(*) FROM users WHERE age >= 18 GROUP BY name ORDER BY 2 DESC;',
-  'URL https://example.com/path?q=a+b&x=%20y#frag and mail someone@example.org',
-  'camelCaseWords snake_case_words kebab-case-words SCREAMING_CASE MixedCASEWords',
-  'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa',
-  '================================================================================',
-  '          ten spaces then text', 'text then ten spaces          ', 'mixed \t \n \t whitespace \n\n  \t',
-  '\u00a0non-breaking\u00a0spaces\u00a0and\u3000ideographic\u3000space', 'zero\u200bwidth\u200bspace and soft\u00adhyphen',
-  'The quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG. 1234567890',
-  'Once upon a time, there was a little girl who loved to read books about dragons, castles and faraway lands.',
-  'Ｆｕｌｌｗｉｄｔｈ ＡＳＣＩＩ １２３ and halfwidth ｶﾀｶﾅ',
-  "It's 3:45pm—time for tea… “Quotes” ‘single’ «guillemets» „low“ — en–dash",
-  'In 1969, Apollo 11 landed on the Moon; 384,400 km away, 600 million people watched. Neil Armstrong said: "That\'s one small step for [a] man, one giant leap for mankind."',
-  'Der Zug fährt um 7:05 Uhr ab. Les élèves étudient l\'histoire. El niño comió 3 manzanas. Lo sviluppo è lento ma costante. Żółć gęślą jaźń.',
-  '春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。 ひらがな カタカナ 漢字 ﾊﾝｶｸ 〜〜〜',
-  'fn main() {\n    let v: Vec<u32> = (0..10).filter(|x| x % 2 == 0).collect();\n    println!("{:?}", v);\n}\n// 🦀 Rust\n',
-  '| col a | col b |\n|---|---:|\n| 1.5 | **bold** _it_ `code` |\n\n> quote\n- item 1\n  - nested item\n1. first\n',
-  '$ ls -la /usr/local/bin && echo "done" > /dev/null 2>&1; export PATH=$HOME/.local/bin:$PATH\n',
-  'Repeated: the the the the, 1 1 1 1, !? !? !?, 😀😀😀😀, \t\t\t\t, ....., ,,,,, ;;;;;',
-  '<|notatoken|> <s_not> </s > [INST] <<SYS>> {{template}} {%- raw -%} <think>? no: &lt;think&gt;',
-];
+import { CORPUS } from './tokenizer-corpus.js';
 const WHOLE = CORPUS.join('\n');
 const corpusBytes = new TextEncoder().encode(WHOLE).length;
 
@@ -197,22 +159,8 @@ test('special tokens: ids, stop tokens and { special: true } as the references p
 test('the shipped model\'s tokenizer.bin as an SPM GGUF vocab gives today\'s Tokenizer\'s ids (run.c\'s encode)', () => {
   const bin = loadTokenizer(new Uint8Array(fs.readFileSync(path.join(ROOT, 'models/fortunes/tokenizer.bin'))));
   // the vocab as llama.cpp's convert-llama2c-to-ggml writes it: <unk> <s> </s>, byte tokens, spaces as U+2581
-  const n = bin.vocabSize, tokens = [], scores = new Float32Array(n), types = new Int32Array(n);
-  const dec = new TextDecoder();
-  for (let i = 0; i < n; i++) {
-    let text = dec.decode(bin.piece(i));
-    let type = /^<0x[0-9A-F]{2}>$/.test(text) ? 6 : 1;
-    if (i === 0) { text = '<unk>'; type = 2; } else if (i === 1) { text = '<s>'; type = 3; } else if (i === 2) { text = '</s>'; type = 3; }
-    tokens.push(text.replaceAll(' ', '\u2581'));
-    scores[i] = bin.score(i);
-    types[i] = type;
-  }
-  const gguf = loadTokenizer(writeGguf({ metadata: [
-    ['general.architecture', 'STRING', 'llama'], ['tokenizer.ggml.model', 'STRING', 'llama'],
-    ['tokenizer.ggml.tokens', ['ARRAY', 'STRING'], tokens], ['tokenizer.ggml.scores', ['ARRAY', 'FLOAT32'], scores],
-    ['tokenizer.ggml.token_type', ['ARRAY', 'INT32'], types],
-    ['tokenizer.ggml.bos_token_id', 'UINT32', 1], ['tokenizer.ggml.eos_token_id', 'UINT32', 2],
-  ] }));
+  const n = bin.vocabSize;
+  const gguf = loadTokenizer(writeGguf({ metadata: vocabFromTokenizerBin(bin) }));
   assert.is(gguf.vocabSize, n);
   const held = fs.readFileSync(path.join(ROOT, 'tests/data/llama/heldout.txt'), 'utf8').split('\n%\n');
   const texts = [...CORPUS, ...held];
