@@ -13,8 +13,8 @@
 //     file in the OS page cache after the first read): MiB of file / s, median of --loads runs in
 //     one instance (its heap grown by the first);
 //   peak memory of a streamed load (loadGguf's default options: the KV pages of maxSeqLen
-//     min(context_length, 4096) reserved), in a child process of its own: the process's peak RSS
-//     (process.resourceUsage().maxRSS) before and after the load, the wasm heap
+//     min(context_length, 4096) reserved), in a child process of its own: the process's RSS before
+//     the load and its peak (RSS sampled at every chunk, and Linux's VmHWM), the wasm heap
 //     (sdpa.memory().heapBytes) and the KV pages in it (bytesReserved), each against the file's size;
 //   decode tokens/s at 1 and 2 threads: an 8-token prompt in one forward (untimed), then --steps
 //     greedy steps (forward of one token, logits of the last row, argmax), timed as a loop; each
@@ -51,16 +51,26 @@ const out = (s) => process.stdout.write(s + '\n');
 /** A web ReadableStream of a file, 1 MiB chunks (what a page gets from a File or a fetch). */
 const fileStream = (file) => Readable.toWeb(fs.createReadStream(file, { highWaterMark: MiB }));
 
+/**
+ * The process's RSS now, and its high-water mark since exec (Linux's VmHWM: getrusage's maxRSS
+ * would not do, it keeps the parent's size across fork and exec), or null elsewhere.
+ */
+const rssNow = () => process.memoryUsage().rss;
+function hwm() {
+  try { const m = /VmHWM:\s+(\d+) kB/.exec(fs.readFileSync('/proc/self/status', 'utf8')); return m ? Number(m[1]) * 1024 : null; } catch { return null; }
+}
+
 // --child=FILE: one streamed load in a fresh process; prints { baseRss, peakRss, heapBytes, ms } as JSON.
 if (arg('child', null) !== null) {
   const file = arg('child');
   const sdpa = await createSdpa({ threads: 1 });
-  const baseRss = process.resourceUsage().maxRSS * 1024;
+  const baseRss = rssNow();
+  let peakRss = baseRss;
   const heap0 = sdpa.memory().heapBytes;
   const t0 = now();
-  const { model } = await loadGguf(sdpa, fileStream(file));
+  const { model } = await loadGguf(sdpa, fileStream(file), { onProgress: () => { peakRss = Math.max(peakRss, rssNow()); } });
   const ms = now() - t0;
-  const peakRss = process.resourceUsage().maxRSS * 1024;
+  peakRss = Math.max(peakRss, rssNow(), hwm() ?? 0);
   const mem = sdpa.memory();
   process.stdout.write(JSON.stringify({ baseRss, peakRss, heap0, heapBytes: mem.heapBytes, kvReserved: mem.bytesReserved, maxSeqLen: model.maxSeqLen ?? null, ms }) + '\n');
   model.dispose();
