@@ -26,7 +26,7 @@
 //   { type: 'ready', info, config, crossOriginIsolated, warnings }
 //   { type: 'card', card }                              the file's header (inspectGguf), before any weight is read
 //   { type: 'progress', loaded, total, ms }             bytes of the file read so far (total: null when unknown)
-//   { type: 'model', card, fingerprint, chat, maxSeqLen, config }   the model now open (chat: it has a template)
+//   { type: 'model', card, fingerprint, chat, maxSeqLen, config, heapBytes }   the model now open (chat: it has a template; heapBytes: the wasm heap's size)
 //   { type: 'load', status: 'refused' | 'cancelled' | 'failed', message, kept }   a load that opened nothing (kept: the model still open)
 //   { type: 'turn', prompt: ids, promptText, ms }       the prompt appended (one forward)
 //   { type: 'token', id, text, length, attentionMs, productsMs, otherMs, denseMs } (the step's time: model.timing)
@@ -62,6 +62,7 @@ async function chatRenderer(pkgUrl) {
   return renderer;
 }
 let pkgUrl = null;
+const BIG_FILE = 64 * 2 ** 20;     // weights above this: the shipped model (and its float32 twin) is let go before the load
 
 const post = (m) => self.postMessage(m);
 const errorOf = (e) => ({ name: e?.name ?? 'Error', code: typeof e?.code === 'string' ? e.code : null, message: String(e?.message ?? e) });
@@ -127,7 +128,7 @@ function ggufCard(meta, source, fileName) {
 function postModel() {
   post({
     type: 'model', name: current.name, card: current.card, fingerprint: current.fingerprint, chat: current.chat,
-    maxSeqLen: conv.model.maxSeqLen, config: conv.model.config,
+    maxSeqLen: conv.model.maxSeqLen, config: conv.model.config, heapBytes: sdpa.memory().heapBytes,
   });
 }
 
@@ -154,33 +155,61 @@ async function fetchOk(url, signal) {
 }
 
 /**
- * A URL's file, downloaded once: `head` (an async iterable) gives inspectGguf the chunks it reads
- * and keeps them; `rest` gives loadGguf those chunks again, then the rest of the download (its
- * return() cancels it). total: the Content-Length (null when not said, or encoded).
+ * A stream's chunks, read into one reused 1 MiB buffer where it is a byte stream (a BYOB reader:
+ * fetch bodies and Blob streams are): loadGguf copies each chunk into the heap before it asks
+ * for the next, so a load leaves no file's worth of chunks behind for the garbage collector
+ * (the peak memory of a 600 MB load). keep: an array that gets a copy of each chunk, or null.
  */
-async function download(url, signal) {
-  const r = await fetchOk(url, signal);
-  const length = Number(r.headers.get('content-length'));
-  const plain = (r.headers.get('content-encoding') ?? 'identity') === 'identity';
-  const reader = r.body.getReader();
-  const seen = [];
-  const done = { done: true, value: undefined };
-  const head = {
-    [Symbol.asyncIterator]: () => ({
-      next: async () => { const x = await reader.read(); if (!x.done) seen.push(x.value); return x; },
-      return: async () => done,        // (inspectGguf lets go of it: the download goes on for loadGguf)
-    }),
+function chunksOf(stream) {
+  let reader, buf = null;
+  try { reader = stream.getReader({ mode: 'byob' }); buf = new ArrayBuffer(1 << 20); } catch { reader = stream.getReader(); }
+  const it = {
+    keep: null,
+    async next() {
+      const x = buf ? await reader.read(new Uint8Array(buf)) : await reader.read();
+      if (x.done) return { done: true, value: undefined };
+      if (buf) buf = x.value.buffer;            // (the read's view took the buffer over: it comes back with it)
+      it.keep?.push(x.value.slice());
+      return x;
+    },
+    cancel: () => reader.cancel().catch(() => {}),
   };
-  const rest = {
+  return it;
+}
+
+/** An async iterable over chunksOf's reads; return() (loadGguf's cancel) cancels the stream unless `hold`. */
+function iterable(chunks, { replay = [], hold = false } = {}) {
+  return {
     [Symbol.asyncIterator]: () => {
       let i = 0;
       return {
-        next: async () => (i < seen.length ? { done: false, value: seen[i++] } : reader.read()),
-        return: async () => { reader.cancel().catch(() => {}); return done; },
+        next: async () => (i < replay.length ? { done: false, value: replay[i++] } : chunks.next()),
+        return: async () => { if (!hold) chunks.cancel(); return { done: true, value: undefined }; },
       };
     },
   };
-  return { head, rest, total: plain && Number.isSafeInteger(length) && length > 0 ? length : null, cancel: () => reader.cancel().catch(() => {}) };
+}
+
+const sizeOf = (r) => {
+  const length = Number(r.headers.get('content-length'));
+  const plain = (r.headers.get('content-encoding') ?? 'identity') === 'identity';
+  return plain && Number.isSafeInteger(length) && length > 0 ? length : null;
+};
+
+/**
+ * A URL's file, downloaded once: `head` gives inspectGguf the chunks it reads (copies kept);
+ * `rest` gives loadGguf those again, then the rest of the download. total: the Content-Length
+ * (null when not said, or encoded).
+ */
+async function download(url, signal) {
+  const r = await fetchOk(url, signal);
+  const chunks = chunksOf(r.body);
+  const seen = chunks.keep = [];
+  return {
+    head: iterable(chunks, { hold: true }),           // (inspectGguf lets go of it: the download goes on for loadGguf)
+    rest: () => { chunks.keep = null; return iterable(chunks, { replay: seen }); },
+    total: sizeOf(r), cancel: chunks.cancel,
+  };
 }
 
 /** loadGguf from a File, a URL or a download's rest, its progress posted at most every 100 ms (and at the end). */
@@ -194,8 +223,18 @@ async function loadFrom(source, dtype, signal, knownTotal = null) {
     post({ type: 'progress', loaded, total: total ?? knownTotal, ms: t - t0 });
   };
   post({ type: 'progress', loaded: 0, total: null, ms: 0 });
-  const body = typeof source === 'string' ? await fetchOk(source, signal) : source;
-  const r = await lib.loadGguf(sdpa, body, { ...cacheOptions(dtype), signal, onProgress });
+  let body = source;
+  if (typeof source === 'string') {
+    const r = await fetchOk(source, signal);
+    knownTotal ??= sizeOf(r);
+    body = iterable(chunksOf(r.body));
+  } else if (source instanceof Blob) {
+    knownTotal ??= source.size;
+    body = iterable(chunksOf(source.stream()));
+  }
+  // maxChunk 128: a long prompt runs in steps of 128 rows (the activations of 512 would take a
+  // 1B model's heap 45 MB more, for a prefill a little faster)
+  const r = await lib.loadGguf(sdpa, body, { ...cacheOptions(dtype), maxChunk: 128, signal, onProgress });
   if (!r.tokenizer) {
     r.model.dispose();
     throw new Error('the file has no tokenizer (tokenizer.ggml.* keys): the page needs one to turn text into tokens');
@@ -412,8 +451,10 @@ const handlers = {
         post({ type: 'load', status: 'refused', error: { name: 'Error', code: null, message: `${label} cannot run here: ${meta.problem}` }, kept: current.name, card });
         return;
       }
-      if (current.kind !== 'shipped') { disposeConversation(conv); conv = null; }
-      const r = await loadFrom(dl ? dl.rest : m.file, dtype, ac.signal, card.fileBytes);
+      // the model open is let go first when it is another file, or the new one is big (the heap is the new one's);
+      // the shipped model stays for a small file, so that a Cancel leaves it as it was
+      if (current.kind !== 'shipped' || card.weightBytes > BIG_FILE) { disposeConversation(conv); conv = null; }
+      const r = await loadFrom(dl ? dl.rest() : m.file, dtype, ac.signal, card.fileBytes);
       disposeConversation(conv);
       conv = conversation(r.model, null, dtype);
       tokenizer = r.tokenizer;

@@ -20,6 +20,7 @@ const chat = {
   chats: [], kept: null, restored: null, model: null, card: null, load: null, models: 0,
 };
 window.__chat = chat;
+chat.open = (source) => openModel(source);     // (a test hook: a File, or a URL)
 
 const params = new URLSearchParams(location.search);
 for (const [k, input] of [['temperature', el.temperature], ['topP', el.topP], ['seed', el.seed], ['steps', el.steps], ['dtype', el.dtype]]) {
@@ -105,7 +106,7 @@ function showCard(card, model = null) {
     ['template', 'Chat template', !card.chatTemplate ? 'none: the model continues your text'
       : card.templateProblem ? `present, not applied: ${card.templateProblem}` : model ? 'yes: each turn is rendered by it' : 'yes'],
     ['size', 'File', `${MB(card.fileBytes)}${card.weightBytes ? `, weights ${MB(card.weightBytes)}` : ''}`],
-    ['runs', 'Runs here', card.runnable ? (model ? `yes: open${model.fingerprint ? `, fingerprint ${model.fingerprint}` : ''}` : 'yes') : `no: ${card.problem}`],
+    ['runs', 'Runs here', card.runnable ? (model ? `yes: open${model.fingerprint ? `, fingerprint ${model.fingerprint}` : ''}; wasm heap ${MB(model.heapBytes)}` : 'yes') : `no: ${card.problem}`],
   ];
   el.modelCard.textContent = '';
   for (const [key, label, value] of rows) {
