@@ -23,6 +23,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fs from 'node:fs';
+import os from 'node:os';
+import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createSdpa, SdpaError, INTERNALS } from '../../js/index.js';
@@ -347,6 +349,24 @@ test('llama2c-to-gguf: F16 / Q8_0 / Q4_0 blocks are byte for byte ggml\'s refere
       const want = quantize(dtype, values, t.ne[1], t.ne[0]);
       if (!want.every((b, k) => b === got[k])) assert.unreachable(`${type} ${t.name}: the converter's blocks differ from ggml's reference quantization`);
     }
+  }
+});
+
+test('the command lines: llama2c-to-gguf writes what llama2cToGguf returns; random-gguf streams what randomGguf makes', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gguf-test-'));
+  try {
+    const out = path.join(dir, 'f.gguf');
+    execFileSync(process.execPath, [path.join(ROOT, 'scripts/llama2c-to-gguf.mjs'), path.join(ROOT, 'models/fortunes/model.bin'), path.join(ROOT, 'models/fortunes/tokenizer.bin'), out, '--type', 'q8_0'], { stdio: 'pipe' });
+    const want = await llama2cToGguf(CHECKPOINT, TOKENIZER, { type: 'Q8_0', sdpa, name: 'fortunes' });
+    assert.ok(Buffer.from(fs.readFileSync(out)).equals(Buffer.from(want)), 'the same bytes (general.name "fortunes": the folder of a model.bin)');
+    const r = path.join(dir, 'r.gguf');
+    execFileSync(process.execPath, [path.join(ROOT, 'scripts/random-gguf.mjs'), r, '--shape', 'tiny', '--type', 'Q4_0', '--seed', '5'], { stdio: 'pipe' });
+    assert.ok(Buffer.from(fs.readFileSync(r)).equals(Buffer.from(randomGguf({ shape: 'tiny', type: 'Q4_0', seed: 5 }))), 'streamed = in memory');
+    let e = null;
+    try { execFileSync(process.execPath, [path.join(ROOT, 'scripts/llama2c-to-gguf.mjs'), 'a', 'b', out, '--type', 'Q5_1'], { stdio: 'pipe' }); } catch (x) { e = x; }
+    assert.ok(e !== null && /ENOENT|type Q5_1/.test(String(e.stderr)), `a bad call fails with a message: ${e?.stderr}`);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });
 
