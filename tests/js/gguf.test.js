@@ -28,7 +28,7 @@ import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createSdpa, SdpaError, INTERNALS } from '../../js/index.js';
-import { loadLlama, loadGguf, inspectGguf } from '../../js/llama/index.js';
+import { loadLlama, loadGguf, inspectGguf, GGUF_MATRIX_TYPES } from '../../js/llama/index.js';
 import { parseGguf, GgufTruncated, GGML_TYPES } from '../../js/llama/gguf.js';
 import { writeGguf } from '../../scripts/lib/gguf-writer.mjs';
 import { planGguf } from '../../scripts/lib/gguf-layout.mjs';
@@ -569,6 +569,29 @@ test('loadGguf: random tiny files (GQA, the synthetic shapes\' code path) of eve
       model.dispose();
     }
   }
+});
+
+test('loadGguf: random K-type files (Q4_K, Q6_K at rows of 256; with Q5_0 / Q8_0 where rows fall back) match the float64 forward over ggml\'s dequantization, when this build runs them', async () => {
+  const wide = { ...SHAPES.tiny, dim: 256, nHeads: 4, nKvHeads: 2, hiddenDim: 512 };
+  let ran = 0;
+  for (const [type, shape] of [['Q4_K', wide], ['Q6_K', wide], ['Q4_K', SHAPES.tiny], ['Q6_K', SHAPES.tiny]]) {
+    const file = randomGguf({ shape, type, tokenizer: false });
+    const types = [...new Set(parse(file).tensors.map((t) => t.type))];
+    const missing = types.filter((t) => !GGUF_MATRIX_TYPES.includes(t));
+    if (missing.length) { console.log(`gguf.test.js: ${missing.join(', ')} not in this build's GGUF_MATRIX_TYPES (${GGUF_MATRIX_TYPES.join(', ')}): the ${type} file of dim ${shape.dim} is not loaded`); continue; }
+    const toks = [1, 300, 17, 42, 99, 260, 5, 511];
+    const ref = referenceForward(referenceFromGguf(file), toks);
+    const { model } = await loadGguf(sdpa, file);
+    try {
+      const e = maxErr(model.forward(toks), ref), tol = 1e-5 * (1 + maxAbs(ref));
+      console.log(`gguf ${type} (dim ${shape.dim}: ${types.join(', ')}): max |logit error| ${e.toExponential(2)} (tolerance ${tol.toExponential(2)})`);
+      assert.ok(e <= tol, `${type} (${types.join(', ')}): max |error| ${e} > ${tol}`);
+      ran++;
+    } finally {
+      model.dispose();
+    }
+  }
+  if (ran === 0) console.log('gguf.test.js: no K-type file ran (the dense kernels do not have them yet)');
 });
 
 /** The same bytes as every source kind loadGguf takes. */
