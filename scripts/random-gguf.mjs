@@ -31,7 +31,7 @@
 //   Q8_0  d = float16 of rms/73.3, q uniform in -127..127 (std 73.3);
 //   Q4_0  d = rms/4.18, nibbles uniform with 0 mapped to 8: values d*(-7..7), 0 twice
 //         as likely (std 4.18, no mean: ggml's -8 would bias every product);
-//   Q5_0  d = rms/9.23, 5-bit q uniform, with 0 mapped to 16 (values -15..15);
+//   Q5_0  d = rms/8.80, 5-bit q uniform with 0 mapped to 16: values d*(-15..15), 0 twice as likely (std 8.80);
 //   Q4_K  every sub-block scale 2 and min 15 (6-bit packed), dmin = d: values
 //         d*(2q - 15), q uniform 0..15 (std 9.22), d = rms/9.22;
 //   Q6_K  every scale 1, q uniform 0..63: values d*(q - 32) (std 18.5, a mean of -d/2).
@@ -228,7 +228,7 @@ export function* tensorChunks(t, seed) {
     };
   } else if (t.type === 'Q5_0') {
     // value j: d * (((qs nibble) | (qh bit j) << 4) - 16); a 0 is drawn as 16
-    const d = halfBits(t.rms / 9.23);
+    const d = halfBits(t.rms / 8.80);
     fill = (n) => {
       for (let b = 0, at = 0; b < n; b++, at += 22) {
         dv.setUint16(at, d, true);
