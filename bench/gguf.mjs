@@ -23,7 +23,7 @@
 //     median of the rounds.
 // Times never fail anything; a busy shared host moves every number (the load average is printed).
 // usage: node bench/gguf.mjs [--types=F32,F16,Q8_0,Q4_0] [--threads=1,2] [--loads=3] [--rounds=3]
-//          [--steps=32] [--big] [--no-small] [--json]
+//          [--steps=32] [--big] [--no-small] [--no-decode] [--json]
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -142,7 +142,7 @@ async function benchFile(shape, type, dir) {
     }
     // decode at each thread count, one instance each, alternating
     const configs = [];
-    try {
+    if (!flag('no-decode')) try {
       for (const threads of THREADS) {
         const sdpa = await createSdpa({ threads });
         configs.push({ threads, sdpa, model: (await loadGguf(sdpa, bytes, { maxSeqLen: 256 })).model, tokS: [] });
@@ -184,6 +184,7 @@ if (flag('json')) {
   for (const r of results) {
     out(`| ${r.shape} | ${r.type} | ${fmt(r.fileBytes / MiB)} | ${fmt(median(r.memoryMBs))} ${range(r.memoryMBs)} | ${fmt(median(r.streamMBs))} ${range(r.streamMBs)} | ${fmt(r.baseRss / MiB)} → ${fmt(r.peakRss / MiB)} | ${((r.peakRss - r.baseRss) / r.fileBytes).toFixed(2)}× | ${fmt(r.heapBytes / MiB)} (${fmt(r.kvReserved / MiB)}) | ${(r.heapBytes / r.fileBytes).toFixed(2)}× | ${((r.heapBytes - r.kvReserved) / r.fileBytes).toFixed(2)}× |`);
   }
+  if (!flag('no-decode')) {
   out(`\nDecode (greedy, ${STEPS} steps after an ${PROMPT.length}-token prompt; tok/s, median of ${ROUNDS} rounds [min–max])`);
   out(`| shape | type | ${THREADS.map((t) => `${t} thread${t > 1 ? 's' : ''}`).join(' | ')} |${THREADS.length > 1 ? ` ${THREADS.at(-1)}t / ${THREADS[0]}t |` : ''}`);
   out(`|---|---|${THREADS.map(() => '---:').join('|')}|${THREADS.length > 1 ? '---:|' : ''}`);
@@ -191,6 +192,7 @@ if (flag('json')) {
     const cells = THREADS.map((t) => `${fmt(r.decode[t]?.tokS)} ${r.decode[t] ? range(r.decode[t].samples) : ''}`);
     const ratio = THREADS.length > 1 ? ` ${(r.decode[THREADS.at(-1)].tokS / r.decode[THREADS[0]].tokS).toFixed(2)}× |` : '';
     out(`| ${r.shape} | ${r.type} | ${cells.join(' | ')} |${ratio}`);
+  }
   }
   out(`\nload average at end ${meta.loadavgEnd.map((x) => x.toFixed(2)).join(' ')}`);
 }
