@@ -51,18 +51,18 @@ let conv = null;       // { model, shadow, tokens: [...], pending, promptEnd, tu
 let stopRequested = false;
 let loadAbort = null;  // the AbortController of the load under way ('cancel' aborts it)
 let busy = Promise.resolve();
+let pkgUrl = null;
 let jinjaUrl = null, renderer = null;   // @huggingface/jinja by URL (a module Worker has no import map), handed to the tokenizers
+const BIG_FILE = 64 * 2 ** 20;     // weights above this: the shipped model (and its float32 twin) is let go before the load
 
 /** Hands the chat template renderer to the package's GGUF tokenizers, imported on the first file with a template. */
-async function chatRenderer(pkgUrl) {
+async function chatRenderer() {
   renderer ??= (async () => {
     const set = lib.setChatTemplateRenderer ?? (await import(pkgUrl + 'llama/gguf-tokenizer.js')).setChatTemplateRenderer;
     set(await import(jinjaUrl));
   })().catch((e) => { renderer = null; throw e; });
   return renderer;
 }
-let pkgUrl = null;
-const BIG_FILE = 64 * 2 ** 20;     // weights above this: the shipped model (and its float32 twin) is let go before the load
 
 const post = (m) => self.postMessage(m);
 const errorOf = (e) => ({ name: e?.name ?? 'Error', code: typeof e?.code === 'string' ? e.code : null, message: String(e?.message ?? e) });
@@ -213,14 +213,15 @@ async function download(url, signal) {
 }
 
 /** loadGguf from a File, a URL or a download's rest, its progress posted at most every 100 ms (and at the end). */
-async function loadFrom(source, dtype, signal, knownTotal = null) {
+async function loadFrom(source, dtype, signal, card, knownTotal = null) {
   const t0 = performance.now();
   let last = -Infinity;
   const onProgress = ({ loaded, total }) => {
     const t = performance.now();
+    total ??= knownTotal;
     if (t - last < 100 && loaded !== total) return;
     last = t;
-    post({ type: 'progress', loaded, total: total ?? knownTotal, ms: t - t0 });
+    post({ type: 'progress', loaded, total, ms: t - t0 });
   };
   post({ type: 'progress', loaded: 0, total: null, ms: 0 });
   let body = source;
@@ -234,7 +235,8 @@ async function loadFrom(source, dtype, signal, knownTotal = null) {
   }
   // maxChunk 128: a long prompt runs in steps of 128 rows (the activations of 512 would take a
   // 1B model's heap 45 MB more, for a prefill a little faster)
-  const r = await lib.loadGguf(sdpa, body, { ...cacheOptions(dtype), maxChunk: 128, signal, onProgress });
+  const maxChunk = Math.min(128, card.contextLength ?? 128);
+  const r = await lib.loadGguf(sdpa, body, { ...cacheOptions(dtype), maxChunk, signal, onProgress });
   if (!r.tokenizer) {
     r.model.dispose();
     throw new Error('the file has no tokenizer (tokenizer.ggml.* keys): the page needs one to turn text into tokens');
@@ -445,23 +447,27 @@ const handlers = {
       const meta = await lib.inspectGguf(dl ? dl.head : m.file, { signal: ac.signal });
       card = ggufCard(meta, m.file ? 'file' : 'url', label);
       card.fileBytes ??= dl?.total ?? null;
+      if (card.runnable && meta.tokenizerModel === null) {       // (the library runs it; the page needs text)
+        card.runnable = false;
+        card.problem = 'it has no tokenizer (tokenizer.ggml.* keys), and the page needs one to turn text into tokens';
+      }
       post({ type: 'card', card });
-      if (!meta.runnable) {
+      if (!card.runnable) {
         dl?.cancel();
-        post({ type: 'load', status: 'refused', error: { name: 'Error', code: null, message: `${label} cannot run here: ${meta.problem}` }, kept: current.name, card });
+        post({ type: 'load', status: 'refused', error: { name: 'Error', code: null, message: `${label} cannot run here: ${card.problem}` }, kept: current.name, card });
         return;
       }
       // the model open is let go first when it is another file, or the new one is big (the heap is the new one's);
       // the shipped model stays for a small file, so that a Cancel leaves it as it was
       if (current.kind !== 'shipped' || card.weightBytes > BIG_FILE) { disposeConversation(conv); conv = null; }
-      const r = await loadFrom(dl ? dl.rest() : m.file, dtype, ac.signal, card.fileBytes);
+      const r = await loadFrom(dl ? dl.rest() : m.file, dtype, ac.signal, card, card.fileBytes);
       disposeConversation(conv);
       conv = conversation(r.model, null, dtype);
       tokenizer = r.tokenizer;
       // a chat template is a chat once its renderer is here; without it the model continues text, and the card says why
       let chat = typeof r.metadata.chatTemplate === 'string' && typeof tokenizer.applyChatTemplate === 'function';
       if (chat) {
-        try { await chatRenderer(pkgUrl); } catch (e) { chat = false; card.templateProblem = `the page could not load its renderer (${e?.message ?? e})`; }
+        try { await chatRenderer(); } catch (e) { chat = false; card.templateProblem = `the page could not load its renderer (${e?.message ?? e})`; }
       }
       current = { kind: 'gguf', name: card.name, card, fingerprint: r.model.fingerprint ?? null, tokenizer, chat, source };
       postModel();
@@ -610,7 +616,7 @@ const handlers = {
       const ac = new AbortController();
       loadAbort = ac;
       try {
-        const r = await loadFrom(current.source, m.dtype, ac.signal);
+        const r = await loadFrom(current.source, m.dtype, ac.signal, current.card);
         if ((r.model.fingerprint ?? null) !== current.fingerprint) {
           r.model.dispose();
           throw new Error(`${current.name} changed since it was opened (fingerprint ${r.model.fingerprint}, was ${current.fingerprint})`);

@@ -668,7 +668,7 @@ async function ggufFixtures() {
   ggufFiles = {
     tooBig: write('too-big.gguf', tooBig), tooBigWeights: at,
     q8: write('fortunes-q8_0.gguf', q8), q8Bytes: q8, chat: write('fortunes-chat.gguf', chat), chatBytes: chat,
-    mamba: write('mamba.gguf', mamba), text: write('notes.gguf', new TextEncoder().encode('These are notes, not a model.\n'.repeat(40))),
+    mamba: write('mamba.gguf', mamba), weightsOnly: write('weights-only.gguf', await llama2cToGguf(checkpoint, null, { name: 'no tokenizer' })), text: write('notes.gguf', new TextEncoder().encode('These are notes, not a model.\n'.repeat(40))),
   };
   return ggufFiles;
 }
@@ -889,6 +889,10 @@ test('chat: a file that is not a GGUF, and a GGUF that cannot run here, are said
     shown = await text(page, '#error');
     assert(c.load.phase === 'refused' && /^no: .*mamba/.test(card.runs) && /cannot run here: .*mamba/.test(shown), `another architecture: runs "${card.runs}"; "${shown}"`);
     assert(c.load.loaded === 0, `weights read: ${c.load.loaded} bytes`);
+    // a file the library runs, but with no tokenizer: the page cannot turn text into its tokens
+    c = await openThroughInput(page, files.weightsOnly);
+    const card2 = await cardText(page);
+    assert(c.load.phase === 'refused' && c.load.loaded === 0 && /^no: it has no tokenizer/.test(card2.runs) && /weights-only\.gguf cannot run here: it has no tokenizer/.test(await text(page, '#error')), `weights only: runs "${card2.runs}"`);
     // the page goes on
     await page.type('#prompt', 'You will');
     await page.click('#generate');
