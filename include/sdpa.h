@@ -108,6 +108,8 @@ typedef enum sdpa_dtype {
     SDPA_DTYPE_INT4 = 5,     ///< caches only: 4-bit levels with a float16 scale + offset per 32 elements (q4_1-like)
     SDPA_DTYPE_Q8_0 = 6,     ///< weights only (include/sdpa_dense.h): ggml's block_q8_0, 32 values a block
     SDPA_DTYPE_Q4_0 = 7,     ///< weights only (include/sdpa_dense.h): ggml's block_q4_0, 32 values a block
+    SDPA_DTYPE_Q4_K = 8,     ///< weights only (include/sdpa_dense.h): ggml's block_q4_K, 256 values a block
+    SDPA_DTYPE_Q6_K = 9,     ///< weights only (include/sdpa_dense.h): ggml's block_q6_K, 256 values a block
 } sdpa_dtype;
 
 /// A caller-owned dense tensor. `len` is the element count the buffer really

@@ -20,14 +20,39 @@
  *                       scale d then 16 bytes; byte j holds value j in its low
  *                       nibble and value j + 16 in its high nibble (18 bytes);
  *                       value = d * (nibble - 8)
- * (q8_0 and q4_0: cols must be a multiple of 32, E_DIMS). A weight's bytes
+ *   SDPA_DTYPE_Q4_K     ggml's block_q4_K: per 256 values of a row (8
+ *                       sub-blocks of 32), float16 d, float16 dmin, 12 bytes
+ *                       of 6-bit scales sc[s] and mins m[s] (ggml's
+ *                       get_scale_min_k4: for s < 4 sc = b[s] & 63,
+ *                       m = b[s + 4] & 63; else sc = (b[s + 4] & 15) |
+ *                       (b[s - 4] >> 6) << 4, m = (b[s + 4] >> 4) |
+ *                       (b[s] >> 6) << 4), then 128 bytes qs: byte 32 c + l
+ *                       holds value 64 c + l in its low nibble and value
+ *                       64 c + 32 + l in its high nibble (c = 0..3, l =
+ *                       0..31) (144 bytes); value = (d * sc[s]) * q -
+ *                       dmin * m[s], s = value / 32 (float32 steps, as
+ *                       ggml's dequantize_row_q4_K)
+ *   SDPA_DTYPE_Q6_K     ggml's block_q6_K: per 256 values of a row (16
+ *                       sub-blocks of 16), 128 bytes ql, 64 bytes qh, 16
+ *                       int8 scales sc, float16 d (210 bytes). In half
+ *                       h = 0, 1 (values 128 h ..), with L = ql + 64 h,
+ *                       H = qh + 32 h, l = 0..31: value 128 h + l is
+ *                       L[l] & 15 | (H[l] & 3) << 4, + 32 + l is L[32 + l]
+ *                       & 15 | (H[l] >> 2 & 3) << 4, + 64 + l is L[l] >> 4
+ *                       | (H[l] >> 4 & 3) << 4, + 96 + l is L[32 + l] >> 4
+ *                       | (H[l] >> 6) << 4; value = (d * sc[v / 16]) *
+ *                       (q - 32) (ggml's dequantize_row_q6_K)
+ * (q8_0 and q4_0: cols must be a multiple of 32, q4_k and q6_k of 256,
+ * E_DIMS). A weight's bytes
  * are rows * sdpa_weight_row_bytes(dtype, cols); `data` may have any
  * alignment. NaN or Inf in a weight (a float16 scale included) is computed
  * through, not scanned for: the outputs it reaches are NaN or Inf.
  *
  * Numerics: every output element is one dot product computed by one thread
  * in one fixed order (float32 accumulation, 4 lanes, then a fixed lane sum;
- * q8_0 / q4_0 scale each block's partial sum by its d), so results are
+ * q8_0 / q4_0 scale each block's partial sum by its d, q4_k / q6_k each
+ * sub-block's by its d * sc, and q4_k subtracts its mins times x's
+ * sub-block sums in a second accumulator), so results are
  * bit-identical for every thread count, and a row's result does not depend
  * on how many rows are computed with it. The relaxed-SIMD builds fuse
  * multiply-adds (other bits, the same tolerance).
@@ -44,8 +69,10 @@
  * Threads: output rows are split among the context's threads; a call whose
  * work is below SDPA_DENSE_PARALLEL_MIN_MACS multiply-adds stays on the
  * calling thread (waking the pool costs more). Nothing here allocates, but
- * a float16 product of several x rows takes a row buffer per thread from
- * the context's scratch (sdpa.h: the first call of a shape may grow it).
+ * a float16 product of several x rows takes a row buffer per thread, and
+ * a q4_k product of several x rows x's sub-block sums (n * cols / 32
+ * floats), from the context's scratch (sdpa.h: the first call of a shape
+ * may grow it).
  */
 #ifndef SDPA_DENSE_H
 #define SDPA_DENSE_H
@@ -58,6 +85,8 @@ extern "C" {
 
 /// Values per block of the quantized weight dtypes (ggml's QK8_0, QK4_0).
 #define SDPA_WEIGHT_BLOCK 32
+/// Values per block of the k-quant weight dtypes q4_k, q6_k (ggml's QK_K).
+#define SDPA_WEIGHT_BLOCK_K 256
 
 /// Multiply-adds below which a dense call runs on the calling thread alone
 /// (bench/dense.mjs measures where the pool starts to pay: on a quiet host
@@ -76,7 +105,8 @@ size_t sdpa_weight_row_bytes(int32_t dtype, int32_t cols);
 
 /// sdpa_linear's flags.
 /// ACCUMULATE: out += x · weightᵀ (a residual add fused in).
-/// INT16_ACTIVATIONS: with q8_0 / q4_0 weights, x is quantized per row and
+/// INT16_ACTIVATIONS: with q8_0 / q4_0 weights (no effect on the others,
+/// q4_k / q6_k included), x is quantized per row and
 /// block of 32 to int16 (scale max|x| / 32767, round to nearest) and each
 /// block's dot is exact integer arithmetic (about twice as fast; x's error
 /// <= half a step, max|x| / 65534 of its block, plus float32 rounding; a block of x holding a NaN or an
@@ -117,7 +147,8 @@ sdpa_status sdpa_embed(sdpa_ctx * ctx, const sdpa_tensor * table, const int32_t 
 /// out = source quantized to out's dtype (float16: round to nearest even;
 /// q8_0 / q4_0: ggml's reference quantize_row_q8_0 / quantize_row_q4_0, d
 /// rounded to float16). source float32 [rows, cols]; out [rows, cols] in a
-/// weight dtype (float32: a copy). Must not overlap (E_ARG).
+/// weight dtype (float32: a copy), not q4_k / q6_k (E_DTYPE: not offered).
+/// Must not overlap (E_ARG).
 sdpa_status sdpa_quantize(sdpa_ctx * ctx, const sdpa_tensor * source, sdpa_tensor * out);
 
 #ifdef __cplusplus

@@ -107,12 +107,14 @@ static void dtypes(void) {
     static const struct { const char * name; int32_t dtype; } weights[] = {
         { "float32", SDPA_DTYPE_FLOAT32 }, { "float16", SDPA_DTYPE_FLOAT16 },
         { "q8_0", SDPA_DTYPE_Q8_0 }, { "q4_0", SDPA_DTYPE_Q4_0 },
+        { "q4_k", SDPA_DTYPE_Q4_K }, { "q6_k", SDPA_DTYPE_Q6_K },
     };
     fprintf(out, "/**\n * Weight dtypes (include/sdpa_dense.h) by name: their sdpa_dtype number, values per block\n"
                  " * and bytes per block (sdpa_weight_row_bytes).\n */\n");
     fprintf(out, "export const WEIGHT_DTYPES = Object.freeze(Object.assign(Object.create(null), {\n");
     for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++) {
-        const int32_t block = sdpa_weight_row_bytes(weights[i].dtype, 1) ? 1 : SDPA_WEIGHT_BLOCK;
+        const int32_t block = sdpa_weight_row_bytes(weights[i].dtype, 1) ? 1
+                              : sdpa_weight_row_bytes(weights[i].dtype, SDPA_WEIGHT_BLOCK) ? SDPA_WEIGHT_BLOCK : SDPA_WEIGHT_BLOCK_K;
         fprintf(out, "  %s: Object.freeze({ id: %d, block: %d, blockBytes: %zu }),\n", weights[i].name, weights[i].dtype,
                 block, sdpa_weight_row_bytes(weights[i].dtype, block));
     }

@@ -20,18 +20,28 @@ static const char * dtype_label(int32_t dtype) {
     case SDPA_DTYPE_INT4: return "int4";
     case SDPA_DTYPE_Q8_0: return "q8_0";
     case SDPA_DTYPE_Q4_0: return "q4_0";
+    case SDPA_DTYPE_Q4_K: return "q4_k";
+    case SDPA_DTYPE_Q6_K: return "q6_k";
     default: return "unknown";
     }
 }
 
 static bool is_weight_dtype(int32_t dtype) {
     return dtype == SDPA_DTYPE_FLOAT32 || dtype == SDPA_DTYPE_FLOAT16 || dtype == SDPA_DTYPE_Q8_0 ||
-           dtype == SDPA_DTYPE_Q4_0;
+           dtype == SDPA_DTYPE_Q4_0 || dtype == SDPA_DTYPE_Q4_K || dtype == SDPA_DTYPE_Q6_K;
 }
-static bool is_block_dtype(int32_t dtype) { return dtype == SDPA_DTYPE_Q8_0 || dtype == SDPA_DTYPE_Q4_0; }
+
+/* Values per block of a weight dtype (1: not a block dtype). */
+static int32_t weight_block(int32_t dtype) {
+    switch (dtype) {
+    case SDPA_DTYPE_Q8_0: case SDPA_DTYPE_Q4_0: return SDPA_WEIGHT_BLOCK;
+    case SDPA_DTYPE_Q4_K: case SDPA_DTYPE_Q6_K: return SDPA_WEIGHT_BLOCK_K;
+    default: return 1;
+    }
+}
 
 size_t sdpa_weight_row_bytes(int32_t dtype, int32_t cols) {
-    if (!is_weight_dtype(dtype) || cols <= 0 || (is_block_dtype(dtype) && cols % SDPA_WEIGHT_BLOCK != 0)) return 0;
+    if (!is_weight_dtype(dtype) || cols <= 0 || cols % weight_block(dtype) != 0) return 0;
     const uint64_t bytes = sdpa_weight_bytes(dtype, (uint64_t)cols, cols);
     return bytes > SIZE_MAX ? 0 : (size_t)bytes;
 }
@@ -41,6 +51,8 @@ uint64_t sdpa_weight_bytes(int32_t dtype, uint64_t len, int32_t cols) {
     switch (dtype) {
     case SDPA_DTYPE_Q8_0: return sdpa_size_mul((len + 31) / 32, 34);
     case SDPA_DTYPE_Q4_0: return sdpa_size_mul((len + 31) / 32, 18);
+    case SDPA_DTYPE_Q4_K: return sdpa_size_mul((len + 255) / 256, 144);
+    case SDPA_DTYPE_Q6_K: return sdpa_size_mul((len + 255) / 256, 210);
     case SDPA_DTYPE_FLOAT16: return sdpa_size_mul(len, 2);
     case SDPA_DTYPE_BOOL: return len;
     default: return sdpa_size_mul(len, 4);
@@ -99,16 +111,16 @@ static sdpa_status float32_ok(sdpa_ctx * ctx, const char * name, const sdpa_tens
 
 static sdpa_status weight_dtype_ok(sdpa_ctx * ctx, const char * name, const sdpa_tensor * t) {
     if (is_weight_dtype(t->dtype)) return SDPA_OK;
-    return sdpa_fail(ctx, SDPA_E_DTYPE, "%s has dtype %s (%d); expected a weight dtype: float32, float16, q8_0 or q4_0",
+    return sdpa_fail(ctx, SDPA_E_DTYPE, "%s has dtype %s (%d); expected a weight dtype: float32, float16, q8_0, q4_0, q4_k or q6_k",
                      name, dtype_label(t->dtype), t->dtype);
 }
 
 /* A block dtype's rows hold whole blocks (checked after dims_ok, before the dtype rule). */
 static sdpa_status blocks_ok(sdpa_ctx * ctx, const char * name, const sdpa_tensor * t) {
-    const int32_t cols = t->dims[t->rank - 1];
-    if (!is_block_dtype(t->dtype) || cols % SDPA_WEIGHT_BLOCK == 0) return SDPA_OK;
+    const int32_t cols = t->dims[t->rank - 1], block = weight_block(t->dtype);
+    if (cols % block == 0) return SDPA_OK;
     return sdpa_fail(ctx, SDPA_E_DIMS, "%s is %s %s with rows of %d values; expected a multiple of %d (its block)",
-                     name, dtype_label(t->dtype), DIMS(t), cols, SDPA_WEIGHT_BLOCK);
+                     name, dtype_label(t->dtype), DIMS(t), cols, block);
 }
 
 /* ---- memory -------------------------------------------------------------- */
@@ -173,7 +185,7 @@ sdpa_status sdpa_check_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_
     p->n = (int32_t)leading(x); p->rows = rows; p->cols = cols; p->dtype = w->dtype;
     p->row_bytes = sdpa_weight_row_bytes(w->dtype, cols);
     p->accumulate = (flags & SDPA_LINEAR_ACCUMULATE) != 0;
-    p->int16_x = (flags & SDPA_LINEAR_INT16_ACTIVATIONS) && is_block_dtype(w->dtype);
+    p->int16_x = (flags & SDPA_LINEAR_INT16_ACTIVATIONS) && weight_block(w->dtype) == SDPA_WEIGHT_BLOCK;
     p->xq = NULL;
     p->xs = NULL;
     if (p->row_bytes == 0 || leading(x) > SDPA_INDEX_LIMIT)
@@ -264,6 +276,10 @@ sdpa_status sdpa_check_quantize(sdpa_ctx * ctx, const sdpa_tensor * source, cons
         return sdpa_fail(ctx, SDPA_E_DIMS, "out has dims %s; expected source's %s", DIMS(out), DIMS(source));
     TRY(blocks_ok(ctx, "out", out));
     TRY(float32_ok(ctx, "source", source)); TRY(weight_dtype_ok(ctx, "out", out));
+    if (out->dtype == SDPA_DTYPE_Q4_K || out->dtype == SDPA_DTYPE_Q6_K)
+        return sdpa_fail(ctx, SDPA_E_DTYPE, "out has dtype %s (%d); expected float32, float16, q8_0 or q4_0 (quantizing to %s is not "
+                         "offered: a GGUF file's %s tensors are used as they are)", dtype_label(out->dtype), out->dtype,
+                         dtype_label(out->dtype), dtype_label(out->dtype));
     p->src = source->data; p->dst = out->data; p->ids = NULL; p->n = source->dims[0]; p->cols = source->dims[1];
     p->dtype = out->dtype; p->row_bytes = sdpa_weight_row_bytes(out->dtype, p->cols);
     return SDPA_OK;

@@ -37,6 +37,7 @@ typedef struct product_job {
     int32_t decode_groups;     /* decode: stream groups per unit (decode_rows) */
     float * scratch;           /* float16 prefill: per thread 2 * cols floats */
     size_t scratch_floats;
+    float * sums;              /* q4_k prefill: x's sub-block sums, [n][cols / 32] */
 } product_job;
 
 /* Decode (one x row) walks the weight matrix in `far` streams: group g holds
@@ -75,6 +76,10 @@ static void decode_rows(const sdpa_dense_product * p, int32_t g0, int32_t g1) {
             y[g] = acc ? y[g] + s : s;
             break;
         }
+        case SDPA_DTYPE_Q4_K:
+        case SDPA_DTYPE_Q6_K:
+            k_rows(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, p->dtype == SDPA_DTYPE_Q4_K, x, p->cols / 256, y + g, (size_t)q, acc);
+            break;
         default: {
             const bool q8 = p->dtype == SDPA_DTYPE_Q8_0;
             const int32_t nb = p->cols / 32;
@@ -136,6 +141,24 @@ static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, in
         }
         break;
     }
+    case SDPA_DTYPE_Q4_K:
+    case SDPA_DTYPE_Q6_K: {
+        const bool q4k = p->dtype == SDPA_DTYPE_Q4_K;
+        const int32_t nb = p->cols / 256;
+        const size_t ss = (size_t)nb * 8;  /* sums per x row */
+        for (int32_t o = r0; o < r1; o++) {
+            const uint8_t * w = p->w + o * rb;
+            int32_t i = i0;
+            for (; i + 4 <= i1; i += 4)
+                k_x4w1(w, q4k, p->x + i * cols, cols, q4k ? job->sums + i * ss : NULL, nb, p->y + i * ys + o, ys, acc);
+            for (; i < i1; i++) {
+                const float s = k_row1(w, q4k, p->x + i * cols, q4k ? job->sums + i * ss : NULL, nb);
+                float * yo = p->y + i * ys + o;
+                *yo = acc ? *yo + s : s;
+            }
+        }
+        break;
+    }
     default: {
         const bool q8 = p->dtype == SDPA_DTYPE_Q8_0;
         const int32_t nb = p->cols / 32;
@@ -185,7 +208,7 @@ sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor
     sdpa_dense_product p;
     sdpa_status s = sdpa_check_linear(ctx, x, weight, out, flags, &p);
     if (s != SDPA_OK) return s;
-    product_job job = { &p, (p.rows + UNIT_ROWS - 1) / UNIT_ROWS, 0, NULL, 0 };
+    product_job job = { &p, (p.rows + UNIT_ROWS - 1) / UNIT_ROWS, 0, NULL, 0, NULL };
     if (p.int16_x) {  /* x quantized once, on this thread, into the scratch: [n][cols] int16, then [n][nb] scales */
         const int32_t nb = p.cols / 32;
         const uint64_t q_bytes = sdpa_size_mul((uint64_t)p.n * (uint64_t)p.cols, 2);
@@ -201,6 +224,13 @@ sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor
         s = sdpa_scratch_reserve(ctx, "the float16 prefill's row buffers", sdpa_size_mul((uint64_t)ctx->n_threads * job.scratch_floats, 4) + 64);
         if (s != SDPA_OK) return s;
         job.scratch = (float *)(((uintptr_t)ctx->scratch + 63) & ~(uintptr_t)63);
+    }
+    if (p.dtype == SDPA_DTYPE_Q4_K && p.n > 1) {  /* x's sub-block sums once, on this thread (decode makes its own) */
+        const uint64_t n_sums = (uint64_t)p.n * (uint64_t)(p.cols / 32);
+        s = sdpa_scratch_reserve(ctx, "the q4_k prefill's sums of x", sdpa_size_add(sdpa_size_mul(n_sums, 4), 64));
+        if (s != SDPA_OK) return s;
+        job.sums = (float *)(((uintptr_t)ctx->scratch + 15) & ~(uintptr_t)15);
+        for (uint64_t k = 0; k < n_sums; k++) job.sums[k] = subblock_sum(p.x + 32 * k);
     }
     int32_t n_units;
     if (p.n == 1) {
@@ -280,6 +310,34 @@ static void decode_weight_row(int32_t dtype, const uint8_t * w, int32_t cols, fl
         for (; j < cols; j++) y[j] = half_to_float(load_u16(w + 2 * j));
         break;
     }
+    case SDPA_DTYPE_Q4_K:  /* (d * sc) * q - dmin * m, float32 steps, as dequantize_row_q4_K */
+        for (int32_t b = 0; b < cols / 256; b++) {
+            const uint8_t * p = w + (size_t)b * 144;
+            float ds[8], dm[8];
+            q4k_scales(p, ds, dm);
+            v128_t f[8];
+            for (int s = 0; s < 8; s++) {
+                q4k_sub(p + 16 + 32 * (s / 2), s & 1, f);
+                const v128_t vd = wasm_f32x4_splat(ds[s]), vm = wasm_f32x4_splat(dm[s]);
+                for (int k = 0; k < 8; k++) wasm_v128_store(y + 256 * b + 32 * s + 4 * k, wasm_f32x4_sub(wasm_f32x4_mul(f[k], vd), vm));
+            }
+        }
+        break;
+    case SDPA_DTYPE_Q6_K:  /* (d * sc) * (q - 32), as dequantize_row_q6_K */
+        for (int32_t b = 0; b < cols / 256; b++) {
+            const uint8_t * p = w + (size_t)b * 210;
+            const float d = half_to_float(load_u16(p + 208));
+            v128_t q[8], f[4];
+            for (int h = 0; h < 2; h++) {
+                q6k_half(p, h, q);
+                for (int k = 0; k < 8; k++) {
+                    i8x16_to_f32(wasm_i8x16_sub(q[k], wasm_i8x16_splat(32)), f);
+                    const v128_t vd = wasm_f32x4_splat(d * (float)(int8_t)p[192 + 8 * h + k]);
+                    for (int j = 0; j < 4; j++) wasm_v128_store(y + 256 * b + 128 * h + 16 * k + 4 * j, wasm_f32x4_mul(f[j], vd));
+                }
+            }
+        }
+        break;
     default: {
         const bool q8 = dtype == SDPA_DTYPE_Q8_0;
         v128_t f[8];

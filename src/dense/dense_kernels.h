@@ -417,6 +417,188 @@ static inline void qi_x4w1(const uint8_t * w, bool q8, const int16_t * xq, size_
     for (int r = 0; r < 4; r++) y[r * ys] = acc ? y[r * ys] + s[r] : s[r];
 }
 
+/* ---- q4_k / q6_k weights (ggml's k-quants, 256 values a block) ----------
+ *
+ * The order of one output (include/sdpa_dense.h "Numerics"):
+ *   q4_k: per block in order, per sub-block s = 0..7 of 32 values: p0, p1 as
+ *         q8_0's block (groups 0, 2, 4, 6 and 1, 3, 5, 7) over the nibbles
+ *         q, acc += (p0 + p1) * (d * sc[s]); then per block macc += xs[0..3]
+ *         * (dmin * m[0..3]), macc += xs[4..7] * (dmin * m[4..7]), xs[s] =
+ *         x's sum over sub-block s (subblock_sum); s = hsum(acc) - hsum(macc).
+ *   q6_k: per block in order, per sub-block of 16 values (v / 16 = 0..15):
+ *         p0 = groups 0, 2, p1 = groups 1, 3 of q - 32, acc += (p0 + p1) *
+ *         (d * sc); s = hsum(acc).
+ * d * sc is exact in float32 (11 + 8 bits), as ggml computes it. */
+
+/* The sum of 32 values of x in one fixed order (a q4_k sub-block's share of its mins). */
+static inline float subblock_sum(const float * x) {
+    v128_t a = wasm_f32x4_add(wasm_v128_load(x), wasm_v128_load(x + 4));
+    v128_t b = wasm_f32x4_add(wasm_v128_load(x + 8), wasm_v128_load(x + 12));
+    a = wasm_f32x4_add(a, wasm_v128_load(x + 16));
+    b = wasm_f32x4_add(b, wasm_v128_load(x + 20));
+    a = wasm_f32x4_add(a, wasm_v128_load(x + 24));
+    b = wasm_f32x4_add(b, wasm_v128_load(x + 28));
+    return f32x4_hsum(wasm_f32x4_add(a, b));
+}
+
+/* x's 8 sub-block sums of a 256-value block. */
+static inline void block_sums_k(const float * x, float * xs) {
+    for (int s = 0; s < 8; s++) xs[s] = subblock_sum(x + 32 * s);
+}
+
+/* A q4_k block's 8 sub-block scales d * sc[s] and mins dmin * m[s] (ggml's get_scale_min_k4). */
+static inline void q4k_scales(const uint8_t * b, float * ds, float * dm) {
+    const float d = half_to_float(load_u16(b)), dmin = half_to_float(load_u16(b + 2));
+    const uint8_t * q = b + 4;
+    for (int s = 0; s < 8; s++) {
+        int sc, m;
+        if (s < 4) { sc = q[s] & 63; m = q[s + 4] & 63; }
+        else { sc = (q[s + 4] & 15) | (q[s - 4] >> 6) << 4; m = (q[s + 4] >> 4) | (q[s] >> 6) << 4; }
+        ds[s] = d * (float)sc;
+        dm[s] = dmin * (float)m;
+    }
+}
+
+/* Sub-block 2c (high: 2c + 1) of a q4_k block, from its 32 bytes of quants at q,
+ * as 8 float32x4 (nibbles 0-15). (One sub-block at a time: both at once, 16
+ * vectors, spill.) */
+static inline void q4k_sub(const uint8_t * q, bool high, v128_t * f) {
+    const v128_t a = wasm_v128_load(q), b = wasm_v128_load(q + 16), m = wasm_i8x16_splat(15);
+    i8x16_to_f32(high ? wasm_u8x16_shr(a, 4) : wasm_v128_and(a, m), f);
+    i8x16_to_f32(high ? wasm_u8x16_shr(b, 4) : wasm_v128_and(b, m), f + 4);
+}
+
+/* acc += a q4_k block's scaled products with x (256 values); macc += its mins times xs. */
+static inline void q4k_block(v128_t * acc, v128_t * macc, const uint8_t * b, const float * x, const float * xs) {
+    float ds[8], dm[8];
+    q4k_scales(b, ds, dm);
+    v128_t f[8];
+    for (int s = 0; s < 8; s++) {
+        q4k_sub(b + 16 + 32 * (s / 2), s & 1, f);
+        *acc = block_fma(*acc, f, x + 32 * s, ds[s]);
+    }
+    *macc = f32x4_fmadd(*macc, wasm_v128_load(xs), wasm_v128_load(dm));
+    *macc = f32x4_fmadd(*macc, wasm_v128_load(xs + 4), wasm_v128_load(dm + 4));
+}
+
+/* One 16-value q6_k sub-block (q - 32 as int8) against x: acc += (p0 + p1) * ds. */
+static inline v128_t q6k_sub(v128_t acc, v128_t q, const float * x, float ds) {
+    v128_t f[4];
+    i8x16_to_f32(wasm_i8x16_sub(q, wasm_i8x16_splat(32)), f);
+    v128_t p0 = wasm_f32x4_mul(f[0], wasm_v128_load(x));
+    v128_t p1 = wasm_f32x4_mul(f[1], wasm_v128_load(x + 4));
+    p0 = f32x4_fmadd(p0, f[2], wasm_v128_load(x + 8));
+    p1 = f32x4_fmadd(p1, f[3], wasm_v128_load(x + 12));
+    return f32x4_fmadd(acc, wasm_f32x4_add(p0, p1), wasm_f32x4_splat(ds));
+}
+
+/* Half h of a q6_k block (128 values) as 8 int8x16 quants (0..63, sub-blocks 8h .. 8h + 7 in order). */
+static inline void q6k_half(const uint8_t * b, int h, v128_t * q) {
+    const uint8_t * ql = b + 64 * h, * qh = b + 128 + 32 * h;
+    const v128_t l0 = wasm_v128_load(ql), l1 = wasm_v128_load(ql + 16), l2 = wasm_v128_load(ql + 32), l3 = wasm_v128_load(ql + 48);
+    const v128_t h0 = wasm_v128_load(qh), h1 = wasm_v128_load(qh + 16);
+    const v128_t m4 = wasm_i8x16_splat(15), m2 = wasm_i8x16_splat(0x30);
+    q[0] = wasm_v128_or(wasm_v128_and(l0, m4), wasm_v128_and(wasm_i8x16_shl(h0, 4), m2));
+    q[1] = wasm_v128_or(wasm_v128_and(l1, m4), wasm_v128_and(wasm_i8x16_shl(h1, 4), m2));
+    q[2] = wasm_v128_or(wasm_v128_and(l2, m4), wasm_v128_and(wasm_i8x16_shl(h0, 2), m2));
+    q[3] = wasm_v128_or(wasm_v128_and(l3, m4), wasm_v128_and(wasm_i8x16_shl(h1, 2), m2));
+    q[4] = wasm_v128_or(wasm_u8x16_shr(l0, 4), wasm_v128_and(h0, m2));
+    q[5] = wasm_v128_or(wasm_u8x16_shr(l1, 4), wasm_v128_and(h1, m2));
+    q[6] = wasm_v128_or(wasm_u8x16_shr(l2, 4), wasm_v128_and(wasm_u8x16_shr(h0, 2), m2));
+    q[7] = wasm_v128_or(wasm_u8x16_shr(l3, 4), wasm_v128_and(wasm_u8x16_shr(h1, 2), m2));
+}
+
+/* acc += a q6_k block's products with x (256 values). */
+static inline v128_t q6k_block(v128_t acc, const uint8_t * b, const float * x) {
+    const float d = half_to_float(load_u16(b + 208));
+    const int8_t * sc = (const int8_t *)(b + 192);
+    v128_t q[8];
+    for (int h = 0; h < 2; h++) {
+        q6k_half(b, h, q);
+        for (int k = 0; k < 8; k++) acc = q6k_sub(acc, q[k], x + 128 * h + 16 * k, d * (float)sc[8 * h + k]);
+    }
+    return acc;
+}
+
+/* rows weight rows (1 or 2, rs bytes apart) of a q4_k (q4k true) or q6_k
+ * matrix against one x row of nb blocks: y[0] (and y[ys]) (+)=. q4_k's
+ * sub-block sums of x are made here, once for both rows (decode takes no
+ * scratch). */
+static inline void k_rows(const uint8_t * w, size_t rs, int32_t rows, bool q4k, const float * x, int32_t nb,
+                          float * y, size_t ys, bool acc) {
+    v128_t a0 = wasm_f32x4_splat(0), a1 = a0, m0 = a0, m1 = a0;
+    float xs[8];
+    for (int32_t b = 0; b < nb; b++) {
+        const float * xb = x + 256 * b;
+        if (q4k) {
+            const uint8_t * p = w + (size_t)b * 144;
+            block_sums_k(xb, xs);
+            q4k_block(&a0, &m0, p, xb, xs);
+            if (rows == 2) q4k_block(&a1, &m1, p + rs, xb, xs);
+        } else {
+            const uint8_t * p = w + (size_t)b * 210;
+            a0 = q6k_block(a0, p, xb);
+            if (rows == 2) a1 = q6k_block(a1, p + rs, xb);
+        }
+    }
+    const float s0 = f32x4_hsum(a0) - f32x4_hsum(m0);
+    y[0] = acc ? y[0] + s0 : s0;
+    if (rows == 2) { const float s1 = f32x4_hsum(a1) - f32x4_hsum(m1); y[ys] = acc ? y[ys] + s1 : s1; }
+}
+
+/* One weight row against 4 x rows (xs floats apart; q4_k: their sub-block
+ * sums sums[r * nb * 8 ..], made once a call): y[r * ys] (+)=. */
+static inline void k_x4w1(const uint8_t * w, bool q4k, const float * x, size_t xstride, const float * sums, int32_t nb,
+                          float * y, size_t ys, bool acc) {
+    v128_t a[4], m[4];
+    for (int r = 0; r < 4; r++) a[r] = m[r] = wasm_f32x4_splat(0);
+    for (int32_t b = 0; b < nb; b++) {
+        const float * xb = x + 256 * b;
+        if (q4k) {
+            const uint8_t * p = w + (size_t)b * 144;
+            float ds[8], dm[8];
+            q4k_scales(p, ds, dm);
+            const v128_t dm0 = wasm_v128_load(dm), dm1 = wasm_v128_load(dm + 4);
+            v128_t f[8];
+            for (int s = 0; s < 8; s++) {
+                q4k_sub(p + 16 + 32 * (s / 2), s & 1, f);
+                for (int r = 0; r < 4; r++) a[r] = block_fma(a[r], f, xb + r * xstride + 32 * s, ds[s]);
+            }
+            for (int r = 0; r < 4; r++) {
+                const float * sr = sums + ((size_t)r * nb + b) * 8;
+                m[r] = f32x4_fmadd(m[r], wasm_v128_load(sr), dm0);
+                m[r] = f32x4_fmadd(m[r], wasm_v128_load(sr + 4), dm1);
+            }
+        } else {
+            const uint8_t * p = w + (size_t)b * 210;
+            const float d = half_to_float(load_u16(p + 208));
+            const int8_t * sc = (const int8_t *)(p + 192);
+            v128_t q[8];
+            for (int h = 0; h < 2; h++) {
+                q6k_half(p, h, q);
+                for (int k = 0; k < 8; k++) {
+                    const float ds = d * (float)sc[8 * h + k];
+                    for (int r = 0; r < 4; r++) a[r] = q6k_sub(a[r], q[k], xb + r * xstride + 128 * h + 16 * k, ds);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        const float s = f32x4_hsum(a[r]) - f32x4_hsum(m[r]);
+        y[r * ys] = acc ? y[r * ys] + s : s;
+    }
+}
+
+/* One weight row against one x row (q4_k: its sums made once a call, sums[b * 8 ..]). */
+static inline float k_row1(const uint8_t * w, bool q4k, const float * x, const float * sums, int32_t nb) {
+    v128_t a = wasm_f32x4_splat(0), m = a;
+    for (int32_t b = 0; b < nb; b++) {
+        if (q4k) q4k_block(&a, &m, w + (size_t)b * 144, x + 256 * b, sums + (size_t)b * 8);
+        else a = q6k_block(a, w + (size_t)b * 210, x + 256 * b);
+    }
+    return f32x4_hsum(a) - f32x4_hsum(m);
+}
+
 /* ---- elementwise -------------------------------------------------------- */
 
 /* silu(g) * u = g * sigmoid(g) * u, with e = exp(-|g|) (<= 1, never overflows):

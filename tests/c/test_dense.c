@@ -67,8 +67,10 @@
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-enum { F32 = SDPA_DTYPE_FLOAT32, F16 = SDPA_DTYPE_FLOAT16, Q8 = SDPA_DTYPE_Q8_0, Q4 = SDPA_DTYPE_Q4_0 };
-static const int32_t DTYPES[] = {F32, F16, Q8, Q4};
+enum { F32 = SDPA_DTYPE_FLOAT32, F16 = SDPA_DTYPE_FLOAT16, Q8 = SDPA_DTYPE_Q8_0, Q4 = SDPA_DTYPE_Q4_0,
+       K4 = SDPA_DTYPE_Q4_K, K6 = SDPA_DTYPE_Q6_K };
+static const int32_t DTYPES[] = {F32, F16, Q8, Q4};  /* sections 1-8; the k-quants: section 9 */
+static const int32_t K_DTYPES[] = {K4, K6};
 
 static sdpa_ctx * g_ctx[4];  /* 1, 2, 3, 4 threads; the pool forced whenever a call has > 1 unit */
 static long g_cases;
@@ -79,6 +81,8 @@ static const char * dtype_name(int32_t dt) {
     case F16: return "float16";
     case Q8: return "q8_0";
     case Q4: return "q4_0";
+    case K4: return "q4_k";
+    case K6: return "q6_k";
     default: return "?";
     }
 }
@@ -132,8 +136,42 @@ static size_t ref_row_bytes(int32_t dt, int32_t cols) {
     case F32: return (size_t)cols * 4;
     case F16: return (size_t)cols * 2;
     case Q8: return (size_t)(cols / 32) * 34;
+    case K4: return (size_t)(cols / 256) * 144;
+    case K6: return (size_t)(cols / 256) * 210;
     default: return (size_t)(cols / 32) * 18;
     }
+}
+
+/* The k-quants read from ggml's struct definitions (ggml-common.h) and
+ * dequantize_row_q4_K / _q6_K, value by value in double:
+ *   block_q4_K (144 bytes per 256): half d @0, half dmin @2, scales[12] @4,
+ *     qs[128] @16. Value j: chunk c = j / 64, l = j % 32, q = qs[32 c + l]'s
+ *     low nibble for j % 64 < 32, high nibble otherwise; sub-block s = j / 32
+ *     has 6-bit scale sc and min m (get_scale_min_k4); value = d sc q - dmin m.
+ *   block_q6_K (210 bytes per 256): ql[128] @0, qh[64] @128, int8
+ *     scales[16] @192, half d @208. Value j: half n = j / 128, r = j % 128,
+ *     l = r % 32, k = r / 32; low 4 bits from ql[64 n + l + 32 (k & 1)]
+ *     (low nibble for k < 2, high for k >= 2), 2 high bits (qh[32 n + l] >>
+ *     2k) & 3; value = d * scales[j / 16] * (q - 32). */
+static void ref_k4_scale_min(const uint8_t * sc12, int s, int * sc, int * m) {
+    if (s < 4) {
+        *sc = sc12[s] & 63;
+        *m = sc12[s + 4] & 63;
+    } else {
+        *sc = (sc12[s + 4] & 0xF) | ((sc12[s - 4] >> 6) << 4);
+        *m = (sc12[s + 4] >> 4) | ((sc12[s] >> 6) << 4);
+    }
+}
+static int ref_k4_q(const uint8_t * blk, int j) {
+    const uint8_t byte = blk[16 + 32 * (j / 64) + j % 32];
+    return j % 64 < 32 ? (byte & 15) : (byte >> 4);
+}
+static int ref_k6_q(const uint8_t * blk, int j) {
+    const int n = j / 128, r = j % 128, l = r % 32, k = r / 32;
+    const uint8_t lb = blk[64 * n + l + 32 * (k & 1)];
+    const int low = k < 2 ? (lb & 15) : (lb >> 4);
+    const int high = (blk[128 + 32 * n + l] >> (2 * k)) & 3;
+    return (low | high << 4) - 32;
 }
 
 static uint16_t get_u16(const uint8_t * p) {
@@ -144,6 +182,16 @@ static uint16_t get_u16(const uint8_t * p) {
 
 static double ref_wval(int32_t dt, const uint8_t * row, int32_t j) {
     switch (dt) {
+    case K4: {
+        const uint8_t * b = row + (size_t)(j / 256) * 144;
+        int sc, m;
+        ref_k4_scale_min(b + 4, (j % 256) / 32, &sc, &m);
+        return ref_half(get_u16(b)) * sc * ref_k4_q(b, j % 256) - ref_half(get_u16(b + 2)) * m;
+    }
+    case K6: {
+        const uint8_t * b = row + (size_t)(j / 256) * 210;
+        return ref_half(get_u16(b + 208)) * (double)(int8_t)b[192 + (j % 256) / 16] * ref_k6_q(b, j % 256);
+    }
     case F32: {
         float f;
         memcpy(&f, row + 4 * (size_t)j, 4);
@@ -161,6 +209,16 @@ static double ref_wval(int32_t dt, const uint8_t * row, int32_t j) {
         return ref_half(get_u16(b)) * (double)(nib - 8);
     }
     }
+}
+
+/* |value j| for the tolerance: q4_k's two terms apart (d sc q and dmin m
+ * may cancel in the value, not in the kernel's rounding). */
+static double ref_wmag(int32_t dt, const uint8_t * row, int32_t j) {
+    if (dt != K4) return fabs(ref_wval(dt, row, j));
+    const uint8_t * b = row + (size_t)(j / 256) * 144;
+    int sc, m;
+    ref_k4_scale_min(b + 4, (j % 256) / 32, &sc, &m);
+    return fabs(ref_half(get_u16(b)) * sc * ref_k4_q(b, j % 256)) + fabs(ref_half(get_u16(b + 2)) * m);
 }
 
 /* Fills rows x cols of dtype dt. Rows r % 7 == 3 are "wild": every float16
@@ -181,6 +239,25 @@ static void fill_weight(tu_rng * rng, int32_t dt, uint8_t * w, int32_t rows, int
             for (int32_t j = 0; j < cols; j++) {
                 const uint16_t h = wild ? random_finite_half(rng) : ref_f16_bits(tu_rng_normal(rng));
                 memcpy(row + 2 * (size_t)j, &h, 2);
+            }
+            break;
+        case K4:  /* d, dmin of sane size (or wild), scales / mins / quants any bytes */
+            for (int32_t b = 0; b < cols / 256; b++) {
+                uint8_t * blk = row + (size_t)b * 144;
+                const uint16_t dh = wild ? random_finite_half(rng) : ref_f16_bits(tu_rng_uniform(rng, 0.0005f, 0.004f));
+                const uint16_t mh = wild ? random_finite_half(rng) : ref_f16_bits(tu_rng_uniform(rng, 0.0005f, 0.01f));
+                memcpy(blk, &dh, 2);
+                memcpy(blk + 2, &mh, 2);
+                for (int k = 4; k < 144; k++) blk[k] = (uint8_t)tu_rng_u64(rng);
+            }
+            break;
+        case K6:
+            for (int32_t b = 0; b < cols / 256; b++) {
+                uint8_t * blk = row + (size_t)b * 210;
+                for (int k = 0; k < 208; k++) blk[k] = (uint8_t)tu_rng_u64(rng);
+                const float d = tu_rng_uniform(rng, 0.00005f, 0.0005f) * ((tu_rng_u64(rng) & 1) ? -1.0f : 1.0f);
+                const uint16_t dh = wild ? random_finite_half(rng) : ref_f16_bits(d);
+                memcpy(blk + 208, &dh, 2);
             }
             break;
         default: {
@@ -252,22 +329,26 @@ static product_ref linear_reference(int32_t dt, const uint8_t * w, const float *
     const size_t rb = ref_row_bytes(dt, cols);
     r.ref = tu_malloc((size_t)n * rows * sizeof(double));
     r.mag = tu_malloc((size_t)n * rows * sizeof(double));
-    double * wrow = tu_malloc((size_t)cols * sizeof(double));
+    double * wrow = tu_malloc((size_t)cols * sizeof(double)), * wmag = tu_malloc((size_t)cols * sizeof(double));
     for (int32_t o = 0; o < rows; o++) {
-        for (int32_t j = 0; j < cols; j++) wrow[j] = ref_wval(dt, w + (size_t)o * rb, j);
+        for (int32_t j = 0; j < cols; j++) {
+            wrow[j] = ref_wval(dt, w + (size_t)o * rb, j);
+            wmag[j] = ref_wmag(dt, w + (size_t)o * rb, j);
+        }
         for (int32_t i = 0; i < n; i++) {
             const float * xi = x + (size_t)i * cols;
             double s = y0 ? y0[(size_t)i * rows + o] : 0.0, m = 1.0 + fabs(s);
             for (int32_t j = 0; j < cols; j++) {
                 const double p = wrow[j] * (double)xi[j];
                 s += p;
-                m += fabs(p);
+                m += wmag[j] * fabs((double)xi[j]);
             }
             r.ref[(size_t)i * rows + o] = s;
             r.mag[(size_t)i * rows + o] = m;
         }
     }
     free(wrow);
+    free(wmag);
     return r;
 }
 
@@ -1148,7 +1229,7 @@ static void bad_linear(sdpa_ctx * ctx, int32_t dt) {
         LIN("weight cols 16", SDPA_E_DIMS, "multiple of 32", &a, &b, &c, 0);
     }
     /* E_DTYPE */
-    static const int32_t BAD_W[] = {SDPA_DTYPE_BOOL, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4, 0, 8, 99, -1};
+    static const int32_t BAD_W[] = {SDPA_DTYPE_BOOL, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4, 0, 50, 99, -1};
     for (int k = 0; k < COUNT(BAD_W); k++) {
         char what[48];
         snprintf(what, sizeof what, "weight dtype %d", BAD_W[k]);
@@ -1542,7 +1623,9 @@ static void test_row_bytes(void) {
         {F32, 1, 4}, {F32, 7, 28}, {F32, 4096, 16384}, {F16, 1, 2}, {F16, 7, 14}, {F16, 4096, 8192},
         {Q8, 32, 34}, {Q8, 64, 68}, {Q8, 4096, 4352}, {Q4, 32, 18}, {Q4, 96, 54}, {Q4, 4096, 2304},
         {Q8, 33, 0}, {Q8, 16, 0}, {Q4, 48, 0}, {Q4, 1, 0}, {F32, 0, 0}, {F16, -4, 0}, {Q8, 0, 0}, {Q4, -32, 0},
-        {SDPA_DTYPE_BOOL, 32, 0}, {SDPA_DTYPE_INT8, 32, 0}, {SDPA_DTYPE_INT4, 32, 0}, {0, 32, 0}, {8, 32, 0},
+        {SDPA_DTYPE_BOOL, 32, 0}, {SDPA_DTYPE_INT8, 32, 0}, {SDPA_DTYPE_INT4, 32, 0}, {0, 32, 0}, {50, 32, 0},
+        {K4, 256, 144}, {K4, 512, 288}, {K4, 4096, 2304}, {K6, 256, 210}, {K6, 768, 630}, {K6, 4096, 3360},
+        {K4, 32, 0}, {K4, 288, 0}, {K6, 128, 0}, {K6, 255, 0}, {K4, 0, 0}, {K6, -256, 0},
         {99, 32, 0}, {-1, 32, 0},
     };
     for (int i = 0; i < COUNT(T); i++) {
@@ -2125,6 +2208,285 @@ static void test_int16(void) {
     test_int16_scratch();
 }
 
+/* ---- 9: the k-quants (q4_k, q6_k) ------------------------------------------ */
+
+/* sdpa_linear on q4_k / q6_k weights: n in {1..5, 8, 9, 67, 130}, out features
+ * 1..37, 64, 130 (tails of the far-apart decode streams and of the 4-row
+ * prefill), cols 256, 512, 768, 1024, accumulate 0 / 1, any alignment, x of
+ * rank 1 to 4; held to the double product over the test's dequantization, 1-4
+ * threads and each x row alone bit-identical (run_product). */
+static void sweep_k_linear(void) {
+    static const int N_LIST[] = {1, 2, 3, 4, 5, 8, 9, 67, 130};
+    static const int COLS_K[] = {256, 512, 768, 1024};
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed(0) * 7919 + 9);
+    for (int d = 0; d < COUNT(K_DTYPES); d++) {
+        const int32_t dt = K_DTYPES[d];
+        int k = 0;
+        for (int ni = 0; ni < COUNT(N_LIST); ni++)
+            for (int32_t rows = 1; rows <= 39; rows++, k++) {
+                const int32_t r = rows == 38 ? 64 : rows == 39 ? 130 : rows;
+                const int32_t n = N_LIST[ni];
+                if (n >= 67 && r > 8 && r % 5 != 0) continue;  /* (the big n: a few weight shapes) */
+                linear_case(&rng, dt, n, r, COLS_K[(k * 5 + ni) % COUNT(COLS_K)], (k / 3 + ni) & 1, k % 4, (k + ni) % 3);
+            }
+        linear_case(&rng, dt, 130, 130, 1024, 1, 3, 0);
+        linear_case(&rng, dt, 1, 130, 1024, 0, 1, 1);
+    }
+    tu_context[0] = 0;
+}
+
+/* NaN / Inf in a k-quant block's float16 scales: a NaN d (q6_k) or dmin
+ * (q4_k) in block 1 of row 2 makes that row NaN; an Inf d in block 1 of row 4,
+ * with every q there non-zero, every scale 1 (q4_k: mins 0) and x > 0 over the
+ * block, makes it +Inf; the other rows are held to the tolerance and
+ * bit-identical across threads and x-row counts. */
+static void test_k_nonfinite(void) {
+    static const int NS[] = {1, 3, 6, 9};
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed(0) * 7919 + 10);
+    const int32_t rows = 12, cols = 768;
+    for (int d = 0; d < COUNT(K_DTYPES); d++)
+        for (int ni = 0; ni < COUNT(NS); ni++) {
+            const int32_t dt = K_DTYPES[d], n = NS[ni];
+            char label[160];
+            snprintf(label, sizeof label, "%s NaN / Inf scales: n=%d rows=%d cols=%d", dtype_name(dt), n, rows, cols);
+            snprintf(tu_context, sizeof tu_context, "%s", label);
+            const size_t rb = ref_row_bytes(dt, cols), bb = dt == K4 ? 144 : 210;
+            uint8_t * w = tu_malloc(rb * rows);
+            fill_weight(&rng, dt, w, rows, cols);
+            const uint16_t nan_h = 0x7e00, inf_h = 0x7c00, zero_h = 0;
+            uint8_t * b2 = w + 2 * rb + bb, * b4 = w + 4 * rb + bb;
+            if (dt == K4) {
+                static const uint8_t ONES[12] = {1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1};  /* sc 1, m 0 (get_scale_min_k4) */
+                memcpy(b2 + 2, &nan_h, 2);
+                memcpy(b4, &inf_h, 2);
+                memcpy(b4 + 2, &zero_h, 2);
+                memcpy(b4 + 4, ONES, 12);
+                memset(b4 + 16, 0xdd, 128);   /* every nibble 13 */
+            } else {
+                memcpy(b2 + 208, &nan_h, 2);
+                memcpy(b4 + 208, &inf_h, 2);
+                memset(b4, 0x11, 128);        /* low 4 bits 1 */
+                memset(b4 + 128, 0xaa, 64);   /* high 2 bits 2: q = 33, q - 32 = 1 */
+                memset(b4 + 192, 1, 16);
+            }
+            float * x = tu_malloc((size_t)n * cols * 4);
+            fill_normal(&rng, x, (size_t)n * cols, 1.0f);
+            for (int32_t i = 0; i < n; i++)
+                for (int32_t j = 256; j < 512; j++) x[(size_t)i * cols + j] = fabsf(x[(size_t)i * cols + j]) + 0.25f;
+            product_ref r = linear_reference(dt, w, x, NULL, n, rows, cols);
+            for (int32_t i = 0; i < n; i++)
+                TU_CHECK(isnan(r.ref[i * rows + 2]) && r.ref[i * rows + 4] == INFINITY && isfinite(r.ref[i * rows]),
+                         "%s: the test's own setup (x row %d)", label, i);
+            free(r.ref);
+            free(r.mag);
+            run_product(label, dt, w, rows, cols, x, n, NULL, ni % 3);
+            free(x);
+            free(w);
+        }
+    tu_context[0] = 0;
+}
+
+/* sdpa_embed on k-quant tables: exactly ggml's dequantized values (each is
+ * exact in float32 here: d sc q and dmin m are, and q4_k's difference is
+ * one float32 rounding, as the double reference rounded once); a NaN d (and
+ * q4_k: a NaN dmin) row reads NaN. */
+static void test_k_embed(void) {
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed(0) * 7919 + 11);
+    const int32_t vocab = 40;
+    static const int DIMS[] = {256, 768};
+    for (int d = 0; d < COUNT(K_DTYPES); d++)
+        for (int di = 0; di < COUNT(DIMS); di++) {
+            const int32_t dt = K_DTYPES[d], dim = DIMS[di], off = (d + di) % 4;
+            snprintf(tu_context, sizeof tu_context, "embed %s vocab=%d dim=%d table offset %d", dtype_name(dt), vocab, dim, off);
+            const size_t rb = ref_row_bytes(dt, dim);
+            uint8_t * base = tu_malloc(rb * vocab + (size_t)off);
+            uint8_t * table = base + off;
+            fill_weight(&rng, dt, table, vocab, dim);
+            const uint16_t nan_h = 0x7e00;
+            memcpy(table + 5 * rb + (dt == K4 ? 0 : 208), &nan_h, 2);
+            if (dt == K4) memcpy(table + 6 * rb + 144 + 2, &nan_h, 2);  /* a NaN dmin (dim 768: block 1) */
+            static const int32_t IDS[] = {0, 39, 5, 6, 3, 5, 17, 1, 2, 38, 10, 0, 24, 31, 6, 9, 12};
+            const int32_t nn = COUNT(IDS);
+            float * out = tu_malloc((size_t)nn * dim * 4);
+            tu_fill_nan(out, (size_t)nn * dim);
+            sdpa_tensor tt = tu_tensor2(table, dt, vocab, dim), ot = tu_tensor2(out, F32, nn, dim);
+            sdpa_ctx * ctx = g_ctx[di % 4];
+            tu_dirty_error(ctx);
+            const sdpa_status st = sdpa_embed(ctx, &tt, IDS, nn, &ot);
+            if (TU_CHECK(st == SDPA_OK, "sdpa_embed returned %s: %s", sdpa_status_code(st), sdpa_ctx_last_error(ctx))) {
+                int bi = -1, bj = -1, nans = 0;
+                for (int32_t i = 0; i < nn && bi < 0; i++)
+                    for (int32_t j = 0; j < dim && bi < 0; j++) {
+                        const double ref = ref_wval(dt, table + (size_t)IDS[i] * rb, j);
+                        const float rf = (float)ref, g = out[(size_t)i * dim + j];
+                        nans += isnan(ref);
+                        if (isnan(ref) ? !isnan(g) : memcmp(&rf, &g, 4) != 0) { bi = i; bj = j; }
+                    }
+                TU_CHECK(bi < 0, "out[%d][%d] (table row %d) = %.9g, expected %.9g", bi, bj, bi < 0 ? 0 : IDS[bi],
+                         bi < 0 ? 0.0 : (double)out[(size_t)bi * dim + bj], bi < 0 ? 0.0 : ref_wval(dt, table + (size_t)IDS[bi] * rb, bj));
+                TU_CHECK(nans > 0, "the test's own setup: no NaN row read");
+            }
+            free(out);
+            free(base);
+            g_cases++;
+        }
+    tu_context[0] = 0;
+}
+
+/* The k-quants' own rules (the generic ones are each dtype's in section 6):
+ * rows not whole blocks of 256, sdpa_quantize to them refused (E_DTYPE),
+ * the overlap rule over their block bytes, and INT16_ACTIVATIONS changes no
+ * bit on them. Nothing written on a rejection. */
+static void bad_k(sdpa_ctx * ctx, int32_t dt) {
+    enum { N = 2, R = 4, C = 512 };
+    const size_t rb = ref_row_bytes(dt, C), wcap = (size_t)R * C * 4;
+    float * x = tu_malloc(N * C * 4), * out = tu_malloc(N * R * 4), * y0 = tu_malloc(N * R * 4);
+    uint8_t * w = tu_malloc(wcap);
+    memset(w, 0, wcap);
+    tu_rng rng;
+    tu_rng_seed(&rng, 98);
+    fill_normal(&rng, x, N * C, 1.0f);
+    fill_weight(&rng, dt, w, R, C);
+    sdpa_tensor X = tu_tensor2(x, F32, N, C), W = tu_tensor2(w, dt, R, C), O = tu_tensor2(out, F32, N, R);
+    sdpa_tensor a, b, c;
+    char d[200], needle[120];
+#define KLIN(desc_, want_, needle_, xp, wp, op)                                             \
+    do {                                                                                    \
+        snprintf(d, sizeof d, "linear (%s weight): %s", dtype_name(dt), desc_);             \
+        pattern(out, N * R * 4);                                                             \
+        guard(out, N * R * 4); guard(x, N * C * 4); guard(w, wcap);                       \
+        expect_reject(ctx, sdpa_linear(ctx, xp, wp, op, 0), want_, needle_, d);            \
+    } while (0)
+    static const int BAD_COLS[] = {32, 128, 288, 480};
+    for (int k = 0; k < COUNT(BAD_COLS); k++) {
+        const int32_t cc = BAD_COLS[k];
+        a = X; a.dims[1] = cc; a.len = (size_t)N * cc;
+        b = W; b.dims[1] = cc; b.len = (size_t)R * cc;
+        snprintf(needle, sizeof needle, "weight is %s [%d, %d] with rows of %d values; expected a multiple of 256", dtype_name(dt), R, cc, cc);
+        KLIN("rows not whole blocks", SDPA_E_DIMS, needle, &a, &b, &O);
+        /* the dims rule comes before the dtype rule */
+        a.dtype = F16;
+        KLIN("rows not whole blocks + x float16", SDPA_E_DIMS, "expected a multiple of 256", &a, &b, &O);
+    }
+    a = X; a.dims[1] = 256; a.len = N * 256;
+    KLIN("x cols 256 for weight cols 512", SDPA_E_DIMS, "x has dims [2, 256]", &a, &W, &O);
+    {   /* out over weight's last 4 bytes (its block bytes, not 4 a value): E_ARG; right after: accepted */
+        const size_t wb = rb * R, ob = N * R * 4;
+        uint8_t * buf = tu_malloc(wb + ob);
+        memcpy(buf, w, wb);
+        a = W; a.data = buf;
+        b = O; b.data = buf + wb - 4;
+        snprintf(d, sizeof d, "linear (%s weight): out overlapping weight's last 4 bytes", dtype_name(dt));
+        guard(buf, wb + ob); guard(x, N * C * 4);
+        expect_reject(ctx, sdpa_linear(ctx, &X, &a, &b, 0), SDPA_E_ARG, "with weight;", d);
+        b.data = buf + wb;
+        snprintf(d, sizeof d, "linear (%s weight): out right after weight", dtype_name(dt));
+        expect_ok(ctx, sdpa_linear(ctx, &X, &a, &b, 0), d);
+        free(buf);
+    }
+    /* INT16_ACTIVATIONS: no effect on the k-quants (the same bits, accumulate too) */
+    fill_normal(&rng, y0, N * R, 1.0f);
+    for (int acc = 0; acc < 2; acc++) {
+        float * y1 = tu_malloc(N * R * 4), * y2 = tu_malloc(N * R * 4);
+        memcpy(y1, y0, N * R * 4);
+        memcpy(y2, y0, N * R * 4);
+        b = O; b.data = y1;
+        c = O; c.data = y2;
+        snprintf(d, sizeof d, "linear (%s weight): accumulate %d", dtype_name(dt), acc);
+        expect_ok(ctx, sdpa_linear(ctx, &X, &W, &b, acc), d);
+        expect_ok(ctx, sdpa_linear(ctx, &X, &W, &c, acc | SDPA_LINEAR_INT16_ACTIVATIONS), d);
+        TU_CHECK(memcmp(y1, y2, N * R * 4) == 0, "%s: INT16_ACTIVATIONS changed bits on %s", d, dtype_name(dt));
+        free(y1);
+        free(y2);
+    }
+#undef KLIN
+    /* sdpa_quantize to a k-quant: E_DTYPE, nothing written */
+    {
+        float * src = tu_malloc(R * C * 4);
+        fill_normal(&rng, src, R * C, 1.0f);
+        uint8_t * q = tu_malloc(rb * R);
+        pattern(q, rb * R);
+        sdpa_tensor st = tu_tensor2(src, F32, R, C), qt = tu_tensor2(q, dt, R, C);
+        guard(q, rb * R); guard(src, R * C * 4);
+        snprintf(d, sizeof d, "quantize to %s", dtype_name(dt));
+        snprintf(needle, sizeof needle, "out has dtype %s (%d)", dtype_name(dt), dt);
+        expect_reject(ctx, sdpa_quantize(ctx, &st, &qt), SDPA_E_DTYPE, needle, d);
+        qt.dims[1] = 288; qt.len = R * 288; st.dims[1] = 288; st.len = R * 288;
+        guard(q, rb * R); guard(src, R * C * 4);
+        snprintf(d, sizeof d, "quantize to %s, cols 288", dtype_name(dt));
+        expect_reject(ctx, sdpa_quantize(ctx, &st, &qt), SDPA_E_DIMS, "expected a multiple of 256", d);
+        free(q);
+        free(src);
+    }
+    /* sdpa_embed on a table whose rows are not whole blocks */
+    {
+        const int32_t ids[2] = {0, 1};
+        float * e = tu_malloc(2 * 288 * 4);
+        pattern(e, 2 * 288 * 4);
+        sdpa_tensor tt = tu_tensor2(w, dt, 2, 288), et = tu_tensor2(e, F32, 2, 288);
+        guard(e, 2 * 288 * 4);
+        snprintf(d, sizeof d, "embed (%s table): dim 288", dtype_name(dt));
+        snprintf(needle, sizeof needle, "table is %s [2, 288] with rows of 288 values; expected a multiple of 256", dtype_name(dt));
+        expect_reject(ctx, sdpa_embed(ctx, &tt, ids, 2, &et), SDPA_E_DIMS, needle, d);
+        free(e);
+    }
+    free(x);
+    free(out);
+    free(y0);
+    free(w);
+}
+
+/* The decode path of the k-quants takes no scratch (q4_k's sums of x are made
+ * in the kernel); a q4_k prefill takes its sums' scratch on its first call. */
+static void test_k_no_alloc(void) {
+    sdpa_status s = SDPA_E_ARG;
+    sdpa_ctx * ctx = sdpa_ctx_create(2, &s);
+    if (!TU_CHECK(ctx && s == SDPA_OK, "sdpa_ctx_create(2): %s", sdpa_status_code(s))) return;
+    sdpa_ctx_set_dense_parallel_min_macs(ctx, 0);
+    tu_rng rng;
+    tu_rng_seed(&rng, 95);
+    enum { R = 70, C = 512 };
+    float * x = tu_malloc(5 * C * 4), * y = tu_malloc(5 * R * 4), * e = tu_malloc(2 * C * 4);
+    fill_normal(&rng, x, 5 * C, 1.0f);
+    uint8_t * w[2];
+    for (int d = 0; d < 2; d++) {
+        w[d] = tu_malloc(ref_row_bytes(K_DTYPES[d], C) * R);
+        fill_weight(&rng, K_DTYPES[d], w[d], R, C);
+    }
+    const int32_t ids[2] = {3, 69};
+    const size_t before = sdpa_ctx_scratch_bytes(ctx);
+    for (int rep = 0; rep < 3; rep++)
+        for (int d = 0; d < 2; d++) {
+            sdpa_tensor xt = tensor1(x, F32, C), wt = tu_tensor2(w[d], K_DTYPES[d], R, C), yt = tensor1(y, F32, R);
+            TU_CHECK(sdpa_linear(ctx, &xt, &wt, &yt, rep & 1) == SDPA_OK, "decode %s", dtype_name(K_DTYPES[d]));
+            sdpa_tensor et = tu_tensor2(e, F32, 2, C);
+            TU_CHECK(sdpa_embed(ctx, &wt, ids, 2, &et) == SDPA_OK, "embed %s", dtype_name(K_DTYPES[d]));
+        }
+    TU_CHECK(sdpa_ctx_scratch_bytes(ctx) == before, "scratch %zu -> %zu bytes over k-quant decode calls", before,
+             sdpa_ctx_scratch_bytes(ctx));
+    sdpa_tensor x5 = tu_tensor2(x, F32, 5, C), w5 = tu_tensor2(w[0], K4, R, C), y5 = tu_tensor2(y, F32, 5, R);
+    TU_CHECK(sdpa_linear(ctx, &x5, &w5, &y5, 0) == SDPA_OK, "q4_k prefill");
+    TU_CHECK(sdpa_ctx_scratch_bytes(ctx) >= 5 * (C / 32) * 4, "q4_k prefill: scratch %zu bytes, expected room for the sums",
+             sdpa_ctx_scratch_bytes(ctx));
+    for (int d = 0; d < 2; d++) free(w[d]);
+    free(x);
+    free(y);
+    free(e);
+    sdpa_ctx_free(ctx);
+}
+
+static void test_k_quants(void) {
+    sweep_k_linear();
+    test_k_nonfinite();
+    test_k_embed();
+    for (int d = 0; d < COUNT(K_DTYPES); d++) bad_k(g_ctx[d % 4], K_DTYPES[d]);
+    test_k_no_alloc();
+    tu_context[0] = 0;
+}
+
 int main(void) {
     const double t0 = tu_seconds();
     for (int i = 0; i < 4; i++) {
@@ -2172,6 +2534,7 @@ int main(void) {
     SECTION("bad input", test_bad_input());
     SECTION("no allocation", test_no_alloc());
     SECTION("int16 x", test_int16());
+    SECTION("k-quants", test_k_quants());
 
     for (int i = 0; i < ns; i++)
         printf("  %-14s %5ld cases  %6.2f s\n", sections[i].name, sections[i].cases, sections[i].secs);
