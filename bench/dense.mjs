@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// The weight products (sdpa.linear) per weight dtype (float32, float16, q8_0, q4_0; and q8_0 /
-// q4_0 with activations: 'int16', the option that quantizes x per block), against the
+// The weight products (sdpa.linear) per weight dtype (float32, float16, q8_0, q4_0, q4_k, q6_k;
+// and q8_0 / q4_0 with activations: 'int16', the option that quantizes x per block), against the
 // machine's limits probed all through the same run (bench/lib/limits.mjs openLimits: read
 // bandwidth and f32x4 mul+add peak, 1 and 2 threads, one sample of each before every row):
 //   * one matrix at a time: every distinct [out, in] of one token of the shipped model
@@ -22,7 +22,7 @@
 // (--quick: under 1).
 //
 //   node bench/dense.mjs [--quick] [--json] [--threads=1,2] [--models=shipped,135m]
-//                        [--dtypes=float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16] [--rows=1,64,512] [--budget=300]
+//                        [--dtypes=float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16,q4_k,q6_k] [--rows=1,64,512] [--budget=300]
 //                        [--no-matrices] [--no-token] [--no-pool]
 //   node bench/dense.mjs --render=dense.json     the tables of a saved --json run
 import { execFileSync } from 'node:child_process';
@@ -33,7 +33,7 @@ import { fileURLToPath } from 'node:url';
 import { createSdpa, INTERNALS } from '../js/index.js';
 import { openLimits } from './lib/limits.mjs';
 import { SHIPPED, SMOLLM2_135M } from './lib/random-llama.mjs';
-import { rowBytes, distinctShapes, tokenProducts } from './lib/dense-shapes.mjs';
+import { rowBytes, blockOf, distinctShapes, tokenProducts } from './lib/dense-shapes.mjs';
 import { now, stats, rngSigned } from './lib/util.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -46,7 +46,10 @@ const JSON_OUT = flag('json');
 const THREADS = arg('threads', '1,2').split(',').map(Number);
 const MODEL_IDS = arg('models', 'shipped,135m').split(',');
 // a weight dtype, or q8_0+int16 / q4_0+int16: the same weights with sdpa.linear's activations: 'int16'
-const DTYPES = arg('dtypes', 'float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16').split(',');
+// (q4_k / q6_k: only the matrices whose in features are whole blocks of 256, and no token row:
+// neither model has every in features a multiple of 256; their weights are random block bytes
+// with sane scales, since sdpa.quantize does not make them)
+const DTYPES = arg('dtypes', 'float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16,q4_k,q6_k').split(',');
 /** { dtype, act, opts(o) }: a --dtypes entry (act: the activations option, or undefined). */
 const variantOf = (v) => { const [dtype, act] = v.split('+'); return { dtype, act, opts: (o) => (act ? { ...o, activations: act } : o) }; };
 const ROWS = arg('rows', QUICK ? '1,64' : '1,64,512').split(',').map(Number);
@@ -119,8 +122,20 @@ function randomTensor(dims, scale = 1) {
 }
 const bytesOf = (t) => { const d = t.data; return new Uint8Array(d.buffer, d.byteOffset, d.byteLength); };
 
-/** A weight [rows, cols] of dtype made from random values (quantized through a float32 staging tensor). */
+/** ggml's k-quant block bytes and where their float16 scales sit (d, dmin) with sane values for them. */
+const K_BLOCKS = { q4_k: { bytes: 144, halves: [[0, 0x1400], [2, 0x1800]] }, q6_k: { bytes: 210, halves: [[208, 0x0c00]] } };
+
+/** A weight [rows, cols] of dtype made from random values (quantized through a float32 staging tensor; the k-quants: random block bytes, sane scales). */
 function makeWeight(dtype, rows, cols) {
+  if (K_BLOCKS[dtype]) {
+    const w = sdpa.allocTensor(dtype, [rows, cols]);
+    const b = new Uint8Array(w.byteLength);
+    for (let i = 0; i < b.length; i++) b[i] = (rng() * 128 + 128) & 255;
+    const { bytes, halves } = K_BLOCKS[dtype];
+    for (let at = 0; at < b.length; at += bytes) for (const [o, h] of halves) { b[at + o] = h & 255; b[at + o + 1] = h >> 8; }
+    w.setBytes(b);
+    return w;
+  }
   const st = randomTensor([rows, cols], 1 / Math.sqrt(cols));
   if (dtype === 'float32') return st;
   const w = sdpa.allocTensor(dtype, [rows, cols]);
@@ -215,6 +230,7 @@ function matrixRows(modelId, variant) {
   const s = MODELS[modelId].shape;
   const { dtype, opts } = variantOf(variant);
   for (const sh of distinctShapes(s)) {
+    if (sh.cols % blockOf(dtype) !== 0) continue;  // (a k-quant needs in features of whole blocks of 256)
     const wb = sh.rows * rowBytes(dtype, sh.cols);
     const nCopies = Math.min(MAX_COPIES, Math.max(2, Math.ceil(COLD_BYTES / wb)));
     const master = makeWeight(dtype, sh.rows, sh.cols);
@@ -250,6 +266,10 @@ function tokenRows(modelId, variant) {
   const s = MODELS[modelId].shape;
   const { dtype, opts } = variantOf(variant);
   const list = tokenProducts(s);
+  if (list.some((p) => p.cols % blockOf(dtype) !== 0)) {
+    note(`dense: ${modelId} token ${variant}: skipped (in features not all whole blocks of ${blockOf(dtype)})`);
+    return;
+  }
   const setBytes = list.reduce((b, p) => b + p.rows * rowBytes(dtype, p.cols), 0);
   const flops = list.reduce((f, p) => f + 2 * p.rows * p.cols, 0);
   const sets = Math.max(1, Math.ceil(COLD_BYTES / setBytes));

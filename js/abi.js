@@ -20,6 +20,8 @@ export const WEIGHT_DTYPES = Object.freeze(Object.assign(Object.create(null), {
   float16: Object.freeze({ id: 3, block: 1, blockBytes: 2 }),
   q8_0: Object.freeze({ id: 6, block: 32, blockBytes: 34 }),
   q4_0: Object.freeze({ id: 7, block: 32, blockBytes: 18 }),
+  q4_k: Object.freeze({ id: 8, block: 256, blockBytes: 144 }),
+  q6_k: Object.freeze({ id: 9, block: 256, blockBytes: 210 }),
 }));
 /** Cache dtypes (sdpa_kv_cache_desc key_dtype / value_dtype) by name: their sdpa_dtype number. */
 export const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { float32: 1, float16: 3, int8: 4, int4: 5 }));

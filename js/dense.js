@@ -190,7 +190,7 @@ export function denseEntries(core) {
     const fn = 'sdpa.quantize';
     const ck = new Checks(fn);
     const S = tensorArg(ck, core, 'source', source);
-    const O = out === undefined || out === null ? (ck.add('E_ARG', 'out is missing; expected a heap tensor of a weight dtype (float32, float16, q8_0, q4_0)'), null) : tensorArg(ck, core, 'out', out);
+    const O = out === undefined || out === null ? (ck.add('E_ARG', 'out is missing; expected a heap tensor of float32, float16, q8_0 or q4_0 (the dtypes it quantizes to)'), null) : tensorArg(ck, core, 'out', out);
     core.checkAlive(ck);
     ck.done();
     const v = core.views();

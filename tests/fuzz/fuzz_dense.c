@@ -17,7 +17,8 @@
  *   - the status is OK or one of the rule codes (E_ARG, E_RANK, E_DIMS, E_DTYPE);
  *   - a failure writes no byte of out and leaves a message;
  *   - a linear that succeeds equals a float64 product over the dequantized
- *     weights (ggml's layouts, decoded here) and the original x within float32
+ *     weights (ggml's layouts, decoded here: q4_k / q6_k too, whose |w| in
+ *     the bound is q4_k's |d sc q| + |dmin m|) and the original x within float32
  *     rounding, 1e-5 (|y0| + sum_j |w_j x_j|) + 1e-30, where every value is
  *     finite (over the dims the call was given, which need not be the ones
  *     the input first asked for); and is bit-identical on 1 and 3 threads;
@@ -70,12 +71,17 @@ static uint32_t take_data(reader * r, uint32_t mod) {
 }
 
 static const int32_t DTYPES[] = { SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_Q8_0, SDPA_DTYPE_Q4_0,
-                                  SDPA_DTYPE_FLOAT32, SDPA_DTYPE_BOOL, SDPA_DTYPE_INT8, 99 };
+                                  SDPA_DTYPE_FLOAT32, SDPA_DTYPE_BOOL, SDPA_DTYPE_INT8, 99,
+                                  SDPA_DTYPE_Q4_K, SDPA_DTYPE_Q6_K };
+#define N_DTYPES ((uint32_t)(sizeof DTYPES / sizeof DTYPES[0]))
+static int is_k(int32_t dt) { return dt == SDPA_DTYPE_Q4_K || dt == SDPA_DTYPE_Q6_K; }
 
 static size_t bytes_of(int32_t dtype, size_t len) {
     switch (dtype) {
     case SDPA_DTYPE_Q8_0: return (len + 31) / 32 * 34;
     case SDPA_DTYPE_Q4_0: return (len + 31) / 32 * 18;
+    case SDPA_DTYPE_Q4_K: return (len + 255) / 256 * 144;
+    case SDPA_DTYPE_Q6_K: return (len + 255) / 256 * 210;
     case SDPA_DTYPE_FLOAT16: return len * 2;
     case SDPA_DTYPE_BOOL: case SDPA_DTYPE_INT8: return len;
     default: return len * 4;
@@ -88,8 +94,8 @@ static float half(uint16_t h) {
     return h & 0x8000 ? -v : v;
 }
 
-/* Element j of row r of a weight of `cols` (independent of src/dense). */
-static double weight_at(int32_t dtype, const uint8_t * w, int32_t cols, int32_t r, int32_t j) {
+/* Element j of row r of a float32 / float16 / q8_0 / q4_0 weight of `cols`. */
+static double weight_at1(int32_t dtype, const uint8_t * w, int32_t cols, int32_t r, int32_t j) {
     if (dtype == SDPA_DTYPE_FLOAT32) { float f; memcpy(&f, w + ((size_t)r * cols + j) * 4, 4); return f; }
     if (dtype == SDPA_DTYPE_FLOAT16) { uint16_t h; memcpy(&h, w + ((size_t)r * cols + j) * 2, 2); return half(h); }
     const size_t bb = dtype == SDPA_DTYPE_Q8_0 ? 34 : 18;
@@ -100,6 +106,43 @@ static double weight_at(int32_t dtype, const uint8_t * w, int32_t cols, int32_t 
     return (double)half(h) * ((k < 16 ? b[2 + k] & 15 : b[2 + k - 16] >> 4) - 8);
 }
 
+/* The k-quants' element j of a block (ggml's block_q4_K / block_q6_K and
+ * dequantize_row_q4_K / _q6_K); *mag: |d sc q| + |dmin m| (q4_k's two terms). */
+static double k_value(int32_t dtype, const uint8_t * b, int j, double * mag) {
+    if (dtype == SDPA_DTYPE_Q4_K) {
+        uint16_t hd, hm;
+        memcpy(&hd, b, 2);
+        memcpy(&hm, b + 2, 2);
+        const int s = j / 32;
+        const uint8_t * q = b + 4;
+        const int sc = s < 4 ? q[s] & 63 : (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
+        const int m = s < 4 ? q[s + 4] & 63 : (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+        const uint8_t byte = b[16 + 32 * (j / 64) + j % 32];
+        const int v = j % 64 < 32 ? byte & 15 : byte >> 4;
+        const double a = (double)half(hd) * sc * v, c = (double)half(hm) * m;
+        *mag = fabs(a) + fabs(c);
+        return a - c;
+    }
+    uint16_t hd;
+    memcpy(&hd, b + 208, 2);
+    const int n = j / 128, l = j % 32, k = (j % 128) / 32;
+    const uint8_t lb = b[64 * n + l + 32 * (k & 1)];
+    const int v = ((k < 2 ? lb & 15 : lb >> 4) | ((b[128 + 32 * n + l] >> (2 * k)) & 3) << 4) - 32;
+    const double a = (double)half(hd) * (int8_t)b[192 + j / 16] * v;
+    *mag = fabs(a);
+    return a;
+}
+
+/* Element j of row r of a weight of `cols` (independent of src/dense); *mag its magnitude for the tolerance. */
+static double weight_at(int32_t dtype, const uint8_t * w, int32_t cols, int32_t r, int32_t j, double * mag) {
+    if (is_k(dtype)) {
+        const size_t bb = dtype == SDPA_DTYPE_Q4_K ? 144 : 210;
+        return k_value(dtype, w + (size_t)r * (cols / 256) * bb + (size_t)(j / 256) * bb, j % 256, mag);
+    }
+    const double v = weight_at1(dtype, w, cols, r, j);
+    *mag = fabs(v);
+    return v;
+}
 /* A tensor of the input's choosing: dims (rank 0..5, each 1..40 or 0 / -1 rarely), a claimed len;
  * its buffer allocated, filled later (fill): every choice of shape is read first. */
 static sdpa_tensor make(reader * r, int32_t dtype, int want_rank, const int32_t * want) {
@@ -145,11 +188,12 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     reader r = { data, size, 0x2545F4914F6CDD1Dull };
     for (size_t i = 0; i < size; i++) r.rng = (r.rng ^ data[i]) * 0x100000001B3ull;
     const uint32_t op = take(&r, 5);
-    const int32_t wdt = DTYPES[take(&r, 8)];
+    const int32_t wdt = DTYPES[take(&r, N_DTYPES)];
     const int32_t n = (int32_t)take(&r, 6) + 1, rows = (int32_t)take(&r, 37) + 1;
-    const int32_t cols = wdt == SDPA_DTYPE_Q8_0 || wdt == SDPA_DTYPE_Q4_0 ? 32 * ((int32_t)take(&r, 4) + 1) : (int32_t)take(&r, 70) + 1;
+    const int32_t cols = is_k(wdt) ? 256 * ((int32_t)take(&r, 2) + 1)
+                         : wdt == SDPA_DTYPE_Q8_0 || wdt == SDPA_DTYPE_Q4_0 ? 32 * ((int32_t)take(&r, 4) + 1) : (int32_t)take(&r, 70) + 1;
     const int32_t xd[2] = { n, cols }, wd[2] = { rows, cols }, od[2] = { n, rows }, vd[1] = { cols };
-    const int32_t act = take(&r, 8) == 0 ? DTYPES[take(&r, 8)] : SDPA_DTYPE_FLOAT32;
+    const int32_t act = take(&r, 8) == 0 ? DTYPES[take(&r, N_DTYPES)] : SDPA_DTYPE_FLOAT32;
     sdpa_tensor x = make(&r, act, 2, xd), w, out, aux;
     memset(&aux, 0, sizeof aux);
     switch (op) {
@@ -218,9 +262,10 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
                         for (int k = 0; k < 32; k++) amax = fmax(amax, fabs((double)xi[j + k]));
                         eb = 0.5 * (amax / 32767.0) * (1 + 0x1p-23) + 4 * 0x1p-24 * amax;
                     }
-                    const double wv = weight_at(wdt, w.data, cols, o, j), p = wv * xi[j];
+                    double wm;
+                    const double wv = weight_at(wdt, w.data, cols, o, j, &wm), p = wv * xi[j];
                     ref += p;
-                    mag += fabs(p);
+                    mag += wm * fabs((double)xi[j]);
                     qerr += fabs(wv) * eb;
                 }
                 const double got = ((const float *)out_t->data)[(size_t)i * rows + o];

@@ -29,7 +29,7 @@ import * as assert from 'uvu/assert';
 import { createSdpa, SdpaError, INTERNALS } from '../../js/index.js';
 import { rng, expectError, sameBits } from './helpers.js';
 import {
-  dequantize, quantize, numberToHalf, weightBytes, linearRef, rmsNormRef, swigluRef,
+  dequantize, quantize, numberToHalf, halfToNumber, weightBytes, linearRef, rmsNormRef, swigluRef,
 } from './dense-reference.js';
 
 const U = 2 ** -24;
@@ -856,6 +856,251 @@ test('a decode-shaped embed / rmsNorm / linear / swiglu loop allocates nothing i
   assert.is(core.heapBytes(), bytes0, 'no memory growth');
   assert.ok(x.data.subarray(0, dim).every(Number.isFinite), 'finite results');
   s.dispose();
+});
+
+// ---- the k-quants: q4_k, q6_k ------------------------------------------------
+//
+// Their float64 dequantizer, written here from ggml's block_q4_K / block_q6_K
+// (ggml-common.h) and dequantize_row_q4_K / _q6_K (ggml-quants.c), value by
+// value. Tolerance as linear's (cols / 4 + 10) u, against q4_k's magnitude
+// |d sc q| + |dmin m| per value (the kernel scales a sub-block's products and
+// subtracts its mins apart: the two terms, not their difference, round).
+
+const K_DTYPES = ['q4_k', 'q6_k'];
+const K_BYTES = { q4_k: 144, q6_k: 210 };
+
+/** ggml's get_scale_min_k4: sub-block s's 6-bit scale and min from the 12 bytes at `at`. */
+function scaleMinK4(bytes, at, s) {
+  if (s < 4) return [bytes[at + s] & 63, bytes[at + s + 4] & 63];
+  return [(bytes[at + s + 4] & 15) | ((bytes[at + s - 4] >> 6) << 4), (bytes[at + s + 4] >> 4) | ((bytes[at + s] >> 6) << 4)];
+}
+
+/**
+ * { values, mags } of a [rows, cols] k-quant weight, Float64Arrays. `wrong`
+ * misreads the layout (a test of the tests): 'nibbles' takes q4_k's high
+ * nibble for the low one, 'high' q6_k's two high bits from the wrong pair.
+ */
+function kDequantize(dtype, bytes, rows, cols, wrong = null) {
+  const values = new Float64Array(rows * cols), mags = new Float64Array(rows * cols);
+  const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const nb = cols / 256, bb = K_BYTES[dtype];
+  for (let r = 0; r < rows; r++) {
+    for (let b = 0; b < nb; b++) {
+      const at = (r * nb + b) * bb, o = r * cols + b * 256;
+      if (dtype === 'q4_k') {
+        const d = halfToNumber(dv.getUint16(at, true)), dmin = halfToNumber(dv.getUint16(at + 2, true));
+        for (let j = 0; j < 256; j++) {
+          const [sc, m] = scaleMinK4(bytes, at + 4, j >> 5);
+          const byte = bytes[at + 16 + 32 * (j >> 6) + (j & 31)];
+          const high = (j & 63) >= 32;
+          const q = (wrong === 'nibbles' ? !high : high) ? byte >> 4 : byte & 15;
+          values[o + j] = d * sc * q - dmin * m;
+          mags[o + j] = Math.abs(d * sc * q) + Math.abs(dmin * m);
+        }
+      } else {
+        const d = halfToNumber(dv.getUint16(at + 208, true));
+        for (let j = 0; j < 256; j++) {
+          const h = j >> 7, l = j & 31, k = (j & 127) >> 5;
+          const lb = bytes[at + 64 * h + l + 32 * (k & 1)];
+          const low = k < 2 ? lb & 15 : lb >> 4;
+          const shift = wrong === 'high' ? 2 * (3 - k) : 2 * k;
+          const hi = (bytes[at + 128 + 32 * h + l] >> shift) & 3;
+          const sc = dv.getInt8(at + 192 + (j >> 4));
+          values[o + j] = d * sc * ((low | (hi << 4)) - 32);
+          mags[o + j] = Math.abs(values[o + j]);
+        }
+      }
+    }
+  }
+  return { values, mags };
+}
+
+/** Random bytes of a valid k-quant weight: sane float16 scales, every other byte random. */
+function randomKBytes(rand, dtype, rows, cols) {
+  const b = new Uint8Array(rows * (cols / 256) * K_BYTES[dtype]);
+  for (let i = 0; i < b.length; i++) b[i] = Math.floor(rand() * 256);
+  const dv = new DataView(b.buffer);
+  for (let k = 0; k < b.length / K_BYTES[dtype]; k++) {
+    const at = k * K_BYTES[dtype];
+    if (dtype === 'q4_k') {
+      dv.setUint16(at, numberToHalf(Math.fround(0.0005 + rand() * 0.004)), true);
+      dv.setUint16(at + 2, numberToHalf(Math.fround(0.0005 + rand() * 0.01)), true);
+    } else {
+      dv.setUint16(at + 208, numberToHalf(Math.fround((rand() < 0.5 ? -1 : 1) * (0.00005 + rand() * 0.0005))), true);
+    }
+  }
+  return b;
+}
+
+/** The float64 product over values, with |w| |x| magnitudes from mags: { y, mag }. */
+function kLinearRef(xs, { values, mags }, n, cols, rows, prior = null) {
+  const y = new Float64Array(n * rows), mag = new Float64Array(n * rows);
+  for (let i = 0; i < n; i++) {
+    for (let o = 0; o < rows; o++) {
+      let s = prior ? prior[i * rows + o] : 0, m = Math.abs(s);
+      for (let j = 0; j < cols; j++) {
+        const x = xs[i * cols + j];
+        s += values[o * cols + j] * x;
+        m += mags[o * cols + j] * Math.abs(x);
+      }
+      y[i * rows + o] = s;
+      mag[i * rows + o] = m;
+    }
+  }
+  return { y, mag };
+}
+
+test('q4_k / q6_k heap tensors: block bytes (144 / 210 per 256 values), setBytes round-trips; rows not whole blocks of 256: E_DIMS', () => {
+  const rand = rng(31);
+  for (const dtype of K_DTYPES) {
+    const t = sdpa.allocTensor(dtype, [3, 512]);
+    assert.is(t.dtype, dtype);
+    assert.is(t.length, 3 * 512);
+    assert.is(t.byteLength, 3 * 2 * K_BYTES[dtype]);
+    assert.ok(t.data instanceof Uint8Array);
+    const b = randomKBytes(rand, dtype, 3, 512);
+    t.setBytes(b.subarray(0, 100));
+    t.setBytes(b.subarray(100), 100);
+    assert.equal(bytesOf(t), b, `${dtype}: setBytes in two pieces`);
+    t.dispose();
+    for (const cols of [32, 288, 100]) {
+      expectError(() => sdpa.allocTensor(dtype, [2, cols]), 'E_DIMS', [/^allocTensor: /, new RegExp(dtype), new RegExp(`multiple of 256, got ${cols}`)]);
+    }
+  }
+});
+
+test('linear, q4_k / q6_k: n = 1 and n > 1, ranks 1 to 3, accumulate, rows (float64 dequantization written here); a misread layout is far outside the bound', () => {
+  const rand = rng(4242);
+  const worst = {};
+  for (const dtype of K_DTYPES) {
+    let w = 0;
+    for (const cols of [256, 512, 768]) {
+      for (const rows of [1, 3, 4, 5, 17, 33]) {
+        for (const xDims of [[cols], [1, cols], [2, cols], [5, cols], [2, 3, cols], [67, cols]]) {
+          const n = xDims.slice(0, -1).reduce((a, b) => a * b, 1);
+          const wb = randomKBytes(rand, dtype, rows, cols);
+          const W = weightTensor(sdpa, dtype, rows, cols, wb);
+          const xs = randomFloats(rand, n * cols, 2);
+          const X = floats(sdpa, xDims, xs);
+          const prior = randomFloats(rand, n * rows, 3);
+          const accumulate = (rows + n) % 2 === 1;
+          const O = floats(sdpa, [...xDims.slice(0, -1), rows], prior);
+          assert.is(sdpa.linear(X, W, { out: O, accumulate }), O);
+          const deq = kDequantize(dtype, wb, rows, cols);
+          const { y, mag } = kLinearRef(xs, deq, n, cols, rows, accumulate ? prior : null);
+          w = Math.max(w, assertProduct(O.data, y, mag, cols, `${dtype} [${rows}, ${cols}] x ${JSON.stringify(xDims)}${accumulate ? ' accumulate' : ''}`));
+          if (n >= 5) {  // rows: the first 2 only, the rest untouched
+            const P = floats(sdpa, [n, rows], new Float32Array(n * rows).fill(SENTINEL));
+            sdpa.linear({ data: X.data, dims: [n, cols] }, W, { out: P, rows: 2 });
+            const r2 = kLinearRef(xs, deq, 2, cols, rows);
+            assertProduct(P.data.subarray(0, 2 * rows), r2.y, r2.mag, cols, `${dtype} rows 2`);
+            untouched(P.data.subarray(2 * rows), `${dtype} rows 2: the rows after`);
+            P.dispose();
+          }
+          for (const t of [W, X, O]) t.dispose();
+        }
+      }
+    }
+    worst[dtype] = w;
+  }
+  for (const d of K_DTYPES) assert.ok(worst[d] < 8, `${d}: worst ${worst[d]}`);
+  // the tests' own check: the layout misread gives errors far outside the bound
+  for (const [dtype, wrong] of [['q4_k', 'nibbles'], ['q6_k', 'high']]) {
+    const rows = 8, cols = 512;
+    const wb = randomKBytes(rand, dtype, rows, cols);
+    const W = weightTensor(sdpa, dtype, rows, cols, wb);
+    const xs = randomFloats(rand, cols, 2);
+    const X = floats(sdpa, [cols], xs);
+    const got = sdpa.linear(X, W);
+    const { y, mag } = kLinearRef(xs, kDequantize(dtype, wb, rows, cols, wrong), 1, cols, rows);
+    let far = 0;
+    for (let o = 0; o < rows; o++) far = Math.max(far, Math.abs(got.data[o] - y[o]) / (U * mag[o]));
+    assert.ok(far > 1000, `${dtype} read with ${wrong} wrong: ${far} u from the library's result (expected far outside cols / 4 + 10)`);
+    for (const t of [W, X, got]) t.dispose();
+  }
+});
+
+test('linear, q4_k / q6_k: 1 and 2 threads the same bits (1536x768, n = 1 and 70); row i of 70 equals a one-row call; activations int16 changes no bit', () => {
+  assert.is(sdpa2.info.threads, 2);
+  const rand = rng(77);
+  const rows = 1536, cols = 768, n = 70;
+  const xs = randomFloats(rand, n * cols);
+  for (const dtype of K_DTYPES) {
+    const wb = randomKBytes(rand, dtype, rows, cols);
+    const got = [sdpa, sdpa2].map((s) => {
+      const W = weightTensor(s, dtype, rows, cols, wb);
+      const X = floats(s, [n, cols], xs);
+      const many = s.linear(X, W);
+      const manyInt16 = s.linear(X, W, { activations: 'int16' });
+      assert.ok(sameBits(many.data, manyInt16.data), `${dtype}: activations int16 has no effect`);
+      const one = s.linear({ data: X.data.subarray(0, cols), dims: [1, cols] }, W);
+      const row = s.allocTensor('float32', [1, rows]);
+      for (let i = 0; i < n; i += 3) {
+        s.linear({ data: X.data.subarray(i * cols, (i + 1) * cols), dims: [1, cols] }, W, { out: row });
+        if (!sameBits(row.data, many.data.subarray(i * rows, (i + 1) * rows))) assert.unreachable(`${dtype}, ${s.info.threads} threads: row ${i} of ${n} differs from a one-row call`);
+      }
+      const r = { many: many.data.slice(), one: one.data.slice() };
+      for (const t of [W, X, many, manyInt16, one, row]) t.dispose();
+      return r;
+    });
+    assert.ok(sameBits(got[0].one, got[1].one), `${dtype}: n = 1, 1 vs 2 threads`);
+    assert.ok(sameBits(got[0].many, got[1].many), `${dtype}: n = ${n}, 1 vs 2 threads`);
+    const deq = kDequantize(dtype, wb, rows, cols);
+    for (const i of [0, 69]) {
+      const { y, mag } = kLinearRef(xs.subarray(i * cols, (i + 1) * cols), deq, 1, cols, rows);
+      assertProduct(got[1].many.subarray(i * rows, (i + 1) * rows), y, mag, cols, `${dtype} 1536x768 row ${i}`);
+    }
+  }
+});
+
+test('embed, q4_k / q6_k: the exact dequantized rows; a NaN scale reaches its own row only', () => {
+  const rand = rng(15);
+  for (const dtype of K_DTYPES) {
+    const vocab = 12, dim = 512;
+    const wb = randomKBytes(rand, dtype, vocab, dim);
+    new DataView(wb.buffer).setUint16(5 * 2 * K_BYTES[dtype] + (dtype === 'q4_k' ? 2 : 208), 0x7e00, true);  // row 5, block 0: NaN dmin / d
+    const T = weightTensor(sdpa, dtype, vocab, dim, wb);
+    const ids = [0, 11, 5, 3, 5, 7];
+    const O = sdpa.embed(T, ids);
+    assert.equal(O.dims, [ids.length, dim]);
+    const { values } = kDequantize(dtype, wb, vocab, dim);
+    for (let i = 0; i < ids.length; i++) {
+      for (let j = 0; j < dim; j++) {
+        const want = Math.fround(values[ids[i] * dim + j]), got = O.data[i * dim + j];
+        if (ids[i] === 5 && j < 256) {
+          if (!Number.isNaN(got)) assert.unreachable(`${dtype}: row 5 value ${j} = ${got}, expected NaN`);
+        } else if (!Object.is(got, want)) {
+          assert.unreachable(`${dtype}: out[${i}][${j}] (table row ${ids[i]}) = ${got}, expected ${want}`);
+        }
+      }
+    }
+    // the NaN reaches only outputs of row 5 in a product too
+    const xs = randomFloats(rand, dim);
+    const X = floats(sdpa, [dim], xs);
+    const Y = sdpa.linear(X, T);
+    for (let o = 0; o < vocab; o++) assert.is(Number.isNaN(Y.data[o]), o === 5, `${dtype}: linear output ${o}`);
+    for (const t of [T, O, X, Y]) t.dispose();
+  }
+});
+
+test('bad input, q4_k / q6_k: quantize to them (E_DTYPE), x of the wrong cols, embed out dims and ids; nothing written', () => {
+  const rand = rng(16);
+  for (const dtype of K_DTYPES) {
+    const W = weightTensor(sdpa, dtype, 4, 512, randomKBytes(rand, dtype, 4, 512));
+    const X = floats(sdpa, [2, 256], randomFloats(rand, 512));
+    const O = floats(sdpa, [2, 4], new Float32Array(8).fill(SENTINEL));
+    const S = floats(sdpa, [4, 512], randomFloats(rand, 2048));
+    const before = bytesOf(W);
+    expectError(() => sdpa.linear(X, W, { out: O }), 'E_DIMS', [/^sdpa\.linear: /, /x has dims \[2, 256\]/, new RegExp(`weight \\[4, 512\\] takes rows of 512`)]);
+    untouched(O.data, `${dtype}: linear's out`);
+    expectError(() => sdpa.quantize(S, W), 'E_DTYPE', [/^sdpa\.quantize: /, new RegExp(`out has dtype ${dtype} \\(\\d+\\)`), /not offered/]);
+    assert.equal(bytesOf(W), before, `${dtype}: quantize wrote nothing`);
+    const E = floats(sdpa, [1, 256], new Float32Array(256).fill(SENTINEL));
+    expectError(() => sdpa.embed(W, [0], { out: E }), 'E_DIMS', [/^sdpa\.embed: /, /out has dims \[1, 256\]; expected \[1, 512\]/]);
+    expectError(() => sdpa.embed(W, [4], { out: E }), 'E_ARG', [/^sdpa\.embed: /, /ids\[0\] is 4; expected a row of table, 0 \.\. 3/]);
+    untouched(E.data, `${dtype}: embed's out`);
+    for (const t of [W, X, O, S, E]) t.dispose();
+  }
 });
 
 test.run();
