@@ -785,6 +785,35 @@ test('chat: a GGUF with a chat template is a chat: each turn the rendered conver
   }
 });
 
+test('chat: the file\'s stop tokens end a reply (tokenizer.ggml.eot_token_id set to a token of the greedy reply)', async () => {
+  const files = await ggufFixtures();
+  const { parseGguf } = await import(path.join(REPO, 'js/llama/gguf.js'));
+  const { writeGguf } = await import(path.join(REPO, 'scripts/lib/gguf-writer.mjs'));
+  const prompt = Array.from(nodeLlama.tokenizer.encode('You will', { bos: true }));
+  const free = await nodeGgufGreedy(files.q8Bytes, prompt, 16);
+  const at = free.findIndex((id, i) => i >= 2 && id > 2 && !free.slice(0, i).includes(id));
+  assert(at > 0, `no token to stop at in ${free}`);
+  // the same file with one more key: its end-of-turn token
+  const h = parseGguf(files.q8Bytes);
+  const metadata = new Map(h.metadata).set('tokenizer.ggml.eot_token_id', free[at]);
+  const tensors = h.tensors.map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: files.q8Bytes.subarray(h.dataOffset + t.offset, h.dataOffset + t.offset + t.bytes) }));
+  const file = path.join(ggufDir, 'eot.gguf');
+  fs.writeFileSync(file, writeGguf({ metadata, tensors, alignment: h.alignment }));
+  const { page, context, problems } = await openPage(`${iso.url}?steps=16&greedy=1`);
+  try {
+    await waitChat(page, 'return c.model !== null');
+    await openThroughInput(page, file);
+    await page.type('#prompt', 'You will');
+    await page.click('#generate');
+    const c = await waitChat(page, 'return c.replies.length === 1');
+    assert(c.stop === 'stop' && same(c.replies[0], free.slice(0, at + 1)), `the reply ${c.replies[0]} (${c.stop}); the free run ${free}, EOT ${free[at]}`);
+    assert(problems.length === 0, problems.join('\n'));
+    return `the reply ended at token ${free[at]} (EOT), after ${at + 1} of the free run's ${free.length}`;
+  } finally {
+    await context.close();
+  }
+});
+
 test('chat: a GGUF dropped on the page opens', async () => {
   await ggufFixtures();
   const { page, context, problems } = await openPage(`${iso.url}?steps=4`);
