@@ -24,7 +24,7 @@ import { HEAP_DTYPES } from '../heap.js';
 import { parseGguf, GgufTruncated } from './gguf.js';
 import { tokenizerFromGguf } from './gguf-tokenizer.js';
 import {
-  Core, checkSdpa, checkKnown, readModelOptions, cachePlan, makeModel, ropeTables, fillRope, renamed,
+  SharedModel, checkSdpa, checkKnown, readModelOptions, cachePlan, makeModel, ropeTables, fillRope, renamed,
 } from './model.js';
 
 const OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'maxChunk', 'reserve', 'activations', 'onProgress', 'signal']);
@@ -370,7 +370,7 @@ export async function loadGguf(sdpa, source, options) {
       return t;
     };
     try {
-      core = new Core(sdpa, spec, null, o, (alloc) => {
+      core = new SharedModel(sdpa, spec, null, o, (alloc) => {
         const w = { layers: [] };
         w.embedding = placed(alloc, 'token_embd.weight');
         for (let l = 0; l < hp.nLayers; l++) {

@@ -7,7 +7,7 @@
 // no JS copy of the checkpoint is kept. A decode step is wasm calls only (no
 // JS loop over a hidden-size vector) and allocates nothing.
 //
-// Shared by a model and its forks (a Core): the weights, the heap tensors of
+// Shared by a model and its forks (a SharedModel; runtime.js's Core is the instance's): the weights, the heap tensors of
 // the activations (calls are synchronous, so one set serves every fork). Each
 // model has its own cache group and its last row of logits.
 
@@ -162,7 +162,7 @@ export function fillRope({ cos, sin }, maxSeqLen, headSize, base, factors) {
 }
 
 /** What a model and its forks share; freed when the last of them is disposed. */
-export class Core {
+export class SharedModel {
   /**
    * spec: { config, headSize, kvDim, rmsEps }; makeWeights(alloc) makes the
    * weight tensors (every one through alloc, so that free() frees them).
@@ -352,7 +352,7 @@ export function loadLlama(sdpa, checkpoint, options) {
   if (!LITTLE_ENDIAN) throw new SdpaError('E_ARG', `${fn}: a big-endian host cannot read float32 checkpoints in place`);
   let core;
   try {
-    core = new Core(sdpa, spec, fingerprint(bytes), o, (alloc) => loadWeights(sdpa, bytes, layout, o.weightDtype, o.maxSeqLen, alloc));
+    core = new SharedModel(sdpa, spec, fingerprint(bytes), o, (alloc) => loadWeights(sdpa, bytes, layout, o.weightDtype, o.maxSeqLen, alloc));
   } catch (e) {
     throw renamed(e, fn);
   }
