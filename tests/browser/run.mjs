@@ -814,6 +814,49 @@ test('chat: the file\'s stop tokens end a reply (tokenizer.ggml.eot_token_id set
   }
 });
 
+test('chat: a ChatML file (random tiny weights, scripts/random-gguf.mjs): the template\'s special tokens run as single ids, the text between them as llama.cpp\'s SPM gives it', async () => {
+  const { randomGguf, randomVocab, SHAPES } = await import(path.join(REPO, 'scripts/random-gguf.mjs'));
+  const file = path.join(ggufDir, 'tiny-chatml.gguf');
+  fs.writeFileSync(file, randomGguf({ shape: 'tiny', type: 'Q8_0' }));
+  const vocab = randomVocab(SHAPES.tiny).tokens;
+  const [start, end] = ['<|im_start|>', '<|im_end|>'].map((t) => vocab.indexOf(t));
+  // the file's pieces as text, read from its vocabulary: U+2581 is a space, <0xXX> a byte
+  const text = (ids) => new TextDecoder().decode(Uint8Array.from(ids.flatMap((id) => {
+    const b = /^<0x([0-9A-F]{2})>$/.exec(vocab[id]);
+    return b ? [parseInt(b[1], 16)] : [...new TextEncoder().encode(vocab[id].replaceAll('\u2581', ' '))];
+  })));
+  const { page, context, problems } = await openPage(`${iso.url}?steps=3&greedy=1`);
+  try {
+    await waitChat(page, 'return c.model !== null');
+    let c = await openThroughInput(page, file);
+    assert(c.model.chat === true, `not a chat: ${JSON.stringify(c.error)}`);
+    const prompts = ['Hi there', 'And now?'];
+    for (let t = 0; t < prompts.length; t++) {
+      await page.type('#prompt', prompts[t]);
+      await page.click('#generate');
+      c = await waitChat(page, 'return c.replies.length === a', t + 1);
+    }
+    // the second turn's rendering, cut at the special tokens: BOS (add_bos_token), then ChatML's turns
+    const ids = c.tokens.slice(0, c.tokens.length - c.replies[1].length + 1);
+    assert(ids[0] === 1 && ids.filter((x) => x === 1).length === 1, `BOS once at the start: ${ids.slice(0, 4)}`);
+    const parts = [];
+    let run = [];
+    for (const id of ids.slice(1)) {
+      if (id === start || id === end) { parts.push(text(run), id === start ? 'S' : 'E'); run = []; } else run.push(id);
+    }
+    parts.push(text(run));
+    const assistant = await page.evaluate(() => document.querySelectorAll('#transcript .model')[0].textContent);
+    const want = ['', 'S', ' system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face', 'E', ' \n', 'S', ` user\n${prompts[0]}`, 'E', ' \n',
+      'S', ` assistant\n${assistant}`, 'E', ' \n', 'S', ` user\n${prompts[1]}`, 'E', ' \n', 'S', ' assistant\n'];
+    assert(JSON.stringify(parts) === JSON.stringify(want), `the cache's ids read as ${JSON.stringify(parts)}; expected ${JSON.stringify(want)}`);
+    assert(c.ran.length < ids.length - 20, `the second turn ran ${c.ran.length} of ${ids.length} ids`);
+    assert(problems.length === 0, problems.join('\n'));
+    return `${ids.length} ids: ${parts.filter((p) => p === 'S').length} <|im_start|>, ${parts.filter((p) => p === 'E').length} <|im_end|>; the second turn ran ${c.ran.length}`;
+  } finally {
+    await context.close();
+  }
+});
+
 test('chat: a GGUF dropped on the page opens', async () => {
   await ggufFixtures();
   const { page, context, problems } = await openPage(`${iso.url}?steps=4`);
