@@ -440,10 +440,19 @@ async function nodeGreedy(turns, steps, dtype = 'float32') {
 }
 
 async function waitChat(page, pred, arg) {
-  await page.waitForFunction(
-    (src, a) => window.__chat && (window.__chat.status === 'error' || (window.__chat.status === 'ready' && new Function('c', 'a', src)(window.__chat, a))),
-    { timeout: RUN_TIMEOUT, polling: 100 }, pred, arg ?? null,
-  );
+  try {
+    await page.waitForFunction(
+      (src, a) => window.__chat && (window.__chat.status === 'error' || (window.__chat.status === 'ready' && new Function('c', 'a', src)(window.__chat, a))),
+      { timeout: RUN_TIMEOUT, polling: 100 }, pred, arg ?? null,
+    );
+  } catch (e) {
+    // where the page was: its status, the last load, replies, the error shown (a wait that never ends says no more)
+    const at = await Promise.race([
+      page.evaluate(() => { const c = window.__chat; return JSON.stringify({ status: c?.status, load: c?.load, replies: c?.replies?.length, reply: c?.reply?.length, length: c?.length, error: c?.error }); }),
+      new Promise((r) => setTimeout(() => r('(the page did not answer in 5 s)'), 5000)),
+    ]).catch((e2) => `(${e2.message})`);
+    throw new Error(`${e.message} waiting for ${pred}; the page: ${at}`);
+  }
   const c = await page.evaluate(() => JSON.parse(JSON.stringify(window.__chat)));
   assert(c.status !== 'error', `chat error: ${JSON.stringify(c.error)}`);
   return c;
