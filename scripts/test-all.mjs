@@ -43,7 +43,7 @@ const RELAXED_NODE_FLAG = '--experimental-wasm-relaxed-simd';
 const RELAXED_UVU_PATTERN = '(cache|dense|dtypes|fuzz|int4|llama-weights|memory|numerics|options|paged|relaxed|rotary|runtime|state|state-fuzz|torch|validation)\.test';
 const SCALE = Number(process.env.SDPA_TEST_TIMEOUT_SCALE) || 1;
 const MIN = 60e3;
-const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, 'wasm-relaxed': 20 * MIN, 'wasm-asan': 10 * MIN, uvu: 10 * MIN, 'uvu-relaxed': 10 * MIN, browser: 5 * MIN, bundlers: 5 * MIN, 'browser-firefox': 5 * MIN, 'bundlers-firefox': 5 * MIN, bench: 10 * MIN };
+const TIMEOUT = { native: 10 * MIN, asan: 20 * MIN, fuzz: 3 * MIN, tsan: 15 * MIN, wasm: 20 * MIN, 'wasm-relaxed': 20 * MIN, 'wasm-asan': 10 * MIN, uvu: 10 * MIN, 'uvu-relaxed': 10 * MIN, browser: 8 * MIN, bundlers: 5 * MIN, 'browser-firefox': 8 * MIN, 'bundlers-firefox': 5 * MIN, bench: 10 * MIN };
 
 const opts = { only: null, skip: new Set(), build: true, force: false, install: true, fuzzTime: 30 };
 for (const a of process.argv.slice(2)) {

@@ -11,7 +11,7 @@
 // artifacts/, and ends with one line `N passed, N failed` (exit 1 on any failure).
 // --big adds the chat page opening a TinyLlama-1.1B-shaped Q4_0 GGUF (591 MiB, random weights, written
 // by scripts/random-gguf.mjs): its load's peak memory against the file's size, and a decode.
-// Env: CHROMIUM_PATH, FIREFOX_PATH, BROWSER_TEST_TIMEOUT_MS (whole run, default 300000).
+// Env: CHROMIUM_PATH, FIREFOX_PATH, BROWSER_TEST_TIMEOUT_MS (whole run, default 480000).
 
 import fs from 'node:fs';
 import http from 'node:http';
@@ -24,7 +24,7 @@ import { ENGINES, engineName, launchEngine } from './engines.mjs';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const ARTIFACTS = path.join(REPO, 'artifacts');
-const TOTAL_TIMEOUT = Number(process.env.BROWSER_TEST_TIMEOUT_MS) || 300_000;
+const TOTAL_TIMEOUT = Number(process.env.BROWSER_TEST_TIMEOUT_MS) || 480_000;
 const RUN_TIMEOUT = 90_000; // one decode run on a loaded 2-core machine
 
 const args = process.argv.slice(2);
