@@ -149,7 +149,15 @@ function shipped() {
 }
 
 async function fetchOk(url, signal) {
-  const r = await fetch(url, { signal });
+  let r;
+  try {
+    r = await fetch(url, { signal });
+  } catch (e) {
+    if (signal?.aborted) throw e;
+    // (a fetch refused by CORS / CORP says only "failed to fetch": say what such a server needs)
+    throw new Error(`${url}: could not fetch it (${e?.message ?? e}); a file on another origin needs its server to send ` +
+      `Access-Control-Allow-Origin${self.crossOriginIsolated ? ' and, for this cross-origin isolated page, Cross-Origin-Resource-Policy: cross-origin' : ''}`);
+  }
   if (!r.ok) throw new Error(`${url}: HTTP ${r.status}${r.statusText ? ' ' + r.statusText : ''}`);
   return r;
 }

@@ -888,12 +888,12 @@ test('chat: a GGUF dropped on the page opens', async () => {
 });
 
 /** A server that sends a file slowly (chunk bytes every `everyMs`), with CORS: a slow download for Cancel. */
-async function trickleServer(file, { chunk = 16384, everyMs = 40, length = true } = {}) {
+async function trickleServer(file, { chunk = 16384, everyMs = 40, length = true, cors = true } = {}) {
   const bytes = fs.readFileSync(file);
   const server = http.createServer((req, res) => {
     res.writeHead(200, {
       'Content-Type': 'application/octet-stream', 'Cache-Control': 'no-store',
-      'Access-Control-Allow-Origin': '*', 'Cross-Origin-Resource-Policy': 'cross-origin',
+      ...(cors ? { 'Access-Control-Allow-Origin': '*', 'Cross-Origin-Resource-Policy': 'cross-origin' } : {}),
       ...(length ? { 'Content-Length': bytes.length } : {}),     // (without: chunked, the size unknown)
     });
     let at = 0;
@@ -1082,6 +1082,23 @@ if (big) test('chat (--big): a TinyLlama-1.1B-shaped Q4_0 GGUF (random weights) 
     return notes.join('; ');
   } finally {
     fs.rmSync(file, { force: true });
+  }
+});
+
+test('chat: a URL on another origin whose server does not allow it is said in words (CORS / CORP)', async () => {
+  const files = await ggufFixtures();
+  const other = await trickleServer(files.q8, { cors: false });
+  const { page, context, problems } = await openPage(`${iso.url}?model=${encodeURIComponent(`${other}fortunes-q8_0.gguf`)}`);
+  try {
+    const c = await waitChat(page, 'return c.load && c.load.phase === "refused"');
+    const shown = await text(page, '#error');
+    assert(/could not fetch it .*Access-Control-Allow-Origin and, for this cross-origin isolated page, Cross-Origin-Resource-Policy: cross-origin/.test(shown) && c.model.card.source === 'shipped', `error "${shown}"`);
+    // (the browser reports the refused request itself: that is the case under test)
+    const real = problems.filter((p) => !p.includes(other) && !/CORS|Cross-Origin|cross-origin|blocked/i.test(p));
+    assert(real.length === 0, real.join('\n'));
+    return `"${shown.slice(0, 120)}…"`;
+  } finally {
+    await context.close();
   }
 });
 
