@@ -207,7 +207,7 @@ function build(c, structural) {
   return { plan, bytes: fillGguf(plan, (i) => { const t = desc.tensors[i]; const b = tensorBytes(t, r); return b.length === plan.sizes[i] ? b : new Uint8Array(plan.sizes[i]); }) };
 }
 
-/** Applies byte mutations; returns { bytes, headerOnly: whether every change was to weight bytes }. */
+/** Applies byte mutations; returns { bytes, weightsOnly: whether every change was to weight bytes }. */
 function applyBytes(bytes, dataOffset, muts) {
   let b = bytes.slice(), weightsOnly = true;
   const dv = () => new DataView(b.buffer, b.byteOffset, b.byteLength);
@@ -283,7 +283,7 @@ test(`parseGguf and loadGguf on broken files: only SdpaError (E_FORMAT / E_DTYPE
     async (c, structural, byteMuts, chunkSizes) => {
       const built = build(c, structural);
       if (built === null) { count(tally, 'unbuildable'); return; }
-      const { bytes, weightsOnly } = applyBytes(built.plan ? built.bytes : built.bytes, built.plan.dataOffset, byteMuts);
+      const { bytes, weightsOnly } = applyBytes(built.bytes, built.plan.dataOffset, byteMuts);
       const what = `config ${show(c)}, structural ${show(structural)}, bytes ${show(byteMuts)}`;
       watchdog.start(`parseGguf: ${what}`);
       let parsed = null, parseErr = null;
