@@ -787,8 +787,33 @@ test('chat: a GGUF with a chat template is a chat: each turn the rendered conver
     }
     assert(await page.$eval('#transcript', (e) => e.classList.contains('chat-mode')), 'the transcript shows turns');
     await page.screenshot({ path: shot('chat-gguf-template'), fullPage: true });
+    // Undo in a chat drops the whole last turn (user and reply); the next turn follows the first
+    await page.click('#undo');
+    c = await waitChat(page, 'return c.length < a', c.length);
+    const spans = await page.$$eval('#transcript span', (ss) => ss.map((x) => x.className));
+    assert(JSON.stringify(spans) === JSON.stringify(['user', 'model']), `the transcript after Undo: ${spans}`);
+    messages.splice(2);
+    messages.push({ role: 'user', content: 'Again?' });
+    const again = Array.from(tokenizer.encode(renderChat(messages), { bos: true }));
+    await page.type('#prompt', 'Again?');
+    await page.click('#generate');
+    c = await waitChat(page, 'return c.replies.length === 2');
+    assert(same(c.tokens.slice(0, again.length), again), `after Undo: the cache holds ${c.tokens.slice(0, again.length)}, the rendered chat is ${again}`);
+    const nodeAgain = await nodeGgufGreedy(files.chatBytes, again, steps);
+    assert(same(c.replies[1], nodeAgain), `after Undo: page ${c.replies[1]} vs Node ${nodeAgain}`);
+    // Regenerate (greedy: the same reply), then one more turn: the chat holds the regenerated reply once
+    await page.click('#regenerate');
+    c = await waitChat(page, 'return c.replies.length === 2 && c.reply && c.reply.length === a.length && c.reply.every((x, i) => x === a[i])', nodeAgain);
+    const decoder = tokenizer.decoder(again.at(-1));
+    messages.push({ role: 'assistant', content: (c.stop === 'stop' ? nodeAgain.slice(0, -1) : nodeAgain).map((id) => decoder.push(id)).join('') });
+    messages.push({ role: 'user', content: 'Bye.' });
+    const last = Array.from(tokenizer.encode(renderChat(messages), { bos: true }));
+    await page.type('#prompt', 'Bye.');
+    await page.click('#generate');
+    c = await waitChat(page, 'return c.replies.length === 3');
+    assert(same(c.tokens.slice(0, last.length), last), `after Regenerate: the cache holds ${c.tokens.slice(0, last.length)}, the rendered chat is ${last}`);
     assert(problems.length === 0, problems.join('\n'));
-    return `${turns.length} turns, the cache holds the rendered conversation (${c.tokens.length} ids; the turns ran ${ran.join(' and ')} ids), replies equal Node's`;
+    return `${turns.length} turns, the cache holds the rendered conversation (the turns ran ${ran.join(' and ')} ids), replies equal Node's; Undo then a turn, Regenerate then a turn: the same`;
   } finally {
     await context.close();
   }
