@@ -110,6 +110,7 @@ typedef enum sdpa_dtype {
     SDPA_DTYPE_Q4_0 = 7,     ///< weights only (include/sdpa_dense.h): ggml's block_q4_0, 32 values a block
     SDPA_DTYPE_Q4_K = 8,     ///< weights only (include/sdpa_dense.h): ggml's block_q4_K, 256 values a block
     SDPA_DTYPE_Q6_K = 9,     ///< weights only (include/sdpa_dense.h): ggml's block_q6_K, 256 values a block
+    SDPA_DTYPE_Q5_0 = 10,    ///< weights only (include/sdpa_dense.h): ggml's block_q5_0, 32 values a block
 } sdpa_dtype;
 
 /// A caller-owned dense tensor. `len` is the element count the buffer really

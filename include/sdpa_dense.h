@@ -20,6 +20,10 @@
  *                       scale d then 16 bytes; byte j holds value j in its low
  *                       nibble and value j + 16 in its high nibble (18 bytes);
  *                       value = d * (nibble - 8)
+ *   SDPA_DTYPE_Q5_0     ggml's block_q5_0: per 32 values of a row, a float16
+ *                       d, 4 bytes qh (a little-endian uint32: bit j is
+ *                       value j's fifth bit), then 16 bytes qs as q4_0's
+ *                       (value j's low 4 bits) (22 bytes); value = d * (q - 16)
  *   SDPA_DTYPE_Q4_K     ggml's block_q4_K: per 256 values of a row (8
  *                       sub-blocks of 32), float16 d, float16 dmin, 12 bytes
  *                       of 6-bit scales sc[s] and mins m[s] (ggml's
@@ -42,15 +46,15 @@
  *                       | (H[l] >> 4 & 3) << 4, + 96 + l is L[32 + l] >> 4
  *                       | (H[l] >> 6) << 4; value = (d * sc[v / 16]) *
  *                       (q - 32) (ggml's dequantize_row_q6_K)
- * (q8_0 and q4_0: cols must be a multiple of 32, q4_k and q6_k of 256,
- * E_DIMS). A weight's bytes
+ * (q8_0, q4_0 and q5_0: cols must be a multiple of 32, q4_k and q6_k of
+ * 256, E_DIMS). A weight's bytes
  * are rows * sdpa_weight_row_bytes(dtype, cols); `data` may have any
  * alignment. NaN or Inf in a weight (a float16 scale included) is computed
  * through, not scanned for: the outputs it reaches are NaN or Inf.
  *
  * Numerics: every output element is one dot product computed by one thread
  * in one fixed order (float32 accumulation, 4 lanes, then a fixed lane sum;
- * q8_0 / q4_0 scale each block's partial sum by its d, q4_k / q6_k each
+ * q8_0 / q4_0 / q5_0 scale each block's partial sum by its d, q4_k / q6_k each
  * sub-block's by its d * sc, and q4_k subtracts its mins times x's
  * sub-block sums in a second accumulator), so results are
  * bit-identical for every thread count, and a row's result does not depend
@@ -83,7 +87,7 @@
 extern "C" {
 #endif
 
-/// Values per block of the quantized weight dtypes (ggml's QK8_0, QK4_0).
+/// Values per block of the quantized weight dtypes (ggml's QK8_0, QK4_0, QK5_0).
 #define SDPA_WEIGHT_BLOCK 32
 /// Values per block of the k-quant weight dtypes q4_k, q6_k (ggml's QK_K).
 #define SDPA_WEIGHT_BLOCK_K 256
@@ -105,8 +109,8 @@ size_t sdpa_weight_row_bytes(int32_t dtype, int32_t cols);
 
 /// sdpa_linear's flags.
 /// ACCUMULATE: out += x · weightᵀ (a residual add fused in).
-/// INT16_ACTIVATIONS: with q8_0 / q4_0 weights (no effect on the others,
-/// q4_k / q6_k included), x is quantized per row and
+/// INT16_ACTIVATIONS: with q8_0 / q4_0 / q5_0 weights (no effect on the
+/// others, q4_k / q6_k included), x is quantized per row and
 /// block of 32 to int16 (scale max|x| / 32767, round to nearest) and each
 /// block's dot is exact integer arithmetic (about twice as fast; x's error
 /// <= half a step, max|x| / 65534 of its block, plus float32 rounding; a block of x holding a NaN or an
@@ -147,7 +151,8 @@ sdpa_status sdpa_embed(sdpa_ctx * ctx, const sdpa_tensor * table, const int32_t 
 /// out = source quantized to out's dtype (float16: round to nearest even;
 /// q8_0 / q4_0: ggml's reference quantize_row_q8_0 / quantize_row_q4_0, d
 /// rounded to float16). source float32 [rows, cols]; out [rows, cols] in a
-/// weight dtype (float32: a copy), not q4_k / q6_k (E_DTYPE: not offered).
+/// weight dtype (float32: a copy), not q5_0 / q4_k / q6_k (E_DTYPE: not
+/// offered).
 /// Must not overlap (E_ARG).
 sdpa_status sdpa_quantize(sdpa_ctx * ctx, const sdpa_tensor * source, sdpa_tensor * out);
 

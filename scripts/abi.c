@@ -108,6 +108,7 @@ static void dtypes(void) {
         { "float32", SDPA_DTYPE_FLOAT32 }, { "float16", SDPA_DTYPE_FLOAT16 },
         { "q8_0", SDPA_DTYPE_Q8_0 }, { "q4_0", SDPA_DTYPE_Q4_0 },
         { "q4_k", SDPA_DTYPE_Q4_K }, { "q6_k", SDPA_DTYPE_Q6_K },
+        { "q5_0", SDPA_DTYPE_Q5_0 },
     };
     fprintf(out, "/**\n * Weight dtypes (include/sdpa_dense.h) by name: their sdpa_dtype number, values per block\n"
                  " * and bytes per block (sdpa_weight_row_bytes).\n */\n");

@@ -22,19 +22,20 @@ static const char * dtype_label(int32_t dtype) {
     case SDPA_DTYPE_Q4_0: return "q4_0";
     case SDPA_DTYPE_Q4_K: return "q4_k";
     case SDPA_DTYPE_Q6_K: return "q6_k";
+    case SDPA_DTYPE_Q5_0: return "q5_0";
     default: return "unknown";
     }
 }
 
 static bool is_weight_dtype(int32_t dtype) {
     return dtype == SDPA_DTYPE_FLOAT32 || dtype == SDPA_DTYPE_FLOAT16 || dtype == SDPA_DTYPE_Q8_0 ||
-           dtype == SDPA_DTYPE_Q4_0 || dtype == SDPA_DTYPE_Q4_K || dtype == SDPA_DTYPE_Q6_K;
+           dtype == SDPA_DTYPE_Q4_0 || dtype == SDPA_DTYPE_Q4_K || dtype == SDPA_DTYPE_Q6_K || dtype == SDPA_DTYPE_Q5_0;
 }
 
 /* Values per block of a weight dtype (1: not a block dtype). */
 static int32_t weight_block(int32_t dtype) {
     switch (dtype) {
-    case SDPA_DTYPE_Q8_0: case SDPA_DTYPE_Q4_0: return SDPA_WEIGHT_BLOCK;
+    case SDPA_DTYPE_Q8_0: case SDPA_DTYPE_Q4_0: case SDPA_DTYPE_Q5_0: return SDPA_WEIGHT_BLOCK;
     case SDPA_DTYPE_Q4_K: case SDPA_DTYPE_Q6_K: return SDPA_WEIGHT_BLOCK_K;
     default: return 1;
     }
@@ -51,6 +52,7 @@ uint64_t sdpa_weight_bytes(int32_t dtype, uint64_t len, int32_t cols) {
     switch (dtype) {
     case SDPA_DTYPE_Q8_0: return sdpa_size_mul((len + 31) / 32, 34);
     case SDPA_DTYPE_Q4_0: return sdpa_size_mul((len + 31) / 32, 18);
+    case SDPA_DTYPE_Q5_0: return sdpa_size_mul((len + 31) / 32, 22);
     case SDPA_DTYPE_Q4_K: return sdpa_size_mul((len + 255) / 256, 144);
     case SDPA_DTYPE_Q6_K: return sdpa_size_mul((len + 255) / 256, 210);
     case SDPA_DTYPE_FLOAT16: return sdpa_size_mul(len, 2);
@@ -111,7 +113,7 @@ static sdpa_status float32_ok(sdpa_ctx * ctx, const char * name, const sdpa_tens
 
 static sdpa_status weight_dtype_ok(sdpa_ctx * ctx, const char * name, const sdpa_tensor * t) {
     if (is_weight_dtype(t->dtype)) return SDPA_OK;
-    return sdpa_fail(ctx, SDPA_E_DTYPE, "%s has dtype %s (%d); expected a weight dtype: float32, float16, q8_0, q4_0, q4_k or q6_k",
+    return sdpa_fail(ctx, SDPA_E_DTYPE, "%s has dtype %s (%d); expected a weight dtype: float32, float16, q8_0, q4_0, q5_0, q4_k or q6_k",
                      name, dtype_label(t->dtype), t->dtype);
 }
 
@@ -276,7 +278,7 @@ sdpa_status sdpa_check_quantize(sdpa_ctx * ctx, const sdpa_tensor * source, cons
         return sdpa_fail(ctx, SDPA_E_DIMS, "out has dims %s; expected source's %s", DIMS(out), DIMS(source));
     TRY(blocks_ok(ctx, "out", out));
     TRY(float32_ok(ctx, "source", source)); TRY(weight_dtype_ok(ctx, "out", out));
-    if (out->dtype == SDPA_DTYPE_Q4_K || out->dtype == SDPA_DTYPE_Q6_K)
+    if (out->dtype == SDPA_DTYPE_Q4_K || out->dtype == SDPA_DTYPE_Q6_K || out->dtype == SDPA_DTYPE_Q5_0)
         return sdpa_fail(ctx, SDPA_E_DTYPE, "out has dtype %s (%d); expected float32, float16, q8_0 or q4_0 (quantizing to %s is not "
                          "offered: a GGUF file's %s tensors are used as they are)", dtype_label(out->dtype), out->dtype,
                          dtype_label(out->dtype), dtype_label(out->dtype));

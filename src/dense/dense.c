@@ -81,11 +81,11 @@ static void decode_rows(const sdpa_dense_product * p, int32_t g0, int32_t g1) {
             k_rows(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, p->dtype == SDPA_DTYPE_Q4_K, x, p->cols / 256, y + g, (size_t)q, acc);
             break;
         default: {
-            const bool q8 = p->dtype == SDPA_DTYPE_Q8_0;
+            const int32_t dt = p->dtype;
             const int32_t nb = p->cols / 32;
-            if (p->int16_x) qi_rows(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, q8, p->xq, p->xs, nb, y + g, (size_t)q, acc);
-            else if (whole) q_rows2(p->w + g * rb, (size_t)q * rb, q8, x, nb, y + g, (size_t)q, acc);
-            else { const float s = q_row1(p->w + g * rb, q8, x, nb); y[g] = acc ? y[g] + s : s; }
+            if (p->int16_x) qi_rows(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, dt, p->xq, p->xs, nb, y + g, (size_t)q, acc);
+            else if (whole) q_rows2(p->w + g * rb, (size_t)q * rb, dt, x, nb, y + g, (size_t)q, acc);
+            else { const float s = q_row1(p->w + g * rb, dt, x, nb); y[g] = acc ? y[g] + s : s; }
             break;
         }
         }
@@ -160,24 +160,24 @@ static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, in
         break;
     }
     default: {
-        const bool q8 = p->dtype == SDPA_DTYPE_Q8_0;
+        const int32_t dt = p->dtype;
         const int32_t nb = p->cols / 32;
         if (p->int16_x) {
             for (int32_t o = r0; o < r1; o++) {
                 const uint8_t * w = p->w + o * rb;
                 int32_t i = i0;
                 for (; i + 4 <= i1; i += 4)
-                    qi_x4w1(w, q8, p->xq + i * cols, cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, ys, acc);
-                for (; i < i1; i++) qi_rows(w, 0, 1, q8, p->xq + i * cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, 0, acc);
+                    qi_x4w1(w, dt, p->xq + i * cols, cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, ys, acc);
+                for (; i < i1; i++) qi_rows(w, 0, 1, dt, p->xq + i * cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, 0, acc);
             }
             break;
         }
         for (int32_t o = r0; o < r1; o++) {
             const uint8_t * w = p->w + o * rb;
             int32_t i = i0;
-            for (; i + 4 <= i1; i += 4) q_x4w1(w, q8, p->x + i * cols, cols, nb, p->y + i * ys + o, ys, acc);
+            for (; i + 4 <= i1; i += 4) q_x4w1(w, dt, p->x + i * cols, cols, nb, p->y + i * ys + o, ys, acc);
             for (; i < i1; i++) {
-                const float s = q_row1(w, q8, p->x + i * cols, nb);
+                const float s = q_row1(w, dt, p->x + i * cols, nb);
                 float * yo = p->y + i * ys + o;
                 *yo = acc ? *yo + s : s;
             }
@@ -339,10 +339,9 @@ static void decode_weight_row(int32_t dtype, const uint8_t * w, int32_t cols, fl
         }
         break;
     default: {
-        const bool q8 = dtype == SDPA_DTYPE_Q8_0;
         v128_t f[8];
         for (int32_t b = 0; b < cols / 32; b++) {
-            const float d = q8 ? q8_block(w + b * 34, f) : q4_block(w + b * 18, f);
+            const float d = qb_block(dtype, w + b * qb_bytes(dtype), f);
             const v128_t vd = wasm_f32x4_splat(d);
             for (int k = 0; k < 8; k++) wasm_v128_store(y + 32 * b + 4 * k, wasm_f32x4_mul(f[k], vd));
         }

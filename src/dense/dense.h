@@ -18,7 +18,7 @@ typedef struct sdpa_dense_product {
     int32_t n, rows, cols, dtype;
     size_t row_bytes;      /* bytes between weight rows */
     int32_t accumulate;    /* SDPA_LINEAR_ACCUMULATE */
-    int32_t int16_x;       /* SDPA_LINEAR_INT16_ACTIVATIONS with a q8_0 / q4_0 weight */
+    int32_t int16_x;       /* SDPA_LINEAR_INT16_ACTIVATIONS with a q8_0 / q4_0 / q5_0 weight */
     int16_t * xq;          /* int16_x: x quantized, [n][cols] */
     float * xs;            /* int16_x: its scales, [n][cols / 32] */
 } sdpa_dense_product;

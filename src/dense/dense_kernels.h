@@ -6,11 +6,11 @@
  *   float32, float16:  acc (4 lanes) += w[j..j+3] * x[j..j+3] for j = 0, 4, ...
  *                      s = hsum(acc) ((0+2)+(1+3)); then s += w[j] * x[j] for
  *                      the last cols % 4 values, in order.
- *   q8_0, q4_0:        per block b in order: p0 (4 lanes) sums the products
+ *   q8_0, q4_0, q5_0:  per block b in order: p0 (4 lanes) sums the products
  *                      of the block's 4-value groups 0, 2, 4, 6 and p1 those of
  *                      1, 3, 5, 7 (each in that order); acc += (p0 + p1) * d_b;
  *                      s = hsum(acc).
- * The decode kernels (one x row) run 4 (float32) or 2 (q8_0 / q4_0) weight
+ * The decode kernels (one x row) run 4 (float32) or 2 (the block dtypes) weight
  * rows side by side, taken a quarter (a half) of the matrix apart, and the
  * prefill kernels 4 x rows against 1 or 2 weight rows, all in this order per
  * output: a row's result does not depend on how many rows are computed with
@@ -47,6 +47,9 @@ static inline uint16_t load_u16(const uint8_t * p) {
     return v;
 }
 
+/* Bytes of a block of the 32-value block dtypes (q8_0, q4_0, q5_0). */
+static inline size_t qb_bytes(int32_t dt) { return dt == SDPA_DTYPE_Q8_0 ? 34 : dt == SDPA_DTYPE_Q4_0 ? 18 : 22; }
+
 /* 8 halves (sign-extended into 16-bit lanes as loaded) -> two float32x4, assuming
  * finite halves (an Inf or NaN reads as a finite value >= 65536: the callers
  * check for them with f16x8_specials and recompute such rows exactly). */
@@ -73,6 +76,14 @@ static inline float weight_elem(int32_t dt, const uint8_t * w, int32_t j) {
         const uint8_t * b = w + (size_t)(j / 32) * 34;
         return (float)(int8_t)b[2 + j % 32];  /* (the scale is applied per block) */
     }
+    case SDPA_DTYPE_Q5_0: {
+        const uint8_t * b = w + (size_t)(j / 32) * 22;
+        const int32_t k = j % 32;
+        uint32_t qh;
+        memcpy(&qh, b + 2, 4);
+        const int32_t nib = k < 16 ? (b[6 + k] & 15) : (b[6 + k - 16] >> 4);
+        return (float)((nib | (int32_t)((qh >> k) & 1) << 4) - 16);
+    }
     default: {  /* q4_0 */
         const uint8_t * b = w + (size_t)(j / 32) * 18;
         const int32_t k = j % 32;
@@ -87,8 +98,8 @@ static inline float weight_elem(int32_t dt, const uint8_t * w, int32_t j) {
  * on plain builds), used for rows holding a float16 Inf or NaN. */
 static float dot_exact(int32_t dt, const uint8_t * w, const float * x, int32_t cols) {
     float lane[4] = { 0, 0, 0, 0 };
-    if (dt == SDPA_DTYPE_Q8_0 || dt == SDPA_DTYPE_Q4_0) {
-        const size_t bb = dt == SDPA_DTYPE_Q8_0 ? 34 : 18;
+    if (dt == SDPA_DTYPE_Q8_0 || dt == SDPA_DTYPE_Q4_0 || dt == SDPA_DTYPE_Q5_0) {
+        const size_t bb = qb_bytes(dt);
         for (int32_t b = 0; b < cols / 32; b++) {
             const float d = half_to_float(load_u16(w + (size_t)b * bb));
             for (int32_t l = 0; l < 4; l++) {
@@ -221,7 +232,7 @@ static inline float f16_row1(const uint16_t * w, const float * x, int32_t cols, 
     return f16_tail(f32x4_hsum(a), w, x, j, cols);
 }
 
-/* ---- q8_0 / q4_0 weights ------------------------------------------------ */
+/* ---- q8_0 / q4_0 / q5_0 weights ----------------------------------------- */
 
 /* Small int32 lanes (|i| < 2^22) -> float32, exactly: the bits of 1.5 * 2^23
  * plus i are the float 1.5 * 2^23 + i. Not f32x4.convert_i32x4: LLVM 14 folds
@@ -254,6 +265,36 @@ static inline float q4_block(const uint8_t * b, v128_t * f) {
     return half_to_float(load_u16(b));
 }
 
+/* q5_0's fifth bits: 16 bytes, 0x10 where bit (16 half + j) of the block's
+ * qh is set (lane j; half 0: values 0-15, half 1: 16-31). */
+static inline v128_t q5_high(const uint8_t * b, int half) {
+    uint32_t qh;
+    memcpy(&qh, b + 2, 4);
+    const v128_t idx = half ? wasm_i8x16_make(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)
+                            : wasm_i8x16_make(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const v128_t bit = wasm_i8x16_make(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+    const v128_t set = wasm_i8x16_eq(wasm_v128_and(wasm_i8x16_swizzle(wasm_i32x4_splat((int32_t)qh), idx), bit), bit);
+    return wasm_v128_and(set, wasm_i8x16_splat(0x10));
+}
+/* q5_0's 32 values as int8 (-16..15): values 0-15 in *lo, 16-31 in *hi. */
+static inline void q5_block_i8(const uint8_t * b, v128_t * lo, v128_t * hi) {
+    const v128_t q = wasm_v128_load(b + 6), sixteen = wasm_i8x16_splat(16);
+    *lo = wasm_i8x16_sub(wasm_v128_or(wasm_v128_and(q, wasm_i8x16_splat(15)), q5_high(b, 0)), sixteen);
+    *hi = wasm_i8x16_sub(wasm_v128_or(wasm_u8x16_shr(q, 4), q5_high(b, 1)), sixteen);
+}
+static inline float q5_block(const uint8_t * b, v128_t * f) {
+    v128_t lo, hi;
+    q5_block_i8(b, &lo, &hi);
+    i8x16_to_f32(lo, f);
+    i8x16_to_f32(hi, f + 4);
+    return half_to_float(load_u16(b));
+}
+
+/* A 32-value block dtype's values and scale. */
+static inline float qb_block(int32_t dt, const uint8_t * b, v128_t * f) {
+    return dt == SDPA_DTYPE_Q8_0 ? q8_block(b, f) : dt == SDPA_DTYPE_Q4_0 ? q4_block(b, f) : q5_block(b, f);
+}
+
 /* acc += (p0 + p1) * d for a block's 8 weight vectors and x's 32 values. */
 static inline v128_t block_fma(v128_t acc, const v128_t * f, const float * x, float d) {
     v128_t p0 = wasm_f32x4_mul(f[0], wasm_v128_load(x));
@@ -267,12 +308,12 @@ static inline v128_t block_fma(v128_t acc, const v128_t * f, const float * x, fl
     return f32x4_fmadd(acc, wasm_f32x4_add(p0, p1), wasm_f32x4_splat(d));
 }
 
-/* dot(w row, x) of a q8_0 (q8 true) or q4_0 row of nb blocks. */
-static inline float q_row1(const uint8_t * w, bool q8, const float * x, int32_t nb) {
-    const size_t bb = q8 ? 34 : 18;
+/* dot(w row, x) of a q8_0, q4_0 or q5_0 (dt) row of nb blocks. */
+static inline float q_row1(const uint8_t * w, int32_t dt, const float * x, int32_t nb) {
+    const size_t bb = qb_bytes(dt);
     v128_t acc = wasm_f32x4_splat(0), f[8];
     for (int32_t b = 0; b < nb; b++) {
-        const float d = q8 ? q8_block(w + b * bb, f) : q4_block(w + b * bb, f);
+        const float d = qb_block(dt, w + b * bb, f);
         acc = block_fma(acc, f, x + 32 * b, d);
     }
     return f32x4_hsum(acc);
@@ -281,15 +322,15 @@ static inline float q_row1(const uint8_t * w, bool q8, const float * x, int32_t 
 /* 2 weight rows (rs bytes apart) against one x row: y[0], y[ys] (+)=. (Two,
  * not four: four rows' block conversions spill in V8, measured 5.7 against
  * 7.9 GFLOP/s on q8_0 640 x 256.) */
-static inline void q_rows2(const uint8_t * w, size_t rs, bool q8, const float * x, int32_t nb, float * y, size_t ys, bool acc) {
-    const size_t bb = q8 ? 34 : 18;
+static inline void q_rows2(const uint8_t * w, size_t rs, int32_t dt, const float * x, int32_t nb, float * y, size_t ys, bool acc) {
+    const size_t bb = qb_bytes(dt);
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, f[8];
     for (int32_t b = 0; b < nb; b++) {
         const uint8_t * p = w + b * bb;
         const float * xb = x + 32 * b;
-        float d = q8 ? q8_block(p, f) : q4_block(p, f);
+        float d = qb_block(dt, p, f);
         a0 = block_fma(a0, f, xb, d);
-        d = q8 ? q8_block(p + rs, f) : q4_block(p + rs, f);
+        d = qb_block(dt, p + rs, f);
         a1 = block_fma(a1, f, xb, d);
     }
     const float s0 = f32x4_hsum(a0), s1 = f32x4_hsum(a1);
@@ -299,12 +340,12 @@ static inline void q_rows2(const uint8_t * w, size_t rs, bool q8, const float * 
 
 /* One weight row against 4 x rows (xs floats apart): y[r * ys] (+)=; each
  * block converted once for the 4 rows. */
-static inline void q_x4w1(const uint8_t * w, bool q8, const float * x, size_t xs, int32_t nb,
+static inline void q_x4w1(const uint8_t * w, int32_t dt, const float * x, size_t xs, int32_t nb,
                           float * y, size_t ys, bool acc) {
-    const size_t bb = q8 ? 34 : 18;
+    const size_t bb = qb_bytes(dt);
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0, f[8];
     for (int32_t b = 0; b < nb; b++) {
-        const float d = q8 ? q8_block(w + b * bb, f) : q4_block(w + b * bb, f);
+        const float d = qb_block(dt, w + b * bb, f);
         const float * xb = x + 32 * b;
         a0 = block_fma(a0, f, xb, d);
         a1 = block_fma(a1, f, xb + xs, d);
@@ -315,7 +356,7 @@ static inline void q_x4w1(const uint8_t * w, bool q8, const float * x, size_t xs
     for (int r = 0; r < 4; r++) y[r * ys] = acc ? y[r * ys] + s[r] : s[r];
 }
 
-/* ---- q8_0 / q4_0 weights with int16 activations (SDPA_LINEAR_INT16_ACTIVATIONS) --
+/* ---- q8_0 / q4_0 / q5_0 weights with int16 activations (SDPA_LINEAR_INT16_ACTIVATIONS) --
  *
  * x is quantized once per call, per row and block of 32: s = max|x| / 32767,
  * xq = round(x / s) (int16). A block's dot is then exact integer arithmetic
@@ -366,6 +407,18 @@ static inline void q4_block_i16(const uint8_t * b, v128_t * w) {
     w[2] = wasm_i16x8_extend_low_i8x16(hi); w[3] = wasm_i16x8_extend_high_i8x16(hi);
 }
 
+static inline void q5_block_i16(const uint8_t * b, v128_t * w) {
+    v128_t lo, hi;
+    q5_block_i8(b, &lo, &hi);
+    w[0] = wasm_i16x8_extend_low_i8x16(lo); w[1] = wasm_i16x8_extend_high_i8x16(lo);
+    w[2] = wasm_i16x8_extend_low_i8x16(hi); w[3] = wasm_i16x8_extend_high_i8x16(hi);
+}
+static inline void qb_block_i16(int32_t dt, const uint8_t * b, v128_t * w) {
+    if (dt == SDPA_DTYPE_Q8_0) q8_block_i16(b, w);
+    else if (dt == SDPA_DTYPE_Q4_0) q4_block_i16(b, w);
+    else q5_block_i16(b, w);
+}
+
 /* The block's integer dot with xq's block (4 int32 lanes: exact). */
 static inline v128_t block_isum(const v128_t * w, const int16_t * xq) {
     v128_t s = wasm_i32x4_dot_i16x8(w[0], wasm_v128_load(xq));
@@ -379,17 +432,17 @@ static inline v128_t block_fma_i16(v128_t acc, const v128_t * w, const int16_t *
 }
 
 /* rows weight rows (1 or 2, rs bytes apart) against one quantized x row: y[0] (and y[ys]) (+)=. */
-static inline void qi_rows(const uint8_t * w, size_t rs, int32_t rows, bool q8, const int16_t * xq, const float * xs,
+static inline void qi_rows(const uint8_t * w, size_t rs, int32_t rows, int32_t dt, const int16_t * xq, const float * xs,
                            int32_t nb, float * y, size_t ys, bool acc) {
-    const size_t bb = q8 ? 34 : 18;
+    const size_t bb = qb_bytes(dt);
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, f[4];
     for (int32_t b = 0; b < nb; b++) {
         const uint8_t * p = w + b * bb;
-        if (q8) q8_block_i16(p, f); else q4_block_i16(p, f);
+        qb_block_i16(dt, p, f);
         a0 = block_fma_i16(a0, f, xq + 32 * b, half_to_float(load_u16(p)), xs[b]);
         if (rows == 2) {
             p += rs;
-            if (q8) q8_block_i16(p, f); else q4_block_i16(p, f);
+            qb_block_i16(dt, p, f);
             a1 = block_fma_i16(a1, f, xq + 32 * b, half_to_float(load_u16(p)), xs[b]);
         }
     }
@@ -399,13 +452,13 @@ static inline void qi_rows(const uint8_t * w, size_t rs, int32_t rows, bool q8, 
 }
 
 /* One weight row against 4 quantized x rows (xqs int16 / nb scales apart): y[r * ys] (+)=. */
-static inline void qi_x4w1(const uint8_t * w, bool q8, const int16_t * xq, size_t xqs, const float * xs, int32_t nb,
+static inline void qi_x4w1(const uint8_t * w, int32_t dt, const int16_t * xq, size_t xqs, const float * xs, int32_t nb,
                            float * y, size_t ys, bool acc) {
-    const size_t bb = q8 ? 34 : 18;
+    const size_t bb = qb_bytes(dt);
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0, f[4];
     for (int32_t b = 0; b < nb; b++) {
         const uint8_t * p = w + b * bb;
-        if (q8) q8_block_i16(p, f); else q4_block_i16(p, f);
+        qb_block_i16(dt, p, f);
         const float d = half_to_float(load_u16(p));
         const int16_t * xb = xq + 32 * b;
         a0 = block_fma_i16(a0, f, xb, d, xs[b]);

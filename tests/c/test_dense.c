@@ -68,8 +68,8 @@
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 enum { F32 = SDPA_DTYPE_FLOAT32, F16 = SDPA_DTYPE_FLOAT16, Q8 = SDPA_DTYPE_Q8_0, Q4 = SDPA_DTYPE_Q4_0,
-       K4 = SDPA_DTYPE_Q4_K, K6 = SDPA_DTYPE_Q6_K };
-static const int32_t DTYPES[] = {F32, F16, Q8, Q4};  /* sections 1-8; the k-quants: section 9 */
+       K4 = SDPA_DTYPE_Q4_K, K6 = SDPA_DTYPE_Q6_K, Q5 = SDPA_DTYPE_Q5_0 };
+static const int32_t DTYPES[] = {F32, F16, Q8, Q4};  /* sections 1-8; the k-quants: section 9; q5_0: 10 */
 static const int32_t K_DTYPES[] = {K4, K6};
 
 static sdpa_ctx * g_ctx[4];  /* 1, 2, 3, 4 threads; the pool forced whenever a call has > 1 unit */
@@ -83,6 +83,7 @@ static const char * dtype_name(int32_t dt) {
     case Q4: return "q4_0";
     case K4: return "q4_k";
     case K6: return "q6_k";
+    case Q5: return "q5_0";
     default: return "?";
     }
 }
@@ -138,6 +139,7 @@ static size_t ref_row_bytes(int32_t dt, int32_t cols) {
     case Q8: return (size_t)(cols / 32) * 34;
     case K4: return (size_t)(cols / 256) * 144;
     case K6: return (size_t)(cols / 256) * 210;
+    case Q5: return (size_t)(cols / 32) * 22;
     default: return (size_t)(cols / 32) * 18;
     }
 }
@@ -180,8 +182,22 @@ static uint16_t get_u16(const uint8_t * p) {
     return v;
 }
 
+/* block_q5_0 (ggml-common.h; dequantize_row_q5_0): per 32 values half d @0,
+ * uint32 qh @2 (little-endian), qs[16] @6; value j: low nibble of qs[j] for
+ * j < 16, high nibble of qs[j - 16] otherwise, bit j of qh as its bit 4;
+ * value = d * (q - 16). */
+static int ref_q5_q(const uint8_t * blk, int j) {
+    const uint32_t qh = (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
+    const int low = j < 16 ? (blk[6 + j] & 15) : (blk[6 + j - 16] >> 4);
+    return (low | (int)((qh >> j) & 1) << 4) - 16;
+}
+
 static double ref_wval(int32_t dt, const uint8_t * row, int32_t j) {
     switch (dt) {
+    case Q5: {
+        const uint8_t * b = row + (size_t)(j / 32) * 22;
+        return ref_half(get_u16(b)) * (double)ref_q5_q(b, j % 32);
+    }
     case K4: {
         const uint8_t * b = row + (size_t)(j / 256) * 144;
         int sc, m;
@@ -261,7 +277,7 @@ static void fill_weight(tu_rng * rng, int32_t dt, uint8_t * w, int32_t rows, int
             }
             break;
         default: {
-            const size_t bb = dt == Q8 ? 34 : 18;
+            const size_t bb = dt == Q8 ? 34 : dt == Q5 ? 22 : 18;
             for (int32_t b = 0; b < cols / 32; b++) {
                 uint8_t * blk = row + (size_t)b * bb;
                 const float d = tu_rng_uniform(rng, 0.002f, 0.05f) * ((tu_rng_u64(rng) & 1) ? -1.0f : 1.0f);
@@ -1626,6 +1642,7 @@ static void test_row_bytes(void) {
         {SDPA_DTYPE_BOOL, 32, 0}, {SDPA_DTYPE_INT8, 32, 0}, {SDPA_DTYPE_INT4, 32, 0}, {0, 32, 0}, {50, 32, 0},
         {K4, 256, 144}, {K4, 512, 288}, {K4, 4096, 2304}, {K6, 256, 210}, {K6, 768, 630}, {K6, 4096, 3360},
         {K4, 32, 0}, {K4, 288, 0}, {K6, 128, 0}, {K6, 255, 0}, {K4, 0, 0}, {K6, -256, 0},
+        {Q5, 32, 22}, {Q5, 576, 396}, {Q5, 4096, 2816}, {Q5, 48, 0}, {Q5, 1, 0}, {Q5, 0, 0},
         {99, 32, 0}, {-1, 32, 0},
     };
     for (int i = 0; i < COUNT(T); i++) {
@@ -1765,15 +1782,16 @@ static void model_quantize_x(const float * x, int32_t nb, int16_t * xq, float * 
     }
 }
 
-/* The integer q of element j of a q8_0 / q4_0 row, and its block's d as float32. */
+/* The integer q of element j of a q8_0 / q4_0 / q5_0 row, and its block's d as float32. */
 static int32_t wq_int(int32_t dt, const uint8_t * row, int32_t j) {
     if (dt == Q8) return (int8_t)row[(size_t)(j / 32) * 34 + 2 + j % 32];
+    if (dt == Q5) return ref_q5_q(row + (size_t)(j / 32) * 22, j % 32);
     const uint8_t * b = row + (size_t)(j / 32) * 18;
     const int k = j % 32;
     return (k < 16 ? (b[2 + k] & 15) : (b[2 + k - 16] >> 4)) - 8;
 }
 static float wq_d(int32_t dt, const uint8_t * row, int32_t b) {
-    return (float)ref_half(get_u16(row + (size_t)b * (dt == Q8 ? 34 : 18)));
+    return (float)ref_half(get_u16(row + (size_t)b * (dt == Q8 ? 34 : dt == Q5 ? 22 : 18)));
 }
 
 static int16_model int16_reference(int32_t dt, const uint8_t * w, const float * x, const float * y0, int32_t n,
@@ -2487,6 +2505,161 @@ static void test_k_quants(void) {
     tu_context[0] = 0;
 }
 
+/* ---- 10: q5_0 ----------------------------------------------------------------- */
+
+/* sdpa_linear on q5_0 weights (ggml's block_q5_0, the fifth bits in qh): the
+ * shapes of section 1, then NaN / Inf scales; int16 activations as section
+ * 8 holds them (bit for bit against the scalar model, within the bound);
+ * embed exactly; its rules (rows not whole blocks, quantize refused). */
+static void sweep_q5_linear(void) {
+    static const int N_LIST[] = {1, 2, 3, 4, 5, 9, 67, 130};
+    static const int COLS_Q[] = {32, 64, 96, 128, 160, 224, 256, 288, 320, 576};
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed(0) * 7919 + 12);
+    int k = 0;
+    for (int ni = 0; ni < COUNT(N_LIST); ni++)
+        for (int32_t r = 1; r <= 39; r++, k++) {
+            const int32_t rows = r == 38 ? 64 : r == 39 ? 130 : r;
+            linear_case(&rng, Q5, N_LIST[ni], rows, COLS_Q[(k * 5 + ni) % COUNT(COLS_Q)], (k / 3 + ni) & 1, k % 4, (k + ni) % 3);
+        }
+    linear_case(&rng, Q5, 130, 130, 576, 1, 3, 0);
+    linear_case(&rng, Q5, 1, 130, 576, 0, 1, 1);
+    /* a NaN scale in block 1 of row 2, an Inf scale in block 2 of row 4 (every q there non-zero, x > 0) */
+    static const int NS[] = {1, 3, 6, 9};
+    for (int ni = 0; ni < COUNT(NS); ni++) {
+        const int32_t cols = 96, n = NS[ni], rows = 12;
+        char label[160];
+        snprintf(label, sizeof label, "q5_0 NaN / Inf scales: n=%d rows=%d cols=%d", n, rows, cols);
+        snprintf(tu_context, sizeof tu_context, "%s", label);
+        const size_t rb = ref_row_bytes(Q5, cols);
+        uint8_t * w = tu_malloc(rb * rows);
+        fill_weight(&rng, Q5, w, rows, cols);
+        const uint16_t nan_h = 0x7e00, inf_h = 0x7c00;
+        memcpy(w + 2 * rb + 22, &nan_h, 2);
+        memcpy(w + 4 * rb + 44, &inf_h, 2);
+        memset(w + 4 * rb + 44 + 2, 0xff, 4);   /* qh: every fifth bit set */
+        memset(w + 4 * rb + 44 + 6, 0x33, 16);  /* nibbles 3: q = 19, q - 16 = 3 */
+        float * x = tu_malloc((size_t)n * cols * 4);
+        fill_normal(&rng, x, (size_t)n * cols, 1.0f);
+        for (int32_t i = 0; i < n; i++)
+            for (int32_t j = 64; j < 96; j++) x[(size_t)i * cols + j] = fabsf(x[(size_t)i * cols + j]) + 0.25f;
+        product_ref pr = linear_reference(Q5, w, x, NULL, n, rows, cols);
+        TU_CHECK(isnan(pr.ref[2]) && pr.ref[4] == INFINITY && isfinite(pr.ref[0]), "%s: the test's own setup", label);
+        free(pr.ref);
+        free(pr.mag);
+        run_product(label, Q5, w, rows, cols, x, n, NULL, ni % 3);
+        free(x);
+        free(w);
+    }
+    tu_context[0] = 0;
+}
+
+static void sweep_q5_int16(void) {
+    static const int N_LIST[] = {1, 3, 4, 5, 67};
+    static const int ROWS[] = {1, 2, 3, 5, 16, 17, 33, 37};
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed(0) * 7919 + 13);
+    double worst = 0;
+    int k = 0;
+    for (int ni = 0; ni < COUNT(N_LIST); ni++)
+        for (int acc = 0; acc < 2; acc++)
+            for (int ri = 0; ri < 4; ri++, k++) {
+                const int32_t n = N_LIST[ni], rows = ROWS[(k * 3 + ni) % COUNT(ROWS)];
+                const int32_t cols = 32 * (1 + (k * 7 + acc) % 10);
+                const int woff = k % 4, shape = (k + ni) % 3;
+                char label[200];
+                snprintf(label, sizeof label, "int16 q5_0 n=%d rows=%d cols=%d accumulate=%d weight offset %d shape %d", n, rows,
+                         cols, acc, woff, shape);
+                snprintf(tu_context, sizeof tu_context, "%s", label);
+                uint8_t * wbase = tu_malloc(ref_row_bytes(Q5, cols) * (size_t)rows + (size_t)woff);
+                uint8_t * w = wbase + woff;
+                fill_weight(&rng, Q5, w, rows, cols);
+                float * x = tu_malloc((size_t)n * cols * 4);
+                for (int32_t i = 0; i < n; i++) fill_x_int16(&rng, x + (size_t)i * cols, cols, i + k);
+                float * y0 = NULL;
+                if (acc) {
+                    y0 = tu_malloc((size_t)n * rows * 4);
+                    fill_normal(&rng, y0, (size_t)n * rows, 2.0f);
+                }
+                run_int16(label, Q5, w, rows, cols, x, n, y0, shape, &worst);
+                free(y0);
+                free(x);
+                free(wbase);
+            }
+    printf("  int16 activations: worst |error| / bound %.3f q5_0\n", worst);
+    tu_context[0] = 0;
+}
+
+static void test_q5_embed_rules(void) {
+    tu_rng rng;
+    tu_rng_seed(&rng, tu_base_seed(0) * 7919 + 14);
+    const int32_t vocab = 40;
+    for (int32_t dim = 32; dim <= 576; dim += 544) {
+        snprintf(tu_context, sizeof tu_context, "embed q5_0 vocab=%d dim=%d", vocab, dim);
+        const size_t rb = ref_row_bytes(Q5, dim);
+        uint8_t * base = tu_malloc(rb * vocab + 1), * table = base + 1;
+        fill_weight(&rng, Q5, table, vocab, dim);
+        const uint16_t nan_h = 0x7e00;
+        memcpy(table + 5 * rb, &nan_h, 2);
+        static const int32_t IDS[] = {0, 39, 5, 6, 3, 5, 17, 1, 2, 38, 10, 0, 24, 31, 6, 9, 12};
+        const int32_t nn = COUNT(IDS);
+        float * out = tu_malloc((size_t)nn * dim * 4);
+        tu_fill_nan(out, (size_t)nn * dim);
+        sdpa_tensor tt = tu_tensor2(table, Q5, vocab, dim), ot = tu_tensor2(out, F32, nn, dim);
+        sdpa_ctx * ctx = g_ctx[dim % 4];
+        const sdpa_status st = sdpa_embed(ctx, &tt, IDS, nn, &ot);
+        if (TU_CHECK(st == SDPA_OK, "sdpa_embed returned %s: %s", sdpa_status_code(st), sdpa_ctx_last_error(ctx))) {
+            int bi = -1, bj = -1;
+            for (int32_t i = 0; i < nn && bi < 0; i++)
+                for (int32_t j = 0; j < dim && bi < 0; j++) {
+                    const double ref = ref_wval(Q5, table + (size_t)IDS[i] * rb, j);
+                    const float rf = (float)ref, g = out[(size_t)i * dim + j];  /* d * q: exact in float32 */
+                    if (isnan(ref) ? !isnan(g) : memcmp(&rf, &g, 4) != 0) { bi = i; bj = j; }
+                }
+            TU_CHECK(bi < 0, "out[%d][%d] (table row %d) = %.9g, expected %.9g", bi, bj, bi < 0 ? 0 : IDS[bi],
+                     bi < 0 ? 0.0 : (double)out[(size_t)bi * dim + bj], bi < 0 ? 0.0 : ref_wval(Q5, table + (size_t)IDS[bi] * rb, bj));
+        }
+        free(out);
+        free(base);
+        g_cases++;
+    }
+    /* rules: rows of 48 (not whole blocks) for linear and embed; quantize to q5_0 refused; nothing written */
+    sdpa_ctx * ctx = g_ctx[1];
+    enum { N = 2, R = 4 };
+    float * x = tu_malloc(N * 64 * 4), * out = tu_malloc(N * 64 * 4);
+    uint8_t * w = tu_malloc(R * 64 * 4);
+    fill_normal(&rng, x, N * 64, 1.0f);
+    fill_weight(&rng, Q5, w, R, 64);
+    sdpa_tensor X = tu_tensor2(x, F32, N, 48), W = tu_tensor2(w, Q5, R, 48), O = tu_tensor2(out, F32, N, R);
+    pattern(out, N * 64 * 4);
+    guard(out, N * 64 * 4); guard(w, R * 64 * 4);
+    expect_reject(ctx, sdpa_linear(ctx, &X, &W, &O, 0), SDPA_E_DIMS, "weight is q5_0 [4, 48] with rows of 48 values; expected a multiple of 32",
+                  "linear (q5_0 weight): cols 48");
+    guard(out, N * 64 * 4);
+    expect_reject(ctx, sdpa_linear(ctx, &X, &W, &O, SDPA_LINEAR_INT16_ACTIVATIONS), SDPA_E_DIMS, "expected a multiple of 32",
+                  "linear (q5_0 weight, int16): cols 48");
+    const int32_t ids[2] = {0, 1};
+    sdpa_tensor E = tu_tensor2(out, F32, 2, 48);
+    guard(out, N * 64 * 4);
+    expect_reject(ctx, sdpa_embed(ctx, &W, ids, 2, &E), SDPA_E_DIMS, "table is q5_0 [4, 48]", "embed (q5_0 table): dim 48");
+    sdpa_tensor S = tu_tensor2(x, F32, 2, 64), Q = tu_tensor2(w, Q5, 2, 64);
+    guard(w, R * 64 * 4);
+    expect_reject(ctx, sdpa_quantize(ctx, &S, &Q), SDPA_E_DTYPE, "out has dtype q5_0 (10)", "quantize to q5_0");
+    /* and a valid call after */
+    sdpa_tensor X2 = tu_tensor2(x, F32, N, 64), W2 = tu_tensor2(w, Q5, R, 64);
+    expect_ok(ctx, sdpa_linear(ctx, &X2, &W2, &O, 0), "linear (q5_0) after rejections");
+    free(x);
+    free(out);
+    free(w);
+    tu_context[0] = 0;
+}
+
+static void test_q5(void) {
+    sweep_q5_linear();
+    sweep_q5_int16();
+    test_q5_embed_rules();
+}
+
 int main(void) {
     const double t0 = tu_seconds();
     for (int i = 0; i < 4; i++) {
@@ -2535,6 +2708,7 @@ int main(void) {
     SECTION("no allocation", test_no_alloc());
     SECTION("int16 x", test_int16());
     SECTION("k-quants", test_k_quants());
+    SECTION("q5_0", test_q5());
 
     for (int i = 0; i < ns; i++)
         printf("  %-14s %5ld cases  %6.2f s\n", sections[i].name, sections[i].cases, sections[i].secs);
