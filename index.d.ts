@@ -24,16 +24,16 @@ export type DType = 'float32' | 'bool';
 
 /**
  * The dtypes of a weight matrix (sdpa.linear, sdpa.embed; docs/CONTRACT.md section 6):
- * float32, float16 (IEEE binary16 bits), ggml's q8_0 / q4_0 blocks of 32 values and
+ * float32, float16 (IEEE binary16 bits), ggml's q8_0 / q4_0 / q5_0 blocks of 32 values and
  * ggml's k-quant q4_k / q6_k blocks of 256 values (block_q4_K, block_q6_K: a GGUF
  * tensor's bytes as they are in the file).
  */
-export type WeightDType = 'float32' | 'float16' | 'q8_0' | 'q4_0' | 'q4_k' | 'q6_k';
+export type WeightDType = 'float32' | 'float16' | 'q8_0' | 'q4_0' | 'q4_k' | 'q6_k' | 'q5_0';
 
 /** What sdpa.allocTensor makes. */
 export type HeapDType = DType | WeightDType;
 
-/** The typed array of a dtype: `float32` ↔ Float32Array, `bool` ↔ Uint8Array; `float16` ↔ its bits (Uint16Array); `q8_0` / `q4_0` / `q4_k` / `q6_k` ↔ their blocks' bytes (Uint8Array). */
+/** The typed array of a dtype: `float32` ↔ Float32Array, `bool` ↔ Uint8Array; `float16` ↔ its bits (Uint16Array); `q8_0` / `q4_0` / `q5_0` / `q4_k` / `q6_k` ↔ their blocks' bytes (Uint8Array). */
 export type DataOf<T extends HeapDType> = T extends 'float32' ? Float32Array : T extends 'float16' ? Uint16Array : Uint8Array;
 
 /** A dense row-major tensor. `dtype`, when given, must agree with `data`'s type. */
@@ -76,7 +76,7 @@ export class HeapTensor<D extends Float32Array | Uint8Array | Uint16Array = Floa
   setBytes(source: Uint8Array, byteOffset?: number): void;
   readonly dims: readonly number[];
   readonly dtype: HeapDType;
-  /** Element count (values; a q8_0 / q4_0 / q4_k / q6_k tensor's `data` holds fewer bytes: see byteLength). */
+  /** Element count (values; a q8_0 / q4_0 / q5_0 / q4_k / q6_k tensor's `data` holds fewer bytes: see byteLength). */
   readonly length: number;
   /** Bytes in wasm memory. */
   readonly byteLength: number;
@@ -615,8 +615,8 @@ export interface Sdpa {
   reserve(bytes: number): void;
   /**
    * A zero-filled heap tensor. A weight dtype's tensor (float16, q8_0,
-   * q4_0, q4_k, q6_k) is for the dense calls; q8_0 / q4_0 need a last dim
-   * that is a multiple of 32, q4_k / q6_k of 256 (E_DIMS).
+   * q4_0, q5_0, q4_k, q6_k) is for the dense calls; q8_0 / q4_0 / q5_0 need
+   * a last dim that is a multiple of 32, q4_k / q6_k of 256 (E_DIMS).
    */
   allocTensor<T extends HeapDType>(dtype: T, dims: readonly number[]): HeapTensor<DataOf<T>>;
   /**
@@ -638,8 +638,8 @@ export interface Sdpa {
   embed(table: HeapTensor<Float32Array | Uint16Array | Uint8Array>, ids: Int32Array | readonly number[], opts?: { out?: DenseTensor | null | undefined }): HeapTensor<Float32Array>;
   /**
    * out = source [rows, cols] (float32) in out's weight dtype: float16 rounds
-   * to nearest even, q8_0 / q4_0 are ggml's reference quantization; q4_k / q6_k
-   * are not offered (E_DTYPE). Returns out.
+   * to nearest even, q8_0 / q4_0 are ggml's reference quantization; q5_0 / q4_k /
+   * q6_k are not offered (E_DTYPE). Returns out.
    */
   quantize<O extends HeapTensor<Float32Array | Uint16Array | Uint8Array>>(source: DenseTensor, out: O): O;
   /** torch.nn.functional.scaled_dot_product_attention on [B, H, S, D]; returns [B, Hq, L, Ev]. */
@@ -664,7 +664,7 @@ export interface LinearOptions extends DenseRowsOptions {
   /** out += x · weightᵀ (a residual add fused in). Default false. */
   accumulate?: boolean | undefined;
   /**
-   * 'int16': with q8_0 / q4_0 weights, x is quantized per row and block of 32 to int16 and the
+   * 'int16': with q8_0 / q4_0 / q5_0 weights, x is quantized per row and block of 32 to int16 and the
    * block dots are exact integer arithmetic (about twice as fast; error <= half a step, 1/65534 of a block's
    * largest |x| per value). No effect on float32 / float16 / q4_k / q6_k weights. Default 'float32'.
    */

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// The weight products (sdpa.linear) per weight dtype (float32, float16, q8_0, q4_0, q4_k, q6_k;
-// and q8_0 / q4_0 with activations: 'int16', the option that quantizes x per block), against the
+// The weight products (sdpa.linear) per weight dtype (float32, float16, q8_0, q4_0, q5_0, q4_k,
+// q6_k; and q8_0 / q4_0 with activations: 'int16', the option that quantizes x per block), against the
 // machine's limits probed all through the same run (bench/lib/limits.mjs openLimits: read
 // bandwidth and f32x4 mul+add peak, 1 and 2 threads, one sample of each before every row):
 //   * one matrix at a time: every distinct [out, in] of one token of the shipped model
@@ -22,7 +22,7 @@
 // (--quick: under 1).
 //
 //   node bench/dense.mjs [--quick] [--json] [--threads=1,2] [--models=shipped,135m]
-//                        [--dtypes=float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16,q4_k,q6_k] [--rows=1,64,512] [--budget=300]
+//                        [--dtypes=float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16,q5_0,q4_k,q6_k] [--rows=1,64,512] [--budget=300]
 //                        [--no-matrices] [--no-token] [--no-pool]
 //   node bench/dense.mjs --render=dense.json     the tables of a saved --json run
 import { execFileSync } from 'node:child_process';
@@ -46,10 +46,10 @@ const JSON_OUT = flag('json');
 const THREADS = arg('threads', '1,2').split(',').map(Number);
 const MODEL_IDS = arg('models', 'shipped,135m').split(',');
 // a weight dtype, or q8_0+int16 / q4_0+int16: the same weights with sdpa.linear's activations: 'int16'
-// (q4_k / q6_k: only the matrices whose in features are whole blocks of 256, and no token row:
-// neither model has every in features a multiple of 256; their weights are random block bytes
-// with sane scales, since sdpa.quantize does not make them)
-const DTYPES = arg('dtypes', 'float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16,q4_k,q6_k').split(',');
+// (q5_0 / q4_k / q6_k: random block bytes with sane scales, since sdpa.quantize does not make them;
+// q4_k / q6_k only the matrices whose in features are whole blocks of 256, and no token row:
+// neither model has every in features a multiple of 256)
+const DTYPES = arg('dtypes', 'float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16,q5_0,q4_k,q6_k').split(',');
 /** { dtype, act, opts(o) }: a --dtypes entry (act: the activations option, or undefined). */
 const variantOf = (v) => { const [dtype, act] = v.split('+'); return { dtype, act, opts: (o) => (act ? { ...o, activations: act } : o) }; };
 const ROWS = arg('rows', QUICK ? '1,64' : '1,64,512').split(',').map(Number);
@@ -122,8 +122,8 @@ function randomTensor(dims, scale = 1) {
 }
 const bytesOf = (t) => { const d = t.data; return new Uint8Array(d.buffer, d.byteOffset, d.byteLength); };
 
-/** ggml's k-quant block bytes and where their float16 scales sit (d, dmin) with sane values for them. */
-const K_BLOCKS = { q4_k: { bytes: 144, halves: [[0, 0x1400], [2, 0x1800]] }, q6_k: { bytes: 210, halves: [[208, 0x0c00]] } };
+/** ggml's k-quant (and q5_0) block bytes and where their float16 scales sit (d, dmin) with sane values for them. */
+const K_BLOCKS = { q4_k: { bytes: 144, halves: [[0, 0x1400], [2, 0x1800]] }, q6_k: { bytes: 210, halves: [[208, 0x0c00]] }, q5_0: { bytes: 22, halves: [[0, 0x1c00]] } };
 
 /** A weight [rows, cols] of dtype made from random values (quantized through a float32 staging tensor; the k-quants: random block bytes, sane scales). */
 function makeWeight(dtype, rows, cols) {

@@ -22,6 +22,7 @@ export const WEIGHT_DTYPES = Object.freeze(Object.assign(Object.create(null), {
   q4_0: Object.freeze({ id: 7, block: 32, blockBytes: 18 }),
   q4_k: Object.freeze({ id: 8, block: 256, blockBytes: 144 }),
   q6_k: Object.freeze({ id: 9, block: 256, blockBytes: 210 }),
+  q5_0: Object.freeze({ id: 10, block: 32, blockBytes: 22 }),
 }));
 /** Cache dtypes (sdpa_kv_cache_desc key_dtype / value_dtype) by name: their sdpa_dtype number. */
 export const CACHE_DTYPES = Object.freeze(Object.assign(Object.create(null), { float32: 1, float16: 3, int8: 4, int4: 5 }));

@@ -115,7 +115,7 @@ export function denseEntries(core) {
   /**
    * out = x · weightᵀ (+ out with accumulate). x float32 [..., in], weight
    * [outF, in] in any weight dtype, out float32 [..., outF]. activations:
-   * 'int16' quantizes x per row and block of 32 for q8_0 / q4_0 weights
+   * 'int16' quantizes x per row and block of 32 for q8_0 / q4_0 / q5_0 weights
    * (integer block dots, about twice as fast; error <= half a step, 1/65534 of a block's
    * largest |x|).
    */

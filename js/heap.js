@@ -105,15 +105,15 @@ export const DTYPE_BYTES = Object.freeze({ float32: TENSOR_DTYPES.float32.bytes,
 /**
  * The typed array `data` is, per dtype: float32 and bool as before; the weight
  * dtypes (include/sdpa_dense.h) float16 as its bits (Uint16Array), q8_0,
- * q4_0, q4_k and q6_k as their blocks' bytes (Uint8Array, ggml's layout).
+ * q4_0, q5_0, q4_k and q6_k as their blocks' bytes (Uint8Array, ggml's layout).
  */
 const VIEW_TYPE = Object.freeze({
   float32: Float32Array, bool: Uint8Array, float16: Uint16Array,
-  q8_0: Uint8Array, q4_0: Uint8Array, q4_k: Uint8Array, q6_k: Uint8Array,
+  q8_0: Uint8Array, q4_0: Uint8Array, q5_0: Uint8Array, q4_k: Uint8Array, q6_k: Uint8Array,
 });
 
 /** The dtypes allocTensor makes. */
-export const HEAP_DTYPES = Object.freeze(['float32', 'bool', 'float16', 'q8_0', 'q4_0', 'q4_k', 'q6_k']);
+export const HEAP_DTYPES = Object.freeze(['float32', 'bool', 'float16', 'q8_0', 'q4_0', 'q4_k', 'q6_k', 'q5_0']);
 
 /** Bytes of a heap tensor of `dtype` and `dims` (a weight dtype: whole blocks of its last dim; checked by readAllocArgs). */
 export function tensorBytes(dtype, dims) {
@@ -129,7 +129,7 @@ export class HeapTensor {
    * @param {object} rt the runtime that owns the memory (currentBuffer(), releaseTensor())
    * @param {number} ptr unsigned byte address in wasm memory
    * @param {number[]} dims positive integers (checked by allocTensor)
-   * @param {'float32'|'bool'|'float16'|'q8_0'|'q4_0'|'q4_k'|'q6_k'} dtype
+   * @param {'float32'|'bool'|'float16'|'q8_0'|'q4_0'|'q4_k'|'q6_k'|'q5_0'} dtype
    * @param {number} n element count, product(dims)
    * @param {number} bytes its bytes (tensorBytes)
    */
@@ -143,7 +143,7 @@ export class HeapTensor {
 
   /**
    * A typed array over the tensor's wasm memory: Float32Array (float32), Uint8Array
-   * (bool; q8_0, q4_0, q4_k, q6_k: the blocks' bytes), Uint16Array (float16: the bits).
+   * (bool; q8_0, q4_0, q5_0, q4_k, q6_k: the blocks' bytes), Uint16Array (float16: the bits).
    */
   get data() {
     return handOut(liveState(this, 'data'));
@@ -181,7 +181,7 @@ export class HeapTensor {
 
   get dims() { return stateOf(this, 'dims').dims; }
   get dtype() { return stateOf(this, 'dtype').dtype; }
-  /** Element count (values: a q8_0 / q4_0 / q4_k / q6_k tensor's data holds fewer bytes). */
+  /** Element count (values: a q8_0 / q4_0 / q5_0 / q4_k / q6_k tensor's data holds fewer bytes). */
   get length() { return stateOf(this, 'length').n; }
   /** Bytes in wasm memory. */
   get byteLength() { return stateOf(this, 'byteLength').bytes; }

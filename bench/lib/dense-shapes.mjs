@@ -4,16 +4,17 @@
 
 /** Values per block of a weight dtype (1: not a block dtype). */
 export function blockOf(dtype) {
-  return dtype === 'q4_k' || dtype === 'q6_k' ? 256 : dtype === 'q8_0' || dtype === 'q4_0' ? 32 : 1;
+  return dtype === 'q4_k' || dtype === 'q6_k' ? 256 : dtype === 'q8_0' || dtype === 'q4_0' || dtype === 'q5_0' ? 32 : 1;
 }
 
-/** Bytes of one row of `cols` values in a weight dtype (q8_0 / q4_0: 34 / 18 bytes per 32 values; q4_k / q6_k: 144 / 210 per 256). */
+/** Bytes of one row of `cols` values in a weight dtype (q8_0 / q4_0 / q5_0: 34 / 18 / 22 bytes per 32 values; q4_k / q6_k: 144 / 210 per 256). */
 export function rowBytes(dtype, cols) {
   switch (dtype) {
     case 'float32': return 4 * cols;
     case 'float16': return 2 * cols;
     case 'q8_0': return (cols / 32) * 34;
     case 'q4_0': return (cols / 32) * 18;
+    case 'q5_0': return (cols / 32) * 22;
     case 'q4_k': return (cols / 256) * 144;
     case 'q6_k': return (cols / 256) * 210;
     default: throw new Error(`dense-shapes: unknown weight dtype ${dtype}`);

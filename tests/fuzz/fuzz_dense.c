@@ -22,7 +22,7 @@
  *     rounding, 1e-5 (|y0| + sum_j |w_j x_j|) + 1e-30, where every value is
  *     finite (over the dims the call was given, which need not be the ones
  *     the input first asked for); and is bit-identical on 1 and 3 threads;
- *   - with SDPA_LINEAR_INT16_ACTIVATIONS and a q8_0 / q4_0 weight, x is
+ *   - with SDPA_LINEAR_INT16_ACTIVATIONS and a q8_0 / q4_0 / q5_0 weight, x is
  *     quantized per row and block of 32 (s_b = amax_b / 32767, xq = x / s_b
  *     rounded to an int16), so each x value is off by at most
  *     E_b = s_b / 2 + 4 * 2^-24 amax_b (the rounding to an integer, plus
@@ -72,14 +72,16 @@ static uint32_t take_data(reader * r, uint32_t mod) {
 
 static const int32_t DTYPES[] = { SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_Q8_0, SDPA_DTYPE_Q4_0,
                                   SDPA_DTYPE_FLOAT32, SDPA_DTYPE_BOOL, SDPA_DTYPE_INT8, 99,
-                                  SDPA_DTYPE_Q4_K, SDPA_DTYPE_Q6_K };
+                                  SDPA_DTYPE_Q4_K, SDPA_DTYPE_Q6_K, SDPA_DTYPE_Q5_0 };
 #define N_DTYPES ((uint32_t)(sizeof DTYPES / sizeof DTYPES[0]))
 static int is_k(int32_t dt) { return dt == SDPA_DTYPE_Q4_K || dt == SDPA_DTYPE_Q6_K; }
+static int is_q32(int32_t dt) { return dt == SDPA_DTYPE_Q8_0 || dt == SDPA_DTYPE_Q4_0 || dt == SDPA_DTYPE_Q5_0; }
 
 static size_t bytes_of(int32_t dtype, size_t len) {
     switch (dtype) {
     case SDPA_DTYPE_Q8_0: return (len + 31) / 32 * 34;
     case SDPA_DTYPE_Q4_0: return (len + 31) / 32 * 18;
+    case SDPA_DTYPE_Q5_0: return (len + 31) / 32 * 22;
     case SDPA_DTYPE_Q4_K: return (len + 255) / 256 * 144;
     case SDPA_DTYPE_Q6_K: return (len + 255) / 256 * 210;
     case SDPA_DTYPE_FLOAT16: return len * 2;
@@ -94,10 +96,18 @@ static float half(uint16_t h) {
     return h & 0x8000 ? -v : v;
 }
 
-/* Element j of row r of a float32 / float16 / q8_0 / q4_0 weight of `cols`. */
+/* Element j of row r of a float32 / float16 / q8_0 / q4_0 / q5_0 weight of `cols`
+ * (q5_0: ggml's block_q5_0, d, a little-endian uint32 of fifth bits, q4_0's nibbles; d (q - 16)). */
 static double weight_at1(int32_t dtype, const uint8_t * w, int32_t cols, int32_t r, int32_t j) {
     if (dtype == SDPA_DTYPE_FLOAT32) { float f; memcpy(&f, w + ((size_t)r * cols + j) * 4, 4); return f; }
     if (dtype == SDPA_DTYPE_FLOAT16) { uint16_t h; memcpy(&h, w + ((size_t)r * cols + j) * 2, 2); return half(h); }
+    if (dtype == SDPA_DTYPE_Q5_0) {
+        const uint8_t * b = w + (size_t)r * (cols / 32) * 22 + (size_t)(j / 32) * 22;
+        uint16_t h; memcpy(&h, b, 2);
+        const uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+        const int k = j % 32, low = k < 16 ? b[6 + k] & 15 : b[6 + k - 16] >> 4;
+        return (double)half(h) * ((low | (int)((qh >> k) & 1) << 4) - 16);
+    }
     const size_t bb = dtype == SDPA_DTYPE_Q8_0 ? 34 : 18;
     const uint8_t * b = w + (size_t)r * (cols / 32) * bb + (size_t)(j / 32) * bb;
     uint16_t h; memcpy(&h, b, 2);
@@ -191,7 +201,7 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     const int32_t wdt = DTYPES[take(&r, N_DTYPES)];
     const int32_t n = (int32_t)take(&r, 6) + 1, rows = (int32_t)take(&r, 37) + 1;
     const int32_t cols = is_k(wdt) ? 256 * ((int32_t)take(&r, 2) + 1)
-                         : wdt == SDPA_DTYPE_Q8_0 || wdt == SDPA_DTYPE_Q4_0 ? 32 * ((int32_t)take(&r, 4) + 1) : (int32_t)take(&r, 70) + 1;
+                         : is_q32(wdt) ? 32 * ((int32_t)take(&r, 4) + 1) : (int32_t)take(&r, 70) + 1;
     const int32_t xd[2] = { n, cols }, wd[2] = { rows, cols }, od[2] = { n, rows }, vd[1] = { cols };
     const int32_t act = take(&r, 8) == 0 ? DTYPES[take(&r, N_DTYPES)] : SDPA_DTYPE_FLOAT32;
     sdpa_tensor x = make(&r, act, 2, xd), w, out, aux;
@@ -253,7 +263,7 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         for (int32_t i = 0; i < nr; i++)
             for (int32_t o = 0; o < rows; o++) {
                 const float * xi = (const float *)x.data + (size_t)i * cols;
-                const int int16_x = (acc & SDPA_LINEAR_INT16_ACTIVATIONS) && (wdt == SDPA_DTYPE_Q8_0 || wdt == SDPA_DTYPE_Q4_0);
+                const int int16_x = (acc & SDPA_LINEAR_INT16_ACTIVATIONS) && is_q32(wdt);
                 double ref = (acc & SDPA_LINEAR_ACCUMULATE) ? ((const float *)before)[(size_t)i * rows + o] : 0.0, mag = fabs(ref);
                 double qerr = 0, eb = 0;  /* int16: sum_j |w_j| E_b(j); E_b of the current block */
                 for (int32_t j = 0; j < cols; j++) {

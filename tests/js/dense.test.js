@@ -1103,4 +1103,120 @@ test('bad input, q4_k / q6_k: quantize to them (E_DTYPE), x of the wrong cols, e
   }
 });
 
+// ---- q5_0 ---------------------------------------------------------------------
+//
+// Its float64 dequantizer, written here from ggml's block_q5_0 (ggml-common.h)
+// and dequantize_row_q5_0: per 32 values a float16 d, a little-endian uint32
+// qh (bit j: value j's fifth bit), 16 bytes of nibbles as q4_0's; value
+// d (q - 16). `wrong` reads the fifth bits of values 16-31 from qh's low half
+// (a test of the tests).
+
+function q5Dequantize(bytes, rows, cols, wrong = false) {
+  const out = new Float64Array(rows * cols);
+  const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const nb = cols / 32;
+  for (let r = 0; r < rows; r++) {
+    for (let b = 0; b < nb; b++) {
+      const at = (r * nb + b) * 22, o = r * cols + b * 32;
+      const d = halfToNumber(dv.getUint16(at, true)), qh = dv.getUint32(at + 2, true);
+      for (let j = 0; j < 32; j++) {
+        const low = j < 16 ? bytes[at + 6 + j] & 15 : bytes[at + 6 + j - 16] >> 4;
+        const bit = (qh >>> (wrong ? j & 15 : j)) & 1;
+        out[o + j] = d * ((low | (bit << 4)) - 16);
+      }
+    }
+  }
+  return out;
+}
+
+/** Random q5_0 bytes: every byte random, then sane float16 scales (about 2^-10 .. 2^1, either sign). */
+function randomQ5Bytes(rand, rows, cols) {
+  const b = new Uint8Array(rows * (cols / 32) * 22);
+  for (let i = 0; i < b.length; i++) b[i] = Math.floor(rand() * 256);
+  const dv = new DataView(b.buffer);
+  for (let k = 0; k < b.length / 22; k++) dv.setUint16(k * 22, (rand() < 0.5 ? 0x8000 : 0) | ((5 + Math.floor(rand() * 11)) << 10) | Math.floor(rand() * 1024), true);
+  return b;
+}
+
+test('q5_0: heap tensors (22 bytes per 32 values); linear (n = 1 and n > 1, ranks, accumulate) and int16 activations within their bounds; embed exact; quantize to it E_DTYPE; a misread layout far outside the bound', () => {
+  const rand = rng(5050);
+  const t = sdpa.allocTensor('q5_0', [3, 64]);
+  assert.is(t.byteLength, 3 * 2 * 22);
+  assert.ok(t.data instanceof Uint8Array);
+  t.dispose();
+  expectError(() => sdpa.allocTensor('q5_0', [2, 48]), 'E_DIMS', [/^allocTensor: /, /q5_0/, /multiple of 32, got 48/]);
+  let worst = 0, worstInt16 = 0;
+  for (const cols of [32, 96, 576]) {
+    for (const rows of [1, 3, 4, 17, 33]) {
+      for (const xDims of [[cols], [2, cols], [5, cols], [2, 3, cols], [67, cols]]) {
+        const n = xDims.slice(0, -1).reduce((a, b) => a * b, 1);
+        const wb = randomQ5Bytes(rand, rows, cols);
+        const W = weightTensor(sdpa, 'q5_0', rows, cols, wb);
+        const wv = q5Dequantize(wb, rows, cols);
+        const xs = blockyFloats(rand, n, cols);
+        const X = floats(sdpa, xDims, xs);
+        const prior = randomFloats(rand, n * rows, 3);
+        const accumulate = (rows + n) % 2 === 1;
+        const outDims = [...xDims.slice(0, -1), rows];
+        const O = floats(sdpa, outDims, prior), Q = floats(sdpa, outDims, prior);
+        sdpa.linear(X, W, { out: O, accumulate });
+        const { y, mag } = linearRef(xs, wv, n, cols, rows, accumulate ? prior : null);
+        const label = `q5_0 [${rows}, ${cols}] x ${JSON.stringify(xDims)}${accumulate ? ' accumulate' : ''}`;
+        worst = Math.max(worst, assertProduct(O.data, y, mag, cols, label));
+        sdpa.linear(X, W, { out: Q, accumulate, activations: 'int16' });
+        worstInt16 = Math.max(worstInt16, assertInt16(Q.data, int16Ref(xs, wv, n, cols, rows, accumulate ? prior : null), `${label} int16`));
+        for (const x of [W, X, O, Q]) x.dispose();
+      }
+    }
+  }
+  assert.ok(worst < 8, `q5_0: worst ${worst} u`);
+  assert.ok(worstInt16 < 1, `q5_0 int16: worst ${worstInt16} of the bound`);
+  // the test's own check: the fifth bits misread are far outside the bound
+  {
+    const rows = 8, cols = 96, wb = randomQ5Bytes(rand, rows, cols);
+    const W = weightTensor(sdpa, 'q5_0', rows, cols, wb), xs = randomFloats(rand, cols, 2), X = floats(sdpa, [cols], xs);
+    const got = sdpa.linear(X, W);
+    const { y, mag } = linearRef(xs, q5Dequantize(wb, rows, cols, true), 1, cols, rows);
+    let far = 0;
+    for (let o = 0; o < rows; o++) far = Math.max(far, Math.abs(got.data[o] - y[o]) / (U * mag[o]));
+    assert.ok(far > 1000, `q5_0 read with the fifth bits wrong: ${far} u from the library's result`);
+    for (const x of [W, X, got]) x.dispose();
+  }
+  // embed: the exact dequantized rows
+  const vocab = 9, dim = 96, tb = randomQ5Bytes(rand, vocab, dim);
+  const T = weightTensor(sdpa, 'q5_0', vocab, dim, tb), ids = [0, 8, 3, 3, 5];
+  const E = sdpa.embed(T, ids), tv = q5Dequantize(tb, vocab, dim);
+  for (let i = 0; i < ids.length; i++) {
+    for (let j = 0; j < dim; j++) {
+      if (!Object.is(E.data[i * dim + j], Math.fround(tv[ids[i] * dim + j]))) assert.unreachable(`q5_0 embed out[${i}][${j}] = ${E.data[i * dim + j]}, expected ${tv[ids[i] * dim + j]}`);
+    }
+  }
+  // quantize to q5_0: refused, nothing written
+  const S = floats(sdpa, [vocab, dim], randomFloats(rand, vocab * dim));
+  expectError(() => sdpa.quantize(S, T), 'E_DTYPE', [/^sdpa\.quantize: /, /out has dtype q5_0 \(\d+\)/, /not offered/]);
+  assert.equal(bytesOf(T), tb, 'quantize wrote nothing');
+  for (const x of [T, E, S]) x.dispose();
+});
+
+test('linear, q5_0: 1 and 2 threads the same bits (1536x576, n = 1 and 70, float32 and int16 activations); row i of 70 equals a one-row call', () => {
+  const rand = rng(55);
+  const rows = 1536, cols = 576, n = 70;
+  const xs = randomFloats(rand, n * cols), wb = randomQ5Bytes(rand, rows, cols);
+  for (const activations of ['float32', 'int16']) {
+    const got = [sdpa, sdpa2].map((s) => {
+      const W = weightTensor(s, 'q5_0', rows, cols, wb), X = floats(s, [n, cols], xs);
+      const many = s.linear(X, W, { activations });
+      const row = s.allocTensor('float32', [1, rows]);
+      for (let i = 0; i < n; i += 3) {
+        s.linear({ data: X.data.subarray(i * cols, (i + 1) * cols), dims: [1, cols] }, W, { out: row, activations });
+        if (!sameBits(row.data, many.data.subarray(i * rows, (i + 1) * rows))) assert.unreachable(`q5_0 ${activations}, ${s.info.threads} threads: row ${i} differs from a one-row call`);
+      }
+      const r = many.data.slice();
+      for (const x of [W, X, many, row]) x.dispose();
+      return r;
+    });
+    assert.ok(sameBits(got[0], got[1]), `q5_0 ${activations}: 1 vs 2 threads`);
+  }
+});
+
 test.run();

@@ -75,6 +75,8 @@ const wk6: HeapTensor<Uint8Array> = sdpa.allocTensor('q6_k', [8, 256]);
 wk6.setBytes(new Uint8Array(wk6.byteLength));
 sdpa.linear(sdpa.allocTensor('float32', [256]), wk4);
 sdpa.embed(wk6, [0]);
+const w5: HeapTensor<Uint8Array> = sdpa.allocTensor('q5_0', [8, 64]);
+sdpa.linear(q, w5, { activations: 'int16' });
 sdpa.quantize(q, w16);
 const y: HeapTensor<Float32Array> = sdpa.linear(q, w4, { accumulate: false, rows: 1, activations: 'int16' });
 sdpa.linear({ data: q.data.subarray(0, 64), dims: [1, 64] }, w16, { out: y, accumulate: true });
