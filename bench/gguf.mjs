@@ -20,10 +20,10 @@
 //     greedy steps (forward of one token, logits of the last row, argmax), timed as a loop; each
 //     thread count a model in an instance of its own, the instances run alternately for --rounds
 //     rounds (order reversed every round, so a slow phase of the shared host lands in both);
-//     median of the rounds.
+//     median of the rounds; Q8_0 / Q4_0 also with loadGguf's activations: 'int16' (written Q8_0+int16).
 // Times never fail anything; a busy shared host moves every number (the load average is printed).
 // usage: node bench/gguf.mjs [--types=F32,F16,Q8_0,Q4_0] [--threads=1,2] [--loads=3] [--rounds=3]
-//          [--steps=32] [--big] [--no-small] [--no-decode] [--json]
+//          [--steps=32] [--activations=float32,int16] [--big] [--no-small] [--no-decode] [--json]
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -87,6 +87,9 @@ const THREADS = list(arg('threads', '1,2')).map(Number);
 const LOADS = Number(arg('loads', 3));
 const ROUNDS = Number(arg('rounds', 3));
 const STEPS = Number(arg('steps', 32));
+// activations 'int16' (loadGguf's option, as loadLlama's): q8_0 / q4_0 products on activations quantized per block
+const ACTIVATIONS = list(arg('activations', 'float32,int16'));
+const INT16_TYPES = new Set(['Q8_0', 'Q4_0']);
 const PROMPT = Int32Array.of(1, 300, 1234, 77, 4000, 512, 9, 2500);
 
 function git(...a) {
@@ -143,16 +146,22 @@ async function benchFile(shape, type, dir) {
     // decode at each thread count, one instance each, alternating
     const configs = [];
     if (!flag('no-decode')) try {
-      for (const threads of THREADS) {
-        const sdpa = await createSdpa({ threads });
-        configs.push({ threads, sdpa, model: (await loadGguf(sdpa, bytes, { maxSeqLen: 256 })).model, tokS: [] });
+      for (const activations of ACTIVATIONS) {
+        if (activations === 'int16' && !INT16_TYPES.has(type)) continue;    // (the option changes only q8_0 / q4_0 products)
+        for (const threads of THREADS) {
+          const sdpa = await createSdpa({ threads });
+          configs.push({ threads, activations, key: `${activations === 'int16' ? 'int16 ' : ''}${threads}`, sdpa, model: (await loadGguf(sdpa, bytes, { maxSeqLen: 256, activations })).model, tokS: [] });
+        }
       }
       for (const c of configs) { c.row = new Float32Array(c.model.config.vocabSize); decodeOnce(c.model, c.row); }   // warm-up
       for (let round = 0; round < ROUNDS; round++) {
         const order = round % 2 ? [...configs].reverse() : configs;
         for (const c of order) c.tokS.push(decodeOnce(c.model, c.row));
       }
-      for (const c of configs) r.decode[c.threads] = { tokS: median(c.tokS), samples: c.tokS };
+      for (const c of configs) {
+        if (c.activations === 'int16') (r.decodeInt16 ??= {})[c.threads] = { tokS: median(c.tokS), samples: c.tokS };
+        else r.decode[c.threads] = { tokS: median(c.tokS), samples: c.tokS };
+      }
     } finally {
       for (const c of configs) { c.model.dispose(); c.sdpa.dispose(); }
     }
@@ -189,9 +198,12 @@ if (flag('json')) {
   out(`| shape | type | ${THREADS.map((t) => `${t} thread${t > 1 ? 's' : ''}`).join(' | ')} |${THREADS.length > 1 ? ` ${THREADS.at(-1)}t / ${THREADS[0]}t |` : ''}`);
   out(`|---|---|${THREADS.map(() => '---:').join('|')}|${THREADS.length > 1 ? '---:|' : ''}`);
   for (const r of results) {
-    const cells = THREADS.map((t) => `${fmt(r.decode[t]?.tokS)} ${r.decode[t] ? range(r.decode[t].samples) : ''}`);
-    const ratio = THREADS.length > 1 ? ` ${(r.decode[THREADS.at(-1)].tokS / r.decode[THREADS[0]].tokS).toFixed(2)}× |` : '';
-    out(`| ${r.shape} | ${r.type} | ${cells.join(' | ')} |${ratio}`);
+    for (const [label, d] of [[r.type, r.decode], [`${r.type}+int16`, r.decodeInt16]]) {
+      if (!d || !d[THREADS[0]]) continue;
+      const cells = THREADS.map((t) => `${fmt(d[t]?.tokS)} ${d[t] ? range(d[t].samples) : ''}`);
+      const ratio = THREADS.length > 1 ? ` ${(d[THREADS.at(-1)].tokS / d[THREADS[0]].tokS).toFixed(2)}× |` : '';
+      out(`| ${r.shape} | ${label} | ${cells.join(' | ')} |${ratio}`);
+    }
   }
   }
   out(`\nload average at end ${meta.loadavgEnd.map((x) => x.toFixed(2)).join(' ')}`);
