@@ -891,6 +891,42 @@ test('chat: a ChatML file (random tiny weights, scripts/random-gguf.mjs): the te
   }
 });
 
+test('chat: GGUF files llama.cpp wrote (tests/data/gguf: Q4_0 with a Q6_K classifier; Q4_K_M) open through the file input; greedy replies equal loadGguf\'s in Node', async () => {
+  await ggufFixtures();
+  const { GGUF_MATRIX_TYPES } = nodeLlama.llama;
+  const steps = 12;
+  const { page, context, problems } = await openPage(`${iso.url}?steps=${steps}&greedy=1&build=simd-threads`);
+  try {
+    await waitChat(page, 'return c.model !== null');
+    const notes = [];
+    for (const name of ['fortunes-Q4_0.gguf', 'fortunes-Q4_K_M.gguf']) {
+      const file = path.join(REPO, 'tests/data/gguf', name);
+      const bytes = new Uint8Array(fs.readFileSync(file));
+      const meta = await nodeLlama.llama.inspectGguf(bytes);
+      let c = await openThroughInput(page, file);
+      const types = (await cardText(page)).types;
+      for (const [t, n] of Object.entries(meta.tensorTypes)) assert(types.includes(`${t} × ${n}`), `${name}: the card's types "${types}" lack ${t} × ${n} (load ${JSON.stringify(c.load)})`);
+      if (!Object.keys(meta.tensorTypes).every((t) => t === 'F32' || GGUF_MATRIX_TYPES.includes(t))) {
+        // (a build without one of its types: the page must say so, from the header)
+        assert(c.load.phase === 'refused' && /cannot run here: .*tensor/.test(await text(page, '#error')), `${name}: ${JSON.stringify(c.load)}`);
+        notes.push(`${name}: refused in words (${types})`);
+        continue;
+      }
+      assert(c.load.phase === 'done' && c.model.card.fileName === name, `${name}: ${JSON.stringify(c.load)}`);
+      await page.type('#prompt', 'You will');
+      await page.click('#generate');
+      c = await waitChat(page, 'return c.replies.length === 1');
+      const node = await nodeGgufGreedy(bytes, Array.from(nodeLlama.tokenizer.encode('You will', { bos: true })), steps);
+      assert(same(c.replies[0], node), `${name}: page ${c.replies[0]} vs Node ${node}`);
+      notes.push(`${name} (${types}): "${c.text.slice(0, 30)}…" equal to Node's`);
+    }
+    assert(problems.length === 0, problems.join('\n'));
+    return notes.join('; ');
+  } finally {
+    await context.close();
+  }
+});
+
 test('chat: a GGUF dropped on the page opens', async () => {
   await ggufFixtures();
   const { page, context, problems } = await openPage(`${iso.url}?steps=4`);
