@@ -4,13 +4,15 @@
 // llama-bpe, 128256; -qwen3: byte-level BPE, qwen2, 151669), their tokenizer.json
 // turned into vocab-only GGUFs by our converter (scripts/lib/vocab-gguf.mjs),
 // must give the ids the packages' own encoders (transformers.js's) give over a
-// corpus with Unicode, whitespace runs, digits, code and emoji. The shipped
-// model's tokenizer.bin as an SPM GGUF vocab must give today's Tokenizer's ids
-// (run.c's encode). Then decoding, special tokens, chat templates and every
-// malformed key.
+// corpus with Unicode, whitespace runs, digits, code and emoji. The same files
+// must give the ids llama.cpp's own llama-tokenize gave (committed data), with
+// special tokens parsed and not. The shipped model's tokenizer.bin as an SPM
+// GGUF vocab must give today's Tokenizer's ids (run.c's encode). Then decoding,
+// special tokens, chat templates and every malformed key.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fs from 'node:fs';
+import crypto from 'node:crypto';
 import os from 'node:os';
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
@@ -23,7 +25,7 @@ import { expectError, expectReject } from './helpers.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
-import { CORPUS } from './tokenizer-corpus.js';
+import { CORPUS, SPECIAL_TEXTS } from './tokenizer-corpus.js';
 const WHOLE = CORPUS.join('\n');
 const corpusBytes = new TextEncoder().encode(WHOLE).length;
 
@@ -136,6 +138,35 @@ test('scripts/tokenizer-json-to-gguf.mjs writes the file the converter library m
     assert.match(bad.stderr, /usage:/);
   } finally {
     fs.rmSync(out, { force: true });
+  }
+});
+
+// llama.cpp itself: the ids its llama-tokenize gave on the same vocab-only files (tests/data/gguf/llamacpp-tokens.json,
+// scripts/llama/llamacpp-tokens.mjs), with its parse_special on and off, texts with special tokens' text too.
+test('llama.cpp\'s own tokenizer (llama-tokenize) gives the same ids on the same files, special tokens parsed and not', async () => {
+  const want = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/data/gguf/llamacpp-tokens.json'), 'utf8'));
+  const texts = [...CORPUS, WHOLE, ...SPECIAL_TEXTS];
+  assert.is(want.texts, texts.length, 'the corpus changed since the llama.cpp ids were made: run scripts/llama/llamacpp-tokens.mjs');
+  const bin = loadTokenizer(new Uint8Array(fs.readFileSync(path.join(ROOT, 'models/fortunes/tokenizer.bin'))));
+  for (const name of ['llama2', 'llama3', 'qwen3', 'fortunes']) {
+    const bytes = name === 'fortunes' ? writeGguf({ metadata: vocabFromTokenizerBin(bin) }) : (await vocab(name)).bytes;
+    const w = want.vocabs[name];
+    assert.is(crypto.createHash('sha256').update(bytes).digest('hex'), w.sha256, `${name}: the file llama.cpp read is the one built here (else run the script again)`);
+    const tok = loadTokenizer(bytes);
+    let mismatches = 0, tokensSeen = 0;
+    for (const [i, text] of texts.entries()) {
+      for (const [special, ids] of [[true, w.special[i]], [false, w.plain[i]]]) {
+        const mine = [...tok.encode(text, { bos: false, special })];
+        tokensSeen += mine.length;
+        if (!same(mine, ids)) {
+          mismatches++;
+          console.log(`${name} (special ${special}) differs from llama.cpp on ${JSON.stringify(text.slice(0, 80))}\n  ours      ${mine.slice(0, 40)}\n  llama.cpp ${ids.slice(0, 40)}`);
+        }
+      }
+    }
+    table.push({ name: `${name} vs llama.cpp`, model: `${tok.model}${tok.pre ? ` (${tok.pre})` : ''}`, vocab: tok.vocabSize, texts: texts.length * 2,
+      bytes: texts.reduce((s, t) => s + new TextEncoder().encode(t).length, 0) * 2, tokens: tokensSeen, mismatches });
+    assert.is(mismatches, 0, `${name}: ${mismatches} encodes differ from llama.cpp's`);
   }
 });
 

@@ -40,3 +40,13 @@ export const CORPUS = [
   'Repeated: the the the the, 1 1 1 1, !? !? !?, 😀😀😀😀, \t\t\t\t, ....., ,,,,, ;;;;;',
   '<|notatoken|> <s_not> </s > [INST] <<SYS>> {{template}} {%- raw -%} <think>? no: &lt;think&gt;',
 ];
+
+// Texts with special tokens' text (of the llama2, llama3, qwen3 and fortunes vocabularies), for
+// encode's { special: true } against llama.cpp's parse_special (and false: the text as text).
+export const SPECIAL_TEXTS = [
+  '<s>Hello</s> world <s> again',
+  '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi there!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n',
+  '<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\n2+2=?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n4<|im_end|>',
+  'text <|endoftext|> more <unk> and <s> and </s>, then <|eot_id|><|eot_id|> twice and <|im_end|>end',
+  '<s> leading and trailing </s>',
+];
