@@ -87,8 +87,9 @@ export function tokenizerFromGguf(metadata, fn = 'tokenizerFromGguf') {
     throw new SdpaError('E_ARG', `${fn}: metadata must be a Map (parseGguf's metadata), got ${metadata === null ? 'null' : typeof metadata}`);
   }
   const bad = (key, message) => new SdpaError('E_FORMAT', `${fn}: ${key} ${message}`);
+  const shown = (v) => { const j = JSON.stringify(typeof v === 'bigint' ? String(v) : v) ?? String(v); return j.length > 80 ? `${j.slice(0, 77)}...` : j; };
   const describe = (v) => (v === undefined ? 'absent' : Array.isArray(v) ? `an array of ${v.length}`
-    : ArrayBuffer.isView(v) ? `a ${v.constructor.name} of ${v.length}` : `${typeof v} ${JSON.stringify(typeof v === 'bigint' ? String(v) : v)}`);
+    : ArrayBuffer.isView(v) ? `a ${v.constructor.name} of ${v.length}` : `${typeof v} ${shown(v)}`);
 
   const modelKey = 'tokenizer.ggml.model';
   const model = metadata.get(modelKey);
@@ -162,7 +163,7 @@ export function tokenizerFromGguf(metadata, fn = 'tokenizerFromGguf') {
       const left = m.slice(0, cut), right = m.slice(cut + 1);
       if (!ids.has(left) || !ids.has(right) || !ids.has(left + right)) {
         const [what, text] = !ids.has(left) ? ['left', left] : !ids.has(right) ? ['right', right] : ['merged', left + right];
-        throw bad(`${mergesKey}[${r}]`, `${JSON.stringify(m)}: its ${what} text ${JSON.stringify(text)} is not a token of ${tokensKey}; expected every merge to name tokens`);
+        throw bad(`${mergesKey}[${r}]`, `${shown(m)}: its ${what} text ${shown(text)} is not a token of ${tokensKey}; expected every merge to name tokens`);
       }
       if (!merges.has(m)) merges.set(m, r);
     }
@@ -171,7 +172,7 @@ export function tokenizerFromGguf(metadata, fn = 'tokenizerFromGguf') {
 
   const bos = id('tokenizer.ggml.bos_token_id', model === 'llama' && n > 1 ? 1 : -1);
   const eos = id('tokenizer.ggml.eos_token_id', model === 'llama' && n > 2 ? 2 : -1);
-  const unk = id('tokenizer.ggml.unknown_token_id', -1);
+  id('tokenizer.ggml.unknown_token_id', -1);          // (checked; encode and decode go by token types)
   id('tokenizer.ggml.padding_token_id', -1);
   const eot = id('tokenizer.ggml.eot_token_id', byText(EOT_TEXTS));
   const eom = id('tokenizer.ggml.eom_token_id', byText(EOM_TEXTS));
@@ -196,7 +197,7 @@ export function tokenizerFromGguf(metadata, fn = 'tokenizerFromGguf') {
   for (const e of [eot, eom, ...eog]) if (e >= 0 && controlTexts.has(tokens[e])) types[e] = TYPE.CONTROL;
 
   return new GgufTokenizer({
-    model, pre, tokens, scores, types, ids, merges, bos, eos, eot, unk, addBos, addEos, addSpacePrefix, chatTemplate,
+    model, pre, tokens, scores, types, ids, merges, bos, eos, eot, addBos, addEos, addSpacePrefix, chatTemplate,
     stopTokens: Int32Array.from([...eog].sort((a, b) => a - b)),
   });
 }
