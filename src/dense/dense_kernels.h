@@ -295,8 +295,8 @@ static inline float qb_block(int32_t dt, const uint8_t * b, v128_t * f) {
     return dt == SDPA_DTYPE_Q8_0 ? q8_block(b, f) : dt == SDPA_DTYPE_Q4_0 ? q4_block(b, f) : q5_block(b, f);
 }
 
-/* acc += (p0 + p1) * d for a block's 8 weight vectors and x's 32 values. */
-static inline v128_t block_fma(v128_t acc, const v128_t * f, const float * x, float d) {
+/* acc += (p0 + p1) * vd (d in every lane) for a block's 8 weight vectors and x's 32 values. */
+static inline v128_t block_fma_v(v128_t acc, const v128_t * f, const float * x, v128_t vd) {
     v128_t p0 = wasm_f32x4_mul(f[0], wasm_v128_load(x));
     v128_t p1 = wasm_f32x4_mul(f[1], wasm_v128_load(x + 4));
     p0 = f32x4_fmadd(p0, f[2], wasm_v128_load(x + 8));
@@ -305,7 +305,10 @@ static inline v128_t block_fma(v128_t acc, const v128_t * f, const float * x, fl
     p1 = f32x4_fmadd(p1, f[5], wasm_v128_load(x + 20));
     p0 = f32x4_fmadd(p0, f[6], wasm_v128_load(x + 24));
     p1 = f32x4_fmadd(p1, f[7], wasm_v128_load(x + 28));
-    return f32x4_fmadd(acc, wasm_f32x4_add(p0, p1), wasm_f32x4_splat(d));
+    return f32x4_fmadd(acc, wasm_f32x4_add(p0, p1), vd);
+}
+static inline v128_t block_fma(v128_t acc, const v128_t * f, const float * x, float d) {
+    return block_fma_v(acc, f, x, wasm_f32x4_splat(d));
 }
 
 /* dot(w row, x) of a q8_0, q4_0 or q5_0 (dt) row of nb blocks. */
@@ -512,6 +515,34 @@ static inline void q4k_scales(const uint8_t * b, float * ds, float * dm) {
     }
 }
 
+/* The same scales and mins as vectors, unpacked in SIMD (the scalar loop
+ * above cost about a fifth of a decode block): ds[0] = d * sc[0..3], ds[1] =
+ * d * sc[4..7], dm[0], dm[1] the mins likewise (the same float32 products). */
+static inline void q4k_scales_v(const uint8_t * b, v128_t * ds, v128_t * dm) {
+    const v128_t v = wasm_v128_load(b + 4);  /* the 12 scale bytes (and 4 of qs) */
+    const v128_t low6 = wasm_v128_and(v, wasm_i8x16_splat(63));  /* bytes 0-3: sc[0..3], 4-7: m[0..3] */
+    const v128_t t = wasm_i8x16_shuffle(v, v, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11);
+    const v128_t nib = wasm_v128_bitselect(wasm_v128_and(t, wasm_i8x16_splat(15)), wasm_u8x16_shr(t, 4),
+                                           wasm_i32x4_make(-1, 0, 0, 0));
+    const v128_t high6 = wasm_v128_or(nib, wasm_i8x16_shl(wasm_u8x16_shr(v, 6), 4));  /* sc[4..7], m[4..7] */
+    const v128_t a = wasm_u16x8_extend_low_u8x16(low6), c = wasm_u16x8_extend_low_u8x16(high6);
+    const v128_t d = wasm_f32x4_splat(half_to_float(load_u16(b))), dmin = wasm_f32x4_splat(half_to_float(load_u16(b + 2)));
+    ds[0] = wasm_f32x4_mul(d, small_i32x4_to_f32(wasm_u32x4_extend_low_u16x8(a)));
+    dm[0] = wasm_f32x4_mul(dmin, small_i32x4_to_f32(wasm_u32x4_extend_high_u16x8(a)));
+    ds[1] = wasm_f32x4_mul(d, small_i32x4_to_f32(wasm_u32x4_extend_low_u16x8(c)));
+    dm[1] = wasm_f32x4_mul(dmin, small_i32x4_to_f32(wasm_u32x4_extend_high_u16x8(c)));
+}
+
+/* Lane l of v in every lane (l a constant once inlined). */
+static inline v128_t lane_splat(v128_t v, int l) {
+    switch (l & 3) {
+    case 0: return wasm_i32x4_shuffle(v, v, 0, 0, 0, 0);
+    case 1: return wasm_i32x4_shuffle(v, v, 1, 1, 1, 1);
+    case 2: return wasm_i32x4_shuffle(v, v, 2, 2, 2, 2);
+    default: return wasm_i32x4_shuffle(v, v, 3, 3, 3, 3);
+    }
+}
+
 /* Sub-block 2c (high: 2c + 1) of a q4_k block, from its 32 bytes of quants at q,
  * as 8 float32x4 (nibbles 0-15). (One sub-block at a time: both at once, 16
  * vectors, spill.) */
@@ -523,15 +554,14 @@ static inline void q4k_sub(const uint8_t * q, bool high, v128_t * f) {
 
 /* acc += a q4_k block's scaled products with x (256 values); macc += its mins times xs. */
 static inline void q4k_block(v128_t * acc, v128_t * macc, const uint8_t * b, const float * x, const float * xs) {
-    float ds[8], dm[8];
-    q4k_scales(b, ds, dm);
-    v128_t f[8];
+    v128_t ds[2], dm[2], f[8];
+    q4k_scales_v(b, ds, dm);
     for (int s = 0; s < 8; s++) {
         q4k_sub(b + 16 + 32 * (s / 2), s & 1, f);
-        *acc = block_fma(*acc, f, x + 32 * s, ds[s]);
+        *acc = block_fma_v(*acc, f, x + 32 * s, lane_splat(ds[s >> 2], s));
     }
-    *macc = f32x4_fmadd(*macc, wasm_v128_load(xs), wasm_v128_load(dm));
-    *macc = f32x4_fmadd(*macc, wasm_v128_load(xs + 4), wasm_v128_load(dm + 4));
+    *macc = f32x4_fmadd(*macc, wasm_v128_load(xs), dm[0]);
+    *macc = f32x4_fmadd(*macc, wasm_v128_load(xs + 4), dm[1]);
 }
 
 /* One 16-value q6_k sub-block (q - 32 as int8) against x: acc += (p0 + p1) * ds. */
@@ -609,13 +639,13 @@ static inline void k_x4w1(const uint8_t * w, bool q4k, const float * x, size_t x
         const float * xb = x + 256 * b;
         if (q4k) {
             const uint8_t * p = w + (size_t)b * 144;
-            float ds[8], dm[8];
-            q4k_scales(p, ds, dm);
-            const v128_t dm0 = wasm_v128_load(dm), dm1 = wasm_v128_load(dm + 4);
-            v128_t f[8];
+            v128_t ds[2], dmv[2], f[8];
+            q4k_scales_v(p, ds, dmv);
+            const v128_t dm0 = dmv[0], dm1 = dmv[1];
             for (int s = 0; s < 8; s++) {
                 q4k_sub(p + 16 + 32 * (s / 2), s & 1, f);
-                for (int r = 0; r < 4; r++) a[r] = block_fma(a[r], f, xb + r * xstride + 32 * s, ds[s]);
+                const v128_t vd = lane_splat(ds[s >> 2], s);
+                for (int r = 0; r < 4; r++) a[r] = block_fma_v(a[r], f, xb + r * xstride + 32 * s, vd);
             }
             for (int r = 0; r < 4; r++) {
                 const float * sr = sums + ((size_t)r * nb + b) * 8;
