@@ -51,6 +51,14 @@
  *      grows on the first call and not for the same or smaller shapes; the
  *      flag changes no bit on float32 / float16 weights; flags outside 0..3
  *      are E_ARG naming "flags is <value>".
+ *   9. the k-quants q4_k / q6_k (ggml's block_q4_K / block_q6_K, read here
+ *      from ggml-common.h's structs and dequantize_row_q4_K / _q6_K): linear
+ *      as in 1 and 2 (cols 256 .. 1024; q4_k's tolerance over |d sc q| +
+ *      |dmin m|, its two terms), NaN / Inf scales, embed exactly, their rules
+ *      (rows not whole blocks of 256, quantize refused, INT16_ACTIVATIONS no
+ *      effect), no scratch on their decode path;
+ *  10. q5_0 (block_q5_0: the fifth bits in qh): linear as in 1 and 2, NaN /
+ *      Inf scales, int16 activations as in 8, embed exactly, its rules.
  *
  * Buffers are allocated at exactly the bytes a call may touch, so ASan
  * catches any read past them.
