@@ -98,7 +98,8 @@ export async function llama2cToGguf(checkpoint, tokenizer, { type = 'F32', name 
   const ck = parseCheckpoint(checkpoint);
   const { config: c, headSize, kvDim, sharedClassifier, offsets } = ck;
   // the checkpoint's floats, aligned (a Uint8Array from a file may sit at any offset)
-  const f32 = new Float32Array(checkpoint.slice(ck.headerBytes).buffer);
+  // (Uint8Array.prototype.slice copies: a Node Buffer's own slice would be a view of its whole pool)
+  const f32 = new Float32Array(Uint8Array.prototype.slice.call(checkpoint, ck.headerBytes).buffer);
   const dev = ropeDeviation(f32, offsets, c.seqLen, headSize);
   if (!(dev <= 1e-4)) throw new Error(`llama2c-to-gguf: the checkpoint's freq_cos / freq_sin tables differ from RoPE base ${ROPE_BASE}'s by up to ${dev}; GGUF cannot say other tables`);
   const vocab = tokenizer === null ? null : spmVocab(tokenizer, c.vocabSize);
