@@ -732,7 +732,7 @@ test('loadGguf: a file that cannot run is a typed error before any weight is rea
     ['an F16 norm', ({ metadata, tensors }) => ({ metadata, tensors: tensors.map((t) => (t.name === 'output_norm.weight' ? { ...t, type: 'F16' } : t)) }), 'E_DTYPE', [/tensor "output_norm\.weight" is F16/]],
   ];
   const huge = { ...SHAPES.tiny, dim: 8192, nHeads: 64, nKvHeads: 8, hiddenDim: 8192, vocabSize: 1 << 17, nLayers: 16 };   // ~7.1 GB of Q8_0 (a wasm32 heap holds 4 GiB)
-  for (const [label, edit, code, names] of [...cases, ['more than the heap holds', (x) => x, 'E_CAPACITY', [/needs \d+\.\d MB of wasm memory/]]]) {
+  for (const [label, edit, code, names] of [...cases, ['more than the heap holds', (x) => x, 'E_CAPACITY', [/needs \d+\.\d MiB of wasm memory/]]]) {
     const { file, plan } = label === 'more than the heap holds' ? editedFile(edit, huge, 'Q8_0') : editedFile(edit);
     const { it, state } = headerThenWeights(file, plan.dataOffset);
     const tracker = trackMallocs(M);
