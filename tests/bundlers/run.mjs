@@ -38,6 +38,7 @@ import { writeGguf } from '../../scripts/lib/gguf-writer.mjs';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const SRC = path.join(REPO, 'tests/bundlers/app');
+const CHAT_SRC = path.join(REPO, 'tests/bundlers/chat-app');
 const TOTAL_TIMEOUT = Number(process.env.BUNDLER_TEST_TIMEOUT_MS) || 240_000;
 const PAGE_TIMEOUT = Number(process.env.BUNDLER_PAGE_TIMEOUT_MS) || 45_000;
 const args = process.argv.slice(2);
@@ -162,33 +163,36 @@ async function setup() {
 
   // Chat templates (sdpa-wasm/llama): a vocab-only GGUF with a template; the package imports
   // @huggingface/jinja (its dependency) on first use, which each bundler must resolve and emit.
+  // (in a folder of their own: under src/ the Vite dev server rows would find them and re-optimize)
   t = Date.now();
-  fs.writeFileSync(path.join(src, 'vocab.gguf'), writeGguf({ metadata: CHAT_VOCAB }));
+  const chatSrc = path.join(app, 'chat-src');
+  fs.cpSync(CHAT_SRC, chatSrc, { recursive: true });
+  fs.writeFileSync(path.join(chatSrc, 'vocab.gguf'), writeGguf({ metadata: CHAT_VOCAB }));
   await vite.build({
-    configFile: false, root: src, base: './', logLevel: 'warn',
-    build: { outDir: path.join(app, 'out/vite-chat'), emptyOutDir: true, rollupOptions: { input: path.join(src, 'chat.html') } },
+    configFile: false, root: chatSrc, base: './', logLevel: 'warn',
+    build: { outDir: path.join(app, 'out/vite-chat'), emptyOutDir: true, rollupOptions: { input: path.join(chatSrc, 'chat.html') } },
   });
   const chatStats = await new Promise((resolve, reject) => webpack({
-    mode: 'production', context: src, entry: './chat.js', devtool: false, performance: { hints: false },
+    mode: 'production', context: chatSrc, entry: './chat.js', devtool: false, performance: { hints: false },
     output: { path: path.join(app, 'out/webpack-chat'), clean: true },
   }, (err, s) => (err ? reject(err) : resolve(s))));
   if (chatStats.hasErrors() || chatStats.hasWarnings()) {
     throw new Error(`webpack (chat): ${chatStats.toString({ all: false, errors: true, warnings: true })}`);
   }
-  fs.writeFileSync(path.join(app, 'out/webpack-chat/chat.html'), fs.readFileSync(path.join(src, 'chat.html'), 'utf8')
+  fs.writeFileSync(path.join(app, 'out/webpack-chat/chat.html'), fs.readFileSync(path.join(chatSrc, 'chat.html'), 'utf8')
     .replace('<script type="module" src="./chat.js"></script>', '<script src="./main.js"></script>'));
   // esbuild as its recipe bundles (no asset handling: the vocab is copied beside the bundle)
-  sh('node_modules/.bin/esbuild', ['src/chat.js', '--bundle', '--format=esm', '--outdir=out/esbuild-chat'], app);
-  for (const f of ['chat.html', 'vocab.gguf']) fs.copyFileSync(path.join(src, f), path.join(app, 'out/esbuild-chat', f));
+  sh('node_modules/.bin/esbuild', ['chat-src/chat.js', '--bundle', '--format=esm', '--outdir=out/esbuild-chat'], app);
+  for (const f of ['chat.html', 'vocab.gguf']) fs.copyFileSync(path.join(chatSrc, f), path.join(app, 'out/esbuild-chat', f));
   bundles.chat = Date.now() - t;
 
   // Import map (no build): the page maps 'sdpa-wasm' to the installed package.
   const im = path.join(app, 'importmap');
   fs.mkdirSync(im);
   // (the chat pages: sdpa-wasm/llama and @huggingface/jinja mapped, on the page and for a Worker)
-  for (const f of ['chat.js', 'chat-check.js', 'chat-worker.js', 'chat-worker.html', 'vocab.gguf']) fs.copyFileSync(path.join(src, f), path.join(im, f));
-  const chatMap = /<script type="importmap">.*<\/script>/.exec(fs.readFileSync(path.join(src, 'chat-worker.html'), 'utf8'))[0];
-  fs.writeFileSync(path.join(im, 'chat.html'), fs.readFileSync(path.join(src, 'chat.html'), 'utf8').replace('</head>', `${chatMap}\n</head>`));
+  for (const f of ['chat.js', 'chat-check.js', 'chat-worker.js', 'chat-worker.html', 'vocab.gguf']) fs.copyFileSync(path.join(chatSrc, f), path.join(im, f));
+  const chatMap = /<script type="importmap">.*<\/script>/.exec(fs.readFileSync(path.join(chatSrc, 'chat-worker.html'), 'utf8'))[0];
+  fs.writeFileSync(path.join(im, 'chat.html'), fs.readFileSync(path.join(chatSrc, 'chat.html'), 'utf8').replace('</head>', `${chatMap}\n</head>`));
   for (const f of ['worker-url.js', 'decode.js']) fs.copyFileSync(path.join(src, f), path.join(im, f));
   const page = fs.readFileSync(path.join(src, 'importmap.html'), 'utf8');
   const mapLine = /<script type="importmap">.*<\/script>/;
