@@ -299,6 +299,12 @@ export class GgufTokenizer {
    * E_LOAD (the renderer could not be imported).
    */
   applyChatTemplate(messages: readonly ChatMessage[], options?: ChatTemplateOptions): Promise<string>;
+  /**
+   * The ids of a chat as llama.cpp's chat feeds its model: applyChatTemplate's text with the template's own
+   * BOS text (at the start) and EOS text (at the end) taken off, special tokens' text parsed, BOS / EOS added
+   * as the file asks (add_bos_token / add_eos_token): BOS once whether or not the template writes it.
+   */
+  encodeChat(messages: readonly ChatMessage[], options?: ChatTemplateOptions): Promise<Int32Array>;
 }
 
 /** Gives chat templates their renderer: the @huggingface/jinja module (e.g. `await import(urlOfItsDistIndexJs)` in a Worker). */

@@ -69,11 +69,7 @@ async function chat(model, tokenizer, stop, a) {
   const rl = readline.createInterface({ input: process.stdin, terminal: false });
   for await (const line of rl) {
     messages.push({ role: 'user', content: line });
-    // as llama.cpp's chat: the template's own BOS text taken off, BOS added as the file asks (add_bos_token)
-    let rendered = await tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true });
-    const bosText = tokenizer.bos >= 0 ? new TextDecoder().decode(tokenizer.piece(tokenizer.bos)) : '';
-    if (bosText !== '' && rendered.startsWith(bosText)) rendered = rendered.slice(bosText.length);
-    const ids = Array.from(tokenizer.encode(rendered, { bos: tokenizer.addBos, special: true }));
+    const ids = Array.from(await tokenizer.encodeChat(messages, { addGenerationPrompt: true }));
     let keep = 0;
     while (keep < held.length && keep < ids.length - 1 && held[keep] === ids[keep]) keep++;
     model.truncate(keep);

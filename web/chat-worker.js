@@ -277,21 +277,10 @@ function truncateTo(n) {
   conv.tokens.length = n;
 }
 
-/**
- * The ids of the whole chat, rendered by the file's template with the assistant's turn opened,
- * as llama.cpp's chat does: the template's own BOS text at the start (and EOS text at the end)
- * taken off, special tokens' text parsed as such, BOS added as the tokenizer asks
- * (tokenizer.ggml.add_bos_token): a template that writes BOS, or one that does not, gives it once.
- */
+/** The ids of the whole chat, rendered by the file's template with the assistant's turn opened, as llama.cpp's chat gives them (tokenizer.encodeChat). */
 async function chatIds(messages) {
-  let text = await tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true });
-  const special = (id) => (id >= 0 ? utf8.decode(tokenizer.piece(id)) : '');
-  const bos = special(tokenizer.bos), eos = special(tokenizer.eos);
-  if (bos && text.startsWith(bos)) text = text.slice(bos.length);
-  if (eos && text.endsWith(eos)) text = text.slice(0, -eos.length);
-  return Array.from(tokenizer.encode(text, { bos: tokenizer.addBos, special: true }));
+  return Array.from(await tokenizer.encodeChat(messages, { addGenerationPrompt: true }));
 }
-const utf8 = new TextDecoder();
 
 function state() {
   post({

@@ -529,6 +529,22 @@ export class GgufTokenizer {
     }
   }
 
+  /**
+   * The ids of a chat as llama.cpp's chat gives them to its model: the
+   * template's rendering (applyChatTemplate's options) with the template's
+   * own BOS text at its start and EOS text at its end taken off, encoded
+   * with special tokens' text parsed and BOS / EOS added as the file asks
+   * (add_bos_token, add_eos_token). So a template that writes bos_token and
+   * one that does not both give BOS once.
+   */
+  async encodeChat(messages, options = {}) {
+    let text = await this.applyChatTemplate(messages, options);
+    const { bos, eos, tokens } = this.#c;
+    if (bos >= 0 && tokens[bos] !== '' && text.startsWith(tokens[bos])) text = text.slice(tokens[bos].length);
+    if (eos >= 0 && tokens[eos] !== '' && text.endsWith(tokens[eos])) text = text.slice(0, -tokens[eos].length);
+    return this.encode(text, { bos: this.#c.addBos, eos: this.#c.addEos, special: true });
+  }
+
   get [Symbol.toStringTag]() { return 'Tokenizer'; }
 }
 

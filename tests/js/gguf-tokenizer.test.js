@@ -342,6 +342,27 @@ test('chat templates: rendered with @huggingface/jinja, as written by hand and a
   }
 });
 
+test('encodeChat: BOS once whether or not the template writes bos_token (llama.cpp\'s chat), EOS text at the end taken off, specials parsed', async () => {
+  const messages = [{ role: 'user', content: 'ab a' }];
+  const render = (template, addBos = true) => {
+    const m = spmKeys();
+    m.set('tokenizer.chat_template', template);
+    m.set('tokenizer.ggml.add_bos_token', addBos);
+    return tokenizerFromGguf(m);
+  };
+  const withBos = render('{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}');
+  const without = render('{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}');
+  const body = [...withBos.encode('ab a', { bos: false, special: true })];
+  const bos = withBos.bos;
+  // the rendering ends with eos_token's text: taken off (add_eos_token is false here), as llama.cpp does
+  assert.equal([...await withBos.encodeChat(messages)], [bos, ...body]);
+  assert.equal([...await without.encodeChat(messages)], [bos, ...body]);
+  // what encoding the rendering as the docs once said gives: no BOS for a template without bos_token
+  assert.equal([...without.encode(await without.applyChatTemplate(messages), { bos: false, special: true })], [...body, withBos.eos]);
+  // a file that adds no BOS gets none, even from a template that writes it
+  assert.equal([...await render('{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}', false).encodeChat(messages)], body);
+});
+
 test.after(() => {
   if (table.length === 0) return;
   console.log('\nvocabulary                 tokenizer                   vocab   texts  bytes   tokens  mismatches');

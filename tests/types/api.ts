@@ -209,6 +209,7 @@ if (fromGguf.tokenizer !== null) {
   const gt: GgufTokenizer = fromGguf.tokenizer;
   const stop: Int32Array = gt.stopTokens;
   const chat: string = await gt.applyChatTemplate([{ role: 'user', content: 'Hi' }], { addGenerationPrompt: true, tools: [] });
+  const chatIds: Int32Array = await gt.encodeChat([{ role: 'user', content: 'Hi' }], { addGenerationPrompt: true }); void chatIds;
   const turn: Int32Array = gt.encode(chat, { bos: false, special: true });
   const kind: 'llama' | 'gpt2' = gt.model;
   const pre: string | null = gt.pre;
