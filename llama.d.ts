@@ -199,7 +199,11 @@ export interface GgufMetadata {
  */
 export function loadGguf(sdpa: Sdpa, source: GgufSource, options?: LoadGgufOptions): Promise<{ model: LlamaModel; tokenizer: GgufTokenizer | null; metadata: GgufMetadata }>;
 
-/** Reads only a GGUF file's header: its card, and whether (and why not) this build runs it. */
+/**
+ * Reads only a GGUF file's header: its card, and whether (and why not) this build runs it. Bytes in memory are
+ * the whole file (its tensors must lie inside them); to look at a prefix, pass a Blob (`file.slice(0, n)` reads
+ * no more than it needs anyway) or a stream.
+ */
 export function inspectGguf(source: GgufSource, options?: { signal?: AbortSignal | undefined }): Promise<GgufMetadata>;
 
 /** The ggml tensor types this build runs as weight matrices ('F32', 'F16', 'Q8_0', 'Q4_0', ...). */

@@ -408,7 +408,7 @@ export async function loadGguf(sdpa, source, options) {
     }
     targets.sort((a, b) => a.start - b.start);
     const fp = new Fingerprint();
-    const total = src.total ?? Math.max(...targets.map((t) => t.end));
+    const total = src.total;              // (null: a stream that does not say its length)
     let k = 0;          // the first target not yet filled
     const place = (chunk, at) => {
       const end = at + chunk.byteLength;
@@ -458,7 +458,7 @@ export async function loadGguf(sdpa, source, options) {
     core.fingerprint = fp.digest();
     const model = makeModel(fn, sdpa, core, o, poolBytes);
     core = null;          // (the model owns it now)
-    return { model, tokenizer, metadata: describe(header, src.total ?? total, planned, null) };
+    return { model, tokenizer, metadata: describe(header, src.total, planned, null) };
   } catch (e) {
     core?.free();
     src.cancel(e);

@@ -93,7 +93,7 @@ export function ggmlBytes(type, ne) {
 }
 
 export function writeGguf({ metadata = [], tensors = [], alignment = 32, version = 3 } = {}) {
-  const entries = Array.isArray(metadata) ? metadata
+  const entries = Array.isArray(metadata) ? [...metadata]          // (a copy: the caller's list is not changed)
     : [...(metadata instanceof Map ? metadata : Object.entries(metadata))].map(([k, v]) => [k, ...guess(v)]);
   if (alignment !== 32 && !entries.some(([k]) => k === 'general.alignment')) entries.push(['general.alignment', 'UINT32', alignment]);
   const out = new Out();
