@@ -64,10 +64,10 @@ function matvec(W, x, rows, cols) {
   return y;
 }
 
-function rmsnorm(x, g) {
+function rmsnorm(x, g, eps) {
   let ss = 0;
   for (let j = 0; j < x.length; j++) ss += x[j] * x[j];
-  const scale = 1 / Math.sqrt(ss / x.length + EPS);
+  const scale = 1 / Math.sqrt(ss / x.length + eps);
   return Float64Array.from(x, (v, j) => g[j] * v * scale);
 }
 
@@ -83,16 +83,17 @@ function rope(v, heads, hs, cos, sin, pos) {
   }
 }
 
-/** The logits of every position of `tokens` (a fresh sequence from position 0), [tokens.length, vocab] as a Float64Array. */
+/** The logits of every position of `tokens` (a fresh sequence from position 0), [tokens.length, vocab] as a Float64Array. config.eps: the RMSNorm epsilon (default llama2.c's 1e-5). */
 export function referenceForward({ config: c, w }, tokens) {
   const { dim, hidden, L, nHeads, nKv, vocab, hs, kvDim } = c;
+  const eps = c.eps ?? EPS;
   const keys = Array.from({ length: L }, () => []), values = Array.from({ length: L }, () => []);
   const logits = new Float64Array(tokens.length * vocab);
   const group = nHeads / nKv;
   for (let pos = 0; pos < tokens.length; pos++) {
     let x = Float64Array.from(w.embedding.subarray(tokens[pos] * dim, (tokens[pos] + 1) * dim));
     for (let l = 0; l < L; l++) {
-      let xb = rmsnorm(x, w.rmsAtt[l]);
+      let xb = rmsnorm(x, w.rmsAtt[l], eps);
       const q = matvec(w.wq[l], xb, dim, dim), k = matvec(w.wk[l], xb, kvDim, dim), v = matvec(w.wv[l], xb, kvDim, dim);
       rope(q, nHeads, hs, w.cos, w.sin, pos);
       rope(k, nKv, hs, w.cos, w.sin, pos);
@@ -117,13 +118,13 @@ export function referenceForward({ config: c, w }, tokens) {
       }
       const o = matvec(w.wo[l], att, dim, dim);
       for (let j = 0; j < dim; j++) x[j] += o[j];
-      xb = rmsnorm(x, w.rmsFfn[l]);
+      xb = rmsnorm(x, w.rmsFfn[l], eps);
       const h1 = matvec(w.w1[l], xb, hidden, dim), h3 = matvec(w.w3[l], xb, hidden, dim);
       for (let j = 0; j < hidden; j++) h1[j] = (h1[j] / (1 + Math.exp(-h1[j]))) * h3[j];
       const f = matvec(w.w2[l], h1, dim, hidden);
       for (let j = 0; j < dim; j++) x[j] += f[j];
     }
-    x = rmsnorm(x, w.rmsFinal);
+    x = rmsnorm(x, w.rmsFinal, eps);
     logits.set(matvec(w.classifier, x, vocab, dim), pos * vocab);
   }
   return logits;
