@@ -271,14 +271,20 @@ sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_
                                  int32_t kv_heads, int32_t head_dim, int32_t dtype,
                                  sdpa_kv_cache ** out_cache);
 
-/// Everything a cache is made from. On wasm32 this struct is 32 bytes: eight
+/// Everything a cache is made from. On wasm32 this struct is 36 bytes: nine
 /// int32 in this order. key_dtype and value_dtype: SDPA_DTYPE_FLOAT32,
 /// _FLOAT16, _INT8 or _INT4 each (any of the 16 pairs). window = 0 (and
-/// sink_tokens = 0) for a plain cache.
+/// sink_tokens = 0) for a plain cache. float16_newest_page: 1 keeps the rows
+/// of the page being filled as float16 in an int8 / int4 block (K, V or
+/// both) and encodes that page to its dtype once, when it fills (a row's
+/// stored value changes once then; docs/CONTRACT.md section 3); 0 (what a
+/// positional initializer of the first eight fields leaves) encodes each row
+/// as it is written. No effect on float32 / float16 blocks. Else E_ARG.
 typedef struct sdpa_kv_cache_desc {
     int32_t batch, max_seq_len, kv_heads, head_dim;
     int32_t key_dtype, value_dtype;
     int32_t window, sink_tokens;
+    int32_t float16_newest_page;
 } sdpa_kv_cache_desc;
 
 /// The general create: sdpa_kv_cache_create and _create_windowed are this
@@ -377,6 +383,9 @@ const void * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t 
 int32_t sdpa_kv_cache_dtype(const sdpa_kv_cache * cache);
 int32_t sdpa_kv_cache_key_dtype(const sdpa_kv_cache * cache);
 int32_t sdpa_kv_cache_value_dtype(const sdpa_kv_cache * cache);
+/// 1 when the cache keeps its newest page in float16 (desc float16_newest_page
+/// on an int8 / int4 block), else 0.
+int32_t sdpa_kv_cache_float16_newest_page(const sdpa_kv_cache * cache);
 
 /// Writes k, v [B, Snew, Hkv, D] at rows start_pos .. start_pos+Snew-1
 /// (ExecuTorch update_cache), taking pages as needed (a shared page is

@@ -76,6 +76,7 @@ static void layout(void) {
     FIELD(sdpa_kv_cache_desc, batch); FIELD(sdpa_kv_cache_desc, max_seq_len); FIELD(sdpa_kv_cache_desc, kv_heads);
     FIELD(sdpa_kv_cache_desc, head_dim); FIELD(sdpa_kv_cache_desc, key_dtype); FIELD(sdpa_kv_cache_desc, value_dtype);
     FIELD(sdpa_kv_cache_desc, window); FIELD(sdpa_kv_cache_desc, sink_tokens);
+    FIELD(sdpa_kv_cache_desc, float16_newest_page);
     end_struct();
     STRUCT(sdpa_attend_item);
     FIELD(sdpa_attend_item, cache); FIELD(sdpa_attend_item, query); FIELD(sdpa_attend_item, mask);

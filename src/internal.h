@@ -10,6 +10,7 @@
 #include "sdpa.h"
 #include "threadpool/threadpool.h"
 #include "cache/kv_format.h"
+#include "cache/page_pool.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -73,6 +74,13 @@ struct sdpa_kv_cache {
     int32_t ring_pages;         /* 0: no ring (plain, or the ring would cover maxSeqLen) */
     int32_t window_start;       /* rows sink_tokens .. window_start-1 were evicted */
     sdpa_page_format format;
+    /* float16_newest_page (sdpa.h): the page being filled is a "float16 page"
+     * (marked SDPA_PAGE_MARK_FLOAT16, in this format: each int8 / int4
+     * block as float16, float blocks as they are; its page_bytes at least
+     * format's), encoded into a page of `format` when it fills (kv_cache.c
+     * put_rows). Only the last written page can be one. */
+    bool float16_newest_page;
+    sdpa_page_format f16_format;
     void ** table;              /* [B * Hkv][pages_per_head] */
 };
 
@@ -90,7 +98,13 @@ typedef struct sdpa_kv_view {
     int32_t pages_per_head;
     int32_t sink_pages, ring_pages;    /* a windowed cache's slot map (sdpa_page_slot) */
     const sdpa_page_format * format;   /* the cache's page format, or NULL */
+    const sdpa_page_format * f16_format;  /* a float16 page's (SDPA_PAGE_MARK_FLOAT16), or NULL */
 } sdpa_kv_view;
+
+/* The format of one page of a cache view: a float16 page's or the cache's. */
+static inline const sdpa_page_format * sdpa_kv_page_format(const sdpa_kv_view * kv, const void * page) {
+    return kv->f16_format && (sdpa_page_marks(page) & SDPA_PAGE_MARK_FLOAT16) ? kv->f16_format : kv->format;
+}
 
 /* Floats between consecutive float32 key (or value) rows. */
 static inline size_t sdpa_kv_row_stride(const sdpa_kv_view * kv) {
@@ -107,7 +121,10 @@ static inline const void * sdpa_kv_page(const sdpa_kv_view * kv, int32_t b, int3
  * page's K block is key-transposed, cache/kv_format.h: the kernels read its
  * tiles in place, sdpa_kv_elem its elements). */
 static inline const float * sdpa_kv_row(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t, bool value) {
-    if (kv->pages) return (const float *)sdpa_kv_raw_row(kv->format, sdpa_kv_page(kv, b, hk, t), t % SDPA_PAGE_ROWS, value);
+    if (kv->pages) {
+        const void * page = sdpa_kv_page(kv, b, hk, t);
+        return (const float *)sdpa_kv_raw_row(sdpa_kv_page_format(kv, page), page, t % SDPA_PAGE_ROWS, value);
+    }
     return (value ? kv->v : kv->k) + (size_t)b * kv->stride_b + (size_t)t * kv->stride_t + (size_t)hk * kv->stride_h;
 }
 static inline const float * sdpa_kv_key(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t) {
@@ -120,7 +137,8 @@ static inline const float * sdpa_kv_value(const sdpa_kv_view * kv, int32_t b, in
 /* Element d of row t, decoded to the float32 every reader sees (any format). */
 static inline float sdpa_kv_elem(const sdpa_kv_view * kv, int32_t b, int32_t hk, int32_t t, bool value, int32_t d) {
     if (!kv->pages) return sdpa_kv_row(kv, b, hk, t, value)[d];
-    return sdpa_kv_decode(kv->format, sdpa_kv_page(kv, b, hk, t), t % SDPA_PAGE_ROWS, value, d);
+    const void * page = sdpa_kv_page(kv, b, hk, t);
+    return sdpa_kv_decode(sdpa_kv_page_format(kv, page), page, t % SDPA_PAGE_ROWS, value, d);
 }
 
 /* A validated attention problem: everything a kernel needs, nothing to check. */

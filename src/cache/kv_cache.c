@@ -18,6 +18,7 @@
 #include "cache/kv_record.h"
 #include "contract/check.h"
 #include "kernels/kernels.h"
+#include "cache/kv_dtype.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,12 @@
 static size_t head_count(const sdpa_kv_cache * c) { return (size_t)c->batch * (size_t)c->kv_heads; }
 static void ** head_pages(const sdpa_kv_cache * c, size_t head) { return c->table + head * (size_t)c->pages_per_head; }
 static int32_t page_slot(const sdpa_kv_cache * c, int32_t page) { return sdpa_page_slot(page, c->sink_pages, c->ring_pages); }
+/* A float16 page (the newest page of a cache with float16_newest_page,
+ * internal.h), and the format and bytes of any page of the cache. */
+static bool is_f16_page(const void * page) { return (sdpa_page_marks(page) & SDPA_PAGE_MARK_FLOAT16) != 0; }
+static const sdpa_page_format * page_format(const sdpa_kv_cache * c, const void * page) {
+    return is_f16_page(page) ? &c->f16_format : &c->format;
+}
 /* The page holding row pos of a head's table. */
 static void * row_page(const sdpa_kv_cache * c, void ** pages, size_t pos) {
     return pages[page_slot(c, (int32_t)(pos / SDPA_PAGE_ROWS))];
@@ -45,10 +52,24 @@ static uint64_t table_bytes_of(uint64_t heads, uint64_t pages_per_head) {
 
 typedef struct cache_layout {
     uint64_t page_bytes, pages_per_head, sink_pages, ring_pages, table_bytes;
+    uint64_t f16_page_bytes;  /* a float16 page's (0: the cache has none), at least page_bytes */
 } cache_layout;
 
-static void layout_of(cache_layout * L, sdpa_page_format * format, const sdpa_kv_cache_desc * d) {
+/* `f16`: a float16 page's format, made when the desc asks for one and a
+ * block is int8 / int4; its page_bytes at least the encoded page's, so that
+ * every reader of a page's first page_bytes (touches, copies) stays inside
+ * whichever kind it reads. */
+static void layout_of(cache_layout * L, sdpa_page_format * format, sdpa_page_format * f16, const sdpa_kv_cache_desc * d) {
     L->page_bytes = sdpa_page_format_make(format, d->key_dtype, d->value_dtype, d->head_dim);
+    L->f16_page_bytes = 0;
+    memset(f16, 0, sizeof *f16);
+    const int32_t kd = sdpa_dtype_in_float16_page(d->key_dtype), vd = sdpa_dtype_in_float16_page(d->value_dtype);
+    if (d->float16_newest_page == 1 && (kd != d->key_dtype || vd != d->value_dtype)) {
+        uint64_t bytes = sdpa_page_format_make(f16, kd, vd, d->head_dim);
+        if (bytes < L->page_bytes) bytes = L->page_bytes;
+        if (bytes <= SDPA_MAX_PAGE_BYTES) f16->page_bytes = (size_t)bytes;
+        L->f16_page_bytes = bytes;
+    }
     L->pages_per_head = ((uint64_t)d->max_seq_len + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
     const uint64_t sink_pages = ((uint64_t)d->sink_tokens + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
     const uint64_t ring = d->window ? ((uint64_t)d->window - 1 + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS + 2 : 0;
@@ -76,6 +97,8 @@ static sdpa_status check_geometry(sdpa_ctx * ctx, const char * fn, int64_t batch
 static sdpa_status check_desc(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * d, bool plan, int32_t rows,
                               const void * out) {
     if (!d) return sdpa_fail(ctx, SDPA_E_ARG, "%s: desc is missing", fn);
+    if (d->float16_newest_page != 0 && d->float16_newest_page != 1)
+        return sdpa_fail(ctx, SDPA_E_ARG, "%s: float16_newest_page is %d; expected 0 or 1", fn, d->float16_newest_page);
     return check_geometry(ctx, fn, d->batch, d->max_seq_len, d->kv_heads, d->head_dim, d->key_dtype, d->value_dtype,
                           d->window, d->sink_tokens, plan, rows, out);
 }
@@ -90,7 +113,7 @@ sdpa_status sdpa_kv_cache_create_windowed(sdpa_ctx * ctx, int32_t batch, int32_t
                                           int32_t kv_heads, int32_t head_dim, int32_t dtype,
                                           int32_t window, int32_t sink_tokens,
                                           sdpa_kv_cache ** out_cache) {
-    const sdpa_kv_cache_desc d = { batch, max_seq_len, kv_heads, head_dim, dtype, dtype, window, sink_tokens };
+    const sdpa_kv_cache_desc d = { batch, max_seq_len, kv_heads, head_dim, dtype, dtype, window, sink_tokens, 0 };
     return sdpa_kv_cache_create_desc(ctx, &d, out_cache);
 }
 
@@ -101,18 +124,20 @@ sdpa_status sdpa_kv_cache_create_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc *
     if (s != SDPA_OK) return s;
     const int32_t batch = desc->batch, max_seq_len = desc->max_seq_len, kv_heads = desc->kv_heads;
     const int32_t head_dim = desc->head_dim, window = desc->window, sink_tokens = desc->sink_tokens;
-    sdpa_page_format format;
+    sdpa_page_format format, f16_format;
     cache_layout L;
-    layout_of(&L, &format, desc);
-    const uint64_t page_bytes = L.page_bytes, table_bytes = L.table_bytes, pages_per_head = L.pages_per_head;
-    if (page_bytes == 0 || page_bytes > SDPA_MAX_PAGE_BYTES || table_bytes > SDPA_MAX_PAGE_BYTES)
+    layout_of(&L, &format, &f16_format, desc);
+    const uint64_t page_bytes = L.page_bytes > L.f16_page_bytes ? L.page_bytes : L.f16_page_bytes;
+    const uint64_t table_bytes = L.table_bytes, pages_per_head = L.pages_per_head;
+    if (L.page_bytes == 0 || page_bytes > SDPA_MAX_PAGE_BYTES || table_bytes > SDPA_MAX_PAGE_BYTES)
         return sdpa_fail(ctx, SDPA_E_OOM,
                          "%s: a page of %d rows x head dim %d needs %llu bytes and the page table %llu bytes; each must fit in %llu bytes",
                          fn, SDPA_PAGE_ROWS, head_dim, (unsigned long long)page_bytes, (unsigned long long)table_bytes,
                          (unsigned long long)SDPA_MAX_PAGE_BYTES);
     sdpa_kv_cache * c = calloc(1, sizeof *c);
     void ** table = malloc((size_t)table_bytes);
-    if (!c || !table || !sdpa_page_pool_add_size(ctx->pages, (size_t)page_bytes)) {
+    if (!c || !table || !sdpa_page_pool_add_size(ctx->pages, (size_t)L.page_bytes) ||
+        (L.f16_page_bytes && !sdpa_page_pool_add_size(ctx->pages, (size_t)L.f16_page_bytes))) {
         free(c); free(table);
         return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate the page table (%llu bytes) or the first page of %llu bytes",
                          fn, (unsigned long long)table_bytes, (unsigned long long)page_bytes);
@@ -127,6 +152,8 @@ sdpa_status sdpa_kv_cache_create_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc *
     c->ring_pages = (int32_t)L.ring_pages;
     c->window_start = window ? sink_tokens : 0;
     c->format = format;
+    c->float16_newest_page = L.f16_page_bytes != 0;
+    c->f16_format = f16_format;
     c->table = table;
     void * zero = sdpa_page_pool_zero(ctx->pages, c->format.page_bytes);
     for (size_t i = 0; i < head_count(c) * (size_t)c->pages_per_head; i++) table[i] = zero;
@@ -167,14 +194,17 @@ int32_t sdpa_kv_cache_pages(const sdpa_kv_cache * cache) {
 
 double sdpa_kv_cache_bytes(const sdpa_kv_cache * cache) {
     if (!cache) return 0;
-    return (double)sdpa_kv_cache_pages(cache) * (double)sdpa_page_pool_slot_bytes(cache->format.page_bytes) +
-           (double)table_bytes_of(head_count(cache), (uint64_t)cache->pages_per_head);
+    double pool = 0;
+    for (size_t i = 0; i < head_count(cache) * (size_t)cache->pages_per_head; i++)
+        if (!sdpa_page_is_zero(cache->table[i]))
+            pool += (double)sdpa_page_pool_slot_bytes(page_format(cache, cache->table[i])->page_bytes);
+    return pool + (double)table_bytes_of(head_count(cache), (uint64_t)cache->pages_per_head);
 }
 
 sdpa_status sdpa_kv_cache_plan(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len, int32_t kv_heads,
                                int32_t head_dim, int32_t dtype, int32_t window, int32_t sink_tokens,
                                int32_t rows, sdpa_kv_cache_size * out) {
-    const sdpa_kv_cache_desc d = { batch, max_seq_len, kv_heads, head_dim, dtype, dtype, window, sink_tokens };
+    const sdpa_kv_cache_desc d = { batch, max_seq_len, kv_heads, head_dim, dtype, dtype, window, sink_tokens, 0 };
     return sdpa_kv_cache_plan_desc(ctx, &d, rows, out);
 }
 
@@ -185,17 +215,26 @@ sdpa_status sdpa_kv_cache_plan_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * d
     sdpa_status s = check_desc(ctx, fn, desc, true, rows, out);
     if (s != SDPA_OK) return s;
     const int32_t batch = desc->batch, kv_heads = desc->kv_heads;
-    sdpa_page_format format;
+    sdpa_page_format format, f16_format;
     cache_layout L;
-    layout_of(&L, &format, desc);
+    layout_of(&L, &format, &f16_format, desc);
     /* rows 0 .. rows-1 fill the table's slots in order; a ring's slots are reused */
     uint64_t per_head = ((uint64_t)rows + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;
     if (per_head > L.pages_per_head) per_head = L.pages_per_head;
-    out->pages = (int64_t)(per_head * (uint64_t)batch * (uint64_t)kv_heads);
+    const uint64_t heads = (uint64_t)batch * (uint64_t)kv_heads;
+    out->pages = (int64_t)(per_head * heads);
     out->page_bytes = (int64_t)sdpa_page_pool_slot_bytes(L.page_bytes);
-    out->pool_bytes = (int64_t)sdpa_size_mul((uint64_t)out->pages, (uint64_t)out->page_bytes);
+    uint64_t held = sdpa_size_mul((uint64_t)out->pages, (uint64_t)out->page_bytes), passing = 0;
+    if (L.f16_page_bytes && rows > 0) {
+        /* a float16 newest page: held while rows % 64 != 0, else the last page
+         * filled in it (taken before it was encoded, then let go) */
+        const uint64_t f16 = sdpa_size_mul(heads, sdpa_page_pool_slot_bytes(L.f16_page_bytes));
+        if (rows % SDPA_PAGE_ROWS != 0) held = held - sdpa_size_mul(heads, (uint64_t)out->page_bytes) + f16;
+        else passing = f16;
+    }
+    out->pool_bytes = (int64_t)(held + passing);
     out->table_bytes = (int64_t)L.table_bytes;
-    out->bytes = out->pool_bytes + out->table_bytes;
+    out->bytes = (int64_t)held + out->table_bytes;
     sdpa_clear_error(ctx);
     return SDPA_OK;
 }
@@ -210,8 +249,10 @@ const void * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t 
         return NULL;
     const void * p = head_pages(cache, (size_t)b * cache->kv_heads + h)[page_slot(cache, page)];
     if (sdpa_page_is_zero(p)) return NULL;
-    return sdpa_kv_block(&cache->format, p, which);
+    return sdpa_kv_block(page_format(cache, p), p, which);
 }
+
+int32_t sdpa_kv_cache_float16_newest_page(const sdpa_kv_cache * cache) { return cache && cache->float16_newest_page; }
 
 int32_t sdpa_kv_cache_key_dtype(const sdpa_kv_cache * cache) { return cache ? sdpa_kv_dtype(&cache->format, 0) : 0; }
 int32_t sdpa_kv_cache_value_dtype(const sdpa_kv_cache * cache) { return cache ? sdpa_kv_dtype(&cache->format, 1) : 0; }
@@ -240,112 +281,244 @@ static int32_t distinct_last(const sdpa_kv_cache * c, int32_t first, int32_t las
     return last > cap ? (int32_t)cap : last;
 }
 
-/* Makes sure the pool can supply every page a write of rows [start, start +
- * len) takes: one per slot holding the zero page (unwritten) or a page
- * shared with a fork. E_OOM, with nothing changed, when it cannot. */
-static uint64_t write_need(const sdpa_kv_cache * c, int32_t start, int32_t len) {
-    const int32_t first = start / SDPA_PAGE_ROWS, last = distinct_last(c, first, (start + len - 1) / SDPA_PAGE_ROWS);
-    uint64_t need = 0;
-    for (size_t head = 0; head < head_count(c); head++) {
-        void ** pages = head_pages(c, head);
-        for (int32_t p = first; p <= last; p++) {
-            const void * page = pages[page_slot(c, p)];
-            need += sdpa_page_is_zero(page) || sdpa_page_refs(page) > 1;
-        }
-    }
-    return need;
+/* ---- the write path ----------------------------------------------------
+ * A write runs a page of rows at a time (a segment: rows [at, end) of one
+ * page). What each head's slot becomes depends on what it holds and on the
+ * cache's float16_newest_page:
+ *   SEG_ENCODED   an encoded page (a page of `format`, private: a shared one
+ *                 copied) whose rows are encoded as written: every page of a
+ *                 cache without float16 pages, and a page a truncate went
+ *                 back into (its rows stay encoded, so do the new ones);
+ *   SEG_FLOAT16   a float16 page (private; a fresh one zeroed): the segment
+ *                 does not fill the page;
+ *   SEG_FILL_NEW  the segment fills a page that held nothing (unwritten, or a
+ *                 ring page taken over): a fresh encoded page, the rows
+ *                 encoded from their float16 values, as if they had passed
+ *                 through a float16 page;
+ *   SEG_FILL_F16  the segment fills the float16 page: a fresh encoded page
+ *                 takes the page's earlier rows (their float16 values) and the
+ *                 segment's, encoded in one batch; the float16 page goes.
+ * So a row's stored value changes once, when its page is encoded, and the
+ * bits do not depend on how the rows were cut into writes. A load (k NULL)
+ * takes the kinds its save recorded: float16 pages from row f16_from on. */
+typedef enum seg_kind { SEG_ENCODED, SEG_FLOAT16, SEG_FILL_NEW, SEG_FILL_F16 } seg_kind;
+
+/* f16_from: -1 for a write; a load's first row of a float16 page (INT32_MAX: none). */
+static seg_kind seg_kind_of(const sdpa_kv_cache * c, const void * old, int32_t page, bool fills, bool clear,
+                            int64_t f16_from) {
+    if (!c->float16_newest_page) return SEG_ENCODED;
+    if (f16_from >= 0) return (int64_t)page * SDPA_PAGE_ROWS >= f16_from ? SEG_FLOAT16 : SEG_FILL_NEW;
+    if (clear || sdpa_page_is_zero(old)) return fills ? SEG_FILL_NEW : SEG_FLOAT16;
+    if (is_f16_page(old)) return fills ? SEG_FILL_F16 : SEG_FLOAT16;
+    return SEG_ENCODED;
 }
 
+/* Pages a segment of this kind takes from the pool over `old`: *enc encoded
+ * ones, *f16 float16 ones (a float16 page let go by an earlier segment of
+ * the same write is not counted as free: at most one page more than needed). */
+static void seg_need(const sdpa_kv_cache * c, const void * old, seg_kind kind, bool clear, uint64_t * enc, uint64_t * f16) {
+    const bool fresh = sdpa_page_is_zero(old), shared = !fresh && sdpa_page_refs(old) > 1;
+    switch (kind) {
+        case SEG_ENCODED: *enc += fresh || shared; break;  /* (clear: a private page is cleared in place) */
+        case SEG_FLOAT16: *f16 += fresh || shared || clear || !is_f16_page(old); break;
+        case SEG_FILL_NEW: *enc += fresh || shared || is_f16_page(old); break;
+        case SEG_FILL_F16: *enc += 1; break;
+    }
+    (void)c;
+}
+
+/* The pages a write of rows [start, start + len) takes, of each kind. A
+ * write longer than a windowed cache's ring (it goes round) counts every
+ * slot once as an encoded page and one float16 page per head. */
+static void write_need(const sdpa_kv_cache * c, int32_t start, int32_t len, int64_t f16_from, uint64_t * enc, uint64_t * f16) {
+    *enc = *f16 = 0;
+    const int32_t first = start / SDPA_PAGE_ROWS, last_page = (start + len - 1) / SDPA_PAGE_ROWS;
+    const int32_t last = distinct_last(c, first, last_page);
+    if (last != last_page) {
+        *enc = (uint64_t)head_count(c) * (uint64_t)(last - first + 1);
+        *f16 = c->float16_newest_page ? (uint64_t)head_count(c) : 0;
+        return;
+    }
+    for (int32_t p = first; p <= last; p++) {
+        const int64_t page_end = (int64_t)(p + 1) * SDPA_PAGE_ROWS;
+        const bool fills = (int64_t)start + len >= page_end;
+        const bool clear = c->ring_pages && p >= c->sink_pages && (int64_t)p * SDPA_PAGE_ROWS >= c->length;
+        for (size_t head = 0; head < head_count(c); head++) {
+            const void * old = head_pages(c, head)[page_slot(c, p)];
+            seg_need(c, old, seg_kind_of(c, old, p, fills, clear, f16_from), clear, enc, f16);
+        }
+    }
+}
+
+/* Makes sure the pool can supply every page a write takes (write_need).
+ * E_OOM, with nothing changed, when it cannot. */
+static sdpa_status ensure_pages(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, uint64_t enc, uint64_t f16,
+                                const char * what) {
+    if (enc && !sdpa_page_pool_ensure(c->ctx->pages, c->format.page_bytes, enc))
+        return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; %s",
+                         fn, (unsigned long long)enc, c->format.page_bytes, what);
+    if (f16 && !sdpa_page_pool_ensure(c->ctx->pages, c->f16_format.page_bytes, f16))
+        return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu float16 pages of %zu bytes; %s",
+                         fn, (unsigned long long)f16, c->f16_format.page_bytes, what);
+    return SDPA_OK;
+}
+
+static sdpa_status reserve_write_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, int32_t start, int32_t len,
+                                    int64_t f16_from) {
+    uint64_t enc, f16;
+    write_need(c, start, len, f16_from, &enc, &f16);
+    return ensure_pages(ctx, fn, c, enc, f16, "the cache is unchanged");
+}
 static sdpa_status reserve_write(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, int32_t start, int32_t len) {
-    const uint64_t need = write_need(c, start, len);
-    if (need == 0 || sdpa_page_pool_ensure(c->ctx->pages, c->format.page_bytes, need)) return SDPA_OK;
-    return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; the cache is unchanged",
-                     fn, (unsigned long long)need, c->format.page_bytes);
+    return reserve_write_as(ctx, fn, c, start, len, -1);
 }
 
-/* Makes slot `slot` of every head private to this cache before rows are
- * written into it: a fresh zeroed page for the zero page, a copy of a
- * shared one. `clear`: the slot takes over a new ring page, so what it held
- * is dropped (zeros). Cannot fail after reserve_write covered it. */
-static void own_slot(sdpa_kv_cache * c, int32_t slot, bool clear) {
-    sdpa_page_pool * pool = c->ctx->pages;
-    for (size_t head = 0; head < head_count(c); head++) {
-        void ** pages = head_pages(c, head);
-        void * old = pages[slot];
-        const bool zero = sdpa_page_is_zero(old);
-        if (!zero && sdpa_page_refs(old) == 1) {
-            if (clear) {
-                memset(old, 0, c->format.page_bytes);
-                sdpa_page_set_marks(old, 0);
-            }
-            continue;
+/* A page of `format` (f16: the float16 one) taken from the pool, all bytes 0. */
+static void * fresh_page(sdpa_kv_cache * c, bool f16) {
+    const size_t bytes = f16 ? c->f16_format.page_bytes : c->format.page_bytes;
+    void * fresh = sdpa_page_pool_take(c->ctx->pages, bytes);  /* marks 0 */
+    memset(fresh, 0, bytes);
+    if (f16) sdpa_page_set_marks(fresh, SDPA_PAGE_MARK_FLOAT16);
+    return fresh;
+}
+
+/* Makes the page in *slot private to this cache, of the kind it is (a copy
+ * of a shared one, marks along; a fresh encoded page for the zero page);
+ * `clear`: the slot takes over a new ring page, so what it held is dropped.
+ * Cannot fail after reserve_write covered it. */
+static void own_page(sdpa_kv_cache * c, void ** slot, bool clear) {
+    void * old = *slot;
+    const bool zero = sdpa_page_is_zero(old);
+    if (!zero && sdpa_page_refs(old) == 1) {
+        if (clear) {
+            memset(old, 0, page_format(c, old)->page_bytes);
+            sdpa_page_set_marks(old, sdpa_page_marks(old) & SDPA_PAGE_MARK_FLOAT16);
         }
-        void * fresh = sdpa_page_pool_take(pool, c->format.page_bytes);  /* marks 0 */
-        if (zero || clear) {
-            memset(fresh, 0, c->format.page_bytes);
-        } else {
-            memcpy(fresh, old, c->format.page_bytes);
-            sdpa_page_set_marks(fresh, sdpa_page_marks(old));
-        }
-        sdpa_page_release(pool, old);
-        pages[slot] = fresh;
+        return;
     }
+    void * fresh = fresh_page(c, !zero && is_f16_page(old));
+    if (!zero && !clear) {
+        memcpy(fresh, old, page_format(c, old)->page_bytes);
+        sdpa_page_set_marks(fresh, sdpa_page_marks(old));
+    }
+    sdpa_page_release(c->ctx->pages, old);
+    *slot = fresh;
+}
+
+/* Makes slot `slot` of every head private (own_page), for truncate and keepRows. */
+static void own_slot(sdpa_kv_cache * c, int32_t slot, bool clear) {
+    for (size_t head = 0; head < head_count(c); head++) own_page(c, &head_pages(c, head)[slot], clear);
+}
+
+/* Encodes x [D] as row `row` of `page` (its kind's format), K or V; with
+ * `via_f16` each int8 / int4 block is given x's float16 values (the ones a
+ * float16 page would have held: through buf, D floats). Returns the page's
+ * new mark bits. */
+static uint32_t encode_one(const sdpa_kv_cache * c, void * page, int32_t row, int value, const float * x, bool via_f16,
+                           float * buf) {
+    const sdpa_page_format * f = page_format(c, page);
+    if (via_f16 && sdpa_dtype_in_float16_page(sdpa_kv_dtype(f, value)) != sdpa_kv_dtype(f, value)) {
+        for (int32_t d = 0; d < f->dim; d++) buf[d] = sdpa_f16_to_f32(sdpa_f32_to_f16(x[d]));
+        x = buf;
+    }
+    return sdpa_kv_encode_row(f, page, row, value, x) ? (value ? SDPA_PAGE_MARK_V_NONFINITE : SDPA_PAGE_MARK_K_NONFINITE) : 0;
 }
 
 /* A write that rotates its K rows (rotary) rotates each into the
- * context's scratch, D floats, then encodes it: reserved before any row is
- * written (E_OOM leaves the cache as it was); the kernels use the scratch
- * only after the rows are written. rope NULL or half 0: no rotation. */
+ * context's scratch, D floats, then encodes it; a cache with float16 pages
+ * also takes D floats after them (a row's float16 values on its way into an
+ * encoded page): reserved before any row is written (E_OOM leaves the cache
+ * as it was); the kernels use the scratch only after the rows are written.
+ * rope NULL or half 0: no rotation. */
 static sdpa_status reserve_rotation(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, const sdpa_rope * rope) {
-    return rope && rope->half ? sdpa_scratch_reserve(ctx, fn, (uint64_t)c->head_dim * sizeof(float)) : SDPA_OK;
+    const bool rotates = rope && rope->half;
+    if (!rotates && !c->float16_newest_page) return SDPA_OK;
+    return sdpa_scratch_reserve(ctx, fn, 2 * (uint64_t)c->head_dim * sizeof(float));
 }
 
 /* Rows [from, from + n) of the [B, src_len, Hkv, D] float32 k, v, encoded
- * into cache rows pos .. pos + n - 1 (of one page: the caller makes it
- * private first), each K row rotated first when rope says so: source row j at
- * rope->pos[j], or at its cache row. size_t cannot wrap: every dense index is
- * below the tensor's validated length (contract/: <= SIZE_MAX / 4). */
-static void encode_rows(const sdpa_kv_cache * c, const float * k, const float * v, int32_t src_len, int32_t from,
-                        int32_t pos, int32_t n, const sdpa_rope * rope) {
+ * into rows pos .. pos + n - 1 of one head's page (made ready by put_rows),
+ * each K row rotated first when rope says so: source row j at rope->pos[j],
+ * or at its cache row. size_t cannot wrap: every dense index is below the
+ * tensor's validated length (contract/: <= SIZE_MAX / 4). */
+static void encode_rows(const sdpa_kv_cache * c, void * page, size_t b, size_t h, const float * k, const float * v,
+                        int32_t src_len, int32_t from, int32_t pos, int32_t n, const sdpa_rope * rope, bool via_f16) {
     const size_t D = (size_t)c->head_dim, H = (size_t)c->kv_heads;
-    for (size_t b = 0; b < (size_t)c->batch; b++)
-        for (size_t h = 0; h < H; h++) {
-            void * page = row_page(c, head_pages(c, b * H + h), (size_t)pos);
-            for (int32_t t = 0; t < n; t++) {
-                const size_t dense = ((b * (size_t)src_len + (size_t)(from + t)) * H + h) * D;
-                const int32_t row = (pos + t) % SDPA_PAGE_ROWS;
-                const float * key = k + dense;
-                if (rope && rope->half) {
-                    float * rotated = c->ctx->scratch;
-                    sdpa_rope_row(rope, rope->pos ? rope->pos[from + t] : pos + t, key, rotated, (int32_t)D);
-                    key = rotated;
-                }
-                const uint32_t marks = (sdpa_kv_encode_row(&c->format, page, row, 0, key) ? SDPA_PAGE_MARK_K_NONFINITE : 0) |
-                                       (sdpa_kv_encode_row(&c->format, page, row, 1, v + dense) ? SDPA_PAGE_MARK_V_NONFINITE : 0);
-                if (marks) sdpa_page_set_marks(page, sdpa_page_marks(page) | marks);
-            }
+    float * rotated = c->ctx->scratch, * buf = rotated ? rotated + D : NULL;
+    uint32_t marks = 0;
+    for (int32_t t = 0; t < n; t++) {
+        const size_t dense = ((b * (size_t)src_len + (size_t)(from + t)) * H + h) * D;
+        const int32_t row = (pos + t) % SDPA_PAGE_ROWS;
+        const float * key = k + dense;
+        if (rope && rope->half) {
+            sdpa_rope_row(rope, rope->pos ? rope->pos[from + t] : pos + t, key, rotated, (int32_t)D);
+            key = rotated;
         }
+        marks |= encode_one(c, page, row, 0, key, via_f16, buf) | encode_one(c, page, row, 1, v + dense, via_f16, buf);
+    }
+    if (marks) sdpa_page_set_marks(page, sdpa_page_marks(page) | marks);
+}
+
+/* SEG_FILL_F16: rows 0 .. n-1 of the float16 page `from`, their float16
+ * values encoded into the encoded page `to`. */
+static void encode_f16_rows(const sdpa_kv_cache * c, const void * from, void * to, int32_t n) {
+    float * buf = (float *)c->ctx->scratch + c->head_dim;
+    uint32_t marks = 0;
+    for (int32_t row = 0; row < n; row++)
+        for (int value = 0; value < 2; value++) {
+            sdpa_kv_decode_row(&c->f16_format, from, row, value, buf);
+            if (sdpa_kv_encode_row(&c->format, to, row, value, buf))
+                marks |= value ? SDPA_PAGE_MARK_V_NONFINITE : SDPA_PAGE_MARK_K_NONFINITE;
+        }
+    if (marks) sdpa_page_set_marks(to, sdpa_page_marks(to) | marks);
 }
 
 /* Writes rows [from, from + n) of k, v [B, src_len, Hkv, D] at cache row
- * pos, a page at a time. The first write into a ring page past the written
- * rows clears the slot it takes over, and the page that slot held is
- * evicted (window_start moves past it). k = v = NULL: the pages are taken
- * and the rows counted, nothing encoded (sdpa_kv_cache_take_rows). Cannot
- * fail after reserve_write. */
+ * pos, a segment (a page of rows) at a time, each head's slot made what
+ * seg_kind_of says. The first write into a ring page past the written rows
+ * clears the slot it takes over, and the page that slot held is evicted
+ * (window_start moves past it). k = v = NULL: the pages are taken and the
+ * rows counted, nothing encoded (a load: sdpa_kv_cache_take_rows, float16
+ * pages from row f16_from on). Cannot fail after reserve_write. */
 static void put_rows(sdpa_kv_cache * c, const float * k, const float * v, int32_t src_len, int32_t from,
-                     int32_t pos, int32_t n, const sdpa_rope * rope) {
+                     int32_t pos, int32_t n, const sdpa_rope * rope, int64_t f16_from) {
+    const size_t H = (size_t)c->kv_heads;
     for (int32_t done = 0; done < n;) {
         const int32_t at = pos + done, page = at / SDPA_PAGE_ROWS;
         const int64_t page_end = (int64_t)(page + 1) * SDPA_PAGE_ROWS;
         const int32_t end = (int64_t)pos + n < page_end ? pos + n : (int32_t)page_end;
         const bool new_ring_page = c->ring_pages && page >= c->sink_pages && (int64_t)page * SDPA_PAGE_ROWS >= c->length;
-        own_slot(c, page_slot(c, page), new_ring_page);
+        const bool fills = end == page_end;
+        const int32_t slot = page_slot(c, page);
+        for (size_t head = 0; head < head_count(c); head++) {
+            void ** at_slot = &head_pages(c, head)[slot];
+            void * old = *at_slot;
+            const seg_kind kind = seg_kind_of(c, old, page, fills, new_ring_page, k ? -1 : f16_from);
+            switch (kind) {
+                case SEG_ENCODED: own_page(c, at_slot, new_ring_page); break;
+                case SEG_FLOAT16:
+                    if (!new_ring_page && is_f16_page(old)) own_page(c, at_slot, false);
+                    else if (!sdpa_page_is_zero(old) && sdpa_page_refs(old) == 1 && is_f16_page(old)) own_page(c, at_slot, true);
+                    else { *at_slot = fresh_page(c, true); sdpa_page_release(c->ctx->pages, old); }
+                    break;
+                case SEG_FILL_NEW:
+                    if (!sdpa_page_is_zero(old) && sdpa_page_refs(old) == 1 && !is_f16_page(old)) own_page(c, at_slot, true);
+                    else { *at_slot = fresh_page(c, false); sdpa_page_release(c->ctx->pages, old); }
+                    break;
+                case SEG_FILL_F16:
+                    *at_slot = fresh_page(c, false);
+                    encode_f16_rows(c, old, *at_slot, at % SDPA_PAGE_ROWS);
+                    sdpa_page_release(c->ctx->pages, old);
+                    break;
+            }
+            if (k)
+                encode_rows(c, *at_slot, head / H, head % H, k, v, src_len, from + done, at, end - at, rope,
+                            kind == SEG_FILL_NEW || kind == SEG_FILL_F16);
+        }
         if (new_ring_page) {
             const int64_t kept = ((int64_t)page - c->ring_pages + 1) * SDPA_PAGE_ROWS;
             if (kept > c->window_start) c->window_start = (int32_t)kept;
         }
-        if (k) encode_rows(c, k, v, src_len, from + done, at, end - at, rope);  /* (NULL: a load imports records) */
         if (end > c->length) c->length = end;
         done = end - pos;
     }
@@ -359,7 +532,7 @@ static sdpa_status write_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c
     sdpa_status s = reserve_write(ctx, fn, c, start, len);
     if (s == SDPA_OK) s = reserve_rotation(ctx, fn, c, rope);
     if (s != SDPA_OK) return s;
-    put_rows(c, key->data, value->data, len, 0, start, len, rope);
+    put_rows(c, key->data, value->data, len, 0, start, len, rope, -1);
     return SDPA_OK;
 }
 
@@ -440,7 +613,7 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
     if (s != SDPA_OK) return s;
     for (int32_t at = sp; at < sp + n; at = next) {
         const sdpa_problem piece = step_piece(&p, at, &next);
-        put_rows(cache, key->data, value->data, n, at - sp, at, next - at, &p.rope);  /* (p's: positions of the whole key) */
+        put_rows(cache, key->data, value->data, n, at - sp, at, next - at, &p.rope, -1);  /* (p's: positions of the whole key) */
         sdpa_run_problem(ctx, &piece, false);
     }
     return SDPA_OK;
@@ -459,8 +632,8 @@ sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
                 const size_t pos = (size_t)start + t, dense = ((b * (size_t)length + t) * H + h) * D;
                 const void * page = row_page(cache, pages, pos);
                 const int32_t row = (int32_t)(pos % SDPA_PAGE_ROWS);
-                sdpa_kv_decode_row(&cache->format, page, row, 0, (float *)key_out->data + dense);
-                sdpa_kv_decode_row(&cache->format, page, row, 1, (float *)value_out->data + dense);
+                sdpa_kv_decode_row(page_format(cache, page), page, row, 0, (float *)key_out->data + dense);
+                sdpa_kv_decode_row(page_format(cache, page), page, row, 1, (float *)value_out->data + dense);
             }
         }
     sdpa_clear_error(ctx);
@@ -475,6 +648,16 @@ sdpa_status sdpa_kv_cache_read_records(sdpa_ctx * ctx, const sdpa_kv_cache * cac
     if (s != SDPA_OK) return s;
     const sdpa_page_format * fmt = &cache->format;
     const size_t H = (size_t)cache->kv_heads, record = record_bytes(fmt, which);
+    /* a float16 page's int8 / int4 rows are given as the records their
+     * encoding will store (a row's encoding is its own): each encoded into a
+     * zeroed page of the cache's format in the scratch, D floats after it */
+    const bool as_encoded = cache->float16_newest_page &&
+                            sdpa_kv_dtype(&cache->f16_format, which) != sdpa_kv_dtype(fmt, which);
+    if (as_encoded) {
+        s = sdpa_scratch_reserve(ctx, fn, (uint64_t)fmt->page_bytes + (uint64_t)cache->head_dim * sizeof(float));
+        if (s != SDPA_OK) return s;
+        memset(ctx->scratch, 0, fmt->page_bytes);
+    }
     /* a head's rows, a page's run at a time, records H apart in [B, length, Hkv] */
     for (size_t b = 0; b < (size_t)cache->batch; b++)
         for (size_t h = 0; h < H; h++) {
@@ -482,8 +665,19 @@ sdpa_status sdpa_kv_cache_read_records(sdpa_ctx * ctx, const sdpa_kv_cache * cac
             for (size_t t = 0; t < (size_t)length;) {
                 const size_t pos = (size_t)start + t, row = pos % SDPA_PAGE_ROWS;
                 const size_t n = SDPA_PAGE_ROWS - row < (size_t)length - t ? SDPA_PAGE_ROWS - row : (size_t)length - t;
-                sdpa_kv_record_export(fmt, row_page(cache, pages, pos), (int32_t)row, (int32_t)n, which,
-                                      (uint8_t *)out + ((b * (size_t)length + t) * H + h) * record, H * record);
+                const void * page = row_page(cache, pages, pos);
+                uint8_t * dst = (uint8_t *)out + ((b * (size_t)length + t) * H + h) * record;
+                if (as_encoded && is_f16_page(page)) {
+                    void * tmp = ctx->scratch;
+                    float * x = (float *)(void *)((char *)ctx->scratch + fmt->page_bytes);
+                    for (size_t r = row; r < row + n; r++) {
+                        sdpa_kv_decode_row(&cache->f16_format, page, (int32_t)r, which, x);
+                        (void)sdpa_kv_encode_row(fmt, tmp, (int32_t)r, which, x);
+                    }
+                    sdpa_kv_record_export(fmt, tmp, (int32_t)row, (int32_t)n, which, dst, H * record);
+                } else {
+                    sdpa_kv_record_export(page_format(cache, page), page, (int32_t)row, (int32_t)n, which, dst, H * record);
+                }
                 t += n;
             }
         }
@@ -505,7 +699,6 @@ static sdpa_status truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * 
     }
     sdpa_page_pool * pool = cache->ctx->pages;
     void * zero = sdpa_page_pool_zero(pool, cache->format.page_bytes);
-    const sdpa_page_format * fmt = &cache->format;
     /* the written pages past the kept ones; a windowed cache's evicted pages
      * are skipped (their slots hold live pages, released as those) */
     const int32_t last = cache->length > 0 ? (cache->length - 1) / SDPA_PAGE_ROWS : -1;
@@ -522,7 +715,7 @@ static sdpa_status truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * 
         /* rows tail .. ROWS-1 of K and V (and their int8 scales, zero points): all bytes 0 decode to 0.0 */
         if (tail != 0) {
             void * last_kept = pages[page_slot(cache, keep - 1)];
-            if (!sdpa_page_is_zero(last_kept)) sdpa_kv_clear_rows(fmt, last_kept, tail);
+            if (!sdpa_page_is_zero(last_kept)) sdpa_kv_clear_rows(page_format(cache, last_kept), last_kept, tail);
         }
     }
     /* down to the sink rows: the window starts afresh */
@@ -656,12 +849,15 @@ sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa
  * E_OOM changes nothing), a ring page taken over is cleared, window_start
  * and length move as for a write. kv_state.c then imports the records into
  * those pages (sdpa_kv_cache_row_page). */
-sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t start, int32_t len) {
+sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t start, int32_t len,
+                                    int32_t f16_from) {
     if (len <= 0) return SDPA_OK;
-    sdpa_status s = reserve_write(ctx, fn, c, start, len);
-    if (s == SDPA_OK) put_rows(c, NULL, NULL, 0, 0, start, len, NULL);
+    sdpa_status s = reserve_write_as(ctx, fn, c, start, len, f16_from);
+    if (s == SDPA_OK) put_rows(c, NULL, NULL, 0, 0, start, len, NULL, f16_from);
     return s;
 }
+
+bool sdpa_kv_cache_f16_page(const void * page) { return is_f16_page(page); }
 
 void * sdpa_kv_cache_row_page(const sdpa_kv_cache * c, int32_t b, int32_t h, int32_t t) {
     return row_page(c, head_pages(c, (size_t)b * (size_t)c->kv_heads + (size_t)h), (size_t)t);
@@ -682,13 +878,20 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
     int32_t first = 0;  /* the first row that moves */
     while (first < n && rows[first] == first) first++;
     if (first < n) {
-        const size_t kb = record_bytes(&cache->format, 0), vb = record_bytes(&cache->format, 1);
-        s = sdpa_scratch_reserve(ctx, fn, (uint64_t)kb + vb);
+        /* records of either kind of page, and D floats (a float16 page's row into an encoded page) first */
+        size_t kb = record_bytes(&cache->format, 0), vb = record_bytes(&cache->format, 1);
+        if (cache->float16_newest_page) {
+            if (record_bytes(&cache->f16_format, 0) > kb) kb = record_bytes(&cache->f16_format, 0);
+            if (record_bytes(&cache->f16_format, 1) > vb) vb = record_bytes(&cache->f16_format, 1);
+        }
+        const size_t floats = (size_t)cache->head_dim * sizeof(float);
+        s = sdpa_scratch_reserve(ctx, fn, (uint64_t)floats + kb + vb);
         if (s == SDPA_OK) s = reserve_write(ctx, fn, cache, start + first, n - first);
         if (s != SDPA_OK) return s;
         for (int32_t page = (start + first) / SDPA_PAGE_ROWS; page <= (start + n - 1) / SDPA_PAGE_ROWS; page++)
             own_slot(cache, page_slot(cache, page), false);
-        uint8_t * rec = ctx->scratch;
+        float * x = ctx->scratch;
+        uint8_t * rec = (uint8_t *)ctx->scratch + floats;
         for (size_t head = 0; head < head_count(cache); head++) {
             void ** pages = head_pages(cache, head);
             for (int32_t k = first; k < n; k++) {
@@ -701,8 +904,15 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
                     uint8_t * r = rec + (value ? kb : 0);
                     int32_t bad = 0;
                     bool nonfinite = false;
-                    sdpa_kv_record_export(&cache->format, src, rf, 1, value, r, 0);
-                    (void)sdpa_kv_record_import(&cache->format, dst, rt, 1, value, r, 0, &bad, &nonfinite);
+                    if (is_f16_page(src) != is_f16_page(dst)) {
+                        /* a float16 page's row into an encoded page (the float16 page is the
+                         * last: a row moves down only): encoded, as its page's fill would */
+                        sdpa_kv_decode_row(&cache->f16_format, src, rf, value, x);
+                        nonfinite = sdpa_kv_encode_row(&cache->format, dst, rt, value, x);
+                    } else {
+                        sdpa_kv_record_export(page_format(cache, src), src, rf, 1, value, r, 0);
+                        (void)sdpa_kv_record_import(page_format(cache, dst), dst, rt, 1, value, r, 0, &bad, &nonfinite);
+                    }
                     if (nonfinite) marks |= value ? SDPA_PAGE_MARK_V_NONFINITE : SDPA_PAGE_MARK_K_NONFINITE;
                 }
                 if (marks) sdpa_page_set_marks(dst, sdpa_page_marks(dst) | marks);
@@ -745,22 +955,31 @@ sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * ite
     }
     for (int32_t i = 0; i < n && s == SDPA_OK; i++) s = reserve_rotation(ctx, fn, items[i].cache, &ps[i].rope);
     if (s != SDPA_OK) return s;
-    for (int32_t i = 0; i < n; i++) {  /* the pages, per page size */
-        bool seen = false;
-        for (int32_t j = 0; j < i && !seen; j++) seen = items[j].cache->format.page_bytes == items[i].cache->format.page_bytes;
-        if (seen) continue;
-        uint64_t need = 0;
-        for (int32_t j = i; j < n; j++)
-            if (items[j].cache->format.page_bytes == items[i].cache->format.page_bytes)
-                need += write_need(items[j].cache, (int32_t)ps[j].start_pos, items[j].key->dims[1]);
-        if (need && !sdpa_page_pool_ensure(ctx->pages, items[i].cache->format.page_bytes, need))
-            return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; no cache was written",
-                             fn, (unsigned long long)need, items[i].cache->format.page_bytes);
+    /* the pages, per page size (an item's encoded and float16 pages each of their own size) */
+    size_t sizes[2 * SDPA_MANY_MAX];
+    uint64_t needs[2 * SDPA_MANY_MAX];
+    int32_t n_sizes = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const sdpa_kv_cache * c = items[i].cache;
+        uint64_t need[2];
+        write_need(c, (int32_t)ps[i].start_pos, items[i].key->dims[1], -1, &need[0], &need[1]);
+        for (int kind = 0; kind < 2; kind++) {
+            if (!need[kind]) continue;
+            const size_t bytes = kind ? c->f16_format.page_bytes : c->format.page_bytes;
+            int32_t at = 0;
+            while (at < n_sizes && sizes[at] != bytes) at++;
+            if (at == n_sizes) { sizes[n_sizes] = bytes; needs[n_sizes++] = 0; }
+            needs[at] += need[kind];
+        }
     }
+    for (int32_t at = 0; at < n_sizes; at++)
+        if (!sdpa_page_pool_ensure(ctx->pages, sizes[at], needs[at]))
+            return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; no cache was written",
+                             fn, (unsigned long long)needs[at], sizes[at]);
     for (int32_t i = 0; i < n; i++) {
         if (pieces[i]) continue;
         const int32_t len = items[i].key->dims[1];
-        put_rows(items[i].cache, items[i].key->data, items[i].value->data, len, 0, (int32_t)ps[i].start_pos, len, &ps[i].rope);
+        put_rows(items[i].cache, items[i].key->data, items[i].value->data, len, 0, (int32_t)ps[i].start_pos, len, &ps[i].rope, -1);
     }
     if (nb > 0) sdpa_run_problems(ctx, batch, nb);
     for (int32_t i = 0; i < n; i++) {
@@ -769,7 +988,7 @@ sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * ite
         int32_t next;
         for (int32_t at = sp; at < sp + len; at = next) {
             const sdpa_problem piece = step_piece(&ps[i], at, &next);
-            put_rows(items[i].cache, items[i].key->data, items[i].value->data, len, at - sp, at, next - at, &ps[i].rope);
+            put_rows(items[i].cache, items[i].key->data, items[i].value->data, len, at - sp, at, next - at, &ps[i].rope, -1);
             sdpa_run_problem(ctx, &piece, false);
         }
     }

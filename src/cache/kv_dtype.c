@@ -55,7 +55,7 @@ const sdpa_dtype_traits sdpa_dtype_table[] = {
         .record_describe = sdpa_int8_record_describe,
         .k_tile = K_I8_PAGE, .k_tile_max_dim = INT_Q_MAX_DIM, .k_tile_marked = K_I8_PAGE,
         .v_tile = V_I8_PAGE, .v_tile_marked = V_I8_PAGE,
-        .small_tiles = true,
+        .small_tiles = true, .float16_page = true,
     },
     {
         .dtype = SDPA_DTYPE_INT4, .name = "int4",
@@ -67,7 +67,7 @@ const sdpa_dtype_traits sdpa_dtype_table[] = {
         .record_describe = sdpa_int4_record_describe,
         .k_tile = K_I4_PAGE, .k_tile_max_dim = 0, .k_tile_marked = K_DECODED,
         .v_tile = V_I4_PAGE, .v_tile_marked = V_DECODED,
-        .small_tiles = true,
+        .small_tiles = true, .float16_page = true,
     },
 };
 #undef PARTS
@@ -77,6 +77,11 @@ const sdpa_dtype_traits * sdpa_dtype_traits_of(int32_t dtype) {
     for (int32_t i = 0; i < sdpa_dtype_count; i++)
         if (sdpa_dtype_table[i].dtype == dtype) return &sdpa_dtype_table[i];
     return NULL;
+}
+
+int32_t sdpa_dtype_in_float16_page(int32_t dtype) {
+    const sdpa_dtype_traits * t = sdpa_dtype_traits_of(dtype);
+    return t && t->float16_page ? SDPA_DTYPE_FLOAT16 : dtype;
 }
 
 void sdpa_dtype_list(char * buf, size_t cap, bool numbers) {

@@ -55,6 +55,9 @@ typedef struct sdpa_dtype_traits {
     k_source k_tile_marked;               /* a page marked SDPA_PAGE_MARK_K_NONFINITE */
     v_source v_tile, v_tile_marked;       /* the same for V (SDPA_PAGE_MARK_V_NONFINITE) */
     bool small_tiles;                     /* K tiles of a few bytes a key: longer split-KV chunks */
+    /* a cache with float16_newest_page holds a block of this dtype as float16
+     * in its newest page (int8, int4: a quantized block) */
+    bool float16_page;
 } sdpa_dtype_traits;
 
 /* The cache dtypes, in sdpa_dtype number order. */
@@ -63,6 +66,10 @@ extern const int32_t sdpa_dtype_count;
 
 /* The traits of `dtype`; NULL when it is not a cache dtype. */
 const sdpa_dtype_traits * sdpa_dtype_traits_of(int32_t dtype);
+
+/* The dtype a block of `dtype` has in a float16 page: float16 for a
+ * float16_page dtype, else dtype itself. */
+int32_t sdpa_dtype_in_float16_page(int32_t dtype);
 
 /* The table's dtypes as a message lists them, into buf (cap >= 1 bytes):
  * "float32, float16, int8 or int4", or with `numbers` "float32 1, float16 3,

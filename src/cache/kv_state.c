@@ -36,7 +36,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STATE_VERSION 1u
+/* Version 2: a cache with a float16 newest page (flags bit 0), whose saved
+ * rows in that page come last in each head as float16 records (their count
+ * at byte 84). A cache without one is saved as version 1, as before. */
+#define STATE_VERSION 2u
+#define FLAG_FLOAT16_NEWEST_PAGE 1u
 #define FIXED_BYTES 96u
 #define HEADER_MIN (FIXED_BYTES + 4u)
 static const unsigned char MAGIC[8] = { 0x89, 'S', 'D', 'P', 'A', 'K', 'V', '\n' };
@@ -89,6 +93,38 @@ static void * page_of(const sdpa_kv_cache * c, int32_t b, int32_t h, int32_t t) 
                     (size_t)sdpa_page_slot(t / SDPA_PAGE_ROWS, c->sink_pages, c->ring_pages)];
 }
 
+/* A save's record sizes: K and V of an encoded page's rows, of a float16
+ * page's rows, and which of the saved rows of a head are float16 records
+ * (the last f16_rows: a float16 page is the last page written, so its rows
+ * are the last saved, and no run of rows on one page mixes the two). */
+typedef struct record_sizes {
+    size_t krec, vrec, k16, v16;
+    int32_t per_head, f16_rows;
+} record_sizes;
+static bool f16_row(const record_sizes * z, int32_t i) { return i >= z->per_head - z->f16_rows; }
+static size_t pair_at(const record_sizes * z, int32_t i) { return f16_row(z, i) ? z->k16 + z->v16 : z->krec + z->vrec; }
+static size_t krec_at(const record_sizes * z, int32_t i) { return f16_row(z, i) ? z->k16 : z->krec; }
+/* Payload bytes of one head's records before its saved row i. */
+static uint64_t head_offset(const record_sizes * z, int32_t i) {
+    const int32_t enc = z->per_head - z->f16_rows;
+    return i <= enc ? (uint64_t)i * (z->krec + z->vrec)
+                    : (uint64_t)enc * (z->krec + z->vrec) + (uint64_t)(i - enc) * (z->k16 + z->v16);
+}
+static uint64_t head_bytes_of(const record_sizes * z) { return head_offset(z, z->per_head); }
+/* The first row of the float16 page of a cache of `length` rows whose last
+ * page is one, else INT32_MAX. */
+static int32_t f16_page_start(const sdpa_kv_cache * c) {
+    if (!c->float16_newest_page || c->length == 0 || c->batch == 0 || c->kv_heads == 0) return INT32_MAX;
+    const int32_t t = c->length - 1;
+    return sdpa_kv_cache_f16_page(page_of(c, 0, 0, t)) ? t - t % SDPA_PAGE_ROWS : INT32_MAX;
+}
+static int32_t rows_from(const saved_rows * r, int32_t from) {
+    int32_t n = 0;
+    for (int32_t t = r->a0 > from ? r->a0 : from; t < r->a1; t++) n++;
+    n += r->b1 - (r->b0 > from ? r->b0 : from) > 0 ? r->b1 - (r->b0 > from ? r->b0 : from) : 0;
+    return n;
+}
+
 /* ------------------------------------------------------------------ save */
 
 struct sdpa_kv_saver {
@@ -99,7 +135,7 @@ struct sdpa_kv_saver {
     uint64_t total, pos;       /* bytes of the save; bytes handed out */
     saved_rows rows;
     int32_t per_head;          /* saved rows per head */
-    size_t krec, vrec, pair;
+    record_sizes z;
     int32_t b, h, i;           /* the next record pair: batch row, head, row index */
     unsigned char * pend;      /* one record pair straddling two pieces */
     size_t pend_off, pend_len;
@@ -135,13 +171,21 @@ sdpa_status sdpa_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
     const int32_t ws = cache->window ? (end <= cache->sink_tokens ? cache->sink_tokens : cache->window_start) : 0;
     const saved_rows rows = rows_of(start, end, cache->window ? cache->sink_tokens : 0, ws);
     const int32_t per_head = rows_count(&rows);
+    record_sizes z = { (size_t)krec, (size_t)vrec, (size_t)krec, (size_t)vrec, per_head, 0 };
+    const int32_t f16_from = f16_page_start(cache);
+    if (f16_from != INT32_MAX) {
+        z.k16 = (size_t)sdpa_kv_record_bytes(sdpa_dtype_in_float16_page(kd), f->dim);
+        z.v16 = (size_t)sdpa_kv_record_bytes(sdpa_dtype_in_float16_page(vd), f->dim);
+        z.f16_rows = rows_from(&rows, f16_from);
+    }
     const uint64_t heads = (uint64_t)cache->batch * (uint64_t)cache->kv_heads;
-    const uint64_t payload = sdpa_size_mul(sdpa_size_mul(heads, (uint64_t)per_head), krec + vrec);
+    const uint64_t payload = sdpa_size_mul(heads, head_bytes_of(&z));
     const size_t head_bytes = FIXED_BYTES + meta_bytes + 4;
+    const size_t max_pair = z.krec + z.vrec > z.k16 + z.v16 ? z.krec + z.vrec : z.k16 + z.v16;
 
     sdpa_kv_saver * sv = calloc(1, sizeof *sv);
     unsigned char * head = sv ? calloc(1, head_bytes) : NULL;
-    unsigned char * pend = head ? malloc((size_t)(krec + vrec)) : NULL;
+    unsigned char * pend = head ? malloc(max_pair) : NULL;
     sdpa_kv_cache * fork = NULL;
     if (!pend) {
         free(sv); free(head);
@@ -153,9 +197,9 @@ sdpa_status sdpa_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
         return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate a snapshot of the page table", SAVE_FN);
     }
     memcpy(head, MAGIC, 8);
-    put32(head + 8, STATE_VERSION);
+    put32(head + 8, cache->float16_newest_page ? STATE_VERSION : 1u);
     put32(head + 12, (uint32_t)head_bytes);
-    put32(head + 16, 0);                        /* flags */
+    put32(head + 16, cache->float16_newest_page ? FLAG_FLOAT16_NEWEST_PAGE : 0u);  /* flags */
     put32(head + 20, (uint32_t)kd);
     put32(head + 24, (uint32_t)vd);
     put32(head + 28, (uint32_t)cache->batch);
@@ -171,7 +215,7 @@ sdpa_status sdpa_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
     put32(head + 68, (uint32_t)vrec);
     put64(head + 72, payload);
     put32(head + 80, (uint32_t)per_head);
-    put32(head + 84, 0);                        /* reserved */
+    put32(head + 84, (uint32_t)z.f16_rows);    /* version 2: float16 rows per head (version 1: reserved, 0) */
     put32(head + 88, (uint32_t)meta_bytes);
     put32(head + 92, 0);                        /* reserved */
     if (meta_bytes) memcpy(head + FIXED_BYTES, meta, meta_bytes);
@@ -184,9 +228,7 @@ sdpa_status sdpa_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
     sv->total = (uint64_t)head_bytes + payload + 4;
     sv->rows = rows;
     sv->per_head = per_head;
-    sv->krec = (size_t)krec;
-    sv->vrec = (size_t)vrec;
-    sv->pair = (size_t)(krec + vrec);
+    sv->z = z;
     sv->pend = pend;
     *out_saver = sv;
     sdpa_clear_error(ctx);
@@ -204,8 +246,11 @@ static int32_t save_run(sdpa_kv_saver * sv, unsigned char * out, size_t max) {
     const sdpa_kv_cache * c = sv->fork;
     const void * page = page_of(c, sv->b, sv->h, t);
     const int32_t row = t % SDPA_PAGE_ROWS;
-    sdpa_kv_record_export(&c->format, page, row, n, 0, out, sv->pair);
-    sdpa_kv_record_export(&c->format, page, row, n, 1, out + sv->krec, sv->pair);
+    /* (a run is one page's: all float16 records or none) */
+    const sdpa_page_format * f = f16_row(&sv->z, sv->i) ? &c->f16_format : &c->format;
+    const size_t pair = pair_at(&sv->z, sv->i);
+    sdpa_kv_record_export(f, page, row, n, 0, out, pair);
+    sdpa_kv_record_export(f, page, row, n, 1, out + krec_at(&sv->z, sv->i), pair);
     sv->i += n;
     if (sv->i == sv->per_head) {
         sv->i = 0;
@@ -233,12 +278,14 @@ size_t sdpa_kv_save_read(sdpa_kv_saver * sv, void * out_, size_t cap) {
                 if (n > room) n = room;
                 memcpy(out + done, sv->pend + sv->pend_off, n);
                 sv->pend_off += n;
-            } else if (room >= sv->pair) {
-                n = (size_t)save_run(sv, out + done, room / sv->pair) * sv->pair;
+            } else if (room >= pair_at(&sv->z, sv->i)) {
+                const size_t pair = pair_at(&sv->z, sv->i);
+                n = (size_t)save_run(sv, out + done, room / pair) * pair;
             } else {
+                const size_t pair = pair_at(&sv->z, sv->i);
                 save_run(sv, sv->pend, 1);
                 sv->pend_off = 0;
-                sv->pend_len = sv->pair;
+                sv->pend_len = pair;
                 continue;
             }
             pay_len += n;
@@ -284,7 +331,8 @@ struct sdpa_kv_loader {
     int32_t window, sink_tokens;
     saved_rows rows;
     int32_t per_head;
-    size_t krec, vrec, pair;
+    record_sizes z;
+    uint32_t version;
     int32_t b, h, i;           /* the next record pair */
     unsigned char * pend;      /* a record pair split between two pieces */
     uint32_t crc;
@@ -345,9 +393,12 @@ static sdpa_status parse_header(sdpa_kv_loader * L) {
         return load_fail(L, SDPA_E_FORMAT, "the header's CRC-32C is 0x%08x but the data says 0x%08x; the header was changed or damaged",
                          (unsigned)got, (unsigned)want);
     const uint32_t flags = get32(p + 16);
-    if (flags != 0) return load_fail(L, SDPA_E_FORMAT, "the header's flags are 0x%08x; version 1 defines none (expected 0)", (unsigned)flags);
-    if (get32(p + 84) != 0 || get32(p + 92) != 0)
-        return load_fail(L, SDPA_E_FORMAT, "the header's reserved fields (bytes 84 and 92) are not 0");
+    if (L->version == 1 && flags != 0)
+        return load_fail(L, SDPA_E_FORMAT, "the header's flags are 0x%08x; version 1 defines none (expected 0)", (unsigned)flags);
+    if (flags & ~FLAG_FLOAT16_NEWEST_PAGE)
+        return load_fail(L, SDPA_E_FORMAT, "the header's flags are 0x%08x; version 2 defines only bit 0 (a float16 newest page)", (unsigned)flags);
+    if ((L->version == 1 && get32(p + 84) != 0) || get32(p + 92) != 0)
+        return load_fail(L, SDPA_E_FORMAT, "the header's reserved fields (bytes %s) are not 0", L->version == 1 ? "84 and 92" : "92");
     const uint32_t meta = get32(p + 88);
     if ((uint64_t)meta + HEADER_MIN != hb)
         return load_fail(L, SDPA_E_FORMAT, "the header is %zu bytes but its meta is %u bytes; expected %llu header bytes",
@@ -408,11 +459,25 @@ static sdpa_status parse_header(sdpa_kv_loader * L) {
     if (get32(p + 80) != (uint32_t)per_head)
         return load_fail(L, SDPA_E_FORMAT, "the header says %u rows per head; start %d, length %d and windowStart %d give %d",
                          (unsigned)get32(p + 80), start, end, ws, per_head);
-    const uint64_t payload = sdpa_size_mul(sdpa_size_mul((uint64_t)batch * (uint64_t)heads, (uint64_t)per_head), krec + vrec);
+    /* version 2: the saved rows of the float16 page (the page of row length - 1,
+     * not a full one) as float16 records, last in each head */
+    const bool f16_page = (flags & FLAG_FLOAT16_NEWEST_PAGE) != 0;
+    const uint32_t f16_rows = get32(p + 84);
+    const bool quantized = sdpa_dtype_in_float16_page(kd) != kd || sdpa_dtype_in_float16_page(vd) != vd;
+    const int32_t f16_from = f16_rows ? (end - 1) - (end - 1) % SDPA_PAGE_ROWS : INT32_MAX;
+    if (f16_rows && (!f16_page || !quantized || end % SDPA_PAGE_ROWS == 0 || f16_rows != (uint32_t)rows_from(&rows, f16_from)))
+        return load_fail(L, SDPA_E_FORMAT, "the header says %u float16 rows per head; a %s cache of length %d saved from row %d has %d",
+                         (unsigned)f16_rows, f16_page && quantized ? "float16-newest-page" : "such",
+                         end, start, f16_page && quantized && end % SDPA_PAGE_ROWS ? rows_from(&rows, (end - 1) - (end - 1) % SDPA_PAGE_ROWS) : 0);
+    record_sizes z = { (size_t)krec, (size_t)vrec, (size_t)krec, (size_t)vrec, per_head, (int32_t)f16_rows };
+    if (f16_rows) {
+        z.k16 = (size_t)sdpa_kv_record_bytes(sdpa_dtype_in_float16_page(kd), dim);
+        z.v16 = (size_t)sdpa_kv_record_bytes(sdpa_dtype_in_float16_page(vd), dim);
+    }
+    const uint64_t payload = sdpa_size_mul((uint64_t)batch * (uint64_t)heads, head_bytes_of(&z));
     if (get64(p + 72) != payload)
-        return load_fail(L, SDPA_E_FORMAT, "the header says %llu payload bytes; %d x %d heads x %d rows x %llu bytes a row are %llu",
-                         (unsigned long long)get64(p + 72), batch, heads, per_head, (unsigned long long)(krec + vrec),
-                         (unsigned long long)payload);
+        return load_fail(L, SDPA_E_FORMAT, "the header says %llu payload bytes; %d x %d heads x %d rows (%d of them float16) are %llu",
+                         (unsigned long long)get64(p + 72), batch, heads, per_head, (int)f16_rows, (unsigned long long)payload);
     const int32_t max_len = L->max_seq_len ? L->max_seq_len : max_seq;
     if (max_len < end)
         return load_fail(L, SDPA_E_FORMAT, "maxSeqLen is %d but the saved cache has length %d; expected maxSeqLen >= %d", max_len, end, end);
@@ -424,24 +489,23 @@ static sdpa_status parse_header(sdpa_kv_loader * L) {
                          (unsigned long long)need);
     /* make it: a new cache, and every page of its saved rows */
     sdpa_kv_cache * c = NULL;
-    const sdpa_kv_cache_desc desc = { batch, max_len, heads, dim, kd, vd, window, sinks };
+    const sdpa_kv_cache_desc desc = { batch, max_len, heads, dim, kd, vd, window, sinks, f16_page ? 1 : 0 };
     s = sdpa_kv_cache_create_desc(L->ctx, &desc, &c);
     if (s != SDPA_OK) return load_keep(L, s);
     L->cache = c;
-    s = sdpa_kv_cache_take_rows(L->ctx, LOAD_FN, c, rows.a0, rows.a1 - rows.a0);
-    if (s == SDPA_OK) s = sdpa_kv_cache_take_rows(L->ctx, LOAD_FN, c, rows.b0, rows.b1 - rows.b0);
+    s = sdpa_kv_cache_take_rows(L->ctx, LOAD_FN, c, rows.a0, rows.a1 - rows.a0, f16_from);
+    if (s == SDPA_OK) s = sdpa_kv_cache_take_rows(L->ctx, LOAD_FN, c, rows.b0, rows.b1 - rows.b0, f16_from);
     if (s != SDPA_OK) return load_keep(L, s);
     if (window && ws > c->window_start) c->window_start = ws;
     c->length = end;
-    L->pend = malloc((size_t)(krec + vrec));
-    if (!L->pend) return load_fail(L, SDPA_E_OOM, "cannot allocate %llu bytes for a record", (unsigned long long)(krec + vrec));
+    const size_t max_pair = z.krec + z.vrec > z.k16 + z.v16 ? z.krec + z.vrec : z.k16 + z.v16;
+    L->pend = malloc(max_pair);
+    if (!L->pend) return load_fail(L, SDPA_E_OOM, "cannot allocate %zu bytes for a record", max_pair);
     L->window = window;
     L->sink_tokens = sinks;
     L->rows = rows;
     L->per_head = per_head;
-    L->krec = (size_t)krec;
-    L->vrec = (size_t)vrec;
-    L->pair = (size_t)(krec + vrec);
+    L->z = z;
     L->total = (uint64_t)hb + payload + 4;
     L->phase = per_head && batch && heads ? PHASE_PAYLOAD : PHASE_TRAILER;
     return SDPA_OK;
@@ -452,22 +516,25 @@ static sdpa_status load_run(sdpa_kv_loader * L, const unsigned char * in, int32_
     sdpa_kv_cache * c = L->cache;
     const int32_t t = row_at(&L->rows, L->i);
     const bool evicted = c->window && t >= c->sink_tokens && t < c->window_start;  /* a smaller ring than the saved one */
+    const size_t pair = pair_at(&L->z, L->i), krec = krec_at(&L->z, L->i);
     if (!evicted) {
         void * page = page_of(c, L->b, L->h, t);
         const int32_t row = t % SDPA_PAGE_ROWS;
+        /* float16 records go into the float16 page take_rows made for them (a run is one page's) */
+        const sdpa_page_format * f = f16_row(&L->z, L->i) ? &c->f16_format : &c->format;
         uint32_t marks = 0;
         for (int value = 0; value < 2; value++) {
             int32_t bad = 0;
             bool nonfinite = false;
-            const unsigned char * first = in + (value ? L->krec : 0);
-            const sdpa_record_fault fault = sdpa_kv_record_import(&c->format, page, row, n, value, first, L->pair, &bad, &nonfinite);
+            const unsigned char * first = in + (value ? krec : 0);
+            const sdpa_record_fault fault = sdpa_kv_record_import(f, page, row, n, value, first, pair, &bad, &nonfinite);
             if (fault != SDPA_RECORD_OK) {
                 char why[200];
-                const int32_t d = sdpa_kv_record_block_dtype(&c->format, value);
-                sdpa_kv_record_describe(fault, d, c->head_dim, first + (size_t)bad * L->pair, why, sizeof why);
+                const int32_t d = sdpa_kv_record_block_dtype(f, value);
+                sdpa_kv_record_describe(fault, d, c->head_dim, first + (size_t)bad * pair, why, sizeof why);
                 const uint64_t at = (uint64_t)L->head_bytes +
-                                    (((uint64_t)L->b * (uint64_t)c->kv_heads + (uint64_t)L->h) * (uint64_t)L->per_head +
-                                     (uint64_t)(L->i + bad)) * L->pair + (value ? L->krec : 0);
+                                    ((uint64_t)L->b * (uint64_t)c->kv_heads + (uint64_t)L->h) * head_bytes_of(&L->z) +
+                                    head_offset(&L->z, L->i + bad) + (value ? krec : 0);
                 return load_fail(L, SDPA_E_FORMAT, "the %s record of batch row %d, head %d, row %d (byte %llu) is invalid: %s",
                                  value ? "V" : "K", L->b, L->h, t + bad, (unsigned long long)at, why);
             }
@@ -507,8 +574,9 @@ sdpa_status sdpa_kv_load_feed(sdpa_kv_loader * L, const void * data, size_t n, s
                                      j, L->start[j], MAGIC[j]);
             if (L->have < 16) continue;
             const uint32_t version = get32(L->start + 8), hb = get32(L->start + 12);
-            if (version != STATE_VERSION)
-                return load_fail(L, SDPA_E_FORMAT, "format version %u %s; this build reads version %u",
+            L->version = version;
+            if (version != STATE_VERSION && version != 1)
+                return load_fail(L, SDPA_E_FORMAT, "format version %u %s; this build reads versions 1 and %u",
                                  (unsigned)version, version > STATE_VERSION ? "is newer than this build" : "is unknown", STATE_VERSION);
             if (hb < HEADER_MIN || hb > HEADER_MIN + (uint32_t)SDPA_STATE_MAX_META)
                 return load_fail(L, SDPA_E_FORMAT, "the header is %u bytes; expected %u .. %u (96 fixed bytes, at most %d of meta, a CRC)",
@@ -530,24 +598,25 @@ sdpa_status sdpa_kv_load_feed(sdpa_kv_loader * L, const void * data, size_t n, s
             if (s != SDPA_OK) { L->fed += used; return s; }
         } else if (L->phase == PHASE_PAYLOAD) {
             if (pay_len == 0) pay_from = used;
-            if (L->have > 0 || avail < L->pair) {            /* a pair split between pieces */
-                size_t k = L->pair - L->have;
+            const size_t pair = pair_at(&L->z, L->i);
+            if (L->have > 0 || avail < pair) {               /* a pair split between pieces */
+                size_t k = pair - L->have;
                 if (k > avail) k = avail;
                 memcpy(L->pend + L->have, in + used, k);
                 L->have += k;
                 used += k;
                 pay_len += k;
-                if (L->have < L->pair) continue;
+                if (L->have < pair) continue;
                 L->have = 0;
                 sdpa_status s = load_run(L, L->pend, 1);
                 if (s != SDPA_OK) { L->fed += used; return s; }
                 continue;
             }
             int32_t k = run_at(&L->rows, L->i);
-            if ((size_t)k > avail / L->pair) k = (int32_t)(avail / L->pair);
+            if ((size_t)k > avail / pair) k = (int32_t)(avail / pair);
             sdpa_status s = load_run(L, in + used, k);
-            used += (size_t)k * L->pair;
-            pay_len += (size_t)k * L->pair;
+            used += (size_t)k * pair;
+            pay_len += (size_t)k * pair;
             if (s != SDPA_OK) { L->fed += used; return s; }
         } else {                                             /* PHASE_TRAILER */
             if (pay_len) { L->crc = sdpa_crc32c_update(L->crc, in + pay_from, pay_len); pay_len = 0; }

@@ -6,11 +6,15 @@
 #include "internal.h"
 
 /* Takes every page rows [start, start + len) of every (batch row, KV head)
- * need, as a write of those rows would (fresh zeroed pages; a ring page
+ * need (a cache with float16 pages: float16 ones for the pages from row
+ * f16_from on, encoded ones before; INT32_MAX: none), as a write of those rows would (fresh zeroed pages; a ring page
  * taken over is cleared; window_start and length move as for a write).
  * E_OOM, with the cache and the pool's pages in use unchanged, when the
  * pool cannot supply them. */
-sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t start, int32_t len);
+sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t start, int32_t len,
+                                    int32_t f16_from);
+/* Whether a page of a cache is a float16 page (internal.h sdpa_kv_cache). */
+bool sdpa_kv_cache_f16_page(const void * page);
 
 /* The page holding row t of batch row b, KV head h (the zero page when that
  * row's page was never taken). */

@@ -61,6 +61,9 @@ bool sdpa_page_is_zero(const void * page);
  * convert: a float16 Inf or NaN, an int4 group's NaN (or Inf) scale or offset */
 #define SDPA_PAGE_MARK_K_NONFINITE 1u
 #define SDPA_PAGE_MARK_V_NONFINITE 2u
+/* a float16 page: the newest page of a cache with float16_newest_page, in
+ * its f16_format (internal.h sdpa_kv_cache), until it fills */
+#define SDPA_PAGE_MARK_FLOAT16 4u
 uint32_t sdpa_page_marks(const void * page);
 void sdpa_page_set_marks(void * page, uint32_t marks);
 

@@ -561,10 +561,11 @@ static void describe_attention(const attention_args * a, const kv_geometry * g, 
         kv->sink_pages = cache->sink_pages;
         kv->ring_pages = cache->ring_pages;
         kv->format = &cache->format;
+        kv->f16_format = cache->float16_newest_page ? &cache->f16_format : NULL;
     } else {
         kv->pages = NULL;
         kv->pages_per_head = kv->sink_pages = kv->ring_pages = 0;
-        kv->format = NULL;
+        kv->format = kv->f16_format = NULL;
         kv->k = a->k->data; kv->v = a->v->data;
         kv->stride_h = (size_t)D;
         kv->stride_t = (size_t)kh * (size_t)D;

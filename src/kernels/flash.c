@@ -149,6 +149,18 @@ static void plan_sources(flash_plan * f) {
     f->k_marked = k_wide ? K_DECODED : kt->k_tile_marked;
     f->v_src = vt->v_tile;
     f->v_marked = vt->v_tile_marked;
+    /* a float16 page's blocks: float16 for an int8 / int4 block, else the block's own
+     * dtype (its tiles in that page's format: tile_sources, page_format) */
+    f->k_f16 = f->k_f16_marked = f->k_src;
+    f->v_f16 = f->v_f16_marked = f->v_src;
+    if (kv->f16_format) {
+        const sdpa_dtype_traits * kf = sdpa_dtype_traits_of(sdpa_kv_dtype(kv->f16_format, 0));
+        const sdpa_dtype_traits * vf = sdpa_dtype_traits_of(sdpa_kv_dtype(kv->f16_format, 1));
+        f->k_f16 = kf->k_tile;
+        f->k_f16_marked = kf->k_tile_marked;
+        f->v_f16 = vf->v_tile;
+        f->v_f16_marked = vf->v_tile_marked;
+    }
 }
 
 /* Validated problems have n_keys >= 1, B * Sq * Hq * D <= SIZE_MAX / 4 and,
@@ -293,11 +305,13 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
             st->bmask[x] = (const uint8_t *)p->mask + (size_t)i * p->mask_stride;
         if (p->tree) st->tmask[x] = p->tree + (size_t)i * p->tree_stride;
     }
-    if (f->k_src == K_I8_PAGE) {  /* integer Q.K: the float kernels' broadcast q is not needed */
+    if (f->k_src == K_I8_PAGE && !f->p->kv.f16_format) {  /* integer Q.K: the float kernels' broadcast q is not needed */
         quantize_q(f, st, f->p->kv.format->block[0].units, int_q_max(D), NULL);
         return;
     }
-    if (f->k_src == K_I4_PAGE)  /* integer Q.K, and the broadcast q for a page decoded instead */
+    if (f->k_src == K_I8_PAGE)  /* integer Q.K, and the broadcast q for a float16 page */
+        quantize_q(f, st, f->p->kv.format->block[0].units, int_q_max(D), NULL);
+    if (f->k_src == K_I4_PAGE)  /* integer Q.K, and the broadcast q for a page decoded instead or a float16 page */
         quantize_q(f, st, 2 * f->p->kv.format->block[0].units, INT16_MAX, st->qgroup);
     /* float16 K in place: q * 2^112 (exact) when no element overflows, so its
      * halves convert in 2 operations, not 3 (f16x4_finite_scaled) */
@@ -358,15 +372,16 @@ static uint32_t transpose_k_rows(const float * k, size_t ldk, int32_t nt, int32_
 
 /* K_F16_DECODED: a float16 page's K block has the K tile's layout: whole
  * groups decoded in one linear pass. */
-static void decode_f16_k_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
+static void decode_f16_k_tile(const flash_plan * f, block_state * st, const sdpa_page_format * fmt, const void * page,
+                              int32_t r0, int32_t nt) {
     const int32_t D = f->p->head_dim, groups = ceil_div(nt, KG);
-    decode_f16_row(tile_block(f->p->kv.format, page, r0, 0), groups * D * KG, st->ktile);
+    decode_f16_row(tile_block(fmt, page, r0, 0), groups * D * KG, st->ktile);
 }
 
 /* K_DECODED: a page's K rows decoded one at a time (through the V tile,
  * free until the value pass) and scattered into groups. */
-static void decode_k_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
-    const sdpa_page_format * fmt = f->p->kv.format;
+static void decode_k_tile(const flash_plan * f, block_state * st, const sdpa_page_format * fmt, const void * page,
+                          int32_t r0, int32_t nt) {
     const int32_t D = f->p->head_dim, groups = ceil_div(nt, KG);
     const size_t ldg = (size_t)D * KG;
     float * row = st->vtile;
@@ -378,9 +393,8 @@ static void decode_k_tile(const flash_plan * f, block_state * st, const void * p
 }
 
 /* V_F16_DECODED / V_DECODED: a page's V rows [r0, r0 + nt) decoded into the V tile. */
-static const float * decode_v_tile(const flash_plan * f, block_state * st, v_source vs, const void * page,
-                                   int32_t r0, int32_t nt) {
-    const sdpa_page_format * fmt = f->p->kv.format;
+static const float * decode_v_tile(const flash_plan * f, block_state * st, v_source vs, const sdpa_page_format * fmt,
+                                   const void * page, int32_t r0, int32_t nt) {
     const size_t Dp = (size_t)f->dim_pad;
     const bool f16 = vs == V_F16_DECODED;
     for (int32_t t = 0; t < nt; t++) {
@@ -404,8 +418,9 @@ void (*sdpa_flash_int4_values)(const flash_plan *, block_state *, const void *, 
 
 /* ---- one tile: scores, online softmax, values -------------------------- */
 
-/* The sources of the tile in `page` (NULL: caller tensors): the plan's, but
- * a block marked as holding what the in-place readers cannot convert (a
+/* The sources of the tile in `page` (NULL: caller tensors): the plan's, or
+ * a float16 page's (its int8 / int4 blocks read as float16 ones), but a
+ * block marked as holding what the in-place readers cannot convert (a
  * float16 Inf or NaN: f16x4_finite converts finite halves only; an int4
  * NaN group) is decoded. */
 static void tile_sources(const flash_plan * f, const void * page, k_source * ks, v_source * vs) {
@@ -413,6 +428,11 @@ static void tile_sources(const flash_plan * f, const void * page, k_source * ks,
     *vs = f->v_src;
     if (!page) return;
     const uint32_t marks = sdpa_page_marks(page);
+    if (marks & SDPA_PAGE_MARK_FLOAT16) {
+        *ks = marks & SDPA_PAGE_MARK_K_NONFINITE ? f->k_f16_marked : f->k_f16;
+        *vs = marks & SDPA_PAGE_MARK_V_NONFINITE ? f->v_f16_marked : f->v_f16;
+        return;
+    }
     if (marks & SDPA_PAGE_MARK_K_NONFINITE) *ks = f->k_marked;
     if (marks & SDPA_PAGE_MARK_V_NONFINITE) *vs = f->v_marked;
 }
@@ -447,7 +467,7 @@ static uint32_t scores_f16(block_state * st, const uint16_t * k, int32_t nt, int
 /* 1. st->s[x][t] = q_x . k_t (unscaled) for the tile's nt keys at ts, page
  * row r0; the score pass touches `ahead`. Returns the touches. */
 static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks, int32_t b, int32_t hk, int32_t ts,
-                            const void * page, int32_t nt, const tile_ahead * ahead) {
+                            const sdpa_page_format * fmt, const void * page, int32_t nt, const tile_ahead * ahead) {
     const sdpa_kv_view * kv = &f->p->kv;
     const int32_t D = f->p->head_dim, n = st->n, r0 = ts % SDPA_PAGE_ROWS;
     const size_t ldqs = (size_t)f->dim_pad * 4, ldg = (size_t)D * KG;
@@ -455,9 +475,9 @@ static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks,
                             kv->pages ? sdpa_kv_row_bytes(kv->format, 0) : 0 };
     switch (ks) {
         case K_F32_PAGE:
-            return qk_groups(st->qs, ldqs, n, tile_block(kv->format, page, r0, 0), ldg, nt, D, st->s, &tr);
+            return qk_groups(st->qs, ldqs, n, tile_block(fmt, page, r0, 0), ldg, nt, D, st->s, &tr);
         case K_F16_PAGE:
-            return scores_f16(st, tile_block(kv->format, page, r0, 0), nt, D, ldqs, &tr);
+            return scores_f16(st, tile_block(fmt, page, r0, 0), nt, D, ldqs, &tr);
         case K_I8_PAGE:
             return int8_scores(f, st, page, r0, nt, &tr);
         case K_I4_PAGE:
@@ -469,12 +489,12 @@ static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks,
             return touched;
         }
         case K_F16_DECODED:
-            decode_f16_k_tile(f, st, page, r0, nt);
+            decode_f16_k_tile(f, st, fmt, page, r0, nt);
             if (st->q_scaled) scale_floats(st->ktile, (size_t)ceil_div(nt, KG) * ldg, 0x1p-112f);
             scores_from_k_tile(f, st, nt);
             return 0;
         case K_DECODED:
-            decode_k_tile(f, st, page, r0, nt);
+            decode_k_tile(f, st, fmt, page, r0, nt);
             scores_from_k_tile(f, st, nt);
             return 0;
     }
@@ -585,14 +605,14 @@ static void values_f16(const flash_plan * f, block_state * st, const uint16_t * 
 
 /* 3. acc += p . V for the tile's nt keys at ts. */
 static void tile_values(const flash_plan * f, block_state * st, v_source vs, int32_t b, int32_t hk, int32_t ts,
-                        const void * page, int32_t nt) {
+                        const sdpa_page_format * fmt, const void * page, int32_t nt) {
     const sdpa_kv_view * kv = &f->p->kv;
     const int32_t r0 = ts % SDPA_PAGE_ROWS, nt4 = (nt + 3) & ~3;
     switch (vs) {
         case V_F32_ROWS: values_f32(f, st, sdpa_kv_value(kv, b, hk, ts), sdpa_kv_row_stride(kv), nt); break;
-        case V_F16_PAGE: values_f16(f, st, tile_block(kv->format, page, r0, 1), nt); break;
+        case V_F16_PAGE: values_f16(f, st, tile_block(fmt, page, r0, 1), nt); break;
         case V_F16_DECODED:
-        case V_DECODED: values_f32(f, st, decode_v_tile(f, st, vs, page, r0, nt), (size_t)f->dim_pad, nt); break;
+        case V_DECODED: values_f32(f, st, decode_v_tile(f, st, vs, fmt, page, r0, nt), (size_t)f->dim_pad, nt); break;
         case V_I8_PAGE:
             int8_weights(f, st, page, r0, nt4);
             int8_values(f, st, page, r0, nt);
@@ -614,11 +634,12 @@ static uint32_t block_tile(const flash_plan * f, block_state * st, int32_t b, in
     k_source ks;
     v_source vs;
     tile_sources(f, page, &ks, &vs);
+    const sdpa_page_format * fmt = page ? sdpa_kv_page_format(&f->p->kv, page) : NULL;
     tile_ahead ahead = { NULL, NULL };
     uint32_t touched = touches_ahead(f, ks, st->n) ? touch_tiles_ahead(f, b, hk, ts, t0, t1, &ahead) : 0;
-    touched |= tile_scores(f, st, ks, b, hk, ts, page, nt, &ahead);
+    touched |= tile_scores(f, st, ks, b, hk, ts, fmt, page, nt, &ahead);
     tile_softmax(f, st, ts, nt);
-    tile_values(f, st, vs, b, hk, ts, page, nt);
+    tile_values(f, st, vs, b, hk, ts, fmt, page, nt);
     return touched;
 }
 

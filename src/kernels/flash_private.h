@@ -29,6 +29,8 @@ typedef struct flash_plan {
     v_source v_src;
     k_source k_marked;     /* ...of a tile in a page marked SDPA_PAGE_MARK_K_NONFINITE */
     v_source v_marked;     /* ...of one marked SDPA_PAGE_MARK_V_NONFINITE */
+    k_source k_f16, k_f16_marked;  /* the same for a float16 page (SDPA_PAGE_MARK_FLOAT16, in kv.f16_format) */
+    v_source v_f16, v_f16_marked;
     int32_t rows;          /* R = Sq * r per (b, hk) */
     int32_t blocks;        /* per (b, hk) */
     int32_t chunks;        /* key chunks per block (1 = no split) */

@@ -64,10 +64,11 @@ static const void * tile_block(const sdpa_page_format * fmt, const void * page, 
 }
 /* The same for the tile at key ts of head (b, hk); its bytes. */
 static const void * page_tile(const sdpa_kv_view * kv, int32_t b, int32_t hk, int64_t ts, int value) {
-    return tile_block(kv->format, sdpa_kv_page(kv, b, hk, (int32_t)ts), (int32_t)(ts % SDPA_PAGE_ROWS), value);
+    const void * page = sdpa_kv_page(kv, b, hk, (int32_t)ts);
+    return tile_block(sdpa_kv_page_format(kv, page), page, (int32_t)(ts % SDPA_PAGE_ROWS), value);
 }
-static size_t tile_bytes(const sdpa_kv_view * kv, int value) {
-    return (size_t)TILE_KEYS * sdpa_kv_row_bytes(kv->format, value);
+static size_t tile_bytes(const sdpa_kv_view * kv, int32_t b, int32_t hk, int64_t ts, int value) {
+    return (size_t)TILE_KEYS * sdpa_kv_row_bytes(sdpa_kv_page_format(kv, sdpa_kv_page(kv, b, hk, (int32_t)ts)), value);
 }
 
 /* Whether a tile of this K source touches ahead: pages read in place with
@@ -101,12 +102,12 @@ static uint32_t touch_tiles_ahead(const flash_plan * f, int32_t b, int32_t hk, i
     uint32_t touched = 0;
     if ((ts - t0) % (OS_TOUCH_TILES * TILE_KEYS) == 0)  /* a cache page per tile (SDPA_PAGE_ROWS == TILE_KEYS) */
         for (int64_t tj = ts; tj < t1 && tj < (int64_t)ts + OS_TOUCH_TILES * TILE_KEYS; tj += TILE_KEYS)
-            touched |= touch_os_pages(sdpa_kv_page(kv, b, hk, (int32_t)tj), kv->format->page_bytes);
+            touched |= touch_os_pages(sdpa_kv_page(kv, b, hk, (int32_t)tj), kv->format->page_bytes);  /* (a float16 page is no smaller) */
     if (ts == t0) {
-        touched |= touch_bytes(page_tile(kv, b, hk, ts, 1), tile_bytes(kv, 1));
+        touched |= touch_bytes(page_tile(kv, b, hk, ts, 1), tile_bytes(kv, b, hk, ts, 1));
         for (int64_t tj = (int64_t)ts + TILE_KEYS; tj < t1 && tj < (int64_t)ts + TOUCH_AHEAD * TILE_KEYS; tj += TILE_KEYS)
-            touched |= touch_bytes(page_tile(kv, b, hk, tj, 0), tile_bytes(kv, 0)) |
-                       touch_bytes(page_tile(kv, b, hk, tj, 1), tile_bytes(kv, 1));
+            touched |= touch_bytes(page_tile(kv, b, hk, tj, 0), tile_bytes(kv, b, hk, tj, 0)) |
+                       touch_bytes(page_tile(kv, b, hk, tj, 1), tile_bytes(kv, b, hk, tj, 1));
     }
     if ((int64_t)ts + TOUCH_AHEAD * TILE_KEYS < t1) {
         ahead->k = page_tile(kv, b, hk, ts + TOUCH_AHEAD * TILE_KEYS, 0);

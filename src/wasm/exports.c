@@ -32,9 +32,10 @@ static_assert(sizeof(sdpa_rotary) == 20 && offsetof(sdpa_rotary, sin) == 4 && of
               offsetof(sdpa_rotary, n_positions) == 12 && offsetof(sdpa_rotary, positions) == 16, "sdpa_rotary layout");
 static_assert(sizeof(sdpa_memory_stats) == 48, "sdpa_memory_stats layout");
 static_assert(sizeof(sdpa_kv_cache_size) == 40, "sdpa_kv_cache_size layout");
-static_assert(sizeof(sdpa_kv_cache_desc) == 32, "sdpa_kv_cache_desc layout");
+static_assert(sizeof(sdpa_kv_cache_desc) == 36, "sdpa_kv_cache_desc layout");
 static_assert(offsetof(sdpa_kv_cache_desc, key_dtype) == 16 && offsetof(sdpa_kv_cache_desc, value_dtype) == 20 &&
-              offsetof(sdpa_kv_cache_desc, window) == 24 && offsetof(sdpa_kv_cache_desc, sink_tokens) == 28,
+              offsetof(sdpa_kv_cache_desc, window) == 24 && offsetof(sdpa_kv_cache_desc, sink_tokens) == 28 &&
+              offsetof(sdpa_kv_cache_desc, float16_newest_page) == 32,
               "sdpa_kv_cache_desc fields");
 static_assert(offsetof(sdpa_kv_cache_size, bytes) == 32, "sdpa_kv_cache_size.bytes");
 static_assert(offsetof(sdpa_memory_stats, bytes_reserved) == 0, "sdpa_memory_stats.bytes_reserved");

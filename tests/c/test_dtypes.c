@@ -208,7 +208,7 @@ static int same_value(float a, float b) { return (isnan(a) && isnan(b)) || memcm
 static void test_int4_rows(void) {
     enum { D = 72, G = 3, REC = (D + 1) / 2 + 4 * G };  /* groups of 32, 32 and 8 elements */
     sdpa_kv_cache * c = NULL;
-    const sdpa_kv_cache_desc desc = { 1, 64, 1, D, SDPA_DTYPE_INT4, SDPA_DTYPE_INT4, 0, 0 };
+    const sdpa_kv_cache_desc desc = { 1, 64, 1, D, SDPA_DTYPE_INT4, SDPA_DTYPE_INT4, 0, 0, 0 };
     sdpa_status st = sdpa_kv_cache_create_desc(g_ctx1, &desc, &c);
     if (!TU_CHECK(st == SDPA_OK, "int4 cache: %s", sdpa_status_code(st))) return;
     TU_CHECK(sdpa_kv_cache_dtype(c) == SDPA_DTYPE_INT4 && sdpa_kv_cache_key_dtype(c) == SDPA_DTYPE_INT4, "dtype");
@@ -323,7 +323,7 @@ static void attention_case(int32_t kdt, int32_t vdt, const shape * s, uint64_t s
     for (size_t i = 0; i < nkv; i++) { k[i] = tu_rng_normal(&rng); v[i] = tu_rng_normal(&rng) + s->v_shift; }
     for (size_t i = 0; i < nq; i++) q[i] = tu_rng_normal(&rng) * q_mul;
     sdpa_kv_cache * c1 = NULL, * c2 = NULL;
-    const sdpa_kv_cache_desc desc = { s->B, S, s->Hkv, s->D, kdt, vdt, 0, 0 };
+    const sdpa_kv_cache_desc desc = { s->B, S, s->Hkv, s->D, kdt, vdt, 0, 0, 0 };
     sdpa_status st1 = sdpa_kv_cache_create_desc(g_ctx1, &desc, &c1);
     sdpa_status st2 = sdpa_kv_cache_create_desc(g_ctx2, &desc, &c2);
     if (!TU_CHECK(st1 == SDPA_OK && st2 == SDPA_OK, "create")) return;
@@ -501,8 +501,8 @@ static void test_bytes(void) {
     sdpa_kv_cache_create(g_ctx1, 1, 64, 8, 128, SDPA_DTYPE_FLOAT16, &f16);
     sdpa_kv_cache_create(g_ctx1, 1, 64, 8, 128, SDPA_DTYPE_INT8, &i8);
     sdpa_kv_cache_create(g_ctx1, 1, 64, 8, 128, SDPA_DTYPE_INT4, &i4);
-    const sdpa_kv_cache_desc d84 = { 1, 64, 8, 128, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4, 0, 0 };
-    const sdpa_kv_cache_desc d164 = { 1, 64, 8, 128, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT4, 0, 0 };
+    const sdpa_kv_cache_desc d84 = { 1, 64, 8, 128, SDPA_DTYPE_INT8, SDPA_DTYPE_INT4, 0, 0, 0 };
+    const sdpa_kv_cache_desc d164 = { 1, 64, 8, 128, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_INT4, 0, 0, 0 };
     sdpa_kv_cache_create_desc(g_ctx1, &d84, &i8i4);
     sdpa_kv_cache_create_desc(g_ctx1, &d164, &f16i4);
     float * x = calloc((size_t)64 * 8 * 128, 4);
@@ -645,7 +645,7 @@ static void test_f16_nonfinite(void) {
     k[(70 * H + 0) * D + 3] = 1e5f;      /* page 1, head 0: K overflows to +Inf */
     v[(150 * H + 0) * D + 5] = NAN;      /* page 2, head 0: a NaN value */
     v[(10 * H + 1) * D + 9] = -7e4f;     /* page 0, head 1: V overflows to -Inf */
-    const sdpa_kv_cache_desc desc = { 1, S + 64, H, D, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_FLOAT16, 0, 0 };
+    const sdpa_kv_cache_desc desc = { 1, S + 64, H, D, SDPA_DTYPE_FLOAT16, SDPA_DTYPE_FLOAT16, 0, 0, 0 };
     sdpa_kv_cache * fork = NULL, * c = nonfinite_cache(&desc, k, v, kd, vd, &fork);
     if (!c) return;
     TU_CHECK(isinf(kd[(70 * H + 0) * D + 3]) && isnan(vd[(150 * H + 0) * D + 5]) && isinf(vd[(10 * H + 1) * D + 9]),
@@ -672,7 +672,7 @@ static void test_int4_nonfinite(int32_t kdt) {
     k[(70 * H + 0) * D + 3] = INFINITY;  /* page 1, head 0: a K group NaN (int4 K) */
     v[(150 * H + 0) * D + 35] = NAN;     /* page 2, head 0: V's short group NaN */
     v[(10 * H + 1) * D + 9] = 7e4f;      /* page 0, head 1: beyond float16 */
-    const sdpa_kv_cache_desc desc = { 1, S + 64, H, D, kdt, SDPA_DTYPE_INT4, 0, 0 };
+    const sdpa_kv_cache_desc desc = { 1, S + 64, H, D, kdt, SDPA_DTYPE_INT4, 0, 0, 0 };
     sdpa_kv_cache * fork = NULL, * c = nonfinite_cache(&desc, k, v, kd, vd, &fork);
     if (!c) return;
     TU_CHECK(isnan(vd[(150 * H + 0) * D + 32]) && isnan(vd[(10 * H + 1) * D + 0]) &&
@@ -742,7 +742,7 @@ static void random_case(uint64_t seed) {
     sdpa_kv_cache * c[2] = {NULL, NULL};
     sdpa_ctx * ctx[2] = {g_ctx1, g_ctx2};
     bool ok = true;
-    const sdpa_kv_cache_desc desc = { B, S, Hkv, D, kdt, vdt, 0, 0 };
+    const sdpa_kv_cache_desc desc = { B, S, Hkv, D, kdt, vdt, 0, 0, 0 };
     for (int j = 0; j < 2; j++) ok &= sdpa_kv_cache_create_desc(ctx[j], &desc, &c[j]) == SDPA_OK;
     /* rows 0 .. past-1 by update, the last Sq by step: dense copies of the [B, past] and [B, Sq] parts */
     float * kp = tu_malloc((size_t)B * (past + 1) * row * 4), * vp = tu_malloc((size_t)B * (past + 1) * row * 4);

@@ -93,7 +93,7 @@ typedef struct rope_case {
 } rope_case;
 
 static sdpa_kv_cache * make_cache(sdpa_ctx * ctx, const rope_case * rc, int32_t L) {
-    const sdpa_kv_cache_desc d = { B, L, H, D, rc->kdt, rc->vdt, rc->W, rc->S };
+    const sdpa_kv_cache_desc d = { B, L, H, D, rc->kdt, rc->vdt, rc->W, rc->S, 0 };
     sdpa_kv_cache * c = NULL;
     sdpa_status s = sdpa_kv_cache_create_desc(ctx, &d, &c);
     TU_CHECK(s == SDPA_OK, "create: %s", sdpa_ctx_last_error(ctx));

@@ -251,7 +251,7 @@ static void same_attention(sdpa_kv_cache * a, sdpa_kv_cache * b, const char * wh
 
 static sdpa_kv_cache * filled_cache2(int32_t kdt, int32_t vdt, int32_t W, int32_t S, int32_t L, int32_t rows) {
     sdpa_kv_cache * c = NULL;
-    const sdpa_kv_cache_desc desc = { B, L, H, D, kdt, vdt, W, S };
+    const sdpa_kv_cache_desc desc = { B, L, H, D, kdt, vdt, W, S, 0 };
     sdpa_status s = sdpa_kv_cache_create_desc(g_ctx, &desc, &c);
     if (!TU_CHECK(s == SDPA_OK, "create: %s", sdpa_ctx_last_error(g_ctx))) return NULL;
     for (int32_t at = 0; at < rows;) {
@@ -421,7 +421,7 @@ static void test_crafted_headers(void) {
     unsigned char * d = tu_malloc(n);
     const int64_t before = in_use();
     struct { size_t at; uint32_t v; sdpa_status want; const char * text; } cases[] = {
-        { 8, 2, SDPA_E_FORMAT, "format version 2 is newer" },
+        { 8, 3, SDPA_E_FORMAT, "format version 3 is newer" },
         { 16, 1, SDPA_E_FORMAT, "flags" },
         { 20, 9, SDPA_E_FORMAT, "no cache dtype" },
         { 20, 2, SDPA_E_FORMAT, "no cache dtype" },

@@ -1259,7 +1259,7 @@ static void test_check_create(void) {
     for (int a = 0; a < N_OF(batches); a++) for (int b = 0; b < N_OF(maxes); b++) for (int c = 0; c < N_OF(heads); c++)
     for (int d = 0; d < N_OF(dims); d++) for (int e = 0; e < N_OF(kds); e++) for (int f = 0; f < N_OF(vds); f++)
     for (int w = 0; w < N_OF(windows); w++) for (int k = 0; k < N_OF(sinks); k++) {
-        const sdpa_kv_cache_desc g = { batches[a], maxes[b], heads[c], dims[d], kds[e], vds[f], windows[w], sinks[k] };
+        const sdpa_kv_cache_desc g = { batches[a], maxes[b], heads[c], dims[d], kds[e], vds[f], windows[w], sinks[k], 0 };
         snprintf(desc, sizeof desc, "check_create [%d, %d, %d, %d] dtypes %d/%d window %d sinks %d", g.batch, g.max_seq_len,
                  g.kv_heads, g.head_dim, g.key_dtype, g.value_dtype, g.window, g.sink_tokens);
         sdpa_status got = sdpa_kv_check_create(g.batch, g.max_seq_len, g.kv_heads, g.head_dim, g.key_dtype, g.value_dtype,
@@ -1328,7 +1328,7 @@ static void test_check_described_cache(void) {
             sdpa_tensor k = tu_tensor4(bk, SDPA_DTYPE_FLOAT32, 1, 1, Hk, D);
             sdpa_kv_cache_update(g_ctx, c, &k, &k, at);
         }
-        const sdpa_kv_cache_desc cd = { 1, ML, Hk, D, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, W, SINK };
+        const sdpa_kv_cache_desc cd = { 1, ML, Hk, D, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, W, SINK, 0 };
         const int32_t len = sdpa_kv_cache_length(c), ws = sdpa_kv_cache_window_start(c);
         for (int it = 0; it < 2500; it++) {
             const int op = 1 + (int)lcg(3);

@@ -829,7 +829,7 @@ static void fuzz_cache(rd * r) {
     memset(&fc, 0, sizeof fc);
     fc.kdtype = dtype;
     fc.vdtype = vdtype;
-    const sdpa_kv_cache_desc desc = { g[0], g[1], g[2], g[3], dtype, vdtype, 0, 0 };
+    const sdpa_kv_cache_desc desc = { g[0], g[1], g[2], g[3], dtype, vdtype, 0, 0, 0 };
     sdpa_status st = sdpa_kv_cache_create_desc(g_ctx, &desc, &fc.c);
     if (expect == SDPA_OK && !cache_dtype) expect = SDPA_E_DTYPE;
     if (expect == SDPA_OK) {

@@ -231,8 +231,8 @@ test('bad input is E_FORMAT naming what is wrong; no cache made, the pool unchan
   await bad(flip(30), /the header's CRC-32C is 0x[0-9a-f]{8} but the data says 0x[0-9a-f]{8}/);
   await bad(flip(save.length - 30), /the payload's CRC-32C/);
   await bad(flip(save.length - 2), /the payload's CRC-32C/);
-  const v2 = save.slice(); v2[8] = 2;
-  await bad(v2, /format version 2 is newer than this build; this build reads version 1/);
+  const v3 = save.slice(); v3[8] = 3;
+  await bad(v3, /format version 3 is newer than this build; this build reads versions 1 and 2/);
   const v0 = save.slice(); v0[8] = 0;
   await bad(v0, /format version 0 is unknown/);
   const dt = (k, v) => { const s = save.slice(); s[20] = k; s[24] = v; return resealHeader(s); };
