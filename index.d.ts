@@ -283,6 +283,14 @@ export interface KVCacheBaseOptions {
   keyDtype?: CacheDType | undefined;
   /** How V rows are stored (overrides dtype). */
   valueDtype?: CacheDType | undefined;
+  /**
+   * Keep the rows of the page being filled (64 rows) as float16 in an int8 /
+   * int4 block, and encode that page to its dtype once, when it fills: a
+   * row's stored value changes once, then (CONTRACT.md section 3). Default:
+   * true when keyDtype or valueDtype is 'int4', else false; no effect on
+   * float32 / float16 blocks. Not a boolean: E_ARG.
+   */
+  float16NewestPage?: boolean | undefined;
 }
 
 /** A plain cache: maxSeqLen rows at most; no window, no sink rows. */
@@ -326,11 +334,15 @@ export interface KVCacheSize {
   readonly pages: number;
   /** The pool bytes of one page (its 64-byte header included). */
   readonly pageBytes: number;
-  /** pages x pageBytes: what sdpa.reserve needs for them. */
+  /**
+   * pages x pageBytes: what sdpa.reserve needs for them. With a float16
+   * newest page: the most the pool holds for the cache while the rows are
+   * written (the float16 page counted at its size, also when rows ends a page).
+   */
   readonly poolBytes: number;
   /** The page table, allocated when the cache is created. */
   readonly tableBytes: number;
-  /** poolBytes + tableBytes: that cache's cache.bytes. */
+  /** That cache's cache.bytes: poolBytes + tableBytes (with a float16 newest page: the pages held, each at its size, + tableBytes). */
   readonly bytes: number;
 }
 
@@ -374,6 +386,8 @@ export class KVCache<K extends CacheDType = CacheDType, V extends CacheDType = K
   readonly dtype: CommonDType<K, V>;
   readonly keyDtype: K;
   readonly valueDtype: V;
+  /** Whether the page being filled holds its int8 / int4 rows as float16 (createKVCache's float16NewestPage; false without an int8 / int4 block). */
+  readonly float16NewestPage: boolean;
   /** A windowed cache's window; 0 for a plain cache. */
   readonly window: number;
   /** A windowed cache's sink rows; 0 for a plain cache. */

@@ -23,6 +23,8 @@ export interface LoadLlamaOptions {
   dtype?: CacheDType | undefined;
   keyDtype?: CacheDType | undefined;
   valueDtype?: CacheDType | undefined;
+  /** createKVCache's float16NewestPage for every layer (default: on when K or V is 'int4'). */
+  float16NewestPage?: boolean | undefined;
   /** Rows per attention step of a long forward (default min(maxSeqLen, 512)); its buffers are made at load. */
   maxChunk?: number | undefined;
   /**
@@ -91,6 +93,8 @@ export class LlamaModel {
   /** The cache group (read it; change it through the model). */
   readonly cache: KVCacheGroup;
   readonly keyDtype: CacheDType;
+  /** Whether the KV cache keeps its newest page in float16. */
+  readonly float16NewestPage: boolean;
   readonly valueDtype: CacheDType;
   readonly disposed: boolean;
   /** This model's last forward (or generate step): tokens, time in our attention steps, time in the dense parts. */

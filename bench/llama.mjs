@@ -23,7 +23,7 @@
 //          --weights=float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16 --kv=float32,float16,int8,int4,int8/int4,float16/int4
 //          --kv-threads=1 --big-weights=<--weights> --big-prefill=q8_0,q8_0+int16 --prompt="You will"
 //          --steps=511 --big-steps=16
-//          --windows=8 --no-speed --no-quality --no-big]
+//          --windows=all --kv-quality=float32,int4-page,int4+page,... --no-speed --no-quality --no-big]
 //        node bench/llama.mjs --render=llama.json     the tables of a saved --json run
 import crypto from 'node:crypto';
 import { execFileSync } from 'node:child_process';
@@ -47,13 +47,20 @@ if (flag('help')) { console.log(fs.readFileSync(fileURLToPath(import.meta.url), 
 const QUICK = flag('quick');
 const JSON_OUT = flag('json');
 const ROUNDS = Number(arg('rounds', QUICK ? 1 : 3));
-const WINDOWS = Number(arg('windows', QUICK ? 2 : 8));
+const WINDOWS = arg('windows', QUICK ? '2' : 'all') === 'all' ? Infinity : Number(arg('windows', '2'));  // of the held-out text
 const THREADS = list(arg('threads', '1,2')).map(Number);
 // a weight dtype, or q8_0+int16 / q4_0+int16: the same weights with loadLlama's activations: 'int16'
 const WEIGHTS = list(arg('weights', QUICK ? 'float32,q8_0,q8_0+int16' : 'float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16'));
 const KV_SPEED = list(arg('kv', QUICK ? 'float32,int8' : 'float32,float16,int8,int4,int8/int4,float16/int4'));
 const KV_THREADS = list(arg('kv-threads', '1')).map(Number);             // the KV-dtype rows' thread counts
-const KV_QUALITY = ['float32', 'float16', 'int8', 'int4', 'int8/int4', 'float16/int4'];
+// K[/V] dtypes; '+page' / '-page': float16NewestPage on / off (else the library's default: on with int4)
+const KV_QUALITY = list(arg('kv-quality', 'float32,float16,int8-page,int8+page,int4-page,int4+page,int8/int4-page,int8/int4+page,float16/int4-page,float16/int4+page'));
+/** A quality configuration's cache options: 'int8/int4+page' -> { keyDtype, valueDtype, float16NewestPage }. */
+function kvOptions(spec) {
+  const m = /^([^+-]+)([+-]page)?$/.exec(spec);
+  const [keyDtype, valueDtype = keyDtype] = m[1].split('/');
+  return m[2] ? { keyDtype, valueDtype, float16NewestPage: m[2] === '+page' } : { keyDtype, valueDtype };
+}
 const PROMPT = arg('prompt', 'You will');
 const STEPS = Number(arg('steps', QUICK ? 128 : 511));                    // the shipped model: positions, as run.c's -n
 const BIG_STEPS = Number(arg('big-steps', QUICK ? 8 : 16));               // the 135M shape: tokens generated after the prompt
@@ -360,9 +367,12 @@ async function quality() {
   const base = [];
   const res = [];
   for (const dt of KV_QUALITY) {
-    const [keyDtype, valueDtype = keyDtype] = dt.split('/');
-    const model = loadLlama(sdpa, checkpoint, { keyDtype, valueDtype });
-    let nll = 0, n = 0, agree = 0, maxErr = 0, maxAbs = 0;
+    const kv = kvOptions(dt);
+    const model = loadLlama(sdpa, checkpoint, kv);
+    // bytes per token of every layer's cache, amortized over 512 and 4,096 tokens (the cache's own sizes: kvCacheSize)
+    const geometry = { numKvHeads: model.config.nKvHeads, headDim: model.config.dim / model.config.nHeads, ...kv };
+    const perToken = (rows) => model.config.nLayers * sdpa.kvCacheSize({ ...geometry, maxSeqLen: rows }, rows).bytes / rows;
+    let nll = 0, n = 0, agree = 0, maxErr = 0, maxAbs = 0, sumErr = 0, nErr = 0;
     windows.forEach((win, wi) => {
       model.truncate(0);
       const logits = model.forward(win.slice(0, S));
@@ -375,6 +385,7 @@ async function quality() {
           if (row[j] > m) { m = row[j]; am = j; }
           if (rrow[j] > rm) { rm = rrow[j]; arm = j; }
           maxErr = Math.max(maxErr, Math.abs(row[j] - rrow[j]));
+          sumErr += Math.abs(row[j] - rrow[j]); nErr++;
           maxAbs = Math.max(maxAbs, Math.abs(rrow[j]));
         }
         let z = 0;
@@ -384,7 +395,8 @@ async function quality() {
         if (am === arm) agree++;
       }
     });
-    res.push({ dtype: dt, bytesPerToken: model.bytes / model.length, ppl: Math.exp(nll / n), agree: agree / n, maxErr, maxAbs, tokens: n });
+    res.push({ dtype: dt, float16NewestPage: model.float16NewestPage, bytesPerToken: model.bytes / model.length, bytes512: perToken(512), bytes4096: perToken(4096),
+      ppl: Math.exp(nll / n), agree: agree / n, maxErr, meanErr: sumErr / nErr, maxAbs, tokens: n });
     model.dispose();
   }
   sdpa.dispose();
@@ -437,9 +449,14 @@ function render(result) {
   const q = result.quality;
   if (q) {
     L.push('', `## What a KV cache dtype does to the shipped model (held-out text: ${q.windows} windows of ${q.windowTokens} tokens = ${q.rows[0].tokens} predictions; each window one forward)`);
-    L.push('| KV dtype (K / V) | cache bytes per token (all layers) | perplexity | top-1 agreement with float32 | max \\|logit − float32 logit\\| |');
-    L.push('|---|---|---|---|---|');
-    for (const r of q.rows) L.push(`| ${r.dtype} | ${r.bytesPerToken.toFixed(0)} | ${r.ppl.toFixed(3)} | ${(100 * r.agree).toFixed(2)}% | ${r.maxErr.toExponential(2)} (max \\|logit\\| ${r.maxAbs.toFixed(1)}) |`);
+    L.push('| KV dtype (K / V) | float16 newest page | bytes per token, all layers (512 / 4,096 tokens) | perplexity | top-1 agreement with float32 | max / mean \\|logit − float32 logit\\| |');
+    L.push('|---|---|---|---|---|---|');
+    for (const r of q.rows) {
+      const bytes = r.bytes512 === undefined ? r.bytesPerToken.toFixed(0) : `${r.bytes512.toFixed(0)} / ${r.bytes4096.toFixed(0)}`;
+      const page = r.float16NewestPage === undefined ? '' : r.float16NewestPage ? 'yes' : 'no';
+      const err = `${r.maxErr.toFixed(3)} / ${r.meanErr === undefined ? '-' : r.meanErr.toExponential(2)} (max \\|logit\\| ${r.maxAbs.toFixed(1)})`;
+      L.push(`| ${r.dtype.replace(/[+-]page$/, '')} | ${page} | ${bytes} | ${r.ppl.toFixed(3)} | ${(100 * r.agree).toFixed(2)}% | ${err} |`);
+    }
   }
   return L.join('\n');
 }

@@ -166,7 +166,7 @@ function makeCache(core, fn, geo) {
   const st = core.M._sdpa_kv_cache_create_desc(core.ctx, core.cacheDesc(geo), outAt);
   core.check(st, fn);
   const ptr = core.views().u32[outAt >>> 2];
-  return adoptCache(core, ptr, geo);
+  return adoptCache(core, ptr, { ...geo, float16NewestPage: core.M._sdpa_kv_cache_float16_newest_page(ptr) !== 0 });
 }
 
 /** A KVCache object for a cache C made (a create or a load). */

@@ -104,6 +104,12 @@ export class KVCache {
   get keyDtype() { return this.#geo.keyDtype; }
   /** How V rows are stored. */
   get valueDtype() { return this.#geo.valueDtype; }
+  /**
+   * Whether the page being filled holds its int8 / int4 rows as float16,
+   * encoded once when it fills (createKVCache's float16NewestPage; false when
+   * no block is int8 or int4).
+   */
+  get float16NewestPage() { return this.#geo.float16NewestPage; }
   /** A windowed cache's window (0: a plain cache). */
   get window() { return this.#geo.window; }
   /** A windowed cache's sink rows, kept for good (0 for a plain cache). */

@@ -427,6 +427,7 @@ class Loader {
       batch: i32[w], maxSeqLen: i32[w + 1], numKvHeads: i32[w + 2], headDim: i32[w + 3],
       keyDtype: CACHE_DTYPE_NAMES[M._sdpa_kv_cache_key_dtype(ptr)], valueDtype: CACHE_DTYPE_NAMES[M._sdpa_kv_cache_value_dtype(ptr)],
       window: M._sdpa_kv_cache_window(ptr), sinkTokens: M._sdpa_kv_cache_sink_tokens(ptr),
+      float16NewestPage: M._sdpa_kv_cache_float16_newest_page(ptr) !== 0,
     };
     geo.dtype = geo.keyDtype === geo.valueDtype ? geo.keyDtype : null;  // as createKVCache's geometry
     return { ptr, geo, metaBytes };

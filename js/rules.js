@@ -344,7 +344,7 @@ export function checkCacheTruncate(ck, length) {
 // ---------------------------------------------------------------------------
 // createKVCache's options, kvCacheSize's rows, allocTensor, reserve
 
-export const CACHE_OPTIONS = Object.freeze(['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype', 'keyDtype', 'valueDtype', 'window', 'sinkTokens']);
+export const CACHE_OPTIONS = Object.freeze(['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype', 'keyDtype', 'valueDtype', 'window', 'sinkTokens', 'float16NewestPage']);
 /** The cache dtypes (js/abi.js, in sdpa_dtype order) for messages: "'float32', 'float16', 'int8' or 'int4'". */
 const CACHE_DTYPE_LIST = Object.keys(CACHE_DTYPES).map((n) => `'${n}'`).join(', ').replace(/, ([^,]*)$/, ' or $1');
 
@@ -423,6 +423,12 @@ function readGeometry(ck, config, core, plan, rowsValue) {
   const dtype = readCacheDtype(dtypes, 'dtype', o.dtype, 'float32');
   const keyDtype = readCacheDtype(dtypes, 'keyDtype', o.keyDtype, dtype);
   const valueDtype = readCacheDtype(dtypes, 'valueDtype', o.valueDtype, dtype);
+  // float16NewestPage: a boolean; by default on when K or V is int4 (its quality table: README, "Choosing a cache dtype")
+  let float16NewestPage = o.float16NewestPage ?? (keyDtype === 'int4' || valueDtype === 'int4');
+  if (typeof float16NewestPage !== 'boolean') {
+    dtypes.add('E_ARG', `float16NewestPage must be a boolean, got ${describeValue(o.float16NewestPage)}`);
+    float16NewestPage = false;
+  }
   if (dtypes.first !== null) own.push([COUNTS.indexOf('rows'), dtypes.first]);
   if (plan) {
     if (rowsValue === undefined || rowsValue === null) values.rows = undefined;  // (maxSeqLen's: never past it)
@@ -446,6 +452,7 @@ function readGeometry(ck, config, core, plan, rowsValue) {
   return {
     batch: values.batch, maxSeqLen: values.maxSeqLen, numKvHeads: values.numKvHeads, headDim: values.headDim,
     dtype: keyDtype === valueDtype ? keyDtype : null, keyDtype, valueDtype, window: values.window, sinkTokens: values.sinkTokens || 0,  // (-0: 0)
+    float16NewestPage,  // (as asked: a cache has one only for an int8 / int4 block, KVCache.float16NewestPage)
   };
 }
 

@@ -428,6 +428,7 @@ export class Core {
         h.i32[w + DW.value_dtype] = CACHE_DTYPES[geo.valueDtype];
         h.i32[w + DW.window] = geo.window;
         h.i32[w + DW.sink_tokens] = geo.sinkTokens;
+        h.i32[w + DW.float16_newest_page] = geo.float16NewestPage ? 1 : 0;
         if (cache.length === Infinity) unknown |= DESCRIBED.length;
         else length = cache.length;
         windowStart = cache.windowStart;
@@ -490,6 +491,7 @@ export class Core {
     i32[w + DW.value_dtype] = CACHE_DTYPES[geo.valueDtype];
     i32[w + DW.window] = geo.window;
     i32[w + DW.sink_tokens] = geo.sinkTokens;
+    i32[w + DW.float16_newest_page] = geo.float16NewestPage ? 1 : 0;
     return at;
   }
 

@@ -27,7 +27,7 @@ import {
   SharedModel, checkSdpa, checkKnown, readModelOptions, cachePlan, makeModel, ropeTables, fillRope, renamed,
 } from './model.js';
 
-const OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'maxChunk', 'reserve', 'activations', 'onProgress', 'signal']);
+const OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'float16NewestPage', 'maxChunk', 'reserve', 'activations', 'onProgress', 'signal']);
 /** ggml tensor type -> the heap dtype the dense kernels run it as. */
 const GGML_DTYPES = Object.freeze({ F32: 'float32', F16: 'float16', Q8_0: 'q8_0', Q4_0: 'q4_0', Q4_K: 'q4_k', Q6_K: 'q6_k', Q5_0: 'q5_0' });
 /** The ggml types this build runs as weight matrices. */

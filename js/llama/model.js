@@ -20,7 +20,7 @@ import { toBytes, BOS, EOS } from './tokenizer.js';
 
 /** The key of the model's own entry in a saved state's meta. */
 const STATE_KEY = 'sdpa-wasm/llama';
-const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'maxChunk', 'reserve', 'weightDtype', 'activations']);
+const LOAD_OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'float16NewestPage', 'maxChunk', 'reserve', 'weightDtype', 'activations']);
 /** The dtypes loadLlama stores the weight matrices in (include/sdpa_dense.h). */
 export const WEIGHT_DTYPES = Object.freeze(['float32', 'float16', 'q8_0', 'q4_0']);
 /** llama2.c's RMSNorm epsilon and RoPE base (its checkpoints record neither). */
@@ -319,7 +319,8 @@ export class SharedModel {
  * loadLlama(sdpa, checkpoint, options): a LlamaModel from a llama2.c version-0
  * checkpoint (Uint8Array / ArrayBuffer). Synchronous. Options: maxSeqLen
  * (default and at most the checkpoint's seq_len: its RoPE tables end there),
- * dtype / keyDtype / valueDtype of the KV cache (default float32), weightDtype
+ * dtype / keyDtype / valueDtype / float16NewestPage of the KV cache (default
+ * float32; createKVCache's options), weightDtype
  * (the weight matrices' dtype in wasm memory: float32, or float16 / q8_0 /
  * q4_0 quantized at load; default float32), activations ('int16': the q8_0 /
  * q4_0 products on activations quantized per block, sdpa.linear's option;
@@ -385,7 +386,7 @@ export function readModelOptions(fn, o, seqLen, defaultSeqLen) {
 /** The cache options' rules (before any allocation): sets o.cacheConfig, returns one layer's pool bytes. */
 export function cachePlan(fn, sdpa, o, spec) {
   o.cacheConfig = { maxSeqLen: o.maxSeqLen, numKvHeads: spec.config.nKvHeads, headDim: spec.headSize };
-  for (const k of ['dtype', 'keyDtype', 'valueDtype']) if (o[k] !== undefined) o.cacheConfig[k] = o[k];
+  for (const k of ['dtype', 'keyDtype', 'valueDtype', 'float16NewestPage']) if (o[k] !== undefined) o.cacheConfig[k] = o[k];
   try {
     return sdpa.kvCacheSize(o.cacheConfig).poolBytes;
   } catch (e) {
@@ -438,6 +439,8 @@ export class LlamaModel {
   get cache() { return this.#group; }
   /** The KV cache's key and value dtypes. */
   get keyDtype() { return this.#group.layers[0].keyDtype; }
+  /** Whether the KV cache keeps its newest page in float16 (createKVCache's float16NewestPage). */
+  get float16NewestPage() { return this.#group.layers[0].float16NewestPage; }
   get valueDtype() { return this.#group.layers[0].valueDtype; }
   get disposed() { return this.#disposed || this.#group.disposed; }
   /**

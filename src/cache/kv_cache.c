@@ -567,8 +567,25 @@ sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sd
 
 /* The piece of a windowed step's problem p (rows start_pos .. + q_len) that
  * starts at row `at` and ends at the end of its page or of p: *next. */
-static sdpa_problem step_piece(const sdpa_problem * p, int32_t at, int32_t * next) {
-    const int64_t page_end = ((int64_t)at / SDPA_PAGE_ROWS + 1) * SDPA_PAGE_ROWS, end = p->start_pos + p->q_len;
+/* Whether a step runs in pieces (step_piece): on a windowed cache when it
+ * spans pages; on a cache with float16 pages when it is causal without a mask
+ * (its rows attend keys written before them only) and a page fills at a row
+ * after its first. */
+static bool step_in_pieces(const sdpa_kv_cache * c, const sdpa_problem * p) {
+    const int64_t sp = p->start_pos, last = sp + p->q_len - 1;
+    if (c->ring_pages && sp / SDPA_PAGE_ROWS != last / SDPA_PAGE_ROWS) return true;
+    if (!c->float16_newest_page || !p->is_causal || p->mask) return false;
+    const int64_t first_fill = sp - sp % SDPA_PAGE_ROWS + SDPA_PAGE_ROWS - 1;  /* the fill of sp's page */
+    return first_fill <= last && (first_fill > sp || first_fill + SDPA_PAGE_ROWS <= last);
+}
+
+static sdpa_problem step_piece(const sdpa_kv_cache * c, const sdpa_problem * p, int32_t at, int32_t * next) {
+    int64_t page_end = ((int64_t)at / SDPA_PAGE_ROWS + 1) * SDPA_PAGE_ROWS;
+    const int64_t end = p->start_pos + p->q_len;
+    /* a cache with float16 pages also cuts before a page's last row: the rows
+     * before it attend while their page is float16, the row that fills it after
+     * the fill (each row as a step of it alone would see the stored values) */
+    if (c->float16_newest_page) page_end = at % SDPA_PAGE_ROWS == SDPA_PAGE_ROWS - 1 ? at + 1 : page_end - 1;
     *next = (int32_t)(end < page_end ? end : page_end);
     const size_t skip = (size_t)(at - p->start_pos) * (size_t)p->q_heads * (size_t)p->head_dim;
     sdpa_problem piece = *p;
@@ -592,7 +609,7 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
     sdpa_status s = sdpa_check_cache_step(ctx, fn, cache, query, key, value, mask, options, out, &p);
     if (s != SDPA_OK) return s;
     const int32_t sp = (int32_t)p.start_pos, n = key->dims[1];
-    if (!cache->ring_pages) {
+    if (!step_in_pieces(cache, &p)) {
         s = sdpa_reserve_problem(ctx, fn, &p);
         if (s == SDPA_OK) s = write_rows(ctx, fn, cache, key, value, sp, &p.rope);  /* (K rows where the q rows are) */
         if (s != SDPA_OK) return s;  /* nothing written */
@@ -600,11 +617,12 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
         return SDPA_OK;
     }
     /* A windowed cache: write and attend a page of rows at a time, so the
-     * ring only ever needs the window and the page being written. Scratch
+     * ring only ever needs the window and the page being written; a cache with
+     * float16 pages: also cut before each page's fill (step_piece). Scratch
      * and pages for every piece first: after that nothing can fail. */
     int32_t next;
     for (int32_t at = sp; at < sp + n; at = next) {
-        const sdpa_problem piece = step_piece(&p, at, &next);
+        const sdpa_problem piece = step_piece(cache, &p, at, &next);
         s = sdpa_reserve_problem(ctx, fn, &piece);
         if (s != SDPA_OK) return s;
     }
@@ -612,7 +630,7 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
     if (s == SDPA_OK) s = reserve_rotation(ctx, fn, cache, &p.rope);
     if (s != SDPA_OK) return s;
     for (int32_t at = sp; at < sp + n; at = next) {
-        const sdpa_problem piece = step_piece(&p, at, &next);
+        const sdpa_problem piece = step_piece(cache, &p, at, &next);
         put_rows(cache, key->data, value->data, n, at - sp, at, next - at, &p.rope, -1);  /* (p's: positions of the whole key) */
         sdpa_run_problem(ctx, &piece, false);
     }
@@ -939,8 +957,7 @@ sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * ite
     if (s != SDPA_OK) return s;
     int32_t nb = 0;
     for (int32_t i = 0; i < n; i++) {
-        const int32_t sp = (int32_t)ps[i].start_pos, len = items[i].key->dims[1];
-        pieces[i] = items[i].cache->ring_pages && sp / SDPA_PAGE_ROWS != (sp + len - 1) / SDPA_PAGE_ROWS;
+        pieces[i] = step_in_pieces(items[i].cache, &ps[i]);
         if (!pieces[i]) batch[nb++] = ps[i];
     }
     if (nb > 0) s = sdpa_reserve_problems(ctx, fn, batch, nb);
@@ -949,7 +966,7 @@ sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * ite
         const int32_t sp = (int32_t)ps[i].start_pos, len = items[i].key->dims[1];
         int32_t next;
         for (int32_t at = sp; at < sp + len && s == SDPA_OK; at = next) {
-            const sdpa_problem piece = step_piece(&ps[i], at, &next);
+            const sdpa_problem piece = step_piece(items[i].cache, &ps[i], at, &next);
             s = sdpa_reserve_problem(ctx, fn, &piece);
         }
     }
@@ -987,7 +1004,7 @@ sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * ite
         const int32_t sp = (int32_t)ps[i].start_pos, len = items[i].key->dims[1];
         int32_t next;
         for (int32_t at = sp; at < sp + len; at = next) {
-            const sdpa_problem piece = step_piece(&ps[i], at, &next);
+            const sdpa_problem piece = step_piece(items[i].cache, &ps[i], at, &next);
             put_rows(items[i].cache, items[i].key->data, items[i].value->data, len, at - sp, at, next - at, &ps[i].rope, -1);
             sdpa_run_problem(ctx, &piece, false);
         }
