@@ -354,23 +354,31 @@ static void write_need(const sdpa_kv_cache * c, int32_t start, int32_t len, int6
  * E_OOM, with nothing changed, when it cannot. */
 static sdpa_status ensure_pages(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, uint64_t enc, uint64_t f16,
                                 const char * what) {
-    if (enc && !sdpa_page_pool_ensure(c->ctx->pages, c->format.page_bytes, enc))
+    const size_t bytes[2] = { c->format.page_bytes, c->f16_format.page_bytes };
+    const uint64_t count[2] = { enc, f16 };
+    if (sdpa_page_pool_ensure_sizes(c->ctx->pages, bytes, count, f16 ? 2 : 1)) return SDPA_OK;
+    if (!f16)
         return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; %s",
                          fn, (unsigned long long)enc, c->format.page_bytes, what);
-    if (f16 && !sdpa_page_pool_ensure(c->ctx->pages, c->f16_format.page_bytes, f16))
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu float16 pages of %zu bytes; %s",
-                         fn, (unsigned long long)f16, c->f16_format.page_bytes, what);
-    return SDPA_OK;
+    return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes and %llu float16 pages of %zu bytes; %s",
+                     fn, (unsigned long long)enc, c->format.page_bytes, (unsigned long long)f16, c->f16_format.page_bytes, what);
+}
+
+/* A step written in pieces (step_piece) cut before each page's fill: the rows
+ * before it take a float16 page that the fill lets go again (the next page's
+ * piece takes it back): one float16 page per head more than the write's. */
+static uint64_t pieces_need(const sdpa_kv_cache * c, bool pieces) {
+    return pieces && c->float16_newest_page ? (uint64_t)head_count(c) : 0;
 }
 
 static sdpa_status reserve_write_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, int32_t start, int32_t len,
-                                    int64_t f16_from) {
+                                    int64_t f16_from, bool pieces) {
     uint64_t enc, f16;
     write_need(c, start, len, f16_from, &enc, &f16);
-    return ensure_pages(ctx, fn, c, enc, f16, "the cache is unchanged");
+    return ensure_pages(ctx, fn, c, enc, f16 + pieces_need(c, pieces), "the cache is unchanged");
 }
 static sdpa_status reserve_write(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, int32_t start, int32_t len) {
-    return reserve_write_as(ctx, fn, c, start, len, -1);
+    return reserve_write_as(ctx, fn, c, start, len, -1, false);
 }
 
 /* A page of `format` (f16: the float16 one) taken from the pool, all bytes 0. */
@@ -626,7 +634,7 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
         s = sdpa_reserve_problem(ctx, fn, &piece);
         if (s != SDPA_OK) return s;
     }
-    s = reserve_write(ctx, fn, cache, sp, n);
+    s = reserve_write_as(ctx, fn, cache, sp, n, -1, true);
     if (s == SDPA_OK) s = reserve_rotation(ctx, fn, cache, &p.rope);
     if (s != SDPA_OK) return s;
     for (int32_t at = sp; at < sp + n; at = next) {
@@ -870,7 +878,7 @@ sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa
 sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t start, int32_t len,
                                     int32_t f16_from) {
     if (len <= 0) return SDPA_OK;
-    sdpa_status s = reserve_write_as(ctx, fn, c, start, len, f16_from);
+    sdpa_status s = reserve_write_as(ctx, fn, c, start, len, f16_from, false);
     if (s == SDPA_OK) put_rows(c, NULL, NULL, 0, 0, start, len, NULL, f16_from);
     return s;
 }
@@ -980,6 +988,7 @@ sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * ite
         const sdpa_kv_cache * c = items[i].cache;
         uint64_t need[2];
         write_need(c, (int32_t)ps[i].start_pos, items[i].key->dims[1], -1, &need[0], &need[1]);
+        need[1] += pieces_need(c, pieces[i]);
         for (int kind = 0; kind < 2; kind++) {
             if (!need[kind]) continue;
             const size_t bytes = kind ? c->f16_format.page_bytes : c->format.page_bytes;
@@ -989,10 +998,12 @@ sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * ite
             needs[at] += need[kind];
         }
     }
-    for (int32_t at = 0; at < n_sizes; at++)
-        if (!sdpa_page_pool_ensure(ctx->pages, sizes[at], needs[at]))
-            return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; no cache was written",
-                             fn, (unsigned long long)needs[at], sizes[at]);
+    if (n_sizes > 0 && !sdpa_page_pool_ensure_sizes(ctx->pages, sizes, needs, n_sizes)) {
+        uint64_t total = 0;
+        for (int32_t at = 0; at < n_sizes; at++) total += needs[at];
+        return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages (of %d sizes); no cache was written",
+                         fn, (unsigned long long)total, (int)n_sizes);
+    }
     for (int32_t i = 0; i < n; i++) {
         if (pieces[i]) continue;
         const int32_t len = items[i].key->dims[1];

@@ -150,6 +150,37 @@ bool sdpa_page_pool_ensure(sdpa_page_pool * pool, size_t bytes, uint64_t count) 
     return true;
 }
 
+bool sdpa_page_pool_ensure_sizes(sdpa_page_pool * pool, const size_t * bytes, const uint64_t * count, int32_t n) {
+    uint64_t need = 0;
+    size_t slot = 0;
+    int32_t only = -1, sizes = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const page_class * cls = find_class(pool, bytes[i]);
+        if (!cls) return false;
+        if (count[i] <= (uint64_t)cls->n_free) continue;
+        need += count[i] - (uint64_t)cls->n_free;
+        if (slot_bytes(bytes[i]) > slot) slot = slot_bytes(bytes[i]);
+        only = i;
+        sizes++;
+    }
+    if (need == 0) return true;
+    if (sizes == 1) return sdpa_page_pool_ensure(pool, bytes[only], count[only]);  /* (exact for one size) */
+    uint64_t have = carvable(pool, slot);
+    while (have < need) {
+        uint64_t want = (need - have) * (uint64_t)slot;
+        if (want < CHUNK_MIN) want = CHUNK_MIN;
+        if (want > CHUNK_MAX) want = CHUNK_MAX > slot ? CHUNK_MAX - CHUNK_MAX % slot : slot;
+        if (want > SIZE_MAX - PAGE_ALIGN) return false;
+        if (!add_chunk(pool, (size_t)want)) {
+            const uint64_t just = (need - have) * (uint64_t)slot < want ? (need - have) * (uint64_t)slot : slot;
+            if (just >= want || !add_chunk(pool, (size_t)just)) return false;
+            want = just;
+        }
+        have += want / slot;
+    }
+    return true;
+}
+
 void * sdpa_page_pool_take(sdpa_page_pool * pool, size_t bytes) {
     page_class * cls = find_class(pool, bytes);
     if (!cls) return NULL;

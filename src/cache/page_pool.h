@@ -43,6 +43,14 @@ void * sdpa_page_pool_zero(const sdpa_page_pool * pool, size_t bytes);
  * it was apart from what free memory it gained, when the heap cannot. */
 bool sdpa_page_pool_ensure(sdpa_page_pool * pool, size_t bytes, uint64_t count);
 
+/* The same for pages of several registered sizes taken together (n of
+ * them: bytes[i], count[i]): their shortfalls after each size's free list
+ * are counted as pages of the largest slot among them, so the takes succeed
+ * in any order (a take of any of the sizes leaves at least as many of the
+ * largest carvable, minus one). Separate ensures of two sizes would each
+ * count the same arena bytes. */
+bool sdpa_page_pool_ensure_sizes(sdpa_page_pool * pool, const size_t * bytes, const uint64_t * count, int32_t n);
+
 /* Takes one page (reference count 1, contents undefined). Only after a
  * successful ensure covering it; never fails then. */
 void * sdpa_page_pool_take(sdpa_page_pool * pool, size_t bytes);

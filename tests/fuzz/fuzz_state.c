@@ -161,8 +161,9 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     const int windowed = (int)take(&r, 2);
     const int32_t W = windowed ? 1 + (int32_t)take(&r, 70) : 0, S = windowed ? (int32_t)take(&r, 5) : 0;
     const int32_t L = windowed ? 1000 : 1 + (int32_t)take(&r, 200), rows = (int32_t)take(&r, (uint32_t)(windowed ? 300 : L) + 1);
+    const int32_t f16_page = (int32_t)take(&r, 2);  /* a float16 newest page (int8 / int4 blocks) */
     sdpa_kv_cache * c = NULL;
-    const sdpa_kv_cache_desc desc = { B, L, H, D, dtype, vdtype, W, S, 0 };
+    const sdpa_kv_cache_desc desc = { B, L, H, D, dtype, vdtype, W, S, f16_page };
     if (sdpa_kv_cache_create_desc(g_ctx, &desc, &c) != SDPA_OK) return 0;
     float * kv = malloc((size_t)B * 64 * H * D * 4);
     for (int32_t at = 0; at < rows; at += 64) {
