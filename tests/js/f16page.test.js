@@ -232,11 +232,19 @@ test('tree verify across a page fill, then keepRows: a float16 row moved into th
   const n = 8, q = randTensor(rand, [1, n, Hq, D]), k = randTensor(rand, [1, n, Hkv, D]), v = randTensor(rand, [1, n, Hkv, D]);
   const tree = new Uint8Array(n * n);  // a tree: row i sees itself and its parent (i - 2), and row 0
   for (let i = 0; i < n; i++) { tree[i * n + i] = 1; tree[i * n] = 1; if (i >= 2) tree[i * n + i - 2] = 1; }
+  const before = cache.read(0, 60);  // float16: page 0 is not full yet
   const out = cache.step(q, k, v, { treeMask: { data: tree, dims: [n, n] } });  // rows 60 .. 67: page 0 fills at 63
   const { k: K, v: V } = cache.read(0, 68);
-  const mask = { data: new Float32Array(n * 68), dims: [n, 68] };
-  for (let i = 0; i < n; i++) for (let t = 0; t < 68; t++) mask.data[i * 68 + t] = t < 60 || (t - 60 <= i && tree[i * n + t - 60]) ? 0 : -Infinity;
-  assertWithin(out.data, refCustomSdpa(q, K, V, { attnMask: mask }), 2e-3, 'tree verify');
+  // rows 60 .. 62 attend while page 0 is float16 (the step runs in pieces cut before the fill), the others after
+  const cat = (a, b) => { const d = new Float32Array(a.data.length + b.data.length); d.set(a.data); d.set(b.data, a.data.length); return { data: d, dims: [1, a.dims[1] + b.dims[1], Hkv, D] }; };
+  for (let i = 0; i < n; i++) {
+    const keys = 61 + i;
+    const [kk, vv] = i < 3 ? [cat(before.k, rounded(rows(k, 0, i + 1))), cat(before.v, rounded(rows(v, 0, i + 1)))] : [rows(K, 0, keys), rows(V, 0, keys)];
+    const mask = { data: new Float32Array(keys), dims: [1, keys] };
+    for (let t = 0; t < keys; t++) mask.data[t] = t < 60 || tree[i * n + t - 60] ? 0 : -Infinity;
+    const qi = rows(q, i, i + 1);
+    assertWithin(out.data.subarray(i * Hq * D, (i + 1) * Hq * D), refCustomSdpa(qi, kk, vv, { attnMask: mask }), 2e-3, `tree verify row ${i}`);
+  }
   cache.keepRows(60, [0, 2, 5]);  // row 61 <- 62 (encoded page), row 62 <- 65 (the float16 page)
   const kept = cache.read(0, 63);
   const noPage = one.createKVCache({ maxSeqLen: 256, numKvHeads: Hkv, headDim: D, dtype: 'int4', float16NewestPage: false });
