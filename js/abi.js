@@ -57,7 +57,7 @@ export const LAYOUT = Object.freeze({
   sdpa_rotary: Object.freeze({ size: 20, align: 4, cos: 0, sin: 4, interleaved: 8, n_positions: 12, positions: 16 }),
   sdpa_memory_stats: Object.freeze({ size: 48, align: 8, bytes_reserved: 0, bytes_in_use: 8, bytes_free: 16, pages_in_use: 24, pages_free: 32, page_rows: 40 }),
   sdpa_kv_cache_size: Object.freeze({ size: 40, align: 8, pages: 0, page_bytes: 8, pool_bytes: 16, table_bytes: 24, bytes: 32 }),
-  sdpa_kv_cache_desc: Object.freeze({ size: 32, align: 4, batch: 0, max_seq_len: 4, kv_heads: 8, head_dim: 12, key_dtype: 16, value_dtype: 20, window: 24, sink_tokens: 28 }),
+  sdpa_kv_cache_desc: Object.freeze({ size: 36, align: 4, batch: 0, max_seq_len: 4, kv_heads: 8, head_dim: 12, key_dtype: 16, value_dtype: 20, window: 24, sink_tokens: 28, float16_newest_page: 32 }),
   sdpa_attend_item: Object.freeze({ size: 28, align: 4, cache: 0, query: 4, mask: 8, options: 12, out: 16, key: 20, value: 24 }),
 });
 /** Entries of sdpa_tensor.dims. */
