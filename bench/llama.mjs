@@ -21,6 +21,7 @@
 // Medians over rounds; times never fail anything. About 4-5 minutes (--quick: under 1).
 // usage: npm run bench:llama [-- --quick --json --runc=/path/to/llama2.c/run.c --rounds=3 --threads=1,2
 //          --weights=float32,float16,q8_0,q4_0,q8_0+int16,q4_0+int16 --kv=float32,float16,int8,int4,int8/int4,float16/int4
+//            (a KV dtype with +page / -page: float16NewestPage on / off; else the library's default)
 //          --kv-threads=1 --big-weights=<--weights> --big-prefill=q8_0,q8_0+int16 --prompt="You will"
 //          --steps=511 --big-steps=16
 //          --windows=all --kv-quality=float32,int4-page,int4+page,... --no-speed --no-quality --no-big]
@@ -119,11 +120,10 @@ note(`load average at start ${meta.loadavgStart.map((x) => x.toFixed(2)).join(' 
  * of n tokens (one forward, logits of the last row), and pushes its figures.
  */
 async function makeConfig(wasmModule, bytes, { label, weights, kv, threads, maxSeqLen, promptIds, steps, prefillIds }) {
-  const [keyDtype, valueDtype = keyDtype] = kv.split('/');
   const [weightDtype, activations = 'float32'] = weights.split('+');    // q8_0+int16: activations 'int16'
   const sdpa = await createSdpa({ threads, build: 'simd-threads', wasmModule });
   const ta = now();
-  const model = loadLlama(sdpa, bytes, { weightDtype, activations, keyDtype, valueDtype, maxSeqLen });
+  const model = loadLlama(sdpa, bytes, { weightDtype, activations, ...kvOptions(kv), maxSeqLen });  // (int4+page / int4-page: kvOptions)
   const loadMs = now() - ta;
   const c = { label, weights, weightDtype, kv, threads, loadMs, model, sdpa, decode: [], prefill: {}, text: null, texts: new Set() };
   c.dispose = () => { model.dispose(); sdpa.dispose(); };
