@@ -146,10 +146,11 @@ export type GgufSource = Uint8Array | ArrayBuffer | ArrayBufferView | Blob | Res
 export interface LoadGgufOptions {
   /** The most tokens the model holds (default min(llama.context_length, 4096); at most context_length). */
   maxSeqLen?: number | undefined;
-  /** KV cache dtypes, maxChunk, reserve, activations: as loadLlama's. */
+  /** KV cache dtypes, float16NewestPage, maxChunk, reserve, activations: as loadLlama's. */
   dtype?: CacheDType | undefined;
   keyDtype?: CacheDType | undefined;
   valueDtype?: CacheDType | undefined;
+  float16NewestPage?: boolean | undefined;
   maxChunk?: number | undefined;
   reserve?: boolean | undefined;
   activations?: 'float32' | 'int16' | undefined;
