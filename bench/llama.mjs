@@ -369,9 +369,10 @@ async function quality() {
   for (const dt of KV_QUALITY) {
     const kv = kvOptions(dt);
     const model = loadLlama(sdpa, checkpoint, kv);
-    // bytes per token of every layer's cache, amortized over 512 and 4,096 tokens (the cache's own sizes: kvCacheSize)
+    // bytes per token of every layer's cache, amortized over 512 and 4,096 tokens (the cache's own sizes, kvCacheSize:
+    // poolBytes, the most its pages take on the way there, a float16 newest page included, + the page table)
     const geometry = { numKvHeads: model.config.nKvHeads, headDim: model.config.dim / model.config.nHeads, ...kv };
-    const perToken = (rows) => model.config.nLayers * sdpa.kvCacheSize({ ...geometry, maxSeqLen: rows }, rows).bytes / rows;
+    const perToken = (rows) => { const z = sdpa.kvCacheSize({ ...geometry, maxSeqLen: rows }, rows); return model.config.nLayers * (z.poolBytes + z.tableBytes) / rows; };
     let nll = 0, n = 0, agree = 0, maxErr = 0, maxAbs = 0, sumErr = 0, nErr = 0;
     windows.forEach((win, wi) => {
       model.truncate(0);
