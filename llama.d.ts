@@ -205,9 +205,9 @@ export interface GgufMetadata {
 export function loadGguf(sdpa: Sdpa, source: GgufSource, options?: LoadGgufOptions): Promise<{ model: LlamaModel; tokenizer: GgufTokenizer | null; metadata: GgufMetadata }>;
 
 /**
- * Reads only a GGUF file's header: its card, and whether (and why not) this build runs it. Bytes in memory are
- * the whole file (its tensors must lie inside them); to look at a prefix, pass a Blob (`file.slice(0, n)` reads
- * no more than it needs anyway) or a stream.
+ * Reads only a GGUF file's header: its card, and whether (and why not) this build runs it with loadGguf's
+ * defaults (its tokenizer too). Pass the whole file (a File, a Response, a stream: only the header's bytes are
+ * read, then the source is cancelled); bytes in memory are taken as the whole file (its tensors must lie inside).
  */
 export function inspectGguf(source: GgufSource, options?: { signal?: AbortSignal | undefined }): Promise<GgufMetadata>;
 

@@ -118,7 +118,11 @@ async function run() {
       model = loadLlama(sdpa, checkpoint, options);
       tokenizer = loadTokenizer(tokenizerBytes, { vocabSize: model.config.vocabSize });
     }
-    const prompt = a.model !== undefined ? tokenizer.encode(a.prompt) : tokenizer.encode(a.prompt, { bos: true });
+    let prompt = a.model !== undefined ? tokenizer.encode(a.prompt) : tokenizer.encode(a.prompt, { bos: true });
+    if (prompt.length === 0) {        // (a file that adds no BOS, and no --prompt: start from its BOS if it has one)
+      if (tokenizer.bos < 0) throw new SdpaError('E_ARG', `sdpa-llama: ${a.model} adds no BOS and has none; give --prompt`);
+      prompt = Int32Array.of(tokenizer.bos);
+    }
     const sampling = {
       maxNewTokens: num('steps', a.steps), temperature: num('temperature', a.temperature),
       topP: num('top-p', a['top-p']), topK: num('top-k', a['top-k']),

@@ -251,7 +251,32 @@ function openSource(fn, source) {
 
 /** Throws the signal's reason when it is aborted. */
 function checkAbort(signal) {
-  if (signal?.aborted) throw signal.reason ?? new DOMException('The operation was aborted.', 'AbortError');
+  if (signal?.aborted) throw abortReason(signal);
+}
+const abortReason = (signal) => signal.reason ?? new DOMException('The operation was aborted.', 'AbortError');
+
+/**
+ * The source's next chunk, or the signal's reason as soon as it aborts: a
+ * source that never sends again (an async iterator's return() waits behind
+ * its pending next()) cannot keep the call, or its heap tensors, alive.
+ */
+function nextChunk(src, signal) {
+  checkAbort(signal);
+  if (signal === undefined) return src.next();
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(abortReason(signal));
+    signal.addEventListener('abort', onAbort, { once: true });
+    src.next().then(
+      (chunk) => { signal.removeEventListener('abort', onAbort); if (signal.aborted) onAbort(); else resolve(chunk); },
+      (e) => { signal.removeEventListener('abort', onAbort); reject(e); });
+  });
+}
+
+/** E_ARG unless `signal` is undefined or an AbortSignal-like object. */
+function checkSignal(fn, signal) {
+  if (signal !== undefined && !(signal !== null && typeof signal === 'object' && typeof signal.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
+    throw new SdpaError('E_ARG', `${fn}: options.signal must be an AbortSignal, got ${signal === null ? 'null' : typeof signal}`);
+  }
 }
 
 /**
@@ -262,9 +287,7 @@ async function readHeader(fn, src, signal) {
   if (src.whole !== null) return { header: parseGguf(src.whole, fn, src.whole.byteLength), head: null, pos: 0, whole: src.whole };
   let head = new Uint8Array(1 << 16), len = 0, tryAt = 0;
   for (;;) {
-    checkAbort(signal);
-    const chunk = await src.next();
-    checkAbort(signal);
+    const chunk = await nextChunk(src, signal);
     if (chunk !== null) {
       if (len + chunk.byteLength > head.byteLength) {
         const grown = new Uint8Array(Math.max(2 * head.byteLength, len + chunk.byteLength));
@@ -291,20 +314,27 @@ async function readHeader(fn, src, signal) {
 export async function inspectGguf(source, options) {
   const fn = 'inspectGguf';
   const { signal } = checkKnown(fn, options, ['signal']);
+  checkSignal(fn, signal);
   const src = openSource(fn, source);
+  const onAbort = () => src.cancel(signal.reason);
+  signal?.addEventListener('abort', onAbort);
   try {
     const { header } = await readHeader(fn, src, signal);
     let planned = null, problem = null;
     try {
       planned = planModel(fn, header);
-      const need = planned.weightBytes;
-      if (need > HEAP_LIMIT) problem = `its weights need ${MB(need)} of wasm memory; a wasm32 heap holds at most ${MB(HEAP_LIMIT)}`;
+      if (header.metadata.has('tokenizer.ggml.model')) tokenizerFromGguf(header.metadata, fn);   // (loadGguf refuses a tokenizer it cannot build)
+      // loadGguf's defaults: maxSeqLen min(context_length, 4096), maxChunk, float32 KV pages reserved
+      const { hp } = planned, o = readModelOptions(fn, {}, hp.contextLength, Math.min(hp.contextLength, DEFAULT_MAX_SEQ_LEN));
+      const need = planned.weightBytes + heapOverhead(hp, o, 2 * 4 * hp.kvDim * o.maxSeqLen);
+      if (need > HEAP_LIMIT) problem = `it needs ${MB(need)} of wasm memory with loadGguf's defaults (weights ${MB(planned.weightBytes)}, the rest activations and float32 KV pages for ${o.maxSeqLen} positions); a wasm32 heap holds at most ${MB(HEAP_LIMIT)}`;
     } catch (e) {
       if (!(e instanceof SdpaError)) throw e;
       problem = e.message.replace(/^inspectGguf: (GGUF: )?/, '');
     }
     return describe(header, src.total, planned, problem);
   } finally {
+    signal?.removeEventListener('abort', onAbort);
     src.cancel();
   }
 }
@@ -343,9 +373,7 @@ export async function loadGguf(sdpa, source, options) {
   const o = checkKnown(fn, options, OPTIONS);
   if (o.onProgress !== undefined && typeof o.onProgress !== 'function') throw new SdpaError('E_ARG', `${fn}: options.onProgress must be a function, got ${typeof o.onProgress}`);
   const signal = o.signal;
-  if (signal !== undefined && !(signal !== null && typeof signal === 'object' && typeof signal.aborted === 'boolean')) {
-    throw new SdpaError('E_ARG', `${fn}: options.signal must be an AbortSignal, got ${signal === null ? 'null' : typeof signal}`);
-  }
+  checkSignal(fn, signal);
   checkAbort(signal);
   const src = openSource(fn, source);
   let core = null;
@@ -402,9 +430,14 @@ export async function loadGguf(sdpa, source, options) {
       throw renamed(e, fn);
     }
     const rf = plan.get('rope_freqs.weight');
+    const checkFactors = () => {
+      const factors = new Float32Array(ropeFreqs.buffer);
+      const badAt = factors.findIndex((f) => !(Number.isFinite(f) && f > 0));
+      if (badAt >= 0) throw new SdpaError('E_FORMAT', `${fn}: GGUF: rope_freqs.weight[${badAt}] is ${factors[badAt]}; expected a positive finite frequency divisor`);
+    };
     if (rf) {
       ropeFreqs = new Uint8Array(rf.info.bytes);
-      targets.push({ start: header.dataOffset + rf.info.offset, end: header.dataOffset + rf.info.offset + rf.info.bytes, bytes: ropeFreqs, name: 'rope_freqs.weight' });
+      targets.push({ start: header.dataOffset + rf.info.offset, end: header.dataOffset + rf.info.offset + rf.info.bytes, bytes: ropeFreqs, name: 'rope_freqs.weight', done: checkFactors });
     }
     targets.sort((a, b) => a.start - b.start);
     const fp = new Fingerprint();
@@ -420,6 +453,7 @@ export async function loadGguf(sdpa, source, options) {
           if (t.tensor) t.tensor.setBytes(part, from - t.start);
           else t.bytes.set(part, from - t.start);
         }
+        if (t.end <= end && from < to) t.done?.();     // (its last bytes are in: checked now, not at the file's end)
         if (t.end <= end && j === k) k++;
       }
     };
@@ -435,9 +469,7 @@ export async function loadGguf(sdpa, source, options) {
       place(head, 0);
       progress(pos);
       for (;;) {
-        checkAbort(signal);
-        const chunk = await src.next();
-        checkAbort(signal);
+        const chunk = await nextChunk(src, signal);
         if (chunk === null) break;
         if (k < targets.length) place(chunk, pos);
         fp.update(chunk);
@@ -449,12 +481,7 @@ export async function loadGguf(sdpa, source, options) {
         throw new SdpaError('E_FORMAT', `${fn}: GGUF: the file ends at byte ${pos}, inside tensor "${t.name}" (file bytes ${t.start} .. ${t.end}): truncated`);
       }
     }
-    if (ropeFreqs !== null) {
-      const factors = new Float32Array(ropeFreqs.buffer);
-      const badAt = factors.findIndex((f) => !(Number.isFinite(f) && f > 0));
-      if (badAt >= 0) throw new SdpaError('E_FORMAT', `${fn}: GGUF: rope_freqs.weight[${badAt}] is ${factors[badAt]}; expected a positive finite frequency divisor`);
-      fillRope(core.w, o.maxSeqLen, hp.headSize, hp.ropeBase, factors);
-    }
+    if (ropeFreqs !== null) fillRope(core.w, o.maxSeqLen, hp.headSize, hp.ropeBase, new Float32Array(ropeFreqs.buffer));
     core.fingerprint = fp.digest();
     const model = makeModel(fn, sdpa, core, o, poolBytes);
     core = null;          // (the model owns it now)

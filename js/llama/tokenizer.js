@@ -50,7 +50,7 @@ export function loadTokenizer(source, options = {}) {
   if (bytes.byteLength >= 4 && new DataView(bytes.buffer, bytes.byteOffset, 4).getUint32(0, true) === GGUF_MAGIC) {
     let header;
     try {
-      header = parseGguf(bytes, 'loadTokenizer', bytes.byteLength);
+      header = parseGguf(bytes, 'loadTokenizer', null);    // (only the keys: a model file's header alone is enough)
     } catch (e) {
       if (e instanceof GgufTruncated) throw bad(`GGUF: ${e.message}; the file ends at byte ${bytes.byteLength}`);
       throw e;
