@@ -374,7 +374,10 @@ sdpa_status sdpa_kv_cache_plan_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * d
 /// `page` (rows page*SDPA_PAGE_ROWS ..) of batch row b, KV head h; NULL when
 /// that page was never written (it reads as zeros) or out of range. For
 /// zero-copy readers and tests; owned by the pool, valid until the next
-/// write, truncate or free of this cache or of a fork sharing it.
+/// write, truncate or free of this cache or of a fork sharing it. In a cache
+/// with sdpa_kv_cache_float16_newest_page, the page being filled (the one
+/// holding row length - 1, until it fills) is a float16 page: an int8 or int4
+/// block held as float16 values, with no scales or offsets after it.
 const void * sdpa_kv_cache_page(const sdpa_kv_cache * cache, int32_t b, int32_t h, int32_t page,
                                 int32_t which);
 

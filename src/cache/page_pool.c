@@ -157,14 +157,28 @@ bool sdpa_page_pool_ensure_sizes(sdpa_page_pool * pool, const size_t * bytes, co
     for (int32_t i = 0; i < n; i++) {
         const page_class * cls = find_class(pool, bytes[i]);
         if (!cls) return false;
-        if (count[i] <= (uint64_t)cls->n_free) continue;
-        need += count[i] - (uint64_t)cls->n_free;
+        /* entries of one class (equal page bytes: a float16 page raised to its encoded page's size)
+           draw on the same free pages: counted together, at the first of them, once */
+        bool seen = false;
+        uint64_t total = 0;
+        for (int32_t j = 0; j < n; j++) {
+            if (find_class(pool, bytes[j]) != cls) continue;
+            if (j < i) { seen = true; break; }
+            if (count[j] > UINT64_MAX - total) return false;
+            total += count[j];
+        }
+        if (seen || total <= (uint64_t)cls->n_free) continue;
+        need += total - (uint64_t)cls->n_free;
         if (slot_bytes(bytes[i]) > slot) slot = slot_bytes(bytes[i]);
         only = i;
         sizes++;
     }
     if (need == 0) return true;
-    if (sizes == 1) return sdpa_page_pool_ensure(pool, bytes[only], count[only]);  /* (exact for one size) */
+    if (sizes == 1) {                                  /* (exact for one size) */
+        uint64_t total = 0;
+        for (int32_t j = 0; j < n; j++) if (find_class(pool, bytes[j]) == find_class(pool, bytes[only])) total += count[j];
+        return sdpa_page_pool_ensure(pool, bytes[only], total);
+    }
     uint64_t have = carvable(pool, slot);
     while (have < need) {
         uint64_t want = (need - have) * (uint64_t)slot;

@@ -48,7 +48,8 @@ bool sdpa_page_pool_ensure(sdpa_page_pool * pool, size_t bytes, uint64_t count);
  * are counted as pages of the largest slot among them, so the takes succeed
  * in any order (a take of any of the sizes leaves at least as many of the
  * largest carvable, minus one). Separate ensures of two sizes would each
- * count the same arena bytes. */
+ * count the same arena bytes. Entries of equal bytes (one class) are counted
+ * together. */
 bool sdpa_page_pool_ensure_sizes(sdpa_page_pool * pool, const size_t * bytes, const uint64_t * count, int32_t n);
 
 /* Takes one page (reference count 1, contents undefined). Only after a

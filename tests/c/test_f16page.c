@@ -20,6 +20,7 @@
 #include "sdpa.h"
 #include "testutil.h"
 #include "naive_ref.h"
+#include "cache/page_pool.h"
 
 static sdpa_ctx * g_ctx;
 static tu_rng g_rng;
@@ -170,6 +171,34 @@ static void test_step_many(void) {
     for (int i = 0; i < 4; i++) sdpa_kv_cache_free(cs[i]);
 }
 
+/* The joint ensure with two entries of one page size (a float16 page raised to its encoded page's
+ * size: int8 / int8 at a head size of 4): both draw on the same free pages, so they are counted
+ * together. With one free page and nothing left to carve, ensuring 1 + 1 must leave room for two
+ * takes (it once passed each entry alone against the one free page: the second take got NULL). */
+static void test_pool_equal_sizes(void) {
+    sdpa_page_pool * pool = sdpa_page_pool_create();
+    const size_t B = 1024;
+    const uint64_t slot = sdpa_page_pool_slot_bytes(B);
+    if (!TU_CHECK(pool && sdpa_page_pool_add_size(pool, B) && sdpa_page_pool_ensure(pool, B, 1), "pool")) { sdpa_page_pool_free(pool); return; }
+    sdpa_page_stats st;
+    sdpa_page_pool_stats(pool, &st);
+    const uint64_t n = st.bytes_free / slot;           /* every page the arena holds now */
+    void ** pages = calloc((size_t)n, sizeof *pages);
+    for (uint64_t i = 0; i < n; i++) pages[i] = sdpa_page_pool_take(pool, B);
+    sdpa_page_release(pool, pages[n - 1]);             /* one free page, nothing carvable */
+    sdpa_page_pool_stats(pool, &st);
+    TU_CHECK(st.bytes_free / slot == 1, "room for one page before the ensure: %llu bytes free, slot %llu", (unsigned long long)st.bytes_free, (unsigned long long)slot);
+    const size_t bytes[2] = { B, B };
+    const uint64_t count[2] = { 1, 1 };
+    TU_CHECK(sdpa_page_pool_ensure_sizes(pool, bytes, count, 2), "ensure 1 + 1 pages of one size");
+    sdpa_page_pool_stats(pool, &st);
+    TU_CHECK(st.bytes_free / slot >= 2, "after ensuring 1 + 1 pages of one size, room for %llu pages; expected 2", (unsigned long long)(st.bytes_free / slot));
+    void * a = sdpa_page_pool_take(pool, B), * b = sdpa_page_pool_take(pool, B);
+    TU_CHECK(a != NULL && b != NULL && a != b, "two takes after the joint ensure");
+    free(pages);
+    sdpa_page_pool_free(pool);
+}
+
 int main(void) {
     tu_rng_seed(&g_rng, tu_base_seed(41));
     sdpa_status s;
@@ -183,6 +212,7 @@ int main(void) {
     for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++)
         for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) test_steps(pairs[p][0], pairs[p][1], dims[d]);
     test_step_many();
+    test_pool_equal_sizes();
     sdpa_ctx_free(g_ctx);
     return tu_summary("test_f16page");
 }
