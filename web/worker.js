@@ -310,8 +310,14 @@ async function prefill(s, sdpa, caches, extra, checker) {
     caches[l].step(q, k, v, 0, { isCausal: true, out, ...extra(l) });
     ms += performance.now() - t0;
     if (l === 0) {
-      // First and last prompt rows (causal: row t sees keys 0..t).
-      for (const t of prompt > 1 ? [0, prompt - 1] : [0]) {
+      // First and last prompt rows (causal: row t sees keys 0..t), checked against the values the
+      // cache stores after the step. With the float16 newest page (int4's default) a row attended
+      // over its page's float16 values, which are encoded when the page fills: a row of a page that
+      // filled in this step is checked only if it is the page's last row (it saw the encoded values).
+      const P = sdpa.memory().pageRows;
+      const same = (t) => !caches[l].float16NewestPage || t % P === P - 1 || (Math.floor(t / P) === Math.floor((prompt - 1) / P) && prompt % P !== 0);
+      const first = same(0) ? 0 : Math.min(P, prompt) - 1;
+      for (const t of prompt > 1 && first !== prompt - 1 ? [first, prompt - 1] : [prompt - 1]) {
         checker.check(0, q.data.subarray(t * hq * d, (t + 1) * hq * d), out.data.subarray(t * hq * d, (t + 1) * hq * d), t, t);
       }
     }
