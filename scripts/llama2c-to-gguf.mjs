@@ -92,6 +92,22 @@ function ropeDeviation(f32, offsets, seqLen, headSize) {
  * is made and disposed when omitted and type is not F32). tokenizer null:
  * no tokenizer.* keys (a weights-only file, for tests of the loader alone).
  */
+/** The tokenizer.ggml.* keys of an SPM vocab { tokens, scores, types } with llama2.c's ids (unk 0, BOS 1, EOS 2, BOS added). */
+export function spmTokenizerKeys(vocab) {
+  return [
+    ['tokenizer.ggml.model', 'STRING', 'llama'],
+    ['tokenizer.ggml.tokens', ['ARRAY', 'STRING'], vocab.tokens],
+    ['tokenizer.ggml.scores', ['ARRAY', 'FLOAT32'], vocab.scores],
+    ['tokenizer.ggml.token_type', ['ARRAY', 'INT32'], vocab.types],
+    ['tokenizer.ggml.bos_token_id', 'UINT32', 1],
+    ['tokenizer.ggml.eos_token_id', 'UINT32', 2],
+    ['tokenizer.ggml.unknown_token_id', 'UINT32', 0],
+    ['tokenizer.ggml.add_bos_token', 'BOOL', true],
+    ['tokenizer.ggml.add_eos_token', 'BOOL', false],
+    ['tokenizer.ggml.add_space_prefix', 'BOOL', true],
+  ];
+}
+
 export async function llama2cToGguf(checkpoint, tokenizer, { type = 'F32', name = 'llama2.c model', chatTemplate = null, sdpa = null } = {}) {
   if (!(type in TYPES)) throw new Error(`llama2c-to-gguf: type ${type}; expected one of ${Object.keys(TYPES).join(', ')}`);
   const [dtype, fileType] = TYPES[type];
@@ -144,18 +160,7 @@ export async function llama2cToGguf(checkpoint, tokenizer, { type = 'F32', name 
     ['llama.attention.head_count_kv', 'UINT32', c.nKvHeads],
     ['llama.attention.layer_norm_rms_epsilon', 'FLOAT32', RMS_EPS],
   ];
-  if (vocab !== null) metadata.push(
-    ['tokenizer.ggml.model', 'STRING', 'llama'],
-    ['tokenizer.ggml.tokens', ['ARRAY', 'STRING'], vocab.tokens],
-    ['tokenizer.ggml.scores', ['ARRAY', 'FLOAT32'], vocab.scores],
-    ['tokenizer.ggml.token_type', ['ARRAY', 'INT32'], vocab.types],
-    ['tokenizer.ggml.bos_token_id', 'UINT32', 1],
-    ['tokenizer.ggml.eos_token_id', 'UINT32', 2],
-    ['tokenizer.ggml.unknown_token_id', 'UINT32', 0],
-    ['tokenizer.ggml.add_bos_token', 'BOOL', true],
-    ['tokenizer.ggml.add_eos_token', 'BOOL', false],
-    ['tokenizer.ggml.add_space_prefix', 'BOOL', true],
-  );
+  if (vocab !== null) metadata.push(...spmTokenizerKeys(vocab));
   if (chatTemplate !== null) metadata.push(['tokenizer.chat_template', 'STRING', chatTemplate]);
   const plan = planGguf({ metadata, tensors });
 

@@ -50,7 +50,7 @@ import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { planGguf, writeGgufFile, fillGguf } from './lib/gguf-layout.mjs';
 import { tokenizerPieces } from '../bench/lib/random-llama.mjs';
-import { TOKEN_TYPE } from './llama2c-to-gguf.mjs';
+import { TOKEN_TYPE, spmTokenizerKeys } from './llama2c-to-gguf.mjs';
 
 const CHATML = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 const ZEPHYR = "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\\n'  + message['content'] + eos_token }}\n{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
@@ -130,18 +130,7 @@ export function randomMetadata(shape, type, { tokenizer = true } = {}) {
   ];
   if (!tokenizer) return m;
   const v = randomVocab(shape);
-  m.push(
-    ['tokenizer.ggml.model', 'STRING', 'llama'],
-    ['tokenizer.ggml.tokens', ['ARRAY', 'STRING'], v.tokens],
-    ['tokenizer.ggml.scores', ['ARRAY', 'FLOAT32'], v.scores],
-    ['tokenizer.ggml.token_type', ['ARRAY', 'INT32'], v.types],
-    ['tokenizer.ggml.bos_token_id', 'UINT32', 1],
-    ['tokenizer.ggml.eos_token_id', 'UINT32', 2],
-    ['tokenizer.ggml.unknown_token_id', 'UINT32', 0],
-    ['tokenizer.ggml.add_bos_token', 'BOOL', true],
-    ['tokenizer.ggml.add_eos_token', 'BOOL', false],
-    ['tokenizer.ggml.add_space_prefix', 'BOOL', true],
-  );
+  m.push(...spmTokenizerKeys(v));
   if (v.eot >= 0) m.push(['tokenizer.ggml.eot_token_id', 'UINT32', v.eot]);
   if (shape.template) m.push(['tokenizer.chat_template', 'STRING', shape.template]);
   return m;
