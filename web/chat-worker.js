@@ -11,7 +11,7 @@
 // the tokens past the ones the cache already holds are run.
 //
 // Protocol (page → worker):
-//   { type: 'init', pkgUrl, modelUrl, tokenizerUrl, jinjaUrl, threads, build, dtype, storage }   storage: 'indexeddb' skips OPFS, 'broken' fails every write
+//   { type: 'init', pkgUrl, modelUrl, tokenizerUrl, jinjaUrl, threads, build, dtype, storage, attempt, hangAtLoad }   attempt: restarts so far (worker-watch.js)   storage: 'indexeddb' skips OPFS, 'broken' fails every write
 //   { type: 'open', file: File } | { type: 'open', url }   a GGUF: inspected (a card), then loaded (progress)
 //   { type: 'cancel' }                                  aborts the load under way (loadGguf's signal)
 //   { type: 'shipped' }                                 back to the package's model
@@ -23,6 +23,7 @@
 //   { type: 'keep', id?, transcript }                   saves the conversation (OPFS, else IndexedDB)
 //   { type: 'list' } | { type: 'restore', id } | { type: 'delete', id }   kept chats
 // (worker → page):
+//   { type: 'alive' }   every 0.5 s while init runs (worker-watch.js: a worker silent while it loads is restarted)
 //   { type: 'ready', info, config, crossOriginIsolated, warnings }
 //   { type: 'card', card }                              the file's header (inspectGguf), before any weight is read
 //   { type: 'progress', loaded, total, ms }             bytes of the file read so far (total: null when unknown)
@@ -40,6 +41,7 @@
 //   { type: 'error', error: { name, code, message } }
 
 import { idbRequest } from './idb.js';
+import { beatWhileLoading } from './worker-watch.js';
 const DTYPE_PAIRS = { 'int8/int4': ['int8', 'int4'] };
 let sdpa = null, lib = null;
 let checkpoint = null, shippedTokenizer = null;   // the package's model: its bytes stay (a dtype switch or a failed load loads it again)
@@ -399,31 +401,43 @@ async function listChats() {
   return out.sort((a, b) => b.savedAt - a.savedAt);
 }
 
+/** The page's first message: the package, the build, the shipped model, the kept chats. */
+async function init(m) {
+  // a test's stand-in for Firefox's hang in `new Worker()` (worker-watch.js): this thread never runs again
+  if (m.hangAtLoad && m.attempt === 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
+  useOpfs = m.storage !== 'indexeddb';
+  storageBroken = m.storage === 'broken';
+  pkgUrl = m.pkgUrl;
+  jinjaUrl = m.jinjaUrl ?? null;
+  lib = await import(m.pkgUrl + 'llama/index.js');
+  const { createSdpa } = await import(m.pkgUrl + 'index.js');
+  const warnings = [];
+  const warn = console.warn;
+  console.warn = (...a) => { warnings.push(a.join(' ')); warn(...a); };
+  const options = { threads: m.threads ?? 'auto' };
+  if (m.build) options.build = m.build;
+  try { sdpa = await createSdpa(options); } finally { console.warn = warn; }
+  const [c, t] = await Promise.all([m.modelUrl, m.tokenizerUrl].map(async (u) => new Uint8Array(await (await fetchOk(u)).arrayBuffer())));
+  checkpoint = c;
+  conv = shippedConversation(m.dtype ?? 'float32');
+  shippedTokenizer = lib.loadTokenizer(t, { vocabSize: conv.model.config.vocabSize });
+  current = shipped();
+  tokenizer = current.tokenizer;
+  postModel();
+  // (state first: the page ends a request at 'state', and init's end is 'ready', after which it may autostart)
+  state();
+  post({ type: 'ready', info: sdpa.info, config: conv.model.config, crossOriginIsolated: self.crossOriginIsolated, warnings });
+  try { post({ type: 'chats', chats: await listChats() }); } catch (e) { fail(e); }
+}
+
 const handlers = {
   async init(m) {
-    useOpfs = m.storage !== 'indexeddb';
-    storageBroken = m.storage === 'broken';
-    pkgUrl = m.pkgUrl;
-    jinjaUrl = m.jinjaUrl ?? null;
-    lib = await import(m.pkgUrl + 'llama/index.js');
-    const { createSdpa } = await import(m.pkgUrl + 'index.js');
-    const warnings = [];
-    const warn = console.warn;
-    console.warn = (...a) => { warnings.push(a.join(' ')); warn(...a); };
-    const options = { threads: m.threads ?? 'auto' };
-    if (m.build) options.build = m.build;
-    try { sdpa = await createSdpa(options); } finally { console.warn = warn; }
-    const [c, t] = await Promise.all([m.modelUrl, m.tokenizerUrl].map(async (u) => new Uint8Array(await (await fetchOk(u)).arrayBuffer())));
-    checkpoint = c;
-    conv = shippedConversation(m.dtype ?? 'float32');
-    shippedTokenizer = lib.loadTokenizer(t, { vocabSize: conv.model.config.vocabSize });
-    current = shipped();
-    tokenizer = current.tokenizer;
-    postModel();
-    // (state first: the page ends a request at 'state', and init's end is 'ready', after which it may autostart)
-    state();
-    post({ type: 'ready', info: sdpa.info, config: conv.model.config, crossOriginIsolated: self.crossOriginIsolated, warnings });
-    try { post({ type: 'chats', chats: await listChats() }); } catch (e) { fail(e); }
+    const stopBeat = beatWhileLoading(post);
+    try {
+      await init(m);
+    } finally {
+      stopBeat();
+    }
   },
   /**
    * A GGUF file or URL: its header first (a card; a file that cannot run here is said before any

@@ -1,4 +1,6 @@
 // Chat page: controls, transcript, figures. The model runs in chat-worker.js.
+import { watchLoad, restartWarning, MAX_RESTARTS } from './worker-watch.js';
+
 const $ = (id) => document.getElementById(id);
 const el = {
   transcript: $('transcript'), form: $('chat'), prompt: $('prompt'), generate: $('generate'), stop: $('stop'),
@@ -18,6 +20,7 @@ const chat = {
   dtype: 'float32', tokens: [], pending: null, replies: [], reply: null, stop: null, length: 0, bytes: null, agree: null,
   promptTps: null, decodeTps: null, points: [], error: null, text: '',
   chats: [], kept: null, restored: null, model: null, card: null, load: null, models: 0,
+  restarts: 0, // workers ended because they fell silent while loading (worker-watch.js)
 };
 window.__chat = chat;
 chat.open = (source) => openModel(source);     // (a test hook: a File, or a URL)
@@ -33,7 +36,7 @@ chat.dtype = el.dtype.value;
 const modelParam = params.get('model');
 let autostart = params.get('autostart') === '1';
 
-const worker = new Worker(new URL('./chat-worker.js', import.meta.url), { type: 'module' });
+let worker = null;   // (startWorker, at the end of the wiring)
 const send = (m) => worker.postMessage(m);
 let replyNode = null, userNode = null;
 
@@ -171,7 +174,7 @@ function showError(e) {
   el.error.textContent = `${e.code ? e.code + ': ' : e.name && e.name !== 'Error' ? e.name + ': ' : ''}${e.message}`;
 }
 
-worker.onmessage = ({ data: m }) => {
+function onWorkerMessage(m) {
   switch (m.type) {
     case 'ready':
       chat.build = m.info.build; chat.threads = m.info.threads; chat.warnings = m.warnings;
@@ -280,16 +283,42 @@ worker.onmessage = ({ data: m }) => {
       if (chat.build === null) chat.status = 'error';   // the model never loaded; otherwise the page goes on
       break;
   }
-};
-worker.onerror = (e) => { showError({ message: e.message }); chat.status = 'error'; };
+}
 
 const threads = params.get('threads');
-send({
+const initMessage = {
   type: 'init', pkgUrl: new URL('/js/', location.href).href, modelUrl: new URL('/models/fortunes/model.bin', location.href).href,
   tokenizerUrl: new URL('/models/fortunes/tokenizer.bin', location.href).href, jinjaUrl: new URL('/vendor/jinja/index.js', location.href).href,
   threads: threads === null || threads === 'auto' ? 'auto' : Number(threads), build: params.get('build') || undefined, dtype: el.dtype.value,
   storage: params.get('storage') || undefined,
-});
+  hangAtLoad: params.get('hangAtLoad') === '1',   // (a test: the first worker blocks its thread while it loads)
+};
+
+/** The model's worker; one that falls silent while it loads is ended and started again (worker-watch.js). */
+function startWorker(restarts) {
+  const w = worker = new Worker(new URL('./chat-worker.js', import.meta.url), { type: 'module' });
+  const watch = watchLoad(() => {
+    if (w !== worker) return;
+    w.terminate();
+    if (restarts >= MAX_RESTARTS) {
+      showError({ message: `the model's worker did not answer while loading, ${restarts + 1} times` });
+      chat.status = 'error';
+      return;
+    }
+    console.warn(restartWarning('chat page', restarts + 1));
+    chat.restarts++;
+    startWorker(restarts + 1);
+  });
+  w.onmessage = ({ data: m }) => {
+    if (w !== worker) return;
+    if (m.type === 'ready' || m.type === 'error') watch.done();
+    else watch.heard();
+    if (m.type !== 'alive') onWorkerMessage(m);
+  };
+  w.onerror = (e) => { watch.done(); showError({ message: e.message }); chat.status = 'error'; };
+  send({ ...initMessage, attempt: restarts });
+}
+startWorker(0);
 
 el.form.addEventListener('submit', (e) => {
   e.preventDefault();

@@ -1,5 +1,6 @@
 // Demo page: controls, stats, plot. The attention itself runs in worker.js.
 import { drawPlot } from './plot.js';
+import { watchLoad, restartWarning, MAX_RESTARTS } from './worker-watch.js';
 
 const PRESETS = {
   'llama3-8b': { name: 'Llama-3-8B', hq: 32, hkv: 8, d: 128, layers: 32 },
@@ -41,6 +42,7 @@ const demo = {
   checks: 0,
   error: null,
   runs: 0,
+  restarts: 0, // workers ended because they fell silent while loading (worker-watch.js)
   saved: null,      // { length, bytes, storage, ms } once the caches were saved (?saveAt=N)
   restored: null,   // the same once they were restored (?restore=1)
   next: null,       // { length, bits }: the step after the save or the restore (bits per layer)
@@ -106,6 +108,8 @@ function readConfig() {
     // ?restore=1: restore them instead of prefilling, and go on decoding (after a reload)
     saveAt: params.has('saveAt') ? Number(params.get('saveAt')) : 0,
     restore: params.get('restore') === '1',
+    // ?hangAtLoad=1 (a test): the first worker blocks its thread while it loads, as Firefox's hang does (worker-watch.js)
+    hangAtLoad: params.get('hangAtLoad') === '1',
   };
   // Only the page's own knobs are checked here; shapes and sizes are the library's to judge
   // (its SdpaError is what the page shows for an impossible shape or a too-large cache).
@@ -233,10 +237,13 @@ function setStatus(s) {
 // ---------- the run ----------
 let worker = null;
 let stopTimer = null;
+let loadWatch = null;
 
 function endWorker() {
   clearTimeout(stopTimer);
   stopTimer = null;
+  loadWatch?.done();
+  loadWatch = null;
   if (worker) worker.terminate();
   worker = null;
 }
@@ -253,10 +260,34 @@ function start() {
     return;
   }
   setStatus('loading');
+  launch(cfg, 0);
+}
+
+/** Starts the run's worker; one that falls silent while it loads is ended and started again (worker-watch.js). */
+function launch(cfg, restarts) {
   worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'sdpa-demo' });
   const w = worker;
+  loadWatch = watchLoad(() => {
+    if (w !== worker) return;
+    if (restarts >= MAX_RESTARTS) {
+      showError({ name: 'Worker error', code: null, message: `the worker did not answer while loading, ${restarts + 1} times`, stage: 'load' });
+      endWorker();
+      setStatus('error');
+      return;
+    }
+    console.warn(restartWarning('bench page', restarts + 1));
+    demo.restarts++;
+    endWorker();
+    launch(cfg, restarts + 1);
+  });
   w.onmessage = (ev) => {
     if (w !== worker) return;
+    const type = ev.data && ev.data.type;
+    if (type === 'alive') {
+      loadWatch?.heard();
+      return;
+    }
+    if (['ready', 'error', 'stopped', 'done'].includes(type)) loadWatch?.done();
     onWorkerMessage(ev.data);
   };
   w.onerror = (ev) => {
@@ -271,7 +302,7 @@ function start() {
     endWorker();
     setStatus('error');
   };
-  w.postMessage({ type: 'start', config: cfg });
+  w.postMessage({ type: 'start', config: { ...cfg, attempt: restarts } });
 }
 
 function stop() {

@@ -2,7 +2,9 @@
 //
 // Protocol (page → worker):
 //   { type: 'start', config: { pkgUrl, hq, hkv, d, layers, ctx, prompt, threads, seed, checkEvery, dtype, build,
-//                              window, sinks, softcap, rotary } }
+//                              window, sinks, softcap, rotary, attempt, hangAtLoad } }
+// (attempt: how many silent workers the page restarted before this one (worker-watch.js); hangAtLoad, a test's:
+// attempt 0 blocks its thread while it loads, as Firefox's hang does)
 // (window > 0: a sliding-window layer on a windowed cache, whose memory stays flat;
 // sinks: a per-head sink logit as gpt-oss has; softcap: Gemma 2's logit cap;
 // rotary: rotary embeddings inside the op (NeoX halves, rotaryDim = d, tables as heap tensors);
@@ -11,6 +13,7 @@
 // instead of prefilling and go on decoding from where they end)
 //   { type: 'stop' }
 // (worker → page):
+//   { type: 'alive' }   every 0.5 s until 'ready' (worker-watch.js: a worker that falls silent while it loads is restarted)
 //   { type: 'ready', info, crossOriginIsolated, sharedArrayBuffer, reason, warnings }
 //   { type: 'alloc', kvBytes, kvFullBytes }   kvBytes: what the caches hold (pages + page tables)
 //   { type: 'prefill', tokens, ms }
@@ -27,6 +30,7 @@
 
 import { idbRequest } from './idb.js';
 import { attentionRef64, fillRow } from './reference.js';
+import { beatWhileLoading } from './worker-watch.js';
 
 let stopRequested = false;
 
@@ -122,10 +126,16 @@ function whyBuild(info, isolated, hasSab, warnings, forced) {
   return `single-thread ${simd} build${why}${warned}`;
 }
 
+/** A test's stand-in for Firefox's hang in `new Worker()` (worker-watch.js): this thread never runs again. */
+function blockThread() {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
+}
+
 async function run(cfg) {
   // job.stage names the step an error is reported from; job.sdpa is disposed on an error
-  const job = { stage: 'load', sdpa: null };
+  const job = { stage: 'load', sdpa: null, stopBeat: beatWhileLoading(post) };
   try {
+    if (cfg.hangAtLoad && cfg.attempt === 0) blockThread();
     const s = settings(cfg);
     const sdpa = await startSdpa(cfg, job);
     const r = await openCaches(cfg, s, sdpa, job);
@@ -146,6 +156,7 @@ async function run(cfg) {
     job.sdpa = null;
     post({ type: stopRequested && pos < s.ctx ? 'stopped' : 'done', length: pos, maxError: checker.maxError, checks: checker.checks });
   } catch (e) {
+    job.stopBeat();
     try {
       job.sdpa?.dispose();
     } catch {
@@ -180,6 +191,7 @@ async function startSdpa(cfg, job) {
   } finally {
     console.warn = origWarn;
   }
+  job.stopBeat();
   const sdpa = job.sdpa;
   const info = { ...sdpa.info };
   const isolated = !!self.crossOriginIsolated;

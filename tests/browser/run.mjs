@@ -42,10 +42,14 @@ const BUILDS = ENGINES[engine].builds; // what this engine's feature detection m
 const shot = (name) => path.join(ARTIFACTS, engine === 'chromium' ? `${name}.png` : `${name}-${engine}.png`);
 
 let passed = 0, failed = 0;
+// pages that restarted a worker silent while loading (web/worker-watch.js: Firefox's hang in `new Worker()` in a worker)
+let restartsSeen = 0;
+const RESTART_WARNING = /the worker did not answer for \d+ s while loading/;
 let browser = null, userDataDir = null;
 const servers = [];
 
 function finish(code) {
+  if (restartsSeen) console.log(`(${restartsSeen} page worker(s) fell silent while loading and were restarted by the page: web/worker-watch.js)`);
   console.log(`browser (${ENGINE}): ${passed} passed, ${failed} failed`);
   process.exit(code);
 }
@@ -72,6 +76,13 @@ const watchdog = setTimeout(async () => {
 }, TOTAL_TIMEOUT);
 watchdog.unref();
 
+/** An error's message and its causes' (puppeteer's "Waiting failed" says what failed only in its cause). */
+function withCauses(e) {
+  const parts = [];
+  for (let c = e, i = 0; c && i < 5; c = c.cause, i++) parts.push(i ? `cause: ${c && c.message ? c.message : String(c)}` : String(c && c.message ? c.message : c));
+  return parts.join('\n');
+}
+
 function assert(cond, msg) {
   if (!cond) throw new Error(msg);
 }
@@ -84,6 +95,7 @@ async function openPage(url) {
   page.on('console', (m) => {
     logs.push(`[${m.type()}] ${m.text()}`);
     if (m.type() === 'error') problems.push(`console error: ${m.text()}`);
+    if (m.type() === 'warn' && RESTART_WARNING.test(m.text()) && !url.includes('hangAtLoad')) restartsSeen++;
   });
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
   page.on('requestfailed', (r) => problems.push(`request failed: ${r.url()} ${r.failure()?.errorText}`));
@@ -393,6 +405,37 @@ test('more than the heap holds → E_OOM message, not a frozen page', async () =
   } finally {
     await context.close();
   }
+});
+
+test('a worker whose thread blocks while it loads (Firefox can hang in `new Worker()` inside a worker) is restarted by its page: bench page and chat page', async () => {
+  const notes = [];
+  {
+    const t0 = Date.now();
+    const { page, context, problems, logs } = await openPage(`${iso.url}bench.html?preset=qwen2-0.5b&layers=1&ctx=120&prompt=32&threads=2&hangAtLoad=1&autostart=1`);
+    try {
+      const d = await waitForEnd(page);
+      checkRun(d, { build: BUILDS.isolated, minChecks: 1 });
+      assert(d.restarts === 1, `bench page: ${d.restarts} restarts, expected 1`);
+      assert(logs.some((l) => l.startsWith('[warn') && RESTART_WARNING.test(l)), `no restart warning in ${logs.join(' | ')}`);
+      assert(problems.length === 0, problems.join('\n'));
+      notes.push(`bench page: restarted once, done in ${Date.now() - t0} ms, max err ${d.maxError.toExponential(2)}`);
+    } finally {
+      await context.close();
+    }
+  }
+  {
+    const t0 = Date.now();
+    const { page, context, problems } = await openPage(`${iso.url}?hangAtLoad=1&threads=2`);
+    try {
+      const c = await waitChat(page, 'return c.model !== null');
+      assert(c.restarts === 1 && c.build === BUILDS.isolated, `chat page: ${c.restarts} restarts, build ${c.build}`);
+      assert(problems.length === 0, problems.join('\n'));
+      notes.push(`chat page: restarted once, ready in ${Date.now() - t0} ms`);
+    } finally {
+      await context.close();
+    }
+  }
+  return notes.join('; ');
 });
 
 test('Stop ends a long run promptly', async () => {
@@ -1231,7 +1274,7 @@ for (const t of tests) {
     console.log(`ok   ${t.name} (${Date.now() - t0} ms)${note ? `: ${note}` : ''}`);
   } catch (e) {
     failed++;
-    console.log(`FAIL ${t.name} (${Date.now() - t0} ms)\n     ${String(e.message).split('\n').join('\n     ')}`);
+    console.log(`FAIL ${t.name} (${Date.now() - t0} ms)\n     ${withCauses(e).split('\n').join('\n     ')}`);
   }
 }
 await cleanup();
