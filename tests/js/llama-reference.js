@@ -7,11 +7,13 @@
 // dequantized again; the norms and the RoPE tables stay float32. Then, per
 // token: embedding row, per layer RMSNorm (eps 1e-5), q / k / v products,
 // rotary on interleaved pairs (2j, 2j+1) from the checkpoint's freq_cos /
-// freq_sin rows, causal attention with grouped KV heads, wo added to the
-// residual, RMSNorm, SwiGLU FFN (w2(silu(w1 x) * w3 x)) added; final RMSNorm,
-// classifier. One token at a time, no shortcuts.
+// freq_sin rows, causal attention with grouped KV heads (reference.js's
+// attendRow), wo added to the residual, RMSNorm, SwiGLU FFN
+// (w2(silu(w1 x) * w3 x)) added; final RMSNorm, classifier. One token at a
+// time, no shortcuts.
 
 import { quantize, dequantize } from './dense-reference.js';
+import { attendRow } from './reference.js';
 
 const EPS = 1e-5;
 
@@ -101,20 +103,11 @@ export function referenceForward({ config: c, w }, tokens) {
       const att = new Float64Array(dim);
       for (let h = 0; h < nHeads; h++) {
         const kh = Math.floor(h / group) * hs;
-        const scores = new Float64Array(pos + 1);
-        let max = -Infinity;
-        for (let t = 0; t <= pos; t++) {
-          let s = 0;
-          for (let d = 0; d < hs; d++) s += q[h * hs + d] * keys[l][t][kh + d];
-          scores[t] = s / Math.sqrt(hs);
-          max = Math.max(max, scores[t]);
-        }
-        let z = 0;
-        for (let t = 0; t <= pos; t++) { scores[t] = Math.exp(scores[t] - max); z += scores[t]; }
-        for (let t = 0; t <= pos; t++) {
-          const p = scores[t] / z;
-          for (let d = 0; d < hs; d++) att[h * hs + d] += p * values[l][t][kh + d];
-        }
+        attendRow({
+          keys: pos + 1, Dv: hs, scale: 1 / Math.sqrt(hs),
+          dot: (t) => { let s = 0; for (let d = 0; d < hs; d++) s += q[h * hs + d] * keys[l][t][kh + d]; return s; },
+          value: (t, d) => values[l][t][kh + d],
+        }, att, h * hs);
       }
       const o = matvec(w.wo[l], att, dim, dim);
       for (let j = 0; j < dim; j++) x[j] += o[j];

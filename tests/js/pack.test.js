@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { DIST_FILES } from '../../js/loader.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -94,6 +94,7 @@ test('install the tarball in a temporary project, import it, run a decode step',
   sh(npm, ['install', '--no-audit', '--no-fund', '--offline', '--ignore-scripts', path.join(tmp, tgz)], app);
   fs.writeFileSync(path.join(app, 'smoke.mjs'), `
 import { createSdpa, SdpaError } from 'sdpa-wasm';
+import { attendRow } from ${JSON.stringify(pathToFileURL(path.join(ROOT, 'tests/js/reference.js')).href)};
 const sdpa = await createSdpa();
 const H = 4, Hkv = 2, D = 8;
 const cache = sdpa.createKVCache({ maxSeqLen: 16, numKvHeads: Hkv, headDim: D });
@@ -104,11 +105,10 @@ for (let pos = 0; pos < 3; pos++) {
   const v = { data: new Float32Array(Hkv * D).fill(pos + 1), dims: [1, 1, Hkv, D] };
   out = cache.step(q, k, v, pos, { isCausal: true });
 }
-// reference: scores 0.1*D*pos/sqrt(D) for pos 0..2, values pos+1
-const s = [0, 1, 2].map((p) => 0.1 * D * p / Math.sqrt(D));
-const m = Math.max(...s), w = s.map((x) => Math.exp(x - m)), z = w.reduce((a, b) => a + b);
-const want = w.reduce((a, x, p) => a + x * (p + 1), 0) / z;
-const err = Math.max(...out.data.map((x) => Math.abs(x - want)));
+// reference: every head's dot with key row p is 0.1 * p * D, its values p + 1
+const want = new Float64Array(1);
+attendRow({ keys: 3, Dv: 1, scale: 1 / Math.sqrt(D), dot: (p) => 0.1 * p * D, value: (p) => p + 1 }, want);
+const err = Math.max(...out.data.map((x) => Math.abs(x - want[0])));
 let typed = false;
 try { cache.step(q, q, q, 3); } catch (e) { typed = e instanceof SdpaError && e.code === 'E_HEADS'; }
 console.log(JSON.stringify({ build: sdpa.info.build, threads: sdpa.info.threads, err, typed, dims: out.dims }));

@@ -1,5 +1,38 @@
-// reference.js: float64 reference attention, written from CONTRACT.md
-// (sections 1 and 4), independently of js/. Plain loops, no shortcuts.
+// reference.js: the tests' float64 reference attention, written from
+// CONTRACT.md (sections 1 and 4), independently of js/. Plain loops, no
+// shortcuts. One definition of a row's attention (attendRow); the other
+// references are layouts and masks around it.
+
+/**
+ * One query row's attention, the definition every reference of the tests uses:
+ * for keys t = 0 .. keys-1, a key with seen(t) false gets -Infinity (its dot
+ * is not computed); else score = scale * dot(t), softcapped
+ * (softcap * tanh(score / softcap)) when softcap is set, plus bias(t). The
+ * softmax's sum also counts exp(sink), a logit with no value row. Writes
+ * out[o + d] = sum_t p_t * value(t, d) for d < Dv; a row that sees no key
+ * (every score -Infinity) is left as it is (zeros in a fresh array).
+ */
+export function attendRow({ keys, dot, value, Dv, scale, softcap = 0, sink = -Infinity, seen = null, bias = null }, out, o = 0) {
+  const score = new Float64Array(keys);
+  let mx = -Infinity;
+  for (let t = 0; t < keys; t++) {
+    if (seen && !seen(t)) { score[t] = -Infinity; continue; }
+    let s = scale * dot(t);
+    if (softcap) s = softcap * Math.tanh(s / softcap);
+    if (bias) s += bias(t);
+    score[t] = s;
+    mx = Math.max(mx, s);
+  }
+  if (mx === -Infinity) return;
+  mx = Math.max(mx, sink);  // the sink joins the max and the sum
+  let sum = Math.exp(sink - mx);
+  for (let t = 0; t < keys; t++) { score[t] = Math.exp(score[t] - mx); sum += score[t]; }
+  for (let d = 0; d < Dv; d++) {
+    let acc = 0;
+    for (let t = 0; t < keys; t++) acc += score[t] * value(t, d);
+    out[o + d] = acc / sum;
+  }
+}
 
 /** customSdpa semantics, layout [B, S, H, D]. Returns a Float64Array [B, Sq, Hq, D]. */
 export function refCustomSdpa(query, key, value, opts = {}) {
@@ -7,7 +40,6 @@ export function refCustomSdpa(query, key, value, opts = {}) {
   const [, Skv, Hkv] = key.dims;
   const sp = opts.startPos ?? 0;
   const mask = opts.attnMask ?? null;
-  const scale = opts.scale ?? 1 / Math.sqrt(D);
   const r = Hq / Hkv;
   const N = mask ? mask.dims[1] : sp + Sq;
   if (N > Skv) throw new Error('reference: N > Skv');
@@ -18,33 +50,14 @@ export function refCustomSdpa(query, key, value, opts = {}) {
     for (let i = 0; i < Sq; i++) {
       for (let h = 0; h < Hq; h++) {
         const hk = Math.floor(h / r);
-        const score = [];
-        for (let t = 0; t < N; t++) {
-          if (opts.isCausal && t > sp + i) { score.push(-Infinity); continue; }
-          if (opts.window && t <= sp + i - opts.window) { score.push(-Infinity); continue; }
-          let dot = 0;
-          for (let d = 0; d < D; d++) dot += at(query, b, i, h, d) * at(key, b, t, hk, d);
-          let s = scale * dot;
-          if (opts.softcap) s = opts.softcap * Math.tanh(s / opts.softcap);
-          if (mask) {
-            const m = mask.data[i * N + t];
-            s = isBool ? (m ? s : -Infinity) : s + m;
-          }
-          score.push(s);
-        }
-        let mx = -Infinity;
-        for (const x of score) mx = Math.max(mx, x);
-        const o = ((b * Sq + i) * Hq + h) * D;
-        if (mx === -Infinity) continue; // fully masked: zeros (a sink has no value row)
-        const sink = opts.sinks ? opts.sinks.data[h] : -Infinity;  // joins the max and the sum
-        mx = Math.max(mx, sink);
-        const p = score.map((s) => Math.exp(s - mx));
-        const sum = p.reduce((a, x) => a + x, 0) + Math.exp(sink - mx);
-        for (let d = 0; d < D; d++) {
-          let acc = 0;
-          for (let t = 0; t < N; t++) acc += p[t] * at(value, b, t, hk, d);
-          out[o + d] = acc / sum;
-        }
+        attendRow({
+          keys: N, Dv: D, scale: opts.scale ?? 1 / Math.sqrt(D), softcap: opts.softcap,
+          sink: opts.sinks ? opts.sinks.data[h] : -Infinity,
+          seen: (t) => !(opts.isCausal && t > sp + i) && !(opts.window && t <= sp + i - opts.window) && !(isBool && !mask.data[i * N + t]),
+          bias: mask && !isBool ? (t) => mask.data[i * N + t] : null,
+          dot: (t) => { let dot = 0; for (let d = 0; d < D; d++) dot += at(query, b, i, h, d) * at(key, b, t, hk, d); return dot; },
+          value: (t, d) => at(value, b, t, hk, d),
+        }, out, ((b * Sq + i) * Hq + h) * D);
       }
     }
   }
@@ -90,23 +103,13 @@ export function refTorchSdpa(query, key, value, opts = {}) {
   }
   const out = new Float64Array(B * Hq * L * Ev);
   for (let b = 0; b < B; b++) for (let h = 0; h < Hq; h++) for (let i = 0; i < L; i++) {
-    const sc = new Float64Array(S);
-    for (let t = 0; t < S; t++) {
-      let dot = 0;
-      for (let e = 0; e < E; e++) dot += query.data[((b * Hq + h) * L + i) * E + e] * kx(b, h, t, e);
-      sc[t] = dot * scale + full[((b * Hq + h) * L + i) * S + t];
-    }
-    let mx = -Infinity;
-    for (const s of sc) mx = Math.max(mx, s);
-    if (mx === -Infinity) continue;
-    let sum = 0;
-    const p = sc.map((s) => Math.exp(s - mx));
-    for (const x of p) sum += x;
-    for (let e = 0; e < Ev; e++) {
-      let acc = 0;
-      for (let t = 0; t < S; t++) acc += p[t] * vx(b, h, t, e);
-      out[((b * Hq + h) * L + i) * Ev + e] = acc / sum;
-    }
+    const row = (b * Hq + h) * L + i;
+    attendRow({
+      keys: S, Dv: Ev, scale,
+      bias: (t) => full[row * S + t],
+      dot: (t) => { let dot = 0; for (let e = 0; e < E; e++) dot += query.data[row * E + e] * kx(b, h, t, e); return dot; },
+      value: (t, e) => vx(b, h, t, e),
+    }, out, row * Ev);
   }
   return out;
 }
