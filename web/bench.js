@@ -1,4 +1,4 @@
-// Demo page: controls, stats, plot. The attention itself runs in worker.js.
+// Bench page (bench.html): controls, stats, plot. The attention itself runs in bench-worker.js.
 import { drawPlot } from './plot.js';
 import { watchLoad, restartWarning, MAX_RESTARTS } from './worker-watch.js';
 
@@ -265,7 +265,7 @@ function start() {
 
 /** Starts the run's worker; one that falls silent while it loads is ended and started again (worker-watch.js). */
 function launch(cfg, restarts) {
-  worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'sdpa-demo' });
+  worker = new Worker(new URL('./bench-worker.js', import.meta.url), { type: 'module', name: 'sdpa-bench' });
   const w = worker;
   loadWatch = watchLoad(() => {
     if (w !== worker) return;
