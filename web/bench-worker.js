@@ -28,44 +28,27 @@
 //   { type: 'error', error: { name, code, message, stage } }
 // After done/stopped/error the worker has disposed everything; the page terminates it.
 
-import { idbRequest } from './idb.js';
+import { openStore } from './storage.js';
 import { attentionRef64, fillRow } from './reference.js';
 import { beatWhileLoading } from './worker-watch.js';
 
 let stopRequested = false;
 
-// ---- saved caches: OPFS, or IndexedDB where OPFS cannot be written ----
-const STORE = 'sdpa-demo-kv';
-
-const idb = (mode, f) => idbRequest(STORE, 'caches', mode, f);
+// ---- saved caches: storage.js (OPFS, or IndexedDB where OPFS cannot be written) ----
+const store = openStore({ db: 'sdpa-bench', store: 'caches' });
+const KEY = 'bench-caches.kv';
 
 /** Saves the group (every layer) with `meta`; returns { storage, bytes }. */
-async function saveCaches(group, meta) {
-  try {
-    const dir = await navigator.storage.getDirectory();
-    const file = await dir.getFileHandle(`${STORE}.kv`, { create: true });
-    const writable = await file.createWritable();
-    await group.saveStream({ meta }).pipeTo(writable);   // chunk by chunk: no second copy in memory
-    return { storage: 'OPFS', bytes: (await file.getFile()).size };
-  } catch (e) {
-    if (e && e.name === 'SdpaError') throw e;
-    const bytes = group.save({ meta });
-    await idb('readwrite', (store) => store.put(bytes, 'caches'));
-    return { storage: 'IndexedDB', bytes: bytes.length };
-  }
+function saveCaches(group, meta) {
+  // streamed chunk by chunk into OPFS: no second copy in memory
+  return store.put(KEY, { stream: () => group.saveStream({ meta }), bytes: () => group.save({ meta }) });
 }
 
-/** What saveCaches stored: { source (a File or a Uint8Array), storage }. */
+/** What saveCaches stored: { source (a File or a Uint8Array), storage, bytes }. */
 async function savedCaches() {
-  try {
-    const dir = await navigator.storage.getDirectory();
-    const file = await (await dir.getFileHandle(`${STORE}.kv`)).getFile();
-    return { source: file, storage: 'OPFS', bytes: file.size };
-  } catch {
-    const bytes = await idb('readonly', (store) => store.get('caches'));
-    if (!bytes) throw new Error('nothing was saved yet: run with saveAt first');
-    return { source: bytes, storage: 'IndexedDB', bytes: bytes.length };
-  }
+  const saved = await store.get(KEY);
+  if (!saved) throw new Error('nothing was saved yet: run with saveAt first');
+  return { source: saved.value, storage: saved.storage, bytes: saved.value.size ?? saved.value.byteLength };
 }
 let running = false;
 

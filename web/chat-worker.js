@@ -40,7 +40,7 @@
 //   { type: 'undone', turn }                            Undo dropped the last reply (and, in a chat, its user turn: turn true)
 //   { type: 'error', error: { name, code, message } }
 
-import { idbRequest } from './idb.js';
+import { openStore } from './storage.js';
 import { beatWhileLoading } from './worker-watch.js';
 const DTYPE_PAIRS = { 'int8/int4': ['int8', 'int4'] };
 let sdpa = null, lib = null;
@@ -333,67 +333,29 @@ async function reply(sampling, maxNewTokens) {
   post({ type: 'reply', tokens: out, stop, decodeTps: out.length > 1 ? (out.length - 1) / modelMs * 1000 : null });
   state();
 }
-// ---- kept chats: OPFS, or IndexedDB where OPFS cannot be written ----
+// ---- kept chats: storage.js (OPFS, or IndexedDB where OPFS cannot be written) ----
 // A chat is its model's saved state (LlamaModel.saveStream: the KV cache of every layer) with
 // the conversation in its meta, and, for a cache that is not float32, the float32 model's
 // state beside it. Names: <id>.kv and <id>.f32.kv in OPFS; the same keys in IndexedDB.
-const DB = 'sdpa-chat';
-
-const idb = (mode, f) => idbRequest(DB, 'chats', mode, f);
-
-let useOpfs = true;     // init's storage: 'indexeddb' turns OPFS off (to try the fallback where OPFS works)
+let store = openStore({ db: 'sdpa-chat', store: 'chats' });   // init's storage: 'indexeddb' skips OPFS (to try the fallback where OPFS works)
 let storageBroken = false;   // init's storage: 'broken' makes every write fail as a full disk would (to see the error shown)
-async function opfs() {
-  if (!useOpfs) return null;
-  try { return await navigator.storage.getDirectory(); } catch { return null; }
-}
 
-/** Writes `key`: a model's state (streamed to OPFS) or a JSON summary; IndexedDB where OPFS cannot be written. */
+/** Writes `key`: a model's state (streamed to OPFS) or a JSON summary; returns where: 'OPFS' or 'IndexedDB'. */
 async function put(key, { model, meta, json }) {
   if (storageBroken) throw new DOMException(`cannot write ${key}: the storage quota is exceeded (simulated by ?storage=broken)`, 'QuotaExceededError');
-  const dir = await opfs();
-  if (dir) {
-    let writable = null;
-    try {
-      writable = await (await dir.getFileHandle(key, { create: true })).createWritable();
-    } catch { /* no createWritable here (Safari's workers): IndexedDB */ }
-    if (writable) {
-      if (model) await model.saveStream({ meta }).pipeTo(writable);   // chunk by chunk: no second copy in memory
-      else { await writable.write(JSON.stringify(json)); await writable.close(); }
-      return 'OPFS';
-    }
-  }
-  await idb('readwrite', (store) => store.put(model ? model.save({ meta }) : JSON.stringify(json), key));
-  return 'IndexedDB';
+  const value = model ? { stream: () => model.saveStream({ meta }), bytes: () => model.save({ meta }) } : { bytes: () => JSON.stringify(json) };
+  return (await store.put(key, value)).storage;
 }
 
 /** What put stored under key: a File (OPFS), or bytes / a string (IndexedDB); null if none. */
 async function get(key) {
-  const dir = await opfs();
-  if (dir) {
-    try { return await (await dir.getFileHandle(key)).getFile(); } catch { /* not in OPFS */ }
-  }
-  try { return (await idb('readonly', (store) => store.get(key))) ?? null; } catch { return null; }
-}
-
-async function keys() {
-  const all = new Set();
-  const dir = await opfs();
-  if (dir) for await (const [name, h] of dir.entries()) if (h.kind === 'file') all.add(name);
-  try { for (const k of await idb('readonly', (store) => store.getAllKeys())) all.add(k); } catch { /* none */ }
-  return [...all];
-}
-
-async function remove(key) {
-  const dir = await opfs();
-  if (dir) { try { await dir.removeEntry(key); } catch { /* not in OPFS */ } }
-  try { await idb('readwrite', (store) => store.delete(key)); } catch { /* no IndexedDB */ }
+  return (await store.get(key))?.value ?? null;
 }
 
 /** The kept chats' summaries, newest first. */
 async function listChats() {
   const out = [];
-  for (const k of await keys()) {
+  for (const k of await store.keys()) {
     if (!/^chat-[\w-]+\.json$/.test(k)) continue;
     const v = await get(k);
     try { out.push(JSON.parse(typeof v === 'string' ? v : await v.text())); } catch { /* a broken summary: skip it */ }
@@ -405,7 +367,7 @@ async function listChats() {
 async function init(m) {
   // a test's stand-in for Firefox's hang in `new Worker()` (worker-watch.js): this thread never runs again
   if (m.hangAtLoad && m.attempt === 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
-  useOpfs = m.storage !== 'indexeddb';
+  store = openStore({ db: 'sdpa-chat', store: 'chats', opfs: m.storage !== 'indexeddb' });
   storageBroken = m.storage === 'broken';
   pkgUrl = m.pkgUrl;
   jinjaUrl = m.jinjaUrl ?? null;
@@ -583,7 +545,7 @@ const handlers = {
     post({ type: 'chats', chats: await listChats() });
   },
   async delete(m) {
-    for (const k of [`chat-${m.id}.kv`, `chat-${m.id}.f32.kv`, `chat-${m.id}.json`]) await remove(k);
+    for (const k of [`chat-${m.id}.kv`, `chat-${m.id}.f32.kv`, `chat-${m.id}.json`]) await store.remove(k);
     post({ type: 'chats', chats: await listChats() });
   },
   async restore(m) {
