@@ -13,7 +13,9 @@
  *
  * The static_asserts here are what the JS side assumes of the layout (wasm32
  * pointers, 4-byte fields it writes through Int32Array / Float32Array views);
- * src/wasm/exports.c pins the offsets include/sdpa.h documents.
+ * src/wasm/exports.c pins the offsets include/sdpa.h documents. Each
+ * struct's field list is complete: a field it lacks fails this program, so
+ * the build (END_STRUCT below).
  *
  * Usage: node sdpa_abi.js [OUT]   (no OUT: standard output) */
 #include "sdpa.h"
@@ -31,10 +33,70 @@ static_assert(sizeof(void *) == 4 && sizeof(size_t) == 4, "js/abi.js describes w
 
 static FILE * out;
 
+/* A struct's list is complete: END_STRUCT compares the fields listed since
+ * STRUCT with every field the compiler sees in the struct (clang's
+ * __builtin_dump_struct names them) and a field left out fails the program,
+ * so the build, naming it. Layout arithmetic cannot do this: a left-out field
+ * that fits in what would otherwise be padding leaves every offset and the
+ * size as they are. */
+enum { MAX_FIELDS = 32 };
+static const char * listed[MAX_FIELDS];  /* the current struct's list */
+static int n_listed;
+static const char * seen[MAX_FIELDS];    /* its fields as the compiler sees them */
+static int n_seen, depth, incomplete;
+
+static void list_field(const char * name) {
+    if (n_listed == MAX_FIELDS) {
+        fprintf(stderr, "scripts/abi.c: more than %d fields in a struct: raise MAX_FIELDS\n", MAX_FIELDS);
+        incomplete = 1;
+        return;
+    }
+    listed[n_listed++] = name;
+}
+
+/* __builtin_dump_struct's printer, as clang 14 (emcc 3.1.6) calls it: pieces
+ * "T {\n", then per field "type name : " and a value's format, a nested
+ * struct's pieces indented, and "}\n". A field of the struct itself is a
+ * "... name : " piece at depth 1; its name is the word before " : ". */
+__attribute__((format(printf, 1, 2))) static int collect_field(const char * piece, ...) {
+    const size_t n = strlen(piece);
+    if (n >= 2 && strcmp(piece + n - 2, "{\n") == 0) depth++;
+    else if (n >= 2 && strcmp(piece + n - 2, "}\n") == 0) depth--;
+    else if (depth == 1 && n > 3 && strcmp(piece + n - 3, " : ") == 0 && n_seen < MAX_FIELDS) {
+        static char names[MAX_FIELDS][64];
+        const char * end = piece + n - 3, * start = end;
+        while (start > piece && start[-1] != ' ' && start[-1] != '*') start--;
+        snprintf(names[n_seen], sizeof names[n_seen], "%.*s", (int)(end - start), start);
+        seen[n_seen] = names[n_seen];
+        n_seen++;
+    }
+    return 0;
+}
+
+static void check_complete(const char * name) {
+    if (n_seen == 0) {
+        fprintf(stderr, "scripts/abi.c: __builtin_dump_struct named no field of %s (another clang's format?)\n", name);
+        incomplete = 1;
+    }
+    for (int i = 0; i < n_seen; i++) {
+        int found = 0;
+        for (int j = 0; j < n_listed && !found; j++) found = strcmp(seen[i], listed[j]) == 0;
+        if (!found) {
+            fprintf(stderr, "scripts/abi.c: %s.%s is not in its list: add FIELD(%s, %s), or UNUSED(%s, %s) for a field JS never touches\n",
+                    name, seen[i], name, seen[i], name, seen[i]);
+            incomplete = 1;
+        }
+    }
+    n_listed = n_seen = depth = 0;
+}
+
 static void begin_struct(const char * name, size_t size, size_t align) {
     fprintf(out, "  %s: Object.freeze({ size: %zu, align: %zu", name, size, align);
 }
-static void field(const char * name, size_t offset) { fprintf(out, ", %s: %zu", name, offset); }
+static void field(const char * name, size_t offset) {
+    fprintf(out, ", %s: %zu", name, offset);
+    list_field(name);
+}
 static void end_struct(void) { fprintf(out, " }),\n"); }
 
 /* A field JS reads or writes: its offset, 4-byte aligned (JS uses Int32Array,
@@ -45,6 +107,15 @@ static void end_struct(void) { fprintf(out, " }),\n"); }
         static_assert(offsetof(S, f) % 4 == 0, #S "." #f ": JS needs 4-byte fields"); \
         field(#f, offsetof(S, f));                                                  \
     } while (0)
+/* A field JS never touches (padding, reserved): listed, not printed. */
+#define UNUSED(S, f) list_field(((void)offsetof(S, f), #f))
+#define END_STRUCT(S)                                     \
+    do {                                                  \
+        static S probe;                                   \
+        __builtin_dump_struct(&probe, &collect_field);    \
+        check_complete(#S);                               \
+        end_struct();                                     \
+    } while (0)
 
 static void layout(void) {
     fprintf(out, "/** Struct sizes, alignments and field offsets in bytes (include/sdpa.h), on wasm32. */\n");
@@ -52,37 +123,37 @@ static void layout(void) {
     STRUCT(sdpa_tensor);
     FIELD(sdpa_tensor, data); FIELD(sdpa_tensor, len); FIELD(sdpa_tensor, dtype); FIELD(sdpa_tensor, rank);
     FIELD(sdpa_tensor, dims);
-    end_struct();
+    END_STRUCT(sdpa_tensor);
     STRUCT(sdpa_options);
     FIELD(sdpa_options, start_pos); FIELD(sdpa_options, is_causal); FIELD(sdpa_options, has_scale);
     FIELD(sdpa_options, scale); FIELD(sdpa_options, dropout_p); FIELD(sdpa_options, window);
     FIELD(sdpa_options, softcap); FIELD(sdpa_options, sinks); FIELD(sdpa_options, tree_mask);
     FIELD(sdpa_options, rotary);
-    end_struct();
+    END_STRUCT(sdpa_options);
     STRUCT(sdpa_rotary);
     FIELD(sdpa_rotary, cos); FIELD(sdpa_rotary, sin); FIELD(sdpa_rotary, interleaved);
     FIELD(sdpa_rotary, n_positions); FIELD(sdpa_rotary, positions);
-    end_struct();
+    END_STRUCT(sdpa_rotary);
     STRUCT(sdpa_memory_stats);
     FIELD(sdpa_memory_stats, bytes_reserved); FIELD(sdpa_memory_stats, bytes_in_use);
     FIELD(sdpa_memory_stats, bytes_free); FIELD(sdpa_memory_stats, pages_in_use);
-    FIELD(sdpa_memory_stats, pages_free); FIELD(sdpa_memory_stats, page_rows);
-    end_struct();
+    FIELD(sdpa_memory_stats, pages_free); FIELD(sdpa_memory_stats, page_rows); UNUSED(sdpa_memory_stats, unused);
+    END_STRUCT(sdpa_memory_stats);
     STRUCT(sdpa_kv_cache_size);
     FIELD(sdpa_kv_cache_size, pages); FIELD(sdpa_kv_cache_size, page_bytes); FIELD(sdpa_kv_cache_size, pool_bytes);
     FIELD(sdpa_kv_cache_size, table_bytes); FIELD(sdpa_kv_cache_size, bytes);
-    end_struct();
+    END_STRUCT(sdpa_kv_cache_size);
     STRUCT(sdpa_kv_cache_desc);
     FIELD(sdpa_kv_cache_desc, batch); FIELD(sdpa_kv_cache_desc, max_seq_len); FIELD(sdpa_kv_cache_desc, kv_heads);
     FIELD(sdpa_kv_cache_desc, head_dim); FIELD(sdpa_kv_cache_desc, key_dtype); FIELD(sdpa_kv_cache_desc, value_dtype);
     FIELD(sdpa_kv_cache_desc, window); FIELD(sdpa_kv_cache_desc, sink_tokens);
     FIELD(sdpa_kv_cache_desc, float16_newest_page);
-    end_struct();
+    END_STRUCT(sdpa_kv_cache_desc);
     STRUCT(sdpa_attend_item);
     FIELD(sdpa_attend_item, cache); FIELD(sdpa_attend_item, query); FIELD(sdpa_attend_item, mask);
     FIELD(sdpa_attend_item, options); FIELD(sdpa_attend_item, out); FIELD(sdpa_attend_item, key);
     FIELD(sdpa_attend_item, value);
-    end_struct();
+    END_STRUCT(sdpa_attend_item);
     fprintf(out, "});\n");
     fprintf(out, "/** Entries of sdpa_tensor.dims. */\nexport const TENSOR_MAX_RANK = %zu;\n",
             sizeof ((sdpa_tensor *)0)->dims / sizeof ((sdpa_tensor *)0)->dims[0]);
@@ -187,5 +258,11 @@ int main(int argc, char ** argv) {
     dtypes();
     layout();
     limits();
-    return fclose(out) == 0 ? 0 : 1;
+    if (fclose(out) != 0) return 1;
+    if (incomplete) {
+        /* no output left behind: the build runs this again until the lists are complete */
+        if (argc > 1) remove(argv[1]);
+        return 1;
+    }
+    return 0;
 }
