@@ -21,7 +21,7 @@
 
 import { SdpaError } from '../errors.js';
 import { HEAP_DTYPES } from '../heap.js';
-import { parseGguf, GgufTruncated } from './gguf.js';
+import { parseGguf, GgufTruncated, MAX_HEADER_BYTES } from './gguf.js';
 import { tokenizerFromGguf } from './gguf-tokenizer.js';
 import {
   SharedModel, checkSdpa, checkKnown, readModelOptions, cachePlan, makeModel, ropeTables, fillRope, renamed,
@@ -34,7 +34,6 @@ const GGML_DTYPES = Object.freeze({ F32: 'float32', F16: 'float16', Q8_0: 'q8_0'
 export const GGUF_MATRIX_TYPES = Object.freeze(Object.keys(GGML_DTYPES).filter((t) => HEAP_DTYPES.includes(GGML_DTYPES[t])));
 /** maxSeqLen's default cap: a file's context_length (131072 for Llama 3.1) would reserve gigabytes of KV pages. */
 const DEFAULT_MAX_SEQ_LEN = 4096;
-const MAX_HEADER_BYTES = 256 << 20;
 /** A byte stream's reads: one reused buffer of this size. */
 const BYOB_BYTES = 1 << 20;
 /** The wasm heap's ceiling (CMakeLists.txt: -sMAXIMUM_MEMORY=4GB). */
@@ -153,15 +152,18 @@ function planModel(fn, header) {
 
 /** The card of a header (and its plan, or why it cannot run). */
 function describe(header, fileBytes, planned, problem) {
-  const meta = header.metadata, get = (k) => meta.get(k) ?? null;
+  // (a key the file holds with another type than the card's is null: the card's types are llama.d.ts's)
+  const meta = header.metadata;
+  const get = (k) => { const v = meta.get(k); return typeof v === 'number' && Number.isFinite(v) ? v : null; };
+  const text = (k) => { const v = meta.get(k); return typeof v === 'string' ? v : null; };
   const tensorTypes = {};
   for (const t of header.tensors) tensorTypes[t.type] = (tensorTypes[t.type] ?? 0) + 1;
   const tokens = get('tokenizer.ggml.tokens');
   const hp = planned?.hp;
   return {
     version: header.version,
-    architecture: get('general.architecture'),
-    name: get('general.name'),
+    architecture: text('general.architecture'),
+    name: text('general.name'),
     fileBytes,
     parameters: planned?.parameters ?? header.tensors.reduce((a, t) => a + t.values, 0),
     weightBytes: planned?.weightBytes ?? header.tensors.reduce((a, t) => a + t.bytes, 0),
@@ -175,8 +177,8 @@ function describe(header, fileBytes, planned, problem) {
     vocabSize: hp?.vocab ?? (Array.isArray(tokens) ? tokens.length : null),
     ropeFreqBase: hp?.ropeBase ?? get('llama.rope.freq_base'),
     rmsEps: hp?.rmsEps ?? get('llama.attention.layer_norm_rms_epsilon'),
-    tokenizerModel: get('tokenizer.ggml.model'),
-    chatTemplate: get('tokenizer.chat_template'),
+    tokenizerModel: text('tokenizer.ggml.model'),
+    chatTemplate: text('tokenizer.chat_template'),
     runnable: problem === null,
     problem,
     keys: meta,
@@ -339,7 +341,10 @@ export async function inspectGguf(source, options) {
   }
 }
 
-/** FNV-1a over 32-bit little-endian words, fed in chunks of any length; names a file's bytes. */
+/**
+ * FNV-1a over 32-bit little-endian words (a last partial word zero-padded), fed in chunks of any
+ * length; names a file's bytes up to its tensor data's end (dataEnd: what follows is never read).
+ */
 class Fingerprint {
   h = 0x811C9DC5; carry = 0; carried = 0; bytes = 0;
   update(b) {
@@ -356,7 +361,10 @@ class Fingerprint {
     while (i < n) { this.carry |= b[i++] << (8 * this.carried); this.carried++; }
     this.h = h;
   }
-  digest() { return `gguf-${(this.h >>> 0).toString(16).padStart(8, '0')}-${this.bytes.toString(16)}`; }
+  digest() {
+    const h = this.carried > 0 ? Math.imul(this.h ^ this.carry, 0x01000193) : this.h;   // (the last 1-3 bytes count too)
+    return `gguf-${(h >>> 0).toString(16).padStart(8, '0')}-${this.bytes.toString(16)}`;
+  }
 }
 
 /**
@@ -440,7 +448,11 @@ export async function loadGguf(sdpa, source, options) {
       targets.push({ start: header.dataOffset + rf.info.offset, end: header.dataOffset + rf.info.offset + rf.info.bytes, bytes: ropeFreqs, name: 'rope_freqs.weight', done: checkFactors });
     }
     targets.sort((a, b) => a.start - b.start);
+    // The file's bytes that matter end with its last tensor's: the fingerprint covers them, and a
+    // source is not read past them (one that never ends would otherwise keep loadGguf reading).
+    const dataEnd = header.dataOffset + header.tensors.reduce((m, t) => Math.max(m, t.offset + t.bytes), 0);
     const fp = new Fingerprint();
+    const hash = (chunk, at) => { if (at < dataEnd) fp.update(chunk.subarray(0, Math.min(chunk.byteLength, dataEnd - at))); };
     const total = src.total;              // (null: a stream that does not say its length)
     let k = 0;          // the first target not yet filled
     const place = (chunk, at) => {
@@ -459,23 +471,24 @@ export async function loadGguf(sdpa, source, options) {
     };
     const progress = (loaded) => o.onProgress?.({ loaded, total });
     if (whole !== null) {
-      fp.update(whole);
+      hash(whole, 0);
       place(whole, 0);
       progress(whole.byteLength);
     } else {
       let pos = headPos;
       // the bytes read with the header, then every chunk after them
-      fp.update(head);
+      hash(head, 0);
       place(head, 0);
       progress(pos);
-      for (;;) {
+      while (pos < dataEnd) {
         const chunk = await nextChunk(src, signal);
         if (chunk === null) break;
         if (k < targets.length) place(chunk, pos);
-        fp.update(chunk);
+        hash(chunk, pos);
         pos += chunk.byteLength;
         progress(pos);
       }
+      src.cancel();     // (read to the tensor data's end: nothing after it is needed)
       if (k < targets.length) {
         const t = targets[k];
         throw new SdpaError('E_FORMAT', `${fn}: GGUF: the file ends at byte ${pos}, inside tensor "${t.name}" (file bytes ${t.start} .. ${t.end}): truncated`);

@@ -27,6 +27,16 @@ const MAX_TENSORS = 1 << 16;
 const MAX_KEYS = 1 << 20;
 const MAX_DIMS = 4;
 const MAX_ARRAY_DEPTH = 2;
+// A metadata array or string of more than these is refused (E_FORMAT), never built: a vocabulary has
+// well under 2^24 tokens (the tokenizer's own cap), a chat template a few KB. Without them a header of a
+// few hundred MB could ask for an array past the JS engine's limit, which ends the process.
+export const MAX_ARRAY_ELEMENTS = 1 << 24;
+export const MAX_STRING_BYTES = 1 << 26;
+// The fewest bytes an element of each non-numeric type takes: a bool 1, a string its 8-byte length, an
+// array its type and count.
+const MIN_ELEMENT_BYTES = { [7]: 1, [8]: 8, [9]: 12, [10]: 8, [11]: 8 };
+// The header (metadata and tensor list) of any file, read from a stream or held whole.
+export const MAX_HEADER_BYTES = 256 << 20;
 
 /** ggml's tensor types: id -> [name, values per block, bytes per block] (ggml.c's type_traits). */
 export const GGML_TYPES = new Map([
@@ -73,12 +83,16 @@ const utf8 = new TextDecoder('utf-8');
  */
 export function parseGguf(bytes, fn = 'parseGguf', fileBytes = null) {
   const bad = (message) => new SdpaError('E_FORMAT', `${fn}: GGUF: ${message}`);
+  const named = (what) => (typeof what === 'function' ? what() : what);   // (an array's element names: built only for a message)
   const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const end = bytes.byteLength;
   let off = 0;
   const need = (n, what) => {
+    if (off + n > MAX_HEADER_BYTES) {
+      throw bad(`the header runs past ${MAX_HEADER_BYTES / 2 ** 20} MiB (${named(what)} at byte ${off} needs ${n} bytes); expected a header (metadata and tensor list) under ${MAX_HEADER_BYTES / 2 ** 20} MiB`);
+    }
     if (off + n > end) {
-      if (fileBytes !== null && off + n > fileBytes) throw bad(`${what} at byte ${off} needs ${n} bytes, but the file ends at byte ${fileBytes}`);
+      if (fileBytes !== null && off + n > fileBytes) throw bad(`${named(what)} at byte ${off} needs ${n} bytes, but the file ends at byte ${fileBytes}`);
       throw new GgufTruncated(off + n);
     }
   };
@@ -86,12 +100,13 @@ export function parseGguf(bytes, fn = 'parseGguf', fileBytes = null) {
   const u64 = (what) => { need(8, what); const v = dv.getBigUint64(off, true); off += 8; return v; };
   const count = (what, max) => {
     const v = u64(what);
-    if (v > BigInt(max)) throw bad(`${what} is ${v}; expected at most ${max}`);
+    if (v > BigInt(max)) throw bad(`${named(what)} is ${v}; expected at most ${max}`);
     return Number(v);
   };
   const string = (what) => {
-    const n = u64(`the length of ${what}`);
-    if (n > BigInt(fileBytes ?? Number.MAX_SAFE_INTEGER)) throw bad(`${what} has length ${n} at byte ${off - 8}; expected at most the file's ${fileBytes} bytes`);
+    const n = u64(() => `the length of ${named(what)}`);
+    if (n > BigInt(MAX_STRING_BYTES)) throw bad(`${named(what)} has length ${n} at byte ${off - 8}; expected at most ${MAX_STRING_BYTES} bytes`);
+    if (n > BigInt(fileBytes ?? Number.MAX_SAFE_INTEGER)) throw bad(`${named(what)} has length ${n} at byte ${off - 8}; expected at most the file's ${fileBytes} bytes`);
     need(Number(n), what);
     const s = utf8.decode(bytes.subarray(off, off + Number(n)));
     off += Number(n);
@@ -102,14 +117,14 @@ export function parseGguf(bytes, fn = 'parseGguf', fileBytes = null) {
     if (type === VALUE.BOOL) {
       need(1, what);
       const b = bytes[off++];
-      if (b > 1) throw bad(`${what} is a bool of byte ${b} at byte ${off - 1}; expected 0 or 1`);
+      if (b > 1) throw bad(`${named(what)} is a bool of byte ${b} at byte ${off - 1}; expected 0 or 1`);
       return b === 1;
     }
     if (type === VALUE.ARRAY) {
-      if (depth >= MAX_ARRAY_DEPTH) throw bad(`${what} nests arrays ${depth + 1} deep; expected at most ${MAX_ARRAY_DEPTH}`);
-      const et = u32(`the element type of ${what}`);
-      if (!(et in SCALAR) ) throw bad(`${what} has element type ${et}; expected one of 0 .. ${SCALAR.length - 1} (${VALUE_NAMES.join(', ')})`);
-      const n = count(`the length of ${what}`, Number.MAX_SAFE_INTEGER);
+      if (depth >= MAX_ARRAY_DEPTH) throw bad(`${named(what)} nests arrays ${depth + 1} deep; expected at most ${MAX_ARRAY_DEPTH}`);
+      const et = u32(() => `the element type of ${named(what)}`);
+      if (!(et in SCALAR) ) throw bad(`${named(what)} has element type ${et}; expected one of 0 .. ${SCALAR.length - 1} (${VALUE_NAMES.join(', ')})`);
+      const n = count(() => `the length of ${named(what)}`, MAX_ARRAY_ELEMENTS);
       const [size, , Typed] = SCALAR[et];
       if (Typed !== null) {
         need(n * size, what);
@@ -118,13 +133,15 @@ export function parseGguf(bytes, fn = 'parseGguf', fileBytes = null) {
         off += n * size;
         return out;
       }
-      // every element takes at least one byte: a count beyond the bytes left is a lie, not a reason to wait
-      if (fileBytes !== null && off + n > fileBytes) throw bad(`${what} claims ${n} elements at byte ${off}, but the file ends at byte ${fileBytes}`);
+      // every element takes at least MIN_ELEMENT_BYTES: a count beyond the bytes left is a lie, not a reason to wait
+      if (fileBytes !== null && off + n * MIN_ELEMENT_BYTES[et] > fileBytes) {
+        throw bad(`${named(what)} claims ${n} elements of ${VALUE_NAMES[et]} (at least ${MIN_ELEMENT_BYTES[et]} bytes each) at byte ${off}, but the file ends at byte ${fileBytes}`);
+      }
       const out = [];
-      for (let i = 0; i < n; i++) out.push(value(et, `${what}[${i}]`, depth + 1));
+      for (let i = 0; i < n; i++) out.push(value(et, () => `${named(what)}[${i}]`, depth + 1));
       return out;
     }
-    if (!(type in SCALAR) || SCALAR[type][1] === null) throw bad(`${what} has value type ${type}; expected one of 0 .. ${SCALAR.length - 1} (${VALUE_NAMES.join(', ')})`);
+    if (!(type in SCALAR) || SCALAR[type][1] === null) throw bad(`${named(what)} has value type ${type}; expected one of 0 .. ${SCALAR.length - 1} (${VALUE_NAMES.join(', ')})`);
     const [size, read] = SCALAR[type];
     need(size, what);
     const v = read(dv, off);
