@@ -684,22 +684,6 @@ sdpa_status sdpa_check_described(int32_t op, const sdpa_kv_cache_desc * cache, i
                                  const sdpa_tensor * mask, const sdpa_options * options, const sdpa_tensor * out,
                                  uint32_t judged, uint32_t unknown, uint32_t overlaps, char * message, int32_t message_bytes);
 
-/// The rules of a cache geometry (sdpa_kv_cache_create_desc's) and, with
-/// `plan` non-zero, of sdpa_kv_cache_plan_desc's `rows`, decided on numbers
-/// alone before anything is allocated (the JS package asks this first, so
-/// these rules are written only here: createKVCache, createKVCacheGroup,
-/// kvCacheSize). The counts are integers held in doubles (JS numbers up to
-/// 2^53: a count past int32 is the rule's E_DIMS, not a wrapped value);
-/// key_dtype and value_dtype sdpa_dtype numbers. E_ARG (sinkTokens without
-/// a window; a count that is not such an integer), E_DIMS, E_DTYPE, E_HEADS,
-/// E_CAPACITY (rows past max_seq_len), the first in the table's order. Like
-/// sdpa_kv_check_rows it needs no context and writes only `message` (a
-/// failure's words, naming no function, NUL-terminated in message_bytes; at
-/// most SDPA_ROWS_MESSAGE_BYTES are needed).
-sdpa_status sdpa_kv_check_create(double batch, double max_seq_len, double kv_heads, double head_dim,
-                                 int32_t key_dtype, int32_t value_dtype, double window, double sink_tokens,
-                                 int32_t plan, double rows, char * message, int32_t message_bytes);
-
 /// Several sequences in one call: item i is sdpa_kv_cache_attend(ctx,
 /// cache, query, mask, options, out) of its own, and all of them run on one
 /// dispatch of the thread pool (their work scheduled together), each with

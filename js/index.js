@@ -6,7 +6,7 @@
 //   const out = sdpa.customSdpa(q, k, v, { startPos, isCausal });
 //   sdpa.dispose();
 
-import { SdpaError, STATUS_CODES, E_LOAD } from './errors.js';
+import { SdpaError, STATUS_CODES, E_LOAD, codeOfStatus } from './errors.js';
 import {
   Checks, checkStartPos, checkCustom, CUSTOM_OPTIONS, readCacheConfig, readCachePlan, readAllocArgs,
   checkReserveBytes, checkCacheAllocations,
@@ -16,7 +16,7 @@ import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild,
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
 import { attendMany, stepMany } from './many.js';
 import { KVCache } from './kv-cache.js';
-import { LAYOUT } from './abi.js';
+import { LAYOUT, CACHE_DTYPES } from './abi.js';
 import { KVCacheGroup, makeEach } from './kv-cache-group.js';
 import { loadState, CacheSink, GroupSink } from './kv-state.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
@@ -146,17 +146,30 @@ function attentionEntries(core) {
   return { runCustom, customSdpa };
 }
 
-/** sdpa_kv_cache_plan of a checked geometry with `rows` rows written (C's sizes: kv_cache.c). */
-function planCache(core, fn, geo, rows) {
+/**
+ * C's entry for a geometry JS read (rules.js readGeometry): sdpa_wasm_kv_cache_plan
+ * checks its rules (and with `rows` a number, kvCacheSize's rows) and sizes
+ * it with `rows` rows written (none: 0). A failure goes into `ck` (C's words,
+ * ranked with the other layers' of a group); returns the sizes { pages,
+ * pageBytes, poolBytes, tableBytes, bytes }, or null.
+ */
+function planCache(core, ck, geo, rows = null) {
   const at = core.slot('stats');
-  core.check(core.M._sdpa_kv_cache_plan_desc(core.ctx, core.cacheDesc(geo), rows, at), fn);
+  const st = core.M._sdpa_wasm_kv_cache_plan(core.ctx, geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim,
+    CACHE_DTYPES[geo.keyDtype], CACHE_DTYPES[geo.valueDtype], geo.window, geo.sinkTokens, geo.float16NewestPage ? 1 : 0,
+    rows === null ? 0 : 1, rows ?? 0, at);
+  if (st !== 0) {
+    ck.add(codeOfStatus(st), core.readCString(core.M._sdpa_ctx_last_error(core.ctx)));
+    return null;
+  }
   const f = LAYOUT.sdpa_kv_cache_size, i64 = (offset) => core.int64At(at + offset);
   return { pages: i64(f.pages), pageBytes: i64(f.page_bytes), poolBytes: i64(f.pool_bytes), tableBytes: i64(f.table_bytes), bytes: i64(f.bytes) };
 }
 
-/** A checked geometry's one page and page table against one wasm allocation (rules.js checkCacheAllocations). */
-function checkCacheFits(core, ck, fn, geo) {
-  checkCacheAllocations(ck, geo, planCache(core, fn, geo, 0), formatBytes);
+/** C's rules of a geometry JS read, then its one page and page table against one wasm allocation (rules.js checkCacheAllocations). */
+function checkCacheFits(core, ck, geo) {
+  const plan = planCache(core, ck, geo);
+  if (plan !== null) checkCacheAllocations(ck, geo, plan, formatBytes);
 }
 
 /** A cache of a checked geometry (E_OOM from C when its table cannot be had). */
@@ -181,9 +194,10 @@ function cacheEntries(core) {
   function createKVCache(config) {
     const fn = 'createKVCache';
     const ck = new Checks(fn);
-    const geo = readCacheConfig(ck, config, core);
+    const geo = readCacheConfig(ck, config);
     core.checkAlive(ck);
-    if (geo !== null && !core.disposed) checkCacheFits(core, ck, fn, geo);
+    ck.done();  // (JS's rules first: CONTRACT.md section 2's order)
+    checkCacheFits(core, ck, geo);
     ck.done();
     return makeCache(core, fn, geo);
   }
@@ -197,10 +211,12 @@ function cacheEntries(core) {
   function kvCacheSize(config, rows) {
     const fn = 'sdpa.kvCacheSize';
     const ck = new Checks(fn);
-    const { geo, rows: n } = readCachePlan(ck, config, rows, core);
+    const geo = readCachePlan(ck, config, rows);
     core.checkAlive(ck);
+    ck.done();  // (JS's rules first)
+    const plan = planCache(core, ck, geo, geo.rows ?? geo.maxSeqLen);
     ck.done();
-    return planCache(core, fn, geo, n);
+    return plan;
   }
 
   /**
@@ -215,9 +231,12 @@ function cacheEntries(core) {
     core.checkAlive(ck);
     const geos = (list ?? []).map((config, i) => {
       ck.prefix = `layers[${i}]: `;
-      const geo = readCacheConfig(ck, config, core);
-      if (geo !== null && !core.disposed) checkCacheFits(core, ck, fn, geo);
-      return geo;
+      return readCacheConfig(ck, config);
+    });
+    ck.done();  // (JS's rules of every layer first)
+    geos.forEach((geo, i) => {
+      ck.prefix = `layers[${i}]: `;
+      checkCacheFits(core, ck, geo);
     });
     ck.prefix = '';
     ck.done();

@@ -358,120 +358,87 @@ function readCacheDtype(ck, name, value, dflt) {
 }
 
 /*
- * A geometry's rules (and kvCacheSize's rows) are C's alone
- * (sdpa_check_cache_create through sdpa_kv_check_create: Core.geometryRules),
- * asked before anything is allocated. What JS checks of them is what only JS
- * sees: the options' JS types, the ones missing, unknown names, that a count
- * is an integer C can be given (a fraction, NaN, ±Infinity or a number past
- * 2^53 is not), `window: 0` (to C, 0 is no window: JS alone knows it was
- * given), and the dtypes' names (C sees numbers; JS names the option a bad
- * one came from).
+ * A geometry's rules (and kvCacheSize's rows) are C's alone, checked at its
+ * entry (sdpa_wasm_kv_cache_plan, src/wasm/api.h). What JS checks of them is
+ * what only JS sees: the options' JS types, the ones missing, unknown names,
+ * that a count is an integer C can be given (a fraction, NaN, ±Infinity or a
+ * number past 2^53 is not), `window: 0` (to C, 0 is no window: JS alone knows
+ * it was given), and the dtypes' names (C sees numbers; JS names the option a
+ * bad one came from). These rank before every C rule (CONTRACT.md section 2).
  */
 
-/** The count options in the order they are read: C's order within a code (check.c), kvCacheSize's rows last. */
-const COUNTS = Object.freeze(['batch', 'window', 'sinkTokens', 'maxSeqLen', 'numKvHeads', 'headDim', 'rows']);
-/** What C is given for a count JS rejected or has no value for: one no rule of C's rejects, so that C judges the others. */
-const SOUND = Object.freeze({ batch: 1, window: 1, sinkTokens: 0, maxSeqLen: KEY_INDEX_LIMIT, numKvHeads: 1, headDim: 1, rows: 0 });
 const POSITIVE = 'a positive integer', NON_NEGATIVE = 'a non-negative integer';
 
 /**
- * A count option's JS-only rules: absent (`dflt`, or E_ARG when `required`),
- * its JS type, an integer (E_DIMS). Its range is C's. Returns [value, failure]
- * (value undefined when there is none for C; failure { code, message } or null).
+ * A count option's JS-only rules into `ck`: absent (`dflt`, or E_ARG when
+ * `required`), its JS type, an integer (E_DIMS). Its range is C's. Returns
+ * the value (undefined when there is none for C).
  */
-function readCount(value, name, required, dflt, expected) {
+function readCount(ck, value, name, required, dflt, expected) {
   if (value === undefined || value === null) {
-    return required ? [undefined, { code: 'E_ARG', message: `${name} is missing; expected ${expected}` }] : [dflt, null];
+    if (required) ck.add('E_ARG', `${name} is missing; expected ${expected}`);
+    return required ? undefined : dflt;
   }
-  if (typeof value !== 'number') return [undefined, { code: 'E_ARG', message: `${name} must be a number, got ${describeValue(value)}` }];
-  if (!Number.isSafeInteger(value)) return [undefined, { code: 'E_DIMS', message: `${name} is ${value}; expected ${expected}` }];
-  return [value, null];
+  if (typeof value !== 'number') ck.add('E_ARG', `${name} must be a number, got ${describeValue(value)}`);
+  else if (!Number.isSafeInteger(value)) ck.add('E_DIMS', `${name} is ${value}; expected ${expected}`);
+  else return value;
+  return undefined;
 }
 
 /**
- * createKVCache's options (and, `plan`, kvCacheSize's rows) into `ck`: JS's
- * own rules, then C's verdict on the counts JS let through (the others given
- * as SOUND), ranked as one list in read order: C's failure goes before JS's
- * failures of the same code when C also fails on the options read before
- * JS's first one (asked once more on those alone), else after them.
+ * createKVCache's options (and, `plan`, kvCacheSize's rows): JS's own rules
+ * into `ck`. Returns the geometry as C is given it (counts as JS numbers,
+ * `rows` undefined when none was given), or null when a rule failed; C's
+ * rules come at its entry (Core.planCache).
  */
-function readGeometry(ck, config, core, plan, rowsValue) {
+function readGeometry(into, config, plan, rowsValue) {
+  const ck = new Checks('');  // (this geometry's own: a group reads several into one)
   const given = config !== undefined && config !== null;
   if (!given) ck.add('E_ARG', 'the options { maxSeqLen, numKvHeads, headDim } are missing');
   const o = readOptions(ck, config, CACHE_OPTIONS);  // the snapshot
-  const own = [];  // [position in COUNTS (the dtypes: rows', read before it), { code, message }], in read order
-  const values = {};
-  const count = (name, ...how) => {
-    const [value, failure] = readCount(name === 'rows' ? rowsValue : o[name], name, ...how);
-    values[name] = value;
-    if (failure) own.push([COUNTS.indexOf(name), failure]);
-  };
-  count('batch', false, 1, POSITIVE);
-  if (o.window === 0) {  // (JS only: to C, window 0 is no window)
-    values.window = undefined;
-    own.push([COUNTS.indexOf('window'), { code: 'E_DIMS', message: `window is ${o.window}; expected ${POSITIVE}` }]);
-  } else {
-    // a windowed cache: its storage is the window, so maxSeqLen (the position limit) may be left out
-    count('window', false, 0, POSITIVE);
-  }
-  count('sinkTokens', false, 0, NON_NEGATIVE);
-  count('maxSeqLen', given && values.window === 0, KEY_INDEX_LIMIT, POSITIVE);
-  count('numKvHeads', given, undefined, POSITIVE);
-  count('headDim', given, undefined, POSITIVE);
+  const batch = readCount(ck, o.batch, 'batch', false, 1, POSITIVE);
+  let window;
+  if (o.window === 0) ck.add('E_DIMS', `window is ${o.window}; expected ${POSITIVE}`);  // (JS only: to C, window 0 is no window)
+  else window = readCount(ck, o.window, 'window', false, 0, POSITIVE);  // a windowed cache: maxSeqLen may be left out
+  const sinkTokens = readCount(ck, o.sinkTokens, 'sinkTokens', false, 0, NON_NEGATIVE);
+  const maxSeqLen = readCount(ck, o.maxSeqLen, 'maxSeqLen', given && window === 0, KEY_INDEX_LIMIT, POSITIVE);
+  const numKvHeads = readCount(ck, o.numKvHeads, 'numKvHeads', given, undefined, POSITIVE);
+  const headDim = readCount(ck, o.headDim, 'headDim', given, undefined, POSITIVE);
   // dtype for both, keyDtype / valueDtype for one of them (each overrides dtype)
-  const dtypes = new Checks('');
-  const dtype = readCacheDtype(dtypes, 'dtype', o.dtype, 'float32');
-  const keyDtype = readCacheDtype(dtypes, 'keyDtype', o.keyDtype, dtype);
-  const valueDtype = readCacheDtype(dtypes, 'valueDtype', o.valueDtype, dtype);
+  const dtype = readCacheDtype(ck, 'dtype', o.dtype, 'float32');
+  const keyDtype = readCacheDtype(ck, 'keyDtype', o.keyDtype, dtype);
+  const valueDtype = readCacheDtype(ck, 'valueDtype', o.valueDtype, dtype);
   // float16NewestPage: a boolean; by default on when K or V is int4 (its quality table: README, "Choosing a cache dtype")
-  let float16NewestPage = o.float16NewestPage ?? (keyDtype === 'int4' || valueDtype === 'int4');
-  if (typeof float16NewestPage !== 'boolean') {
-    dtypes.add('E_ARG', `float16NewestPage must be a boolean, got ${describeValue(o.float16NewestPage)}`);
-    float16NewestPage = false;
+  const float16NewestPage = o.float16NewestPage ?? (keyDtype === 'int4' || valueDtype === 'int4');
+  if (typeof float16NewestPage !== 'boolean') ck.add('E_ARG', `float16NewestPage must be a boolean, got ${describeValue(o.float16NewestPage)}`);
+  const rows = plan && rowsValue !== undefined && rowsValue !== null ? readCount(ck, rowsValue, 'rows', true, undefined, NON_NEGATIVE) : undefined;
+  if (ck.first !== null) {
+    into.add(ck.first.code, ck.first.message);
+    return null;
   }
-  if (dtypes.first !== null) own.push([COUNTS.indexOf('rows'), dtypes.first]);
-  if (plan) {
-    if (rowsValue === undefined || rowsValue === null) values.rows = undefined;  // (maxSeqLen's: never past it)
-    else count('rows', true, undefined, NON_NEGATIVE);
-  }
-  // C's verdict: on every count JS let through, then, on a tie with JS, on those read before JS's first failure of that code
-  const ask = (before) => {
-    const g = {};
-    for (let k = 0; k < COUNTS.length; k++) g[COUNTS[k]] = k < before && values[COUNTS[k]] !== undefined ? values[COUNTS[k]] : SOUND[COUNTS[k]];
-    g.keyDtype = CACHE_DTYPES[keyDtype ?? 'float32'];
-    g.valueDtype = CACHE_DTYPES[valueDtype ?? 'float32'];
-    return core.geometryRules(g, plan ? g.rows : null);
-  };
-  const c = ask(COUNTS.length);
-  const tie = c === null ? undefined : own.find(([, f]) => f.code === c.code);
-  const cFirst = c !== null && (tie === undefined || ask(tie[0])?.code === c.code);
-  if (cFirst) ck.add(c.code, c.message);
-  for (const [, f] of own) ck.add(f.code, f.message);
-  if (c !== null && !cFirst) ck.add(c.code, c.message);
-  if (c !== null || own.length > 0 || values.numKvHeads === undefined || values.headDim === undefined) return null;
   return {
-    batch: values.batch, maxSeqLen: values.maxSeqLen, numKvHeads: values.numKvHeads, headDim: values.headDim,
-    dtype: keyDtype === valueDtype ? keyDtype : null, keyDtype, valueDtype, window: values.window, sinkTokens: values.sinkTokens || 0,  // (-0: 0)
+    batch, maxSeqLen, numKvHeads, headDim, dtype: keyDtype === valueDtype ? keyDtype : null, keyDtype, valueDtype,
+    window, sinkTokens: sinkTokens || 0,  // (-0: 0)
     float16NewestPage,  // (as asked: a cache has one only for an int8 / int4 block, KVCache.float16NewestPage)
+    rows,
   };
 }
 
 /**
- * Reads and checks a cache configuration (createKVCache's options) into
- * `ck`, C's rules asked through `core` (Core.geometryRules); returns the
- * geometry, or null when a rule failed.
+ * Reads createKVCache's options into `ck` (JS's own rules); returns the
+ * geometry for C's entry, or null when a rule failed.
  */
-export function readCacheConfig(ck, config, core) {
-  return readGeometry(ck, config, core, false, undefined);
+export function readCacheConfig(ck, config) {
+  return readGeometry(ck, config, false, undefined);
 }
 
 /**
- * kvCacheSize's options and rows (default: maxSeqLen; 0 .. maxSeqLen, C's
- * rule) into `ck`. Returns { geo, rows } (geo null when a rule failed).
+ * kvCacheSize's options and rows (default: maxSeqLen) into `ck` (JS's own
+ * rules; the range of rows, 0 .. maxSeqLen, is C's). Returns the geometry
+ * with its `rows` (undefined: none given), or null when a rule failed.
  */
-export function readCachePlan(ck, config, rows, core) {
-  const geo = readGeometry(ck, config, core, true, rows);
-  return { geo, rows: geo === null ? null : rows ?? geo.maxSeqLen };
+export function readCachePlan(ck, config, rows) {
+  return readGeometry(ck, config, true, rows);
 }
 
 /** The largest single allocation wasm32 malloc can make (< 2 GiB). A little

@@ -446,28 +446,6 @@ export class Core {
     }
   }
 
-  /**
-   * A cache geometry's rules and kvCacheSize's rows (`rows` null: none),
-   * decided by C (sdpa_kv_check_create) from numbers alone, before anything
-   * is allocated: the rules and their words live only there. `g`: { batch,
-   * maxSeqLen, numKvHeads, headDim, keyDtype, valueDtype, window, sinkTokens }
-   * as integers and CACHE_DTYPES numbers. Returns C's first failure
-   * { code, message } (its message names no function), or null; the caller
-   * ranks it with its JS-only failures (rules.js readCacheConfig). Needs no
-   * context, as rowRules.
-   */
-  geometryRules(g, rows) {
-    const M = this.M, top = M.stackSave();
-    try {
-      const message = M.stackAlloc(ROWS_MESSAGE_BYTES);
-      const st = M._sdpa_kv_check_create(g.batch, g.maxSeqLen, g.numKvHeads, g.headDim, g.keyDtype, g.valueDtype,
-        g.window, g.sinkTokens, rows === null ? 0 : 1, rows ?? 0, message, ROWS_MESSAGE_BYTES);
-      return st === 0 ? null : { code: codeOfStatus(st), message: this.readCString(message) };
-    } finally {
-      M.stackRestore(top);
-    }
-  }
-
   // -- argument structs ---------------------------------------------------
 
   writeTensor(slot, ptr, len, dtype, dims) {

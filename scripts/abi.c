@@ -229,7 +229,7 @@ static void limits(void) {
     fprintf(out, "/** sdpa_kv_check_rows's op: the row rules of read, truncate, keepRows, save (SDPA_ROWS_*). */\n");
     fprintf(out, "export const ROWS_OP = Object.freeze({ read: %d, truncate: %d, keep: %d, save: %d });\n",
             SDPA_ROWS_READ, SDPA_ROWS_TRUNCATE, SDPA_ROWS_KEEP, SDPA_ROWS_SAVE);
-    fprintf(out, "/** Bytes of the message sdpa_kv_check_rows and sdpa_kv_check_create write at most (SDPA_ROWS_MESSAGE_BYTES). */\n");
+    fprintf(out, "/** Bytes of the message sdpa_kv_check_rows writes at most (SDPA_ROWS_MESSAGE_BYTES). */\n");
     fprintf(out, "export const ROWS_MESSAGE_BYTES = %d;\n", SDPA_ROWS_MESSAGE_BYTES);
     fprintf(out, "/** sdpa_check_described's op: the call whose rules it runs on described tensors (SDPA_CHECK_*). */\n");
     fprintf(out, "export const CHECK_OP = Object.freeze({ custom: %d, update: %d, attend: %d, step: %d });\n",

@@ -5,7 +5,8 @@
 // each recorded as { code, message } (or 'OK' when the call did not throw).
 //
 //   node scripts/validation-diff.mjs --write   records tests/js/fixtures/validation-diff.json
-//   node scripts/validation-diff.mjs           compares the current build against it, prints the differences
+//   node scripts/validation-diff.mjs [--all]   compares the current build against it: counts, and the differences
+//                                              the new ordering does not explain (--all: every difference)
 //
 // The fixture was recorded from main BEFORE "validate once, at the C entry";
 // tests/js/validation-diff.test.js holds the current build to it, the cases
@@ -223,6 +224,29 @@ export function differences(before, after) {
   return out;
 }
 
+const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+/** The single-fault cases a pair case is made of, or null when `name` is not a pair. */
+function singles(name) {
+  const m = /^(.*? )([^ ]+)$/.exec(name);
+  if (!m) return null;
+  const [, head, faults] = m;
+  const parts = faults.includes('+') ? faults.split('+') : /^[\w.]+=[^,]*,[\w.]+=/.test(faults) ? faults.split(/,(?=[\w.]+=)/) : null;
+  return parts && parts.length === 2 ? parts.map((p) => head + p) : null;
+}
+
+/** Why a changed case changed ('pair' / 'disposed'), or null when the new ordering does not explain it. */
+export function explain(name, before, after, fixture) {
+  if (after === 'OK' || before === 'OK' || after === undefined) return null;
+  const pair = singles(name.replace(/^disposed instance /, ''));
+  if (/^disposed /.test(name) && after[0] === 'E_DISPOSED') return 'disposed';
+  if (pair) {
+    const [a, b] = pair.map((n) => fixture[n]);
+    if (a && b && ((same(after, a) && same(before, b)) || (same(after, b) && same(before, a)))) return 'pair';
+  }
+  return null;
+}
+
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const { createSdpa } = await import('../js/index.js');
   const result = await runCases(createSdpa);
@@ -233,7 +257,13 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   } else {
     const before = JSON.parse(readFileSync(FIXTURE, 'utf8'));
     const diff = differences(before, result);
-    for (const [name, b, a] of diff) console.log(`${name}\n  before ${JSON.stringify(b)}\n  after  ${JSON.stringify(a)}`);
-    console.log(`${Object.keys(result).length} cases: ${Object.keys(result).length - diff.length} same, ${diff.length} changed`);
+    const why = { pair: 0, disposed: 0, unexplained: 0 };
+    for (const [name, b, a] of diff) {
+      const w = explain(name, b, a, before) ?? 'unexplained';
+      why[w]++;
+      if (w === 'unexplained' || process.argv.includes('--all')) console.log(`${w}: ${name}\n  before ${JSON.stringify(b)}\n  after  ${JSON.stringify(a)}`);
+    }
+    console.log(`${Object.keys(result).length} cases: ${Object.keys(result).length - diff.length} same, ${diff.length} changed ` +
+      `(${why.pair} pairs now report their JS-only fault, ${why.disposed} disposed now E_DISPOSED, ${why.unexplained} unexplained)`);
   }
 }

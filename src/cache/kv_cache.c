@@ -83,8 +83,8 @@ static void layout_of(cache_layout * L, sdpa_page_format * format, sdpa_page_for
 /* A geometry's rules and, with `plan`, kvCacheSize's rows, first in the
  * table's order (a negative rows, E_DIMS, outranks a geometry's E_DTYPE or
  * E_HEADS; rows past maxSeqLen, E_CAPACITY, is asked of a sound geometry
- * only). What sdpa_kv_cache_create_desc, _plan_desc and sdpa_kv_check_create
- * run. */
+ * only). What sdpa_kv_cache_create_desc and _plan_desc run (the wasm entry
+ * sdpa_wasm_kv_cache_plan runs the same two checks on JS numbers). */
 static sdpa_status check_geometry(sdpa_ctx * ctx, const char * fn, int64_t batch, int64_t max_seq_len, int64_t kv_heads,
                                   int64_t head_dim, int32_t key_dtype, int32_t value_dtype, int64_t window,
                                   int64_t sink_tokens, bool plan, int64_t rows, const void * out) {
@@ -823,26 +823,6 @@ sdpa_status sdpa_kv_check_rows(int32_t op, int32_t max_seq_len, int32_t window, 
     memset(&local, 0, sizeof local);
     const sdpa_status st = check_rows_described(&local, op, max_seq_len, window, sink_tokens, length, window_start,
                                                 start, n, last);
-    return described_message(&local, st, message, message_bytes);
-}
-
-sdpa_status sdpa_kv_check_create(double batch, double max_seq_len, double kv_heads, double head_dim,
-                                 int32_t key_dtype, int32_t value_dtype, double window, double sink_tokens,
-                                 int32_t plan, double rows, char * message, int32_t message_bytes) {
-    static const char fn[] = "sdpa_kv_check_create";
-    const double exact = 9007199254740992.0;  /* 2^53 */
-    sdpa_ctx local;  /* (only its message: the rules write nothing else) */
-    memset(&local, 0, sizeof local);
-    int64_t b, m, h, d, w, s, r = 0;
-    sdpa_status st;
-    if (!whole_in(batch, -exact, exact, &b) || !whole_in(max_seq_len, -exact, exact, &m) ||
-        !whole_in(kv_heads, -exact, exact, &h) || !whole_in(head_dim, -exact, exact, &d) ||
-        !whole_in(window, -exact, exact, &w) || !whole_in(sink_tokens, -exact, exact, &s) ||
-        (plan && !whole_in(rows, -exact, exact, &r)))
-        st = sdpa_fail(&local, SDPA_E_ARG, "%s: batch %g, maxSeqLen %g, numKvHeads %g, headDim %g, window %g, sinkTokens %g, rows %g are not the integers it takes",
-                       fn, batch, max_seq_len, kv_heads, head_dim, window, sink_tokens, rows);
-    else
-        st = check_geometry(&local, "", b, m, h, d, key_dtype, value_dtype, w, s, plan != 0, r, &local);
     return described_message(&local, st, message, message_bytes);
 }
 

@@ -930,7 +930,7 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int64_t bat
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: sinkTokens is %lld but no window was given; sink rows belong to a windowed cache",
                          fn, (long long)sink_tokens);
     /* E_DIMS in the order createKVCache reads its options; the int32 bounds
-     * are reached only through sdpa_kv_check_create (a JS number) */
+     * are reached only through sdpa_wasm_kv_cache_plan (a JS number) */
     if (batch <= 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: batch is %lld; expected a positive integer", fn, (long long)batch);
     if (batch > INT32_MAX) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: batch is %lld; at most %d (2^31 - 1)", fn, (long long)batch, INT32_MAX);
     if (window < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: window is %lld; expected a positive integer", fn, (long long)window);

@@ -78,7 +78,7 @@ sdpa_status sdpa_check_cache_read_records(sdpa_ctx * ctx, const char * fn, const
                                           uint64_t out_bytes);
 
 /* cache geometry at creation (window 0: a plain cache, sink_tokens 0). The
- * counts are int64 so that sdpa_kv_check_create can hand on any integer a JS
+ * counts are int64 so that sdpa_wasm_kv_cache_plan can hand on any integer a JS
  * number holds (C's own callers pass int32: the int32 bounds never fail for
  * them). */
 sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int64_t batch,

@@ -11,8 +11,8 @@
 // Not here either, because they live in C alone (JS asks C before it copies
 // anything): the row rules of read / readRaw, truncate and keepRows' span
 // (Core.rowRules, sdpa_kv_check_rows), a cache geometry's rules with
-// kvCacheSize's rows (createKVCache, createKVCacheGroup, kvCacheSize:
-// Core.geometryRules, sdpa_kv_check_create), and the relational rules of
+// kvCacheSize's rows (createKVCache, createKVCacheGroup, kvCacheSize: checked
+// at the entry, sdpa_wasm_kv_cache_plan), and the relational rules of
 // customSdpa and of KVCache.update / attend / step and their attendMany /
 // stepMany items: ranks, dims, batch, heads, head dim, key length, the key
 // bound, masks, treeMask, window, the rows written, capacity, a windowed
