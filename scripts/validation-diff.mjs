@@ -231,7 +231,8 @@ function singles(name) {
   const m = /^(.*? )([^ ]+)$/.exec(name);
   if (!m) return null;
   const [, head, faults] = m;
-  const parts = faults.includes('+') ? faults.split('+') : /^[\w.]+=[^,]*,[\w.]+=/.test(faults) ? faults.split(/,(?=[\w.]+=)/) : null;
+  // (geometry pairs: 'a=x,b=y', whose values may hold a '+'; attention pairs: 'f+g')
+  const parts = /^[\w.]+=[^,]*,[\w.]+=/.test(faults) ? faults.split(/,(?=[\w.]+=)/) : faults.includes('+') ? faults.split('+') : null;
   return parts && parts.length === 2 ? parts.map((p) => head + p) : null;
 }
 
