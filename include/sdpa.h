@@ -591,39 +591,6 @@ sdpa_status sdpa_kv_group_header_check(sdpa_ctx * ctx, const void * head, size_t
 sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t start,
                                     const int32_t * rows, int32_t n);
 
-/// The row rules of read / read_records, truncate, keep_rows and
-/// sdpa_kv_save_begin, decided on numbers alone, before anything is copied or
-/// allocated (the JS package asks this first, so these rules are written only
-/// here: KVCache.read, readRaw, truncate, keepRows, save, saveChunks,
-/// saveStream, and KVCacheGroup's truncate and saves). The cache is
-/// described, not passed: max_seq_len, window, sink_tokens, length (rows written) and
-/// window_start, as sdpa_kv_cache_* report them (a cache that is gone: its
-/// max_seq_len, window 0, length = max_seq_len). op:
-///   SDPA_ROWS_READ      rows start .. start+n-1 (start >= 0, n >= 1)
-///   SDPA_ROWS_TRUNCATE  truncate to `start` rows (n, last unused)
-///   SDPA_ROWS_KEEP      keep_rows(start, rows) with n rows, rows[n-1] = last;
-///                       the list's own order is the caller's to check (its
-///                       entries are caller data, not yet in this memory)
-///   SDPA_ROWS_SAVE      sdpa_kv_save_begin's rows start .. start+n-1 (any
-///                       integers: their signs and n's int32 bound are its
-///                       rules too); length -1 describes a cache that is gone
-///                       (its rows unknown: only those rules of the values)
-/// start, n and last are integers held in doubles (JS numbers up to 2^53).
-/// E_START_POS, E_CAPACITY (and for SDPA_ROWS_SAVE E_DIMS: a negative n or
-/// one past int32); E_ARG for an op or description no cache has. It
-/// needs no context and touches no memory but `message` (so it may be asked
-/// after a context is gone): a failure's message, which names no function
-/// (the caller's name goes first), NUL-terminated in message_bytes (at most
-/// SDPA_ROWS_MESSAGE_BYTES are needed; message NULL: none).
-#define SDPA_ROWS_READ 0
-#define SDPA_ROWS_TRUNCATE 1
-#define SDPA_ROWS_KEEP 2
-#define SDPA_ROWS_SAVE 3
-#define SDPA_ROWS_MESSAGE_BYTES 512
-sdpa_status sdpa_kv_check_rows(int32_t op, int32_t max_seq_len, int32_t window, int32_t sink_tokens,
-                               int32_t length, int32_t window_start, double start, double n, double last,
-                               char * message, int32_t message_bytes);
-
 /// The rules of a call on tensors described, not given: what a caller that
 /// has not yet placed its arguments in this memory (the JS package, which
 /// asks before it copies or allocates anything) asks. The tensors are

@@ -73,10 +73,6 @@ export const MANY_MAX = 64;
 export const PAGE_ROWS = 64;
 /** Bytes of meta a save carries at most (SDPA_STATE_MAX_META). */
 export const STATE_MAX_META = 1048576;
-/** sdpa_kv_check_rows's op: the row rules of read, truncate, keepRows, save (SDPA_ROWS_*). */
-export const ROWS_OP = Object.freeze({ read: 0, truncate: 1, keep: 2, save: 3 });
-/** Bytes of the message sdpa_kv_check_rows writes at most (SDPA_ROWS_MESSAGE_BYTES). */
-export const ROWS_MESSAGE_BYTES = 512;
 /** sdpa_check_described's op: the call whose rules it runs on described tensors (SDPA_CHECK_*). */
 export const CHECK_OP = Object.freeze({ custom: 0, update: 1, attend: 2, step: 3 });
 /** sdpa_check_described's judged / unknown / overlaps bits: by the name C's messages give a tensor, and the rest (SDPA_DESCRIBED_*). */

@@ -83,6 +83,7 @@ export class KVCacheGroup {
     const fn = 'KVCacheGroup.truncate';
     let n = null;
     this.#checkEach(fn, (c, ck) => { n = cacheHooks.checkTruncate(c, ck, length); });
+    this.#checkEach(fn, (c, ck) => cacheHooks.truncateRules(c, ck, n));  // (C's, every layer before any changes)
     for (const c of this.#layers) cacheHooks.truncateChecked(c, fn, n);
   }
 

@@ -21,7 +21,8 @@ import {
 } from './rules.js';
 import { readOptions, inspectTensor, checkLive, checkLiveOptions } from './snapshot.js';
 import { SLOT, ROTARY_INLINE_POSITIONS } from './runtime.js';
-import { RECORD_PARTS, ROWS_OP, CHECK_OP, DESCRIBED } from './abi.js';
+import { codeOfStatus } from './errors.js';
+import { RECORD_PARTS, CHECK_OP, DESCRIBED } from './abi.js';
 import { prod, INT32_MAX } from './shape.js';
 import { typedArrayTag, isArray } from './intrinsics.js';
 import { saveCache, saveCacheChunks, saveCacheStream, releaseSaves } from './kv-state.js';
@@ -231,50 +232,39 @@ export class KVCache {
     return this.#core.runAttention(fn, P, sp, Kw, Vw, this.#callStep);
   }
 
-  /** read / readRaw's arguments: rows start .. start+length-1 below maxSeqLen (throws the SdpaError). */
-  #checkRows(fn, start, length) {
+  /**
+   * read / readRaw: JS's rules, then C's entry (sdpa_wasm_kv_cache_read: the
+   * rows' rules, then a block C allocates, `raw` 0: float32 keys then values,
+   * 1: key records then value records). Returns [start, length, block address]
+   * (the caller frees the block).
+   */
+  #readRows(fn, start, length, raw) {
     const ck = new Checks(fn);
     const [s, n] = checkCacheRows(ck, start, length);
-    if (s !== null && n !== null) this.#core.rowRules(ck, ROWS_OP.read, this.#rowState(), s, n);
     this.#checkAlive(ck);
     ck.done();
-    return [s, n];
-  }
-
-  /**
-   * What the row rules (Core.rowRules) know of this cache: its geometry, the
-   * rows written and its windowStart; once disposed only maxSeqLen (no window,
-   * every row written), so that what a disposed cache reports is E_DISPOSED
-   * unless a rule of its geometry alone comes first.
-   */
-  #rowState() {
-    const g = this.#geo;
-    if (!this.#alive()) return { maxSeqLen: g.maxSeqLen, window: 0, sinkTokens: 0, length: g.maxSeqLen, windowStart: 0 };
-    return { maxSeqLen: g.maxSeqLen, window: g.window, sinkTokens: g.sinkTokens, length: this.length, windowStart: this.#windowStartOf() };
+    const c = this.#core, at = c.slot('ptr');
+    c.views().u32[at >>> 2] = 0;
+    c.check(c.M._sdpa_wasm_kv_cache_read(c.ctx, this.#ptr, s, n, raw, at), fn);
+    return [s, n, c.views().u32[at >>> 2]];
   }
 
   /** Copies of rows start .. start+length-1: { k, v }, each [B, length, Hkv, D] float32 (unwritten rows: zeros). */
   read(start, length) {
     const fn = 'KVCache.read';
-    const [s, n] = this.#checkRows(fn, start, length);
+    const [, n, p] = this.#readRows(fn, start, length, 0);
     const c = this.#core;
     const { batch, numKvHeads, headDim } = this.#geo;
     const dims = [batch, n, numKvHeads, headDim];
     const count = prod(dims);
-    let pk = 0, pv = 0;
     try {
-      pk = c.malloc(count * Float32Array.BYTES_PER_ELEMENT, fn, 'a temporary copy of the keys');
-      pv = c.malloc(count * Float32Array.BYTES_PER_ELEMENT, fn, 'a temporary copy of the values');
-      c.writeTensor(SLOT.q, pk, count, 'float32', dims);
-      c.writeTensor(SLOT.k, pv, count, 'float32', dims);
-      c.check(c.M._sdpa_kv_cache_read(c.ctx, this.#ptr, s, n, c.slot('q'), c.slot('k')), fn);
-      const f32 = c.views().f32;
+      const f32 = c.views().f32, pk = p >>> 2, pv = pk + count;
       return {
-        k: { data: f32.slice(pk >>> 2, (pk >>> 2) + count), dims: dims.slice(), dtype: 'float32' },
-        v: { data: f32.slice(pv >>> 2, (pv >>> 2) + count), dims: dims.slice(), dtype: 'float32' },
+        k: { data: f32.slice(pk, pk + count), dims: dims.slice(), dtype: 'float32' },
+        v: { data: f32.slice(pv, pv + count), dims: dims.slice(), dtype: 'float32' },
       };
     } finally {
-      c.free(pk); c.free(pv);
+      c.free(p);
     }
   }
 
@@ -290,22 +280,19 @@ export class KVCache {
    */
   readRaw(start, length) {
     const fn = 'KVCache.readRaw';
-    const [s, n] = this.#checkRows(fn, start, length);
+    const [, n, p] = this.#readRows(fn, start, length, 1);
     const c = this.#core;
     const { batch, numKvHeads, headDim: D } = this.#geo;
     const dims = [batch, n, numKvHeads, D];
     const rows = batch * n * numKvHeads;
     const result = {};
-    let p = 0;
     try {
+      let at = p;
       for (const [which, name, dtype] of [[0, 'k', this.#geo.keyDtype], [1, 'v', this.#geo.valueDtype]]) {
         const rec = c.M._sdpa_kv_cache_record_bytes(this.#ptr, which), bytes = rows * rec;
-        p = c.malloc(bytes, fn, 'a temporary copy of the stored rows');
-        c.check(c.M._sdpa_kv_cache_read_records(c.ctx, this.#ptr, s, n, which, p, bytes), fn);
         // (a typed array's slice copies into a fresh, unshared buffer)
-        const u8 = c.views().u8.slice(p, p + bytes);
-        c.free(p);
-        p = 0;
+        const u8 = c.views().u8.slice(at, at + bytes);
+        at += bytes;
         result[name] = splitRecords(u8, dtype, rows, D, dims.slice(), rec);
       }
       return result;
@@ -326,13 +313,16 @@ export class KVCache {
     this.#truncateChecked(fn, n);
   }
 
-  /** truncate's rules into `ck`; returns the length, or null when invalid. */
+  /** truncate's JS rules into `ck`; returns the length, or null when invalid. */
   #checkTruncate(ck, length) {
     this.#checkAlive(ck);
-    const n = checkCacheTruncate(ck, length);
-    // (a disposed cache: no row rule applies, E_DISPOSED is what it reports)
-    if (n !== null && this.#alive()) this.#core.rowRules(ck, ROWS_OP.truncate, this.#rowState(), n);
-    return n;
+    return checkCacheTruncate(ck, length);
+  }
+
+  /** truncate's C rules alone (a group checks every layer first) into `ck`. */
+  #truncateRules(ck, n) {
+    const c = this.#core, st = c.M._sdpa_wasm_kv_cache_truncate(c.ctx, this.#ptr, n, 0);
+    if (st !== 0) ck.add(codeOfStatus(st), c.lastError());
   }
 
   /**
@@ -345,14 +335,13 @@ export class KVCache {
     const ck = new Checks(fn);
     this.#checkAlive(ck);
     const list = checkKeepRows(ck, start, rows);
-    // (a disposed cache: no span rule applies, E_DISPOSED is what it reports)
-    if (list !== null && this.#alive()) this.#core.rowRules(ck, ROWS_OP.keep, this.#rowState(), start, list.length, list.length ? list[list.length - 1] : 0);
     ck.done();
+    // the list into scratch, then C's entry checks every rule (start, the list's order, the rows written)
     const c = this.#core, n = list.length;
     const p = n ? c.malloc(n * Int32Array.BYTES_PER_ELEMENT, fn, 'a temporary copy of rows') : 0;
     try {
       if (n) c.views().i32.set(list, p >>> 2);
-      c.check(c.M._sdpa_kv_cache_keep_rows(c.ctx, this.#ptr, start, p, n), fn);
+      c.check(c.M._sdpa_wasm_kv_cache_keep_rows(c.ctx, this.#ptr, start, p, n), fn);
     } finally {
       c.free(p);
     }
@@ -360,12 +349,13 @@ export class KVCache {
 
   #truncateChecked(fn, n) {
     const c = this.#core;
-    c.check(c.M._sdpa_kv_cache_truncate(c.ctx, this.#ptr, n), fn);
+    c.check(c.M._sdpa_wasm_kv_cache_truncate(c.ctx, this.#ptr, n, 1), fn);
   }
 
   static {
     // For KVCacheGroup (kv-cache-group.js): check every layer, then truncate them all.
     cacheHooks.checkTruncate = (cache, ck, length) => cache.#checkTruncate(ck, length);
+    cacheHooks.truncateRules = (cache, ck, n) => cache.#truncateRules(ck, n);
     cacheHooks.truncateChecked = (cache, fn, n) => cache.#truncateChecked(fn, n);
     cacheHooks.checkAlive = (cache, ck) => cache.#checkAlive(ck);
     // For kv-state.js (save): what a save reads of a cache.

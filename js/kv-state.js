@@ -17,7 +17,7 @@
 // owner); here it is only streamed: GroupSink gathers the bytes C asks for,
 // then feeds each layer's save to a C loader.
 
-import { SdpaError } from './errors.js';
+import { codeOfStatus, SdpaError } from './errors.js';
 import {
   Checks, SAVE_OPTIONS, SAVE_CHUNK_OPTIONS, SAVE_STREAM_OPTIONS, LOAD_OPTIONS, checkChunkBytes, checkSaveRows,
   checkLoadMaxSeqLen,
@@ -58,9 +58,13 @@ function track(core, obj) {
 // ---------------------------------------------------------------------------
 // Save
 
-/** One C saver (sdpa_kv_saver) of a checked cache and rows. */
+/**
+ * One C saver (sdpa_kv_saver) of a cache and rows JS checked; C's entry
+ * (sdpa_wasm_kv_save_begin) checks the rows' rules. Its failure goes into
+ * `ck` when given (a group's layer: this.ptr stays 0), else is thrown.
+ */
 class Saver {
-  constructor(core, fn, ptr, start, length, meta, layer = null) {
+  constructor(core, fn, ptr, start, length, meta, ck = null) {
     this.core = core;
     this.fn = fn;
     const M = core.M;
@@ -72,13 +76,13 @@ class Saver {
       }
       const outAt = core.slot('ptr');
       core.views().u32[outAt >>> 2] = 0;
-      try {
-        core.check(M._sdpa_kv_save_begin(core.ctx, ptr, start, length, mp, meta ? meta.length : 0, outAt), 'KVCache.save');
-      } catch (e) {
-        // C names KVCache.save; the caller may have called saveChunks, saveStream or a group's save
-        if (!(e instanceof SdpaError) || fn === 'KVCache.save') throw e;
-        throw new SdpaError(e.code, `${fn}: ${layer === null ? '' : `layer ${layer}: `}${e.message.replace(/^KVCache\.save: /, '')}`, { cause: e, status: e.status });
+      const st = M._sdpa_wasm_kv_save_begin(core.ctx, ptr, start, length, mp, meta ? meta.length : 0, outAt);
+      this.ptr = 0;
+      if (st !== 0 && ck !== null) {
+        ck.add(codeOfStatus(st), core.lastError());
+        return;
       }
+      core.check(st, fn);
       this.ptr = core.views().u32[outAt >>> 2];
     } finally {
       core.free(mp);
@@ -345,7 +349,13 @@ function groupSavers(fn, group, layers, hooks, opts, allowed) {
   const core = hooks.state(layers[0]).core;
   const savers = [];
   try {
-    for (let i = 0; i < layers.length; i++) savers.push(new Saver(core, fn, rows[i].ptr, rows[i].start, rows[i].length, null, i));
+    // every layer asked (C's rules: the first in table order wins, ties to the lowest layer), then all or nothing
+    for (let i = 0; i < layers.length; i++) {
+      ck.prefix = `layer ${i}: `;
+      savers.push(new Saver(core, fn, rows[i].ptr, rows[i].start, rows[i].length, null, ck));
+    }
+    ck.prefix = '';
+    ck.done();
   } catch (e) {
     for (const s of savers) s.free();
     throw e;

@@ -11,7 +11,7 @@ import { SdpaError, codeRank } from './errors.js';
 import { memoryOwner, HEAP_DTYPES } from './heap.js';
 import { prod, fmtDims, fmtRows, INT32_MAX } from './shape.js';
 import { describeValue, readOptions, readDims, dimsLabel, readInt32List } from './snapshot.js';
-import { CACHE_DTYPES, WEIGHT_DTYPES, CHECK_OP, ROWS_OP, PAGE_ROWS, DESCRIBED } from './abi.js';
+import { CACHE_DTYPES, WEIGHT_DTYPES, CHECK_OP, PAGE_ROWS, DESCRIBED } from './abi.js';
 
 // ---------------------------------------------------------------------------
 // Collecting checks
@@ -319,14 +319,11 @@ export function checkImpliedStart(ck, Q, masked, length) {
 }
 
 // The cache's row rules (read / readRaw's rows, truncate's length, keepRows'
-// span: capacity, rows written, a windowed cache's evicted rows) are C's
-// alone: Core.rowRules asks sdpa_kv_check_rows before anything is copied or
-// allocated. What JS checks of those calls is what only JS sees: the values'
-// JS types and that they are integers (C takes integers). Written in both
-// languages, one wording: a negative start / length and read's length below
-// 1 (check.c's check_rows, sdpa_check_cache_truncate and _read_records are C
-// callers' check): these ops of sdpa_kv_check_rows take counts (values outside
-// them are a description error there), so JS refuses them first.
+// span and list order, save's rows: capacity, rows written, a windowed cache's
+// evicted rows) are C's alone, checked at the call's entry (src/wasm/api.h)
+// after JS's. What JS checks of those calls is what only JS sees: the values'
+// JS types and that they are integers (C takes integers), read's length a
+// positive one (it sizes the copy).
 
 /**
  * read / readRaw's arguments: start a non-negative integer, length a positive
@@ -336,9 +333,12 @@ export function checkCacheRows(ck, start, length) {
   return [checkStartPos(ck, start, 'start', true), checkSize(ck, length, 'length')];
 }
 
-/** truncate(length)'s argument: a non-negative integer. Returns it, or null when invalid. */
+/** truncate(length)'s argument: an integer (its range is C's). Returns it, or null when invalid. */
 export function checkCacheTruncate(ck, length) {
-  return checkStartPos(ck, length, 'length', true);
+  if (length === undefined || length === null) { ck.add('E_ARG', 'length is missing; expected a non-negative integer'); return null; }
+  if (typeof length !== 'number') { ck.add('E_ARG', `length must be a number, got ${describeValue(length)}`); return null; }
+  if (!Number.isSafeInteger(length)) { ck.add('E_START_POS', `length is ${length}; expected a non-negative integer`); return null; }
+  return length;
 }
 
 // ---------------------------------------------------------------------------
@@ -502,13 +502,9 @@ export function checkChunkBytes(ck, value) {
  * layer): start (default 0), length (default: the rest of the rows written).
  * JS checks what only it sees: the values' JS types and that they are
  * integers; their ranges and the rows written (a windowed cache's evicted
- * rows too) are C's alone (check.c sdpa_check_cache_save_rows, the rules of
- * sdpa_kv_save_begin), asked through Core.rowRules (ROWS_OP.save) before
- * anything is made. `st`: hooks.state's { core, geo, alive, length,
- * windowStart }; a disposed cache has no rows written, so C is asked only
- * about the values' own rules (described with length -1). A value JS
- * rejected goes to C as 0 (its failure, already added, outranks whatever C
- * says of that stand-in). Returns [start, length] (nulls when JS rejected them).
+ * rows too) are C's, at the entry (sdpa_wasm_kv_save_begin). `st`:
+ * hooks.state's { alive, length }. Returns [start, length] (nulls when JS
+ * rejected them).
  */
 export function checkSaveRows(ck, st, start, length) {
   let s = null, n = null;
@@ -521,11 +517,6 @@ export function checkSaveRows(ck, st, start, length) {
   else if (typeof length !== 'number') ck.add('E_ARG', `length must be a number, got ${describeValue(length)}`);
   else if (!Number.isSafeInteger(length)) ck.add('E_DIMS', `length is ${length}; expected a non-negative integer`);
   else n = length;
-  const g = st.geo;
-  const described = st.alive
-    ? { maxSeqLen: g.maxSeqLen, window: g.window, sinkTokens: g.sinkTokens, length: st.length, windowStart: st.windowStart }
-    : { maxSeqLen: g.maxSeqLen, window: 0, sinkTokens: 0, length: -1, windowStart: 0 };
-  st.core.rowRules(ck, ROWS_OP.save, described, s ?? 0, n ?? 0);
   return [s, n];
 }
 
@@ -545,10 +536,10 @@ export function checkLoadMaxSeqLen(ck, value) {
 /**
  * KVCache.keepRows(start, rows): row start + rows[k] becomes row start + k,
  * then the cache ends at start + rows.length. Snapshot: `rows` (an Array or
- * an Int32Array) is read once into an Int32Array. Checked here: the JS types,
- * start an integer, and the list's own order; the span's rules (the rows
+ * an Int32Array) is read once into an Int32Array. Checked here: the JS types
+ * and start an integer; the list's order and the span's rules (the rows
  * written, truncate's for an empty list, a windowed cache's evicted rows) are
- * C's (Core.rowRules). Returns the Int32Array when every rule here held, else null.
+ * C's, at the entry. Returns the Int32Array when every rule here held, else null.
  */
 export function checkKeepRows(ck, start, rows) {
   let list = null;
@@ -556,19 +547,9 @@ export function checkKeepRows(ck, start, rows) {
   if (rows === undefined || rows === null) ck.add('E_ARG', 'rows is missing; expected an Array or Int32Array of row offsets from start');
   else list = readInt32List(ck, rows, 'rows', 'row offsets from start');
   if (typeof start !== 'number' || list === null) return null;
-  if (!Number.isInteger(start) || start < 0 || start > INT32_MAX) {
+  if (!Number.isInteger(start) || start > INT32_MAX) {  // (C takes an int32; a negative one is C's rule)
     ck.add('E_START_POS', `start is ${start}; expected a non-negative integer`);
     return null;
-  }
-  // Written in both languages, with one wording (sdpa_check_cache_keep_rows in
-  // src/contract/check.c is C callers' check): the entries are caller data that
-  // C could only read after a copy into wasm memory, which a rejected call must
-  // not make.
-  for (let k = 0; k < list.length; k++) {
-    if (list[k] < 0 || (k > 0 && list[k] <= list[k - 1])) {
-      ck.add('E_START_POS', `rows[${k}] is ${list[k]}; expected non-negative offsets from start in increasing order (after ${k > 0 ? list[k - 1] : -1})`);
-      return null;
-    }
   }
   return list;
 }

@@ -13,7 +13,7 @@ import { prod, fmtDims, INT32_MAX } from './shape.js';
 import { typedArraySet } from './intrinsics.js';
 import { Checks, checkDims } from './rules.js';
 import {
-  LAYOUT, TENSOR_DTYPES, WEIGHT_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX, ROWS_MESSAGE_BYTES, DESCRIBED, CHECK_MESSAGE_BYTES,
+  LAYOUT, TENSOR_DTYPES, WEIGHT_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX, DESCRIBED, CHECK_MESSAGE_BYTES,
 } from './abi.js';
 
 // Every size and offset of a C struct comes from js/abi.js (generated from the C
@@ -323,26 +323,9 @@ export class Core {
     throw new SdpaError(code, msg.startsWith(`${fn}: `) ? msg : `${fn}: ${msg}`, { status });
   }
 
-  /**
-   * The row rules of read / readRaw, truncate, keepRows and save, decided by C
-   * (sdpa_kv_check_rows) from numbers alone, before anything is copied or
-   * allocated: the rules and their words live only there. `op`: ROWS_OP's;
-   * `state`: { maxSeqLen, window, sinkTokens, length, windowStart } of the
-   * cache. C's failure (its message names no function) goes into `ck`, to be
-   * ranked with the call's JS-only ones (the table order, ties to the first
-   * added). It needs no context: the message comes back on the wasm stack, so
-   * this works after sdpa.dispose() too (E_CAPACITY ranks before E_DISPOSED).
-   */
-  rowRules(ck, op, state, start, n = 0, last = 0) {
-    const M = this.M, top = M.stackSave();
-    try {
-      const message = M.stackAlloc(ROWS_MESSAGE_BYTES);
-      const st = M._sdpa_kv_check_rows(op, state.maxSeqLen, state.window, state.sinkTokens, state.length, state.windowStart,
-        start, n, last, message, ROWS_MESSAGE_BYTES);
-      if (st !== 0) ck.add(codeOfStatus(st), this.readCString(message));
-    } finally {
-      M.stackRestore(top);
-    }
+  /** The context's last message: a wasm entry's failure (src/wasm/api.h), the rule's words alone. */
+  lastError() {
+    return this.readCString(this.M._sdpa_ctx_last_error(this.ctx));
   }
 
   /**

@@ -226,11 +226,6 @@ static void limits(void) {
     fprintf(out, "export const PAGE_ROWS = %d;\n", SDPA_PAGE_ROWS);
     fprintf(out, "/** Bytes of meta a save carries at most (SDPA_STATE_MAX_META). */\n");
     fprintf(out, "export const STATE_MAX_META = %d;\n", SDPA_STATE_MAX_META);
-    fprintf(out, "/** sdpa_kv_check_rows's op: the row rules of read, truncate, keepRows, save (SDPA_ROWS_*). */\n");
-    fprintf(out, "export const ROWS_OP = Object.freeze({ read: %d, truncate: %d, keep: %d, save: %d });\n",
-            SDPA_ROWS_READ, SDPA_ROWS_TRUNCATE, SDPA_ROWS_KEEP, SDPA_ROWS_SAVE);
-    fprintf(out, "/** Bytes of the message sdpa_kv_check_rows writes at most (SDPA_ROWS_MESSAGE_BYTES). */\n");
-    fprintf(out, "export const ROWS_MESSAGE_BYTES = %d;\n", SDPA_ROWS_MESSAGE_BYTES);
     fprintf(out, "/** sdpa_check_described's op: the call whose rules it runs on described tensors (SDPA_CHECK_*). */\n");
     fprintf(out, "export const CHECK_OP = Object.freeze({ custom: %d, update: %d, attend: %d, step: %d });\n",
             SDPA_CHECK_CUSTOM, SDPA_CHECK_UPDATE, SDPA_CHECK_ATTEND, SDPA_CHECK_STEP);

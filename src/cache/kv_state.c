@@ -144,8 +144,8 @@ struct sdpa_kv_saver {
 };
 
 /* The save's rules, in the table's order. Its rows are check.c's
- * sdpa_check_cache_save_rows, which the JS package asks first (through
- * sdpa_kv_check_rows, SDPA_ROWS_SAVE), so they are written there only. The
+ * sdpa_check_cache_save_rows, which the JS package's entry runs first
+ * (sdpa_wasm_kv_save_begin, src/wasm/api.h), so they are written there only. The
  * meta's size is also JS's (snapshot.js readSaveMeta, the same words): JS
  * makes the bytes (JSON.stringify, its snapshot of meta) and rejects them
  * before it makes anything; C callers hand their own bytes here. */

@@ -2,9 +2,9 @@
  *
  * The messages are the ones the JS package shows. A JS call is rejected
  * before any copy into wasm memory: for the attention calls (customSdpa, the
- * cache's update / attend / step and their many-item forms) and the cache's
- * row rules JS asks these functions on descriptions first
- * (sdpa_check_described, sdpa_kv_check_rows); the rules JS keeps a copy of
+ * cache's update / attend / step and their many-item forms) JS asks these
+ * functions on descriptions first (sdpa_check_described); the cache's row
+ * rules and geometry run once at the wasm entries (src/wasm/api.h); the rules JS keeps a copy of
  * (tests/js/parity.test.js runs every such case through both and wants the
  * same code and message) are those only it can decide for a JS call. They
  * name the public JS function (fn: "customSdpa", "KVCache.step", ...) and its
@@ -722,7 +722,6 @@ sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_
 
 sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, int64_t length) {
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
-    /* (also js/rules.js checkCacheTruncate, one wording: sdpa_kv_check_rows takes counts, so JS refuses a negative first) */
     if (length < 0)
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: length is %lld; expected a non-negative integer", fn, (long long)length);
     if (length > cache->length)

@@ -89,9 +89,8 @@ sdpa_status sdpa_check_cache_create(sdpa_ctx * ctx, const char * fn, int64_t bat
 /* save's rows start .. start+length-1 (sdpa_kv_save_begin): the values'
  * own rules, then rows written only, and a windowed cache's save ends at or
  * before its sink rows or at or past window_start. cache NULL: a cache that
- * is gone (sdpa_kv_check_rows' description with length -1), whose rows are
- * unknown: the values' own rules only. int64: what sdpa_kv_check_rows hands
- * on from a JS number. */
+ * is gone, whose rows are unknown: the values' own rules only. int64: what
+ * sdpa_wasm_kv_save_begin hands on from a JS number. */
 sdpa_status sdpa_check_cache_save_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                        int64_t start, int64_t length);
 

@@ -4,6 +4,7 @@
 #include "../contract/check.h"
 #include "../internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* An integer held in a double, |x| <= 2^53 (false for NaN, fractions, beyond). */
@@ -39,4 +40,76 @@ sdpa_status sdpa_wasm_kv_cache_plan(sdpa_ctx * ctx, double batch, double max_seq
     const sdpa_kv_cache_desc desc = { (int32_t)b, (int32_t)m, (int32_t)h, (int32_t)d, key_dtype, value_dtype,
                                       (int32_t)w, (int32_t)s, float16_newest_page };
     return sdpa_kv_cache_plan_desc(ctx, &desc, plan ? (int32_t)r : 0, out);
+}
+
+/* A failure of the public entry a wasm entry calls once its checks held (E_OOM,
+ * E_ARG for a NULL): its message names that entry ("KVCache.save: ..."); the
+ * words after the name stay. */
+static sdpa_status after_name(sdpa_ctx * ctx, sdpa_status st, const char * name) {
+    const size_t n = strlen(name), len = strlen(ctx->last_error);
+    if (st != SDPA_OK && len > n + 1 && strncmp(ctx->last_error, name, n) == 0 && ctx->last_error[n] == ':')
+        memmove(ctx->last_error, ctx->last_error + n + 2, len - n - 1);
+    return st;
+}
+
+sdpa_status sdpa_wasm_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, double length, int32_t apply) {
+    if (!ctx) return SDPA_E_ARG;
+    int64_t n;
+    if (!whole(length, &n)) return sdpa_fail(ctx, SDPA_E_ARG, "length %g is not an integer", length);
+    sdpa_status st = sdpa_check_cache_truncate(ctx, "", cache, n);
+    if (st != SDPA_OK || !apply) return words_only(ctx, st);
+    return after_name(ctx, sdpa_kv_cache_truncate(ctx, cache, (int32_t)n), "KVCache.truncate");
+}
+
+sdpa_status sdpa_wasm_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, double start, double n, int32_t raw,
+                                    void ** out) {
+    if (!ctx) return SDPA_E_ARG;
+    if (!out) return sdpa_fail(ctx, SDPA_E_ARG, "out is missing");
+    *out = NULL;
+    int64_t s, rows;
+    if (!whole(start, &s) || !whole(n, &rows)) return sdpa_fail(ctx, SDPA_E_ARG, "start %g, length %g are not integers", start, n);
+    sdpa_status st = sdpa_check_cache_rows(ctx, "", cache, s, rows);
+    if (st != SDPA_OK) return words_only(ctx, st);
+    int32_t batch, max_seq_len, kv_heads, head_dim;
+    sdpa_kv_cache_shape(cache, &batch, &max_seq_len, &kv_heads, &head_dim);
+    const size_t heads_rows = (size_t)batch * (size_t)rows * (size_t)kv_heads;
+    const size_t k_bytes = raw ? heads_rows * sdpa_kv_cache_record_bytes(cache, 0) : heads_rows * (size_t)head_dim * sizeof(float);
+    const size_t v_bytes = raw ? heads_rows * sdpa_kv_cache_record_bytes(cache, 1) : k_bytes;
+    unsigned char * block = malloc(k_bytes + v_bytes);
+    if (!block) return sdpa_fail(ctx, SDPA_E_OOM, "cannot allocate %zu bytes for the rows read", k_bytes + v_bytes);
+    if (raw) {
+        st = sdpa_kv_cache_read_records(ctx, cache, (int32_t)s, (int32_t)rows, 0, block, k_bytes);
+        if (st == SDPA_OK) st = sdpa_kv_cache_read_records(ctx, cache, (int32_t)s, (int32_t)rows, 1, block + k_bytes, v_bytes);
+    } else {
+        sdpa_tensor k = { block, heads_rows * (size_t)head_dim, SDPA_DTYPE_FLOAT32, 4, { batch, (int32_t)rows, kv_heads, head_dim } };
+        sdpa_tensor v = k;
+        v.data = block + k_bytes;
+        st = sdpa_kv_cache_read(ctx, cache, (int32_t)s, (int32_t)rows, &k, &v);
+    }
+    if (st != SDPA_OK) {
+        free(block);
+        return after_name(ctx, st, raw ? "KVCache.readRaw" : "KVCache.read");
+    }
+    *out = block;
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_wasm_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, double start, const int32_t * rows,
+                                         int32_t n) {
+    if (!ctx) return SDPA_E_ARG;
+    int64_t s;
+    if (!whole(start, &s)) return sdpa_fail(ctx, SDPA_E_ARG, "start %g is not an integer", start);
+    sdpa_status st = sdpa_check_cache_keep_rows(ctx, "", cache, s, rows, n);
+    if (st != SDPA_OK) return words_only(ctx, st);
+    return after_name(ctx, sdpa_kv_cache_keep_rows(ctx, cache, (int32_t)s, rows, n), "KVCache.keepRows");
+}
+
+sdpa_status sdpa_wasm_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, double start, double length,
+                                    const void * meta, size_t meta_bytes, sdpa_kv_saver ** out_saver) {
+    if (!ctx) return SDPA_E_ARG;
+    int64_t s, n;
+    if (!whole(start, &s) || !whole(length, &n)) return sdpa_fail(ctx, SDPA_E_ARG, "start %g, length %g are not integers", start, length);
+    sdpa_status st = sdpa_check_cache_save_rows(ctx, "", cache, s, n);
+    if (st != SDPA_OK) return words_only(ctx, st);
+    return after_name(ctx, sdpa_kv_save_begin(ctx, cache, (int32_t)s, (int32_t)n, meta, meta_bytes, out_saver), "KVCache.save");
 }

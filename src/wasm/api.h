@@ -25,6 +25,29 @@ sdpa_status sdpa_wasm_kv_cache_plan(sdpa_ctx * ctx, double batch, double max_seq
                                     int32_t key_dtype, int32_t value_dtype, double window, double sink_tokens,
                                     int32_t float16_newest_page, int32_t plan, double rows, sdpa_kv_cache_size * out);
 
+/* KVCache.truncate(length): truncate's rules (length 0 .. cache.length, a
+ * windowed cache's evicted rows), then, with `apply`, sdpa_kv_cache_truncate
+ * (apply 0: the rules alone, so that a group checks every layer first). */
+sdpa_status sdpa_wasm_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, double length, int32_t apply);
+
+/* KVCache.read / readRaw(start, n): the rows' rules (rows written, maxSeqLen,
+ * a windowed cache's evicted rows), then a block C allocates into *out (the
+ * caller frees it with free): raw 0: float32 keys then values, [B, n, Hkv, D]
+ * each (sdpa_kv_cache_read); raw 1: the key records then the value records
+ * (sdpa_kv_cache_read_records, sdpa_kv_cache_record_bytes each per row). */
+sdpa_status sdpa_wasm_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, double start, double n, int32_t raw,
+                                    void ** out);
+
+/* KVCache.keepRows(start, rows[0 .. n-1]): keep_rows' rules (start, the
+ * list's order, the rows written, a windowed cache's), then sdpa_kv_cache_keep_rows. */
+sdpa_status sdpa_wasm_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, double start, const int32_t * rows,
+                                         int32_t n);
+
+/* KVCache.save's rows start .. start+length-1 (save's rules: the rows
+ * written, a windowed cache's), then sdpa_kv_save_begin. */
+sdpa_status sdpa_wasm_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, double start, double length,
+                                    const void * meta, size_t meta_bytes, sdpa_kv_saver ** out_saver);
+
 #ifdef __cplusplus
 }
 #endif

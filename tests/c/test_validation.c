@@ -1044,25 +1044,32 @@ static void test_misc(void) {
     sdpa_ctx_free(other);
 }
 
-/* sdpa_kv_check_rows (the row rules on numbers alone, what JS asks before it
- * copies anything) decides as read, truncate and keep_rows do, with the same
- * words: for a plain and a windowed cache, over a grid of starts and counts,
- * its status and message equal the real entry's (its message after "fn: "). */
+/* The wasm entries of the row calls (sdpa_wasm_kv_cache_truncate, _read,
+ * _keep_rows, sdpa_wasm_kv_save_begin: src/wasm/api.h, what JS calls) decide
+ * as read, truncate, keep_rows and save_begin do, with the same words: for a
+ * plain and a windowed cache, over a grid of starts and counts, their status
+ * and message equal the public entry's (its message after "fn: "). */
 static int same_as_entry(const char * desc, sdpa_status want, const char * fn, sdpa_status got, const char * msg) {
     const char * full = sdpa_ctx_last_error(g_ctx);
     const size_t fl = strlen(fn);
     int ok = got == want;
     if (ok && want != SDPA_OK) ok = strncmp(full, fn, fl) == 0 && full[fl] == ':' && strcmp(full + fl + 2, msg) == 0;
     g_cases++;
-    return TU_CHECK(ok, "%s: entry %s '%s', check_rows %s '%s'", desc, sdpa_status_code(want), full, sdpa_status_code(got), msg);
+    return TU_CHECK(ok, "%s: entry %s '%s', wasm entry %s '%s'", desc, sdpa_status_code(want), full, sdpa_status_code(got), msg);
 }
 
-static void test_check_rows(void) {
+/* The wasm entry's status, its message copied into msg. */
+static sdpa_status noted(sdpa_status st, char * msg, size_t bytes) {
+    snprintf(msg, bytes, "%s", st == SDPA_OK ? "" : sdpa_ctx_last_error(g_ctx));
+    return st;
+}
+
+static void test_wasm_rows(void) {
     enum { D = 4, MAXLEN = 400 };
     for (int windowed = 0; windowed < 2; windowed++) {
         sdpa_kv_cache * c = NULL;
         sdpa_status st = sdpa_kv_cache_create_windowed(g_ctx, 1, MAXLEN, 1, D, SDPA_DTYPE_FLOAT32, windowed ? 64 : 0, windowed ? 3 : 0, &c);
-        if (!TU_CHECK(st == SDPA_OK && c, "check_rows: create: %s", sdpa_status_code(st))) return;
+        if (!TU_CHECK(st == SDPA_OK && c, "wasm_rows: create: %s", sdpa_status_code(st))) return;
         const int32_t fill = windowed ? 300 : 100;
         float * rows = tu_malloc((size_t)fill * D * 4), * out = tu_malloc((size_t)MAXLEN * D * 4 * 2);
         memset(rows, 0, (size_t)fill * D * 4);
@@ -1071,78 +1078,77 @@ static void test_check_rows(void) {
             k.data = v.data = rows + (size_t)at * D;
             sdpa_kv_cache_update(g_ctx, c, &k, &v, at);
         }
-        const int32_t len = sdpa_kv_cache_length(c), ws = sdpa_kv_cache_window_start(c);
-        const int32_t win = windowed ? 64 : 0, sinks = windowed ? 3 : 0;
+        const int32_t len = sdpa_kv_cache_length(c);
         static const int32_t grid[] = { 0, 1, 2, 3, 4, 10, 99, 100, 101, 127, 128, 200, 250, 299, 300, 301, 399, 400, 401, 1000 };
         const int G = (int)(sizeof grid / sizeof grid[0]);
-        char msg[SDPA_ROWS_MESSAGE_BYTES], desc[96];
+        char msg[512], desc[96];
         for (int i = 0; i < G; i++) {
             const int32_t s0 = grid[i];
-            snprintf(desc, sizeof desc, "check_rows %s truncate(%d)", windowed ? "windowed" : "plain", s0);
-            sdpa_status got = sdpa_kv_check_rows(SDPA_ROWS_TRUNCATE, MAXLEN, win, sinks, len, ws, s0, 0, 0, msg, sizeof msg);
+            snprintf(desc, sizeof desc, "wasm_rows %s truncate(%d)", windowed ? "windowed" : "plain", s0);
+            sdpa_status got = noted(sdpa_wasm_kv_cache_truncate(g_ctx, c, s0, 0), msg, sizeof msg);
             if (got != SDPA_OK)  /* (a truncate that passes would change the cache) */
                 same_as_entry(desc, sdpa_kv_cache_truncate(g_ctx, c, s0), "KVCache.truncate", got, msg);
             for (int j = 0; j < G; j++) {
                 const int32_t n = grid[j];
                 if (n == 0) continue;
-                snprintf(desc, sizeof desc, "check_rows %s read(%d, %d)", windowed ? "windowed" : "plain", s0, n);
+                snprintf(desc, sizeof desc, "wasm_rows %s read(%d, %d)", windowed ? "windowed" : "plain", s0, n);
                 sdpa_tensor ko = tu_tensor4(out, SDPA_DTYPE_FLOAT32, 1, n, 1, D), vo = tu_tensor4(out + (size_t)MAXLEN * D, SDPA_DTYPE_FLOAT32, 1, n, 1, D);
-                got = sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, win, sinks, len, ws, s0, n, 0, msg, sizeof msg);
-                if (n <= MAXLEN) same_as_entry(desc, sdpa_kv_cache_read(g_ctx, c, s0, n, &ko, &vo), "KVCache.read", got, msg);
-                /* keep_rows with offsets 0 .. n-2 and n-1 + 1 (n rows, the last one offset n) */
+                void * block = NULL;
+                got = noted(sdpa_wasm_kv_cache_read(g_ctx, c, s0, n, 0, &block), msg, sizeof msg);
+                if (n <= MAXLEN) {
+                    same_as_entry(desc, sdpa_kv_cache_read(g_ctx, c, s0, n, &ko, &vo), "KVCache.read", got, msg);
+                    if (got == SDPA_OK)  /* (the block holds what the public read wrote: keys, then values) */
+                        TU_CHECK(memcmp(block, out, (size_t)n * D * 4) == 0 && memcmp((float *)block + (size_t)n * D, out + (size_t)MAXLEN * D, (size_t)n * D * 4) == 0,
+                                 "%s: the block's rows", desc);
+                }
+                free(block);
+                /* keep_rows with offsets 0 .. n-2 and n-1 + 1 (n rows, the last one offset n), on a fork (a keep that passes changes it) */
                 int32_t list[8];
                 const int32_t m = n < 8 ? n : 8;
                 for (int32_t x = 0; x < m; x++) list[x] = x;
                 list[m - 1] = n;
-                snprintf(desc, sizeof desc, "check_rows %s keep(%d, %d rows, last %d)", windowed ? "windowed" : "plain", s0, m, n);
-                got = sdpa_kv_check_rows(SDPA_ROWS_KEEP, MAXLEN, win, sinks, len, ws, s0, m, list[m - 1], msg, sizeof msg);
+                snprintf(desc, sizeof desc, "wasm_rows %s keep(%d, %d rows, last %d)", windowed ? "windowed" : "plain", s0, m, n);
+                sdpa_kv_cache * f = NULL;
+                sdpa_kv_cache_fork(g_ctx, c, &f);
+                got = noted(sdpa_wasm_kv_cache_keep_rows(g_ctx, f, s0, list, m), msg, sizeof msg);
+                sdpa_kv_cache_free(f);
                 if (got != SDPA_OK) same_as_entry(desc, sdpa_kv_cache_keep_rows(g_ctx, c, s0, list, m), "KVCache.keepRows", got, msg);
             }
-            /* save(start, length): every pair of the grid and a negative start or length (a save that
-             * passes only forks the cache) */
+            /* save(start, length): every pair of the grid and a negative start or length */
             for (int j = -1; j < G; j++) {
                 const int32_t n = j < 0 ? -1 : grid[j];
                 for (int neg = 0; neg < 2; neg++) {
                     const int32_t start = neg ? -1 - s0 : s0;
-                    snprintf(desc, sizeof desc, "check_rows %s save(%d, %d)", windowed ? "windowed" : "plain", start, n);
-                    got = sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, win, sinks, len, ws, start, n, 0, msg, sizeof msg);
-                    sdpa_kv_saver * sv = NULL;
+                    snprintf(desc, sizeof desc, "wasm_rows %s save(%d, %d)", windowed ? "windowed" : "plain", start, n);
+                    sdpa_kv_saver * sv = NULL, * sv2 = NULL;
+                    got = noted(sdpa_wasm_kv_save_begin(g_ctx, c, start, n, NULL, 0, &sv2), msg, sizeof msg);
+                    sdpa_kv_save_free(sv2);
                     same_as_entry(desc, sdpa_kv_save_begin(g_ctx, c, start, n, NULL, 0, &sv), "KVCache.save", got, msg);
                     sdpa_kv_save_free(sv);
-                    /* a cache that is gone: the values' own rules only */
-                    const sdpa_status gone = sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, 0, 0, -1, 0, start, n, 0, msg, sizeof msg);
-                    g_cases++;
-                    TU_CHECK(gone == (n < 0 ? SDPA_E_DIMS : start < 0 ? SDPA_E_START_POS : SDPA_OK), "%s, a cache that is gone: %s '%s'",
-                             desc, sdpa_status_code(gone), msg);
                 }
             }
-            snprintf(desc, sizeof desc, "check_rows %s keep(%d, [])", windowed ? "windowed" : "plain", s0);
-            got = sdpa_kv_check_rows(SDPA_ROWS_KEEP, MAXLEN, win, sinks, len, ws, s0, 0, 0, msg, sizeof msg);
+            snprintf(desc, sizeof desc, "wasm_rows %s keep(%d, [])", windowed ? "windowed" : "plain", s0);
+            sdpa_kv_cache * f = NULL;  /* (on a fork: keep(s0, []) that passes truncates) */
+            sdpa_kv_cache_fork(g_ctx, c, &f);
+            got = noted(sdpa_wasm_kv_cache_keep_rows(g_ctx, f, s0, NULL, 0), msg, sizeof msg);
+            sdpa_kv_cache_free(f);
             if (got != SDPA_OK) same_as_entry(desc, sdpa_kv_cache_keep_rows(g_ctx, c, s0, NULL, 0), "KVCache.keepRows", got, msg);
         }
+        /* values past int32 (a JS number): in words, not wrapped; a fraction is E_ARG */
+        void * block = NULL;
+        TU_CHECK(noted(sdpa_wasm_kv_cache_read(g_ctx, c, 0.5, 1, 0, &block), msg, sizeof msg) == SDPA_E_ARG && !block, "wasm_rows: read start 0.5");
+        TU_CHECK(noted(sdpa_wasm_kv_cache_read(g_ctx, c, 4294967296.0, 1, 0, &block), msg, sizeof msg) == SDPA_E_CAPACITY && !block,
+                 "wasm_rows: read start 2^32: '%s'", msg);
+        sdpa_kv_saver * sv = NULL;
+        TU_CHECK(noted(sdpa_wasm_kv_save_begin(g_ctx, c, 0, 2147483648.0, NULL, 0, &sv), msg, sizeof msg) == SDPA_E_DIMS &&
+                 strcmp(msg, "length is 2147483648; expected a non-negative integer") == 0, "wasm_rows: save length 2^31: '%s'", msg);
+        TU_CHECK(noted(sdpa_wasm_kv_save_begin(g_ctx, c, 4294967296.0, 0, NULL, 0, &sv), msg, sizeof msg) == SDPA_E_CAPACITY,
+                 "wasm_rows: save start 2^32: '%s'", msg);
+        TU_CHECK(noted(sdpa_wasm_kv_cache_truncate(g_ctx, c, 1e300, 0), msg, sizeof msg) == SDPA_E_ARG, "wasm_rows: truncate 1e300");
         /* and the passing cases pass (checked last: they change the cache) */
-        {
-            char msg2[SDPA_ROWS_MESSAGE_BYTES];
-            TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, win, sinks, len, ws, len - 1, 1, 0, msg2, sizeof msg2) == SDPA_OK,
-                     "check_rows: reading the last row written: %s", msg2);
-            TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_TRUNCATE, MAXLEN, win, sinks, len, ws, len, 0, 0, msg2, sizeof msg2) == SDPA_OK,
-                     "check_rows: truncate(length): %s", msg2);
-        }
-        /* a description no cache has, an unknown op */
-        TU_CHECK(sdpa_kv_check_rows(7, MAXLEN, 0, 0, 0, 0, 0, 1, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: op 7");
-        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, 0, 0, MAXLEN + 1, 0, 0, 1, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: length > maxSeqLen");
-        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, 0, 0, 0, 0, 0.5, 1, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: start 0.5");
-        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, 0, 0, 0, 0, 4294967296.0, 1, 0, NULL, 0) == SDPA_E_CAPACITY, "check_rows: start 2^32");
-        /* save's values past int32 (a JS number): in words, not wrapped */
-        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, 0, 0, 0, 0, 0, 2147483648.0, 0, msg, sizeof msg) == SDPA_E_DIMS &&
-                 strcmp(msg, "length is 2147483648; expected a non-negative integer") == 0, "check_rows: save length 2^31: '%s'", msg);
-        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, 0, 0, -1, 0, -9007199254740991.0, 2147483648.0, 0, msg, sizeof msg) == SDPA_E_DIMS,
-                 "check_rows: save of a cache that is gone, length 2^31: '%s'", msg);
-        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, 0, 0, 0, 0, 4294967296.0, 0, 0, msg, sizeof msg) == SDPA_E_CAPACITY &&
-                 strcmp(msg, "rows 4294967296 .. 4294967296 are past the 0 rows written (cache.length); a save holds written rows only") == 0,
-                 "check_rows: save start 2^32: '%s'", msg);
-        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_SAVE, MAXLEN, 0, 0, 0, 0, 0.5, 0, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: save start 0.5");
-        TU_CHECK(sdpa_kv_check_rows(SDPA_ROWS_READ, MAXLEN, 0, 0, -1, 0, 0, 1, 0, msg, sizeof msg) == SDPA_E_ARG, "check_rows: length -1 is a save's only");
+        TU_CHECK(sdpa_kv_cache_length(c) == len, "wasm_rows: the cache unchanged by the rejected and the rules-only calls");
+        TU_CHECK(sdpa_wasm_kv_cache_truncate(g_ctx, c, len, 0) == SDPA_OK && sdpa_wasm_kv_cache_truncate(g_ctx, c, len - 1, 1) == SDPA_OK &&
+                 sdpa_kv_cache_length(c) == len - 1, "wasm_rows: truncate(length - 1)");
         free(rows);
         free(out);
         sdpa_kv_cache_free(c);
@@ -1262,7 +1268,7 @@ static void test_check_create(void) {
     static const int32_t kds[] = { SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT16, 99 }, vds[] = { SDPA_DTYPE_INT4, 0 };
     static const int32_t rowses[] = { -1, 0, 8, 9 };
 #define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
-    char msg[SDPA_ROWS_MESSAGE_BYTES], desc[160];
+    char msg[512], desc[160];
     sdpa_kv_cache_size size;
     long before = g_cases;
     for (int a = 0; a < N_OF(batches); a++) for (int b = 0; b < N_OF(maxes); b++) for (int c = 0; c < N_OF(heads); c++)
@@ -1449,7 +1455,7 @@ int main(void) {
     test_custom_rules();
     test_cache_create();
     test_cache_rules();
-    test_check_rows();
+    test_wasm_rows();
     test_check_described();
     test_check_create();
     test_check_described_cache();

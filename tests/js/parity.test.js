@@ -9,10 +9,10 @@
 // same code and the same message, word for word.
 //
 // Not here either, because they live in C alone (JS asks C before it copies
-// anything): the row rules of read / readRaw, truncate and keepRows' span
-// (Core.rowRules, sdpa_kv_check_rows), a cache geometry's rules with
-// kvCacheSize's rows (createKVCache, createKVCacheGroup, kvCacheSize: checked
-// at the entry, sdpa_wasm_kv_cache_plan), and the relational rules of
+// anything, or they are checked once at the call's entry, src/wasm/api.h):
+// the row rules of read / readRaw, truncate, keepRows and save, a cache
+// geometry's rules with kvCacheSize's rows (createKVCache,
+// createKVCacheGroup, kvCacheSize), and the relational rules of
 // customSdpa and of KVCache.update / attend / step and their attendMany /
 // stepMany items: ranks, dims, batch, heads, head dim, key length, the key
 // bound, masks, treeMask, window, the rows written, capacity, a windowed
