@@ -236,7 +236,13 @@ function singles(name) {
   return parts && parts.length === 2 ? parts.map((p) => head + p) : null;
 }
 
-/** Why a changed case changed ('pair' / 'disposed'), or null when the new ordering does not explain it. */
+/**
+ * JS-only failures of the row calls' two values (a case with both values bad, not
+ * named as a pair): a non-integer start, JS's own rule, now ranks before C's rule on length.
+ */
+const JS_ONLY_ROW_RULES = [/^KVCache\.save: start is (NaN|-?\d*\.\d+); expected a non-negative integer$/];
+
+/** Why a changed case changed ('pair' / 'disposed' / 'js-first'), or null when the new ordering does not explain it. */
 export function explain(name, before, after, fixture) {
   if (after === 'OK' || before === 'OK' || after === undefined) return null;
   const pair = singles(name.replace(/^disposed instance /, ''));
@@ -245,6 +251,7 @@ export function explain(name, before, after, fixture) {
     const [a, b] = pair.map((n) => fixture[n]);
     if (a && b && ((same(after, a) && same(before, b)) || (same(after, b) && same(before, a)))) return 'pair';
   }
+  if (JS_ONLY_ROW_RULES.some((r) => r.test(after[1]))) return 'js-first';
   return null;
 }
 
@@ -258,13 +265,14 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   } else {
     const before = JSON.parse(readFileSync(FIXTURE, 'utf8'));
     const diff = differences(before, result);
-    const why = { pair: 0, disposed: 0, unexplained: 0 };
+    const why = { pair: 0, disposed: 0, 'js-first': 0, unexplained: 0 };
     for (const [name, b, a] of diff) {
       const w = explain(name, b, a, before) ?? 'unexplained';
       why[w]++;
       if (w === 'unexplained' || process.argv.includes('--all')) console.log(`${w}: ${name}\n  before ${JSON.stringify(b)}\n  after  ${JSON.stringify(a)}`);
     }
     console.log(`${Object.keys(result).length} cases: ${Object.keys(result).length - diff.length} same, ${diff.length} changed ` +
-      `(${why.pair} pairs now report their JS-only fault, ${why.disposed} disposed now E_DISPOSED, ${why.unexplained} unexplained)`);
+      `(${why.pair} pairs now report their JS-only fault, ${why.disposed} disposed now E_DISPOSED, ` +
+      `${why['js-first']} a JS-only value rule first, ${why.unexplained} unexplained)`);
   }
 }
