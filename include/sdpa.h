@@ -105,7 +105,7 @@ typedef enum sdpa_dtype {
     SDPA_DTYPE_BOOL = 2,     ///< uint8_t, masks only: non-zero = attend
     SDPA_DTYPE_FLOAT16 = 3,  ///< caches and weights: IEEE binary16, round to nearest even on write
     SDPA_DTYPE_INT8 = 4,     ///< caches only: ExecuTorch's per-token asymmetric int8 (scale + zero point per row)
-    SDPA_DTYPE_INT4 = 5,     ///< caches only: 4-bit levels with a float16 scale + offset per 32 elements (q4_1-like)
+    SDPA_DTYPE_INT4 = 5,     ///< caches only: 4-bit levels with a float16 scale + offset per 64 elements (q4_1-like)
     SDPA_DTYPE_Q8_0 = 6,     ///< weights only (include/sdpa_dense.h): ggml's block_q8_0, 32 values a block
     SDPA_DTYPE_Q4_0 = 7,     ///< weights only (include/sdpa_dense.h): ggml's block_q4_0, 32 values a block
     SDPA_DTYPE_Q4_K = 8,     ///< weights only (include/sdpa_dense.h): ggml's block_q4_K, 256 values a block

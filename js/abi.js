@@ -45,8 +45,8 @@ export const RECORD_PARTS = Object.freeze({
   ]),
   int4: Object.freeze([
     Object.freeze({ name: 'data', type: 'uint8', bytes: 1, span: 2 }),
-    Object.freeze({ name: 'scales', type: 'uint16', bytes: 2, span: 32 }),
-    Object.freeze({ name: 'offsets', type: 'uint16', bytes: 2, span: 32 }),
+    Object.freeze({ name: 'scales', type: 'uint16', bytes: 2, span: 64 }),
+    Object.freeze({ name: 'offsets', type: 'uint16', bytes: 2, span: 64 }),
   ]),
 });
 

@@ -262,23 +262,25 @@ bool sdpa_int8_encode_row(const sdpa_page_format * f, void * page, int32_t row, 
     return false;
 }
 
-bool sdpa_int4_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
+bool sdpa_int4_encode_group(const sdpa_page_format * f, void * page, int32_t row, int value, int32_t g, const float * x) {
     const int32_t D = f->dim;
-    const sdpa_block_format * bf = sdpa_kv_blockf(f, value);
+    const int32_t d0 = g * SDPA_I4_GROUP, n = D - d0 < SDPA_I4_GROUP ? D - d0 : SDPA_I4_GROUP;
     void * block = block_mut(f, page, value);
-    uint32_t special = 0;
-    for (int32_t g = 0; g < bf->groups; g++) {
-        const int32_t d0 = g * SDPA_I4_GROUP, n = D - d0 < SDPA_I4_GROUP ? D - d0 : SDPA_I4_GROUP;
-        uint16_t sc, off;
-        sdpa_int4_params(x + d0, n, &sc, &off);
-        const float scale = sdpa_f16_to_f32(sc), offset = sdpa_f16_to_f32(off);
-        for (int32_t d = d0; d < d0 + n; d++)
-            put_nibble(block, sdpa_kv_elem_index(f, row, value, d), sdpa_int4_level(x[d], scale, offset));
-        i4_side_mut(f, page, value, 0, g)[row] = sc;
-        i4_side_mut(f, page, value, 1, g)[row] = off;
-        special |= sc == F16_NAN;
-    }
-    return special != 0;
+    uint16_t sc, off;
+    sdpa_int4_params(x, n, &sc, &off);
+    const float scale = sdpa_f16_to_f32(sc), offset = sdpa_f16_to_f32(off);
+    for (int32_t d = d0; d < d0 + n; d++)
+        put_nibble(block, sdpa_kv_elem_index(f, row, value, d), sdpa_int4_level(x[d - d0], scale, offset));
+    i4_side_mut(f, page, value, 0, g)[row] = sc;
+    i4_side_mut(f, page, value, 1, g)[row] = off;
+    return sc == F16_NAN;
+}
+
+bool sdpa_int4_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
+    bool special = false;
+    for (int32_t g = 0; g < sdpa_kv_blockf(f, value)->groups; g++)
+        special |= sdpa_int4_encode_group(f, page, row, value, g, x + (size_t)g * SDPA_I4_GROUP);
+    return special;
 }
 
 bool sdpa_kv_encode_row(const sdpa_page_format * f, void * page, int32_t row, int value, const float * x) {
@@ -299,14 +301,16 @@ float sdpa_int8_decode(const sdpa_page_format * f, const void * page, int32_t ro
     const int32_t zp = sdpa_kv_zero_points(f, page, value)[row];
     return (float)(((const int8_t *)sdpa_kv_block(f, page, value))[at] - zp) * scale;
 }
-float sdpa_int4_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {
+float sdpa_int4_value(uint8_t q, uint16_t scale, uint16_t offset) {
     /* q * scale + offset, two float32 steps */
+    const float scaled = (float)q * sdpa_f16_to_f32(scale);
+    return scaled + sdpa_f16_to_f32(offset);
+}
+float sdpa_int4_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {
     const size_t at = sdpa_kv_elem_index(f, row, value, d);
     const int32_t g = d / SDPA_I4_GROUP;
-    const float scale = sdpa_f16_to_f32(load_u16(sdpa_kv_i4_scales(f, page, value, g) + row));
-    const float offset = sdpa_f16_to_f32(load_u16(sdpa_kv_i4_offsets(f, page, value, g) + row));
-    const float scaled = (float)get_nibble(sdpa_kv_block(f, page, value), at) * scale;
-    return scaled + offset;
+    return sdpa_int4_value(get_nibble(sdpa_kv_block(f, page, value), at), load_u16(sdpa_kv_i4_scales(f, page, value, g) + row),
+                           load_u16(sdpa_kv_i4_offsets(f, page, value, g) + row));
 }
 
 float sdpa_kv_decode(const sdpa_page_format * f, const void * page, int32_t row, int value, int32_t d) {

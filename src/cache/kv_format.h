@@ -4,7 +4,8 @@
  * A page holds SDPA_PAGE_ROWS rows of one batch row and KV head: a K block,
  * a V block, then each block's side data (int8: scales [ROWS] f32 and zero
  * points [ROWS] i8; int4: scales [G][ROWS] and offsets [G][ROWS] float16,
- * G = ceil(D / 32) groups of 32 elements), page bytes rounded up to 64. K
+ * G = ceil(D / 64) groups of 64 elements: one per row at head size 64),
+ * page bytes rounded up to 64. K
  * and V each have their own dtype (a "K int8 / V int4" page is a K block of
  * one and a V block of the other). Each block has one of six layouts,
  * chosen for the kernel that reads it (kernels/flash.c), with element (t, d)
@@ -52,7 +53,19 @@ typedef enum sdpa_block_layout {
 } sdpa_block_layout;
 
 #define SDPA_I8_KEY_GROUP 8   /* keys per group of an I8_KEYS / I4_KEYS block */
-#define SDPA_I4_GROUP 32      /* elements of D per int4 scale and offset */
+/* Elements of D per int4 scale and offset: 64 (4.5 bits a value), one
+ * group a row at head size 64 (issue 41: at the same float16 newest page,
+ * 32-element groups cost 0.5 bit a value more for little quality; the
+ * measurement: bench/int4-layout.mjs, bench/HISTORY.md). Saved states of
+ * format versions 1 and 2 hold 32-element groups (kv_record.c,
+ * sdpa_int4_v2_record_import). A build may set it (to 32 or a multiple
+ * of 32) only to measure: bench/int4-layout.mjs builds the 32 one. */
+#ifndef SDPA_I4_GROUP
+#define SDPA_I4_GROUP 64
+#endif
+#if SDPA_I4_GROUP % 32 != 0
+#error "SDPA_I4_GROUP: a multiple of 32 (the kernels unpack 16 elements at a time; quantize_q sums 4)"
+#endif
 
 /* One block (K or V) of a page. */
 typedef struct sdpa_block_format {
@@ -112,6 +125,12 @@ int8_t sdpa_quantize_value(float x, float inv, int8_t zero_point);
 void sdpa_int4_params(const float * x, int32_t n, uint16_t * scale, uint16_t * offset);
 /* The level 0..15 of one value of such a group (scale, offset decoded). */
 uint8_t sdpa_int4_level(float x, float scale, float offset);
+/* The value of level q with float16 scale and offset bits: q * scale +
+ * offset in two float32 steps (every int4 decode). */
+float sdpa_int4_value(uint8_t q, uint16_t scale, uint16_t offset);
+/* Encodes group g (elements 64 g .. min(D, 64 g + 64) - 1) of an int4 row
+ * from x (its elements, x[0] = element 64 g); true for a NaN group. */
+bool sdpa_int4_encode_group(const sdpa_page_format * f, void * page, int32_t row, int value, int32_t g, const float * x);
 
 /* Encodes row `row` of page `page` (K when !value) from n = D floats; true
  * when the block may now hold a non-finite value that the kernels' in-place

@@ -626,6 +626,52 @@ sdpa_record_fault sdpa_kv_record_import(const sdpa_page_format * f, void * page,
                                                                                      bad_row, nonfinite);
 }
 
+/* ---- int4 records of format versions 1 and 2 (32-element groups) ------- */
+
+static bool int4_v2_differs(int32_t dtype, int32_t head_dim) {
+    return dtype == SDPA_DTYPE_INT4 && (head_dim + SDPA_I4_V2_GROUP - 1) / SDPA_I4_V2_GROUP != (head_dim + SDPA_I4_GROUP - 1) / SDPA_I4_GROUP;
+}
+
+uint64_t sdpa_kv_record_bytes_of_version(uint32_t version, int32_t dtype, int32_t head_dim) {
+    if (version >= 3 || !int4_v2_differs(dtype, head_dim)) return sdpa_kv_record_bytes(dtype, head_dim);
+    const uint64_t D = (uint64_t)head_dim;
+    return (D + 1) / 2 + 4 * ((D + SDPA_I4_V2_GROUP - 1) / SDPA_I4_V2_GROUP);
+}
+
+static sdpa_record_fault int4_v2_record_import(const sdpa_page_format * f, void * page, int32_t first, int32_t n, int value,
+                                               const unsigned char * in, size_t stride, int32_t * bad_row, bool * nonfinite) {
+    const int32_t D = f->dim, G2 = (D + SDPA_I4_V2_GROUP - 1) / SDPA_I4_V2_GROUP, G = sdpa_kv_blockf(f, value)->groups;
+    const size_t nib_bytes = ((size_t)D + 1) / 2;
+    float x[SDPA_I4_GROUP];
+    for (int32_t i = 0; i < n; i++) {
+        const unsigned char * r = in + (size_t)i * stride;
+        if ((D & 1) && (r[nib_bytes - 1] >> 4) != 0) {
+            *bad_row = i;
+            return SDPA_RECORD_BAD_PAD;
+        }
+        for (int32_t g = 0; g < G; g++) {
+            const int32_t d0 = g * SDPA_I4_GROUP, d1 = d0 + SDPA_I4_GROUP < D ? d0 + SDPA_I4_GROUP : D;
+            for (int32_t d = d0; d < d1; d++) {
+                const size_t g2 = (size_t)(d / SDPA_I4_V2_GROUP);
+                uint16_t sc, off;
+                memcpy(&sc, r + nib_bytes + 2 * g2, 2);
+                memcpy(&off, r + nib_bytes + 2 * ((size_t)G2 + g2), 2);
+                x[d - d0] = sdpa_int4_value(nib_get(r, (size_t)d), sc, off);
+            }
+            *nonfinite |= sdpa_int4_encode_group(f, page, first + i, value, g, x);
+        }
+    }
+    return SDPA_RECORD_OK;
+}
+
+sdpa_record_fault sdpa_kv_record_import_of_version(uint32_t version, const sdpa_page_format * f, void * page, int32_t first,
+                                                   int32_t n, int value, const unsigned char * in, size_t stride,
+                                                   int32_t * bad_row, bool * nonfinite) {
+    if (version < 3 && int4_v2_differs(sdpa_kv_record_block_dtype(f, value), f->dim))
+        return int4_v2_record_import(f, page, first, n, value, in, stride, bad_row, nonfinite);
+    return sdpa_kv_record_import(f, page, first, n, value, in, stride, bad_row, nonfinite);
+}
+
 /* Each dtype's sentence for its faults (the table's `record_describe`): false for another fault. */
 bool sdpa_int8_record_describe(sdpa_record_fault fault, int32_t head_dim, const unsigned char * record, char * buf, size_t cap) {
     if (fault != SDPA_RECORD_BAD_SCALE || head_dim <= 0) return false;

@@ -77,6 +77,23 @@ typedef enum sdpa_record_fault {
 sdpa_record_fault sdpa_kv_record_import(const sdpa_page_format * f, void * page, int32_t first, int32_t n, int value,
                                         const unsigned char * in, size_t stride, int32_t * bad_row, bool * nonfinite);
 
+/* Format versions 1 and 2 (docs/FORMAT.md) hold int4 records of 32-element
+ * groups: ceil(D/2) nibble bytes, then ceil(D/32) scales and ceil(D/32)
+ * offsets. From version 3 on, an int4 record has this build's groups
+ * (SDPA_I4_GROUP); the two differ when D > 32. */
+#define SDPA_I4_V2_GROUP 32
+/* Bytes of a record of `dtype` at head dim D in a save of format `version`
+ * (sdpa_kv_record_bytes but for an int4 record of version 1 or 2). */
+uint64_t sdpa_kv_record_bytes_of_version(uint32_t version, int32_t dtype, int32_t head_dim);
+/* sdpa_kv_record_import for a save of format `version`: an int4 record of
+ * version 1 or 2 whose groups differ from this build's is decoded (each
+ * element q * scale + offset of its 32-element group, as that build read
+ * it) and encoded again as a write of those values (sdpa_int4_encode_group):
+ * the row's stored values are this layout's rounding of the saved ones. */
+sdpa_record_fault sdpa_kv_record_import_of_version(uint32_t version, const sdpa_page_format * f, void * page, int32_t first,
+                                                   int32_t n, int value, const unsigned char * in, size_t stride,
+                                                   int32_t * bad_row, bool * nonfinite);
+
 /* A sentence for a fault ("its scale is -1 (bits 0xbf800000); expected ..."),
  * into buf (cap bytes), for E_FORMAT messages. `record` is the faulty record. */
 void sdpa_kv_record_describe(sdpa_record_fault fault, int32_t dtype, int32_t head_dim, const unsigned char * record,

@@ -38,8 +38,11 @@
 
 /* Version 2: a cache with a float16 newest page (flags bit 0), whose saved
  * rows in that page come last in each head as float16 records (their count
- * at byte 84). A cache without one is saved as version 1, as before. */
-#define STATE_VERSION 2u
+ * at byte 84). Version 3: version 2's header, int4 records of 64-element
+ * groups (a cache with an int4 block; versions 1 and 2 hold 32-element
+ * ones, re-encoded on load: kv_record.h). Other caches are saved as
+ * version 1 or 2, as before. */
+#define STATE_VERSION 3u
 #define FLAG_FLOAT16_NEWEST_PAGE 1u
 #define FIXED_BYTES 96u
 #define HEADER_MIN (FIXED_BYTES + 4u)
@@ -197,7 +200,7 @@ sdpa_status sdpa_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
         return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate a snapshot of the page table", SAVE_FN);
     }
     memcpy(head, MAGIC, 8);
-    put32(head + 8, cache->float16_newest_page ? STATE_VERSION : 1u);
+    put32(head + 8, kd == SDPA_DTYPE_INT4 || vd == SDPA_DTYPE_INT4 ? STATE_VERSION : cache->float16_newest_page ? 2u : 1u);
     put32(head + 12, (uint32_t)head_bytes);
     put32(head + 16, cache->float16_newest_page ? FLAG_FLOAT16_NEWEST_PAGE : 0u);  /* flags */
     put32(head + 20, (uint32_t)kd);
@@ -396,7 +399,8 @@ static sdpa_status parse_header(sdpa_kv_loader * L) {
     if (L->version == 1 && flags != 0)
         return load_fail(L, SDPA_E_FORMAT, "the header's flags are 0x%08x; version 1 defines none (expected 0)", (unsigned)flags);
     if (flags & ~FLAG_FLOAT16_NEWEST_PAGE)
-        return load_fail(L, SDPA_E_FORMAT, "the header's flags are 0x%08x; version 2 defines only bit 0 (a float16 newest page)", (unsigned)flags);
+        return load_fail(L, SDPA_E_FORMAT, "the header's flags are 0x%08x; version %u defines only bit 0 (a float16 newest page)", (unsigned)flags,
+                         (unsigned)L->version);
     if ((L->version == 1 && get32(p + 84) != 0) || get32(p + 92) != 0)
         return load_fail(L, SDPA_E_FORMAT, "the header's reserved fields (bytes %s) are not 0", L->version == 1 ? "84 and 92" : "92");
     const uint32_t meta = get32(p + 88);
@@ -439,7 +443,7 @@ static sdpa_status parse_header(sdpa_kv_loader * L) {
     if (page_bytes == 0 || page_bytes > SDPA_MAX_PAGE_BYTES)
         return load_fail(L, SDPA_E_FORMAT, "a page of head dim %d needs %llu bytes; no cache of this build has pages above %llu bytes",
                          dim, (unsigned long long)page_bytes, (unsigned long long)SDPA_MAX_PAGE_BYTES);
-    const uint64_t krec = sdpa_kv_record_bytes(kd, dim), vrec = sdpa_kv_record_bytes(vd, dim);
+    const uint64_t krec = sdpa_kv_record_bytes_of_version(L->version, kd, dim), vrec = sdpa_kv_record_bytes_of_version(L->version, vd, dim);
     if (get32(p + 64) != krec || get32(p + 68) != vrec)
         return load_fail(L, SDPA_E_FORMAT, "the header's record sizes are %u (K) and %u (V) bytes; K %s / V %s at head dim %d have %llu and %llu",
                          (unsigned)get32(p + 64), (unsigned)get32(p + 68), sdpa_kv_record_dtype_name(kd), sdpa_kv_record_dtype_name(vd), dim,
@@ -527,7 +531,7 @@ static sdpa_status load_run(sdpa_kv_loader * L, const unsigned char * in, int32_
             int32_t bad = 0;
             bool nonfinite = false;
             const unsigned char * first = in + (value ? krec : 0);
-            const sdpa_record_fault fault = sdpa_kv_record_import(f, page, row, n, value, first, pair, &bad, &nonfinite);
+            const sdpa_record_fault fault = sdpa_kv_record_import_of_version(L->version, f, page, row, n, value, first, pair, &bad, &nonfinite);
             if (fault != SDPA_RECORD_OK) {
                 char why[200];
                 const int32_t d = sdpa_kv_record_block_dtype(f, value);
@@ -575,8 +579,8 @@ sdpa_status sdpa_kv_load_feed(sdpa_kv_loader * L, const void * data, size_t n, s
             if (L->have < 16) continue;
             const uint32_t version = get32(L->start + 8), hb = get32(L->start + 12);
             L->version = version;
-            if (version != STATE_VERSION && version != 1)
-                return load_fail(L, SDPA_E_FORMAT, "format version %u %s; this build reads versions 1 and %u",
+            if (version < 1 || version > STATE_VERSION)
+                return load_fail(L, SDPA_E_FORMAT, "format version %u %s; this build reads versions 1 to %u",
                                  (unsigned)version, version > STATE_VERSION ? "is newer than this build" : "is unknown", STATE_VERSION);
             if (hb < HEADER_MIN || hb > HEADER_MIN + (uint32_t)SDPA_STATE_MAX_META)
                 return load_fail(L, SDPA_E_FORMAT, "the header is %u bytes; expected %u .. %u (96 fixed bytes, at most %d of meta, a CRC)",

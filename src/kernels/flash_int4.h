@@ -4,10 +4,11 @@
  * tile. Included by flash.c alone (flash_int8.h says why).
  *
  * An int4 element is q * scale_g + offset_g, q = 0..15, with a float16 scale
- * and offset per group g of 32 elements of D (cache/kv_format.h).
+ * and offset per group g of SDPA_I4_GROUP = 64 elements of D (one group a
+ * row at head size 64; cache/kv_format.h).
  *
  * Q.K: q is quantized to int16 as for int8 (flash_int8.h quantize_q, qmax
- * 32767: a group's sum 32 * 15 * 32767 fits an int32 whatever D), so
+ * 32767: a group's sum 64 * 15 * 32767 fits an int32 whatever D), so
  *   q . k ~ qscale * sum_g (scale_g * sum_{d in g} q16[d] q[d] + offset_g * sum_{d in g} q16[d])
  * The inner sums are i32x4.dot_i16x8_s of 4 keys' nibble pairs (an I4_KEYS
  * block's low nibbles are I8_KEYS' pair 2j, its high nibbles pair 2j + 1)

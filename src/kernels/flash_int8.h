@@ -62,7 +62,7 @@ static void quantize_q(const flash_plan * f, block_state * st, int32_t P, int32_
             const v128_t q16 = wasm_i16x8_narrow_i32x4(q32, q32);  /* pairs (q[2i], q[2i+1]) in i32 lanes 0, 1 */
             out[(size_t)i * 4] = wasm_i32x4_shuffle(q16, q16, 0, 0, 0, 0);
             if (i + 1 < P) out[(size_t)(i + 1) * 4] = wasm_i32x4_shuffle(q16, q16, 1, 1, 1, 1);
-            if (group) {  /* elements 2i .. 2i+3 lie in one group (32 is a multiple of 4) */
+            if (group) {  /* elements 2i .. 2i+3 lie in one group (a multiple of 32) */
                 gsum = wasm_i32x4_add(gsum, q32);
                 if ((2 * i + 4) % SDPA_I4_GROUP == 0 || i + 2 >= P) {
                     group[(size_t)x * G + (size_t)(2 * i / SDPA_I4_GROUP)] =

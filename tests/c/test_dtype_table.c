@@ -5,7 +5,7 @@
  *     named as sdpa_kv_record_dtype_name says, every column filled (the
  *     integer dtypes with side data, the others without);
  *   - the record bytes its parts sum to are kv_record.h's formulas (4 D, 2 D,
- *     D + 5, ceil(D / 2) + 4 ceil(D / 32)) for head dims 1 .. 300;
+ *     D + 5, ceil(D / 2) + 4 ceil(D / 64)) for head dims 1 .. 300;
  *   - the page format made for each K / V pair takes its layouts and element
  *     bytes from the rows;
  *   - the lists messages print ("float32, float16, int8 or int4",
@@ -23,7 +23,7 @@ static uint64_t expected_record_bytes(int32_t dtype, uint64_t D) {
         case SDPA_DTYPE_FLOAT32: return 4 * D;
         case SDPA_DTYPE_FLOAT16: return 2 * D;
         case SDPA_DTYPE_INT8: return D + 5;
-        case SDPA_DTYPE_INT4: return (D + 1) / 2 + 4 * ((D + 31) / 32);
+        case SDPA_DTYPE_INT4: return (D + 1) / 2 + 4 * ((D + 63) / 64);
         default: return 0;
     }
 }

@@ -200,13 +200,13 @@ static void test_int8_rows(void) {
     sdpa_kv_cache_free(c);
 }
 
-/* ---- int4 (a float16 scale and offset per group of 32 elements) -------- */
+/* ---- int4 (a float16 scale and offset per group of 64 elements) -------- */
 
 static uint16_t rd16(const uint8_t * p) { uint16_t h; memcpy(&h, p, 2); return h; }
 static int same_value(float a, float b) { return (isnan(a) && isnan(b)) || memcmp(&a, &b, 4) == 0; }
 
 static void test_int4_rows(void) {
-    enum { D = 72, G = 3, REC = (D + 1) / 2 + 4 * G };  /* groups of 32, 32 and 8 elements */
+    enum { D = 136, G = 3, REC = (D + 1) / 2 + 4 * G };  /* groups of 64, 64 and 8 elements */
     sdpa_kv_cache * c = NULL;
     const sdpa_kv_cache_desc desc = { 1, 64, 1, D, SDPA_DTYPE_INT4, SDPA_DTYPE_INT4, 0, 0, 0 };
     sdpa_status st = sdpa_kv_cache_create_desc(g_ctx1, &desc, &c);
@@ -230,9 +230,9 @@ static void test_int4_rows(void) {
     nr++;
     for (int d = 0; d < D; d++) rows[nr][d] = d % 2 ? 65504.0f : -65504.0f;           /* float16's range */
     nr++;
-    for (int d = 0; d < D; d++) rows[nr][d] = d == 40 ? NAN : (float)d;               /* group 1 NaN */
+    for (int d = 0; d < D; d++) rows[nr][d] = d == 70 ? NAN : (float)d;               /* group 1 NaN */
     nr++;
-    for (int d = 0; d < D; d++) rows[nr][d] = d == 70 ? INFINITY : (float)d;          /* the short group +Inf */
+    for (int d = 0; d < D; d++) rows[nr][d] = d == 130 ? INFINITY : (float)d;         /* the short group +Inf */
     nr++;
     for (int d = 0; d < D; d++) rows[nr][d] = d == 3 ? -70000.0f : 0.5f * (float)d;   /* beyond float16 */
     nr++;
@@ -254,8 +254,8 @@ static void test_int4_rows(void) {
         sdpa_tensor tk = tu_tensor4(kd, SDPA_DTYPE_FLOAT32, 1, 1, 1, D), tv = tu_tensor4(vd, SDPA_DTYPE_FLOAT32, 1, 1, 1, D);
         TU_CHECK(sdpa_kv_cache_read(g_ctx1, c, i, 1, &tk, &tv) == SDPA_OK, "read");
         for (int g = 0; g < G; g++) {
-            const int d0 = 32 * g, n = D - d0 < 32 ? D - d0 : 32;
-            uint8_t lv[32];
+            const int d0 = 64 * g, n = D - d0 < 64 ? D - d0 : 64;
+            uint8_t lv[64];
             float scale, offset;
             naive_int4_quantize(rows[i] + d0, n, lv, &scale, &offset);
             const float got_scale = sdpa_f16_to_f32(rd16(rec + (D + 1) / 2 + 2 * g));
@@ -662,7 +662,7 @@ static void test_f16_nonfinite(void) {
  * NaN where such a key or value is seen (and not where it is not: the keys
  * up to 60 see only page 0). Also through a fork that copies such a page. */
 static void test_int4_nonfinite(int32_t kdt) {
-    enum { S = 200, H = 2, Hq = 4, D = 40 };
+    enum { S = 200, H = 2, Hq = 4, D = 80 };
     snprintf(tu_context, sizeof tu_context, "K %s V int4 cache with Inf / NaN / huge values", dtype_str(kdt));
     tu_rng rng;
     tu_rng_seed(&rng, 12);
@@ -670,14 +670,14 @@ static void test_int4_nonfinite(int32_t kdt) {
     for (int i = 0; i < S * H * D; i++) { k[i] = tu_rng_normal(&rng); v[i] = tu_rng_normal(&rng); }
     for (int i = 0; i < Hq * D; i++) q[i] = tu_rng_normal(&rng);
     k[(70 * H + 0) * D + 3] = INFINITY;  /* page 1, head 0: a K group NaN (int4 K) */
-    v[(150 * H + 0) * D + 35] = NAN;     /* page 2, head 0: V's short group NaN */
+    v[(150 * H + 0) * D + 70] = NAN;     /* page 2, head 0: V's short group NaN */
     v[(10 * H + 1) * D + 9] = 7e4f;      /* page 0, head 1: beyond float16 */
     const sdpa_kv_cache_desc desc = { 1, S + 64, H, D, kdt, SDPA_DTYPE_INT4, 0, 0, 0 };
     sdpa_kv_cache * fork = NULL, * c = nonfinite_cache(&desc, k, v, kd, vd, &fork);
     if (!c) return;
-    TU_CHECK(isnan(vd[(150 * H + 0) * D + 32]) && isnan(vd[(10 * H + 1) * D + 0]) &&
-             (kdt != SDPA_DTYPE_INT4 || isnan(kd[(70 * H + 0) * D + 31])), "the groups read back as NaN");
-    TU_CHECK(!isnan(vd[(150 * H + 0) * D + 31]), "the group before it does not");
+    TU_CHECK(isnan(vd[(150 * H + 0) * D + 64]) && isnan(vd[(10 * H + 1) * D + 0]) &&
+             (kdt != SDPA_DTYPE_INT4 || isnan(kd[(70 * H + 0) * D + 63])), "the groups read back as NaN");
+    TU_CHECK(!isnan(vd[(150 * H + 0) * D + 63]), "the group before it does not");
     nonfinite_attends(c, fork, q, kd, vd, S, H, Hq, D, TU_INT8_TOL);  /* the quantized kernels' bound */
     sdpa_kv_cache_free(fork);
     sdpa_kv_cache_free(c);

@@ -174,7 +174,7 @@ static void test_records(void) {
         free(b);
     }
     TU_CHECK(sdpa_kv_record_bytes(SDPA_DTYPE_INT4, 64) == 32 + 8 && sdpa_kv_record_bytes(SDPA_DTYPE_INT4, 33) == 17 + 8 &&
-             sdpa_kv_record_dtype_known(SDPA_DTYPE_INT4), "int4 record bytes: ceil(D/2) + 4 ceil(D/32)");
+             sdpa_kv_record_dtype_known(SDPA_DTYPE_INT4), "int4 record bytes: ceil(D/2) + 4 ceil(D/64)");
 }
 
 /* ---- save / load ---- */
@@ -421,7 +421,7 @@ static void test_crafted_headers(void) {
     unsigned char * d = tu_malloc(n);
     const int64_t before = in_use();
     struct { size_t at; uint32_t v; sdpa_status want; const char * text; } cases[] = {
-        { 8, 3, SDPA_E_FORMAT, "format version 3 is newer" },
+        { 8, 4, SDPA_E_FORMAT, "format version 4 is newer" },
         { 16, 1, SDPA_E_FORMAT, "flags" },
         { 20, 9, SDPA_E_FORMAT, "no cache dtype" },
         { 20, 2, SDPA_E_FORMAT, "no cache dtype" },

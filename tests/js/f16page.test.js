@@ -266,7 +266,7 @@ test('saved state: a float16 page saves as float16 records and restores bit for 
     cache.update(randTensor(rand, [1, 100, Hkv, D]), randTensor(rand, [1, 100, Hkv, D]));
     for (const [start, length] of [[0, 100], [10, 80], [70, 20], [0, 64], [0, 30]]) {
       const bytes = cache.save({ start, length });
-      assert.is(bytes[8], 2, `${label}: version 2`);
+      assert.is(bytes[8], keyDtype === 'int4' || valueDtype === 'int4' ? 3 : 2, `${label}: version 2 (3 with an int4 block)`);
       const { cache: back } = await two.loadKVCache(bytes);
       assert.ok(back.float16NewestPage, `${label}: the option comes back`);
       const a = cache.read(start, length), b = back.read(start, length);
@@ -299,7 +299,7 @@ test('saved state: a float16 page saves as float16 records and restores bit for 
   group.dispose(); back.dispose(); forked.dispose();
 });
 
-test('a state saved before the float16 page (version 1, K int8 / V int4) still loads: its rows within the quantization of the rows it was made from', async () => {
+test('a state saved before the float16 page and 64-element int4 groups (version 1, K int8 / V int4) still loads: its rows within the two quantizations of the rows it was made from', async () => {
   const bytes = new Uint8Array(readFileSync(new URL('../data/state/v1-kint8-vint4.sdpakv', import.meta.url)));
   assert.is(bytes[8], 1, 'a version 1 state');
   const { cache, meta } = await one.loadKVCache(bytes);
@@ -314,11 +314,17 @@ test('a state saved before the float16 page (version 1, K int8 / V int4) still l
   let ek = 0, ev = 0;
   for (let i = 0; i < k.length; i++) { ek = Math.max(ek, Math.abs(got.k.data[i] - k[i])); ev = Math.max(ev, Math.abs(got.v.data[i] - v[i])); }
   assert.ok(ek <= 2 / 255 / 2 + 1e-6, `K int8 within half a step: ${ek}`);
-  assert.ok(ev <= 2 / 15 / 2 + 1e-3, `V int4 within half a step: ${ev}`);
+  assert.ok(ev <= 2 / 15 + 1e-3, `V int4 within half a step of each layout: ${ev}`);  // (re-encoded on load: int4.test.js checks how)
   const q = randTensor(rng(3), [1, 3, 4, D]);
   assertWithin(cache.attend(q, { startPos: 97 }).data, refCustomSdpa(q, got.k, got.v, { startPos: 97, isCausal: true }), 2e-3, 'attention');
-  // and saves again as version 1 (no float16 page)
-  assert.ok(sameBytes(cache.save({ meta: { fixture: 'v1-int4', rows: 100 } }), bytes), 'saves the same bytes again');
+  // and saves as version 3 (int4 records of 64-element groups; no float16 page), which loads bit for bit
+  const again = cache.save({ meta: { fixture: 'v1-int4', rows: 100 } });
+  assert.is(again[8], 3, 'saved again as version 3');
+  assert.is(new DataView(again.buffer, again.byteOffset).getUint32(16, true), 0, 'no flags');
+  const { cache: back } = await one.loadKVCache(again);
+  const b = back.read(0, 100);
+  assert.ok(sameBits(b.k.data, got.k.data) && sameBits(b.v.data, got.v.data), 'the version 3 save loads the same rows');
+  back.dispose();
   cache.dispose();
 });
 

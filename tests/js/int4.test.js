@@ -8,6 +8,7 @@
 // windowed and forked caches; bytes; option errors.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { readFileSync } from 'node:fs';
 import { createSdpa } from '../../js/index.js';
 import { rng, randTensor, expectError, sameBits } from './helpers.js';
 import { refCustomSdpa } from './reference.js';
@@ -55,7 +56,7 @@ function int4Group(x) {
 
 test('int4: levels, float16 scales and offsets follow the contract; read() = level * scale + offset; NaN groups', () => {
   const rand = rng(41);
-  const D = 40, G = 2, rows = 10;  // groups of 32 and 8
+  const D = 80, G = 2, rows = 10;  // groups of 64 and 16
   // (the codec itself: rows encoded as written, no float16 newest page, f16page.test.js)
   const cache = one.createKVCache({ maxSeqLen: 64, numKvHeads: 1, headDim: D, dtype: 'int4', float16NewestPage: false });
   assert.is(cache.dtype, 'int4');
@@ -63,7 +64,7 @@ test('int4: levels, float16 scales and offsets follow the contract; read() = lev
   const k = randTensor(rand, [1, rows, 1, D], 3);
   k.data.fill(0.7, 0, D);                                           // constant, not a half
   for (let d = 0; d < D; d++) k.data[D + d] = (d % 16) * 0.25 - 1;  // exactly 16 levels
-  k.data[2 * D + 35] = NaN;                                         // the short group: NaN
+  k.data[2 * D + 70] = NaN;                                         // the short group: NaN
   k.data[3 * D + 4] = Infinity;                                     // group 0: Inf
   k.data[4 * D + 7] = 70000;                                        // beyond float16
   for (let d = 0; d < D; d++) k.data[5 * D + d] = 1e-6 * (d % 7);   // subnormal scales
@@ -76,7 +77,7 @@ test('int4: levels, float16 scales and offsets follow the contract; read() = lev
   assert.is(raw.v.scales.length, rows * G);
   for (let r = 0; r < rows; r++) {
     for (let g = 0; g < G; g++) {
-      const d0 = 32 * g, n = Math.min(32, D - d0);
+      const d0 = 64 * g, n = Math.min(64, D - d0);
       const x = Array.from(k.data.subarray(r * D + d0, r * D + d0 + n));
       const want = int4Group(x);
       const scale = halfValue(raw.v.scales[r * G + g]), offset = halfValue(raw.v.offsets[r * G + g]);
@@ -116,7 +117,7 @@ test('every K/V dtype pair: attention over the stored values equals the float64 
   const rand = rng(42);
   const shapes = [
     { Hq: 8, Hkv: 2, D: 64, keys: 600, Sq: 1 },     // decode, GQA, split-KV
-    { Hq: 4, Hkv: 4, D: 40, keys: 130, Sq: 5 },     // a short int4 group, a few rows
+    { Hq: 4, Hkv: 4, D: 80, keys: 130, Sq: 5 },     // a short int4 group (64 + 16), a few rows
     { Hq: 6, Hkv: 3, D: 7, keys: 70, Sq: 3, mask: true },
   ];
   for (const keyDtype of DTYPES) for (const valueDtype of DTYPES) {
@@ -214,6 +215,42 @@ test('bytes: int4 at most 0.17x of float32, K int8 + V int4 at most 0.22x; kvCac
   expectError(() => one.createKVCache({ maxSeqLen: 8, numKvHeads: 1, headDim: 4, valueDtype: 'q4_0' }), 'E_DTYPE', [/valueDtype 'q4_0'/]);
   expectError(() => one.createKVCache({ maxSeqLen: 8, numKvHeads: 1, headDim: 4, valueDtype: 4 }), 'E_ARG', [/valueDtype must be a string/]);
   expectError(() => one.kvCacheSize({ maxSeqLen: 8, numKvHeads: 1, headDim: 4, keyDtype: 'bf16' }), 'E_DTYPE', [/keyDtype/]);
+});
+
+test('a version 1 state (int4 in 32-element groups) loads with each int4 row decoded as that layout reads it and encoded again in 64-element groups; other records as saved', async () => {
+  // tests/data/state/v1-kint8-vint4.sdpakv: K int8 / V int4, 100 rows x 2 heads x D 40, one 96-byte header
+  // + meta + CRC, then per head and row a K record (D + 5 bytes) and a V record (20 nibble bytes, then 2
+  // float16 scales and 2 offsets of groups of 32 and 8: docs/FORMAT.md, version 1), read here by hand
+  const bytes = new Uint8Array(readFileSync(new URL('../data/state/v1-kint8-vint4.sdpakv', import.meta.url)));
+  const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  assert.is(dv.getUint32(8, true), 1, 'a version 1 state');
+  const [rowsN, H, D] = [100, 2, 40];
+  const krec = D + 5, vrec = D / 2 + 4 * 2;
+  assert.is(dv.getUint32(68, true), vrec, 'the V record of version 1: 2 groups');
+  const payload = 100 + dv.getUint32(88, true);
+  const { cache } = await one.loadKVCache(bytes);
+  const got = cache.read(0, rowsN), raw = cache.readRaw(0, rowsN);
+  assert.is(raw.v.scales.length, rowsN * H, 'one scale per V row now (a 64-element group)');
+  for (let h = 0; h < H; h++) {
+    for (let t = 0; t < rowsN; t++) {
+      const at = payload + (h * rowsN + t) * (krec + vrec);
+      // K int8: the saved record, as it was
+      for (let d = 0; d < D; d++) assert.is(raw.k.data[(t * H + h) * D + d], dv.getInt8(at + d), `K row ${t} head ${h}`);
+      // V int4: the old layout's values, then the contract's 64-element group over them
+      const v = at + krec, x = [];
+      for (let d = 0; d < D; d++) {
+        const q = (bytes[v + (d >> 1)] >> (4 * (d & 1))) & 15, g = d >> 5;
+        const scale = halfValue(dv.getUint16(v + D / 2 + 2 * g, true)), offset = halfValue(dv.getUint16(v + D / 2 + 4 + 2 * g, true));
+        x.push(f(f(q * scale) + offset));
+      }
+      const want = int4Group(x);
+      for (let d = 0; d < D; d++) {
+        const expect = f(f(want.levels[d] * want.scale) + want.offset);
+        assert.ok(Object.is(got.v.data[(t * H + h) * D + d], expect), `V row ${t} head ${h} element ${d}: ${got.v.data[(t * H + h) * D + d]}, expected ${expect}`);
+      }
+    }
+  }
+  cache.dispose();
 });
 
 test.run();

@@ -231,8 +231,8 @@ test('bad input is E_FORMAT naming what is wrong; no cache made, the pool unchan
   await bad(flip(30), /the header's CRC-32C is 0x[0-9a-f]{8} but the data says 0x[0-9a-f]{8}/);
   await bad(flip(save.length - 30), /the payload's CRC-32C/);
   await bad(flip(save.length - 2), /the payload's CRC-32C/);
-  const v3 = save.slice(); v3[8] = 3;
-  await bad(v3, /format version 3 is newer than this build; this build reads versions 1 and 2/);
+  const v4 = save.slice(); v4[8] = 4;
+  await bad(v4, /format version 4 is newer than this build; this build reads versions 1 to 3/);
   const v0 = save.slice(); v0[8] = 0;
   await bad(v0, /format version 0 is unknown/);
   const dt = (k, v) => { const s = save.slice(); s[20] = k; s[24] = v; return resealHeader(s); };
