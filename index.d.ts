@@ -273,8 +273,8 @@ export interface KVCacheBaseOptions {
    * 'int8' (ExecuTorch's per-token asymmetric quantization: a float32 scale
    * and an int8 zero point per row; attention runs Q·K and P·V as int16 dot
    * products, error <= 2e-3 (1 + max|ref|) against the stored values);
-   * 'int4' (16 levels with a float16 scale and offset per 32 elements of a
-   * row: 0.16x the bytes of float32; a group holding an Inf, a NaN or a
+   * 'int4' (16 levels with a float16 scale and offset per 64 elements of a
+   * row: 0.14x the bytes of float32 at head size 128; a group holding an Inf, a NaN or a
    * value beyond float16's range reads back as NaN). Writes take float32
    * and convert. K and V both, unless keyDtype / valueDtype say otherwise.
    */
@@ -359,7 +359,7 @@ export interface RawRows<T extends CacheDType = CacheDType> {
   dtype: T;
   /**
    * int8: one float32 per (batch row, row, head), [B, length, Hkv]; int4:
-   * float16 bits, one per 32 elements, [B, length, Hkv, ceil(D / 32)].
+   * float16 bits, one per 64 elements, [B, length, Hkv, ceil(D / 64)].
    */
   scales: T extends 'int8' ? Float32Array : T extends 'int4' ? Uint16Array : undefined;
   /** int8 only, [B, length, Hkv]: element = (value - zeroPoint) * scale. */

@@ -173,8 +173,13 @@ static void test_records(void) {
         TU_CHECK(sdpa_crc32c(0, b, n) == c && sdpa_crc32c(sdpa_crc32c(0, b, cut), b + cut, n - cut) == c, "CRC-32C of %zu bytes", n);
         free(b);
     }
-    TU_CHECK(sdpa_kv_record_bytes(SDPA_DTYPE_INT4, 64) == 32 + 8 && sdpa_kv_record_bytes(SDPA_DTYPE_INT4, 33) == 17 + 8 &&
-             sdpa_kv_record_dtype_known(SDPA_DTYPE_INT4), "int4 record bytes: ceil(D/2) + 4 ceil(D/64)");
+    TU_CHECK(sdpa_kv_record_bytes(SDPA_DTYPE_INT4, 64) == 32 + 4 && sdpa_kv_record_bytes(SDPA_DTYPE_INT4, 33) == 17 + 4 &&
+             sdpa_kv_record_bytes(SDPA_DTYPE_INT4, 65) == 33 + 8 && sdpa_kv_record_dtype_known(SDPA_DTYPE_INT4),
+             "int4 record bytes: ceil(D/2) + 4 ceil(D/64)");
+    /* format versions 1 and 2: 32-element groups */
+    TU_CHECK(sdpa_kv_record_bytes_of_version(2, SDPA_DTYPE_INT4, 64) == 32 + 8 && sdpa_kv_record_bytes_of_version(1, SDPA_DTYPE_INT4, 33) == 17 + 8 &&
+             sdpa_kv_record_bytes_of_version(2, SDPA_DTYPE_INT4, 32) == 16 + 4 && sdpa_kv_record_bytes_of_version(3, SDPA_DTYPE_INT4, 64) == 32 + 4 &&
+             sdpa_kv_record_bytes_of_version(2, SDPA_DTYPE_INT8, 64) == 64 + 5, "int4 record bytes of versions 1 and 2: ceil(D/2) + 4 ceil(D/32)");
 }
 
 /* ---- save / load ---- */
