@@ -98,6 +98,7 @@ static struct {
     long calls, accepted, rejected, rows_compared, caches, injected, nan_rows;
     long trees, trees_ok, keeps, keeps_ok, manys, manys_ok;  /* tree-mask calls, keepRows, attendMany (accepted ones) */
     long rotary_calls, rotaries;  /* calls with rotary, and attends / steps with it accepted */
+    long f16_caches, f16_fills_skipped;  /* caches with a float16 newest page; steps filling one mid-step (not compared) */
 } g_stats;
 
 /* A dim: usually the intended value, sometimes broken. */
@@ -667,9 +668,18 @@ static void fuzz_custom(rd * r, int use_reference) {
 
 /* ---- KV cache ----------------------------------------------------------- */
 
+/* int4's group: a float16 scale and offset per 64 elements of a row (CONTRACT.md section 3) */
+#define FUZZ_I4_GROUP 64
+
+/* What a page of a cache with a float16 newest page holds (the host's model of CONTRACT.md
+ * section 3, "The float16 newest page"; every head's page alike: writes cover all heads) */
+enum { PAGE_UNWRITTEN, PAGE_FLOAT16, PAGE_ENCODED };
+
 typedef struct fcache {
     sdpa_kv_cache * c;
     int32_t kdtype, vdtype;  /* float32, float16, int8 or int4 each */
+    int f16page;             /* the cache keeps a float16 newest page (asked for, and a block is int8 / int4) */
+    uint8_t * pstate;        /* f16page: PAGE_* of each page index */
     int32_t B, S, H, D;
     int32_t length;    /* rows written (highest written row + 1): writes may not leave a hole */
     int nonfinite;     /* non-finite keys may be stored (see maybe_inject) */
@@ -739,15 +749,26 @@ static int model_update(const fcache * fc, const sdpa_tensor * k, const sdpa_ten
     return 1;
 }
 
-/* A row of D written values as the cache's K (V) dtype stores them. */
-static void host_store_row(const fcache * fc, int value, float * x) {
+static int quantized_dtype(int32_t dtype) { return dtype == SDPA_DTYPE_INT8 || dtype == SDPA_DTYPE_INT4; }
+
+/* How a write stores a row of an int8 / int4 block: encoded from the written values, held as
+ * float16 (in a float16 page), or encoded from their float16 values (the page's fill). */
+enum { STORE_ENCODED, STORE_FLOAT16, STORE_VIA_FLOAT16 };
+
+/* A row of D written values as the cache's K (V) dtype stores them (`how`: STORE_*, for an
+ * int8 / int4 block; a float32 / float16 block is stored as always). */
+static void host_store_row(const fcache * fc, int value, float * x, int how) {
     const int32_t dtype = value ? fc->vdtype : fc->kdtype;
+    if (quantized_dtype(dtype) && how != STORE_ENCODED) {
+        for (int32_t d = 0; d < fc->D; d++) x[d] = naive_f16_value(x[d]);
+        if (how == STORE_FLOAT16) return;
+    }
     if (dtype == SDPA_DTYPE_FLOAT16) {
         for (int32_t d = 0; d < fc->D; d++) x[d] = naive_f16_value(x[d]);
     } else if (dtype == SDPA_DTYPE_INT4) {
-        for (int32_t d0 = 0; d0 < fc->D; d0 += 32) {
-            const int n = fc->D - d0 < 32 ? fc->D - d0 : 32;
-            uint8_t lv[32];
+        for (int32_t d0 = 0; d0 < fc->D; d0 += FUZZ_I4_GROUP) {
+            const int n = fc->D - d0 < FUZZ_I4_GROUP ? fc->D - d0 : FUZZ_I4_GROUP;
+            uint8_t lv[FUZZ_I4_GROUP];
             float scale, offset;
             naive_int4_quantize(x + d0, n, lv, &scale, &offset);
             for (int e = 0; e < n; e++) {
@@ -766,6 +787,20 @@ static void host_store_row(const fcache * fc, int value, float * x) {
     }
 }
 
+/* Rows [t0, t1) of every batch row and head, as stored now, stored `how` (a page's fill). */
+static void host_restore_rows(fcache * fc, int32_t t0, int32_t t1, int how) {
+    const size_t row = (size_t)fc->H * fc->D;
+    for (int32_t b = 0; b < fc->B; b++)
+        for (size_t t = (size_t)t0 * fc->H; t < (size_t)t1 * fc->H; t++) {
+            host_store_row(fc, 0, fc->hk + (size_t)b * fc->S * row + t * fc->D, how);
+            host_store_row(fc, 1, fc->hv + (size_t)b * fc->S * row + t * fc->D, how);
+        }
+}
+
+/* A write of n rows at sp, a page's segment at a time: with a float16 newest page, an
+ * unwritten page not filled becomes the float16 page (its rows float16), a page filled that
+ * held nothing or was the float16 page is encoded (every row of it from its float16 values),
+ * and an encoded page (one a keepRows went back into) encodes its new rows as written. */
 static void host_write(fcache * fc, const sdpa_tensor * k, const sdpa_tensor * v, int64_t sp) {
     size_t row = (size_t)fc->H * fc->D;
     int32_t n = k->dims[1];
@@ -774,10 +809,26 @@ static void host_write(fcache * fc, const sdpa_tensor * k, const sdpa_tensor * v
         float * hk = fc->hk + ((size_t)b * fc->S + (size_t)sp) * row, * hv = fc->hv + ((size_t)b * fc->S + (size_t)sp) * row;
         memcpy(hk, (const float *)k->data + (size_t)b * n * row, (size_t)n * row * 4);
         memcpy(hv, (const float *)v->data + (size_t)b * n * row, (size_t)n * row * 4);
-        for (size_t t = 0; t < (size_t)n * fc->H; t++) {  /* one (token, head) row of D at a time */
-            host_store_row(fc, 0, hk + t * fc->D);
-            host_store_row(fc, 1, hv + t * fc->D);
+    }
+    for (int32_t at = (int32_t)sp; at < (int32_t)sp + n;) {
+        const int32_t page = at / 64, page_end = (page + 1) * 64, end = (int32_t)sp + n < page_end ? (int32_t)sp + n : page_end;
+        int how = STORE_ENCODED;
+        if (fc->f16page) {
+            const int fills = end == page_end, was = fc->pstate[page];
+            if (was == PAGE_ENCODED) {
+                how = STORE_ENCODED;
+            } else if (!fills) {
+                how = STORE_FLOAT16;
+                fc->pstate[page] = PAGE_FLOAT16;
+            } else {
+                how = STORE_VIA_FLOAT16;
+                /* the float16 page's earlier rows (float16 now; unwritten rows 0) are encoded with it */
+                if (was == PAGE_FLOAT16) host_restore_rows(fc, page * 64, at, STORE_ENCODED);
+                fc->pstate[page] = PAGE_ENCODED;
+            }
         }
+        host_restore_rows(fc, at, end, how);
+        at = end;
     }
 }
 
@@ -825,13 +876,17 @@ static void fuzz_cache(rd * r) {
     /* a quarter of the caches: V of its own dtype */
     int32_t vdtype = u8(r) < 64 ? (rare(r, 32) ? 0 : dtypes[u8(r) % 5]) : dtype;
     const int cache_dtype = dtype != 6 && vdtype != 0;
+    /* the float16 newest page on or off (now and then neither 0 nor 1: E_ARG) */
+    const int32_t f16 = rare(r, 32) ? (rare(r, 2) ? -1 : 2) : (int32_t)(u8(r) % 2);
     fcache fc;
     memset(&fc, 0, sizeof fc);
     fc.kdtype = dtype;
     fc.vdtype = vdtype;
-    const sdpa_kv_cache_desc desc = { g[0], g[1], g[2], g[3], dtype, vdtype, 0, 0, 0 };
+    fc.f16page = f16 == 1 && (quantized_dtype(dtype) || quantized_dtype(vdtype));
+    const sdpa_kv_cache_desc desc = { g[0], g[1], g[2], g[3], dtype, vdtype, 0, 0, f16 };
     sdpa_status st = sdpa_kv_cache_create_desc(g_ctx, &desc, &fc.c);
     if (expect == SDPA_OK && !cache_dtype) expect = SDPA_E_DTYPE;
+    if (f16 != 0 && f16 != 1) expect = SDPA_E_ARG;  /* checked first (before the geometry) */
     if (expect == SDPA_OK) {
         if (st != SDPA_OK || !fc.c)
             FAILF("kv_cache_create(%d, %d, %d, %d) failed: %s %s", g[0], g[1], g[2], g[3], sdpa_status_code(st),
@@ -852,13 +907,18 @@ static void fuzz_cache(rd * r) {
         return;
     }
     g_stats.caches++;
+    g_stats.f16_caches += fc.f16page;
+    if (fc.f16page != (sdpa_kv_cache_float16_newest_page(fc.c) == 1))
+        FAILF("kv_cache_create (K %d V %d, float16_newest_page %d): the cache says %d", dtype, vdtype, f16,
+              sdpa_kv_cache_float16_newest_page(fc.c));
     fc.B = g[0];
     fc.S = g[1];
     fc.H = g[2];
     fc.D = g[3];
     fc.hk = calloc(cache_elems(&fc), 4);
     fc.hv = calloc(cache_elems(&fc), 4);
-    if (!fc.hk || !fc.hv) FAILF("host malloc failed");
+    fc.pstate = calloc((size_t)fc.S / 64 + 1, 1);
+    if (!fc.hk || !fc.hv || !fc.pstate) FAILF("host malloc failed");
     if (!cache_same_as_host(&fc)) FAILF("new cache is not zero-filled");
 
     int ops = 1 + u8(r) % 8;
@@ -891,7 +951,15 @@ static void fuzz_cache(rd * r) {
                     memset(hk + (size_t)(start + n) * row, 0, (size_t)(fc.S - start - n) * row * 4);
                     memset(hv + (size_t)(start + n) * row, 0, (size_t)(fc.S - start - n) * row * 4);
                 }
+                /* a float16 page's row moved into an encoded page is encoded from its float16 values */
+                for (int32_t x = 0; fc.f16page && x < n; x++) {
+                    const int32_t from = start + rows[x], to = start + x;
+                    if (from != to && fc.pstate[from / 64] == PAGE_FLOAT16 && fc.pstate[to / 64] != PAGE_FLOAT16)
+                        host_restore_rows(&fc, to, to + 1, STORE_ENCODED);
+                }
                 fc.length = start + n;
+                /* the pages past the kept rows go */
+                for (int32_t p = (fc.length + 63) / 64; fc.f16page && p <= fc.S / 64; p++) fc.pstate[p] = PAGE_UNWRITTEN;
             }
             if (!cache_same_as_host(&fc)) FAILF("kv_cache_keep_rows (%s): cache storage differs from the host's", sdpa_status_code(st));
             continue;
@@ -1056,7 +1124,12 @@ static void fuzz_cache(rd * r) {
             po = &tree_opts;
             pm = &tree_full;
         }
-        if (st == SDPA_OK && kind != 0 && fo.tame && !(fc.nonfinite && subnormal_scale(po)))
+        /* a step of several rows one of which, not the first, fills a page (row 64 p + 63): the
+         * rows before it attended that page in float16, not as it is stored now (test_f16page.c
+         * and f16page.test.js check those rows) */
+        const int filled_within = st == SDPA_OK && kind == 2 && fc.f16page && q.t.dims[1] > 1 && (sp + q.t.dims[1]) / 64 != (sp + 1) / 64;
+        g_stats.f16_fills_skipped += filled_within;
+        if (st == SDPA_OK && kind != 0 && fo.tame && !filled_within && !(fc.nonfinite && subnormal_scale(po)))
             check_rows(what, rotated_q ? &qr : &q.t, fc.hk, fc.hv, fc.S, fc.H, pm, po, out.t.data, r, fc.kdtype == SDPA_DTYPE_INT8 || fc.kdtype == SDPA_DTYPE_INT4 ||
                                                                                  fc.vdtype == SDPA_DTYPE_INT8 || fc.vdtype == SDPA_DTYPE_INT4 ? 2e-3 : 1e-5);
         free(before);
@@ -1076,6 +1149,7 @@ static void fuzz_cache(rd * r) {
     sdpa_kv_cache_free(fc.c);
     free(fc.hk);
     free(fc.hv);
+    free(fc.pstate);
 }
 
 /* ---- entry ------------------------------------------------------------- */
@@ -1145,6 +1219,8 @@ int main(int argc, char ** argv) {
            g_stats.trees, g_stats.trees_ok, g_stats.keeps, g_stats.keeps_ok, g_stats.manys, g_stats.manys_ok);
     printf("fuzz_sdpa: %ld calls with rotary (%ld attends / steps accepted, checked against the reference)\n",
            g_stats.rotary_calls, g_stats.rotaries);
+    printf("fuzz_sdpa: %ld caches with a float16 newest page (%ld steps filling it mid-step not compared)\n",
+           g_stats.f16_caches, g_stats.f16_fills_skipped);
     sdpa_ctx_free(g_ctx);
     g_ctx = NULL;
     return 0;

@@ -177,6 +177,8 @@ int main(int argc, char ** argv) {
            g_stats.nan_rows, g_stats.injected);
     printf("random_driver: %ld tree-mask calls (%ld accepted), %ld keepRows (%ld accepted), %ld attendMany/stepMany (%ld accepted)\n",
            g_stats.trees, g_stats.trees_ok, g_stats.keeps, g_stats.keeps_ok, g_stats.manys, g_stats.manys_ok);
+    printf("random_driver: %ld caches with a float16 newest page (%ld steps filling it mid-step not compared)\n",
+           g_stats.f16_caches, g_stats.f16_fills_skipped);
     sdpa_ctx_free(g_ctx);
     g_ctx = NULL;
 
