@@ -162,7 +162,7 @@ function checkRun(d, { build, minChecks = 2 }) {
   const part = (dtype, value) => ({
     float32: 64 * D * 4, float16: 64 * D * 2,
     int8: value ? 64 * D + 320 : 64 * 2 * up(D, 2) + 320,
-    int4: (value ? 64 * 8 * up(D, 16) : 64 * 2 * up(D, 4)) + 64 * 4 * up(D, 32),
+    int4: (value ? 64 * 8 * up(D, 16) : 64 * 2 * up(D, 4)) + 64 * 4 * up(D, 64),
   })[dtype];
   const [keyDtype, valueDtype = keyDtype] = cfg.dtype.split('/');
   const page = up(part(keyDtype, 0) + part(valueDtype, 1), 64) * 64 + 64;
