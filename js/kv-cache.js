@@ -275,7 +275,7 @@ export class KVCache {
    *   int8     data Int8Array, scales Float32Array and zeroPoints Int8Array [B, length, Hkv]
    *   int4     data Uint8Array of ceil(D / 2) bytes per row (element 2i in the
    *            low nibble of byte i), scales and offsets Uint16Array (float16
-   *            bits) [B, length, Hkv, ceil(D / 32)]: element = level * scale + offset
+   *            bits) [B, length, Hkv, ceil(D / 64)]: element = level * scale + offset
    * C writes the rows' records (sdpa_kv_cache_read_records); this splits them.
    */
   readRaw(start, length) {
