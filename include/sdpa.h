@@ -438,7 +438,7 @@ sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
 ///   float32  D float32          float16  D uint16 (binary16 bits)
 ///   int8     D int8, then its float32 scale and int8 zero point (D + 5 bytes)
 ///   int4     ceil(D/2) bytes (element 2i in the low nibble of byte i, 2i+1 in
-///            the high one), then G = ceil(D/32) float16 scales, then G float16
+///            the high one), then G = ceil(D/64) float16 scales, then G float16
 ///            offsets (element = level * scale + offset)
 /// `out` must hold exactly batch * length * kv_heads records (E_DIMS) and not
 /// lie in cache storage (E_ARG). E_ARG, E_DIMS, E_START_POS, E_CAPACITY.

@@ -9,7 +9,7 @@
  *   float16  D x uint16 (binary16 bits)                    2·D bytes
  *   int8     D x int8, float32 scale, int8 zero point      D + 5 bytes
  *   int4     ceil(D/2) bytes of nibbles (element 2i low, 2i+1
- *            high; an odd D's last high nibble 0), G = ceil(D/32) float16
+ *            high; an odd D's last high nibble 0), G = ceil(D/64) float16
  *            scales, G float16 offsets                     ceil(D/2) + 4·G bytes
  *
  * All little-endian, no padding. */

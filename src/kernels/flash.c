@@ -98,7 +98,7 @@ static const struct { uint32_t per_dim, fixed; } scratch_areas[AREA_COUNT] = {
     [AREA_W_BROADCAST] = { 0, BLOCK_ROWS * TILE_KEYS * 4 }, /* a tile's weights broadcast (broadcast_weights) */
     /* int8 / int4 K: q16 pairs, 8 rows x (ceil(D/4) * 2 <= D/2 + 2) x 4 lanes, then int4's
      * group sums, 8 rows x ceil(D/32) floats, then a tile's scales and offsets as float32,
-     * ceil(D/32) x 2 x TILE_KEYS */
+     * ceil(D/32) x 2 x TILE_KEYS (ceil(D/32) >= ceil(D/SDPA_I4_GROUP): a group is a multiple of 32) */
     [AREA_Q_INT]       = { 21, 224 },
     /* int8 / int4 V: a tile's int16 weights, 8 rows x groups x TILE_KEYS (int8: one group),
      * then int4's wscale and offset sums, 8 rows x groups x 2 floats, then its scales and
