@@ -20,6 +20,7 @@
  * Usage: node sdpa_abi.js [OUT]   (no OUT: standard output) */
 #include "sdpa.h"
 #include "sdpa_dense.h"
+#include "wasm/api.h"
 #include "cache/kv_record.h"
 #include "cache/kv_dtype.h"
 
