@@ -11,7 +11,6 @@
  * arguments query, key, value, attnMask, sinks, out. Within one code the
  * arguments are checked in the order the JS layer reads them. */
 #include "contract/check.h"
-#include "wasm/api.h"  /* sdpa_check_described, the JS package's descriptor-only entry */
 #include "cache/page_pool.h"
 #include "cache/kv_record.h"
 #include "cache/kv_dtype.h"

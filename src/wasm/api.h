@@ -9,6 +9,7 @@
 #define SDPA_WASM_API_H
 
 #include "sdpa.h"
+#include "contract/check.h"  /* sdpa_check_described's SDPA_CHECK_* ops and SDPA_DESCRIBED_* bits */
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,24 +89,6 @@ sdpa_status sdpa_wasm_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
 /// Needs no context and writes nothing but `message`: a failure's message,
 /// naming no function (the caller's name goes first), NUL-terminated in
 /// message_bytes (SDPA_CHECK_MESSAGE_BYTES are enough; NULL: none).
-#define SDPA_CHECK_CUSTOM 0
-#define SDPA_CHECK_UPDATE 1
-#define SDPA_CHECK_ATTEND 2
-#define SDPA_CHECK_STEP 3
-#define SDPA_DESCRIBED_QUERY (1u << 0)
-#define SDPA_DESCRIBED_KEY (1u << 1)
-#define SDPA_DESCRIBED_VALUE (1u << 2)
-#define SDPA_DESCRIBED_MASK (1u << 3)
-#define SDPA_DESCRIBED_SINKS (1u << 4)
-#define SDPA_DESCRIBED_TREE (1u << 5)
-#define SDPA_DESCRIBED_OUT (1u << 6)
-#define SDPA_DESCRIBED_ROTARY_COS (1u << 7)
-#define SDPA_DESCRIBED_ROTARY_SIN (1u << 8)
-#define SDPA_DESCRIBED_INTERLEAVED (1u << 9)
-#define SDPA_DESCRIBED_POSITIONS (1u << 10)
-#define SDPA_DESCRIBED_LENGTH (1u << 11)
-#define SDPA_DESCRIBED_START (1u << 12)
-#define SDPA_CHECK_MESSAGE_BYTES 512
 sdpa_status sdpa_check_described(int32_t op, const sdpa_kv_cache_desc * cache, int32_t length, int32_t window_start,
                                  const sdpa_tensor * query, const sdpa_tensor * key, const sdpa_tensor * value,
                                  const sdpa_tensor * mask, const sdpa_options * options, const sdpa_tensor * out,
