@@ -45,6 +45,7 @@ const LAYER_TENSORS = Object.freeze([
   ['ffn_up', 'w3', 'up'],
 ]);
 
+const TRAILING_BYTES = 1 << 20;   // bytes after the last tensor read before the source is cancelled
 const MB = (n) => `${(n / 2 ** 20).toFixed(1)} MiB`;
 
 /**
@@ -448,8 +449,9 @@ export async function loadGguf(sdpa, source, options) {
       targets.push({ start: header.dataOffset + rf.info.offset, end: header.dataOffset + rf.info.offset + rf.info.bytes, bytes: ropeFreqs, name: 'rope_freqs.weight', done: checkFactors });
     }
     targets.sort((a, b) => a.start - b.start);
-    // The file's bytes that matter end with its last tensor's: the fingerprint covers them, and a
-    // source is not read past them (one that never ends would otherwise keep loadGguf reading).
+    // The file's bytes that matter end with its last tensor's: the fingerprint covers them. The source
+    // is read on to its end (a writer's padding, trailing bytes), but not more than TRAILING_BYTES
+    // past them: then it is cancelled (one that never ends would otherwise keep loadGguf reading).
     const dataEnd = header.dataOffset + header.tensors.reduce((m, t) => Math.max(m, t.offset + t.bytes), 0);
     const fp = new Fingerprint();
     const hash = (chunk, at) => { if (at < dataEnd) fp.update(chunk.subarray(0, Math.min(chunk.byteLength, dataEnd - at))); };
@@ -480,15 +482,18 @@ export async function loadGguf(sdpa, source, options) {
       hash(head, 0);
       place(head, 0);
       progress(pos);
-      while (pos < dataEnd) {
+      for (;;) {
         const chunk = await nextChunk(src, signal);
         if (chunk === null) break;
         if (k < targets.length) place(chunk, pos);
         hash(chunk, pos);
         pos += chunk.byteLength;
         progress(pos);
+        if (pos > dataEnd + TRAILING_BYTES) {
+          src.cancel();
+          break;
+        }
       }
-      src.cancel();     // (read to the tensor data's end: nothing after it is needed)
       if (k < targets.length) {
         const t = targets[k];
         throw new SdpaError('E_FORMAT', `${fn}: GGUF: the file ends at byte ${pos}, inside tensor "${t.name}" (file bytes ${t.start} .. ${t.end}): truncated`);
