@@ -1,6 +1,6 @@
 // docs.test.js: the docs name files that exist, and the file maps name every file.
 //
-// Read: docs/ARCHITECTURE.md and docs/BUILDING.md whole, the README's "Layout" section and
+// Read: docs/ARCHITECTURE.md, docs/INSIDE.md and docs/BUILDING.md whole, the README's "Layout" section and
 // bench/README.md. A path is taken from every `inline code` span and every fenced code block
 // (each word of them), and from the prose when it starts with one of the repository's folders
 // (`src/...`, `docs/LLAMA.md`). A word is a path when it has a `/` or ends in a file extension;
@@ -185,6 +185,7 @@ function readmeLayout() {
 }
 const DOCS = () => [
   ['docs/ARCHITECTURE.md', read('docs/ARCHITECTURE.md'), 60],
+  ['docs/INSIDE.md', read('docs/INSIDE.md'), 40],
   ['docs/BUILDING.md', read('docs/BUILDING.md'), 20],
   ['README.md (Layout)', readmeLayout(), 40],
   ['bench/README.md', read('bench/README.md'), 20],
