@@ -20,7 +20,6 @@
 // the runner does, so the weights are used as they are.
 
 import { SdpaError } from '../errors.js';
-import { HEAP_DTYPES } from '../heap.js';
 import { parseGguf, GgufTruncated, MAX_HEADER_BYTES } from './gguf.js';
 import { tokenizerFromGguf } from './gguf-tokenizer.js';
 import {
@@ -30,8 +29,9 @@ import {
 const OPTIONS = Object.freeze(['maxSeqLen', 'dtype', 'keyDtype', 'valueDtype', 'float16NewestPage', 'maxChunk', 'reserve', 'activations', 'onProgress', 'signal']);
 /** ggml tensor type -> the heap dtype the dense kernels run it as. */
 const GGML_DTYPES = Object.freeze({ F32: 'float32', F16: 'float16', Q8_0: 'q8_0', Q4_0: 'q4_0', Q4_K: 'q4_k', Q6_K: 'q6_k', Q5_0: 'q5_0' });
-/** The ggml types this build runs as weight matrices. */
-export const GGUF_MATRIX_TYPES = Object.freeze(Object.keys(GGML_DTYPES).filter((t) => HEAP_DTYPES.includes(GGML_DTYPES[t])));
+/** The ggml types this build runs as weight matrices (each a heap dtype: tests/js/gguf.test.js holds it). */
+export const GGUF_MATRIX_TYPES = Object.freeze(Object.keys(GGML_DTYPES));
+export const GGUF_HEAP_DTYPES = GGML_DTYPES;   // (for that test)
 /** maxSeqLen's default cap: a file's context_length (131072 for Llama 3.1) would reserve gigabytes of KV pages. */
 const DEFAULT_MAX_SEQ_LEN = 4096;
 /** A byte stream's reads: one reused buffer of this size. */

@@ -35,6 +35,8 @@ import { planGguf } from '../../scripts/lib/gguf-layout.mjs';
 import { llama2cToGguf, TOKEN_TYPE } from '../../scripts/llama2c-to-gguf.mjs';
 import { randomGguf, randomTensors, randomMetadata, randomVocab, SHAPES } from '../../scripts/random-gguf.mjs';
 import { expectError, expectReject } from './helpers.js';
+import { GGUF_HEAP_DTYPES } from '../../js/llama/gguf-model.js';
+import { HEAP_DTYPES } from '../../js/heap.js';
 import { dequantize, quantize, halfToNumber } from './dense-reference.js';
 import { referenceForward } from './llama-reference.js';
 
@@ -570,6 +572,11 @@ test('loadGguf: random tiny files (GQA, the synthetic shapes\' code path) of eve
       model.dispose();
     }
   }
+});
+
+test('every ggml type loadGguf runs as a weight matrix is a heap dtype of this build', () => {
+  assert.ok(GGUF_MATRIX_TYPES.length >= 7, GGUF_MATRIX_TYPES.join(', '));
+  for (const t of GGUF_MATRIX_TYPES) assert.ok(HEAP_DTYPES.includes(GGUF_HEAP_DTYPES[t]), `${t} runs as '${GGUF_HEAP_DTYPES[t]}', which is not in HEAP_DTYPES (${HEAP_DTYPES.join(', ')})`);
 });
 
 test('loadGguf: random K-type files (Q4_K, Q6_K at rows of 256; with Q5_0 / Q8_0 where rows fall back) match the float64 forward over ggml\'s dequantization, when this build runs them', async () => {

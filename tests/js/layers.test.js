@@ -101,7 +101,6 @@ test('no two units (a .c and its .h) include each other but the listed debts', (
 const LLAMA_DEBTS = new Map([
   ['js/llama/model.js -> js/rules.js', "Checks: the llama options' errors ranked and worded as the package's"],
   ['js/llama/model.js -> js/snapshot.js', "readOptions: the llama options read once, as the package's (getters, unknown names)"],
-  ['js/llama/gguf-model.js -> js/heap.js', 'HEAP_DTYPES: the weight dtypes this build runs, for the GGUF types it accepts'],
 ]);
 const PUBLIC = new Set(['js/index.js', 'js/errors.js']);
 
