@@ -9,7 +9,7 @@
 // So a worker beats (posts { type: 'alive' }) while it loads, and its page ends it and starts another when
 // it hears nothing for SILENCE_MS. A load that is only slow (a slow network) keeps beating: its thread is free.
 // (With the beat, 300 loads in the same conditions needed no restart: a worker whose event loop is busy
-// seems to meet the hang less often. It still comes: a whole Firefox run of tests/browser needed one.)
+// seems to meet the hang less often. It still comes: a whole Firefox run of tests/browser needs one or two.)
 
 export const BEAT_MS = 500;
 export const SILENCE_MS = 10_000;
