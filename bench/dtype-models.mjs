@@ -18,9 +18,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createSdpa } from '../js/index.js';
-import { loadLlama, loadTokenizer, loadGguf } from '../js/llama/index.js';
+import { loadLlama, loadGguf } from '../js/llama/index.js';
 import { randomGguf, SHAPES } from '../scripts/random-gguf.mjs';
-import { kvOptions, windowsOf, bytesPerToken, measure } from './lib/kv-quality.mjs';
+import { kvOptions, windowsOf, bytesPerToken, measure, heldoutDocs, shippedModel } from './lib/kv-quality.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const argv = process.argv.slice(2);
@@ -29,7 +29,7 @@ const WINDOWS = Number(arg('windows', 8));
 const MODELS = arg('models', 'shipped,q8_0,q4_0,q4_k_m,tiny,wide').split(',');
 const KV = ['float32', ...arg('kv', 'float16,int8-page,int8+page,int4-page,int4+page,int8/int4-page,int8/int4+page,float16/int4-page,float16/int4+page').split(',')];
 const note = (s) => process.stderr.write(s + '\n');
-const text = fs.readFileSync(path.join(ROOT, 'tests/data/llama/heldout.txt'), 'utf8').replace(/\n$/, '').split('\n%\n');
+const text = heldoutDocs();
 
 const sdpa = await createSdpa({ threads: 2 });
 const wide = { ...SHAPES.tiny, dim: 256, nHeads: 4, nKvHeads: 2, hiddenDim: 512 };   // (tests/js/gguf.test.js's)
@@ -37,10 +37,8 @@ const wide = { ...SHAPES.tiny, dim: 256, nHeads: 4, nKvHeads: 2, hiddenDim: 512 
 /** name -> { label, load(kv) -> model, encode(doc) -> ids } */
 function source(name) {
   if (name === 'shipped') {
-    const dir = path.join(ROOT, 'models', 'fortunes');
-    const bytes = new Uint8Array(fs.readFileSync(path.join(dir, 'model.bin')));
-    const tok = loadTokenizer(fs.readFileSync(path.join(dir, 'tokenizer.bin')));
-    return { label: 'shipped model (models/fortunes, float32 weights)', load: async (kv) => loadLlama(sdpa, bytes, kv), encode: (d) => tok.encode(d, { bos: true, eos: true }) };
+    const { checkpoint, tokenizer } = shippedModel();
+    return { label: 'shipped model (models/fortunes, float32 weights)', load: async (kv) => loadLlama(sdpa, checkpoint, kv), encode: (d) => tokenizer.encode(d, { bos: true, eos: true }) };
   }
   const gguf = { q8_0: 'fortunes-Q8_0.gguf', q4_0: 'fortunes-Q4_0.gguf', q4_k_m: 'fortunes-Q4_K_M.gguf' }[name];
   const bytes = gguf ? new Uint8Array(fs.readFileSync(path.join(ROOT, 'tests/data/gguf', gguf)))

@@ -15,9 +15,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createSdpa } from '../js/index.js';
-import { loadLlama, loadTokenizer } from '../js/llama/index.js';
+import { loadLlama } from '../js/llama/index.js';
 import { buildEnv } from '../scripts/build.mjs';
-import { kvOptions, windowsOf, bytesPerToken, measure } from './lib/kv-quality.mjs';
+import { kvOptions, windowsOf, bytesPerToken, measure, shippedModel } from './lib/kv-quality.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const argv = process.argv.slice(2);
@@ -49,12 +49,7 @@ function build32() {
 }
 
 const dist32 = arg('dist32', null) ?? build32();
-const fortunes = path.join(ROOT, 'models', 'fortunes');
-const checkpoint = new Uint8Array(fs.readFileSync(path.join(fortunes, 'model.bin')));
-const tokenizer = loadTokenizer(fs.readFileSync(path.join(fortunes, 'tokenizer.bin')));
-const docs = fs.readFileSync(path.join(ROOT, 'tests/data/llama/heldout.txt'), 'utf8').replace(/\n$/, '').split('\n%\n');
-const held = [];
-for (const d of docs) held.push(...tokenizer.encode(d, { bos: true, eos: true }));
+const { checkpoint, held } = shippedModel();
 const windows = windowsOf(held, 512, WINDOWS);
 
 const builds = [

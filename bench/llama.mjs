@@ -38,6 +38,7 @@ import { openLimits } from './lib/limits.mjs';
 import { SHIPPED, SMOLLM2_135M, writeRandomCheckpoint, writeTokenizer } from './lib/random-llama.mjs';
 import { buildRunC, runRunC, defaultRunCDir } from './lib/runc.mjs';
 import { tokenWork } from './lib/dense-shapes.mjs';
+import { shippedModel, windowsOf } from './lib/kv-quality.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const argv = process.argv.slice(2);
@@ -90,12 +91,7 @@ function agreement(a, b) {
 
 if (arg('render')) { out(render(JSON.parse(fs.readFileSync(arg('render'), 'utf8')))); process.exit(0); }
 
-const fortunes = path.join(ROOT, 'models', 'fortunes');
-const checkpoint = new Uint8Array(fs.readFileSync(path.join(fortunes, 'model.bin')));
-const tokenizer = loadTokenizer(fs.readFileSync(path.join(fortunes, 'tokenizer.bin')));
-const docs = fs.readFileSync(path.join(ROOT, 'tests/data/llama/heldout.txt'), 'utf8').replace(/\n$/, '').split('\n%\n');
-const held = [];
-for (const d of docs) held.push(...tokenizer.encode(d, { bos: true, eos: true }));
+const { dir: fortunes, checkpoint, tokenizer, held } = shippedModel();
 
 const t0 = Date.now();
 const commit = git('rev-parse', '--short', 'HEAD');
@@ -362,8 +358,7 @@ function targets() {
 async function quality() {
   const sdpa = await createSdpa({ threads: 2 });
   const V = tokenizer.vocabSize, S = 512;
-  const windows = [];
-  for (let w = 0; w < WINDOWS && (w + 1) * S + 1 <= held.length; w++) windows.push(held.slice(w * S, (w + 1) * S + 1));
+  const windows = windowsOf(held, S, WINDOWS);
   const base = [];
   const res = [];
   for (const dt of KV_QUALITY) {

@@ -5,6 +5,28 @@
 // cache's bytes per token (every layer) amortized at 512 and 4,096 tokens (kvCacheSize's poolBytes,
 // a float16 newest page included, + the page table).
 
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { loadTokenizer } from '../../js/llama/index.js';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+/** tests/data/llama/heldout.txt's documents (never trained on), as strings. */
+export function heldoutDocs() {
+  return fs.readFileSync(path.join(ROOT, 'tests/data/llama/heldout.txt'), 'utf8').replace(/\n$/, '').split('\n%\n');
+}
+
+/** The shipped model: { dir, checkpoint (its bytes), tokenizer, held (the held-out text's ids, each document BOS ... EOS) }. */
+export function shippedModel() {
+  const dir = path.join(ROOT, 'models', 'fortunes');
+  const checkpoint = new Uint8Array(fs.readFileSync(path.join(dir, 'model.bin')));
+  const tokenizer = loadTokenizer(fs.readFileSync(path.join(dir, 'tokenizer.bin')));
+  const held = [];
+  for (const d of heldoutDocs()) held.push(...tokenizer.encode(d, { bos: true, eos: true }));
+  return { dir, checkpoint, tokenizer, held };
+}
+
 /** 'int8/int4+page' -> { keyDtype, valueDtype, float16NewestPage } ('-page': off; neither: the library's default). */
 export function kvOptions(spec) {
   const m = /^([^+-]+)([+-]page)?$/.exec(spec);
