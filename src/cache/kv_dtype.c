@@ -1,7 +1,8 @@
-/* kv_dtype.c: the cache dtype table (kv_dtype.h says what each column is
- * and who reads it). One row per dtype, in sdpa_dtype number order; adding
- * a dtype adds a row here, its codec (kv_format.c) and record functions
- * (kv_record.c), and, if it has kernels of its own, its tile sources. */
+/* kv_dtype.c: the cache dtype table, storage only (kv_dtype.h says what
+ * each column is and who reads it). One row per dtype, in sdpa_dtype number
+ * order; adding a dtype adds a row here, its codec (kv_format.c) and record
+ * functions (kv_record.c), and, if it has kernels of its own, its row of the
+ * kernel table (kernels/tile_sources.c). */
 #include "cache/kv_dtype.h"
 
 #include <stdio.h>
@@ -30,9 +31,6 @@ const sdpa_dtype_traits sdpa_dtype_table[] = {
         .clear_side = NULL,
         .record_parts = PARTS(F32_PARTS),
         .record_export = sdpa_float_record_export, .record_import = sdpa_f32_record_import, .record_describe = NULL,
-        .k_tile = K_F32_PAGE, .k_tile_max_dim = 0, .k_tile_marked = K_F32_PAGE,
-        .v_tile = V_F32_ROWS, .v_tile_marked = V_F32_ROWS,
-        .small_tiles = false,
     },
     {
         .dtype = SDPA_DTYPE_FLOAT16, .name = "float16",
@@ -41,9 +39,6 @@ const sdpa_dtype_traits sdpa_dtype_table[] = {
         .clear_side = NULL,
         .record_parts = PARTS(F16_PARTS),
         .record_export = sdpa_float_record_export, .record_import = sdpa_f16_record_import, .record_describe = NULL,
-        .k_tile = K_F16_PAGE, .k_tile_max_dim = 0, .k_tile_marked = K_F16_DECODED,
-        .v_tile = V_F16_PAGE, .v_tile_marked = V_F16_DECODED,
-        .small_tiles = false,
     },
     {
         .dtype = SDPA_DTYPE_INT8, .name = "int8",
@@ -53,9 +48,7 @@ const sdpa_dtype_traits sdpa_dtype_table[] = {
         .record_parts = PARTS(I8_PARTS),
         .record_export = sdpa_int8_record_export, .record_import = sdpa_int8_record_import,
         .record_describe = sdpa_int8_record_describe,
-        .k_tile = K_I8_PAGE, .k_tile_max_dim = INT_Q_MAX_DIM, .k_tile_marked = K_I8_PAGE,
-        .v_tile = V_I8_PAGE, .v_tile_marked = V_I8_PAGE,
-        .small_tiles = true, .float16_page = true,
+        .float16_page = true,
     },
     {
         .dtype = SDPA_DTYPE_INT4, .name = "int4",
@@ -65,9 +58,7 @@ const sdpa_dtype_traits sdpa_dtype_table[] = {
         .record_parts = PARTS(I4_PARTS),
         .record_export = sdpa_int4_record_export, .record_import = sdpa_int4_record_import,
         .record_describe = sdpa_int4_record_describe,
-        .k_tile = K_I4_PAGE, .k_tile_max_dim = 0, .k_tile_marked = K_DECODED,
-        .v_tile = V_I4_PAGE, .v_tile_marked = V_DECODED,
-        .small_tiles = true, .float16_page = true,
+        .float16_page = true,
     },
 };
 #undef PARTS

@@ -1,13 +1,16 @@
-/* kv_dtype.h: the cache dtypes' traits, one table row per dtype (in the
- * style of ggml's type_traits): its name and number, how a page stores it
- * (element bytes, block layouts, block geometry), the exact encode / decode
- * of a row (kv_format.c), its row record (parts, export, import: kv_record.c)
- * and the K / V tile sources the kernels' plan picks for it (kernels/flash.c).
- * The table is in kv_dtype.c; every other file that needs a dtype's facts
- * reads them here instead of switching on the dtype: kv_format.c, kv_record.c,
- * kv_state.c, contract/check.c, the plan in kernels/flash.c and
- * scripts/abi.c (which carries names, numbers and record parts to js/abi.js).
- * The hot tile loops keep their direct calls; the table chooses them. */
+/* kv_dtype.h: the cache dtypes' storage traits, one table row per dtype
+ * (in the style of ggml's type_traits, ggml.c): its name and number, how a
+ * page stores it (element bytes, block layouts, block geometry), the exact
+ * encode / decode of a row (kv_format.c) and its row record (parts, export,
+ * import: kv_record.c). Storage only: which kernels read a dtype's tiles is
+ * the kernels' own table (kernels/tile_sources.h, as ggml-cpu.c's
+ * type_traits_cpu beside ggml.c's type_traits). The table is in kv_dtype.c;
+ * every other file that needs a dtype's facts reads them here instead of
+ * switching on the dtype: kv_format.c, kv_record.c, kv_state.c, kv_cache.c,
+ * contract/check.c and scripts/abi.c (which carries names, numbers and
+ * record parts to js/abi.js). This header includes neither codec (their
+ * shared types are kv_types.h), so the codecs read the table without a
+ * circle. */
 #ifndef SDPA_KV_DTYPE_H
 #define SDPA_KV_DTYPE_H
 
@@ -15,9 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cache/kv_format.h"
-#include "cache/kv_record.h"
-#include "kernels/tile_sources.h"
+#include "cache/kv_types.h"
 
 /* A block's geometry for head dim D (kv_format.c sdpa_page_format_make). */
 typedef struct sdpa_block_geometry {
@@ -49,12 +50,6 @@ typedef struct sdpa_dtype_traits {
                                        const unsigned char * in, size_t stride, int32_t * bad_row, bool * nonfinite);
     /* A sentence for an import fault of this dtype (NULL: the generic one). */
     bool (*record_describe)(sdpa_record_fault fault, int32_t head_dim, const unsigned char * record, char * buf, size_t cap);
-    /* the kernels (kernels/flash.c plan_sources, tile_sources, make_plan) */
-    k_source k_tile;                      /* the plan's K source for a block of this dtype... */
-    int32_t k_tile_max_dim;               /* ...up to this head dim (0: any), K_DECODED above */
-    k_source k_tile_marked;               /* a page marked SDPA_PAGE_MARK_K_NONFINITE */
-    v_source v_tile, v_tile_marked;       /* the same for V (SDPA_PAGE_MARK_V_NONFINITE) */
-    bool small_tiles;                     /* K tiles of a few bytes a key: longer split-KV chunks */
     /* a cache with float16_newest_page holds a block of this dtype as float16
      * in its newest page (int8, int4: a quantized block) */
     bool float16_page;

@@ -42,51 +42,7 @@
 #include <stdint.h>
 
 #include "sdpa.h"
-
-typedef enum sdpa_block_layout {
-    SDPA_LAYOUT_ROWS,
-    SDPA_LAYOUT_KEY_GROUPS,
-    SDPA_LAYOUT_I8_KEYS,
-    SDPA_LAYOUT_I8_PAIRS,
-    SDPA_LAYOUT_I4_KEYS,
-    SDPA_LAYOUT_I4_PAIRS,
-} sdpa_block_layout;
-
-#define SDPA_I8_KEY_GROUP 8   /* keys per group of an I8_KEYS / I4_KEYS block */
-/* Elements of D per int4 scale and offset: 64 (4.5 bits a value), one
- * group a row at head size 64 (issue 41: at the same float16 newest page,
- * 32-element groups cost 0.5 bit a value more for little quality; the
- * measurement: bench/int4-layout.mjs, bench/HISTORY.md). Saved states of
- * format versions 1 and 2 hold 32-element groups (kv_record.c,
- * sdpa_int4_v2_record_import). A build may set it (to 32 or a multiple
- * of 32) only to measure: bench/int4-layout.mjs builds the 32 one. */
-#ifndef SDPA_I4_GROUP
-#define SDPA_I4_GROUP 64
-#endif
-#if SDPA_I4_GROUP % 32 != 0
-#error "SDPA_I4_GROUP: a multiple of 32 (the kernels unpack 16 elements at a time; quantize_q sums 4)"
-#endif
-
-/* One block (K or V) of a page. */
-typedef struct sdpa_block_format {
-    int32_t dtype;            /* SDPA_DTYPE_FLOAT32, _FLOAT16, _INT8 or _INT4 */
-    sdpa_block_layout layout;
-    size_t elem_bytes;        /* 4, 2, 1; 0 for int4 (two elements per byte) */
-    int32_t units;            /* I8_KEYS: ceil(D/2) element pairs; I4_KEYS: ceil(D/4) quads;
-                               * I4_PAIRS: ceil(D/16) runs of 16 elements; else D */
-    int32_t groups;           /* int4: ceil(D / SDPA_I4_GROUP); else 0 */
-    size_t offset;            /* bytes from the page start to the block */
-    size_t row_bytes;         /* bytes per page row: a tile at row r0 (a multiple of
-                               * every layout's key group) starts r0 * row_bytes in */
-    size_t scale_offset;      /* int8: [ROWS] f32 scales; int4: [groups][ROWS] f16 scales */
-    size_t zp_offset;         /* int8: [ROWS] i8 zero points; int4: [groups][ROWS] f16 offsets */
-} sdpa_block_format;
-
-typedef struct sdpa_page_format {
-    int32_t dim;                    /* D */
-    sdpa_block_format block[2];     /* [0] K, [1] V */
-    size_t page_bytes;              /* a multiple of 64 */
-} sdpa_page_format;
+#include "cache/kv_types.h"  /* sdpa_page_format, sdpa_block_format, sdpa_block_layout */
 
 /* Whether `dtype` is a cache dtype (float32, float16, int8, int4). */
 bool sdpa_is_cache_dtype(int32_t dtype);

@@ -22,17 +22,8 @@
 
 #include "cache/kv_format.h"
 
-/* One part of a row record, in record order: ceil(D / span) items (span 0:
- * one item per record) of item_bytes bytes each, little-endian item_type.
- * `name` is what KVCache.readRaw calls the part; scripts/abi.c carries the
- * dtype table's parts to JS (js/abi.js RECORD_PARTS), so JS splits a record
- * without knowing its bytes. */
-typedef struct sdpa_kv_record_part {
-    const char * name;       /* "data", "scales", "zeroPoints", "offsets" */
-    const char * item_type;  /* "float32", "uint16", "uint8", "int8" */
-    int32_t item_bytes;
-    int32_t span;            /* elements of the row one item covers; 0: one item per record */
-} sdpa_kv_record_part;
+/* A record part (sdpa_kv_record_part) and an import fault (sdpa_record_fault)
+ * are kv_types.h's: the dtype table names them too. */
 
 /* The parts of a `dtype` record (*n_parts of them, n_parts may be NULL);
  * NULL (and 0 parts) when this build cannot store that dtype in a cache. */
@@ -58,14 +49,6 @@ int32_t sdpa_kv_record_block_dtype(const sdpa_page_format * f, int value);
  * interleaves a row's K and V records). */
 void sdpa_kv_record_export(const sdpa_page_format * f, const void * page, int32_t first, int32_t n, int value,
                            unsigned char * out, size_t stride);
-
-/* Why a record cannot be imported (SDPA_RECORD_OK: it can). */
-typedef enum sdpa_record_fault {
-    SDPA_RECORD_OK = 0,
-    SDPA_RECORD_BAD_SCALE,   /* int8: a scale no encoder makes (NaN, negative, -0, 0 < s < FLT_EPSILON,
-                              * or 0 outside the all-zero record of an unwritten row) */
-    SDPA_RECORD_BAD_PAD,     /* int4: an odd head dim's unused nibble is not 0 */
-} sdpa_record_fault;
 
 /* Checks the records of rows first .. first + n - 1 (one each, `stride`
  * bytes apart from `in`) and writes them into the K (value = 0) or V block

@@ -54,7 +54,6 @@
 #include "kernels/flash_int8.h"
 #include "kernels/flash_int4.h"
 #include "cache/page_pool.h"
-#include "cache/kv_dtype.h"
 
 #include <float.h>
 #include <stdatomic.h>
@@ -134,16 +133,16 @@ static uint64_t partial_floats_for(int32_t dim_pad) {
 }
 
 /* The K and V sources of every tile of the plan (tile_sources refines them
- * per page), each from its own block's dtype: its row of the dtype table
- * (cache/kv_dtype.c) names them, and those of a page marked as holding what
+ * per page), each from its own block's dtype: its row of the kernel table
+ * (tile_sources.c) names them, and those of a page marked as holding what
  * the in-place readers cannot convert. */
 static void plan_sources(flash_plan * f) {
     const sdpa_kv_view * kv = &f->p->kv;
     f->k_src = f->k_marked = K_F32_TRANSPOSED;
     f->v_src = f->v_marked = V_F32_ROWS;
     if (!kv->pages) return;
-    const sdpa_dtype_traits * kt = sdpa_dtype_traits_of(sdpa_kv_dtype(kv->format, 0));
-    const sdpa_dtype_traits * vt = sdpa_dtype_traits_of(sdpa_kv_dtype(kv->format, 1));
+    const sdpa_dtype_kernels * kt = sdpa_dtype_kernels_of(sdpa_kv_dtype(kv->format, 0));
+    const sdpa_dtype_kernels * vt = sdpa_dtype_kernels_of(sdpa_kv_dtype(kv->format, 1));
     const bool k_wide = kt->k_tile_max_dim && f->p->head_dim > kt->k_tile_max_dim;
     f->k_src = k_wide ? K_DECODED : kt->k_tile;
     f->k_marked = k_wide ? K_DECODED : kt->k_tile_marked;
@@ -154,8 +153,8 @@ static void plan_sources(flash_plan * f) {
     f->k_f16 = f->k_f16_marked = f->k_src;
     f->v_f16 = f->v_f16_marked = f->v_src;
     if (kv->f16_format) {
-        const sdpa_dtype_traits * kf = sdpa_dtype_traits_of(sdpa_kv_dtype(kv->f16_format, 0));
-        const sdpa_dtype_traits * vf = sdpa_dtype_traits_of(sdpa_kv_dtype(kv->f16_format, 1));
+        const sdpa_dtype_kernels * kf = sdpa_dtype_kernels_of(sdpa_kv_dtype(kv->f16_format, 0));
+        const sdpa_dtype_kernels * vf = sdpa_dtype_kernels_of(sdpa_kv_dtype(kv->f16_format, 1));
         f->k_f16 = kf->k_tile;
         f->k_f16_marked = kf->k_tile_marked;
         f->v_f16 = vf->v_tile;
@@ -185,7 +184,7 @@ static void make_plan(flash_plan * f, const sdpa_problem * p) {
     const int32_t keys = p->n_keys - f->key_begin;
     int32_t chunks = 1;
     if ((int64_t)p->batch * p->kv_heads * f->blocks <= SPLIT_MAX_UNITS) {
-        const bool small_tiles = p->kv.pages && sdpa_dtype_traits_of(sdpa_kv_dtype(p->kv.format, 0))->small_tiles;
+        const bool small_tiles = p->kv.pages && sdpa_dtype_kernels_of(sdpa_kv_dtype(p->kv.format, 0))->small_tiles;
         chunks = ceil_div(keys, small_tiles ? CHUNK_MIN_KEYS_INT8 : CHUNK_MIN_KEYS);
         if (chunks > CHUNK_MAX_COUNT) chunks = CHUNK_MAX_COUNT;
     }

@@ -1,9 +1,15 @@
 /* tile_sources.h: where flash.c's tile loop gets a tile's keys and values
- * (its K source and V source), and so which microkernels run it. Each cache
- * dtype names its sources in the dtype table (cache/kv_dtype.c), and the
- * plan takes them from there (flash.c plan_sources). */
+ * (its K source and V source), and so which microkernels run it; and the
+ * kernel table, the kernels' row per cache dtype (tile_sources.c): the
+ * sources the plan takes for a block of that dtype (flash.c plan_sources).
+ * The dtype's storage row (bytes, layouts, codec, records) is the storage
+ * floor's (cache/kv_dtype.h): the split of ggml's type_traits (ggml.c) and
+ * type_traits_cpu (ggml-cpu.c). */
 #ifndef SDPA_TILE_SOURCES_H
 #define SDPA_TILE_SOURCES_H
+
+#include <stdbool.h>
+#include <stdint.h>
 
 /* An int8 cache's Q.K quantizes q to int16 up to this head dim and decodes
  * K above it (flash_int8.h says why). */
@@ -34,5 +40,25 @@ typedef enum v_source {
     V_I4_PAGE,         /* an int4 page's V block: per-group int16 weights times nibbles */
     V_DECODED,         /* any page's V rows decoded into the V tile (a marked int4 page) */
 } v_source;
+
+/* The kernels' row of a cache dtype. */
+typedef struct sdpa_dtype_kernels {
+    int32_t dtype;                  /* SDPA_DTYPE_* */
+    k_source k_tile;                /* the plan's K source for a block of this dtype... */
+    int32_t k_tile_max_dim;         /* ...up to this head dim (0: any), K_DECODED above */
+    k_source k_tile_marked;         /* a page marked SDPA_PAGE_MARK_K_NONFINITE */
+    v_source v_tile, v_tile_marked; /* the same for V (SDPA_PAGE_MARK_V_NONFINITE) */
+    bool small_tiles;               /* K tiles of a few bytes a key: longer split-KV chunks */
+} sdpa_dtype_kernels;
+
+/* The kernel table: the cache dtypes with kernels of their own, in
+ * sdpa_dtype number order. */
+extern const sdpa_dtype_kernels sdpa_dtype_kernel_table[];
+extern const int32_t sdpa_dtype_kernel_count;
+
+/* The kernels' row of `dtype`; for a dtype without one, a row whose tiles
+ * are decoded into float32 (K_DECODED, V_DECODED: through the dtype's
+ * decode, cache/kv_format.h), so a dtype may have a storage row alone. */
+const sdpa_dtype_kernels * sdpa_dtype_kernels_of(int32_t dtype);
 
 #endif

@@ -10,13 +10,20 @@
  *     bytes from the rows;
  *   - the lists messages print ("float32, float16, int8 or int4",
  *     "float32 1, float16 3, int8 4, int4 5");
- *   - numbers outside the table are no cache dtype (bool included).
+ *   - numbers outside the table are no cache dtype (bool included);
+ *   - the kernel table (src/kernels/tile_sources.c): rows in number order,
+ *     each of a cache dtype, each naming only sources that read its own
+ *     dtype (or decode), small tiles for the integer dtypes, and the decoded
+ *     sources for a dtype without a row.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "testutil.h"
 #include "cache/kv_dtype.h"
+#include "cache/kv_format.h"
+#include "cache/kv_record.h"
+#include "kernels/tile_sources.h"
 
 static uint64_t expected_record_bytes(int32_t dtype, uint64_t D) {
     switch (dtype) {
@@ -39,7 +46,8 @@ static void test_rows(void) {
         TU_CHECK(t->geometry && t->encode_row && t->decode && t->record_parts && t->n_record_parts > 0 &&
                  t->record_export && t->record_import, "%s: a column is empty", t->name);
         const bool integer = t->dtype == SDPA_DTYPE_INT8 || t->dtype == SDPA_DTYPE_INT4;
-        TU_CHECK((t->clear_side != NULL) == integer && t->small_tiles == integer, "%s: side data / small tiles", t->name);
+        TU_CHECK((t->clear_side != NULL) == integer && sdpa_dtype_kernels_of(t->dtype)->small_tiles == integer,
+                 "%s: side data / small tiles", t->name);
         TU_CHECK(sdpa_is_cache_dtype(t->dtype) && sdpa_kv_record_dtype_known(t->dtype), "%s: not a cache dtype", t->name);
         for (int32_t D = 1; D <= 300; D++) {
             const uint64_t got = sdpa_kv_record_bytes(t->dtype, D), want = expected_record_bytes(t->dtype, (uint64_t)D);
@@ -72,6 +80,52 @@ static void test_formats(void) {
             }
 }
 
+/* The dtype whose stored blocks a source reads in place (0: a decoded or
+ * caller tile, any dtype's). */
+static int32_t k_source_dtype(k_source k) {
+    switch (k) {
+        case K_F32_PAGE: return SDPA_DTYPE_FLOAT32;
+        case K_F16_PAGE: return SDPA_DTYPE_FLOAT16;
+        case K_I8_PAGE: return SDPA_DTYPE_INT8;
+        case K_I4_PAGE: return SDPA_DTYPE_INT4;
+        default: return 0;
+    }
+}
+static int32_t v_source_dtype(v_source v) {
+    switch (v) {
+        case V_F16_PAGE: return SDPA_DTYPE_FLOAT16;
+        case V_I8_PAGE: return SDPA_DTYPE_INT8;
+        case V_I4_PAGE: return SDPA_DTYPE_INT4;
+        default: return 0;
+    }
+}
+
+static void test_kernel_table(void) {
+    for (int32_t i = 0; i < sdpa_dtype_kernel_count; i++) {
+        const sdpa_dtype_kernels * k = &sdpa_dtype_kernel_table[i];
+        const int32_t d = k->dtype;
+        TU_CHECK(i == 0 || sdpa_dtype_kernel_table[i - 1].dtype < d, "kernel row %d (dtype %d) is out of number order", i, d);
+        TU_CHECK(sdpa_dtype_traits_of(d) != NULL, "kernel row %d: dtype %d has no storage row", i, d);
+        TU_CHECK(sdpa_dtype_kernels_of(d) == k, "sdpa_dtype_kernels_of(%d) does not find row %d", d, i);
+        const k_source ks[2] = { k->k_tile, k->k_tile_marked };
+        const v_source vs[2] = { k->v_tile, k->v_tile_marked };
+        for (int m = 0; m < 2; m++) {
+            TU_CHECK(k_source_dtype(ks[m]) == 0 || k_source_dtype(ks[m]) == d, "dtype %d: K source %d reads another dtype", d, (int)ks[m]);
+            TU_CHECK(v_source_dtype(vs[m]) == 0 || v_source_dtype(vs[m]) == d || (vs[m] == V_F32_ROWS && d == SDPA_DTYPE_FLOAT32),
+                     "dtype %d: V source %d reads another dtype", d, (int)vs[m]);
+        }
+        /* a marked page (a float16 Inf / NaN, an int4 NaN group) is never read by the in-place half converters */
+        TU_CHECK(k->k_tile_marked != K_F16_PAGE && k->k_tile_marked != K_I4_PAGE && k->v_tile_marked != V_F16_PAGE &&
+                 k->v_tile_marked != V_I4_PAGE, "dtype %d: a marked page read in place", d);
+    }
+    const int32_t others[] = { 0, SDPA_DTYPE_BOOL, 2, 6, -1 };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        const sdpa_dtype_kernels * k = sdpa_dtype_kernels_of(others[i]);
+        TU_CHECK(k && k->k_tile == K_DECODED && k->k_tile_marked == K_DECODED && k->v_tile == V_DECODED &&
+                 k->v_tile_marked == V_DECODED && !k->small_tiles, "dtype %d: not the decoded row", others[i]);
+    }
+}
+
 static void test_lists(void) {
     char buf[128];
     sdpa_dtype_list(buf, sizeof buf, false);
@@ -87,6 +141,7 @@ int main(void) {
     double t0 = tu_seconds();
     test_rows();
     test_formats();
+    test_kernel_table();
     test_lists();
     printf("  %.2f s\n", tu_seconds() - t0);
     return tu_summary("test_dtype_table");
