@@ -477,11 +477,6 @@ void sdpa_ctx_memory(const sdpa_ctx * ctx, sdpa_memory_stats * out);
 /// E_ARG (negative or NaN), E_OOM.
 sdpa_status sdpa_ctx_reserve_pages(sdpa_ctx * ctx, double bytes);
 
-/// Non-zero when the `bytes` bytes at p overlap the page pool's memory (any
-/// cache's storage). For the JS wrapper's messages. (No unbalanced square
-/// brackets in this header: CMake reads it as a list to find the exports.)
-int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes);
-
 /* ==================================================================
  * Saved KV state: a cache as portable bytes (docs/FORMAT.md)
  * ==================================================================

@@ -73,10 +73,3 @@ export const MANY_MAX = 64;
 export const PAGE_ROWS = 64;
 /** Bytes of meta a save carries at most (SDPA_STATE_MAX_META). */
 export const STATE_MAX_META = 1048576;
-/** sdpa_check_described's op: the call whose rules it runs on described tensors (SDPA_CHECK_*). */
-export const CHECK_OP = Object.freeze({ custom: 0, update: 1, attend: 2, step: 3 });
-/** sdpa_check_described's judged / unknown / overlaps bits: by the name C's messages give a tensor, and the rest (SDPA_DESCRIBED_*). */
-export const DESCRIBED = Object.freeze({ query: 1, key: 2, value: 4, attnMask: 8, sinks: 16, treeMask: 32, out: 64,
-  'rotary.cos': 128, 'rotary.sin': 256, 'rotary.interleaved': 512, 'rotary.positions': 1024, length: 2048, start: 4096 });
-/** Bytes of the message sdpa_check_described writes at most (SDPA_CHECK_MESSAGE_BYTES). */
-export const CHECK_MESSAGE_BYTES = 512;

@@ -114,10 +114,10 @@ function makeInstance(core, info) {
 /** customSdpa, and runCustom (the same with the public function's name in messages: torch.js's fast path). */
 function attentionEntries(core) {
   const M = core.M;
-  /** The C call of customSdpa (runAttention passes the mask slot, or 0). */
+  /** customSdpa's entry (runAttention passes the mask slot, or 0): every rule C's, once. */
   const callCustom = (mask) => {
     const s = core.scratch;
-    return M._sdpa_custom(core.ctx, s + SLOT.q, s + SLOT.k, s + SLOT.v, mask, s + SLOT.opts, s + SLOT.out);
+    return M._sdpa_wasm_custom(core.ctx, s + SLOT.q, s + SLOT.k, s + SLOT.v, mask, s + SLOT.opts, s + SLOT.out);
   };
 
   /** customSdpa, with `fn` naming the public function in messages. */
@@ -135,7 +135,7 @@ function attentionEntries(core) {
     checkLive(ck, V);
     checkLiveOptions(ck, o);
     const sp = checkStartPos(ck, o.startPos, 'startPos');
-    const P = checkCustom(core, ck, o, sp, Q, K, V, fn === 'customSdpa');
+    const P = checkCustom(core, ck, o, Q, K, V);
     ck.done();
     return core.runAttention(fn, P, sp, K, V, callCustom);
   }

@@ -12,18 +12,17 @@
 // A windowed cache (createKVCache({ window, sinkTokens })) keeps the first
 // sinkTokens rows and a ring of pages for the last window + 64 rows or more:
 // positions keep counting, memory stays flat. Its extra rules (evicted rows,
-// causal only) are C's (src/contract/check.c), asked on a description of the
-// call with its windowStart read just before (Core.attentionRules).
+// causal only) are C's, checked at the call's entry (src/wasm/api.h).
 
 import {
-  Checks, checkStartPos, checkBool, readAttentionOptions, overlapBits, STEP_OPTIONS,
+  Checks, checkStartPos, checkBool, readAttentionOptions, checkDimsFit, checkOutApart, STEP_OPTIONS,
   checkWriteStart, checkImpliedStart, checkCacheRows, checkCacheTruncate, ATTEND_OPTIONS, checkKeepRows, UPDATE_OPTIONS,
 } from './rules.js';
 import { readOptions, inspectTensor, checkLive, checkLiveOptions } from './snapshot.js';
-import { SLOT, ROTARY_INLINE_POSITIONS } from './runtime.js';
+import { SLOT } from './runtime.js';
 import { codeOfStatus } from './errors.js';
-import { RECORD_PARTS, CHECK_OP, DESCRIBED } from './abi.js';
-import { prod, INT32_MAX } from './shape.js';
+import { RECORD_PARTS } from './abi.js';
+import { prod } from './shape.js';
 import { typedArrayTag, isArray } from './intrinsics.js';
 import { saveCache, saveCacheChunks, saveCacheStream, releaseSaves } from './kv-state.js';
 
@@ -80,14 +79,14 @@ export class KVCache {
     this.#core = core;
     this.#ptr = ptr;
     this.#geo = Object.freeze({ ...geo });
-    // The C calls of attend and step, made once (runAttention passes the mask slot, or 0).
+    // The entries of attend and step, bound once (runAttention passes the mask slot, or 0).
     this.#callAttend = (mask) => {
       const s = core.scratch;
-      return core.M._sdpa_kv_cache_attend(core.ctx, ptr, s + SLOT.q, mask, s + SLOT.opts, s + SLOT.out);
+      return core.M._sdpa_wasm_kv_cache_attend(core.ctx, ptr, s + SLOT.q, mask, s + SLOT.opts, s + SLOT.out);
     };
     this.#callStep = (mask) => {
       const s = core.scratch;
-      return core.M._sdpa_kv_cache_step(core.ctx, ptr, s + SLOT.q, s + SLOT.k, s + SLOT.v, mask, s + SLOT.opts, s + SLOT.out);
+      return core.M._sdpa_wasm_kv_cache_step(core.ctx, ptr, s + SLOT.q, s + SLOT.k, s + SLOT.v, mask, s + SLOT.opts, s + SLOT.out);
     };
   }
 
@@ -167,12 +166,12 @@ export class KVCache {
     checkLive(ck, K);
     checkLive(ck, V);
     checkLiveOptions(ck, o);
-    const length = this.#writtenOrUnknown();
-    const sp = checkWriteStart(ck, startPos, length);
-    const P = { Q: null, M: null, O: null, S: null, T: null, R: o.R, isCausal: false, scale: null, window: 0, softcap: 0 };
-    this.#rules(ck, CHECK_OP.update, P, sp, K, V, length, this.#windowStartOf(), true);
+    const sp = checkWriteStart(ck, startPos, this.#writtenOrUnknown());
+    checkDimsFit(ck, K);
+    checkDimsFit(ck, V);
+    const rot = this.#rotary(ck, o.R);
     ck.done();
-    const W = { K, V }, rot = P.rot;
+    const W = { K, V };
     const c = this.#core;
     c.warnStaleInputs(W.K, W.V, null);
     // Addresses inside wasm memory first, then temporaries (see Core.addressOf).
@@ -184,7 +183,7 @@ export class KVCache {
       if (vp === -1) vp = tv = c.copyIn(W.V, fn);
       c.writeTensor(SLOT.k, kp, W.K.len, 'float32', W.K.dims);
       c.writeTensor(SLOT.v, vp, W.V.len, 'float32', W.V.dims);
-      c.check(c.M._sdpa_kv_cache_update_rotary(c.ctx, this.#ptr, c.slot('k'), c.slot('v'), sp, ra), fn, P.fast);
+      c.checkEntry(c.M._sdpa_wasm_kv_cache_update(c.ctx, this.#ptr, c.slot('k'), c.slot('v'), sp, ra), fn);
     } finally {
       c.free(tk); c.free(tv);
       for (const p of temps) c.free(p);
@@ -202,13 +201,10 @@ export class KVCache {
     const Q = inspectTensor(ck, 'query', q, 'input');
     const o = readOptions(ck, opts, ATTEND_OPTIONS);
     // state, then the rules (the same as an attendMany item's)
-    const { P, sp } = this.#checkAttendItem(ck, Q, o, true);
+    const { P, sp } = this.#checkAttendItem(ck, Q, o);
     ck.done();
     return this.#core.runAttention(fn, P, sp, null, null, this.#callAttend);
   }
-
-  /** windowStart for the write rules: 0 for a plain cache (no wasm call in its decode loop). */
-  #windowStartOf() { return this.#geo.window ? this.windowStart : 0; }
 
   /**
    * update(k, v, startPos) then attend(q, { startPos, ...opts }); checked as
@@ -227,7 +223,7 @@ export class KVCache {
     const V = inspectTensor(ck, 'value', v, 'input');
     const o = readOptions(ck, opts, STEP_OPTIONS, STEP_MISPLACED);
     // state, then the rules (the same as a stepMany item's)
-    const { P, sp, K: Kw, V: Vw } = this.#checkStepItem(ck, Q, K, V, startPos, o, true);
+    const { P, sp, K: Kw, V: Vw } = this.#checkStepItem(ck, Q, K, V, startPos, o);
     ck.done();
     return this.#core.runAttention(fn, P, sp, Kw, Vw, this.#callStep);
   }
@@ -361,7 +357,7 @@ export class KVCache {
     // For kv-state.js (save): what a save reads of a cache.
     cacheHooks.state = (cache) => {
       const alive = cache.#alive();
-      return { core: cache.#core, ptr: cache.#ptr, geo: cache.#geo, alive, length: alive ? cache.length : 0, windowStart: alive ? cache.#windowStartOf() : 0 };
+      return { core: cache.#core, ptr: cache.#ptr, geo: cache.#geo, alive, length: alive ? cache.length : 0 };
     };
 
     // For attendMany (many.js): is this a cache of `core`; one item's attend rules (as attend's, after the item's snapshot).
@@ -371,21 +367,22 @@ export class KVCache {
   }
 
   /** step's state and rules for a snapshot (Q, K, V, startPos, o); returns { P, sp, ptr, K, V }. */
-  #checkStepItem(ck, Q, K, V, startPos, o, single = false) {
+  #checkStepItem(ck, Q, K, V, startPos, o) {
     this.#checkAlive(ck);
     checkLive(ck, Q);
     checkLive(ck, K);
     checkLive(ck, V);
     checkLiveOptions(ck, o);
-    const length = this.#writtenOrUnknown();
-    const sp = checkWriteStart(ck, startPos, length);
+    const sp = checkWriteStart(ck, startPos, this.#writtenOrUnknown());
     const P = this.#plan(ck, Q, o);
-    this.#rules(ck, CHECK_OP.step, P, sp, K, V, length, this.#windowStartOf(), single);
+    checkDimsFit(ck, K);
+    checkDimsFit(ck, V);
+    checkOutApart(ck, this.#core, P.O, [P.Q, P.M, P.S, P.T, P.RC, P.RS, K, V]);
     return { P, sp, ptr: this.#ptr, K, V };
   }
 
   /** attend's state and rules for a snapshot (Q, o); returns { P, sp, ptr }. */
-  #checkAttendItem(ck, Q, o, single = false) {
+  #checkAttendItem(ck, Q, o) {
     this.#checkAlive(ck);
     checkLive(ck, Q);
     checkLiveOptions(ck, o);
@@ -393,86 +390,38 @@ export class KVCache {
     if (o.startPos === undefined || o.startPos === null) sp = checkImpliedStart(ck, Q, o.M !== null, this.#alive() ? this.length : -1);
     else sp = checkStartPos(ck, o.startPos, 'startPos');
     const P = this.#plan(ck, Q, o);
-    this.#rules(ck, CHECK_OP.attend, P, sp, null, null, this.#writtenOrUnknown(), this.#windowStartOf(), single);
+    checkOutApart(ck, this.#core, P.O, [P.Q, P.M, P.S, P.T, P.RC, P.RS]);
     return { P, sp, ptr: this.#ptr };
   }
 
   /**
    * An attend's or a step's plan: its tensors and the option values C is
    * given (readAttentionOptions: their JS-only rules; attention over a cache
-   * is causal by default), rotary's tables as P.RC, P.RS for the rules
-   * between items.
+   * is causal by default), dims C cannot be given (checkDimsFit), rotary's
+   * tables as P.RC, P.RS (out's rule, the rules between items) and its block
+   * as P.rot (putRotary).
    */
   #plan(ck, Q, o) {
     const { isCausal, scale, window, softcap } = readAttentionOptions(ck, o, true);
+    for (const d of [Q, o.M, o.S, o.T, o.O]) checkDimsFit(ck, d);
     return {
-      Q, M: o.M, O: o.O, S: o.S, T: o.T, R: o.R, isCausal, scale, window, softcap,
-      RC: o.R === null ? null : o.R.C, RS: o.R === null ? null : o.R.S, rot: null,
+      Q, M: o.M, O: o.O, S: o.S, T: o.T, isCausal, scale, window, softcap,
+      RC: o.R === null ? null : o.R.C, RS: o.R === null ? null : o.R.S, rot: this.#rotary(ck, o.R),
     };
   }
 
-  /** Whether every tensor of the call is a live heap tensor of this instance (out: given, when `out`). */
-  #heapOnly(P, K, V, out) {
-    const core = this.#core;
-    const mine = (d) => d === null || (d.heap !== null && d.heap.rt === core && !d.heap.disposed);
-    const R = P.R;
-    return mine(P.Q) && mine(K) && mine(V) && mine(P.M) && mine(P.S) && mine(P.T) && (out ? P.O !== null && mine(P.O) : true) &&
-      (R === null || (mine(R.C) && mine(R.S) && (R.positions === null || R.positions.length <= ROTARY_INLINE_POSITIONS)));
-  }
-
   /**
-   * A cache call's relational rules, C's alone (Core.attentionRules: the
-   * op's check on descriptions, before anything is copied), given what only
-   * JS sees: which inputs out overlaps (regionOf: foreign ArrayBuffers),
-   * rotary.interleaved's JS type and rotary.positions' entries (caller data,
-   * not in wasm memory), each told to C in its place in the order (judged,
-   * with JS's words). P.rot: the rotary block's tables, for putRotary.
-   *
-   * `single` (a call of its own, not an item of attendMany / stepMany): when
-   * no JS rule failed and every tensor is a heap tensor of this instance
-   * (out given, rotary.positions that fit the rotary block inline), the real
-   * call copies and allocates nothing before its own check, which is the
-   * same check.c functions on the same tensors (their addresses are the
-   * regions JS would compare): P.fast, and the call's one C check decides
-   * (a decode step makes one wasm call for its rules and its work).
+   * rotary's JS-only rules (interleaved's JS type, its tables' dims C cannot
+   * be given); returns its block's contents { C, S, interleaved, positions }
+   * for putRotary, or null without rotary. Its other rules (the tables'
+   * shapes, the positions' entries and count) are C's, at the entry.
    */
-  #rules(ck, op, P, sp, K, V, length, windowStart, single) {
-    const R = P.R;
-    let judged = 0, words = null;
-    P.rot = null;
-    P.fast = false;
-    if (R !== null) {
-      const tmp = new Checks('');
-      const interleaved = checkBool(tmp, R.interleaved, 'rotary.interleaved');
-      if (tmp.first !== null) {
-        judged |= DESCRIBED['rotary.interleaved'];
-        (words ??= {})['rotary.interleaved'] = tmp.first.message;
-      }
-      const pos = R.positions, C = R.C;
-      // (written in both: C callers' sdpa_check_cache_* read their positions; JS's are not in wasm memory)
-      if (pos !== null && C !== null && C.dims !== null && C.dims.length > 0 && Number.isSafeInteger(C.dims[0])) {
-        const n = C.dims[0];
-        for (let k = 0; k < pos.length; k++) {
-          if (pos[k] < 0 || pos[k] >= n) {
-            judged |= DESCRIBED['rotary.positions'];
-            (words ??= {})['rotary.positions'] = `rotary.positions[${k}] is ${pos[k]}; expected a position in 0 .. ${n - 1} (the rows of rotary.cos and rotary.sin)`;
-            break;
-          }
-        }
-      }
-      P.rot = { C: R.C, S: R.S, interleaved, positions: pos };
-    }
-    // (sp within int32: update's C entry takes it as an int32; attend / step reject a larger one, described)
-    if (single && judged === 0 && ck.first === null && sp !== null && sp <= INT32_MAX && this.#heapOnly(P, K, V, op !== CHECK_OP.update)) {
-      P.fast = true;
-      return;
-    }
-    const over = overlapBits(P.O, P.Q, P.M, P.S, P.T, K, V, R !== null ? R.C : null, R !== null ? R.S : null);
-    P.judged = judged;
-    P.words = words;
-    P.overlaps = over;
-    // (JS asks; the real call's own check then passes: the same rules on the same answers)
-    this.#core.attentionRules(ck, op, P, sp, K, V, { geo: this.#geo, length, windowStart });
+  #rotary(ck, R) {
+    if (R === null) return null;
+    const interleaved = checkBool(ck, R.interleaved, 'rotary.interleaved');
+    checkDimsFit(ck, R.C);
+    checkDimsFit(ck, R.S);
+    return { C: R.C, S: R.S, interleaved, positions: R.positions };
   }
 
   /**

@@ -1,6 +1,8 @@
-// rules.js: the rules of CONTRACT.md section 2 (and the cache rules of
-// section 3), checked in JS on a call's snapshot (snapshot.js) before
-// anything touches wasm memory.
+// rules.js: the rules of CONTRACT.md sections 2-3 that only JS can see,
+// checked on a call's snapshot (snapshot.js) before anything touches wasm
+// memory: JS types, typed-array kinds, dims C cannot be given, out over an
+// input in memory C cannot see, option names and values C cannot hold. Every
+// other rule is C's, checked once at the call's entry (src/wasm/api.h).
 //
 // All checks of a call are collected; the one reported is the first in the
 // contract table's order (ties: the first found, in argument order). Later
@@ -11,7 +13,7 @@ import { SdpaError, codeRank } from './errors.js';
 import { memoryOwner, HEAP_DTYPES } from './heap.js';
 import { prod, fmtDims, fmtRows, INT32_MAX } from './shape.js';
 import { describeValue, readOptions, readDims, dimsLabel, readInt32List } from './snapshot.js';
-import { CACHE_DTYPES, WEIGHT_DTYPES, CHECK_OP, PAGE_ROWS, DESCRIBED } from './abi.js';
+import { CACHE_DTYPES, WEIGHT_DTYPES, PAGE_ROWS, POINTER_BYTES } from './abi.js';
 
 // ---------------------------------------------------------------------------
 // Collecting checks
@@ -38,14 +40,18 @@ export class Checks {
 
 const isPosInt = (x) => Number.isSafeInteger(x) && x > 0;
 
-/** startPos-like: a non-negative integer (absent: 0, or E_ARG when `required`). Returns the value or null when invalid. */
+/**
+ * startPos-like: a number C can be given, an integer a JS number holds
+ * exactly (absent: 0, or E_ARG when `required`). Its range is C's. Returns
+ * the value or null when invalid.
+ */
 export function checkStartPos(ck, value, name, required = false) {
   if (value === undefined || value === null) {
     if (required) { ck.add('E_ARG', `${name} is missing; expected a non-negative integer`); return null; }
     return 0;
   }
   if (typeof value !== 'number') { ck.add('E_ARG', `${name} must be a number, got ${describeValue(value)}`); return null; }
-  if (!Number.isSafeInteger(value) || value < 0) {
+  if (!Number.isSafeInteger(value)) {
     ck.add('E_START_POS', `${name} is ${value}; expected a non-negative integer`);
     return null;
   }
@@ -185,25 +191,52 @@ export function overlaps(a, b) {
   return !!a && !!b && a.space === b.space && a.start < b.end && b.start < a.end;
 }
 
+
+/** The largest element count C's size_t holds. */
+const SIZE_MAX = 2 ** (8 * POINTER_BYTES) - 1;
+/** The heads axis of each tensor of an attention call (checkDims: a 0 there is E_HEADS). */
+const HEADS_AXIS = Object.freeze({ query: 2, key: 2, value: 2, attnMask: -1, sinks: 0, treeMask: -1, out: 2, 'rotary.cos': -1, 'rotary.sin': -1 });
+const isInt32 = (x) => Number.isInteger(x) && x >= -0x80000000 && x <= INT32_MAX;
+
 /**
- * The address rules' answers as JS sees memory (C cannot see a foreign
- * ArrayBuffer): the DESCRIBED bits of the inputs `out` (a descriptor, or null)
- * overlaps. `inputs`: descriptors (null: not given), each the DESCRIBED name
- * of its argument as its `name`. C words the rule, in its place in the order
- * (sdpa_check_described's `overlaps`).
+ * E_DIMS for a tensor whose dims C cannot be given as JS has them (a dim
+ * that is not an int32 integer, a length or a product past C's count), in
+ * JS's words (a dim of 2.5 or 2^40 printed as JS prints it). Every other dims
+ * rule is C's. `d`: a descriptor (null: not given).
  */
-export function overlapBits(out, ...inputs) {
-  const ro = out ? regionOf(out) : null;
-  if (ro === null) return 0;
-  let bits = 0;
-  for (let i = 0; i < inputs.length; i++) {
-    const x = inputs[i];
-    if (x && overlaps(ro, regionOf(x))) bits |= DESCRIBED[x.name];
+export function checkDimsFit(ck, d) {
+  if (d === null || d.heap || d.dims === null) return;
+  const dims = d.dims;
+  let p = 1, positive = true, fits = d.len <= SIZE_MAX;
+  for (let i = 0; i < dims.length && fits; i++) {
+    if (!isInt32(dims[i])) fits = false;
+    else if (dims[i] <= 0) positive = false;
+    p *= dims[i];
   }
-  return bits;
+  if (fits && !(d.len >= 0 && positive && p > Math.floor(SIZE_MAX / (d.dtype === 'bool' ? 1 : 4)))) return;
+  const tmp = new Checks('');
+  checkDims(tmp, d, HEADS_AXIS[d.name] ?? -1);
+  if (tmp.first !== null && tmp.first.code === 'E_DIMS') ck.add('E_DIMS', tmp.first.message);
 }
 
+/**
+ * out over an input in memory C cannot see (a foreign ArrayBuffer, another
+ * instance's heap): E_ARG in C's words. Over this instance's memory, the
+ * addresses are C's to compare at the entry. `inputs`: descriptors in C's
+ * order (null: not given).
+ */
+export function checkOutApart(ck, core, out, inputs) {
+  const ro = out ? regionOf(out) : null;
+  if (ro === null || ro.space === core) return;
+  for (const x of inputs) {
+    if (x && overlaps(ro, regionOf(x))) {
+      ck.add('E_ARG', `out shares memory with ${x.name}; out must not overlap any input`);
+      return;
+    }
+  }
+}
 
+/** E_MASK_CAUSAL for a mask together with isCausal: true. */
 /** E_MASK_CAUSAL for a mask together with isCausal: true. */
 export function checkMaskCausal(ck, M, isCausal) {
   if (M && isCausal === true) ck.add('E_MASK_CAUSAL', `attnMask and isCausal: true were both given; pass one of them`);
@@ -254,41 +287,23 @@ export function readAttentionOptions(ck, o, cache) {
 }
 
 /**
- * customSdpa's rules: the JS-only ones here, the relational ones (ranks,
- * dims, batch, heads, head dim, key length, the key bound, the mask's shape,
- * a mask with isCausal, window with a mask) in C alone, asked on
- * descriptions before anything is copied (Core.attentionRules,
- * sdpa_check_described), out's aliasing among them: JS says which inputs
- * out overlaps (overlapBits: C cannot see a foreign ArrayBuffer), C words it
- * in its place. Returns the plan { Q, M, O, S, T, isCausal, scale, window,
- * softcap } for runAttention.
+ * customSdpa's JS-only rules (the option types and values C cannot hold,
+ * dims C cannot be given, out over an input in memory C cannot see); every
+ * other rule is C's, at its entry (sdpa_wasm_custom). Returns the plan
+ * { Q, M, O, S, T, isCausal, scale, window, softcap } for runAttention.
  */
-export function checkCustom(core, ck, o, startPos, Q, K, V, single = false) {
+export function checkCustom(core, ck, o, Q, K, V) {
   const opts = readAttentionOptions(ck, o, false);
-  const P = {
-    Q, M: o.M, O: o.O, S: o.S, T: null, isCausal: opts.isCausal, scale: opts.scale, window: opts.window, softcap: opts.softcap,
-    fast: false,
-  };
-  // `single`: customSdpa itself (C's messages name it). With no JS rule failed
-  // and every tensor a live heap tensor of this instance (out given), the
-  // real call copies and allocates nothing before its own check, which is
-  // the same one on the same tensors, their addresses the regions JS would
-  // compare: that one C call decides (P.fast).
-  const mine = (d) => d === null || (d.heap !== null && d.heap.rt === core && !d.heap.disposed);
-  if (single && ck.first === null && startPos !== null && P.O !== null && mine(Q) && mine(K) && mine(V) && mine(P.M) && mine(P.S) && mine(P.O)) {
-    P.fast = true;
-    return P;
-  }
-  P.overlaps = overlapBits(P.O, Q, P.M, P.S, K, V);
-  core.attentionRules(ck, CHECK_OP.custom, P, startPos, K, V);
-  return P;
+  for (const d of [Q, K, V, o.M, o.S, o.O]) checkDimsFit(ck, d);
+  checkOutApart(ck, core, o.O, [Q, o.M, o.S, K, V]);
+  return { Q, M: o.M, O: o.O, S: o.S, T: null, isCausal: opts.isCausal, scale: opts.scale, window: opts.window, softcap: opts.softcap };
 }
 
 // ---------------------------------------------------------------------------
+// The cache calls (CONTRACT.md section 3).// ---------------------------------------------------------------------------
 // The cache calls (CONTRACT.md section 3). Their relational rules (the write
 // against the cache, the attention against it, a windowed cache's, rotary's,
-// a step's own) are C's alone (src/contract/check.c), asked on descriptions
-// before anything is copied (kv-cache.js #rules, Core.attentionRules). What JS
+// a step's own) are C's alone, at the call's entry (src/wasm/api.h). What JS
 // checks of them is what only JS sees: the option types (readAttentionOptions),
 // where a write starts when none is given, attend's implied startPos.
 

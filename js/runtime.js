@@ -7,13 +7,12 @@
 //   `finally`); heap tensors are passed by pointer, without a copy.
 // - A status returned by C becomes an SdpaError carrying the C message.
 
-import { SdpaError, codeOfStatus, codeRank } from './errors.js';
+import { SdpaError, codeOfStatus } from './errors.js';
 import { HeapTensor, DTYPE_BYTES, tensorBytes, heapState, heapView, noteMemoryBuffer, memoryOwner, staleInputWarning } from './heap.js';
 import { prod, fmtDims, INT32_MAX } from './shape.js';
 import { typedArraySet } from './intrinsics.js';
-import { Checks, checkDims } from './rules.js';
 import {
-  LAYOUT, TENSOR_DTYPES, WEIGHT_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX, DESCRIBED, CHECK_MESSAGE_BYTES,
+  LAYOUT, TENSOR_DTYPES, WEIGHT_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX,
 } from './abi.js';
 
 // Every size and offset of a C struct comes from js/abi.js (generated from the C
@@ -53,16 +52,6 @@ const ROTARY_BLOCK = regions({
   rotary: ROTARY.size, cos: TENSOR.size, sin: TENSOR.size, positions: ROTARY_INLINE_POSITIONS * I32_BYTES,
 });
 /**
- * The block sdpa_check_described reads: the tensors described, the options,
- * the message; in the scratch block, or on the wasm stack once the instance
- * is disposed (no malloc: the rules still answer then).
- */
-const DESCRIBED_BLOCK = regions({
-  query: TENSOR.size, key: TENSOR.size, value: TENSOR.size, mask: TENSOR.size, out: TENSOR.size, sinks: TENSOR.size,
-  tree: TENSOR.size, rotary: ROTARY.size, rcos: TENSOR.size, rsin: TENSOR.size, opts: OPTIONS.size, desc: DESC.size,
-  message: CHECK_MESSAGE_BYTES,
-});
-/**
  * The scratch block, malloc'ed once per instance: the argument structs of one
  * call (5 tensors, sinks, options), an out pointer or status (ptr), the
  * out-structs sdpa_memory_stats / sdpa_kv_cache_size (stats), a cache's
@@ -71,7 +60,7 @@ const DESCRIBED_BLOCK = regions({
 const SCRATCH = regions({
   q: TENSOR.size, k: TENSOR.size, v: TENSOR.size, mask: TENSOR.size, out: TENSOR.size, sinks: TENSOR.size,
   opts: OPTIONS.size, ptr: POINTER_BYTES, stats: Math.max(LAYOUT.sdpa_memory_stats.size, LAYOUT.sdpa_kv_cache_size.size),
-  desc: DESC.size, tree: TENSOR.size, rotary: ROTARY_BLOCK.bytes, described: DESCRIBED_BLOCK.bytes,
+  desc: DESC.size, tree: TENSOR.size, rotary: ROTARY_BLOCK.bytes,
 });
 /** Byte offsets of the scratch block's regions. */
 export const SLOT = SCRATCH.at;
@@ -89,36 +78,6 @@ const ITEM_BLOCK = regions({
 
 /** tensorHolding's bucket sizes: small tensors' and large (>= 1 MiB) ones'. */
 const BUCKET_BYTES = Object.freeze([4096, 1 << 20]);
-
-/** A dims entry C can be given (an int32: its messages print what it got). */
-const isInt32 = (x) => Number.isInteger(x) && x >= -0x80000000 && x <= INT32_MAX;
-/** C's count of elements (check.c dims_product): SIZE_MAX / element bytes. */
-const SIZE_MAX = 2 ** (8 * POINTER_BYTES) - 1;
-/** A rank C's rules reject wherever a rank is asked (a dims array readDims refused: its E_RANK is JS's). */
-const NO_RANK = 17;
-/** The JS-side heads axis of each tensor (rules.js checkDims: a 0 there is E_HEADS). */
-const HEADS_AXIS = Object.freeze({ query: 2, key: 2, value: 2, attnMask: -1, sinks: 0, treeMask: -1, out: 2, 'rotary.cos': -1, 'rotary.sin': -1 });
-
-/**
- * Whether C can be given descriptor d's dims as JS has them: at most
- * TENSOR_MAX_RANK int32 integers whose product (when the length is known)
- * C can count, and a length C's size_t holds. Otherwise JS judges the dims
- * rule in its own words (a dim of 2.5 or 2^40, a product or a length past
- * 2^32 printed as JS prints it).
- */
-function describable(d) {
-  const dims = d.dims;
-  if (d.heap || dims === null) return true;
-  if (dims.length > TENSOR_MAX_RANK || d.len > SIZE_MAX) return false;  // (sdpa_tensor.len is a size_t: 2^32 + 16 would read as 16)
-  let p = 1, positive = true;
-  for (let i = 0; i < dims.length; i++) {
-    const x = dims[i];
-    if (!isInt32(x)) return false;
-    if (x <= 0) positive = false;
-    p *= x;
-  }
-  return !(d.len >= 0 && positive && p > Math.floor(SIZE_MAX / (d.dtype === 'bool' ? 1 : F32_BYTES)));
-}
 
 export function formatBytes(n) {
   const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -303,130 +262,33 @@ export class Core {
   }
 
   /**
-   * Throws the SdpaError for a non-zero C status. `rules`: the call's rules
-   * were left to this call's own check (a heap-tensor call, P.fast): a rule's
-   * failure is thrown as JS's Checks throws it (no `status`), the rest (E_OOM)
-   * as C's.
+   * Throws the SdpaError for a non-zero status of a public C entry, whose
+   * message names the call (C's message is the message; only where another
+   * public function ran it, e.g. scaledDotProductAttention's fast path, is
+   * the caller's name put first).
    */
-  check(status, fn, rules = false) {
+  check(status, fn) {
     if (status === 0) return;
     const code = codeOfStatus(status);
-    if (rules && codeRank(code) < codeRank('E_DISPOSED')) {
-      const msg = this.readCString(this.M._sdpa_ctx_last_error(this.ctx));
-      throw new SdpaError(code, msg.startsWith(`${fn}: `) ? msg : `${fn}: ${msg}`);
-    }
-    // C's message is the message: it names the public function (src/contract/check.c). Only
-    // where another public function ran it (scaledDotProductAttention's fast path is
-    // customSdpa) is the caller's name put first.
     const msg = this.ctx ? this.readCString(this.M._sdpa_ctx_last_error(this.ctx)) : '';
     if (!msg) throw new SdpaError(code, `${fn}: the C core returned ${code} (status ${status})`, { status });
     throw new SdpaError(code, msg.startsWith(`${fn}: `) ? msg : `${fn}: ${msg}`, { status });
   }
 
+  /**
+   * Throws the SdpaError for a non-zero status of a wasm entry
+   * (src/wasm/api.h), whose message is the rule's words alone: the call's
+   * name goes first, once.
+   */
+  checkEntry(status, fn) {
+    if (status === 0) return;
+    const code = codeOfStatus(status), msg = this.lastError();
+    throw new SdpaError(code, `${fn}: ${msg || `the C core returned ${code} (status ${status})`}`, { status });
+  }
+
   /** The context's last message: a wasm entry's failure (src/wasm/api.h), the rule's words alone. */
   lastError() {
     return this.readCString(this.M._sdpa_ctx_last_error(this.ctx));
-  }
-
-  /**
-   * An attention call's relational rules, decided by C alone
-   * (sdpa_check_described: check.c's own functions on descriptions of the
-   * tensors, no data), before anything is copied or allocated. `op`:
-   * CHECK_OP's; `P`: the plan so far ({ Q, M, O, S, T, R (rotary's snapshot
-   * or absent), isCausal, scale, window, softcap }: the values C is given;
-   * `judged`, `words`, `overlaps`: what the caller decided that C cannot see,
-   * below); `startPos` (null: invalid, its failure in `ck`, or unknown: C
-   * skips the rules on it); K, V: key, value (customSdpa, update, step);
-   * `cache`: { geo, length (Infinity: unknown, a cache that is gone),
-   * windowStart } for the cache calls.
-   * C's first failure goes into `ck`, ranked with the call's JS-only ones
-   * (the table's order, ties to the first added: C's rules are read after
-   * the JS-only ones). Not asked when `ck` holds an E_ARG (nothing outranks
-   * it, and a tensor JS could not read is then not C's to describe). A
-   * tensor whose dims C cannot be given (describable) is "judged": JS decides
-   * its dims rule and C fails there with its name, in its place in the
-   * order, where JS puts its own words (P.words: more such words by name:
-   * rotary.interleaved's type, rotary.positions' entries, with their bits
-   * in P.judged). P.overlaps: the DESCRIBED bits of the inputs out overlaps
-   * (regionOf: JS sees memory C cannot), C's address rules' answers.
-   */
-  attentionRules(ck, op, P, startPos, K, V, cache = null) {
-    if (ck.first !== null && ck.first.code === 'E_ARG') return;
-    const M = this.M, top = this.scratch ? 0 : M.stackSave();
-    try {
-      const at = this.scratch ? this.scratch + SLOT.described : M.stackAlloc(DESCRIBED_BLOCK.bytes), B = DESCRIBED_BLOCK.at;
-      const h = this.views();
-      let judged = P.judged ?? 0, unknown = 0, words = P.words ?? null;
-      const describe = (d, slot, asOut = false) => {
-        if (d === null) return 0;
-        const name = asOut ? 'out' : d.name;
-        const bit = DESCRIBED[name];
-        if (!asOut && !describable(d)) {
-          const tmp = new Checks('');
-          checkDims(tmp, d, HEADS_AXIS[name] ?? -1);
-          if (tmp.first !== null && tmp.first.code === 'E_DIMS') {
-            judged |= bit;
-            (words ??= {})[name] = tmp.first.message;
-          }
-        }
-        if (d.len < 0) unknown |= bit;
-        const dims = d.dims, w = (at + slot) >>> 2;
-        h.u32[w + TW.data] = 0;
-        h.u32[w + TW.len] = d.len < 0 ? 0 : d.len >>> 0;
-        h.i32[w + TW.dtype] = DTYPE_ID[!asOut && d.dtype !== null ? d.dtype : 'float32'];
-        h.i32[w + TW.rank] = dims === null ? NO_RANK : dims.length;
-        for (let i = 0; i < TENSOR_MAX_RANK; i++) h.i32[w + TW.dims + i] = dims !== null && i < dims.length && isInt32(dims[i]) ? dims[i] : 0;
-        return at + slot;
-      };
-      const Q = P.Q ?? null;
-      const q = describe(Q, B.query);
-      const k = K ? describe(K, B.key) : 0;
-      const v = V ? describe(V, B.value) : 0;
-      const m = describe(P.M ?? null, B.mask);
-      const s = describe(P.S ?? null, B.sinks);
-      const t = describe(P.T ?? null, B.tree);
-      // (no out given: the output runAttention makes, Q's dims)
-      const o = Q === null ? 0 : P.O ? describe(P.O, B.out) : describe(Q, B.out, true);
-      let r = 0;
-      const R = P.R ?? null;
-      if (R) {
-        r = at + B.rotary;
-        const w = r >>> 2, n = R.positions === null ? 0 : R.positions.length;
-        h.u32[w + RW.cos] = describe(R.C, B.rcos);
-        h.u32[w + RW.sin] = describe(R.S, B.rsin);
-        h.i32[w + RW.interleaved] = R.interleaved === true ? 1 : 0;
-        h.i32[w + RW.n_positions] = n;
-        h.u32[w + RW.positions] = 0;  // (the entries are JS's: C is told only their count)
-      }
-      if (startPos === null) unknown |= DESCRIBED.start;
-      putOptions(h, at + B.opts, startPos === null ? -1 : startPos, P.isCausal, P.scale, P.window, P.softcap, s, t, r);
-      let d = 0, length = 0, windowStart = 0;
-      if (cache !== null) {
-        const geo = cache.geo, w = (d = at + B.desc) >>> 2;
-        h.i32[w + DW.batch] = geo.batch;
-        h.i32[w + DW.max_seq_len] = geo.maxSeqLen;
-        h.i32[w + DW.kv_heads] = geo.numKvHeads;
-        h.i32[w + DW.head_dim] = geo.headDim;
-        h.i32[w + DW.key_dtype] = CACHE_DTYPES[geo.keyDtype];
-        h.i32[w + DW.value_dtype] = CACHE_DTYPES[geo.valueDtype];
-        h.i32[w + DW.window] = geo.window;
-        h.i32[w + DW.sink_tokens] = geo.sinkTokens;
-        h.i32[w + DW.float16_newest_page] = geo.float16NewestPage ? 1 : 0;
-        if (cache.length === Infinity) unknown |= DESCRIBED.length;
-        else length = cache.length;
-        windowStart = cache.windowStart;
-      }
-      const st = M._sdpa_check_described(op, d, length, windowStart, q, k, v, m, at + B.opts, o, judged, unknown, P.overlaps ?? 0,
-        at + B.message, CHECK_MESSAGE_BYTES);
-      if (st !== 0) {
-        const message = this.readCString(at + B.message);
-        // A judged rule (SDPA_DESCRIBED_* in `judged`: JS decided it, in words C cannot print) fails in C
-        // at its place in the order with the tensor's or rule's name as the whole message: JS's words go there.
-        ck.add(codeOfStatus(st), words !== null && words[message] !== undefined ? words[message] : message);
-      }
-    } finally {
-      if (top) M.stackRestore(top);
-    }
   }
 
   // -- argument structs ---------------------------------------------------
@@ -510,13 +372,16 @@ export class Core {
   }
 
   /**
-   * One attention call: places the inputs, writes the structs, invokes C,
-   * copies the output back. `P` the checked plan (checkCustom, kv-cache.js #plan: its Q, M, O and scalar
-   * options); `K`, `V` the key/value descriptors (null for a cache attend);
-   * `invoke(maskSlot)` calls C with the slot addresses and returns a status.
-   * The output goes to `out` in place when it lives in wasm memory, else to a
-   * temporary copied into `out` (or a new Float32Array) after success.
-   * With every tensor a heap tensor of this instance nothing is malloc'ed or copied.
+   * One attention call: places the inputs, writes the structs, invokes C's
+   * entry (which checks every rule of the call before it writes anything),
+   * copies the output back. `P` the plan of JS's own rules (checkCustom,
+   * kv-cache.js #plan: its Q, M, O and scalar options); `K`, `V` the key/value
+   * descriptors (null for a cache attend); `invoke(maskSlot)` calls the entry
+   * with the slot addresses and returns a status. An input copied in is its
+   * typed array's own bytes; the output goes to `out` in place when it lives
+   * in wasm memory, else to a temporary of out's own size copied into `out`
+   * (or a new Float32Array) after success. With every tensor a heap tensor
+   * of this instance nothing is malloc'ed or copied.
    */
   runAttention(fn, P, startPos, K, V, invoke) {
     const { Q, M, O, S, T } = P;
@@ -541,19 +406,19 @@ export class Core {
       if (q === -1) q = tq = this.copyIn(Q, fn);
       if (k === -1) k = tk = this.copyIn(K, fn);
       if (v === -1) v = tv = this.copyIn(V, fn);
-      if (o === -1) o = to = this.malloc(n * F32_BYTES, fn, 'a temporary output');
+      if (o === -1) o = to = this.malloc((O ? O.len : n) * F32_BYTES, fn, 'a temporary output');
       const h = this.views();
       putTensor(h, s + SLOT.q, q, n, Q.dtype, Q.dims);
       if (K) putTensor(h, s + SLOT.k, k, K.len, K.dtype, K.dims);
       if (V) putTensor(h, s + SLOT.v, v, V.len, V.dtype, V.dims);
       if (M) putTensor(h, s + SLOT.mask, m, M.len, M.dtype, M.dims);
-      // (out as given: with P.fast the call's own check reads its dims; else they are the output's)
+      // (out as given: the entry checks its dims; none given: the output's, a temporary of the query's size)
       if (O) putTensor(h, s + SLOT.out, o, O.len, O.dtype, O.dims);
       else putTensor(h, s + SLOT.out, o, n, 'float32', Q.dims);
       if (S) putTensor(h, s + SLOT.sinks, sk, S.len, 'float32', S.dims);
       if (T) putTensor(h, s + SLOT.tree, tr, T.len, T.dtype, T.dims);
       putOptions(h, s + SLOT.opts, startPos, P.isCausal, P.scale, P.window, P.softcap, S ? s + SLOT.sinks : 0, T ? s + SLOT.tree : 0, ra);
-      this.check(invoke(M ? s + SLOT.mask : 0), fn, P.fast === true);
+      this.checkEntry(invoke(M ? s + SLOT.mask : 0), fn);
       if (to === 0) return O.t;
       const f32 = this.views().f32, w = to >>> 2;
       const result = O ? (O.heap ? heapView(O.heap) : O.data) : new Float32Array(n);
@@ -566,10 +431,11 @@ export class Core {
   }
 
   /**
-   * attendMany's checked items ({ P, sp, ptr }) as sdpa_attend_item
-   * structs in one block made at the first call (ITEM_BLOCK per item, for
-   * MANY_MAX items: a decode loop allocates nothing), one C call; returns the
-   * outputs in item order.
+   * attendMany's / stepMany's items ({ P, sp, ptr, K, V }: JS's rules held)
+   * as sdpa_attend_item structs in one block made at the first call
+   * (ITEM_BLOCK per item, for MANY_MAX items: a decode loop allocates
+   * nothing), one call of C's entry, which checks every item and the rules
+   * between them before it writes anything; returns the outputs in item order.
    */
   runMany(fn, items, step = false) {
     const n = items.length;
@@ -592,7 +458,7 @@ export class Core {
         if (a.q === -1) temps.push(a.q = this.copyIn(P.Q, fn));
         if (a.k === -1) temps.push(a.k = this.copyIn(items[i].K, fn));
         if (a.v === -1) temps.push(a.v = this.copyIn(items[i].V, fn));
-        if (a.o === -1) temps.push(a.o = outs[i] = this.malloc(P.Q.len * F32_BYTES, fn, 'a temporary output'));
+        if (a.o === -1) temps.push(a.o = outs[i] = this.malloc((P.O ? P.O.len : P.Q.len) * F32_BYTES, fn, 'a temporary output'));
       }
       const h = this.views();
       for (let i = 0; i < n; i++) {
@@ -600,7 +466,8 @@ export class Core {
         const { P, sp, ptr } = items[i], a = addr[i], at = blockAt(i), w = (this.manyBlock + ITEM.size * i) >>> 2;
         putTensor(h, at + B.query, a.q, P.Q.len, P.Q.dtype, P.Q.dims);
         if (P.M) putTensor(h, at + B.mask, a.m, P.M.len, P.M.dtype, P.M.dims);
-        putTensor(h, at + B.out, a.o, P.Q.len, 'float32', P.Q.dims);
+        if (P.O) putTensor(h, at + B.out, a.o, P.O.len, P.O.dtype, P.O.dims);
+        else putTensor(h, at + B.out, a.o, P.Q.len, 'float32', P.Q.dims);
         if (P.S) putTensor(h, at + B.sinks, a.s, P.S.len, 'float32', P.S.dims);
         if (P.T) putTensor(h, at + B.treeMask, a.t, P.T.len, P.T.dtype, P.T.dims);
         putOptions(h, at + B.options, sp, P.isCausal, P.scale, P.window, P.softcap, P.S ? at + B.sinks : 0, P.T ? at + B.treeMask : 0, a.r);
@@ -615,7 +482,7 @@ export class Core {
         h.u32[w + IW.key] = K ? at + B.key : 0;
         h.u32[w + IW.value] = V ? at + B.value : 0;
       }
-      this.check((step ? this.M._sdpa_kv_cache_step_many : this.M._sdpa_kv_cache_attend_many)(this.ctx, this.manyBlock, n), fn);
+      this.checkEntry((step ? this.M._sdpa_wasm_kv_cache_step_many : this.M._sdpa_wasm_kv_cache_attend_many)(this.ctx, this.manyBlock, n), fn);
       const f32 = this.views().f32;
       return items.map(({ P }, i) => {
         if (outs[i] === 0) return P.O.t;

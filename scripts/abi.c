@@ -227,17 +227,6 @@ static void limits(void) {
     fprintf(out, "export const PAGE_ROWS = %d;\n", SDPA_PAGE_ROWS);
     fprintf(out, "/** Bytes of meta a save carries at most (SDPA_STATE_MAX_META). */\n");
     fprintf(out, "export const STATE_MAX_META = %d;\n", SDPA_STATE_MAX_META);
-    fprintf(out, "/** sdpa_check_described's op: the call whose rules it runs on described tensors (SDPA_CHECK_*). */\n");
-    fprintf(out, "export const CHECK_OP = Object.freeze({ custom: %d, update: %d, attend: %d, step: %d });\n",
-            SDPA_CHECK_CUSTOM, SDPA_CHECK_UPDATE, SDPA_CHECK_ATTEND, SDPA_CHECK_STEP);
-    fprintf(out, "/** sdpa_check_described's judged / unknown / overlaps bits: by the name C's messages give a tensor, and the rest (SDPA_DESCRIBED_*). */\n");
-    fprintf(out, "export const DESCRIBED = Object.freeze({ query: %u, key: %u, value: %u, attnMask: %u, sinks: %u, treeMask: %u, out: %u,\n"
-                 "  'rotary.cos': %u, 'rotary.sin': %u, 'rotary.interleaved': %u, 'rotary.positions': %u, length: %u, start: %u });\n",
-            SDPA_DESCRIBED_QUERY, SDPA_DESCRIBED_KEY, SDPA_DESCRIBED_VALUE, SDPA_DESCRIBED_MASK, SDPA_DESCRIBED_SINKS,
-            SDPA_DESCRIBED_TREE, SDPA_DESCRIBED_OUT, SDPA_DESCRIBED_ROTARY_COS, SDPA_DESCRIBED_ROTARY_SIN,
-            SDPA_DESCRIBED_INTERLEAVED, SDPA_DESCRIBED_POSITIONS, SDPA_DESCRIBED_LENGTH, SDPA_DESCRIBED_START);
-    fprintf(out, "/** Bytes of the message sdpa_check_described writes at most (SDPA_CHECK_MESSAGE_BYTES). */\n");
-    fprintf(out, "export const CHECK_MESSAGE_BYTES = %d;\n", SDPA_CHECK_MESSAGE_BYTES);
 }
 
 int main(int argc, char ** argv) {

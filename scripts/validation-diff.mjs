@@ -242,6 +242,12 @@ function singles(name) {
  */
 const JS_ONLY_ROW_RULES = [/^KVCache\.save: start is (NaN|-?\d*\.\d+); expected a non-negative integer$/];
 
+/**
+ * Faults only JS sees (a typed array's kind): in a pair whose two faults break
+ * a C rule together (treeMask with attnMask), the JS-only one now ranks first.
+ */
+const JS_ONLY_FAULTS = [/^[\w.]+: [\w.]+\.data is an? \w+; expected /];
+
 /** Why a changed case changed ('pair' / 'disposed' / 'js-first'), or null when the new ordering does not explain it. */
 export function explain(name, before, after, fixture) {
   if (after === 'OK' || before === 'OK' || after === undefined) return null;
@@ -250,6 +256,7 @@ export function explain(name, before, after, fixture) {
   if (pair) {
     const [a, b] = pair.map((n) => fixture[n]);
     if (a && b && ((same(after, a) && same(before, b)) || (same(after, b) && same(before, a)))) return 'pair';
+    if (a && b && (same(after, a) || same(after, b)) && JS_ONLY_FAULTS.some((r) => r.test(after[1]))) return 'js-first';
   }
   if (JS_ONLY_ROW_RULES.some((r) => r.test(after[1]))) return 'js-first';
   return null;

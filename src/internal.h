@@ -211,4 +211,22 @@ void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference);
 sdpa_status sdpa_reserve_problems(sdpa_ctx * ctx, const char * fn, const sdpa_problem * ps, int32_t n);
 void sdpa_run_problems(sdpa_ctx * ctx, const sdpa_problem * ps, int32_t n);
 
+/* The attention entries of include/sdpa.h with the name their messages start
+ * with: the public ones pass theirs ("KVCache.step", ...); the wasm entries
+ * (src/wasm/api.c) pass "", so that a failure leaves the rule's words alone
+ * for the JS package to name its call. Defined in sdpa.c, cache/kv_cache.c,
+ * cache/kv_many.c. */
+sdpa_status sdpa_custom_as(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * query, const sdpa_tensor * key,
+                           const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
+                           sdpa_tensor * out);
+sdpa_status sdpa_kv_cache_update_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * key,
+                                    const sdpa_tensor * value, int32_t start_pos, const sdpa_rotary * rotary);
+sdpa_status sdpa_kv_cache_attend_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                    const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out);
+sdpa_status sdpa_kv_cache_step_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                  const sdpa_tensor * key, const sdpa_tensor * value, const sdpa_tensor * mask,
+                                  const sdpa_options * options, sdpa_tensor * out);
+sdpa_status sdpa_kv_cache_attend_many_as(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n);
+sdpa_status sdpa_kv_cache_step_many_as(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n);
+
 #endif

@@ -128,12 +128,6 @@ sdpa_status sdpa_ctx_reserve_pages(sdpa_ctx * ctx, double bytes) {
     return SDPA_OK;
 }
 
-int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) {
-    if (!ctx || !(bytes > 0)) return 0;  /* (NaN too) */
-    const uint64_t span = bytes < 0x1p64 ? (uint64_t)bytes : UINT64_MAX;  /* a larger double does not convert */
-    return sdpa_page_pool_overlaps(ctx->pages, p, span);
-}
-
 /* Either kernel may run a reserved problem (the reference switch), so the
  * scratch holds the larger of the two. Saturating, see sdpa_size_mul. */
 static uint64_t problem_workspace(int32_t n_threads, const sdpa_problem * p) {
@@ -230,6 +224,12 @@ sdpa_status sdpa_custom(sdpa_ctx * ctx, const sdpa_tensor * query, const sdpa_te
                         const sdpa_tensor * value, const sdpa_tensor * mask,
                         const sdpa_options * options, sdpa_tensor * out) {
     return custom(ctx, "customSdpa", false, query, key, value, mask, options, out);
+}
+
+sdpa_status sdpa_custom_as(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * query, const sdpa_tensor * key,
+                           const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
+                           sdpa_tensor * out) {
+    return custom(ctx, fn, false, query, key, value, mask, options, out);
 }
 
 sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,

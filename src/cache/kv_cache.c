@@ -546,7 +546,11 @@ static sdpa_status write_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c
 
 sdpa_status sdpa_kv_cache_update_rotary(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
                                         const sdpa_tensor * value, int32_t start_pos, const sdpa_rotary * rotary) {
-    static const char fn[] = "KVCache.update";
+    return sdpa_kv_cache_update_as(ctx, "KVCache.update", cache, key, value, start_pos, rotary);
+}
+
+sdpa_status sdpa_kv_cache_update_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * key,
+                                    const sdpa_tensor * value, int32_t start_pos, const sdpa_rotary * rotary) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_rope rope;
     sdpa_status s = sdpa_check_cache_update_rotary(ctx, fn, cache, key, value, start_pos, rotary, &rope);
@@ -564,10 +568,15 @@ sdpa_status sdpa_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sd
 sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
                                  const sdpa_tensor * mask, const sdpa_options * options,
                                  sdpa_tensor * out) {
+    return sdpa_kv_cache_attend_as(ctx, "KVCache.attend", cache, query, mask, options, out);
+}
+
+sdpa_status sdpa_kv_cache_attend_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                    const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
-    sdpa_status s = sdpa_check_cache_attend(ctx, "KVCache.attend", cache, query, mask, options, out, true, &p);
-    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, "KVCache.attend", &p);
+    sdpa_status s = sdpa_check_cache_attend(ctx, fn, cache, query, mask, options, out, true, &p);
+    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, fn, &p);
     if (s != SDPA_OK) return s;
     sdpa_run_problem(ctx, &p, false);
     return SDPA_OK;
@@ -611,7 +620,12 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
                                const sdpa_tensor * key, const sdpa_tensor * value,
                                const sdpa_tensor * mask, const sdpa_options * options,
                                sdpa_tensor * out) {
-    static const char fn[] = "KVCache.step";
+    return sdpa_kv_cache_step_as(ctx, "KVCache.step", cache, query, key, value, mask, options, out);
+}
+
+sdpa_status sdpa_kv_cache_step_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                  const sdpa_tensor * key, const sdpa_tensor * value, const sdpa_tensor * mask,
+                                  const sdpa_options * options, sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
     sdpa_status s = sdpa_check_cache_step(ctx, fn, cache, query, key, value, mask, options, out, &p);
@@ -867,7 +881,10 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
  * every single-piece item, and the pieces of the others, each as its own
  * step would run them: every item has the bits of its own call. */
 sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n) {
-    static const char fn[] = "sdpa.stepMany";
+    return sdpa_kv_cache_step_many_as(ctx, "sdpa.stepMany", items, n);
+}
+
+sdpa_status sdpa_kv_cache_step_many_as(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem ps[SDPA_MANY_MAX], batch[SDPA_MANY_MAX];
     bool pieces[SDPA_MANY_MAX];

@@ -6,7 +6,10 @@
 #include "contract/check.h"
 
 sdpa_status sdpa_kv_cache_attend_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n) {
-    static const char fn[] = "sdpa.attendMany";
+    return sdpa_kv_cache_attend_many_as(ctx, "sdpa.attendMany", items, n);
+}
+
+sdpa_status sdpa_kv_cache_attend_many_as(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem ps[SDPA_MANY_MAX];  /* (on the stack: a decode step allocates nothing) */
     sdpa_status s = sdpa_check_attend_many(ctx, fn, items, n, ps);

@@ -1,15 +1,11 @@
 /* check.c: CONTRACT.md section 2, rule by rule, in the table's order.
  *
- * The messages are the ones the JS package shows. A JS call is rejected
- * before any copy into wasm memory: for the attention calls (customSdpa, the
- * cache's update / attend / step and their many-item forms) JS asks these
- * functions on descriptions first (sdpa_check_described); the cache's row
- * rules and geometry run once at the wasm entries (src/wasm/api.h); the rules JS keeps a copy of
- * (tests/js/parity.test.js runs every such case through both and wants the
- * same code and message) are those only it can decide for a JS call. They
- * name the public JS function (fn: "customSdpa", "KVCache.step", ...) and its
- * arguments query, key, value, attnMask, sinks, out. Within one code the
- * arguments are checked in the order the JS layer reads them. */
+ * Every rule runs once, at the entry: the public C entries name their call
+ * (fn: "customSdpa", "KVCache.step", ...); the wasm entries (src/wasm/api.h)
+ * pass fn "" and leave the rule's words alone, for the JS package to put its
+ * call's name first. The arguments are named as the contract names them
+ * (query, key, value, attnMask, sinks, out). Within one code the arguments
+ * are checked in the order the JS layer reads them. */
 #include "contract/check.h"
 #include "cache/page_pool.h"
 #include "cache/kv_record.h"
@@ -136,27 +132,15 @@ static bool dims_product(const sdpa_tensor * t, uint64_t * product) {
     return true;
 }
 
-/* What a descriptor-only check (sdpa_check_described) was told of a tensor
- * beyond its sdpa_tensor: its dims rule already judged (failed) by the caller,
- * whose words it is (a dim that is not an int32 integer, more dims than the
- * struct holds, a product past what C can count: JS's String of a number is
- * not printf's), or its element count unknown (the caller could not read its
- * data: a rule of its own already failed, and len == product is not asked). */
-typedef struct dims_told { bool judged, unknown_len; } dims_told;
-static const dims_told told_nothing = { false, false };
-
 /* E_DIMS for one tensor: positive dims (a 0 at `heads_axis` is left for
- * E_HEADS), and len == product(dims). A judged tensor fails here with its
- * name for a message (the caller puts its own words in its place). */
-static sdpa_status check_dims_told(sdpa_ctx * ctx, const char * fn, const char * name,
-                                   const sdpa_tensor * t, int heads_axis, dims_told told) {
-    if (told.judged) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s", fn, name);
+ * E_HEADS), and len == product(dims). */
+static sdpa_status check_dims(sdpa_ctx * ctx, const char * fn, const char * name,
+                              const sdpa_tensor * t, int heads_axis) {
     for (int i = 0; i < t->rank; i++) {
         if (t->dims[i] > 0 || (i == heads_axis && t->dims[i] == 0)) continue;
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s.dims[%d] is %d; every dim must be a positive integer",
                          fn, name, i, t->dims[i]);
     }
-    if (told.unknown_len) return SDPA_OK;
     uint64_t product;
     if (!dims_product(t, &product))
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s dims multiply to more elements than memory can address",
@@ -244,32 +228,7 @@ typedef struct attention_args {
     const sdpa_options * o;
     bool has_mask, has_sinks, has_tree;
     bool check_room;
-    /* NULL for a real call; a descriptor-only check (sdpa_check_described):
-     * what it was told of each tensor (SDPA_DESCRIBED_* bits). Its tensors
-     * have no data, so the address rules (out over an input, an input in
-     * cache storage) are not its to decide: its caller, JS, decides them on
-     * memory C cannot see (a foreign ArrayBuffer has no address here). */
-    const struct described_flags * described;
 } attention_args;
-
-typedef struct described_flags {
-    uint32_t judged;       /* dims rules (and rotary.interleaved, rotary.positions' entries) the caller decided */
-    uint32_t unknown_len;  /* tensors whose element count the caller does not know */
-    uint32_t overlaps;     /* the tensors out overlaps, as the caller sees memory (the address rules' answers) */
-    bool length_unknown;   /* a cache that is gone: its rows written unknown (the rules on them are not asked) */
-    bool start_unknown;    /* startPos invalid (the caller's failure) or not known (an append to a cache that is gone) */
-} described_flags;
-
-/* Does out overlap the tensor of `bit` (described: the caller's answer)? */
-static bool out_over(const described_flags * d, const sdpa_tensor * out, const sdpa_tensor * in, uint32_t bit) {
-    return d ? (d->overlaps & bit) != 0 : overlaps(out, in);
-}
-
-static dims_told told_by(const described_flags * d, uint32_t bit) {
-    if (!d) return told_nothing;
-    return (dims_told){ (d->judged & bit) != 0, (d->unknown_len & bit) != 0 };
-}
-static dims_told told_of(const attention_args * a, uint32_t bit) { return told_by(a->described, bit); }
 
 /* The key/value geometry, from tensors or the cache. */
 typedef struct kv_geometry {
@@ -292,7 +251,7 @@ static sdpa_status check_attention_args(const attention_args * a) {
         if (!present(v)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value is missing", fn);
     }
     if (!present(out)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out is missing", fn);
-    if (cache && !a->described) {  /* (a step would overwrite an input before reading it) */
+    if (cache) {  /* (a step would overwrite an input before reading it) */
         if (in_cache(cache, q)) return fail_in_cache(ctx, fn, "query");
         if (in_cache(cache, mask)) return fail_in_cache(ctx, fn, "attnMask");
         if (in_cache(cache, out)) return fail_in_cache(ctx, fn, "out");
@@ -312,14 +271,12 @@ static sdpa_status check_attention_args(const attention_args * a) {
         if (!o->is_causal)
             return sdpa_fail(ctx, SDPA_E_ARG, "%s: treeMask was given with isCausal: false; a tree mask refines a causal step (leave isCausal out or pass true)", fn);
     }
-    /* (described: the caller's answers; customSdpa's caller, JS, decides these itself) */
-    const described_flags * d = a->described;
-    if (out_over(d, out, q, SDPA_DESCRIBED_QUERY)) return fail_shares(ctx, fn, "query");
-    if (present(mask) && out_over(d, out, mask, SDPA_DESCRIBED_MASK)) return fail_shares(ctx, fn, "attnMask");
-    if (has_sinks && out_over(d, out, sinks, SDPA_DESCRIBED_SINKS)) return fail_shares(ctx, fn, "sinks");
-    if (has_tree && out_over(d, out, tree, SDPA_DESCRIBED_TREE)) return fail_shares(ctx, fn, "treeMask");
-    if (!cache && out_over(d, out, k, SDPA_DESCRIBED_KEY)) return fail_shares(ctx, fn, "key");
-    if (!cache && out_over(d, out, v, SDPA_DESCRIBED_VALUE)) return fail_shares(ctx, fn, "value");
+    if (overlaps(out, q)) return fail_shares(ctx, fn, "query");
+    if (overlaps(out, mask)) return fail_shares(ctx, fn, "attnMask");
+    if (has_sinks && overlaps(out, sinks)) return fail_shares(ctx, fn, "sinks");
+    if (has_tree && overlaps(out, tree)) return fail_shares(ctx, fn, "treeMask");
+    if (!cache && overlaps(out, k)) return fail_shares(ctx, fn, "key");
+    if (!cache && overlaps(out, v)) return fail_shares(ctx, fn, "value");
     if (cache && cache->window) {  /* a windowed cache attends through its own causal window */
         if (has_mask)
             return sdpa_fail(ctx, SDPA_E_ARG, "%s: attnMask was given but a windowed cache (window %d) applies its own causal window; pass no mask", fn, cache->window);
@@ -352,16 +309,15 @@ static sdpa_status check_attention_dims(const attention_args * a) {
     const char * fn = a->fn;
     const sdpa_tensor * q = a->q, * k = a->k, * out = a->out;
     const sdpa_kv_cache * cache = a->cache;
-    TRY(check_dims_told(ctx, fn, "query", q, 2, told_of(a, SDPA_DESCRIBED_QUERY)));
+    TRY(check_dims(ctx, fn, "query", q, 2));
     if (!cache) {
-        TRY(check_dims_told(ctx, fn, "key", k, 2, told_of(a, SDPA_DESCRIBED_KEY)));
-        TRY(check_dims_told(ctx, fn, "value", a->v, 2, told_of(a, SDPA_DESCRIBED_VALUE)));
+        TRY(check_dims(ctx, fn, "key", k, 2));
+        TRY(check_dims(ctx, fn, "value", a->v, 2));
     }
-    if (a->has_mask) TRY(check_dims_told(ctx, fn, "attnMask", a->mask, -1, told_of(a, SDPA_DESCRIBED_MASK)));
-    if (a->has_sinks) TRY(check_dims_told(ctx, fn, "sinks", a->sinks, 0, told_of(a, SDPA_DESCRIBED_SINKS)));
-    if (a->has_tree) TRY(check_dims_told(ctx, fn, "treeMask", a->tree, -1, told_of(a, SDPA_DESCRIBED_TREE)));
-    const dims_told told_out = told_of(a, SDPA_DESCRIBED_OUT);
-    if ((out->rank >= 0 && out->rank <= 4) || told_out.judged) TRY(check_dims_told(ctx, fn, "out", out, 2, told_out));
+    if (a->has_mask) TRY(check_dims(ctx, fn, "attnMask", a->mask, -1));
+    if (a->has_sinks) TRY(check_dims(ctx, fn, "sinks", a->sinks, 0));
+    if (a->has_tree) TRY(check_dims(ctx, fn, "treeMask", a->tree, -1));
+    if (out->rank >= 0 && out->rank <= 4) TRY(check_dims(ctx, fn, "out", out, 2));
     if (out->rank != 4)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has rank %d; expected the output dims %s [B, Sq, Hq, D]",
                          fn, out->rank, DIMS(q));
@@ -370,9 +326,7 @@ static sdpa_status check_attention_dims(const attention_args * a) {
             return sdpa_fail(ctx, SDPA_E_DIMS, "%s: out has dims %s but the output is %s [B, Sq, Hq, D]",
                              fn, DIMS(out), DIMS(q));
 
-    /* the kernels' int32 extents (internal.h; only reachable natively: > 8 GiB;
-     * a described tensor of unknown length has failed a rule of its own) */
-    if (told_of(a, SDPA_DESCRIBED_QUERY).unknown_len || (!cache && told_of(a, SDPA_DESCRIBED_KEY).unknown_len)) return SDPA_OK;
+    /* the kernels' int32 extents (internal.h; only reachable natively: > 8 GiB) */
     int64_t rows = (int64_t)q->dims[0] * q->dims[1];  /* < 2^62 */
     if (rows > SDPA_INDEX_LIMIT || rows * (q->dims[2] > 0 ? q->dims[2] : 1) > SDPA_INDEX_LIMIT)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: query [%d, %d, %d, %d] has more than %d rows (B * Sq * Hq)",
@@ -469,8 +423,6 @@ static sdpa_status check_attention_start(const attention_args * a, const kv_geom
     const int32_t Sq = a->q->dims[1];
     const int32_t kdims[4] = { g->kb, g->kt, g->kh, g->kd };
     const int32_t Skv = g->kt < g->vt ? g->kt : g->vt;
-    const described_flags * d = a->described;
-    if (d && d->start_unknown) return SDPA_OK;  /* (the caller's own failure, or E_DISPOSED) */
     if (o->start_pos < 0)
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: startPos is %lld; expected a non-negative integer", fn, (long long)o->start_pos);
     if (a->check_room && !a->has_mask && o->start_pos > (int64_t)Skv - Sq)
@@ -480,7 +432,7 @@ static sdpa_status check_attention_start(const attention_args * a, const kv_geom
                          cache ? "cache length maxSeqLen" : "key/value length", Skv,
                          layout_hint(a->q->dims, kdims, cache, o->start_pos, false));
     /* attend (check_room): without a mask, a cache's rows past its length were never written */
-    if (cache && a->check_room && !a->has_mask && !(d && d->length_unknown) && o->start_pos > (int64_t)cache->length - Sq)
+    if (cache && a->check_room && !a->has_mask && o->start_pos > (int64_t)cache->length - Sq)
         return sdpa_fail(ctx, SDPA_E_START_POS,
                          "%s: startPos %lld + query length %d = %s is past the %s written (cache.length); attention over a cache reads written rows only",
                          fn, (long long)o->start_pos, Sq, SUM(o->start_pos, Sq), ROWS(cache->length));
@@ -580,13 +532,13 @@ static sdpa_status check_attention(sdpa_ctx * ctx, const char * fn, const sdpa_t
                                    const sdpa_tensor * k, const sdpa_tensor * v,
                                    const sdpa_kv_cache * cache, const sdpa_tensor * mask,
                                    const sdpa_options * o, const sdpa_tensor * out,
-                                   bool check_room, const described_flags * described, sdpa_problem * p) {
+                                   bool check_room, sdpa_problem * p) {
     if (!o) o = &default_options;
     const attention_args a = {
         .ctx = ctx, .fn = fn, .q = q, .k = k, .v = v, .mask = mask, .out = out,
         .sinks = o->sinks, .tree = o->tree_mask, .cache = cache, .o = o,
         .has_mask = present(mask), .has_sinks = present(o->sinks), .has_tree = present(o->tree_mask),
-        .check_room = check_room, .described = described,
+        .check_room = check_room,
     };
     TRY(check_attention_args(&a));
     TRY(check_attention_ranks(&a));
@@ -605,7 +557,7 @@ sdpa_status sdpa_check_custom(sdpa_ctx * ctx, const char * fn, const sdpa_tensor
                               const sdpa_tensor * key, const sdpa_tensor * value,
                               const sdpa_tensor * mask, const sdpa_options * options,
                               const sdpa_tensor * out, sdpa_problem * problem) {
-    return check_attention(ctx, fn, query, key, value, NULL, mask, options, out, true, NULL, problem);
+    return check_attention(ctx, fn, query, key, value, NULL, mask, options, out, true, problem);
 }
 
 /* The lowest status among the candidates wins (the first rule in the table's
@@ -634,7 +586,7 @@ static sdpa_status report_first(sdpa_ctx * ctx, const first_failure * f) {
  * overlap the tables or the positions. Fills *rope (half 0 without rotary). */
 static sdpa_status check_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, const sdpa_rotary * ro,
                                 const sdpa_tensor * out, int64_t start, int32_t rows, const char * rows_name,
-                                const described_flags * d, sdpa_rope * rope) {
+                                sdpa_rope * rope) {
     memset(rope, 0, sizeof *rope);
     if (!ro) return SDPA_OK;
     const sdpa_tensor * c = ro->cos, * s = ro->sin;
@@ -642,26 +594,23 @@ static sdpa_status check_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_c
     /* E_ARG */
     if (!present(c)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.cos is missing; expected a tensor { data, dims }", fn);
     if (!present(s)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.sin is missing; expected a tensor { data, dims }", fn);
-    if (d && (d->judged & SDPA_DESCRIBED_INTERLEAVED)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.interleaved", fn);
     if (ro->interleaved != 0 && ro->interleaved != 1)
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.interleaved is %d; expected 0 or 1", fn, ro->interleaved);
     if (ro->n_positions < 0 || (ro->n_positions > 0) != (ro->positions != NULL))
         return sdpa_fail(ctx, SDPA_E_ARG, "%s: rotary.positions and its count %d disagree; pass both or neither", fn, ro->n_positions);
-    if (!d) {  /* (described: the caller's snapshot rule saw to cache storage; JS passes positions of its own) */
-        if (in_cache(cache, c)) return fail_in_cache(ctx, fn, "rotary.cos");
-        if (in_cache(cache, s)) return fail_in_cache(ctx, fn, "rotary.sin");
-        if (pos_bytes && sdpa_page_pool_overlaps(cache->ctx->pages, ro->positions, pos_bytes)) return fail_in_cache(ctx, fn, "rotary.positions");
-    }
-    if (out && out_over(d, out, c, SDPA_DESCRIBED_ROTARY_COS)) return fail_shares(ctx, fn, "rotary.cos");
-    if (out && out_over(d, out, s, SDPA_DESCRIBED_ROTARY_SIN)) return fail_shares(ctx, fn, "rotary.sin");
-    if (!d && out && pos_bytes && ranges_overlap(out->data, claimed_bytes(out), ro->positions, pos_bytes))
+    if (in_cache(cache, c)) return fail_in_cache(ctx, fn, "rotary.cos");
+    if (in_cache(cache, s)) return fail_in_cache(ctx, fn, "rotary.sin");
+    if (pos_bytes && sdpa_page_pool_overlaps(cache->ctx->pages, ro->positions, pos_bytes)) return fail_in_cache(ctx, fn, "rotary.positions");
+    if (out && overlaps(out, c)) return fail_shares(ctx, fn, "rotary.cos");
+    if (out && overlaps(out, s)) return fail_shares(ctx, fn, "rotary.sin");
+    if (out && pos_bytes && ranges_overlap(out->data, claimed_bytes(out), ro->positions, pos_bytes))
         return fail_shares(ctx, fn, "rotary.positions");
     /* E_RANK */
     TRY(check_rank(ctx, fn, "rotary.cos", c, 2, "2-D [maxPosition, rotaryDim / 2]"));
     TRY(check_rank(ctx, fn, "rotary.sin", s, 2, "2-D [maxPosition, rotaryDim / 2]"));
     /* E_DIMS */
-    TRY(check_dims_told(ctx, fn, "rotary.cos", c, -1, told_by(d, SDPA_DESCRIBED_ROTARY_COS)));
-    TRY(check_dims_told(ctx, fn, "rotary.sin", s, -1, told_by(d, SDPA_DESCRIBED_ROTARY_SIN)));
+    TRY(check_dims(ctx, fn, "rotary.cos", c, -1));
+    TRY(check_dims(ctx, fn, "rotary.sin", s, -1));
     if (s->dims[0] != c->dims[0] || s->dims[1] != c->dims[1])
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: rotary.sin has dims %s but rotary.cos has %s; they must be equal", fn, DIMS(s), DIMS(c));
     if (ro->positions && rows >= 0 && ro->n_positions != rows)
@@ -676,9 +625,7 @@ static sdpa_status check_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_c
                          fn, DIMS(c), c->dims[1], 2 * (long long)c->dims[1], cache->head_dim);
     /* E_START_POS */
     const int32_t P = c->dims[0];
-    /* (described: the entries are caller data, not in this memory; the caller decides them, here in the order) */
-    if (d && (d->judged & SDPA_DESCRIBED_POSITIONS)) return sdpa_fail(ctx, SDPA_E_START_POS, "%s: rotary.positions", fn);
-    for (int32_t k = 0; k < (d ? 0 : ro->n_positions); k++)
+    for (int32_t k = 0; k < ro->n_positions; k++)
         if (ro->positions[k] < 0 || ro->positions[k] >= P)
             return sdpa_fail(ctx, SDPA_E_START_POS, "%s: rotary.positions[%d] is %d; expected a position in 0 .. %d (the rows of rotary.cos and rotary.sin)",
                              fn, k, ro->positions[k], P - 1);
@@ -698,26 +645,19 @@ static int32_t rows_of_input(const sdpa_tensor * t) {
     return present(t) && t->rank == 4 && t->dims[1] > 0 ? t->dims[1] : -1;
 }
 
-static sdpa_status check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                     const sdpa_tensor * query, const sdpa_tensor * mask,
-                                     const sdpa_options * options, const sdpa_tensor * out,
-                                     bool check_room, const described_flags * d, sdpa_problem * problem) {
-    if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
-    first_failure first = { SDPA_OK, "" };
-    keep_first(&first, ctx, check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, check_room, d, problem));
-    if (options && options->rotary)  /* (q rows at startPos + i, or rotary.positions[i]) */
-        keep_first(&first, ctx, check_rotary(ctx, fn, cache, options->rotary, present(out) ? out : NULL, options->start_pos,
-                                             rows_of_input(query), "query", d, &problem->rope));
-    else
-        memset(&problem->rope, 0, sizeof problem->rope);
-    return report_first(ctx, &first);
-}
-
 sdpa_status sdpa_check_cache_attend(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                     const sdpa_tensor * query, const sdpa_tensor * mask,
                                     const sdpa_options * options, const sdpa_tensor * out,
                                     bool check_room, sdpa_problem * problem) {
-    return check_cache_attend(ctx, fn, cache, query, mask, options, out, check_room, NULL, problem);
+    if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
+    first_failure first = { SDPA_OK, "" };
+    keep_first(&first, ctx, check_attention(ctx, fn, query, NULL, NULL, cache, mask, options, out, check_room, problem));
+    if (options && options->rotary)  /* (q rows at startPos + i, or rotary.positions[i]) */
+        keep_first(&first, ctx, check_rotary(ctx, fn, cache, options->rotary, present(out) ? out : NULL, options->start_pos,
+                                             rows_of_input(query), "query", &problem->rope));
+    else
+        memset(&problem->rope, 0, sizeof problem->rope);
+    return report_first(ctx, &first);
 }
 
 sdpa_status sdpa_check_cache_truncate(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, int64_t length) {
@@ -775,10 +715,10 @@ sdpa_status sdpa_check_cache_fork(sdpa_ctx * ctx, const char * fn, const sdpa_kv
 /* Rows [start, start+length) of a cache: shared by update (write: no hole
  * may be left, start <= length) and read. */
 static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                              int64_t start, int64_t length, const char * what, bool write, bool length_unknown) {
+                              int64_t start, int64_t length, const char * what, bool write) {
     if (start < 0)
         return sdpa_fail(ctx, SDPA_E_START_POS, "%s: %s is %lld; expected a non-negative integer", fn, what, (long long)start);
-    if (write && !length_unknown && start > cache->length)
+    if (write && start > cache->length)
         return sdpa_fail(ctx, SDPA_E_START_POS,
                          "%s: %s %lld is past the %s written (cache.length); a write must start at or before length (rows %d .. %lld would be a hole)",
                          fn, what, (long long)start, ROWS(cache->length), cache->length, (long long)start - 1);
@@ -807,14 +747,13 @@ static sdpa_status check_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cac
 
 /* key/value-shaped tensors against the cache geometry. want_rows >= 0: both
  * must have exactly that many rows (E_DIMS; cache.read's outputs). */
-static sdpa_status check_kv_pair_told(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                      const sdpa_tensor * k, const char * kname,
-                                      const sdpa_tensor * v, const char * vname, int64_t want_rows,
-                                      dims_told tk, dims_told tv) {
+static sdpa_status check_kv_pair(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                 const sdpa_tensor * k, const char * kname,
+                                 const sdpa_tensor * v, const char * vname, int64_t want_rows) {
     TRY(check_rank(ctx, fn, kname, k, 4, BSHD_WRITE));
     TRY(check_rank(ctx, fn, vname, v, 4, BSHD_WRITE));
-    TRY(check_dims_told(ctx, fn, kname, k, 2, tk));
-    TRY(check_dims_told(ctx, fn, vname, v, 2, tv));
+    TRY(check_dims(ctx, fn, kname, k, 2));
+    TRY(check_dims(ctx, fn, vname, v, 2));
     if (want_rows >= 0) {
         if (k->dims[1] != want_rows)
             return sdpa_fail(ctx, SDPA_E_DIMS, "%s: %s has %d rows but %lld were asked for", fn, kname, k->dims[1], (long long)want_rows);
@@ -841,41 +780,27 @@ static sdpa_status check_kv_pair_told(sdpa_ctx * ctx, const char * fn, const sdp
     return SDPA_OK;
 }
 
-static sdpa_status check_kv_pair(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                 const sdpa_tensor * k, const char * kname,
-                                 const sdpa_tensor * v, const char * vname, int64_t want_rows) {
-    return check_kv_pair_told(ctx, fn, cache, k, kname, v, vname, want_rows, told_nothing, told_nothing);
-}
-
 static sdpa_status check_update(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                 const sdpa_tensor * key, const sdpa_tensor * value,
-                                int64_t start_pos, const described_flags * d) {
+                                int64_t start_pos) {
     if (!cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", fn);
     if (!present(key)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: key is missing", fn);
     if (!present(value)) return sdpa_fail(ctx, SDPA_E_ARG, "%s: value is missing", fn);
-    if (!d && in_cache(cache, key)) return fail_in_cache(ctx, fn, "key");
-    if (!d && in_cache(cache, value)) return fail_in_cache(ctx, fn, "value");
-    TRY(check_kv_pair_told(ctx, fn, cache, key, "key", value, "value", -1, told_by(d, SDPA_DESCRIBED_KEY), told_by(d, SDPA_DESCRIBED_VALUE)));
-    if (d && d->start_unknown) return SDPA_OK;
-    return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos", true, d && d->length_unknown);
-}
-
-static sdpa_status check_update_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                       const sdpa_tensor * key, const sdpa_tensor * value,
-                                       int64_t start_pos, const sdpa_rotary * rotary, const described_flags * d,
-                                       sdpa_rope * rope) {
-    first_failure first = { SDPA_OK, "" };
-    keep_first(&first, ctx, check_update(ctx, fn, cache, key, value, start_pos, d));
-    memset(rope, 0, sizeof *rope);
-    if (cache && rotary)  /* (K rows at startPos + i, or rotary.positions[i]) */
-        keep_first(&first, ctx, check_rotary(ctx, fn, cache, rotary, NULL, start_pos, rows_of_input(key), "key", d, rope));
-    return report_first(ctx, &first);
+    if (in_cache(cache, key)) return fail_in_cache(ctx, fn, "key");
+    if (in_cache(cache, value)) return fail_in_cache(ctx, fn, "value");
+    TRY(check_kv_pair(ctx, fn, cache, key, "key", value, "value", -1));
+    return check_rows(ctx, fn, cache, start_pos, key->dims[1], "startPos", true);
 }
 
 sdpa_status sdpa_check_cache_update_rotary(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                            const sdpa_tensor * key, const sdpa_tensor * value,
                                            int64_t start_pos, const sdpa_rotary * rotary, sdpa_rope * rope) {
-    return check_update_rotary(ctx, fn, cache, key, value, start_pos, rotary, NULL, rope);
+    first_failure first = { SDPA_OK, "" };
+    keep_first(&first, ctx, check_update(ctx, fn, cache, key, value, start_pos));
+    memset(rope, 0, sizeof *rope);
+    if (cache && rotary)  /* (K rows at startPos + i, or rotary.positions[i]) */
+        keep_first(&first, ctx, check_rotary(ctx, fn, cache, rotary, NULL, start_pos, rows_of_input(key), "key", rope));
+    return report_first(ctx, &first);
 }
 
 sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
@@ -891,12 +816,12 @@ sdpa_status sdpa_check_cache_read(sdpa_ctx * ctx, const char * fn, const sdpa_kv
     if (length <= 0)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
     TRY(check_kv_pair(ctx, fn, cache, key_out, "key_out", value_out, "value_out", length));
-    return check_rows(ctx, fn, cache, start, length, "start", false, false);
+    return check_rows(ctx, fn, cache, start, length, "start", false);
 }
 
 sdpa_status sdpa_check_cache_rows(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
                                   int64_t start, int64_t length) {
-    return check_rows(ctx, fn, cache, start, length, "start", false, false);
+    return check_rows(ctx, fn, cache, start, length, "start", false);
 }
 
 sdpa_status sdpa_check_cache_read_records(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
@@ -907,7 +832,7 @@ sdpa_status sdpa_check_cache_read_records(sdpa_ctx * ctx, const char * fn, const
     if (which != 0 && which != 1) return sdpa_fail(ctx, SDPA_E_ARG, "%s: which is %d; expected 0 (keys) or 1 (values)", fn, which);
     if (length <= 0)
         return sdpa_fail(ctx, SDPA_E_DIMS, "%s: length is %lld; expected a positive integer", fn, (long long)length);
-    TRY(check_rows(ctx, fn, cache, start, length, "start", false, false));
+    TRY(check_rows(ctx, fn, cache, start, length, "start", false));
     const uint64_t rows = (uint64_t)cache->batch * (uint64_t)length * (uint64_t)cache->kv_heads;
     const uint64_t want = sdpa_size_mul(rows, sdpa_kv_record_bytes(sdpa_kv_dtype(&cache->format, which), cache->head_dim));
     if (out_bytes != want)
@@ -985,22 +910,22 @@ sdpa_status sdpa_check_cache_plan_rows(sdpa_ctx * ctx, const char * fn, int32_t 
     return SDPA_OK;
 }
 
-static sdpa_status check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                   const sdpa_tensor * query, const sdpa_tensor * key,
-                                   const sdpa_tensor * value, const sdpa_tensor * mask,
-                                   const sdpa_options * options, const sdpa_tensor * out,
-                                   const described_flags * d, sdpa_problem * problem) {
+sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
+                                  const sdpa_tensor * query, const sdpa_tensor * key,
+                                  const sdpa_tensor * value, const sdpa_tensor * mask,
+                                  const sdpa_options * options, const sdpa_tensor * out,
+                                  sdpa_problem * problem) {
     const int64_t start_pos = options ? options->start_pos : 0;
     first_failure first = { SDPA_OK, "" };
     /* every rule of both halves and the step's own, before anything is written */
     /* (the query's E_ARG and E_DTYPE first: within one code the JS layer names the query first) */
-    if (!d && cache && in_cache(cache, query)) keep_first(&first, ctx, fail_in_cache(ctx, fn, "query"));
+    if (cache && in_cache(cache, query)) keep_first(&first, ctx, fail_in_cache(ctx, fn, "query"));
     if (present(query) && query->dtype != SDPA_DTYPE_FLOAT32) keep_first(&first, ctx, check_float32(ctx, fn, "query", query));
-    keep_first(&first, ctx, check_update(ctx, fn, cache, key, value, start_pos, d));
-    keep_first(&first, ctx, check_cache_attend(ctx, fn, cache, query, mask, options, out, false, d, problem));
+    keep_first(&first, ctx, check_update(ctx, fn, cache, key, value, start_pos));
+    keep_first(&first, ctx, sdpa_check_cache_attend(ctx, fn, cache, query, mask, options, out, false, problem));
     const bool have = present(query) && present(key) && present(value) && present(out);
-    const bool over_key = have && out_over(d, out, key, SDPA_DESCRIBED_KEY);
-    if (over_key || (have && out_over(d, out, value, SDPA_DESCRIBED_VALUE)))
+    const bool over_key = have && overlaps(out, key);
+    if (over_key || (have && overlaps(out, value)))
         keep_first(&first, ctx, fail_shares(ctx, fn, over_key ? "key" : "value"));
     if (have && query->rank == 4 && key->rank == 4 && query->dims[1] != key->dims[1])
         keep_first(&first, ctx, sdpa_fail(ctx, SDPA_E_DIMS, "%s: query has %s but key has %d; a step attends exactly the rows it writes%s",
@@ -1011,13 +936,6 @@ static sdpa_status check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_
     return first.status;
 }
 
-sdpa_status sdpa_check_cache_step(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache,
-                                  const sdpa_tensor * query, const sdpa_tensor * key,
-                                  const sdpa_tensor * value, const sdpa_tensor * mask,
-                                  const sdpa_options * options, const sdpa_tensor * out,
-                                  sdpa_problem * problem) {
-    return check_cache_step(ctx, fn, cache, query, key, value, mask, options, out, NULL, problem);
-}
 
 /* ---- attendMany --------------------------------------------------------- */
 
@@ -1104,96 +1022,4 @@ sdpa_status sdpa_check_attend_many(sdpa_ctx * ctx, const char * fn, const sdpa_a
 sdpa_status sdpa_check_step_many(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n,
                                  sdpa_problem * problems) {
     return check_many(ctx, fn, items, n, problems, true);
-}
-
-/* ---- descriptor-only checks (sdpa_check_described) ---------------------- */
-
-/* What a described tensor points at: not NULL (present() says "given"), and
- * never read (the address rules take the caller's answers for described calls). */
-static char described_data[1];
-
-/* A described tensor as the rules read it (NULL stays NULL: not given). */
-static const sdpa_tensor * described(const sdpa_tensor * t, sdpa_tensor * copy) {
-    if (!t) return NULL;
-    *copy = *t;
-    copy->data = described_data;
-    return copy;
-}
-
-static sdpa_status check_described(sdpa_ctx * ctx, int32_t op, const sdpa_kv_cache_desc * desc, int32_t length,
-                                   int32_t window_start, const sdpa_tensor * query, const sdpa_tensor * key,
-                                   const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
-                                   const sdpa_tensor * out, const described_flags * flags) {
-    static const char fn[] = "";  /* (the message names no function) */
-    if (op < SDPA_CHECK_CUSTOM || op > SDPA_CHECK_STEP)
-        return sdpa_fail(ctx, SDPA_E_ARG, "sdpa_check_described: op is %d; expected an SDPA_CHECK_* op", op);
-    sdpa_tensor q, k, v, m, o, s, t, rc, rs;
-    sdpa_options opts = options ? *options : default_options;
-    opts.sinks = described(opts.sinks, &s);
-    opts.tree_mask = described(opts.tree_mask, &t);
-    sdpa_rotary ro;
-    if (opts.rotary) {
-        ro = *opts.rotary;
-        ro.cos = described(ro.cos, &rc);
-        ro.sin = described(ro.sin, &rs);
-        ro.positions = ro.n_positions > 0 ? (const int32_t *)(const void *)described_data : NULL;  /* (the entries: the caller's) */
-        opts.rotary = &ro;
-    }
-    sdpa_problem problem;
-    if (op == SDPA_CHECK_CUSTOM)
-        return check_attention(ctx, fn, described(query, &q), described(key, &k), described(value, &v), NULL,
-                               described(mask, &m), &opts, described(out, &o), true, flags, &problem);
-    if (!desc) return sdpa_fail(ctx, SDPA_E_ARG, "sdpa_check_described: the cache is not described");
-    /* a public entry: a description no cache has (a head count of 0 would divide by zero below) is refused */
-    if (sdpa_check_cache_create(ctx, "sdpa_check_described", desc->batch, desc->max_seq_len, desc->kv_heads, desc->head_dim,
-                                desc->key_dtype, desc->value_dtype, desc->window, desc->sink_tokens, desc) != SDPA_OK ||
-        (!flags->length_unknown && (length < 0 || length > desc->max_seq_len)) ||
-        window_start < 0 || window_start > desc->max_seq_len)
-        return sdpa_fail(ctx, SDPA_E_ARG, "sdpa_check_described: no cache has batch %d, maxSeqLen %d, numKvHeads %d, headDim %d, dtypes %d / %d, window %d, sinkTokens %d, length %d, windowStart %d",
-                         desc->batch, desc->max_seq_len, desc->kv_heads, desc->head_dim, desc->key_dtype, desc->value_dtype,
-                         desc->window, desc->sink_tokens, length, window_start);
-    sdpa_kv_cache c;  /* (the rules read only its geometry, length and window_start) */
-    memset(&c, 0, sizeof c);
-    c.batch = desc->batch;
-    c.max_seq_len = desc->max_seq_len;
-    c.kv_heads = desc->kv_heads;
-    c.head_dim = desc->head_dim;
-    c.window = desc->window;
-    c.sink_tokens = desc->sink_tokens;
-    c.length = length;
-    c.window_start = window_start;
-    switch (op) {
-        case SDPA_CHECK_UPDATE: {
-            sdpa_rope rope;
-            return check_update_rotary(ctx, fn, &c, described(key, &k), described(value, &v), opts.start_pos, opts.rotary,
-                                       flags, &rope);
-        }
-        case SDPA_CHECK_ATTEND:
-            return check_cache_attend(ctx, fn, &c, described(query, &q), described(mask, &m), &opts, described(out, &o), true,
-                                      flags, &problem);
-        default:
-            return check_cache_step(ctx, fn, &c, described(query, &q), described(key, &k), described(value, &v),
-                                    described(mask, &m), &opts, described(out, &o), flags, &problem);
-    }
-}
-
-sdpa_status sdpa_check_described(int32_t op, const sdpa_kv_cache_desc * cache, int32_t length, int32_t window_start,
-                                 const sdpa_tensor * query, const sdpa_tensor * key, const sdpa_tensor * value,
-                                 const sdpa_tensor * mask, const sdpa_options * options, const sdpa_tensor * out,
-                                 uint32_t judged, uint32_t unknown, uint32_t overlaps, char * message, int32_t message_bytes) {
-    sdpa_ctx local;  /* (only its message: the rules write nothing else) */
-    memset(&local, 0, sizeof local);
-    const described_flags flags = {
-        judged, unknown, overlaps, (unknown & SDPA_DESCRIBED_LENGTH) != 0, (unknown & SDPA_DESCRIBED_START) != 0,
-    };
-    const sdpa_status st = check_described(&local, op, cache, length, window_start, query, key, value, mask, options, out, &flags);
-    const char * text = local.last_error;
-    if (st != SDPA_OK && text[0] == ':' && text[1] == ' ') text += 2;  /* (fn "": drop the ": " before the rule's words) */
-    if (message && message_bytes > 0) {
-        size_t len = strlen(text);
-        if (len >= (size_t)message_bytes) len = (size_t)message_bytes - 1;
-        memcpy(message, text, len);
-        message[len] = '\0';
-    }
-    return st;
 }

@@ -97,26 +97,5 @@ sdpa_status sdpa_check_cache_save_rows(sdpa_ctx * ctx, const char * fn, const sd
 /* kvCacheSize's rows: 0 .. max_seq_len (a geometry already checked). */
 sdpa_status sdpa_check_cache_plan_rows(sdpa_ctx * ctx, const char * fn, int32_t max_seq_len, int64_t rows);
 
-/* sdpa_check_described's (src/wasm/api.h, the JS package's descriptor-only
- * entry, defined in check.c): its ops and the bits of what a described tensor
- * cannot say. */
-#define SDPA_CHECK_CUSTOM 0
-#define SDPA_CHECK_UPDATE 1
-#define SDPA_CHECK_ATTEND 2
-#define SDPA_CHECK_STEP 3
-#define SDPA_DESCRIBED_QUERY (1u << 0)
-#define SDPA_DESCRIBED_KEY (1u << 1)
-#define SDPA_DESCRIBED_VALUE (1u << 2)
-#define SDPA_DESCRIBED_MASK (1u << 3)
-#define SDPA_DESCRIBED_SINKS (1u << 4)
-#define SDPA_DESCRIBED_TREE (1u << 5)
-#define SDPA_DESCRIBED_OUT (1u << 6)
-#define SDPA_DESCRIBED_ROTARY_COS (1u << 7)
-#define SDPA_DESCRIBED_ROTARY_SIN (1u << 8)
-#define SDPA_DESCRIBED_INTERLEAVED (1u << 9)
-#define SDPA_DESCRIBED_POSITIONS (1u << 10)
-#define SDPA_DESCRIBED_LENGTH (1u << 11)
-#define SDPA_DESCRIBED_START (1u << 12)
-#define SDPA_CHECK_MESSAGE_BYTES 512
 
 #endif

@@ -2,6 +2,7 @@
 #include "api.h"
 
 #include "../contract/check.h"
+#include "../cache/page_pool.h"
 #include "../internal.h"
 
 #include <stdlib.h>
@@ -112,4 +113,56 @@ sdpa_status sdpa_wasm_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
     sdpa_status st = sdpa_check_cache_save_rows(ctx, "", cache, s, n);
     if (st != SDPA_OK) return words_only(ctx, st);
     return after_name(ctx, sdpa_kv_save_begin(ctx, cache, (int32_t)s, (int32_t)n, meta, meta_bytes, out_saver), "KVCache.save");
+}
+
+int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) {
+    if (!ctx || !(bytes > 0)) return 0;  /* (NaN too) */
+    const uint64_t span = bytes < 0x1p64 ? (uint64_t)bytes : UINT64_MAX;  /* a larger double does not convert */
+    return sdpa_page_pool_overlaps(ctx->pages, p, span);
+}
+
+/* ---- the attention calls: the public entries under the name "" ---------- */
+
+sdpa_status sdpa_wasm_custom(sdpa_ctx * ctx, const sdpa_tensor * query, const sdpa_tensor * key, const sdpa_tensor * value,
+                             const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out) {
+    if (!ctx) return SDPA_E_ARG;
+    return words_only(ctx, sdpa_custom_as(ctx, "", query, key, value, mask, options, out));
+}
+
+sdpa_status sdpa_wasm_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
+                                      const sdpa_tensor * value, double start_pos, const sdpa_rotary * rotary) {
+    if (!ctx) return SDPA_E_ARG;
+    int64_t s;
+    if (!whole(start_pos, &s)) return sdpa_fail(ctx, SDPA_E_START_POS, "startPos is %g; expected a non-negative integer", start_pos);
+    if (s < INT32_MIN || s > INT32_MAX) {
+        /* (no cache holds such a row: the rules on the int64 fail, in their order) */
+        sdpa_rope rope;
+        const sdpa_status st = sdpa_check_cache_update_rotary(ctx, "", cache, key, value, s, rotary, &rope);
+        if (st != SDPA_OK) return words_only(ctx, st);
+        return sdpa_fail(ctx, SDPA_E_CAPACITY, "startPos %lld is past any cache's rows", (long long)s);
+    }
+    return words_only(ctx, sdpa_kv_cache_update_as(ctx, "", cache, key, value, (int32_t)s, rotary));
+}
+
+sdpa_status sdpa_wasm_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                      const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out) {
+    if (!ctx) return SDPA_E_ARG;
+    return words_only(ctx, sdpa_kv_cache_attend_as(ctx, "", cache, query, mask, options, out));
+}
+
+sdpa_status sdpa_wasm_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                    const sdpa_tensor * key, const sdpa_tensor * value, const sdpa_tensor * mask,
+                                    const sdpa_options * options, sdpa_tensor * out) {
+    if (!ctx) return SDPA_E_ARG;
+    return words_only(ctx, sdpa_kv_cache_step_as(ctx, "", cache, query, key, value, mask, options, out));
+}
+
+sdpa_status sdpa_wasm_kv_cache_attend_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n) {
+    if (!ctx) return SDPA_E_ARG;
+    return words_only(ctx, sdpa_kv_cache_attend_many_as(ctx, "", items, n));
+}
+
+sdpa_status sdpa_wasm_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n) {
+    if (!ctx) return SDPA_E_ARG;
+    return words_only(ctx, sdpa_kv_cache_step_many_as(ctx, "", items, n));
 }

@@ -9,7 +9,6 @@
 #define SDPA_WASM_API_H
 
 #include "sdpa.h"
-#include "contract/check.h"  /* sdpa_check_described's SDPA_CHECK_* ops and SDPA_DESCRIBED_* bits */
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,50 +48,28 @@ sdpa_status sdpa_wasm_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, 
 sdpa_status sdpa_wasm_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, double start, double length,
                                     const void * meta, size_t meta_bytes, sdpa_kv_saver ** out_saver);
 
-/* ---- descriptor-only checks (what the JS package asks of the attention
- * calls before it copies their tensors; defined in src/contract/check.c) ---- */
+/* Non-zero when the `bytes` bytes at p overlap the page pool's memory (any
+ * cache's storage): the snapshot rule's view of wasm memory (js/snapshot.js
+ * checkLive's messages). A double, so that JS passes any span. */
+int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes);
 
-/// The rules of a call on tensors described, not given: what a caller that
-/// has not yet placed its arguments in this memory (the JS package, which
-/// asks before it copies or allocates anything) asks. The tensors are
-/// sdpa_tensors as the real call takes them but with data unused (NULL is
-/// fine); a NULL tensor (query, key, value, mask, out, options->sinks,
-/// ->tree_mask, ->rotary's tables) is one not given. The rules are the real
-/// entry's own, in its order, on a cache described by `cache` (its geometry),
-/// `length` (rows written) and `window_start`. op:
-///   SDPA_CHECK_CUSTOM  sdpa_custom's (cache, length, window_start unused)
-///   SDPA_CHECK_UPDATE  sdpa_kv_cache_update_rotary's (key, value,
-///                      options->start_pos, options->rotary)
-///   SDPA_CHECK_ATTEND  sdpa_kv_cache_attend's
-///   SDPA_CHECK_STEP    sdpa_kv_cache_step's
-/// What a described tensor cannot say comes in bit sets of SDPA_DESCRIBED_*:
-///   judged    a tensor's dims rule the caller decided (failed) in words of its
-///             own (a dim that is not an int32 integer, more dims than
-///             sdpa_tensor holds; also _INTERLEAVED: rotary.interleaved's
-///             type, _POSITIONS: rotary.positions' entries, caller data): it
-///             fails with its name ("query", "rotary.positions", ...) as the
-///             whole message, in its place in the order, for the caller to put
-///             its words there
-///   unknown   a tensor whose element count the caller could not read (its
-///             data failed a rule of the caller's): len == product(dims) is not
-///             asked; _LENGTH: the cache's rows written are unknown (a cache
-///             that is gone); _START: options->start_pos is invalid (the
-///             caller's failure) or unknown (an append to a cache that is
-///             gone): the rules on it are not asked
-///   overlaps  the tensors out overlaps, as the caller sees memory: a
-///             described tensor has no address, so the address rules (out over
-///             an input) take these answers, in their place and words; an
-///             input in cache storage is the caller's alone
-/// E_ARG for an unknown op, and for a cache op without `cache` or with a
-/// description no cache has (its geometry, 0 <= length <= max_seq_len unless
-/// _LENGTH, 0 <= window_start <= max_seq_len) before any rule reads it.
-/// Needs no context and writes nothing but `message`: a failure's message,
-/// naming no function (the caller's name goes first), NUL-terminated in
-/// message_bytes (SDPA_CHECK_MESSAGE_BYTES are enough; NULL: none).
-sdpa_status sdpa_check_described(int32_t op, const sdpa_kv_cache_desc * cache, int32_t length, int32_t window_start,
-                                 const sdpa_tensor * query, const sdpa_tensor * key, const sdpa_tensor * value,
-                                 const sdpa_tensor * mask, const sdpa_options * options, const sdpa_tensor * out,
-                                 uint32_t judged, uint32_t unknown, uint32_t overlaps, char * message, int32_t message_bytes);
+/* The attention calls (customSdpa; KVCache.update, attend, step;
+ * attendMany, stepMany): the public entries of include/sdpa.h, every rule
+ * checked once as theirs are, in the table's order, before anything is
+ * written; a failure's message is the rule's words alone. update's start_pos
+ * is a JS number (a double): a value past int32 is its rule's failure, not a
+ * wrapped row. */
+sdpa_status sdpa_wasm_custom(sdpa_ctx * ctx, const sdpa_tensor * query, const sdpa_tensor * key, const sdpa_tensor * value,
+                             const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out);
+sdpa_status sdpa_wasm_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
+                                      const sdpa_tensor * value, double start_pos, const sdpa_rotary * rotary);
+sdpa_status sdpa_wasm_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                      const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out);
+sdpa_status sdpa_wasm_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                    const sdpa_tensor * key, const sdpa_tensor * value, const sdpa_tensor * mask,
+                                    const sdpa_options * options, sdpa_tensor * out);
+sdpa_status sdpa_wasm_kv_cache_attend_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n);
+sdpa_status sdpa_wasm_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@
 #include "naive_ref.h"
 #include "sdpa.h"
 #include "testutil.h"
+#include "../../src/wasm/api.h"  /* sdpa_ctx_owns_pages: JS's */
 
 enum { B = 2, S = 200, H = 2, HQ = 4, D = 6, MAXC = 6 };
 

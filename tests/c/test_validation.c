@@ -1155,12 +1155,10 @@ static void test_wasm_rows(void) {
     }
 }
 
-/* sdpa_check_described (a call's rules on tensors described, not given: what
- * JS asks before it copies anything) decides as sdpa_custom does, with the
- * same words: over a grid of ranks, dims, lengths, masks, sinks, outs,
- * startPos and options, its status and message equal the real entry's (its
- * message after "customSdpa: "). Its own parts: a judged tensor fails its
- * dims rule with its name, in its place; an unknown length is not asked. */
+/* sdpa_wasm_custom (customSdpa's wasm entry) decides as sdpa_custom does,
+ * with the same words: over a grid of ranks, dims, lengths, masks, sinks,
+ * outs, startPos and options, its status and message equal the public
+ * entry's (its message after "customSdpa: "). */
 static uint32_t g_lcg = 12345u;
 static uint32_t lcg(uint32_t n) { g_lcg = g_lcg * 1103515245u + 12345u; return (g_lcg >> 8) % n; }
 
@@ -1174,13 +1172,13 @@ static sdpa_tensor grid_tensor(float * buf, int32_t dtype, int rank, const int32
     return t;
 }
 
-static void test_check_described(void) {
+static void test_wasm_custom(void) {
     enum { CAP = 4096 };
     float * bq = tu_malloc(CAP * 4), * bk = tu_malloc(CAP * 4), * bv = tu_malloc(CAP * 4), * bm = tu_malloc(CAP * 4);
     float * bs = tu_malloc(64 * 4), * bo = tu_malloc(CAP * 4);
     memset(bq, 0, CAP * 4); memset(bk, 0, CAP * 4); memset(bv, 0, CAP * 4); memset(bm, 0, CAP * 4);
     memset(bs, 0, 64 * 4); memset(bo, 0, CAP * 4);
-    char msg[SDPA_CHECK_MESSAGE_BYTES], desc[160];
+    char msg[512], desc[160];
     static const int32_t odd[] = { 0, -1, 3, 5, 9 };
     long passed = 0;
     for (int it = 0; it < 3000; it++) {
@@ -1217,33 +1215,18 @@ static void test_check_described(void) {
         if (lcg(8) == 0) opt.dropout_p = 0.5f;
         if (lcg(8) == 0) opt.softcap = lcg(2) ? 30.0f : -2.0f;
         opt.sinks = has_sinks ? &sk : NULL;
+        const sdpa_status got = noted(sdpa_wasm_custom(g_ctx, &q, &k, &v, has_mask ? &mk : NULL, &opt, &o), msg, sizeof msg);
         const sdpa_status want = sdpa_custom(g_ctx, &q, &k, &v, has_mask ? &mk : NULL, &opt, &o);
-        /* the same, described: no data */
-        sdpa_tensor dq = q, dk = k, dv = v, dm = mk, ds = sk, dout = o;
-        dq.data = dk.data = dv.data = dm.data = ds.data = dout.data = NULL;
-        sdpa_options dopt = opt;
-        dopt.sinks = has_sinks ? &ds : NULL;
-        const sdpa_status got = sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &dq, &dk, &dv, has_mask ? &dm : NULL, &dopt, &dout, 0, 0, 0, msg, sizeof msg);
-        snprintf(desc, sizeof desc, "check_described #%d q[%d:%d,%d,%d,%d] k[%d:%d,%d,%d,%d] out[%d:%d,%d,%d,%d]", it,
+        snprintf(desc, sizeof desc, "wasm_custom #%d q[%d:%d,%d,%d,%d] k[%d:%d,%d,%d,%d] out[%d:%d,%d,%d,%d]", it,
                  qr, qd[0], qd[1], qd[2], qd[3], kr, kd[0], kd[1], kd[2], kd[3], orank, od[0], od[1], od[2], od[3]);
         same_as_entry(desc, want, "customSdpa", got, msg);
         if (want == SDPA_OK) passed++;
     }
-    TU_CHECK(passed > 100, "check_described: only %ld passing calls in the grid", passed);
-    {   /* judged: the dims rule fails with the tensor's name, in its place (after an earlier tensor's own) */
-        sdpa_tensor q = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 2, 4, 8), k = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 6, 2, 8), v = k, o = q;
-        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_KEY, 0, 0, msg, sizeof msg) == SDPA_E_DIMS &&
-                 strcmp(msg, "key") == 0, "check_described: judged key: '%s'", msg);
-        q.len = 3;
-        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_KEY, 0, 0, msg, sizeof msg) == SDPA_E_DIMS &&
-                 strncmp(msg, "query.data has 3 elements", 25) == 0, "check_described: query's length before judged key: '%s'", msg);
-        /* unknown length: len == product is not asked */
-        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, 0, SDPA_DESCRIBED_QUERY, 0, msg, sizeof msg) == SDPA_OK,
-                 "check_described: query of unknown length: '%s'", msg);
-        o.rank = 5;  /* judged out of rank 5: its dims rule before its rank's */
-        TU_CHECK(sdpa_check_described(SDPA_CHECK_CUSTOM, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, SDPA_DESCRIBED_OUT, SDPA_DESCRIBED_QUERY, 0, msg, sizeof msg) == SDPA_E_DIMS &&
-                 strcmp(msg, "out") == 0, "check_described: judged out of rank 5: '%s'", msg);
-        TU_CHECK(sdpa_check_described(9, NULL, 0, 0, &q, &k, &v, NULL, NULL, &o, 0, 0, 0, msg, sizeof msg) == SDPA_E_ARG, "check_described: op 9");
+    TU_CHECK(passed > 100, "wasm_custom: only %ld passing calls in the grid", passed);
+    {   /* out over an input: the address rule, in the entry's words */
+        sdpa_tensor q = tu_tensor4(bq, SDPA_DTYPE_FLOAT32, 1, 2, 4, 8), k = tu_tensor4(bk, SDPA_DTYPE_FLOAT32, 1, 6, 2, 8), v = k, o = q;
+        TU_CHECK(noted(sdpa_wasm_custom(g_ctx, &q, &k, &v, NULL, NULL, &o), msg, sizeof msg) == SDPA_E_ARG &&
+                 strcmp(msg, "out shares memory with query; out must not overlap any input") == 0, "wasm_custom: out over query: '%s'", msg);
     }
     free(bq); free(bk); free(bv); free(bm); free(bs); free(bo);
 }
@@ -1319,18 +1302,18 @@ static void test_check_create(void) {
 #undef N_OF
 }
 
-/* The cache ops of sdpa_check_described (update, attend, step on a cache
- * described by numbers) against sdpa_kv_cache_update_rotary, _attend and
- * _step on the real cache (a fork of it, so a passing write changes nothing
- * here): same code and words over a grid, for a plain and a windowed cache.
- * rotary.positions' entries are in range (described, they are the caller's). */
-static void test_check_described_cache(void) {
+/* The cache calls' wasm entries (sdpa_wasm_kv_cache_update, _attend, _step)
+ * against sdpa_kv_cache_update_rotary, _attend and _step (each on a fork of
+ * the cache, so a passing write changes nothing here): same code and words
+ * over a grid, for a plain and a windowed cache; update's startPos as a JS
+ * number; attendMany / stepMany's entries' words. */
+static void test_wasm_cache_calls(void) {
     enum { CAP = 8192 };
     float * bq = tu_malloc(CAP * 4), * bk = tu_malloc(CAP * 4), * bv = tu_malloc(CAP * 4), * bm = tu_malloc(CAP * 4);
     float * bo = tu_malloc(CAP * 4), * bc = tu_malloc(CAP * 4), * bs = tu_malloc(CAP * 4), * bsk = tu_malloc(64 * 4);
     memset(bq, 0, CAP * 4); memset(bk, 0, CAP * 4); memset(bv, 0, CAP * 4); memset(bm, 0, CAP * 4);
     memset(bo, 0, CAP * 4); memset(bc, 0, CAP * 4); memset(bs, 0, CAP * 4); memset(bsk, 0, 64 * 4);
-    char msg[SDPA_CHECK_MESSAGE_BYTES], desc[200];
+    char msg[512], desc[200];
     static const int32_t odd[] = { 0, -1, 3, 5, 9 };
     static const char * const fns[] = { "", "KVCache.update", "KVCache.attend", "KVCache.step" };
     long passed = 0;
@@ -1343,8 +1326,7 @@ static void test_check_described_cache(void) {
             sdpa_tensor k = tu_tensor4(bk, SDPA_DTYPE_FLOAT32, 1, 1, Hk, D);
             sdpa_kv_cache_update(g_ctx, c, &k, &k, at);
         }
-        const sdpa_kv_cache_desc cd = { 1, ML, Hk, D, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, W, SINK, 0 };
-        const int32_t len = sdpa_kv_cache_length(c), ws = sdpa_kv_cache_window_start(c);
+        const int32_t len = sdpa_kv_cache_length(c);
         for (int it = 0; it < 2500; it++) {
             const int op = 1 + (int)lcg(3);
             const int32_t Sq = 1 + (int32_t)lcg(3), Hq = Hk * (1 + (int32_t)lcg(2));
@@ -1370,7 +1352,7 @@ static void test_check_described_cache(void) {
             sdpa_tensor sk = grid_tensor(bsk, SDPA_DTYPE_FLOAT32, 1, sd, 0);
             sdpa_tensor rc = grid_tensor(bc, SDPA_DTYPE_FLOAT32, 2, cosd, 0), rs = grid_tensor(bs, SDPA_DTYPE_FLOAT32, 2, sind, 0);
             if (q.len > CAP || k.len > CAP || v.len > CAP || o.len > CAP || mk.len > CAP || rc.len > CAP) continue;
-            int32_t pos[4] = { 0, 1, 2, 3 };
+            int32_t pos[4] = { 0, 1, 2, lcg(6) ? 3 : 5000 };
             sdpa_rotary ro = { &rc, &rs, (int32_t)lcg(2), lcg(3) == 0 ? (lcg(4) ? Sq : Sq + 1) : 0, NULL };
             if (ro.n_positions > 4) ro.n_positions = 4;
             ro.positions = ro.n_positions ? pos : NULL;
@@ -1382,61 +1364,47 @@ static void test_check_described_cache(void) {
             opt.sinks = has_sinks ? &sk : NULL;
             opt.tree_mask = has_tree ? &tr : NULL;
             opt.rotary = has_rot ? &ro : NULL;
-            sdpa_tensor dq = q, dk = k, dv = v, dout = o, dm = mk, dt = tr, ds = sk, drc = rc, drs = rs;
-            dq.data = dk.data = dv.data = dout.data = dm.data = dt.data = ds.data = drc.data = drs.data = NULL;
-            sdpa_rotary dro = ro;
-            dro.cos = &drc; dro.sin = &drs; dro.positions = NULL;
-            sdpa_options dopt = opt;
-            dopt.sinks = has_sinks ? &ds : NULL;
-            dopt.tree_mask = has_tree ? &dt : NULL;
-            dopt.rotary = has_rot ? &dro : NULL;
-            const sdpa_status got = sdpa_check_described(op, &cd, len, ws, op == 1 ? NULL : &dq, op == 2 ? NULL : &dk, op == 2 ? NULL : &dv,
-                                                         has_mask && op != 1 ? &dm : NULL, &dopt, op == 1 ? NULL : &dout, 0, 0, 0, msg, sizeof msg);
-            sdpa_kv_cache * f = NULL;
-            if (!TU_CHECK(sdpa_kv_cache_fork(g_ctx, c, &f) == SDPA_OK, "fork")) break;
-            sdpa_status want;
+            sdpa_kv_cache * f = NULL, * g = NULL;
+            if (!TU_CHECK(sdpa_kv_cache_fork(g_ctx, c, &f) == SDPA_OK && sdpa_kv_cache_fork(g_ctx, c, &g) == SDPA_OK, "fork")) break;
+            sdpa_status got, want;
+            if (op == 1) got = sdpa_wasm_kv_cache_update(g_ctx, g, &k, &v, (double)opt.start_pos, has_rot ? &ro : NULL);
+            else if (op == 2) got = sdpa_wasm_kv_cache_attend(g_ctx, g, &q, has_mask ? &mk : NULL, &opt, &o);
+            else got = sdpa_wasm_kv_cache_step(g_ctx, g, &q, &k, &v, has_mask ? &mk : NULL, &opt, &o);
+            noted(got, msg, sizeof msg);
             if (op == 1) want = sdpa_kv_cache_update_rotary(g_ctx, f, &k, &v, opt.start_pos, has_rot ? &ro : NULL);
             else if (op == 2) want = sdpa_kv_cache_attend(g_ctx, f, &q, has_mask ? &mk : NULL, &opt, &o);
             else want = sdpa_kv_cache_step(g_ctx, f, &q, &k, &v, has_mask ? &mk : NULL, &opt, &o);
-            snprintf(desc, sizeof desc, "check_described %s op %d #%d sp %lld q[%d:%d,%d,%d,%d] k[%d:%d,%d,%d,%d] out[%d:%d,%d,%d,%d]",
+            snprintf(desc, sizeof desc, "wasm cache call %s op %d #%d sp %lld q[%d:%d,%d,%d,%d] k[%d:%d,%d,%d,%d] out[%d:%d,%d,%d,%d]",
                      windowed ? "windowed" : "plain", op, it, (long long)opt.start_pos, qr, qd[0], qd[1], qd[2], qd[3],
                      kr, kd[0], kd[1], kd[2], kd[3], orank, od[0], od[1], od[2], od[3]);
             same_as_entry(desc, want, fns[op], got, msg);
             if (want == SDPA_OK) passed++;
             sdpa_kv_cache_free(f);
+            sdpa_kv_cache_free(g);
         }
-        {   /* a cache that is gone (rows written unknown), an append of unknown start */
-            sdpa_tensor k = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 2, Hk, D);
-            sdpa_options opt = { 0 };
-            opt.start_pos = ML - 1;  /* past the rows written: the hole rule is not asked, capacity is */
-            TU_CHECK(sdpa_check_described(SDPA_CHECK_UPDATE, &cd, 0, 0, NULL, &k, &k, NULL, &opt, NULL, 0, SDPA_DESCRIBED_LENGTH, 0, msg, sizeof msg) == SDPA_E_CAPACITY,
-                     "check_described: update of a cache that is gone: '%s'", msg);
-            opt.start_pos = -1;
-            TU_CHECK(sdpa_check_described(SDPA_CHECK_UPDATE, &cd, 0, 0, NULL, &k, &k, NULL, &opt, NULL, 0, SDPA_DESCRIBED_LENGTH | SDPA_DESCRIBED_START, 0, msg, sizeof msg) == SDPA_OK,
-                     "check_described: an append of unknown start: '%s'", msg);
-            /* the caller's answers to the address rules, and a judged rotary.positions */
-            sdpa_tensor q = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 2, Hk, D), o = q;
-            opt.start_pos = len;
-            opt.is_causal = 1;
-            TU_CHECK(sdpa_check_described(SDPA_CHECK_STEP, &cd, len, ws, &q, &k, &k, NULL, &opt, &o, 0, 0, SDPA_DESCRIBED_VALUE, msg, sizeof msg) == SDPA_E_ARG &&
-                     strcmp(msg, "out shares memory with value; out must not overlap any input") == 0, "check_described: out over value: '%s'", msg);
-            sdpa_tensor rc = tu_tensor4(NULL, SDPA_DTYPE_FLOAT32, 1, 1, 2048, D / 2);
-            rc.rank = 2; rc.dims[0] = 2048; rc.dims[1] = D / 2; rc.len = (size_t)2048 * (size_t)(D / 2);
-            sdpa_rotary ro = { &rc, &rc, 0, 2, NULL };
-            opt.rotary = &ro;
-            TU_CHECK(sdpa_check_described(SDPA_CHECK_STEP, &cd, len, ws, &q, &k, &k, NULL, &opt, &o, SDPA_DESCRIBED_POSITIONS, 0, 0, msg, sizeof msg) == SDPA_E_START_POS &&
-                     strcmp(msg, "rotary.positions") == 0, "check_described: judged rotary.positions: '%s'", msg);
-            /* a description no cache has is refused before any rule reads it (0 heads would divide by zero) */
-            sdpa_kv_cache_desc bad = cd;
-            bad.kv_heads = 0;
-            TU_CHECK(sdpa_check_described(SDPA_CHECK_STEP, &bad, len, ws, &q, &k, &k, NULL, &opt, &o, 0, 0, 0, msg, sizeof msg) == SDPA_E_ARG &&
-                     strstr(msg, "no cache has") != NULL, "check_described: 0 kv heads: '%s'", msg);
-            TU_CHECK(sdpa_check_described(SDPA_CHECK_STEP, &cd, cd.max_seq_len + 1, ws, &q, &k, &k, NULL, &opt, &o, 0, 0, 0, msg, sizeof msg) == SDPA_E_ARG &&
-                     strstr(msg, "no cache has") != NULL, "check_described: length past maxSeqLen: '%s'", msg);
+        {   /* update's startPos as a JS number: past int32 is its rule's failure (not a wrapped row); a fraction */
+            sdpa_tensor k = tu_tensor4(bk, SDPA_DTYPE_FLOAT32, 1, 2, Hk, D);
+            TU_CHECK(noted(sdpa_wasm_kv_cache_update(g_ctx, c, &k, &k, 4294967296.0 + 3, NULL), msg, sizeof msg) == SDPA_E_START_POS &&
+                         strncmp(msg, "startPos 4294967299 is past the", 31) == 0, "wasm update: startPos 2^32 + 3: '%s'", msg);
+            TU_CHECK(noted(sdpa_wasm_kv_cache_update(g_ctx, c, &k, &k, 1.5, NULL), msg, sizeof msg) == SDPA_E_START_POS &&
+                     strcmp(msg, "startPos is 1.5; expected a non-negative integer") == 0, "wasm update: startPos 1.5: '%s'", msg);
+            TU_CHECK(sdpa_kv_cache_length(c) == len, "wasm update: a rejected call writes nothing");
+            /* attendMany / stepMany: the items' words, no function named */
+            sdpa_tensor q = tu_tensor4(bq, SDPA_DTYPE_FLOAT32, 1, 1, Hk, D), o = tu_tensor4(bo, SDPA_DTYPE_FLOAT32, 1, 1, Hk, D + 1);
+            sdpa_options co = { 0 };
+            co.is_causal = 1;
+            co.start_pos = len - 1;
+            sdpa_attend_item items[2] = { { c, &q, NULL, &co, &o, NULL, NULL }, { c, &q, NULL, &co, &o, NULL, NULL } };
+            TU_CHECK(noted(sdpa_wasm_kv_cache_attend_many(g_ctx, items, 0), msg, sizeof msg) == SDPA_E_ARG &&
+                     strncmp(msg, "items is empty;", 15) == 0, "wasm attendMany: no items: '%s'", msg);
+            TU_CHECK(noted(sdpa_wasm_kv_cache_attend_many(g_ctx, items, 1), msg, sizeof msg) == SDPA_E_DIMS &&
+                     strncmp(msg, "items[0]: out has dims", 22) == 0, "wasm attendMany: item 0's out: '%s'", msg);
+            TU_CHECK(noted(sdpa_wasm_kv_cache_step_many(g_ctx, items, 2), msg, sizeof msg) == SDPA_E_ARG &&
+                     strncmp(msg, "items[0]: key is missing", 24) == 0, "wasm stepMany: item 0's key: '%s'", msg);
         }
         sdpa_kv_cache_free(c);
     }
-    TU_CHECK(passed > 100, "check_described (cache): only %ld passing calls in the grid", passed);
+    TU_CHECK(passed > 100, "wasm cache calls: only %ld passing calls in the grid", passed);
     free(bq); free(bk); free(bv); free(bm); free(bo); free(bc); free(bs); free(bsk);
 }
 
@@ -1456,9 +1424,9 @@ int main(void) {
     test_cache_create();
     test_cache_rules();
     test_wasm_rows();
-    test_check_described();
+    test_wasm_custom();
     test_check_create();
-    test_check_described_cache();
+    test_wasm_cache_calls();
     printf("  %ld rejected-call cases, %.2f s\n", g_cases, tu_seconds() - t0);
     sdpa_ctx_free(g_ctx);
     return tu_summary("test_validation");

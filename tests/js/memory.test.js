@@ -157,11 +157,11 @@ test('a failure reported by C frees every temporary and writes nothing', () => {
   assert.is(sdpa.planAttention(tq, tk, tk, { enableGqa: true, attnMask: { data: new Float32Array(8), dims: [2, 4] } }).route, 'custom');
   const probe0 = probe();
   const cases = [
-    ['_sdpa_custom', 'customSdpa', () => sdpa.customSdpa(q, k, v, { attnMask: mask, out })],
-    ['_sdpa_custom', 'scaledDotProductAttention', () => sdpa.scaledDotProductAttention(tq, tk, tk, { enableGqa: true, attnMask: { data: new Float32Array(8), dims: [2, 4] } })],
-    ['_sdpa_kv_cache_update_rotary', 'KVCache.update', () => cache.update(kv1, kv1, 3)],
-    ['_sdpa_kv_cache_attend', 'KVCache.attend', () => cache.attend(q, { startPos: 0, isCausal: true, out })],
-    ['_sdpa_kv_cache_step', 'KVCache.step', () => cache.step(q, randTensor(rand, [1, 3, 2, 8]), randTensor(rand, [1, 3, 2, 8]), 3, { out })],
+    ['_sdpa_wasm_custom', 'customSdpa', () => sdpa.customSdpa(q, k, v, { attnMask: mask, out })],
+    ['_sdpa_wasm_custom', 'scaledDotProductAttention', () => sdpa.scaledDotProductAttention(tq, tk, tk, { enableGqa: true, attnMask: { data: new Float32Array(8), dims: [2, 4] } })],
+    ['_sdpa_wasm_kv_cache_update', 'KVCache.update', () => cache.update(kv1, kv1, 3)],
+    ['_sdpa_wasm_kv_cache_attend', 'KVCache.attend', () => cache.attend(q, { startPos: 0, isCausal: true, out })],
+    ['_sdpa_wasm_kv_cache_step', 'KVCache.step', () => cache.step(q, randTensor(rand, [1, 3, 2, 8]), randTensor(rand, [1, 3, 2, 8]), 3, { out })],
     ['_sdpa_wasm_kv_cache_read', 'KVCache.read', () => cache.read(1, 4)],
     ['_sdpa_kv_cache_create_desc', 'createKVCache', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8 })],
     ['_sdpa_kv_cache_create_desc', 'createKVCache', () => sdpa.createKVCache({ numKvHeads: 2, headDim: 8, window: 4 })],

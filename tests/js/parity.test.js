@@ -8,23 +8,22 @@
 // here, bypassing JS validation, as js/runtime.js writes them) and wants the
 // same code and the same message, word for word.
 //
-// Not here either, because they live in C alone (JS asks C before it copies
-// anything, or they are checked once at the call's entry, src/wasm/api.h):
-// the row rules of read / readRaw, truncate, keepRows and save, a cache
-// geometry's rules with kvCacheSize's rows (createKVCache,
-// createKVCacheGroup, kvCacheSize), and the relational rules of
-// customSdpa and of KVCache.update / attend / step and their attendMany /
-// stepMany items: ranks, dims, batch, heads, head dim, key length, the key
-// bound, masks, treeMask, window, the rows written, capacity, a windowed
-// cache's rules, rotary's tables, a step's rows (Core.attentionRules,
-// sdpa_check_described; test_validation.c holds that entry to the real ones).
-// Here: what both layers check. Out's aliasing (JS sees foreign buffers and
-// tells C its answers, C has addresses); an input in cache storage (JS's
-// snapshot rule, C's address rule); a bool tensor (E_DTYPE); a negative
-// startPos, start or length; dropoutP, scale and softcap (JS prints the JS
-// number, C a float32); rotary.positions' entries (caller data) and a
-// missing table; keepRows' list order; the rules between attendMany /
-// stepMany items.
+// Not here either, because they live in C alone, checked once at the call's
+// entry (src/wasm/api.h; test_validation.c holds those entries to the public
+// ones word for word): the row rules of read / readRaw, truncate, keepRows
+// and save, a cache geometry's rules with kvCacheSize's rows (createKVCache,
+// createKVCacheGroup, kvCacheSize), and the relational rules of customSdpa
+// and of KVCache.update / attend / step and their attendMany / stepMany
+// items: ranks, dims, batch, heads, head dim, key length, the key bound,
+// masks, treeMask, window, the rows written, capacity, a windowed cache's
+// rules, rotary's tables and positions, a step's rows, a negative startPos.
+// Here: what both layers check (the cases below run through the JS API, which
+// reaches C's entry for the rules it leaves to C, and through C's public
+// entries). Out's aliasing (JS sees foreign buffers, C has addresses); an
+// input in cache storage (JS's snapshot rule, C's address rule); a bool
+// tensor (E_DTYPE); read's negative start or length; dropoutP, scale and
+// softcap (JS prints the JS number, C a float32); a missing rotary table;
+// keepRows' list order; the rules between attendMany / stepMany items.
 //
 // Not here, because only JS can see them (docs/CONTRACT.md section 2, "The C
 // layer ..."): JS types and missing arguments, unknown options, dims entries
