@@ -16,24 +16,24 @@
  *      PROBE_QK_F32  Q.K over a key-transposed float32 tile ([4][D][16], a
  *                    float32 page's K block): per head-dim element d, two K
  *                    vectors (8 keys) times 4 broadcast q: 8 accumulators,
- *                    passes of 8 keys (flash.c qk_group_rows, R 4, NV 2)
+ *                    passes of 8 keys (flash.c qk_rows_of, R 4, NV 2)
  *      PROBE_PV_F32  P.V over float32 V rows ([64][D]): 4 rows x 2 vectors
  *                    of D = 8 accumulators, keys in groups of 16 (flash.c
  *                    pv_rows_of, 4 rows)
  *      PROBE_QK_I8   Q.K over an int8 K block ([8][D/2][8][2] + scales and
  *                    zero points): dot_i16x8_s of 4 keys' (k[d], k[d+1]) with
  *                    4 rows' broadcast int16 q pairs, then the scores' zero
- *                    point and scales (flash_int8.h i8_key_rows R 4 NG 1 +
- *                    i8_key_scores)
+ *                    point and scales (flash_int8.h i8_qk_rows R 4 NG 1 +
+ *                    i8_qk_dequant)
  *      PROBE_PV_I8   P.V over an int8 V block ([32][D][2]): dot_i16x8_s of
  *                    2 keys' values for 8 elements with 4 rows' broadcast
- *                    int16 weight pairs (flash_int8.h i8_value_rows R 4 NDV 1)
+ *                    int16 weight pairs (flash_int8.h i8_pv_rows R 4 NDV 1)
  *      PROBE_QK_F16  Q.K over a float16 page's key-transposed K block: each
  *                    group of 16 keys converted (f16x4_finite_scaled) into
  *                    an L1 buffer, then PROBE_QK_F32's passes over it
- *                    (flash.c scores_f16)
+ *                    (flash.c tile_scores_f16)
  *      PROBE_PV_F16  P.V over float16 V rows: each 16 rows converted, then
- *                    PROBE_PV_F32's loop over them (flash.c values_f16)
+ *                    PROBE_PV_F32's loop over them (flash.c tile_values_f16)
  *    FLOP (or int op) per tile: 4 rows x 64 keys x D x 2, as the bound counts.
  *
  * These are copies of the shapes of src/kernels/flash.c and flash_int8.h

@@ -105,7 +105,7 @@ export async function createSdpaPeer({ threads, build }) {
    * last page's rows). What differs from cold data: zero keys give equal scores (no
    * softmax rescale before the last page), and an int8 tile whose values are all zero
    * (scale 0, so weights below 1e-30) skips their int16 quantization (flash_int8.h
-   * int8_weights). Resolves to openShape's handle; result.cacheBytes counts the pages the
+   * i8_quant_p_tile). Resolves to openShape's handle; result.cacheBytes counts the pages the
    * cache holds (the zero page is not one of them).
    */
   async function openHotShape(s, data, checkStored, { dtype = 'float32' } = {}) {

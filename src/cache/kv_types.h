@@ -34,7 +34,7 @@ typedef enum sdpa_block_layout {
 #define SDPA_I4_GROUP 64
 #endif
 #if SDPA_I4_GROUP % 32 != 0
-#error "SDPA_I4_GROUP: a multiple of 32 (the kernels unpack 16 elements at a time; quantize_q sums 4)"
+#error "SDPA_I4_GROUP: a multiple of 32 (the kernels unpack 16 elements at a time; i8_quant_q_block sums 4)"
 #endif
 
 /* One block (K or V) of a page. */

@@ -12,13 +12,13 @@
  * in flash_private.h), chosen once per plan (plan_sources; a float16 page
  * that may hold an Inf or NaN is decoded instead, tile_sources). Each stage
  * switches on its own source and calls one microkernel per variant. Float
- * scores come from one kernel (flash_float.h) over a key-transposed K tile (qk_groups: per
+ * scores come from one kernel (flash_float.h) over a key-transposed K tile (f32_qk_tile: per
  * head-dim element d, a broadcast q[x][d] times 4 keys per vector, each K
  * vector loaded once for 4 query rows, no horizontal sums): a float32 page's
  * K block is stored that way (cache/kv_format.h) and read in place, a
  * float16 page's too (each group of keys converted into L1 for all the
  * rows, q scaled by 2^112 so that a half converts in 2 operations:
- * scores_f16) or decoded into it, caller
+ * tile_scores_f16) or decoded into it, caller
  * tensors are transposed into it; int8 pages run Q.K and P.V as integer dot
  * products on their own layouts (flash_int8.h). Every key's score is the
  * same sum in the same order whatever its source, so cache.attend and
@@ -305,13 +305,13 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         if (p->tree) st->tmask[x] = p->tree + (size_t)i * p->tree_stride;
     }
     if (f->k_src == K_I8_PAGE && !f->p->kv.f16_format) {  /* integer Q.K: the float kernels' broadcast q is not needed */
-        quantize_q(f, st, f->p->kv.format->block[0].units, int_q_max(D), NULL);
+        i8_quant_q_block(f, st, f->p->kv.format->block[0].units, i8_quant_q_max(D), NULL);
         return;
     }
     if (f->k_src == K_I8_PAGE)  /* integer Q.K, and the broadcast q for a float16 page */
-        quantize_q(f, st, f->p->kv.format->block[0].units, int_q_max(D), NULL);
+        i8_quant_q_block(f, st, f->p->kv.format->block[0].units, i8_quant_q_max(D), NULL);
     if (f->k_src == K_I4_PAGE)  /* integer Q.K, and the broadcast q for a page decoded instead or a float16 page */
-        quantize_q(f, st, 2 * f->p->kv.format->block[0].units, INT16_MAX, st->qgroup);
+        i8_quant_q_block(f, st, 2 * f->p->kv.format->block[0].units, INT16_MAX, st->qgroup);
     /* float16 K in place: q * 2^112 (exact) when no element overflows, so its
      * halves convert in 2 operations, not 3 (f16x4_finite_scaled) */
     st->q_scaled = f->k_src == K_F16_PAGE && q_scalable(st->q, (size_t)st->n * Dp);
@@ -324,7 +324,7 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
 /* ---- K and V tiles loaded into scratch ---------------------------------
  *
  * The sources not read in place fill the block's K tile (key-transposed:
- * groups of KG keys, D * KG floats apart, qk_groups' layout) or V tile (rows
+ * groups of KG keys, D * KG floats apart, f32_qk_tile's layout) or V tile (rows
  * dim_pad floats apart). A K tile may hold keys past nt up to the group's
  * end (the page's rows, or zeros): their lanes are independent and dropped.
  * V is decoded only before the value pass, so the tile being used is the
@@ -410,10 +410,10 @@ static const float * decode_v_tile(const flash_plan * f, block_state * st, v_sou
  * 1.3-1.9x slower, and int4's own 1.6x slower (measured: MQA-8192 decode,
  * 1 thread). int8's stages measured 10-15% slower as functions of their
  * own, so they stay inlined. (Not in a header: nothing else calls them.) */
-uint32_t (*sdpa_flash_int4_scores)(const flash_plan *, block_state *, const void *, int32_t, int32_t,
-                                   const touch_rows *) = int4_scores;
-void (*sdpa_flash_int4_weights)(const flash_plan *, block_state *, const void *, int32_t, int32_t) = int4_weights;
-void (*sdpa_flash_int4_values)(const flash_plan *, block_state *, const void *, int32_t, int32_t) = int4_values;
+uint32_t (*sdpa_flash_i4_qk_tile)(const flash_plan *, block_state *, const void *, int32_t, int32_t,
+                                  const touch_rows *) = i4_qk_tile;
+void (*sdpa_flash_i4_quant_p_tile)(const flash_plan *, block_state *, const void *, int32_t, int32_t) = i4_quant_p_tile;
+void (*sdpa_flash_i4_pv_tile)(const flash_plan *, block_state *, const void *, int32_t, int32_t) = i4_pv_tile;
 
 /* ---- one tile: scores, online softmax, values -------------------------- */
 
@@ -438,27 +438,27 @@ static void tile_sources(const flash_plan * f, const void * page, k_source * ks,
 
 /* The float32 scores of a tile loaded into the K tile (no touches: they
  * assume the page's own element type). */
-static void scores_from_k_tile(const flash_plan * f, block_state * st, int32_t nt) {
+static void tile_scores_decoded(const flash_plan * f, block_state * st, int32_t nt) {
     const int32_t D = f->p->head_dim;
     const touch_rows none = { NULL, NULL, 0, 0 };
-    qk_groups(st->qs, (size_t)f->dim_pad * 4, st->n, st->ktile, (size_t)D * KG, nt, D, st->s, &none);
+    f32_qk_tile(st->qs, (size_t)f->dim_pad * 4, st->n, st->ktile, (size_t)D * KG, nt, D, st->s, &none);
 }
 
 /* K_F16_PAGE: each group of KG keys converted (finite halves, scaled with q
  * when st->q_scaled) into the K tile's first group, which stays in L1 while
  * every row's passes read it at float32 speed; the passes touch the rows
  * of `tr` at the group's keys. */
-static uint32_t scores_f16(block_state * st, const uint16_t * k, int32_t nt, int32_t D, size_t ldqs,
-                           const touch_rows * tr) {
+static uint32_t tile_scores_f16(block_state * st, const uint16_t * k, int32_t nt, int32_t D, size_t ldqs,
+                                const touch_rows * tr) {
     const size_t ldg = (size_t)D * KG;
-    if (st->n == 1) return qk_groups_f16(st->qs, ldqs, 1, k, ldg, nt, D, st->s, tr, st->q_scaled);
+    if (st->n == 1) return f16_qk_tile(st->qs, ldqs, 1, k, ldg, nt, D, st->s, tr, st->q_scaled);
     uint32_t touched = 0;
     for (int32_t g0 = 0; g0 < nt; g0 += KG) {
         if (st->q_scaled) convert_halves(k + (size_t)(g0 / KG) * ldg, ldg, st->ktile, F16_SCALED);
         else convert_halves(k + (size_t)(g0 / KG) * ldg, ldg, st->ktile, 1);
         const touch_rows at = { tr->a ? tr->a + (size_t)g0 * tr->a_row : NULL, tr->b ? tr->b + (size_t)g0 * tr->b_row : NULL,
                                 tr->a_row, tr->b_row };
-        touched |= qk_groups(st->qs, ldqs, st->n, st->ktile, ldg, nt - g0 < KG ? nt - g0 : KG, D, st->s + g0, &at);
+        touched |= f32_qk_tile(st->qs, ldqs, st->n, st->ktile, ldg, nt - g0 < KG ? nt - g0 : KG, D, st->s + g0, &at);
     }
     return touched;
 }
@@ -474,27 +474,27 @@ static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks,
                             kv->pages ? sdpa_kv_row_bytes(kv->format, 0) : 0 };
     switch (ks) {
         case K_F32_PAGE:
-            return qk_groups(st->qs, ldqs, n, tile_block(fmt, page, r0, 0), ldg, nt, D, st->s, &tr);
+            return f32_qk_tile(st->qs, ldqs, n, tile_block(fmt, page, r0, 0), ldg, nt, D, st->s, &tr);
         case K_F16_PAGE:
-            return scores_f16(st, tile_block(fmt, page, r0, 0), nt, D, ldqs, &tr);
+            return tile_scores_f16(st, tile_block(fmt, page, r0, 0), nt, D, ldqs, &tr);
         case K_I8_PAGE:
-            return int8_scores(f, st, page, r0, nt, &tr);
+            return i8_qk_tile(f, st, page, r0, nt, &tr);
         case K_I4_PAGE:
-            return sdpa_flash_int4_scores(f, st, page, r0, nt, &tr);
+            return sdpa_flash_i4_qk_tile(f, st, page, r0, nt, &tr);
         case K_F32_TRANSPOSED: {
             const uint32_t touched = transpose_k_rows(sdpa_kv_key(kv, b, hk, ts), kv->stride_t, nt, D, st->ktile,
                                                       sdpa_kv_value(kv, b, hk, ts), kv->stride_t);
-            scores_from_k_tile(f, st, nt);
+            tile_scores_decoded(f, st, nt);
             return touched;
         }
         case K_F16_DECODED:
             decode_f16_k_tile(f, st, fmt, page, r0, nt);
             if (st->q_scaled) scale_floats(st->ktile, (size_t)ceil_div(nt, KG) * ldg, 0x1p-112f);
-            scores_from_k_tile(f, st, nt);
+            tile_scores_decoded(f, st, nt);
             return 0;
         case K_DECODED:
             decode_k_tile(f, st, fmt, page, r0, nt);
-            scores_from_k_tile(f, st, nt);
+            tile_scores_decoded(f, st, nt);
             return 0;
     }
     return 0;
@@ -555,7 +555,7 @@ static void tile_softmax(const flash_plan * f, block_state * st, int32_t ts, int
     }
 }
 
-/* The weights of each whole quad of rows broadcast, [quad][t][4] (pv_rows'
+/* The weights of each whole quad of rows broadcast, [quad][t][4] (f32_pv_rows's
  * 4-row loop then loads them at constant offsets from one pointer: V8
  * computes every splat's address on its own, measured slower). */
 static void broadcast_weights(block_state * st, int32_t nt) {
@@ -575,21 +575,21 @@ static const v128_t * quad_weights(const block_state * st, int32_t x, int32_t t0
 }
 
 /* acc += p . V over float32 value rows (ldv floats apart), 4 rows at a time. */
-static void values_f32(const flash_plan * f, block_state * st, const float * v, size_t ldv, int32_t nt) {
+static void tile_values_f32(const flash_plan * f, block_state * st, const float * v, size_t ldv, int32_t nt) {
     broadcast_weights(st, nt);
     for (int32_t x = 0; x < st->n; x += 4)
-        pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS, TILE_KEYS,
+        f32_pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS, TILE_KEYS,
                 quad_weights(st, x, 0), st->n - x < 4 ? st->n - x : 4, v, ldv, nt, f->p->head_dim);
 }
 /* V_F16_PAGE: the weights times 2^112 and the values (finite halves)
  * times 2^-112, the same products; each PV_KEYS rows converted into the V
  * tile, where they stay in L1 while every row's pass reads them (the same
  * sums in the same order as one pass over the tile). */
-static void values_f16(const flash_plan * f, block_state * st, const uint16_t * v, int32_t nt) {
+static void tile_values_f16(const flash_plan * f, block_state * st, const uint16_t * v, int32_t nt) {
     const int32_t D = f->p->head_dim;
     scale_floats(st->s, (size_t)st->n * TILE_KEYS, 0x1p112f);
     if (st->n == 1) {
-        pv_rows_f16(st->acc, (size_t)f->dim_pad, st->s, TILE_KEYS, 1, v, (size_t)D, nt, D);
+        f16_pv_rows(st->acc, (size_t)f->dim_pad, st->s, TILE_KEYS, 1, v, (size_t)D, nt, D);
         return;
     }
     broadcast_weights(st, nt);
@@ -597,7 +597,7 @@ static void values_f16(const flash_plan * f, block_state * st, const uint16_t * 
         const int32_t kt = nt - t0 < PV_KEYS ? nt - t0 : PV_KEYS;
         convert_halves(v + (size_t)t0 * D, (size_t)kt * D, st->vtile, F16_SCALED);
         for (int32_t x = 0; x < st->n; x += 4)
-            pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS + t0, TILE_KEYS,
+            f32_pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS + t0, TILE_KEYS,
                     quad_weights(st, x, t0), st->n - x < 4 ? st->n - x : 4, st->vtile, (size_t)D, kt, D);
     }
 }
@@ -608,17 +608,17 @@ static void tile_values(const flash_plan * f, block_state * st, v_source vs, int
     const sdpa_kv_view * kv = &f->p->kv;
     const int32_t r0 = ts % SDPA_PAGE_ROWS, nt4 = (nt + 3) & ~3;
     switch (vs) {
-        case V_F32_ROWS: values_f32(f, st, sdpa_kv_value(kv, b, hk, ts), sdpa_kv_row_stride(kv), nt); break;
-        case V_F16_PAGE: values_f16(f, st, tile_block(fmt, page, r0, 1), nt); break;
+        case V_F32_ROWS: tile_values_f32(f, st, sdpa_kv_value(kv, b, hk, ts), sdpa_kv_row_stride(kv), nt); break;
+        case V_F16_PAGE: tile_values_f16(f, st, tile_block(fmt, page, r0, 1), nt); break;
         case V_F16_DECODED:
-        case V_DECODED: values_f32(f, st, decode_v_tile(f, st, vs, fmt, page, r0, nt), (size_t)f->dim_pad, nt); break;
+        case V_DECODED: tile_values_f32(f, st, decode_v_tile(f, st, vs, fmt, page, r0, nt), (size_t)f->dim_pad, nt); break;
         case V_I8_PAGE:
-            int8_weights(f, st, page, r0, nt4);
-            int8_values(f, st, page, r0, nt);
+            i8_quant_p_tile(f, st, page, r0, nt4);
+            i8_pv_tile(f, st, page, r0, nt);
             break;
         case V_I4_PAGE:
-            sdpa_flash_int4_weights(f, st, page, r0, nt4);
-            sdpa_flash_int4_values(f, st, page, r0, nt);
+            sdpa_flash_i4_quant_p_tile(f, st, page, r0, nt4);
+            sdpa_flash_i4_pv_tile(f, st, page, r0, nt);
             break;
     }
 }

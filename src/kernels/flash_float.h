@@ -1,7 +1,7 @@
 /* flash_float.h: the microkernels of flash.c's tile loop for float32 and
- * float16 keys and values: Q.K against a key-transposed tile (qk_groups,
+ * float16 keys and values: Q.K against a key-transposed tile (f32_qk_tile,
  * K_F32_TRANSPOSED, K_F32_PAGE, K_F16_PAGE and the decoded sources), P.V
- * over value rows (pv_rows, V_F32_ROWS, V_F16_PAGE and the decoded ones), and
+ * over value rows (f32_pv_rows, V_F32_ROWS, V_F16_PAGE and the decoded ones), and
  * the float16 conversions that feed them. Included by flash.c alone, like
  * flash_int8.h and flash_int4.h, so that they compile into its translation
  * unit and inline into the tile loop. */
@@ -26,7 +26,7 @@
  * needs next, whose DRAM reads then overlap with this compute, spread out
  * so that they never pile up behind one another. F16: the keys are a float16
  * page's, converted as they are loaded (load4): a single row's (R = 1);
- * several rows convert each group into L1 once instead (scores_f16). */
+ * several rows convert each group into L1 once instead (tile_scores_f16). */
 #define KG SDPA_PAGE_KEY_GROUP
 /* 4 float32 values from element i of a float32 (F16 = 0) or float16 (F16 =
  * 1: finite halves only, see f16x4_finite; F16_SCALED: the same times
@@ -55,9 +55,9 @@ static FLASH_INLINE void qk_step(v128_t acc[4][4], const v128_t * qs, const void
     }
 }
 
-static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, int32_t D,
-                                           float * s, size_t lds, const int R, const int NV, const int F16,
-                                           const uint32_t * ta, const uint32_t * tb, int32_t lines) {
+static FLASH_INLINE uint32_t qk_rows_of(const v128_t * qs, const void * k, int32_t D,
+                                        float * s, size_t lds, const int R, const int NV, const int F16,
+                                        const uint32_t * ta, const uint32_t * tb, int32_t lines) {
     v128_t acc[4][4];
     uint32_t touched = 0;
     for (int r = 0; r < R; r++)
@@ -86,8 +86,8 @@ static FLASH_INLINE uint32_t qk_group_rows(const v128_t * qs, const void * k, in
  * blocks of rows, tr->a and tr->b (NULL, or the V and K of the tile
  * TOUCH_AHEAD tiles on: see "touch-ahead"), so that their DRAM reads
  * overlap with this compute. */
-static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_t n, const void * k, size_t ldg,
-                                          int32_t nt, int32_t D, float * s, const touch_rows * tr, const int F16) {
+static FLASH_INLINE uint32_t qk_tile_of(const v128_t * qs, size_t ldqs, int32_t n, const void * k, size_t ldg,
+                                        int32_t nt, int32_t D, float * s, const touch_rows * tr, const int F16) {
     const int32_t step = n == 1 ? 16 : 8;
     const int32_t lines = touch_lines(tr, step);
     uint32_t touched = 0;
@@ -97,7 +97,7 @@ static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_
         const uint32_t * ta, * tb;
         touch_pass(tr, t, &ta, &tb);
         if (n == 1) {
-            touched |= qk_group_rows(qs, kt, D, s + t, TILE_KEYS, 1, 4, F16, ta, tb, lines);
+            touched |= qk_rows_of(qs, kt, D, s + t, TILE_KEYS, 1, 4, F16, ta, tb, lines);
             continue;
         }
         for (int32_t x = 0; x < n; x += 4) {
@@ -105,10 +105,10 @@ static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_
             float * sx = s + (size_t)x * TILE_KEYS + t;
             const int32_t l = x == 0 ? lines : 0;
             switch (n - x) {
-                case 1: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 1, 2, F16, ta, tb, l); break;
-                case 2: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 2, 2, F16, ta, tb, l); break;
-                case 3: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 3, 2, F16, ta, tb, l); break;
-                default: touched |= qk_group_rows(qx, kt, D, sx, TILE_KEYS, 4, 2, F16, ta, tb, l); break;
+                case 1: touched |= qk_rows_of(qx, kt, D, sx, TILE_KEYS, 1, 2, F16, ta, tb, l); break;
+                case 2: touched |= qk_rows_of(qx, kt, D, sx, TILE_KEYS, 2, 2, F16, ta, tb, l); break;
+                case 3: touched |= qk_rows_of(qx, kt, D, sx, TILE_KEYS, 3, 2, F16, ta, tb, l); break;
+                default: touched |= qk_rows_of(qx, kt, D, sx, TILE_KEYS, 4, 2, F16, ta, tb, l); break;
             }
         }
     }
@@ -116,19 +116,19 @@ static FLASH_INLINE uint32_t qk_groups_of(const v128_t * qs, size_t ldqs, int32_
 }
 
 /* over a float32 tile, or a float16 page's K block in place (finite halves) */
-static uint32_t qk_groups(const v128_t * qs, size_t ldqs, int32_t n, const float * k, size_t ldg, int32_t nt,
-                          int32_t D, float * s, const touch_rows * tr) {
-    return qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, tr, 0);
+static uint32_t f32_qk_tile(const v128_t * qs, size_t ldqs, int32_t n, const float * k, size_t ldg, int32_t nt,
+                            int32_t D, float * s, const touch_rows * tr) {
+    return qk_tile_of(qs, ldqs, n, k, ldg, nt, D, s, tr, 0);
 }
-static uint32_t qk_groups_f16(const v128_t * qs, size_t ldqs, int32_t n, const uint16_t * k, size_t ldg, int32_t nt,
-                              int32_t D, float * s, const touch_rows * tr, bool scaled) {
-    return scaled ? qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, tr, F16_SCALED)
-                  : qk_groups_of(qs, ldqs, n, k, ldg, nt, D, s, tr, 1);
+static uint32_t f16_qk_tile(const v128_t * qs, size_t ldqs, int32_t n, const uint16_t * k, size_t ldg, int32_t nt,
+                            int32_t D, float * s, const touch_rows * tr, bool scaled) {
+    return scaled ? qk_tile_of(qs, ldqs, n, k, ldg, nt, D, s, tr, F16_SCALED)
+                  : qk_tile_of(qs, ldqs, n, k, ldg, nt, D, s, tr, 1);
 }
 
 /* acc[r][:] += sum_t p[r][t] * v_t[:] for n_rows (<= 4) rows, nt keys, V
  * rows float32 or (F16) a float16 page's, finite halves, in place (a single
- * row's: several rows convert each PV_KEYS rows once, values_f16). pw: the
+ * row's: several rows convert each PV_KEYS rows once, tile_values_f16). pw: the
  * 4 rows' weights broadcast, [t][4] from p's key 0 (broadcast_weights), read
  * when n_rows == 4 (else unused, may be NULL).
  * Keys go in groups of PV_KEYS, D innermost within a group, so V is read
@@ -198,11 +198,11 @@ static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, si
     }
 }
 
-static void pv_rows(float * acc, size_t lda, const float * p, size_t ldp, const v128_t * pw, int32_t n_rows,
-                    const float * v, size_t ldv, int32_t nt, int32_t D) {
+static void f32_pv_rows(float * acc, size_t lda, const float * p, size_t ldp, const v128_t * pw, int32_t n_rows,
+                        const float * v, size_t ldv, int32_t nt, int32_t D) {
     pv_rows_of(acc, lda, p, ldp, pw, n_rows, v, ldv, nt, D, 0);
 }
-static void pv_rows_f16(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
+static void f16_pv_rows(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
                         const uint16_t * v, size_t ldv, int32_t nt, int32_t D) {
     pv_rows_of(acc, lda, p, ldp, NULL, n_rows, v, ldv, nt, D, F16_SCALED);
 }

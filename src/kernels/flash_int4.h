@@ -7,7 +7,7 @@
  * and offset per group g of SDPA_I4_GROUP = 64 elements of D (one group a
  * row at head size 64; cache/kv_format.h).
  *
- * Q.K: q is quantized to int16 as for int8 (flash_int8.h quantize_q, qmax
+ * Q.K: q is quantized to int16 as for int8 (flash_int8.h i8_quant_q_block, qmax
  * 32767: a group's sum 64 * 15 * 32767 fits an int32 whatever D), so
  *   q . k ~ qscale * sum_g (scale_g * sum_{d in g} q16[d] q[d] + offset_g * sum_{d in g} q16[d])
  * The inner sums are i32x4.dot_i16x8_s of 4 keys' nibble pairs (an I4_KEYS
@@ -47,7 +47,7 @@ static FLASH_INLINE v128_t half4(const uint16_t * h) {
  * at qb[i * 4 + r]) and NG groups of 8 keys (k: the first key group's quad 0,
  * ldk bytes between key groups). Quads j < lines also touch a line of ta
  * and tb. */
-static FLASH_INLINE uint32_t i4_key_rows(const v128_t * qb, const uint8_t * k, size_t ldk, int32_t j0, int32_t j1,
+static FLASH_INLINE uint32_t i4_qk_group(const v128_t * qb, const uint8_t * k, size_t ldk, int32_t j0, int32_t j1,
                                          v128_t acc[4][4], const int R, const int NG,
                                          const uint32_t * ta, const uint32_t * tb, int32_t lines) {
     uint32_t touched = 0;
@@ -81,8 +81,8 @@ static FLASH_INLINE uint32_t i4_key_rows(const v128_t * qb, const uint8_t * k, s
  * s += acc * scale + offset * qgroup; the first group stores, the last
  * multiplies by qscale. sc, off: the group's scales and offsets (float32,
  * converted once per tile) at the pass's first key. */
-static FLASH_INLINE void i4_key_group(const block_state * st, int32_t x0, int32_t G, int32_t g, v128_t acc[4][4],
-                                      const float * sc, const float * off, float * s, const int R, const int NG) {
+static FLASH_INLINE void i4_qk_dequant(const block_state * st, int32_t x0, int32_t G, int32_t g, v128_t acc[4][4],
+                                       const float * sc, const float * off, float * s, const int R, const int NG) {
     for (int kg = 0; kg < NG; kg++)
         for (int h = 0; h < 2; h++) {
             const v128_t vs = wasm_v128_load(sc + 8 * kg + 4 * h), vo = wasm_v128_load(off + 8 * kg + 4 * h);
@@ -100,16 +100,16 @@ static FLASH_INLINE void i4_key_group(const block_state * st, int32_t x0, int32_
 
 /* One pass of R rows over 8 NG keys, group by group (side: the tile's
  * scales then offsets per group, TILE_KEYS floats each, at the pass's first key). */
-static FLASH_INLINE uint32_t i4_key_pass(const block_state * st, int32_t x0, const v128_t * qb, const uint8_t * kt,
-                                         size_t ldk, int32_t Q, int32_t G, const float * side, float * s,
-                                         const int R, const int NG, const uint32_t * ta, const uint32_t * tb, int32_t lines) {
+static FLASH_INLINE uint32_t i4_qk_rows(const block_state * st, int32_t x0, const v128_t * qb, const uint8_t * kt,
+                                        size_t ldk, int32_t Q, int32_t G, const float * side, float * s,
+                                        const int R, const int NG, const uint32_t * ta, const uint32_t * tb, int32_t lines) {
     uint32_t touched = 0;
     v128_t acc[4][4];
     for (int32_t g = 0; g < G; g++) {
         const int32_t j0 = g * (SDPA_I4_GROUP / 4), j1 = j0 + SDPA_I4_GROUP / 4 < Q ? j0 + SDPA_I4_GROUP / 4 : Q;
-        touched |= i4_key_rows(qb, kt, ldk, j0, j1, acc, R, NG, ta, tb, lines);
+        touched |= i4_qk_group(qb, kt, ldk, j0, j1, acc, R, NG, ta, tb, lines);
         const float * sc = side + (size_t)g * 2 * TILE_KEYS;
-        i4_key_group(st, x0, G, g, acc, sc, sc + TILE_KEYS, s, R, NG);
+        i4_qk_dequant(st, x0, G, g, acc, sc, sc + TILE_KEYS, s, R, NG);
     }
     return touched;
 }
@@ -117,7 +117,7 @@ static FLASH_INLINE uint32_t i4_key_pass(const block_state * st, int32_t x0, con
 /* The float16 scales and offsets of a block's G groups at rows [r0, r0 + n)
  * (n a multiple of 4) as float32, side[g][0][t] scales and side[g][1][t]
  * offsets: converted once per tile, for every row of the block. */
-static void i4_side_floats(const sdpa_page_format * fmt, const void * page, int value, int32_t r0, int32_t n, float * side) {
+static void i4_side_tile(const sdpa_page_format * fmt, const void * page, int value, int32_t r0, int32_t n, float * side) {
     const int32_t G = fmt->block[value].groups;
     for (int32_t g = 0; g < G; g++) {
         const uint16_t * sc = sdpa_kv_i4_scales(fmt, page, value, g) + r0, * off = sdpa_kv_i4_offsets(fmt, page, value, g) + r0;
@@ -132,16 +132,16 @@ static void i4_side_floats(const sdpa_page_format * fmt, const void * page, int 
 /* Scores s[x][t] = q_x . k_t (unscaled) for the keys [r0, r0 + nt) of an
  * int4 K block (r0 a TILE_KEYS multiple), in passes of 8 keys (16 for a
  * single row), 4 rows at a time; scores past nt, up to the pass, come from
- * the page's rows and are dropped by the caller. Touches as int8_scores. */
-static uint32_t int4_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
-                            const touch_rows * tr) {
+ * the page's rows and are dropped by the caller. Touches as i8_qk_tile. */
+static uint32_t i4_qk_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
+                           const touch_rows * tr) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const int32_t Q = fmt->block[0].units, G = fmt->block[0].groups, P = 2 * Q, n = st->n;
     const size_t ldk = (size_t)Q * 2 * SDPA_I8_KEY_GROUP;
     const uint8_t * kblock = (const uint8_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / SDPA_I8_KEY_GROUP) * ldk;
     const int32_t step = n == 1 ? 16 : 8;
     const int32_t lines = touch_lines(tr, step);  /* a cache line per quad */
-    i4_side_floats(fmt, page, 0, r0, (nt + step - 1) / step * step, st->kside);
+    i4_side_tile(fmt, page, 0, r0, (nt + step - 1) / step * step, st->kside);
     uint32_t touched = 0;
     for (int32_t t = 0; t < nt; t += step) {
         const uint8_t * kt = kblock + (size_t)(t / SDPA_I8_KEY_GROUP) * ldk;
@@ -149,7 +149,7 @@ static uint32_t int4_scores(const flash_plan * f, block_state * st, const void *
         const uint32_t * ta, * tb;
         touch_pass(tr, t, &ta, &tb);
         if (n == 1) {
-            touched |= i4_key_pass(st, 0, st->qpairs, kt, ldk, Q, G, side, st->s + t, 1, 2, ta, tb, lines);
+            touched |= i4_qk_rows(st, 0, st->qpairs, kt, ldk, Q, G, side, st->s + t, 1, 2, ta, tb, lines);
             continue;
         }
         for (int32_t x = 0; x < n; x += 4) {
@@ -157,10 +157,10 @@ static uint32_t int4_scores(const flash_plan * f, block_state * st, const void *
             float * sx = st->s + (size_t)x * TILE_KEYS + t;
             const int32_t l = x == 0 ? lines : 0;
             switch (n - x) {
-                case 1: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, side, sx, 1, 1, ta, tb, l); break;
-                case 2: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, side, sx, 2, 1, ta, tb, l); break;
-                case 3: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, side, sx, 3, 1, ta, tb, l); break;
-                default: touched |= i4_key_pass(st, x, qb, kt, ldk, Q, G, side, sx, 4, 1, ta, tb, l); break;
+                case 1: touched |= i4_qk_rows(st, x, qb, kt, ldk, Q, G, side, sx, 1, 1, ta, tb, l); break;
+                case 2: touched |= i4_qk_rows(st, x, qb, kt, ldk, Q, G, side, sx, 2, 1, ta, tb, l); break;
+                case 3: touched |= i4_qk_rows(st, x, qb, kt, ldk, Q, G, side, sx, 3, 1, ta, tb, l); break;
+                default: touched |= i4_qk_rows(st, x, qb, kt, ldk, Q, G, side, sx, 4, 1, ta, tb, l); break;
             }
         }
     }
@@ -172,15 +172,15 @@ static uint32_t int4_scores(const flash_plan * f, block_state * st, const void *
  * the group's largest |w| (wq, wgroup[0] = its scale), and wgroup[1] = sum_t
  * p_t offset_g[t]. The page's float16 scales and offsets are converted once
  * per tile for all rows (st->vside). Weights below 1e-30 are dropped (as
- * int8_weights). A NaN p (a NaN score: the row is suspect already) is
+ * i8_quant_p_tile). A NaN p (a NaN score: the row is suspect already) is
  * dropped by the max and quantizes to 0; no mask is needed for the keys
  * past the tile's end (p = 0 there, and the page's scales are finite). */
-static void int4_weights(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
+static void i4_quant_p_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const int32_t G = fmt->block[1].groups;
     const v128_t zero = wasm_f32x4_splat(0.0f);
     float w[TILE_KEYS] __attribute__((aligned(16)));
-    i4_side_floats(fmt, page, 1, r0, nt4, st->vside);
+    i4_side_tile(fmt, page, 1, r0, nt4, st->vside);
     for (int32_t x = 0; x < st->n; x++) {
         const float * p = st->s + (size_t)x * TILE_KEYS;
         for (int32_t g = 0; g < G; g++) {
@@ -218,8 +218,8 @@ static void int4_weights(const flash_plan * f, block_state * st, const void * pa
  * rows over the key pairs [0, np) of one I4_PAIRS run (v: the run at pair 0;
  * ldv bytes between pairs): NDV = 2 both halves (d0 .. d0+15), NDV = 1 the
  * low (high = 0) or high half. */
-static FLASH_INLINE void i4_value_rows(const block_state * st, int32_t x0, int32_t G, int32_t g, float * acc, size_t lda,
-                                       const uint8_t * v, size_t ldv, int32_t np, const int R, const int NDV, int high) {
+static FLASH_INLINE void i4_pv_rows(const block_state * st, int32_t x0, int32_t G, int32_t g, float * acc, size_t lda,
+                                    const uint8_t * v, size_t ldv, int32_t np, const int R, const int NDV, int high) {
     v128_t sum[4][4];
     const v128_t low = wasm_i8x16_splat(0x0f);
     for (int r = 0; r < R; r++)
@@ -252,9 +252,9 @@ static FLASH_INLINE void i4_value_rows(const block_state * st, int32_t x0, int32
 }
 
 /* acc += p . V for the keys [r0, r0 + nt) of an int4 V block, from the
- * weights int4_weights left: 4 rows at a time, 16 elements per pass for up
+ * weights i4_quant_p_tile left: 4 rows at a time, 16 elements per pass for up
  * to 2 rows, else 8; a D % 8 tail element by element. */
-static void int4_values(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
+static void i4_pv_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const int32_t D = fmt->dim, n = st->n, np = (nt + 1) / 2, U = fmt->block[1].units, G = fmt->block[1].groups;
     const size_t Dp = (size_t)f->dim_pad, ldv = (size_t)U * 16;
@@ -266,17 +266,17 @@ static void int4_values(const flash_plan * f, block_state * st, const void * pag
         if (R <= 2)
             for (; d + 16 <= D; d += 16) {
                 const uint8_t * v = vb + (size_t)(d / 16) * 16;
-                if (R == 1) i4_value_rows(st, x, G, d / SDPA_I4_GROUP, acc + d, Dp, v, ldv, np, 1, 2, 0);
-                else i4_value_rows(st, x, G, d / SDPA_I4_GROUP, acc + d, Dp, v, ldv, np, 2, 2, 0);
+                if (R == 1) i4_pv_rows(st, x, G, d / SDPA_I4_GROUP, acc + d, Dp, v, ldv, np, 1, 2, 0);
+                else i4_pv_rows(st, x, G, d / SDPA_I4_GROUP, acc + d, Dp, v, ldv, np, 2, 2, 0);
             }
         for (; d + 8 <= D; d += 8) {
             const uint8_t * v = vb + (size_t)(d / 16) * 16;
             const int32_t g = d / SDPA_I4_GROUP, high = d % 16 / 8;
             switch (R) {
-                case 1: i4_value_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 1, 1, high); break;
-                case 2: i4_value_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 2, 1, high); break;
-                case 3: i4_value_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 3, 1, high); break;
-                default: i4_value_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 4, 1, high); break;
+                case 1: i4_pv_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 1, 1, high); break;
+                case 2: i4_pv_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 2, 1, high); break;
+                case 3: i4_pv_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 3, 1, high); break;
+                default: i4_pv_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 4, 1, high); break;
             }
         }
         for (; d < D; d++) {

@@ -29,7 +29,7 @@
 #include <float.h>
 #include <string.h>
 
-static int32_t int_q_max(int32_t D) {
+static int32_t i8_quant_q_max(int32_t D) {
     const int64_t m = INT32_MAX / (255 * (int64_t)D);
     return m < INT16_MAX ? (int32_t)m : INT16_MAX;
 }
@@ -40,7 +40,7 @@ static int32_t int_q_max(int32_t D) {
  * q16 over group g's elements (G = ceil(2P / SDPA_I4_GROUP) groups). A row
  * whose q cannot be quantized (a non-finite element, or so small that 1 /
  * qscale overflows) gets zeros and is recomputed by the reference (suspect). */
-static void quantize_q(const flash_plan * f, block_state * st, int32_t P, int32_t qmax, float * group) {
+static void i8_quant_q_block(const flash_plan * f, block_state * st, int32_t P, int32_t qmax, float * group) {
     const sdpa_problem * p = f->p;
     const int32_t D = p->head_dim, G = (2 * P + SDPA_I4_GROUP - 1) / SDPA_I4_GROUP;
     /* q rows are zero-padded to dim_pad (a multiple of 4 >= 2P): 4 elements, 2 pairs, per vector */
@@ -78,9 +78,9 @@ static void quantize_q(const flash_plan * f, block_state * st, int32_t P, int32_
     }
 }
 
-/* acc[r][2g + h] += q16 . k over element pair i (one step of i8_key_rows) */
-static FLASH_INLINE void i8_key_step(const v128_t * qb, const int8_t * k, size_t ldk, v128_t acc[4][4], const int R,
-                                     const int NG) {
+/* acc[r][2g + h] += q16 . k over element pair i (one step of i8_qk_rows) */
+static FLASH_INLINE void i8_qk_step(const v128_t * qb, const int8_t * k, size_t ldk, v128_t acc[4][4], const int R,
+                                    const int NG) {
     v128_t lo[2], hi[2];
     for (int g = 0; g < NG; g++) {
         const v128_t kv = wasm_v128_load(k + (size_t)g * ldk);
@@ -99,25 +99,25 @@ static FLASH_INLINE void i8_key_step(const v128_t * qb, const int8_t * k, size_t
 /* acc[r][2g + h] (keys 8g + 4h .. +3 of the pass) = sum over element pairs
  * of q16 . k for R rows (quad vectors qb, [P][4]) and NG groups of 8 keys
  * (k: the first group's pairs, ldk bytes between groups). The steps that
- * touch run in a loop of their own (as flash_float.h's qk_group_rows). */
-static FLASH_INLINE uint32_t i8_key_rows(const v128_t * qb, const int8_t * k, size_t ldk, int32_t P,
-                                         v128_t acc[4][4], const int R, const int NG,
-                                         const uint32_t * ta, const uint32_t * tb, int32_t lines) {
+ * touch run in a loop of their own (as flash_float.h's qk_rows_of). */
+static FLASH_INLINE uint32_t i8_qk_rows(const v128_t * qb, const int8_t * k, size_t ldk, int32_t P,
+                                        v128_t acc[4][4], const int R, const int NG,
+                                        const uint32_t * ta, const uint32_t * tb, int32_t lines) {
     uint32_t touched = 0;
     for (int r = 0; r < R; r++)
         for (int g = 0; g < 2 * NG; g++) acc[r][g] = wasm_i32x4_splat(0);
     int32_t i = 0;
     for (const int32_t touching = lines < P ? lines : P; i < touching; i++, qb += 4, k += 16) {
         touched |= ta[(size_t)i * SDPA_CACHE_LINE_WORDS] | tb[(size_t)i * SDPA_CACHE_LINE_WORDS];
-        i8_key_step(qb, k, ldk, acc, R, NG);
+        i8_qk_step(qb, k, ldk, acc, R, NG);
     }
-    for (; i < P; i++, qb += 4, k += 16) i8_key_step(qb, k, ldk, acc, R, NG);
+    for (; i < P; i++, qb += 4, k += 16) i8_qk_step(qb, k, ldk, acc, R, NG);
     return touched;
 }
 
 /* s[x][t] = (acc - zp_t * qsum_x) * (qscale_x * kscale_t) for R rows and
  * 8 NG keys from key t0 (zps, ks: the page's K zero points and scales at t0). */
-static FLASH_INLINE void i8_key_scores(const block_state * st, int32_t x0, v128_t acc[4][4], const int8_t * zps,
+static FLASH_INLINE void i8_qk_dequant(const block_state * st, int32_t x0, v128_t acc[4][4], const int8_t * zps,
                                        const float * ks, float * s, const int R, const int NG) {
     for (int g = 0; g < NG; g++) {
         const v128_t z16 = wasm_i16x8_load8x8(zps + 8 * g);
@@ -139,9 +139,9 @@ static FLASH_INLINE void i8_key_scores(const block_state * st, int32_t x0, v128_
  * of 8 (16 for a single row), 4 rows at a time; scores past nt, up to the
  * pass, are computed from the page's rows and dropped by the caller. A pass
  * touches its share of the blocks of a tile ahead (tr), as flash_float.h's
- * qk_groups does. */
-static uint32_t int8_scores(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
-                            const touch_rows * tr) {
+ * f32_qk_tile does. */
+static uint32_t i8_qk_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
+                           const touch_rows * tr) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const int32_t P = fmt->block[0].units, n = st->n;
     const size_t ldk = (size_t)P * 2 * SDPA_I8_KEY_GROUP;
@@ -157,8 +157,8 @@ static uint32_t int8_scores(const flash_plan * f, block_state * st, const void *
         const uint32_t * ta, * tb;
         touch_pass(tr, t, &ta, &tb);
         if (n == 1) {
-            touched |= i8_key_rows(st->qpairs, kt, ldk, P, acc, 1, 2, ta, tb, lines);
-            i8_key_scores(st, 0, acc, zps + t, ks + t, st->s + t, 1, 2);
+            touched |= i8_qk_rows(st->qpairs, kt, ldk, P, acc, 1, 2, ta, tb, lines);
+            i8_qk_dequant(st, 0, acc, zps + t, ks + t, st->s + t, 1, 2);
             continue;
         }
         for (int32_t x = 0; x < n; x += 4) {
@@ -166,10 +166,10 @@ static uint32_t int8_scores(const flash_plan * f, block_state * st, const void *
             float * sx = st->s + (size_t)x * TILE_KEYS + t;
             const int32_t l = x == 0 ? lines : 0;
             switch (n - x) {
-                case 1: touched |= i8_key_rows(qb, kt, ldk, P, acc, 1, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 1, 1); break;
-                case 2: touched |= i8_key_rows(qb, kt, ldk, P, acc, 2, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 2, 1); break;
-                case 3: touched |= i8_key_rows(qb, kt, ldk, P, acc, 3, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 3, 1); break;
-                default: touched |= i8_key_rows(qb, kt, ldk, P, acc, 4, 1, ta, tb, l); i8_key_scores(st, x, acc, zps + t, ks + t, sx, 4, 1); break;
+                case 1: touched |= i8_qk_rows(qb, kt, ldk, P, acc, 1, 1, ta, tb, l); i8_qk_dequant(st, x, acc, zps + t, ks + t, sx, 1, 1); break;
+                case 2: touched |= i8_qk_rows(qb, kt, ldk, P, acc, 2, 1, ta, tb, l); i8_qk_dequant(st, x, acc, zps + t, ks + t, sx, 2, 1); break;
+                case 3: touched |= i8_qk_rows(qb, kt, ldk, P, acc, 3, 1, ta, tb, l); i8_qk_dequant(st, x, acc, zps + t, ks + t, sx, 3, 1); break;
+                default: touched |= i8_qk_rows(qb, kt, ldk, P, acc, 4, 1, ta, tb, l); i8_qk_dequant(st, x, acc, zps + t, ks + t, sx, 4, 1); break;
             }
         }
     }
@@ -182,7 +182,7 @@ static uint32_t int8_scores(const flash_plan * f, block_state * st, const void *
  * infinite weight (an overflowed value row with scale Inf) is recomputed by
  * the reference; weights below 1e-30 (a tile far below the row's max) add
  * nothing a float32 accumulator would keep: they are dropped. */
-static void int8_weights(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
+static void i8_quant_p_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const float * vs = sdpa_kv_scales(fmt, page, 1) + r0;
     const int8_t * zps = sdpa_kv_zero_points(fmt, page, 1) + r0;
@@ -228,8 +228,8 @@ static void int8_weights(const flash_plan * f, block_state * st, const void * pa
 /* acc[r][d .. d + 8 NDV) += (sum_t wq[r][t] v_t - wzp_r) * wscale_r for R
  * rows, keys [0, 2 np) of an I8_PAIRS block (v: pair 0, element d; 2 D
  * bytes between pairs). */
-static FLASH_INLINE void i8_value_rows(const block_state * st, int32_t x0, float * acc, size_t lda, const int8_t * v,
-                                       size_t ldv, int32_t np, const int R, const int NDV) {
+static FLASH_INLINE void i8_pv_rows(const block_state * st, int32_t x0, float * acc, size_t lda, const int8_t * v,
+                                    size_t ldv, int32_t np, const int R, const int NDV) {
     v128_t sum[4][4];
     for (int r = 0; r < R; r++)
         for (int j = 0; j < 2 * NDV; j++) sum[r][j] = wasm_i32x4_splat(0);
@@ -259,9 +259,9 @@ static FLASH_INLINE void i8_value_rows(const block_state * st, int32_t x0, float
 }
 
 /* acc += p . V for the keys [r0, r0 + nt) of an int8 page, from the weights
- * int8_weights left: 4 rows at a time, 8 elements per pass (16 for a single
+ * i8_quant_p_tile left: 4 rows at a time, 8 elements per pass (16 for a single
  * row); a D % 8 tail element by element. */
-static void int8_values(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
+static void i8_pv_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
     const sdpa_page_format * fmt = f->p->kv.format;
     const int32_t D = fmt->dim, n = st->n, np = (nt + 1) / 2;
     const size_t Dp = (size_t)f->dim_pad, ldv = 2 * (size_t)D;
@@ -271,13 +271,13 @@ static void int8_values(const flash_plan * f, block_state * st, const void * pag
         float * acc = st->acc + (size_t)x * Dp;
         int32_t d = 0;
         if (R == 1)
-            for (; d + 16 <= D; d += 16) i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 1, 2);
+            for (; d + 16 <= D; d += 16) i8_pv_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 1, 2);
         for (; d + 8 <= D; d += 8) {
             switch (R) {
-                case 1: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 1, 1); break;
-                case 2: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 2, 1); break;
-                case 3: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 3, 1); break;
-                default: i8_value_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 4, 1); break;
+                case 1: i8_pv_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 1, 1); break;
+                case 2: i8_pv_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 2, 1); break;
+                case 3: i8_pv_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 3, 1); break;
+                default: i8_pv_rows(st, x, acc + d, Dp, vb + 2 * d, ldv, np, 4, 1); break;
             }
         }
         for (; d < D; d++)

@@ -22,8 +22,8 @@
  *   pages read in place (touches_ahead): the first tile of a key range
  *     touches its own V and the K and V of the tiles before TOUCH_AHEAD at
  *     once (touch_tiles_ahead); then every tile's score pass touches the K
- *     and V of the tile TOUCH_AHEAD on, a line per step (qk_group_rows,
- *     i8_key_rows in flash_int8.h; an int8 page whose K is decoded does the
+ *     and V of the tile TOUCH_AHEAD on, a line per step (qk_rows_of,
+ *     i8_qk_rows in flash_int8.h; an int8 page whose K is decoded does the
  *     first-tile touches only);
  *     every OS_TOUCH_TILES tiles from the range's first, one word of each
  *     4 KiB OS page of the next OS_TOUCH_TILES tiles' cache pages is

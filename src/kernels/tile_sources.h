@@ -22,7 +22,7 @@
 typedef enum k_source {
     K_F32_TRANSPOSED,  /* caller tensors: rows transposed into the K tile */
     K_F32_PAGE,        /* a float32 page's key-transposed K block, read in place */
-    K_F16_PAGE,        /* a float16 page's K block, finite halves converted per key group into L1 (scores_f16) */
+    K_F16_PAGE,        /* a float16 page's K block, finite halves converted per key group into L1 (tile_scores_f16) */
     K_F16_DECODED,     /* a float16 page's K block decoded into the K tile (Inf / NaN exact) */
     K_I8_PAGE,         /* an int8 page's K block: integer dot products with the int16 q */
     K_I4_PAGE,         /* an int4 page's K block: nibbles unpacked in registers, int16 q */
@@ -34,7 +34,7 @@ typedef enum k_source {
  * per marked page). */
 typedef enum v_source {
     V_F32_ROWS,        /* float32 rows in place: caller tensors or a float32 page's V block */
-    V_F16_PAGE,        /* a float16 page's V rows, finite halves converted per PV_KEYS rows into L1 (values_f16) */
+    V_F16_PAGE,        /* a float16 page's V rows, finite halves converted per PV_KEYS rows into L1 (tile_values_f16) */
     V_F16_DECODED,     /* a float16 page's V rows decoded into the V tile */
     V_I8_PAGE,         /* an int8 page's V block: int16 weights times int8 values */
     V_I4_PAGE,         /* an int4 page's V block: per-group int16 weights times nibbles */
