@@ -251,6 +251,13 @@ static bool q_scalable(const float * q, size_t n) {
     return all;
 }
 
+/* The block's q rows quantized to int16 for an integer Q.K (P element
+ * pairs, |q16| <= qmax; group: int4's group sums, or NULL). */
+static void block_quant_q(const flash_plan * f, block_state * st, int32_t P, int32_t qmax, float * group) {
+    i8_quant_q_block(st->q, (size_t)f->dim_pad, st->n, f->p->head_dim, P, qmax, st->qpairs, st->qscale, st->qsum, group,
+                     st->suspect);
+}
+
 static void block_setup(const flash_plan * f, block_state * st, char * scratch, int32_t b,
                         int32_t hk, int32_t blk) {
     const sdpa_problem * p = f->p;
@@ -305,13 +312,13 @@ static void block_setup(const flash_plan * f, block_state * st, char * scratch, 
         if (p->tree) st->tmask[x] = p->tree + (size_t)i * p->tree_stride;
     }
     if (f->k_src == K_I8_PAGE && !f->p->kv.f16_format) {  /* integer Q.K: the float kernels' broadcast q is not needed */
-        i8_quant_q_block(f, st, f->p->kv.format->block[0].units, i8_quant_q_max(D), NULL);
+        block_quant_q(f, st, f->p->kv.format->block[0].units, i8_quant_q_max(D), NULL);
         return;
     }
     if (f->k_src == K_I8_PAGE)  /* integer Q.K, and the broadcast q for a float16 page */
-        i8_quant_q_block(f, st, f->p->kv.format->block[0].units, i8_quant_q_max(D), NULL);
+        block_quant_q(f, st, f->p->kv.format->block[0].units, i8_quant_q_max(D), NULL);
     if (f->k_src == K_I4_PAGE)  /* integer Q.K, and the broadcast q for a page decoded instead or a float16 page */
-        i8_quant_q_block(f, st, 2 * f->p->kv.format->block[0].units, INT16_MAX, st->qgroup);
+        block_quant_q(f, st, 2 * f->p->kv.format->block[0].units, INT16_MAX, st->qgroup);
     /* float16 K in place: q * 2^112 (exact) when no element overflows, so its
      * halves convert in 2 operations, not 3 (f16x4_finite_scaled) */
     st->q_scaled = f->k_src == K_F16_PAGE && q_scalable(st->q, (size_t)st->n * Dp);
@@ -410,10 +417,13 @@ static const float * decode_v_tile(const flash_plan * f, block_state * st, v_sou
  * 1.3-1.9x slower, and int4's own 1.6x slower (measured: MQA-8192 decode,
  * 1 thread). int8's stages measured 10-15% slower as functions of their
  * own, so they stay inlined. (Not in a header: nothing else calls them.) */
-uint32_t (*sdpa_flash_i4_qk_tile)(const flash_plan *, block_state *, const void *, int32_t, int32_t,
+uint32_t (*sdpa_flash_i4_qk_tile)(const v128_t *, const float *, const float *, int32_t, const uint8_t *, size_t, int32_t,
+                                  int32_t, const uint16_t *, const uint16_t *, size_t, float *, int32_t, float *,
                                   const touch_rows *) = i4_qk_tile;
-void (*sdpa_flash_i4_quant_p_tile)(const flash_plan *, block_state *, const void *, int32_t, int32_t) = i4_quant_p_tile;
-void (*sdpa_flash_i4_pv_tile)(const flash_plan *, block_state *, const void *, int32_t, int32_t) = i4_pv_tile;
+void (*sdpa_flash_i4_quant_p_tile)(const float *, int32_t, int32_t, int32_t, const uint16_t *, const uint16_t *, size_t,
+                                   float *, int16_t *, float *) = i4_quant_p_tile;
+void (*sdpa_flash_i4_pv_tile)(float *, size_t, int32_t, const uint8_t *, int32_t, int32_t, int32_t, int32_t,
+                              const int16_t *, const float *) = i4_pv_tile;
 
 /* ---- one tile: scores, online softmax, values -------------------------- */
 
@@ -463,6 +473,26 @@ static uint32_t tile_scores_f16(block_state * st, const uint16_t * k, int32_t nt
     return touched;
 }
 
+/* K_I8_PAGE: the tile's K block, zero points and scales in its page. */
+static uint32_t tile_scores_i8(block_state * st, const sdpa_page_format * fmt, const void * page, int32_t r0, int32_t nt,
+                               const touch_rows * tr) {
+    const int32_t P = fmt->block[0].units;
+    const size_t ldk = (size_t)P * 2 * SDPA_I8_KEY_GROUP;
+    const int8_t * k = (const int8_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / SDPA_I8_KEY_GROUP) * ldk;
+    return i8_qk_tile(st->qpairs, st->qscale, st->qsum, st->n, k, ldk, P, sdpa_kv_zero_points(fmt, page, 0) + r0,
+                      sdpa_kv_scales(fmt, page, 0) + r0, nt, st->s, tr);
+}
+/* K_I4_PAGE: the tile's K block, scales and offsets in its page. */
+static uint32_t tile_scores_i4(block_state * st, const sdpa_page_format * fmt, const void * page, int32_t r0, int32_t nt,
+                               const touch_rows * tr) {
+    const int32_t Q = fmt->block[0].units;
+    const size_t ldk = (size_t)Q * 2 * SDPA_I8_KEY_GROUP;
+    const uint8_t * k = (const uint8_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / SDPA_I8_KEY_GROUP) * ldk;
+    return sdpa_flash_i4_qk_tile(st->qpairs, st->qscale, st->qgroup, st->n, k, ldk, Q, fmt->block[0].groups,
+                                 sdpa_kv_i4_scales(fmt, page, 0, 0) + r0, sdpa_kv_i4_offsets(fmt, page, 0, 0) + r0,
+                                 SDPA_PAGE_ROWS, st->kside, nt, st->s, tr);
+}
+
 /* 1. st->s[x][t] = q_x . k_t (unscaled) for the tile's nt keys at ts, page
  * row r0; the score pass touches `ahead`. Returns the touches. */
 static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks, int32_t b, int32_t hk, int32_t ts,
@@ -478,9 +508,9 @@ static uint32_t tile_scores(const flash_plan * f, block_state * st, k_source ks,
         case K_F16_PAGE:
             return tile_scores_f16(st, tile_block(fmt, page, r0, 0), nt, D, ldqs, &tr);
         case K_I8_PAGE:
-            return i8_qk_tile(f, st, page, r0, nt, &tr);
+            return tile_scores_i8(st, fmt, page, r0, nt, &tr);
         case K_I4_PAGE:
-            return sdpa_flash_i4_qk_tile(f, st, page, r0, nt, &tr);
+            return tile_scores_i4(st, fmt, page, r0, nt, &tr);
         case K_F32_TRANSPOSED: {
             const uint32_t touched = transpose_k_rows(sdpa_kv_key(kv, b, hk, ts), kv->stride_t, nt, D, st->ktile,
                                                       sdpa_kv_value(kv, b, hk, ts), kv->stride_t);
@@ -602,6 +632,27 @@ static void tile_values_f16(const flash_plan * f, block_state * st, const uint16
     }
 }
 
+/* V_I8_PAGE: the weights quantized with the V rows' scales and zero points
+ * (nt4: nt rounded up to 4), then the values of the tile's V block. */
+static void tile_values_i8(const flash_plan * f, block_state * st, const sdpa_page_format * fmt, const void * page,
+                           int32_t r0, int32_t nt, int32_t nt4) {
+    const int32_t D = fmt->dim;
+    i8_quant_p_tile(st->s, st->n, nt4, sdpa_kv_scales(fmt, page, 1) + r0, sdpa_kv_zero_points(fmt, page, 1) + r0, st->wq,
+                    st->wscale, st->wzp, st->suspect);
+    i8_pv_tile(st->acc, (size_t)f->dim_pad, st->n, (const int8_t *)sdpa_kv_block(fmt, page, 1) + (size_t)(r0 / 2) * 2 * (size_t)D,
+               D, nt, st->wq, st->wscale, st->wzp);
+}
+/* V_I4_PAGE: the same per group, with the groups' scales and offsets. */
+static void tile_values_i4(const flash_plan * f, block_state * st, const sdpa_page_format * fmt, const void * page,
+                           int32_t r0, int32_t nt, int32_t nt4) {
+    const int32_t U = fmt->block[1].units, G = fmt->block[1].groups;
+    sdpa_flash_i4_quant_p_tile(st->s, st->n, nt4, G, sdpa_kv_i4_scales(fmt, page, 1, 0) + r0,
+                               sdpa_kv_i4_offsets(fmt, page, 1, 0) + r0, SDPA_PAGE_ROWS, st->vside, st->wq, st->wgroup);
+    sdpa_flash_i4_pv_tile(st->acc, (size_t)f->dim_pad, st->n,
+                          (const uint8_t *)sdpa_kv_block(fmt, page, 1) + (size_t)(r0 / 2) * (size_t)U * 16, U, fmt->dim, G,
+                          nt, st->wq, st->wgroup);
+}
+
 /* 3. acc += p . V for the tile's nt keys at ts. */
 static void tile_values(const flash_plan * f, block_state * st, v_source vs, int32_t b, int32_t hk, int32_t ts,
                         const sdpa_page_format * fmt, const void * page, int32_t nt) {
@@ -612,14 +663,8 @@ static void tile_values(const flash_plan * f, block_state * st, v_source vs, int
         case V_F16_PAGE: tile_values_f16(f, st, tile_block(fmt, page, r0, 1), nt); break;
         case V_F16_DECODED:
         case V_DECODED: tile_values_f32(f, st, decode_v_tile(f, st, vs, fmt, page, r0, nt), (size_t)f->dim_pad, nt); break;
-        case V_I8_PAGE:
-            i8_quant_p_tile(f, st, page, r0, nt4);
-            i8_pv_tile(f, st, page, r0, nt);
-            break;
-        case V_I4_PAGE:
-            sdpa_flash_i4_quant_p_tile(f, st, page, r0, nt4);
-            sdpa_flash_i4_pv_tile(f, st, page, r0, nt);
-            break;
+        case V_I8_PAGE: tile_values_i8(f, st, fmt, page, r0, nt, nt4); break;
+        case V_I4_PAGE: tile_values_i4(f, st, fmt, page, r0, nt, nt4); break;
     }
 }
 

@@ -77,30 +77,32 @@ static FLASH_INLINE uint32_t i4_qk_group(const v128_t * qb, const uint8_t * k, s
     return touched;
 }
 
-/* Adds group g's part of the scores of R rows (from x0) and 8 NG keys:
- * s += acc * scale + offset * qgroup; the first group stores, the last
- * multiplies by qscale. sc, off: the group's scales and offsets (float32,
- * converted once per tile) at the pass's first key. */
-static FLASH_INLINE void i4_qk_dequant(const block_state * st, int32_t x0, int32_t G, int32_t g, v128_t acc[4][4],
+/* Adds group g's part of the scores of R rows and 8 NG keys: s += acc *
+ * scale + offset * qgroup; the first group stores, the last multiplies by
+ * qscale (qscale, qgroup: the R rows', qgroup G floats a row). sc, off: the
+ * group's scales and offsets (float32, converted once per tile) at the
+ * pass's first key. */
+static FLASH_INLINE void i4_qk_dequant(const float * qscale, const float * qgroup, int32_t G, int32_t g, v128_t acc[4][4],
                                        const float * sc, const float * off, float * s, const int R, const int NG) {
     for (int kg = 0; kg < NG; kg++)
         for (int h = 0; h < 2; h++) {
             const v128_t vs = wasm_v128_load(sc + 8 * kg + 4 * h), vo = wasm_v128_load(off + 8 * kg + 4 * h);
             for (int r = 0; r < R; r++) {
                 float * at = s + (size_t)r * TILE_KEYS + 8 * kg + 4 * h;
-                const v128_t qg = wasm_f32x4_splat(st->qgroup[(size_t)(x0 + r) * G + g]);
+                const v128_t qg = wasm_f32x4_splat(qgroup[(size_t)r * G + g]);
                 v128_t v = wasm_f32x4_add(wasm_f32x4_mul(wasm_f32x4_convert_i32x4(acc[r][2 * kg + h]), vs),
                                           wasm_f32x4_mul(vo, qg));
                 if (g > 0) v = wasm_f32x4_add(wasm_v128_load(at), v);
-                if (g == G - 1) v = wasm_f32x4_mul(v, wasm_f32x4_splat(st->qscale[x0 + r]));
+                if (g == G - 1) v = wasm_f32x4_mul(v, wasm_f32x4_splat(qscale[r]));
                 wasm_v128_store(at, v);
             }
         }
 }
 
-/* One pass of R rows over 8 NG keys, group by group (side: the tile's
- * scales then offsets per group, TILE_KEYS floats each, at the pass's first key). */
-static FLASH_INLINE uint32_t i4_qk_rows(const block_state * st, int32_t x0, const v128_t * qb, const uint8_t * kt,
+/* One pass of R rows (qb, qscale, qgroup: theirs) over 8 NG keys, group by
+ * group (side: the tile's scales then offsets per group, TILE_KEYS floats
+ * each, at the pass's first key). */
+static FLASH_INLINE uint32_t i4_qk_rows(const float * qscale, const float * qgroup, const v128_t * qb, const uint8_t * kt,
                                         size_t ldk, int32_t Q, int32_t G, const float * side, float * s,
                                         const int R, const int NG, const uint32_t * ta, const uint32_t * tb, int32_t lines) {
     uint32_t touched = 0;
@@ -109,18 +111,18 @@ static FLASH_INLINE uint32_t i4_qk_rows(const block_state * st, int32_t x0, cons
         const int32_t j0 = g * (SDPA_I4_GROUP / 4), j1 = j0 + SDPA_I4_GROUP / 4 < Q ? j0 + SDPA_I4_GROUP / 4 : Q;
         touched |= i4_qk_group(qb, kt, ldk, j0, j1, acc, R, NG, ta, tb, lines);
         const float * sc = side + (size_t)g * 2 * TILE_KEYS;
-        i4_qk_dequant(st, x0, G, g, acc, sc, sc + TILE_KEYS, s, R, NG);
+        i4_qk_dequant(qscale, qgroup, G, g, acc, sc, sc + TILE_KEYS, s, R, NG);
     }
     return touched;
 }
 
-/* The float16 scales and offsets of a block's G groups at rows [r0, r0 + n)
- * (n a multiple of 4) as float32, side[g][0][t] scales and side[g][1][t]
- * offsets: converted once per tile, for every row of the block. */
-static void i4_side_tile(const sdpa_page_format * fmt, const void * page, int value, int32_t r0, int32_t n, float * side) {
-    const int32_t G = fmt->block[value].groups;
+/* The float16 scales and offsets of a block's G groups for a tile's first
+ * n keys (n a multiple of 4; scales, offsets: group 0's at the tile's first
+ * key, ldg halves between groups) as float32, side[g][0][t] scales and
+ * side[g][1][t] offsets: converted once per tile, for every row of the block. */
+static void i4_side_tile(const uint16_t * scales, const uint16_t * offsets, size_t ldg, int32_t G, int32_t n, float * side) {
     for (int32_t g = 0; g < G; g++) {
-        const uint16_t * sc = sdpa_kv_i4_scales(fmt, page, value, g) + r0, * off = sdpa_kv_i4_offsets(fmt, page, value, g) + r0;
+        const uint16_t * sc = scales + (size_t)g * ldg, * off = offsets + (size_t)g * ldg;
         float * out = side + (size_t)g * 2 * TILE_KEYS;
         for (int32_t t = 0; t < n; t += 4) {
             wasm_v128_store(out + t, half4(sc + t));
@@ -129,64 +131,70 @@ static void i4_side_tile(const sdpa_page_format * fmt, const void * page, int va
     }
 }
 
-/* Scores s[x][t] = q_x . k_t (unscaled) for the keys [r0, r0 + nt) of an
- * int4 K block (r0 a TILE_KEYS multiple), in passes of 8 keys (16 for a
- * single row), 4 rows at a time; scores past nt, up to the pass, come from
- * the page's rows and are dropped by the caller. Touches as i8_qk_tile. */
-static uint32_t i4_qk_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt,
+/* Scores s[x][t] = q_x . k_t (unscaled; rows of s TILE_KEYS floats apart)
+ * for n rows (qpairs, qscale: i8_quant_q_block's, qgroup its group sums, G
+ * a row) and the keys [0, nt) of an I4_KEYS tile: k its first key group (Q
+ * quads of 8 keys, ldk bytes between groups), kscale and koffset group 0's
+ * float16 scales and offsets at the tile's first key (ldg halves between
+ * groups), converted into `side` (2 G TILE_KEYS floats). Passes of 8 keys
+ * (16 for a single row), 4 rows at a time; scores past nt, up to the pass,
+ * come from the page's rows and are dropped by the caller. Touches as
+ * i8_qk_tile. */
+static uint32_t i4_qk_tile(const v128_t * qpairs, const float * qscale, const float * qgroup, int32_t n,
+                           const uint8_t * k, size_t ldk, int32_t Q, int32_t G, const uint16_t * kscale,
+                           const uint16_t * koffset, size_t ldg, float * side_rows, int32_t nt, float * s,
                            const touch_rows * tr) {
-    const sdpa_page_format * fmt = f->p->kv.format;
-    const int32_t Q = fmt->block[0].units, G = fmt->block[0].groups, P = 2 * Q, n = st->n;
-    const size_t ldk = (size_t)Q * 2 * SDPA_I8_KEY_GROUP;
-    const uint8_t * kblock = (const uint8_t *)sdpa_kv_block(fmt, page, 0) + (size_t)(r0 / SDPA_I8_KEY_GROUP) * ldk;
+    const int32_t P = 2 * Q;
     const int32_t step = n == 1 ? 16 : 8;
     const int32_t lines = touch_lines(tr, step);  /* a cache line per quad */
-    i4_side_tile(fmt, page, 0, r0, (nt + step - 1) / step * step, st->kside);
+    i4_side_tile(kscale, koffset, ldg, G, (nt + step - 1) / step * step, side_rows);
     uint32_t touched = 0;
     for (int32_t t = 0; t < nt; t += step) {
-        const uint8_t * kt = kblock + (size_t)(t / SDPA_I8_KEY_GROUP) * ldk;
-        const float * side = st->kside + t;
+        const uint8_t * kt = k + (size_t)(t / SDPA_I8_KEY_GROUP) * ldk;
+        const float * side = side_rows + t;
         const uint32_t * ta, * tb;
         touch_pass(tr, t, &ta, &tb);
         if (n == 1) {
-            touched |= i4_qk_rows(st, 0, st->qpairs, kt, ldk, Q, G, side, st->s + t, 1, 2, ta, tb, lines);
+            touched |= i4_qk_rows(qscale, qgroup, qpairs, kt, ldk, Q, G, side, s + t, 1, 2, ta, tb, lines);
             continue;
         }
         for (int32_t x = 0; x < n; x += 4) {
-            const v128_t * qb = st->qpairs + (size_t)(x / 4) * P * 4;
-            float * sx = st->s + (size_t)x * TILE_KEYS + t;
+            const v128_t * qb = qpairs + (size_t)(x / 4) * P * 4;
+            const float * qsx = qscale + x, * qgx = qgroup + (size_t)x * G;
+            float * sx = s + (size_t)x * TILE_KEYS + t;
             const int32_t l = x == 0 ? lines : 0;
             switch (n - x) {
-                case 1: touched |= i4_qk_rows(st, x, qb, kt, ldk, Q, G, side, sx, 1, 1, ta, tb, l); break;
-                case 2: touched |= i4_qk_rows(st, x, qb, kt, ldk, Q, G, side, sx, 2, 1, ta, tb, l); break;
-                case 3: touched |= i4_qk_rows(st, x, qb, kt, ldk, Q, G, side, sx, 3, 1, ta, tb, l); break;
-                default: touched |= i4_qk_rows(st, x, qb, kt, ldk, Q, G, side, sx, 4, 1, ta, tb, l); break;
+                case 1: touched |= i4_qk_rows(qsx, qgx, qb, kt, ldk, Q, G, side, sx, 1, 1, ta, tb, l); break;
+                case 2: touched |= i4_qk_rows(qsx, qgx, qb, kt, ldk, Q, G, side, sx, 2, 1, ta, tb, l); break;
+                case 3: touched |= i4_qk_rows(qsx, qgx, qb, kt, ldk, Q, G, side, sx, 3, 1, ta, tb, l); break;
+                default: touched |= i4_qk_rows(qsx, qgx, qb, kt, ldk, Q, G, side, sx, 4, 1, ta, tb, l); break;
             }
         }
     }
     return touched;
 }
 
-/* A tile's weights for the integer P.V over an int4 V block, per row and
- * group g: w = p * scale_g over the nt4 keys, quantized to int16 relative to
- * the group's largest |w| (wq, wgroup[0] = its scale), and wgroup[1] = sum_t
- * p_t offset_g[t]. The page's float16 scales and offsets are converted once
- * per tile for all rows (st->vside). Weights below 1e-30 are dropped (as
+/* A tile's weights for the integer P.V over an int4 V block, per row x of
+ * n (p_rows: the softmax weights, TILE_KEYS apart) and group g of G: w = p *
+ * scale_g over the nt4 keys, quantized to int16 relative to the group's
+ * largest |w| (wq_rows[x][g], TILE_KEYS each; wgroup[x][g][0] = its scale),
+ * and wgroup[x][g][1] = sum_t p_t offset_g[t]. The tile's float16 scales and
+ * offsets (vscale, voffset: group 0's at its first key, ldg halves between
+ * groups) are converted once per tile for all rows (into `side`). Weights below 1e-30 are dropped (as
  * i8_quant_p_tile). A NaN p (a NaN score: the row is suspect already) is
  * dropped by the max and quantizes to 0; no mask is needed for the keys
  * past the tile's end (p = 0 there, and the page's scales are finite). */
-static void i4_quant_p_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt4) {
-    const sdpa_page_format * fmt = f->p->kv.format;
-    const int32_t G = fmt->block[1].groups;
+static void i4_quant_p_tile(const float * p_rows, int32_t n, int32_t nt4, int32_t G, const uint16_t * vscale,
+                            const uint16_t * voffset, size_t ldg, float * side, int16_t * wq_rows, float * wgroup) {
     const v128_t zero = wasm_f32x4_splat(0.0f);
     float w[TILE_KEYS] __attribute__((aligned(16)));
-    i4_side_tile(fmt, page, 1, r0, nt4, st->vside);
-    for (int32_t x = 0; x < st->n; x++) {
-        const float * p = st->s + (size_t)x * TILE_KEYS;
+    i4_side_tile(vscale, voffset, ldg, G, nt4, side);
+    for (int32_t x = 0; x < n; x++) {
+        const float * p = p_rows + (size_t)x * TILE_KEYS;
         for (int32_t g = 0; g < G; g++) {
-            const float * sc = st->vside + (size_t)g * 2 * TILE_KEYS, * off = sc + TILE_KEYS;
-            int16_t * wq = st->wq + ((size_t)x * G + g) * TILE_KEYS;
-            float * wg = st->wgroup + ((size_t)x * G + g) * 2;
+            const float * sc = side + (size_t)g * 2 * TILE_KEYS, * off = sc + TILE_KEYS;
+            int16_t * wq = wq_rows + ((size_t)x * G + g) * TILE_KEYS;
+            float * wg = wgroup + ((size_t)x * G + g) * 2;
             v128_t vmax = zero, vos = zero;
             for (int32_t t = 0; t < nt4; t += 4) {
                 const v128_t pt = wasm_v128_load(p + t);
@@ -215,10 +223,10 @@ static void i4_quant_p_tile(const flash_plan * f, block_state * st, const void *
 }
 
 /* acc[r][d0 .. d0 + 8 NDV) += (sum_t wq[r][g][t] q_t) * wscale + osum for R
- * rows over the key pairs [0, np) of one I4_PAIRS run (v: the run at pair 0;
- * ldv bytes between pairs): NDV = 2 both halves (d0 .. d0+15), NDV = 1 the
- * low (high = 0) or high half. */
-static FLASH_INLINE void i4_pv_rows(const block_state * st, int32_t x0, int32_t G, int32_t g, float * acc, size_t lda,
+ * rows (wq, wgroup: theirs, G groups a row) over the key pairs [0, np) of
+ * one I4_PAIRS run (v: the run at pair 0; ldv bytes between pairs): NDV = 2
+ * both halves (d0 .. d0+15), NDV = 1 the low (high = 0) or high half. */
+static FLASH_INLINE void i4_pv_rows(const int16_t * wq, const float * wgroup, int32_t G, int32_t g, float * acc, size_t lda,
                                     const uint8_t * v, size_t ldv, int32_t np, const int R, const int NDV, int high) {
     v128_t sum[4][4];
     const v128_t low = wasm_i8x16_splat(0x0f);
@@ -234,7 +242,7 @@ static FLASH_INLINE void i4_pv_rows(const block_state * st, int32_t x0, int32_t 
             hi[j] = wasm_u16x8_extend_high_u8x16(n);
         }
         for (int r = 0; r < R; r++) {
-            const v128_t w = wasm_v128_load32_splat(st->wq + ((size_t)(x0 + r) * G + g) * TILE_KEYS + 2 * i);
+            const v128_t w = wasm_v128_load32_splat(wq + ((size_t)r * G + g) * TILE_KEYS + 2 * i);
             for (int j = 0; j < NDV; j++) {
                 sum[r][2 * j] = wasm_i32x4_add(sum[r][2 * j], wasm_i32x4_dot_i16x8(lo[j], w));
                 sum[r][2 * j + 1] = wasm_i32x4_add(sum[r][2 * j + 1], wasm_i32x4_dot_i16x8(hi[j], w));
@@ -242,7 +250,7 @@ static FLASH_INLINE void i4_pv_rows(const block_state * st, int32_t x0, int32_t 
         }
     }
     for (int r = 0; r < R; r++) {
-        const float * wg = st->wgroup + ((size_t)(x0 + r) * G + g) * 2;
+        const float * wg = wgroup + ((size_t)r * G + g) * 2;
         const v128_t ws = wasm_f32x4_splat(wg[0]), os = wasm_f32x4_splat(wg[1]);
         float * a = acc + (size_t)r * lda;
         for (int j = 0; j < 2 * NDV; j++)
@@ -251,32 +259,35 @@ static FLASH_INLINE void i4_pv_rows(const block_state * st, int32_t x0, int32_t 
     }
 }
 
-/* acc += p . V for the keys [r0, r0 + nt) of an int4 V block, from the
- * weights i4_quant_p_tile left: 4 rows at a time, 16 elements per pass for up
- * to 2 rows, else 8; a D % 8 tail element by element. */
-static void i4_pv_tile(const flash_plan * f, block_state * st, const void * page, int32_t r0, int32_t nt) {
-    const sdpa_page_format * fmt = f->p->kv.format;
-    const int32_t D = fmt->dim, n = st->n, np = (nt + 1) / 2, U = fmt->block[1].units, G = fmt->block[1].groups;
-    const size_t Dp = (size_t)f->dim_pad, ldv = (size_t)U * 16;
-    const uint8_t * vb = (const uint8_t *)sdpa_kv_block(fmt, page, 1) + (size_t)(r0 / 2) * ldv;
+/* acc += p . V for n rows (acc rows lda floats apart) and the keys [0, nt)
+ * of an I4_PAIRS tile (vb: its first key pair, U runs of 16 elements of 2
+ * keys; D elements, G groups), from the weights i4_quant_p_tile left (wq_rows,
+ * wgroup): 4 rows at a time, 16 elements per pass for up to 2 rows, else 8;
+ * a D % 8 tail element by element. */
+static void i4_pv_tile(float * acc_rows, size_t lda, int32_t n, const uint8_t * vb, int32_t U, int32_t D, int32_t G,
+                       int32_t nt, const int16_t * wq_rows, const float * wgroup) {
+    const int32_t np = (nt + 1) / 2;
+    const size_t Dp = lda, ldv = (size_t)U * 16;
     for (int32_t x = 0; x < n; x += 4) {
         const int32_t R = n - x < 4 ? n - x : 4;
-        float * acc = st->acc + (size_t)x * Dp;
+        const int16_t * wqx = wq_rows + (size_t)x * G * TILE_KEYS;
+        const float * wgx = wgroup + (size_t)x * G * 2;
+        float * acc = acc_rows + (size_t)x * Dp;
         int32_t d = 0;
         if (R <= 2)
             for (; d + 16 <= D; d += 16) {
                 const uint8_t * v = vb + (size_t)(d / 16) * 16;
-                if (R == 1) i4_pv_rows(st, x, G, d / SDPA_I4_GROUP, acc + d, Dp, v, ldv, np, 1, 2, 0);
-                else i4_pv_rows(st, x, G, d / SDPA_I4_GROUP, acc + d, Dp, v, ldv, np, 2, 2, 0);
+                if (R == 1) i4_pv_rows(wqx, wgx, G, d / SDPA_I4_GROUP, acc + d, Dp, v, ldv, np, 1, 2, 0);
+                else i4_pv_rows(wqx, wgx, G, d / SDPA_I4_GROUP, acc + d, Dp, v, ldv, np, 2, 2, 0);
             }
         for (; d + 8 <= D; d += 8) {
             const uint8_t * v = vb + (size_t)(d / 16) * 16;
             const int32_t g = d / SDPA_I4_GROUP, high = d % 16 / 8;
             switch (R) {
-                case 1: i4_pv_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 1, 1, high); break;
-                case 2: i4_pv_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 2, 1, high); break;
-                case 3: i4_pv_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 3, 1, high); break;
-                default: i4_pv_rows(st, x, G, g, acc + d, Dp, v, ldv, np, 4, 1, high); break;
+                case 1: i4_pv_rows(wqx, wgx, G, g, acc + d, Dp, v, ldv, np, 1, 1, high); break;
+                case 2: i4_pv_rows(wqx, wgx, G, g, acc + d, Dp, v, ldv, np, 2, 1, high); break;
+                case 3: i4_pv_rows(wqx, wgx, G, g, acc + d, Dp, v, ldv, np, 3, 1, high); break;
+                default: i4_pv_rows(wqx, wgx, G, g, acc + d, Dp, v, ldv, np, 4, 1, high); break;
             }
         }
         for (; d < D; d++) {
@@ -284,8 +295,8 @@ static void i4_pv_tile(const flash_plan * f, block_state * st, const void * page
             const size_t run = (size_t)(d / 16) * 16 + (size_t)(d % 8) * 2;
             const unsigned shift = 4u * (unsigned)(d % 16 / 8);
             for (int32_t r = 0; r < R; r++) {
-                const int16_t * wq = st->wq + ((size_t)(x + r) * G + g) * TILE_KEYS;
-                const float * wg = st->wgroup + ((size_t)(x + r) * G + g) * 2;
+                const int16_t * wq = wqx + ((size_t)r * G + g) * TILE_KEYS;
+                const float * wg = wgx + ((size_t)r * G + g) * 2;
                 int32_t sum = 0;
                 for (int32_t t = 0; t < 2 * np; t++)
                     sum += wq[t] * (int32_t)((vb[(size_t)(t / 2) * ldv + run + (size_t)(t % 2)] >> shift) & 0xfu);
