@@ -185,7 +185,8 @@ export function readPlainOptions(ck, opts, allowed) {
     for (const key in opts) if (!allowed.includes(key)) { known = false; break; }
     if (known) {
       const out = {};
-      for (let i = 0; i < allowed.length; i++) out[allowed[i]] = opts[allowed[i]];
+      // (getOption: a name some script put on Object.prototype is not an option)
+      for (let i = 0; i < allowed.length; i++) out[allowed[i]] = getOption(opts, allowed[i]);
       return out;
     }
   }

@@ -792,6 +792,32 @@ test('bad input: a typed SdpaError naming the call and the argument, and nothing
   other.dispose();
 });
 
+test('options some script put on Object.prototype are not options of the dense calls', () => {
+  const W = floats(sdpa, [2, 32], Float32Array.from({ length: 64 }, (_, i) => (i % 7) - 3));
+  const X = floats(sdpa, [2, 32], Float32Array.from({ length: 64 }, (_, i) => (i % 5) - 2));
+  const want = new Float64Array(4);
+  for (let r = 0; r < 2; r++) for (let o = 0; o < 2; o++) for (let j = 0; j < 32; j++) want[r * 2 + o] += W.data[o * 32 + j] * X.data[r * 32 + j];
+  const O = floats(sdpa, [2, 2], [100, 100, 100, 100]), N = floats(sdpa, [2, 32], new Float32Array(64).fill(7));
+  const ones = floats(sdpa, [32], new Float32Array(32).fill(1));
+  /** Runs f with the names of `names` on Object.prototype (each call's own names: the options it reads). */
+  const polluted = (names, f) => {
+    for (const [k, v] of Object.entries(names)) Object.prototype[k] = v; // eslint-disable-line no-extend-native
+    try { f(); } finally { for (const k of Object.keys(names)) delete Object.prototype[k]; }
+  };
+  polluted({ accumulate: true, rows: 1 }, () => {
+    assert.is(sdpa.linear(X, W, { out: O }), O);
+    assert.equal(Array.from(O.data), Array.from(want), 'linear: not accumulated, both rows written');
+  });
+  polluted({ eps: 1e6, rows: 1 }, () => sdpa.rmsNorm(X, ones, { out: N }));
+  for (const i of [1, 33]) {
+    let ss = 0;
+    for (let j = 0; j < 32; j++) ss += X.data[(i >> 5) * 32 + j] ** 2;
+    const ref = X.data[i] / Math.sqrt(ss / 32 + 1e-5);
+    assert.ok(Math.abs(N.data[i] - ref) <= 1e-5 * (1 + Math.abs(ref)), `rmsNorm: element ${i} is ${N.data[i]}, expected ${ref} (the default eps, every row)`);
+  }
+  for (const t of [W, X, O, N, ones]) t.dispose();
+});
+
 test('a disposed instance: E_DISPOSED from every dense call', async () => {
   const s = await createSdpa({ threads: 1 });
   const X = s.allocTensor('float32', [1, 32]), W = s.allocTensor('q4_0', [2, 32]), Nw = s.allocTensor('float32', [32]);
