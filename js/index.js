@@ -172,12 +172,11 @@ function checkCacheFits(core, ck, geo) {
   if (plan !== null) checkCacheAllocations(ck, geo, plan, formatBytes);
 }
 
-/** A cache of a checked geometry (E_OOM from C when its table cannot be had). */
-function makeCache(core, fn, geo) {
+/** A cache of a checked geometry (E_OOM from C when its table cannot be had: its message starts with `name`). */
+function makeCache(core, name, geo) {
   const outAt = core.slot('ptr');
   core.views().u32[outAt >>> 2] = 0;
-  const st = core.M._sdpa_kv_cache_create_desc(core.ctx, core.cacheDesc(geo), outAt);
-  core.check(st, fn);
+  core.checkEntry(core.M._sdpa_wasm_kv_cache_create(core.ctx, core.cacheDesc(geo), outAt), name);
   const ptr = core.views().u32[outAt >>> 2];
   return adoptCache(core, ptr, { ...geo, float16NewestPage: core.M._sdpa_kv_cache_float16_newest_page(ptr) !== 0 });
 }
@@ -240,7 +239,7 @@ function cacheEntries(core) {
     });
     ck.prefix = '';
     ck.done();
-    return new KVCacheGroup(core, makeEach(fn, geos, (geo) => makeCache(core, fn, geo)));
+    return new KVCacheGroup(core, makeEach(fn, geos, (geo, name) => makeCache(core, name, geo)));
   }
 
   const adopt = (ptr, geo) => adoptCache(core, ptr, geo);

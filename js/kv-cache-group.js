@@ -10,26 +10,20 @@
 
 import { Checks } from './rules.js';
 import { cacheHooks } from './kv-cache.js';
-import { SdpaError } from './errors.js';
 import { saveGroup, saveGroupChunks, saveGroupStream } from './kv-state.js';
 
-/** A layer's SdpaError ("KVCache.fork: ...") as the group's ("KVCacheGroup.fork: layer 3: ..."). */
-function inLayer(e, fn, i) {
-  if (!(e instanceof SdpaError)) return e;
-  return new SdpaError(e.code, `${fn}: layer ${i}: ${e.message.replace(/^[\w.]+: /, '')}`, { cause: e, status: e.status });
-}
-
 /**
- * make(item) for every item, all or nothing: when one throws (E_OOM), the
- * caches made so far are disposed and its error names the layer.
+ * make(item, name) for every item, all or nothing: `name` ("KVCacheGroup.fork:
+ * layer 3") is what its error starts with; when one throws (E_OOM), the
+ * caches made so far are disposed.
  */
 export function makeEach(fn, items, make) {
   const made = [];
   try {
-    for (const item of items) made.push(make(item));
+    for (const item of items) made.push(make(item, `${fn}: layer ${made.length}`));
   } catch (e) {
     for (const c of made) c.dispose();
-    throw inLayer(e, fn, made.length);
+    throw e;
   }
   return made;
 }
@@ -91,7 +85,7 @@ export class KVCacheGroup {
   fork() {
     const fn = 'KVCacheGroup.fork';
     this.#checkEach(fn, (c, ck) => cacheHooks.checkAlive(c, ck));
-    return new KVCacheGroup(this.#core, makeEach(fn, this.#layers, (c) => c.fork()));
+    return new KVCacheGroup(this.#core, makeEach(fn, this.#layers, (c, name) => cacheHooks.fork(c, name)));
   }
 
   /** Every layer saved (KVCache.save's options, for each layer; one meta) as one Uint8Array: sdpa.loadKVCacheGroup reads it. */

@@ -354,6 +354,7 @@ export class KVCache {
     cacheHooks.truncateRules = (cache, ck, n) => cache.#truncateRules(ck, n);
     cacheHooks.truncateChecked = (cache, fn, n) => cache.#truncateChecked(fn, n);
     cacheHooks.checkAlive = (cache, ck) => cache.#checkAlive(ck);
+    cacheHooks.fork = (cache, name) => cache.#forkChecked(name);
     // For kv-state.js (save): what a save reads of a cache.
     cacheHooks.state = (cache) => {
       const alive = cache.#alive();
@@ -447,10 +448,15 @@ export class KVCache {
     const ck = new Checks(fn);
     this.#checkAlive(ck);
     ck.done();
+    return this.#forkChecked(fn);
+  }
+
+  /** fork's C call (its E_OOM's message starting with `name`). */
+  #forkChecked(name) {
     const c = this.#core;
     const outAt = c.slot('ptr');
     c.views().u32[outAt >>> 2] = 0;
-    c.check(c.M._sdpa_kv_cache_fork(c.ctx, this.#ptr, outAt), fn);
+    c.checkEntry(c.M._sdpa_wasm_kv_cache_fork(c.ctx, this.#ptr, outAt), name);
     const twin = new KVCache(c, c.views().u32[outAt >>> 2], this.#geo);
     c.caches.add(twin);
     return twin;

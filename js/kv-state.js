@@ -395,7 +395,7 @@ class Loader {
     this.fn = fn;
     const outAt = core.slot('ptr');
     core.views().u32[outAt >>> 2] = 0;
-    core.check(core.M._sdpa_kv_load_begin(core.ctx, maxSeqLen, outAt), fn);
+    core.checkEntry(core.M._sdpa_wasm_kv_load_begin(core.ctx, maxSeqLen, outAt), fn);
     this.ptr = core.views().u32[outAt >>> 2];
     this.untrack = track(core, this);
   }
@@ -411,8 +411,7 @@ class Loader {
       typedArraySet(c.views().u8, bytes.subarray(at + used, at + used + n), st.ptr);
       const cAt = c.slot('stats');
       c.views().u32[cAt >>> 2] = 0;
-      const s = c.M._sdpa_kv_load_feed(this.ptr, st.ptr, n, cAt);
-      c.check(s, this.fn);
+      c.checkEntry(c.M._sdpa_wasm_kv_load_feed(c.ctx, this.ptr, st.ptr, n, cAt), this.fn);
       const took = c.views().u32[cAt >>> 2];
       used += took;
       if (took < n) break;
@@ -427,7 +426,7 @@ class Loader {
     const metaBytes = mn ? c.views().u8.slice(mp, mp + mn) : null;
     const outAt = c.slot('ptr');
     c.views().u32[outAt >>> 2] = 0;
-    c.check(M._sdpa_kv_load_finish(this.ptr, outAt), this.fn);
+    c.checkEntry(M._sdpa_wasm_kv_load_finish(c.ctx, this.ptr, outAt), this.fn);
     const ptr = c.views().u32[outAt >>> 2];
     const at = c.slot('stats');
     const I32 = Int32Array.BYTES_PER_ELEMENT;  // (four int32 out-arguments, one after another)
@@ -582,30 +581,20 @@ class GroupSink {
       }
       if (this.made.length === this.layers) trailing(this.fn, bytes.length - at, this.fed);
       if (this.loader === null) this.loader = new Loader(this.core, `${this.fn}: layer ${this.made.length}`, this.maxSeqLen);
-      const used = this.#layerCall(() => this.loader.feed(bytes, at, this.st));
+      const used = this.loader.feed(bytes, at, this.st);  // (its errors name the group and the layer: the loader's fn)
       at += used; this.fed += used;
       if (this.loader.done) {
-        const { ptr, geo } = this.#layerCall(() => this.loader.finish());
+        const { ptr, geo } = this.loader.finish();
         this.made.push(this.makeCache(ptr, geo));
         this.loader.free();
         this.loader = null;
       }
     }
   }
-  /** A layer's C error ('sdpa.loadKVCache: ...') as the group's ('sdpa.loadKVCacheGroup: layer 3: ...'). */
-  #layerCall(f) {
-    try {
-      return f();
-    } catch (e) {
-      if (!(e instanceof SdpaError)) throw e;
-      const msg = e.message.replace(/^sdpa\.loadKVCacheGroup: layer \d+: /, '').replace(/^sdpa\.loadKVCache: /, '');
-      throw new SdpaError(e.code, `${this.fn}: layer ${this.made.length}: ${msg}`, { cause: e, status: e.status });
-    }
-  }
   end() {
     if (this.layers < 0) checkGroupHeader(this.core, this.fn, this.head, this.have, true);  // throws where the data ended
     if (this.made.length < this.layers) {
-      if (this.loader) this.#layerCall(() => this.loader.finish());  // throws where the data ended
+      if (this.loader) this.loader.finish();  // throws where the data ended
       this.#fail(`the data ends after ${this.fed} bytes, after ${this.made.length} of ${this.layers} layers`);
     }
     const made = this.made;

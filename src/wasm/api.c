@@ -53,6 +53,16 @@ static sdpa_status after_name(sdpa_ctx * ctx, sdpa_status st, const char * name)
     return st;
 }
 
+sdpa_status sdpa_wasm_kv_cache_create(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, sdpa_kv_cache ** out_cache) {
+    if (!ctx) return SDPA_E_ARG;
+    return after_name(ctx, sdpa_kv_cache_create_desc(ctx, desc, out_cache), "createKVCache");
+}
+
+sdpa_status sdpa_wasm_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
+    if (!ctx) return SDPA_E_ARG;
+    return after_name(ctx, sdpa_kv_cache_fork(ctx, cache, out_cache), "KVCache.fork");
+}
+
 sdpa_status sdpa_wasm_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, double length, int32_t apply) {
     if (!ctx) return SDPA_E_ARG;
     int64_t n;
@@ -113,6 +123,21 @@ sdpa_status sdpa_wasm_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
     sdpa_status st = sdpa_check_cache_save_rows(ctx, "", cache, s, n);
     if (st != SDPA_OK) return words_only(ctx, st);
     return after_name(ctx, sdpa_kv_save_begin(ctx, cache, (int32_t)s, (int32_t)n, meta, meta_bytes, out_saver), "KVCache.save");
+}
+
+sdpa_status sdpa_wasm_kv_load_begin(sdpa_ctx * ctx, int32_t max_seq_len, sdpa_kv_loader ** out_loader) {
+    if (!ctx) return SDPA_E_ARG;
+    return after_name(ctx, sdpa_kv_load_begin(ctx, max_seq_len, out_loader), "sdpa.loadKVCache");
+}
+
+sdpa_status sdpa_wasm_kv_load_feed(sdpa_ctx * ctx, sdpa_kv_loader * loader, const void * data, size_t n, size_t * consumed) {
+    if (!ctx) return SDPA_E_ARG;
+    return after_name(ctx, sdpa_kv_load_feed(loader, data, n, consumed), "sdpa.loadKVCache");
+}
+
+sdpa_status sdpa_wasm_kv_load_finish(sdpa_ctx * ctx, sdpa_kv_loader * loader, sdpa_kv_cache ** out_cache) {
+    if (!ctx) return SDPA_E_ARG;
+    return after_name(ctx, sdpa_kv_load_finish(loader, out_cache), "sdpa.loadKVCache");
 }
 
 int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) {

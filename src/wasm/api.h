@@ -25,6 +25,14 @@ sdpa_status sdpa_wasm_kv_cache_plan(sdpa_ctx * ctx, double batch, double max_seq
                                     int32_t key_dtype, int32_t value_dtype, double window, double sink_tokens,
                                     int32_t float16_newest_page, int32_t plan, double rows, sdpa_kv_cache_size * out);
 
+/* createKVCache (a group: each layer): sdpa_kv_cache_create_desc of a
+ * geometry sdpa_wasm_kv_cache_plan accepted; its E_OOM (the page table or the
+ * first pages cannot be had) in words naming no call. */
+sdpa_status sdpa_wasm_kv_cache_create(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, sdpa_kv_cache ** out_cache);
+
+/* KVCache.fork (a group: each layer): sdpa_kv_cache_fork, its words naming no call. */
+sdpa_status sdpa_wasm_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache);
+
 /* KVCache.truncate(length): truncate's rules (length 0 .. cache.length, a
  * windowed cache's evicted rows), then, with `apply`, sdpa_kv_cache_truncate
  * (apply 0: the rules alone, so that a group checks every layer first). */
@@ -47,6 +55,13 @@ sdpa_status sdpa_wasm_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, 
  * written, a windowed cache's), then sdpa_kv_save_begin. */
 sdpa_status sdpa_wasm_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, double start, double length,
                                     const void * meta, size_t meta_bytes, sdpa_kv_saver ** out_saver);
+
+/* sdpa.loadKVCache / loadKVCacheGroup's layers: sdpa_kv_load_begin, _feed
+ * and _finish (the loader of a context `ctx`, the instance's), their words
+ * naming no call (a group's layer is named by its caller). */
+sdpa_status sdpa_wasm_kv_load_begin(sdpa_ctx * ctx, int32_t max_seq_len, sdpa_kv_loader ** out_loader);
+sdpa_status sdpa_wasm_kv_load_feed(sdpa_ctx * ctx, sdpa_kv_loader * loader, const void * data, size_t n, size_t * consumed);
+sdpa_status sdpa_wasm_kv_load_finish(sdpa_ctx * ctx, sdpa_kv_loader * loader, sdpa_kv_cache ** out_cache);
 
 /* Non-zero when the `bytes` bytes at p overlap the page pool's memory (any
  * cache's storage): the snapshot rule's view of wasm memory (js/snapshot.js

@@ -1299,6 +1299,38 @@ static void test_check_create(void) {
                  wide[i].words ? wide[i].words : "");
     }
     TU_CHECK(plan_numbers(1, 8, 1, 8, 1, 1, 0, 0, 0, 0, msg, sizeof msg) == SDPA_OK, "check_create: a sound geometry");
+    {   /* sdpa_wasm_kv_cache_create / _fork: the public entries' words, after their name */
+        const sdpa_kv_cache_desc big = { 1, 64, 1, 1 << 24, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, 0, 0, 0 };
+        sdpa_kv_cache * c = NULL;
+        const sdpa_status got = sdpa_wasm_kv_cache_create(g_ctx, &big, &c);
+        snprintf(msg, sizeof msg, "%s", sdpa_ctx_last_error(g_ctx));
+        same_as_entry("wasm create: a page too big", sdpa_kv_cache_create_desc(g_ctx, &big, &c), "createKVCache", got, msg);
+        TU_CHECK(got == SDPA_E_OOM && c == NULL, "wasm create: a page too big: %s '%s'", sdpa_status_code(got), msg);
+        const sdpa_kv_cache_desc small = { 1, 8, 1, 8, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, 0, 0, 0 };
+        sdpa_kv_cache * f = NULL;
+        TU_CHECK(sdpa_wasm_kv_cache_create(g_ctx, &small, &c) == SDPA_OK && sdpa_wasm_kv_cache_fork(g_ctx, c, &f) == SDPA_OK,
+                 "wasm create and fork: a sound geometry");
+        TU_CHECK(sdpa_wasm_kv_cache_fork(g_ctx, c, NULL) == SDPA_E_ARG && strcmp(sdpa_ctx_last_error(g_ctx), "out_cache is missing") == 0,
+                 "wasm fork: out_cache missing: '%s'", sdpa_ctx_last_error(g_ctx));
+        sdpa_kv_cache_free(f);
+        sdpa_kv_cache_free(c);
+        /* the loader's entries: its words, no call named */
+        sdpa_kv_loader * L = NULL;
+        TU_CHECK(sdpa_wasm_kv_load_begin(g_ctx, -1, &L) == SDPA_E_DIMS &&
+                 strcmp(sdpa_ctx_last_error(g_ctx), "maxSeqLen is -1; expected a positive integer") == 0,
+                 "wasm load_begin: maxSeqLen -1: '%s'", sdpa_ctx_last_error(g_ctx));
+        if (TU_CHECK(sdpa_wasm_kv_load_begin(g_ctx, 0, &L) == SDPA_OK, "wasm load_begin")) {
+            static const unsigned char junk[16] = "not a save here";
+            size_t took = 0;
+            TU_CHECK(sdpa_wasm_kv_load_feed(g_ctx, L, junk, sizeof junk, &took) == SDPA_E_FORMAT &&
+                         strncmp(sdpa_ctx_last_error(g_ctx), "not saved KV state", 18) == 0,
+                     "wasm load_feed: junk: '%s'", sdpa_ctx_last_error(g_ctx));
+            TU_CHECK(sdpa_wasm_kv_load_finish(g_ctx, L, &c) == SDPA_E_FORMAT &&
+                         strncmp(sdpa_ctx_last_error(g_ctx), "not saved KV state", 18) == 0,
+                     "wasm load_finish after junk: '%s'", sdpa_ctx_last_error(g_ctx));
+            sdpa_kv_load_free(L);
+        }
+    }
 #undef N_OF
 }
 

@@ -116,13 +116,25 @@ test('createKVCacheGroup: every layer is checked first; nothing is made for a re
   assert.is(count(), n0, 'no cache was made');
   // E_OOM while making the layers (C refuses the 3rd): the two made are disposed again
   const { M } = sdpa[INTERNALS];
-  const real = M._sdpa_kv_cache_create_desc;
+  const real = M._sdpa_wasm_kv_cache_create;
   let calls = 0;
-  M._sdpa_kv_cache_create_desc = (...a) => (++calls === 3 ? 17 : real(...a));
+  M._sdpa_wasm_kv_cache_create = (...a) => (++calls === 3 ? 17 : real(...a));
   try {
     expectError(() => sdpa.createKVCacheGroup(CONFIGS), 'E_OOM', [/layer 2: /]);
-  } finally { M._sdpa_kv_cache_create_desc = real; }
+  } finally { M._sdpa_wasm_kv_cache_create = real; }
   assert.is(count(), n0, 'all or nothing');
+  // E_OOM while forking the layers (C refuses the 2nd): the fork made is disposed again; the message names the call and the layer once
+  const g = sdpa.createKVCacheGroup(CONFIGS);
+  const n1 = count();
+  const realFork = M._sdpa_wasm_kv_cache_fork;
+  let forks = 0;
+  M._sdpa_wasm_kv_cache_fork = (...a) => (++forks === 2 ? 17 : realFork(...a));
+  try {
+    const e = expectError(() => g.fork(), 'E_OOM', [/^KVCacheGroup\.fork: layer 1: /]);
+    assert.not.match(e.message, /KVCache\.fork/, 'the layer call is not named as well');
+  } finally { M._sdpa_wasm_kv_cache_fork = realFork; }
+  assert.is(count(), n1, 'a fork is all or nothing');
+  g.dispose();
   assert.is(sdpa.memory().pagesInUse, 0);
 });
 

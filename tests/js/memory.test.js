@@ -163,8 +163,8 @@ test('a failure reported by C frees every temporary and writes nothing', () => {
     ['_sdpa_wasm_kv_cache_attend', 'KVCache.attend', () => cache.attend(q, { startPos: 0, isCausal: true, out })],
     ['_sdpa_wasm_kv_cache_step', 'KVCache.step', () => cache.step(q, randTensor(rand, [1, 3, 2, 8]), randTensor(rand, [1, 3, 2, 8]), 3, { out })],
     ['_sdpa_wasm_kv_cache_read', 'KVCache.read', () => cache.read(1, 4)],
-    ['_sdpa_kv_cache_create_desc', 'createKVCache', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8 })],
-    ['_sdpa_kv_cache_create_desc', 'createKVCache', () => sdpa.createKVCache({ numKvHeads: 2, headDim: 8, window: 4 })],
+    ['_sdpa_wasm_kv_cache_create', 'createKVCache', () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8 })],
+    ['_sdpa_wasm_kv_cache_create', 'createKVCache', () => sdpa.createKVCache({ numKvHeads: 2, headDim: 8, window: 4 })],
   ];
   for (const [entry, fn, call] of cases) {
     const err = failing(entry, () => expectError(call, 'E_OOM', [], fn));
