@@ -693,6 +693,16 @@ export function createSdpa(options?: CreateSdpaOptions): Promise<Sdpa>;
 
 export function isHeapTensor(x: unknown): x is HeapTensor<Float32Array | Uint8Array | Uint16Array>;
 
+/**
+ * Reads an options object as the package's own calls read theirs (CONTRACT.md section 2, the
+ * snapshot rule): undefined or null is {}; each name of `known` once (getters, inherited and
+ * non-enumerable options count); any other name is E_ARG (`unknown option 'x'; the options are
+ * ...`); not a plain object is E_ARG. Returns the values of `known` (absent: undefined). A
+ * failure is an SdpaError whose message starts with `fn`. For packages built on this one
+ * (sdpa-wasm/llama), so that their options read and word as the package's.
+ */
+export function checkOptions<K extends string>(fn: string, options: unknown, known: readonly K[]): { [P in K]: unknown };
+
 /** Error codes indexed by C status number (index 0 is 'OK'). */
 export const STATUS_CODES: readonly string[];
 export const E_LOAD: 'E_LOAD';

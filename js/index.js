@@ -11,7 +11,7 @@ import {
   Checks, checkStartPos, checkCustom, CUSTOM_OPTIONS, readCacheConfig, readCachePlan, readAllocArgs,
   checkReserveBytes, checkCacheAllocations,
 } from './rules.js';
-import { readOptions, inspectTensor, describeValue, checkLive, checkLiveOptions, readLayerConfigs } from './snapshot.js';
+import { readOptions, readPlainOptions, inspectTensor, describeValue, checkLive, checkLiveOptions, readLayerConfigs } from './snapshot.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
 import { attendMany, stepMany } from './many.js';
@@ -25,6 +25,22 @@ import { denseEntries } from './dense.js';
 import { VERSION } from './version.js';
 
 export { SdpaError, STATUS_CODES, E_LOAD, KVCache, KVCacheGroup, HeapTensor, isHeapTensor, VERSION };
+
+/**
+ * Reads an options object as the package's own calls read theirs (the
+ * snapshot rule, CONTRACT.md section 2): undefined or null is {}; each name of
+ * `known` is read once (getters, inherited and non-enumerable options count);
+ * any other name is E_ARG. Returns { name: value } of `known` (absent:
+ * undefined); a failure is an SdpaError whose message starts with `fn`. For
+ * packages built on this one (sdpa-wasm/llama): their options read and word
+ * as the package's.
+ */
+export function checkOptions(fn, options, known) {
+  const ck = new Checks(String(fn));
+  const o = readPlainOptions(ck, options, known);
+  ck.done();
+  return o;
+}
 
 /** Key of the (unstable, test-only) internals: sdpa[INTERNALS] = { M, core }. */
 export const INTERNALS = Symbol.for('sdpa-wasm.internals');

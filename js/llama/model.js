@@ -12,8 +12,7 @@
 // model has its own cache group and its last row of logits.
 
 import { SdpaError } from '../errors.js';
-import { Checks } from '../rules.js';
-import { readOptions } from '../snapshot.js';
+import { checkOptions } from '../index.js';
 import { parseCheckpoint, fingerprint } from './checkpoint.js';
 import { createSampler, samplingOptions } from './sampler.js';
 import { toBytes, BOS, EOS } from './tokenizer.js';
@@ -28,12 +27,9 @@ export const RMS_EPS = 1e-5;
 const ROPE_BASE = 10000;
 const now = () => performance.now();
 
-/** The options `known` of `fn`, read once through the library's snapshot path (readOptions: unknown names, getters, inherited options). */
+/** The options `known` of `fn`, read once as the package reads its own (checkOptions: unknown names, getters, inherited options). */
 export function checkKnown(fn, options, known) {
-  const ck = new Checks(fn);
-  const o = readOptions(ck, options, known, null, false);
-  ck.done();
-  return o;
+  return checkOptions(fn, options, known);
 }
 
 function checkCount(fn, name, v, lo, hi) {

@@ -4,13 +4,32 @@
 // combinations, and each new rule's error with nothing written.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createSdpa } from '../../js/index.js';
+import { createSdpa, checkOptions, SdpaError } from '../../js/index.js';
 import { rng, randTensor, assertClose, expectError, sameBits } from './helpers.js';
 import { refCustomSdpa } from './reference.js';
 
 let sdpa;
 test.before(async () => { sdpa = await createSdpa({ threads: 2 }); });
 test.after(() => { sdpa.dispose(); });
+
+test('checkOptions reads options as the package reads its own: each known name once, any other E_ARG', () => {
+  let reads = 0;
+  const proto = { inherited: 3 };
+  const opts = Object.create(proto, { a: { get: () => { reads++; return 1; }, enumerable: false } });
+  const o = checkOptions('mine', opts, ['a', 'b', 'inherited']);
+  assert.equal([o.a, o.b, o.inherited], [1, undefined, 3]);
+  assert.is(reads, 1, 'a getter is read once');
+  assert.equal(checkOptions('mine', undefined, ['a']), { a: undefined });
+  expectError(() => checkOptions('mine', { a: 1, c: 2 }, ['a', 'b']), 'E_ARG', [/^mine: unknown option 'c'/, /the options are a, b/]);
+  expectError(() => checkOptions('mine', 5, ['a']), 'E_ARG', [/^mine: options must be a plain object/]);
+  // the same words as the package's own calls
+  let own = null;
+  try { sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 1, headDim: 8, bogus: 1 }); } catch (e) { own = e; }
+  let mine = null;
+  try { checkOptions('createKVCache', { maxSeqLen: 8, numKvHeads: 1, headDim: 8, bogus: 1 }, ['batch', 'maxSeqLen', 'numKvHeads', 'headDim', 'dtype', 'keyDtype', 'valueDtype', 'window', 'sinkTokens', 'float16NewestPage']); } catch (e) { mine = e; }
+  assert.ok(own instanceof SdpaError && mine instanceof SdpaError);
+  assert.is(mine.message, own.message);
+});
 
 test('window x causal x softcap x sinks, decode (split-KV) and prefill, customSdpa and a cache', () => {
   const rand = rng(61);

@@ -2,12 +2,16 @@
 // exactOptionalPropertyTypes) must accept every use here and reject each line
 // after a `@ts-expect-error` (an unused one is itself an error). types.test.js runs it.
 import {
-  createSdpa, SdpaError, KVCache, KVCacheGroup, HeapTensor,
+  createSdpa, SdpaError, KVCache, KVCacheGroup, HeapTensor, checkOptions,
   type CacheDType, type DType, type WeightDType, type KVCacheOptions, type RawRows, type KVCacheSize, type OutputTensor, type FloatTensor, type RotaryOptions,
 } from 'sdpa-wasm';
 import * as pkg from 'sdpa-wasm';
 
 const sdpa = await createSdpa({ threads: 'auto', build: undefined });   // undefined counts as absent
+
+// checkOptions: the values of the known names
+const read: { steps: unknown; seed: unknown } = checkOptions('myCall', { steps: 2 }, ['steps', 'seed'] as const);
+void read;
 
 // createKVCache: a plain cache needs maxSeqLen; sinkTokens only with a window
 const plain = sdpa.createKVCache({ maxSeqLen: 256, numKvHeads: 2, headDim: 64 });
