@@ -94,7 +94,8 @@ test('no two units (a .c and its .h) include each other but the listed debts', (
 
 // sdpa-wasm/llama is a client of the package: it imports the public entry (js/index.js, whose
 // SdpaError is errors.js's). What it still takes from inside the package, and why:
-const LLAMA_DEBTS = new Map([]);
+const LLAMA_DEBTS = new Map([
+]);
 const PUBLIC = new Set(['js/index.js', 'js/errors.js']);
 
 test('js/llama imports the package through its public entry; js/ never imports js/llama', () => {
