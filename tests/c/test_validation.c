@@ -1323,10 +1323,10 @@ static void test_check_create(void) {
             static const unsigned char junk[16] = "not a save here";
             size_t took = 0;
             TU_CHECK(sdpa_wasm_kv_load_feed(g_ctx, L, junk, sizeof junk, &took) == SDPA_E_FORMAT &&
-                         strncmp(sdpa_ctx_last_error(g_ctx), "not saved KV state", 18) == 0,
+                         strncmp(sdpa_ctx_last_error(g_ctx), "this is not saved KV state", 26) == 0,
                      "wasm load_feed: junk: '%s'", sdpa_ctx_last_error(g_ctx));
             TU_CHECK(sdpa_wasm_kv_load_finish(g_ctx, L, &c) == SDPA_E_FORMAT &&
-                         strncmp(sdpa_ctx_last_error(g_ctx), "not saved KV state", 18) == 0,
+                         strncmp(sdpa_ctx_last_error(g_ctx), "this is not saved KV state", 26) == 0,
                      "wasm load_finish after junk: '%s'", sdpa_ctx_last_error(g_ctx));
             sdpa_kv_load_free(L);
         }
