@@ -80,10 +80,11 @@ static void test_formats(void) {
             }
 }
 
-/* The dtype whose stored blocks a source reads in place (0: a decoded or
- * caller tile, any dtype's). */
+/* The dtype whose stored blocks a source reads in place (0: a decoded tile,
+ * any dtype's; -1: caller rows, which no page is read as). */
 static int32_t k_source_dtype(k_source k) {
     switch (k) {
+        case K_F32_TRANSPOSED: return -1;
         case K_F32_PAGE: return SDPA_DTYPE_FLOAT32;
         case K_F16_PAGE: return SDPA_DTYPE_FLOAT16;
         case K_I8_PAGE: return SDPA_DTYPE_INT8;
@@ -93,6 +94,7 @@ static int32_t k_source_dtype(k_source k) {
 }
 static int32_t v_source_dtype(v_source v) {
     switch (v) {
+        case V_F32_ROWS: return SDPA_DTYPE_FLOAT32;
         case V_F16_PAGE: return SDPA_DTYPE_FLOAT16;
         case V_I8_PAGE: return SDPA_DTYPE_INT8;
         case V_I4_PAGE: return SDPA_DTYPE_INT4;
@@ -111,8 +113,7 @@ static void test_kernel_table(void) {
         const v_source vs[2] = { k->v_tile, k->v_tile_marked };
         for (int m = 0; m < 2; m++) {
             TU_CHECK(k_source_dtype(ks[m]) == 0 || k_source_dtype(ks[m]) == d, "dtype %d: K source %d reads another dtype", d, (int)ks[m]);
-            TU_CHECK(v_source_dtype(vs[m]) == 0 || v_source_dtype(vs[m]) == d || (vs[m] == V_F32_ROWS && d == SDPA_DTYPE_FLOAT32),
-                     "dtype %d: V source %d reads another dtype", d, (int)vs[m]);
+            TU_CHECK(v_source_dtype(vs[m]) == 0 || v_source_dtype(vs[m]) == d, "dtype %d: V source %d reads another dtype", d, (int)vs[m]);
         }
         /* a marked page (a float16 Inf / NaN, an int4 NaN group) is never read by the in-place half converters */
         TU_CHECK(k->k_tile_marked != K_F16_PAGE && k->k_tile_marked != K_I4_PAGE && k->v_tile_marked != V_F16_PAGE &&
