@@ -16,9 +16,9 @@
  *      PROBE_QK_F32  Q.K over a key-transposed float32 tile ([4][D][16], a
  *                    float32 page's K block): per head-dim element d, two K
  *                    vectors (8 keys) times 4 broadcast q: 8 accumulators,
- *                    passes of 8 keys (flash.c qk_rows_of, R 4, NV 2)
+ *                    passes of 8 keys (flash_float.h qk_rows_of, R 4, NV 2)
  *      PROBE_PV_F32  P.V over float32 V rows ([64][D]): 4 rows x 2 vectors
- *                    of D = 8 accumulators, keys in groups of 16 (flash.c
+ *                    of D = 8 accumulators, keys in groups of 16 (flash_float.h
  *                    pv_rows_of, 4 rows)
  *      PROBE_QK_I8   Q.K over an int8 K block ([8][D/2][8][2] + scales and
  *                    zero points): dot_i16x8_s of 4 keys' (k[d], k[d+1]) with
