@@ -341,8 +341,8 @@ export function checkImpliedStart(ck, Q, masked, length) {
 // positive one (it sizes the copy).
 
 /**
- * read / readRaw's arguments: start a non-negative integer, length a positive
- * one. Returns [start, length] (null when invalid; the row rules then do not apply).
+ * read / readRaw's arguments: start an integer (C's entry rejects a negative
+ * one), length a positive one (it sizes the copy). Returns [start, length] (null when invalid; the row rules then do not apply).
  */
 export function checkCacheRows(ck, start, length) {
   return [checkStartPos(ck, start, 'start', true), checkSize(ck, length, 'length')];
