@@ -241,7 +241,7 @@ export class KVCache {
     ck.done();
     const c = this.#core, at = c.slot('ptr');
     c.views().u32[at >>> 2] = 0;
-    c.check(c.M._sdpa_wasm_kv_cache_read(c.ctx, this.#ptr, s, n, raw, at), fn);
+    c.checkEntry(c.M._sdpa_wasm_kv_cache_read(c.ctx, this.#ptr, s, n, raw, at), fn);
     return [s, n, c.views().u32[at >>> 2]];
   }
 
@@ -337,7 +337,7 @@ export class KVCache {
     const p = n ? c.malloc(n * Int32Array.BYTES_PER_ELEMENT, fn, 'a temporary copy of rows') : 0;
     try {
       if (n) c.views().i32.set(list, p >>> 2);
-      c.check(c.M._sdpa_wasm_kv_cache_keep_rows(c.ctx, this.#ptr, start, p, n), fn);
+      c.checkEntry(c.M._sdpa_wasm_kv_cache_keep_rows(c.ctx, this.#ptr, start, p, n), fn);
     } finally {
       c.free(p);
     }
@@ -345,7 +345,7 @@ export class KVCache {
 
   #truncateChecked(fn, n) {
     const c = this.#core;
-    c.check(c.M._sdpa_wasm_kv_cache_truncate(c.ctx, this.#ptr, n, 1), fn);
+    c.checkEntry(c.M._sdpa_wasm_kv_cache_truncate(c.ctx, this.#ptr, n, 1), fn);
   }
 
   static {

@@ -82,7 +82,7 @@ class Saver {
         ck.add(codeOfStatus(st), core.lastError());
         return;
       }
-      core.check(st, fn);
+      core.checkEntry(st, fn);
       this.ptr = core.views().u32[outAt >>> 2];
     } finally {
       core.free(mp);
