@@ -585,7 +585,7 @@ static void tile_softmax(const flash_plan * f, block_state * st, int32_t ts, int
     }
 }
 
-/* The weights of each whole quad of rows broadcast, [quad][t][4] (f32_pv_rows's
+/* The weights of each whole quad of rows broadcast, [quad][t][4] (f32_pv_tile's
  * 4-row loop then loads them at constant offsets from one pointer: V8
  * computes every splat's address on its own, measured slower). */
 static void broadcast_weights(block_state * st, int32_t nt) {
@@ -608,7 +608,7 @@ static const v128_t * quad_weights(const block_state * st, int32_t x, int32_t t0
 static void tile_values_f32(const flash_plan * f, block_state * st, const float * v, size_t ldv, int32_t nt) {
     broadcast_weights(st, nt);
     for (int32_t x = 0; x < st->n; x += 4)
-        f32_pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS, TILE_KEYS,
+        f32_pv_tile(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS, TILE_KEYS,
                 quad_weights(st, x, 0), st->n - x < 4 ? st->n - x : 4, v, ldv, nt, f->p->head_dim);
 }
 /* V_F16_PAGE: the weights times 2^112 and the values (finite halves)
@@ -619,7 +619,7 @@ static void tile_values_f16(const flash_plan * f, block_state * st, const uint16
     const int32_t D = f->p->head_dim;
     scale_floats(st->s, (size_t)st->n * TILE_KEYS, 0x1p112f);
     if (st->n == 1) {
-        f16_pv_rows(st->acc, (size_t)f->dim_pad, st->s, TILE_KEYS, 1, v, (size_t)D, nt, D);
+        f16_pv_tile(st->acc, (size_t)f->dim_pad, st->s, TILE_KEYS, 1, v, (size_t)D, nt, D);
         return;
     }
     broadcast_weights(st, nt);
@@ -627,7 +627,7 @@ static void tile_values_f16(const flash_plan * f, block_state * st, const uint16
         const int32_t kt = nt - t0 < PV_KEYS ? nt - t0 : PV_KEYS;
         convert_halves(v + (size_t)t0 * D, (size_t)kt * D, st->vtile, F16_SCALED);
         for (int32_t x = 0; x < st->n; x += 4)
-            f32_pv_rows(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS + t0, TILE_KEYS,
+            f32_pv_tile(st->acc + (size_t)x * f->dim_pad, (size_t)f->dim_pad, st->s + (size_t)x * TILE_KEYS + t0, TILE_KEYS,
                     quad_weights(st, x, t0), st->n - x < 4 ? st->n - x : 4, st->vtile, (size_t)D, kt, D);
     }
 }

@@ -1,7 +1,7 @@
 /* flash_float.h: the microkernels of flash.c's tile loop for float32 and
  * float16 keys and values: Q.K against a key-transposed tile (f32_qk_tile,
  * K_F32_TRANSPOSED, K_F32_PAGE, K_F16_PAGE and the decoded sources), P.V
- * over value rows (f32_pv_rows, V_F32_ROWS, V_F16_PAGE and the decoded ones), and
+ * over value rows (f32_pv_tile, V_F32_ROWS, V_F16_PAGE and the decoded ones), and
  * the float16 conversions that feed them. Included by flash.c alone, like
  * flash_int8.h and flash_int4.h, so that they compile into its translation
  * unit and inline into the tile loop. */
@@ -45,7 +45,7 @@ static FLASH_INLINE float load1(const void * base, size_t i, const int F16) {
 }
 
 /* acc[r][v] += q[r][d] * k[d][4v .. 4v+4) for one head-dim element d */
-static FLASH_INLINE void qk_step(v128_t acc[4][4], const v128_t * qs, const void * k, int32_t d, const int R,
+static FLASH_INLINE void qk_step_of(v128_t acc[4][4], const v128_t * qs, const void * k, int32_t d, const int R,
                                  const int NV, const int F16) {
     v128_t vk[4];
     for (int v = 0; v < NV; v++) vk[v] = load4(k, (size_t)d * KG + 4 * (size_t)v, F16);
@@ -67,9 +67,9 @@ static FLASH_INLINE uint32_t qk_rows_of(const v128_t * qs, const void * k, int32
     int32_t d = 0;
     for (const int32_t touching = lines < D ? lines : D; d < touching; d++, qs += 4) {
         touched |= ta[(size_t)d * SDPA_CACHE_LINE_WORDS] | tb[(size_t)d * SDPA_CACHE_LINE_WORDS];
-        qk_step(acc, qs, k, d, R, NV, F16);
+        qk_step_of(acc, qs, k, d, R, NV, F16);
     }
-    for (; d < D; d++, qs += 4) qk_step(acc, qs, k, d, R, NV, F16);
+    for (; d < D; d++, qs += 4) qk_step_of(acc, qs, k, d, R, NV, F16);
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) wasm_v128_store(s + (size_t)r * lds + 4 * v, acc[r][v]);
     return touched;
@@ -198,11 +198,11 @@ static FLASH_INLINE void pv_rows_of(float * acc, size_t lda, const float * p, si
     }
 }
 
-static void f32_pv_rows(float * acc, size_t lda, const float * p, size_t ldp, const v128_t * pw, int32_t n_rows,
+static void f32_pv_tile(float * acc, size_t lda, const float * p, size_t ldp, const v128_t * pw, int32_t n_rows,
                         const float * v, size_t ldv, int32_t nt, int32_t D) {
     pv_rows_of(acc, lda, p, ldp, pw, n_rows, v, ldv, nt, D, 0);
 }
-static void f16_pv_rows(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
+static void f16_pv_tile(float * acc, size_t lda, const float * p, size_t ldp, int32_t n_rows,
                         const uint16_t * v, size_t ldv, int32_t nt, int32_t D) {
     pv_rows_of(acc, lda, p, ldp, NULL, n_rows, v, ldv, nt, D, F16_SCALED);
 }
