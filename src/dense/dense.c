@@ -43,7 +43,7 @@ typedef struct product_job {
 /* Decode (one x row) walks the weight matrix in `far` streams: group g holds
  * rows g, g + q, ..., g + (far - 1) q, q = ceil(rows / far), each a
  * sequential stream from its own region of the matrix (rows side by side in
- * one page stream badly from the L3: dense_kernels.h, f32_rows4). */
+ * one page stream badly from the L3: dense_kernels.h, f32_dot_w4). */
 static int32_t decode_streams(int32_t dtype) {
     return dtype == SDPA_DTYPE_FLOAT32 ? 4 : dtype == SDPA_DTYPE_FLOAT16 ? 1 : 2;
 }
@@ -62,30 +62,30 @@ static void decode_rows(const sdpa_dense_product * p, int32_t g0, int32_t g1) {
             const float * w = (const float *)p->w;
             const size_t rs = (size_t)p->cols;
             if (whole) {
-                f32_rows4(w + g * rs, (size_t)q * rs, x, p->cols, y + g, (size_t)q, acc);
+                f32_dot_w4(w + g * rs, (size_t)q * rs, x, p->cols, y + g, (size_t)q, acc);
             } else {
-                for (int32_t r = g; r < p->rows; r += q) { const float s = f32_row1(w + r * rs, x, p->cols); y[r] = acc ? y[r] + s : s; }
+                for (int32_t r = g; r < p->rows; r += q) { const float s = f32_dot_w1(w + r * rs, x, p->cols); y[r] = acc ? y[r] + s : s; }
             }
             break;
         }
         case SDPA_DTYPE_FLOAT16: {
             const uint8_t * w = p->w + g * rb;
             v128_t special = wasm_i32x4_splat(0);
-            float s = f16_row1((const uint16_t *)w, x, p->cols, &special);
+            float s = f16_dot_w1((const uint16_t *)w, x, p->cols, &special);
             if (wasm_v128_any_true(special)) s = dot_exact(p->dtype, w, x, p->cols);
             y[g] = acc ? y[g] + s : s;
             break;
         }
         case SDPA_DTYPE_Q4_K:
         case SDPA_DTYPE_Q6_K:
-            k_rows(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, p->dtype == SDPA_DTYPE_Q4_K, x, p->cols / 256, y + g, (size_t)q, acc);
+            kq_dot_w2_of(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, p->dtype == SDPA_DTYPE_Q4_K, x, p->cols / 256, y + g, (size_t)q, acc);
             break;
         default: {
             const int32_t dt = p->dtype;
             const int32_t nb = p->cols / 32;
-            if (p->int16_x) qi_rows(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, dt, p->xq, p->xs, nb, y + g, (size_t)q, acc);
-            else if (whole) q_rows2(p->w + g * rb, (size_t)q * rb, dt, x, nb, y + g, (size_t)q, acc);
-            else { const float s = q_row1(p->w + g * rb, dt, x, nb); y[g] = acc ? y[g] + s : s; }
+            if (p->int16_x) q_dot_i16x_w2_of(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, dt, p->xq, p->xs, nb, y + g, (size_t)q, acc);
+            else if (whole) q_dot_w2_of(p->w + g * rb, (size_t)q * rb, dt, x, nb, y + g, (size_t)q, acc);
+            else { const float s = q_dot_w1_of(p->w + g * rb, dt, x, nb); y[g] = acc ? y[g] + s : s; }
             break;
         }
         }
@@ -99,10 +99,10 @@ static void f32_block(const sdpa_dense_product * p, const float * w, size_t rs, 
     const size_t cols = (size_t)p->cols, ys = (size_t)p->rows;
     int32_t i = i0;
     if (n_w == 2)
-        for (; i + 4 <= i1; i += 4) f32_x4w2(w, rs, p->x + i * cols, cols, p->cols, p->y + i * ys + o, ys, acc);
+        for (; i + 4 <= i1; i += 4) f32_dot_x4w2(w, rs, p->x + i * cols, cols, p->cols, p->y + i * ys + o, ys, acc);
     for (; i < i1; i++)
         for (int32_t k = 0; k < n_w; k++) {
-            const float s = f32_row1(w + k * rs, p->x + i * cols, p->cols);
+            const float s = f32_dot_w1(w + k * rs, p->x + i * cols, p->cols);
             float * yo = p->y + i * ys + o + k;
             *yo = acc ? *yo + s : s;
         }
@@ -150,9 +150,9 @@ static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, in
             const uint8_t * w = p->w + o * rb;
             int32_t i = i0;
             for (; i + 4 <= i1; i += 4)
-                k_x4w1(w, q4k, p->x + i * cols, cols, q4k ? job->sums + i * ss : NULL, nb, p->y + i * ys + o, ys, acc);
+                kq_dot_x4w1_of(w, q4k, p->x + i * cols, cols, q4k ? job->sums + i * ss : NULL, nb, p->y + i * ys + o, ys, acc);
             for (; i < i1; i++) {
-                const float s = k_row1(w, q4k, p->x + i * cols, q4k ? job->sums + i * ss : NULL, nb);
+                const float s = kq_dot_w1_of(w, q4k, p->x + i * cols, q4k ? job->sums + i * ss : NULL, nb);
                 float * yo = p->y + i * ys + o;
                 *yo = acc ? *yo + s : s;
             }
@@ -167,17 +167,17 @@ static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, in
                 const uint8_t * w = p->w + o * rb;
                 int32_t i = i0;
                 for (; i + 4 <= i1; i += 4)
-                    qi_x4w1(w, dt, p->xq + i * cols, cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, ys, acc);
-                for (; i < i1; i++) qi_rows(w, 0, 1, dt, p->xq + i * cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, 0, acc);
+                    q_dot_i16x_x4w1_of(w, dt, p->xq + i * cols, cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, ys, acc);
+                for (; i < i1; i++) q_dot_i16x_w2_of(w, 0, 1, dt, p->xq + i * cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, 0, acc);
             }
             break;
         }
         for (int32_t o = r0; o < r1; o++) {
             const uint8_t * w = p->w + o * rb;
             int32_t i = i0;
-            for (; i + 4 <= i1; i += 4) q_x4w1(w, dt, p->x + i * cols, cols, nb, p->y + i * ys + o, ys, acc);
+            for (; i + 4 <= i1; i += 4) q_dot_x4w1_of(w, dt, p->x + i * cols, cols, nb, p->y + i * ys + o, ys, acc);
             for (; i < i1; i++) {
-                const float s = q_row1(w, dt, p->x + i * cols, nb);
+                const float s = q_dot_w1_of(w, dt, p->x + i * cols, nb);
                 float * yo = p->y + i * ys + o;
                 *yo = acc ? *yo + s : s;
             }

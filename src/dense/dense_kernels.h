@@ -153,7 +153,7 @@ static inline float f32_tail(float s, const float * w, const float * x, int32_t 
  * four sequential streams from four regions. (Four adjacent rows, in one
  * page, streamed from the L3 at a third of that: 5.8 against 23.7 GFLOP/s
  * over a 14.4 MB set of a model's matrices, one row at a time 8-9.) */
-static inline void f32_rows4(const float * w, size_t rs, const float * x, int32_t cols, float * y, size_t ys, bool acc) {
+static inline void f32_dot_w4(const float * w, size_t rs, const float * x, int32_t cols, float * y, size_t ys, bool acc) {
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0;
     int32_t j = 0;
     for (; j + 4 <= cols; j += 4) {
@@ -168,7 +168,7 @@ static inline void f32_rows4(const float * w, size_t rs, const float * x, int32_
     for (int k = 0; k < 4; k++) y[k * ys] = acc ? y[k * ys] + s[k] : s[k];
 }
 
-static inline float f32_row1(const float * w, const float * x, int32_t cols) {
+static inline float f32_dot_w1(const float * w, const float * x, int32_t cols) {
     v128_t a = wasm_f32x4_splat(0);
     int32_t j = 0;
     for (; j + 4 <= cols; j += 4) a = f32x4_fmadd(a, wasm_v128_load(w + j), wasm_v128_load(x + j));
@@ -176,7 +176,7 @@ static inline float f32_row1(const float * w, const float * x, int32_t cols) {
 }
 
 /* 4 x rows (xs floats apart) against 2 weight rows: y[r * ys + o] (+)=. */
-static inline void f32_x4w2(const float * w, size_t rs, const float * x, size_t xs, int32_t cols,
+static inline void f32_dot_x4w2(const float * w, size_t rs, const float * x, size_t xs, int32_t cols,
                             float * y, size_t ys, bool acc) {
     v128_t a00 = wasm_f32x4_splat(0), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
     const float * w1 = w + rs;
@@ -209,7 +209,7 @@ static inline float f16_tail(float s, const uint16_t * w, const float * x, int32
 }
 
 /* dot(w row, x) for one weight row of halves; *special |= lanes holding Inf / NaN. */
-static inline float f16_row1(const uint16_t * w, const float * x, int32_t cols, v128_t * special) {
+static inline float f16_dot_w1(const uint16_t * w, const float * x, int32_t cols, v128_t * special) {
     v128_t a = wasm_f32x4_splat(0), sp = wasm_i32x4_splat(0);
     int32_t j = 0;
     for (; j + 8 <= cols; j += 8) {
@@ -312,7 +312,7 @@ static inline v128_t block_fma(v128_t acc, const v128_t * f, const float * x, fl
 }
 
 /* dot(w row, x) of a q8_0, q4_0 or q5_0 (dt) row of nb blocks. */
-static inline float q_row1(const uint8_t * w, int32_t dt, const float * x, int32_t nb) {
+static inline float q_dot_w1_of(const uint8_t * w, int32_t dt, const float * x, int32_t nb) {
     const size_t bb = qb_bytes(dt);
     v128_t acc = wasm_f32x4_splat(0), f[8];
     for (int32_t b = 0; b < nb; b++) {
@@ -325,7 +325,7 @@ static inline float q_row1(const uint8_t * w, int32_t dt, const float * x, int32
 /* 2 weight rows (rs bytes apart) against one x row: y[0], y[ys] (+)=. (Two,
  * not four: four rows' block conversions spill in V8, measured 5.7 against
  * 7.9 GFLOP/s on q8_0 640 x 256.) */
-static inline void q_rows2(const uint8_t * w, size_t rs, int32_t dt, const float * x, int32_t nb, float * y, size_t ys, bool acc) {
+static inline void q_dot_w2_of(const uint8_t * w, size_t rs, int32_t dt, const float * x, int32_t nb, float * y, size_t ys, bool acc) {
     const size_t bb = qb_bytes(dt);
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, f[8];
     for (int32_t b = 0; b < nb; b++) {
@@ -343,7 +343,7 @@ static inline void q_rows2(const uint8_t * w, size_t rs, int32_t dt, const float
 
 /* One weight row against 4 x rows (xs floats apart): y[r * ys] (+)=; each
  * block converted once for the 4 rows. */
-static inline void q_x4w1(const uint8_t * w, int32_t dt, const float * x, size_t xs, int32_t nb,
+static inline void q_dot_x4w1_of(const uint8_t * w, int32_t dt, const float * x, size_t xs, int32_t nb,
                           float * y, size_t ys, bool acc) {
     const size_t bb = qb_bytes(dt);
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0, f[8];
@@ -435,7 +435,7 @@ static inline v128_t block_fma_i16(v128_t acc, const v128_t * w, const int16_t *
 }
 
 /* rows weight rows (1 or 2, rs bytes apart) against one quantized x row: y[0] (and y[ys]) (+)=. */
-static inline void qi_rows(const uint8_t * w, size_t rs, int32_t rows, int32_t dt, const int16_t * xq, const float * xs,
+static inline void q_dot_i16x_w2_of(const uint8_t * w, size_t rs, int32_t rows, int32_t dt, const int16_t * xq, const float * xs,
                            int32_t nb, float * y, size_t ys, bool acc) {
     const size_t bb = qb_bytes(dt);
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, f[4];
@@ -455,7 +455,7 @@ static inline void qi_rows(const uint8_t * w, size_t rs, int32_t rows, int32_t d
 }
 
 /* One weight row against 4 quantized x rows (xqs int16 / nb scales apart): y[r * ys] (+)=. */
-static inline void qi_x4w1(const uint8_t * w, int32_t dt, const int16_t * xq, size_t xqs, const float * xs, int32_t nb,
+static inline void q_dot_i16x_x4w1_of(const uint8_t * w, int32_t dt, const int16_t * xq, size_t xqs, const float * xs, int32_t nb,
                            float * y, size_t ys, bool acc) {
     const size_t bb = qb_bytes(dt);
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, a2 = a0, a3 = a0, f[4];
@@ -607,7 +607,7 @@ static inline v128_t q6k_block(v128_t acc, const uint8_t * b, const float * x) {
  * matrix against one x row of nb blocks: y[0] (and y[ys]) (+)=. q4_k's
  * sub-block sums of x are made here, once for both rows (decode takes no
  * scratch). */
-static inline void k_rows(const uint8_t * w, size_t rs, int32_t rows, bool q4k, const float * x, int32_t nb,
+static inline void kq_dot_w2_of(const uint8_t * w, size_t rs, int32_t rows, bool q4k, const float * x, int32_t nb,
                           float * y, size_t ys, bool acc) {
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, m0 = a0, m1 = a0;
     float xs[8];
@@ -631,7 +631,7 @@ static inline void k_rows(const uint8_t * w, size_t rs, int32_t rows, bool q4k, 
 
 /* One weight row against 4 x rows (xs floats apart; q4_k: their sub-block
  * sums sums[r * nb * 8 ..], made once a call): y[r * ys] (+)=. */
-static inline void k_x4w1(const uint8_t * w, bool q4k, const float * x, size_t xstride, const float * sums, int32_t nb,
+static inline void kq_dot_x4w1_of(const uint8_t * w, bool q4k, const float * x, size_t xstride, const float * sums, int32_t nb,
                           float * y, size_t ys, bool acc) {
     v128_t a[4], m[4];
     for (int r = 0; r < 4; r++) a[r] = m[r] = wasm_f32x4_splat(0);
@@ -673,7 +673,7 @@ static inline void k_x4w1(const uint8_t * w, bool q4k, const float * x, size_t x
 }
 
 /* One weight row against one x row (q4_k: its sums made once a call, sums[b * 8 ..]). */
-static inline float k_row1(const uint8_t * w, bool q4k, const float * x, const float * sums, int32_t nb) {
+static inline float kq_dot_w1_of(const uint8_t * w, bool q4k, const float * x, const float * sums, int32_t nb) {
     v128_t a = wasm_f32x4_splat(0), m = a;
     for (int32_t b = 0; b < nb; b++) {
         if (q4k) q4k_block(&a, &m, w + (size_t)b * 144, x + 256 * b, sums + (size_t)b * 8);
