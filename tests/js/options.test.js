@@ -22,6 +22,12 @@ test('checkOptions reads options as the package reads its own: each known name o
   assert.equal(checkOptions('mine', undefined, ['a']), { a: undefined });
   expectError(() => checkOptions('mine', { a: 1, c: 2 }, ['a', 'b']), 'E_ARG', [/^mine: unknown option 'c'/, /the options are a, b/]);
   expectError(() => checkOptions('mine', 5, ['a']), 'E_ARG', [/^mine: options must be a plain object/]);
+  // a name some script put on Object.prototype is no option (sdpa-wasm/llama reads its options here)
+  Object.prototype.temperature = 99; // eslint-disable-line no-extend-native
+  try {
+    assert.equal(checkOptions('mine', {}, ['temperature']), { temperature: undefined });
+    assert.equal(checkOptions('mine', { maxNewTokens: 3 }, ['maxNewTokens', 'temperature']), { maxNewTokens: 3, temperature: undefined });
+  } finally { delete Object.prototype.temperature; }
   // the same words as the package's own calls
   let own = null;
   try { sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 1, headDim: 8, bogus: 1 }); } catch (e) { own = e; }
