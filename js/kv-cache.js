@@ -167,8 +167,8 @@ export class KVCache {
     checkLive(ck, V);
     checkLiveOptions(ck, o);
     const sp = checkWriteStart(ck, startPos, this.#writtenOrUnknown());
-    checkDimsFit(ck, K);
-    checkDimsFit(ck, V);
+    checkDimsFit(ck, K, this.#core);
+    checkDimsFit(ck, V, this.#core);
     const rot = this.#rotary(ck, o.R);
     ck.done();
     const W = { K, V };
@@ -376,8 +376,8 @@ export class KVCache {
     checkLiveOptions(ck, o);
     const sp = checkWriteStart(ck, startPos, this.#writtenOrUnknown());
     const P = this.#plan(ck, Q, o);
-    checkDimsFit(ck, K);
-    checkDimsFit(ck, V);
+    checkDimsFit(ck, K, this.#core);
+    checkDimsFit(ck, V, this.#core);
     checkOutApart(ck, this.#core, P.O, [P.Q, P.M, P.S, P.T, P.RC, P.RS, K, V]);
     return { P, sp, ptr: this.#ptr, K, V };
   }
@@ -398,13 +398,14 @@ export class KVCache {
   /**
    * An attend's or a step's plan: its tensors and the option values C is
    * given (readAttentionOptions: their JS-only rules; attention over a cache
-   * is causal by default), dims C cannot be given (checkDimsFit), rotary's
+   * is causal by default), dims C cannot be given and an array to be copied
+   * of another length than its dims need (checkDimsFit), rotary's
    * tables as P.RC, P.RS (out's rule, the rules between items) and its block
    * as P.rot (putRotary).
    */
   #plan(ck, Q, o) {
     const { isCausal, scale, window, softcap } = readAttentionOptions(ck, o, true);
-    for (const d of [Q, o.M, o.S, o.T, o.O]) checkDimsFit(ck, d);
+    for (const d of [Q, o.M, o.S, o.T, o.O]) checkDimsFit(ck, d, this.#core);
     return {
       Q, M: o.M, O: o.O, S: o.S, T: o.T, isCausal, scale, window, softcap,
       RC: o.R === null ? null : o.R.C, RS: o.R === null ? null : o.R.S, rot: this.#rotary(ck, o.R),
@@ -420,8 +421,8 @@ export class KVCache {
   #rotary(ck, R) {
     if (R === null) return null;
     const interleaved = checkBool(ck, R.interleaved, 'rotary.interleaved');
-    checkDimsFit(ck, R.C);
-    checkDimsFit(ck, R.S);
+    checkDimsFit(ck, R.C, this.#core);
+    checkDimsFit(ck, R.S, this.#core);
     return { C: R.C, S: R.S, interleaved, positions: R.positions };
   }
 

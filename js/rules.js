@@ -1,6 +1,7 @@
 // rules.js: the rules of CONTRACT.md sections 2-3 that only JS can see,
 // checked on a call's snapshot (snapshot.js) before anything touches wasm
-// memory: JS types, typed-array kinds, dims C cannot be given, out over an
+// memory: JS types, typed-array kinds, dims C cannot be given, a typed array
+// to be copied into wasm memory holding other than its dims need, out over an
 // input in memory C cannot see, option names and values C cannot hold. Every
 // other rule is C's, checked once at the call's entry (src/wasm/api.h).
 //
@@ -199,12 +200,20 @@ const HEADS_AXIS = Object.freeze({ query: 2, key: 2, value: 2, attnMask: -1, sin
 const isInt32 = (x) => Number.isInteger(x) && x >= -0x80000000 && x <= INT32_MAX;
 
 /**
- * E_DIMS for a tensor whose dims C cannot be given as JS has them (a dim
- * that is not an int32 integer, a length or a product past C's count), in
- * JS's words (a dim of 2.5 or 2^40 printed as JS prints it). Every other dims
- * rule is C's. `d`: a descriptor (null: not given).
+ * The dims rules JS checks before any copy (`d`: a descriptor, null: not
+ * given; `core`: the instance's runtime):
+ * - dims C cannot be given as JS has them (a dim that is not an int32
+ *   integer, a length or a product past C's count): E_DIMS in JS's words (a
+ *   dim of 2.5 or 2^40 printed as JS prints it);
+ * - a typed array that will be copied into wasm memory (neither a heap tensor
+ *   nor a view of this instance's memory) holding other than what its dims
+ *   need: C's check_dims words for it (checkDims). JS's, because the copy (and
+ *   an out temporary of out's own length) is made before C's entry checks
+ *   anything: a longer array would grow the heap for a call that is then
+ *   rejected (wasm memory never shrinks), or fail as E_OOM where E_DIMS is due.
+ * Every other dims rule is C's (a view of this memory: checked in place).
  */
-export function checkDimsFit(ck, d) {
+export function checkDimsFit(ck, d, core) {
   if (d === null || d.heap || d.dims === null) return;
   const dims = d.dims;
   let p = 1, positive = true, fits = d.len <= SIZE_MAX;
@@ -213,10 +222,12 @@ export function checkDimsFit(ck, d) {
     else if (dims[i] <= 0) positive = false;
     p *= dims[i];
   }
-  if (fits && !(d.len >= 0 && positive && p > Math.floor(SIZE_MAX / (d.dtype === 'bool' ? 1 : 4)))) return;
+  const copied = d.data !== null && memoryOwner(d.buffer) !== core;
+  if (fits && !(d.len >= 0 && positive && p > Math.floor(SIZE_MAX / (d.dtype === 'bool' ? 1 : 4))) && !(copied && d.len !== p)) return;
   const tmp = new Checks('');
   checkDims(tmp, d, HEADS_AXIS[d.name] ?? -1);
-  if (tmp.first !== null && tmp.first.code === 'E_DIMS') ck.add('E_DIMS', tmp.first.message);
+  // (a copied array of a 0-heads tensor: C's E_HEADS, as it says for that tensor alone)
+  if (tmp.first !== null && (tmp.first.code === 'E_DIMS' || copied)) ck.add(tmp.first.code, tmp.first.message);
 }
 
 /**
@@ -294,7 +305,7 @@ export function readAttentionOptions(ck, o, cache) {
  */
 export function checkCustom(core, ck, o, Q, K, V) {
   const opts = readAttentionOptions(ck, o, false);
-  for (const d of [Q, K, V, o.M, o.S, o.O]) checkDimsFit(ck, d);
+  for (const d of [Q, K, V, o.M, o.S, o.O]) checkDimsFit(ck, d, core);
   checkOutApart(ck, core, o.O, [Q, o.M, o.S, K, V]);
   return { Q, M: o.M, O: o.O, S: o.S, T: null, isCausal: opts.isCausal, scale: opts.scale, window: opts.window, softcap: opts.softcap };
 }

@@ -378,7 +378,8 @@ export class Core {
    * kv-cache.js #plan: its Q, M, O and scalar options); `K`, `V` the key/value
    * descriptors (null for a cache attend); `invoke(maskSlot)` calls the entry
    * with the slot addresses and returns a status. An input copied in is its
-   * typed array's own bytes; the output goes to `out` in place when it lives
+   * typed array's own bytes (checkDimsFit held them to their dims' product
+   * before this: a rejected call copies no more than its dims say); the output goes to `out` in place when it lives
    * in wasm memory, else to a temporary of out's own size copied into `out`
    * (or a new Float32Array) after success. With every tensor a heap tensor
    * of this instance nothing is malloc'ed or copied.

@@ -243,6 +243,88 @@ test('E_DIMS: non-positive or non-integer dims, data length, out dims, step leng
   heapOut2.dispose();
 });
 
+test('E_DIMS before any copy: a typed array JS copies into wasm memory holds what its dims need; a rejected call never grows the heap', async () => {
+  // Each case on a fresh instance (a 64 MiB heap, part of it free): an array of
+  // 64 MiB and a little, copied (or an out temporary of its size made) before
+  // C's entry checks it, would grow the heap for good.
+  const BIG_BYTES = 64 * 2 ** 20 + 256;
+  const rand = rng(41);
+  const r = (dims) => randTensor(rand, dims);
+  const bool = (dims) => ({ data: new Uint8Array(dims.reduce((a, b) => a * b, 1)).fill(1), dims });
+  const rot = () => ({ cos: r([16, 4]), sin: r([16, 4]) });
+  const long = (x) => { const a = new x.data.constructor(BIG_BYTES / x.data.BYTES_PER_ELEMENT); a.set(x.data); return { data: a, dims: x.dims }; };
+  const same = (x) => x;
+  // [label, the argument's name in the message, call(s, cache, wrap): wrap is applied to that one argument]
+  const cases = [
+    ['customSdpa query', 'query', (s, c, w) => s.customSdpa(w(q()), k(), v())],
+    ['customSdpa key', 'key', (s, c, w) => s.customSdpa(q(), w(k()), v())],
+    ['customSdpa value', 'value', (s, c, w) => s.customSdpa(q(), k(), w(v()))],
+    ['customSdpa float32 attnMask', 'attnMask', (s, c, w) => s.customSdpa(q(), k(), v(), { attnMask: w(r([2, 6])) })],
+    ['customSdpa bool attnMask', 'attnMask', (s, c, w) => s.customSdpa(q(), k(), v(), { attnMask: w(bool([2, 6])) })],
+    ['customSdpa sinks', 'sinks', (s, c, w) => s.customSdpa(q(), k(), v(), { sinks: w(r([4])) })],
+    ['customSdpa out', 'out', (s, c, w) => s.customSdpa(q(), k(), v(), { out: w({ data: new Float32Array(64), dims: [1, 2, 4, 8] }) })],
+    ['update key', 'key', (s, c, w) => c.update(w(ckv()), ckv())],
+    ['update value', 'value', (s, c, w) => c.update(ckv(), w(ckv()))],
+    ['update rotary.cos', 'rotary.cos', (s, c, w) => { const o = rot(); c.update(ckv(), ckv(), { rotary: { cos: w(o.cos), sin: o.sin } }); }],
+    ['update rotary.sin', 'rotary.sin', (s, c, w) => { const o = rot(); c.update(ckv(), ckv(), { rotary: { cos: o.cos, sin: w(o.sin) } }); }],
+    ['step query', 'query', (s, c, w) => c.step(w(cq()), ckv(), ckv())],
+    ['step key', 'key', (s, c, w) => c.step(cq(), w(ckv()), ckv())],
+    ['step value', 'value', (s, c, w) => c.step(cq(), ckv(), w(ckv()))],
+    ['step out', 'out', (s, c, w) => c.step(cq(), ckv(), ckv(), { out: w({ data: new Float32Array(32), dims: [1, 1, 4, 8] }) })],
+    ['step treeMask', 'treeMask', (s, c, w) => c.step(cq(), ckv(), ckv(), { treeMask: w(bool([1, 1])) })],
+    ['step rotary.cos', 'rotary.cos', (s, c, w) => { const o = rot(); c.step(cq(), ckv(), ckv(), { rotary: { cos: w(o.cos), sin: o.sin } }); }],
+    ['attend query', 'query', (s, c, w) => c.attend(w(cq()))],
+    ['attend out', 'out', (s, c, w) => c.attend(cq(), { out: w({ data: new Float32Array(32), dims: [1, 1, 4, 8] }) })],
+    ['attend sinks', 'sinks', (s, c, w) => c.attend(cq(), { sinks: w(r([4])) })],
+    ['attendMany query', 'items[0]: query', (s, c, w) => s.attendMany([{ cache: c, q: w(cq()) }])],
+    ['attendMany out', 'items[0]: out', (s, c, w) => s.attendMany([{ cache: c, q: cq(), out: w({ data: new Float32Array(32), dims: [1, 1, 4, 8] }) }])],
+    ['stepMany key', 'items[0]: key', (s, c, w) => s.stepMany([{ cache: c, q: cq(), k: w(ckv()), v: ckv() }])],
+    ['stepMany out', 'items[0]: out', (s, c, w) => s.stepMany([{ cache: c, q: cq(), k: ckv(), v: ckv(), out: w({ data: new Float32Array(32), dims: [1, 1, 4, 8] }) }])],
+  ];
+  for (const [label, name, call] of cases) {
+    const s = await createSdpa({ threads: 1 });
+    try {
+      const c = s.createKVCache({ maxSeqLen: 16, numKvHeads: 2, headDim: 8 });
+      c.update(ckv(4), ckv(4), 0);
+      call(s, c, same);  // (the call with every array as its dims need works: the long one is its only fault)
+      const heap0 = s.memory().heapBytes, rows0 = c.length, before = c.read(0, rows0);
+      let n = 0, dims = null;
+      const wrap = (x) => { const y = long(x); n = y.data.length; dims = x.dims; return y; };
+      const fn = label.split(' ')[0].replace(/^(update|step|attend)$/, 'KVCache.$1').replace(/^(attendMany|stepMany)$/, 'sdpa.$1');
+      const err = expectError(() => call(s, c, wrap), 'E_DIMS', [], label);
+      const need = dims.reduce((a, b) => a * b, 1);
+      assert.is(err.message, `${fn}: ${name}.data has ${n} elements but dims [${dims.join(', ')}] need ${need}`, `${label}: C's words`);
+      assert.is(s.memory().heapBytes, heap0, `${label}: the heap did not grow (${heap0} -> ${s.memory().heapBytes})`);
+      assert.is(c.length, rows0, `${label}: no row written`);
+      const after = c.read(0, rows0);
+      assert.ok(sameBits(after.k.data, before.k.data) && sameBits(after.v.data, before.v.data), `${label}: the cache is unchanged`);
+    } finally { s.dispose(); }
+  }
+});
+
+test('E_DIMS, not E_OOM: an array of 2^30 + 8 floats for dims of 64 (its copy, 4 GiB, cannot fit the heap)', async () => {
+  const huge = new Float32Array(2 ** 30 + 8);  // (4 GiB never written: its pages are never touched)
+  const s = await createSdpa({ threads: 1 });
+  try {
+    const c = s.createKVCache({ maxSeqLen: 8, numKvHeads: 2, headDim: 8 });
+    const heap0 = s.memory().heapBytes;
+    const words = (name, dims, need) => `${name}.data has ${huge.length} elements but dims [${dims.join(', ')}] need ${need}`;
+    let e = expectError(() => s.customSdpa({ data: huge, dims: [1, 2, 4, 8] }, k(), v()), 'E_DIMS');
+    assert.is(e.message, `customSdpa: ${words('query', [1, 2, 4, 8], 64)}`);
+    e = expectError(() => s.customSdpa(q(), k(), v(), { out: { data: huge, dims: [1, 2, 4, 8] } }), 'E_DIMS');
+    assert.is(e.message, `customSdpa: ${words('out', [1, 2, 4, 8], 64)}`);
+    e = expectError(() => c.update({ data: huge, dims: [1, 1, 2, 8] }, ckv()), 'E_DIMS');
+    assert.is(e.message, `KVCache.update: ${words('key', [1, 1, 2, 8], 16)}`);
+    e = expectError(() => s.stepMany([{ cache: c, q: cq(), k: ckv(), v: ckv(), out: { data: huge, dims: [1, 1, 4, 8] } }]), 'E_DIMS');
+    assert.is(e.message, `sdpa.stepMany: items[0]: ${words('out', [1, 1, 4, 8], 32)}`);
+    // a 0-heads query needs no element: C's E_HEADS for it, before any copy
+    e = expectError(() => s.customSdpa({ data: huge, dims: [1, 2, 0, 8] }, k(), v()), 'E_HEADS');
+    assert.is(e.message, 'customSdpa: query has 0 heads (dims [1, 2, 0, 8]); expected at least 1');
+    assert.is(s.memory().heapBytes, heap0, 'the heap did not grow');
+    assert.is(c.length, 0, 'no row written');
+  } finally { s.dispose(); }
+});
+
 test('E_DTYPE: q/k/v/out not float32, dtype field contradicting data, cache/alloc dtype', () => {
   const boolOut = sdpa.allocTensor('bool', [1, 2, 4, 8]);
   runCases('E_DTYPE', [
@@ -468,6 +550,16 @@ test('several broken rules: the first in table order is reported (JS-only rules 
   expectError(() => cache.update(t([1, 1, 3, 8]), t([1, 1, 3, 4]), 8), 'E_HEADS');
   expectError(() => sdpa.customSdpa({ data: new Float32Array(0), dims: [1, 2, 0, 8] }, k(), v(), { out: freshOut() }), 'E_DIMS', [/out/]);
   expectError(() => sdpa.customSdpa(q(), { data: new Float32Array(0), dims: [1, 6, 0, 8] }, t([2, 6, 2, 8])), 'E_BATCH', [/value/]);
+  // a typed array JS copies into wasm memory holding other than its dims need is JS's (E_DIMS before C's E_RANK
+  // of the key); a view of wasm memory is checked in place by C, in table order (E_RANK); the words are the same
+  const h = sdpa.allocTensor('float32', [128]);
+  const key3 = () => ({ data: K.data, dims: [6, 2, 8] });
+  expectError(() => sdpa.customSdpa({ data: new Float32Array(128), dims: [1, 2, 4, 8] }, key3(), v()), 'E_DIMS', [/query\.data has 128 elements/]);
+  expectError(() => sdpa.customSdpa({ data: h.data, dims: [1, 2, 4, 8] }, key3(), v()), 'E_RANK', [/key has rank 3/]);
+  const byC = expectError(() => sdpa.customSdpa({ data: h.data, dims: [1, 2, 4, 8] }, k(), v()), 'E_DIMS');
+  const byJs = expectError(() => sdpa.customSdpa({ data: new Float32Array(128), dims: [1, 2, 4, 8] }, k(), v()), 'E_DIMS');
+  assert.is(byJs.message, byC.message, "JS's words are C's");
+  h.dispose();
 });
 
 test.run();
