@@ -36,9 +36,17 @@ static void futex_wake_all(atomic_int * addr) {
 }
 #endif
 
-/* Spin this many loads before sleeping: short, because a 2-core machine may
- * be busy with other work and a long spin would steal the core we wait on. */
-#define SPIN_ITERS 2000
+/* Spin this many loads (about 50-150 us) before sleeping. A decode step is a
+ * few hundred jobs with gaps of tens of microseconds between them (attention,
+ * norms, JS): at 2000 loads (a few us) the workers slept in every gap and a
+ * futex wake began each job, and 2 threads decoded the 135M shape slower than
+ * one. At 50000 they stay awake through a step: 2-thread decode 1.22-1.44x
+ * faster on that shape (q8_0, float and int16 activations; bench/HISTORY.md,
+ * "The pool's spin"). The cost: a worker burns up to that long after the last
+ * job before it sleeps. */
+#ifndef SPIN_ITERS
+#define SPIN_ITERS 50000
+#endif
 
 typedef struct worker {
     sdpa_pool * pool;
