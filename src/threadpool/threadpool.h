@@ -1,5 +1,5 @@
 /* threadpool.h: one persistent pool per context. Workers are started once
- * and sleep on a futex (after a short spin) between jobs; a job hands out
+ * and sleep on a futex (after a spin of about 50-150 us, so a decode step's jobs find them awake) between jobs; a job hands out
  * work units 0..n_units-1 through an atomic counter, and the calling thread
  * works too. Which thread runs a unit never changes the result: units write
  * disjoint outputs. */
