@@ -1,6 +1,7 @@
 /* threadpool.h: one persistent pool per context. Workers are started once
- * and sleep on a futex (after a spin of about 50-150 us, so a decode step's jobs find them awake) between jobs; a job hands out
- * work units 0..n_units-1 through an atomic counter, and the calling thread
+ * and sleep on a futex between jobs (after a spin of about 50-150 us, so a
+ * decode step's jobs find them awake); a job hands out work units
+ * 0..n_units-1 through an atomic counter, and the calling thread
  * works too. Which thread runs a unit never changes the result: units write
  * disjoint outputs. */
 #ifndef SDPA_THREADPOOL_H
