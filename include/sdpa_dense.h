@@ -50,7 +50,10 @@
  * 256, E_DIMS). A weight's bytes
  * are rows * sdpa_weight_row_bytes(dtype, cols); `data` may have any
  * alignment. NaN or Inf in a weight (a float16 scale included) is computed
- * through, not scanned for: the outputs it reaches are NaN or Inf.
+ * through, not scanned for: the outputs it reaches are NaN or Inf. With
+ * float activations, a block dtype's quants enter a block's sum times 2^24
+ * and its scale times 2^-24 (the same bits: powers of two), so an x of
+ * magnitude 2^94 (about 2e28) or more can overflow a partial sum to +-Inf.
  *
  * Numerics: every output element is one dot product computed by one thread
  * in one fixed order (float32 accumulation, 4 lanes, then a fixed lane sum;

@@ -331,8 +331,8 @@ static void decode_weight_row(int32_t dtype, const uint8_t * w, int32_t cols, fl
             for (int h = 0; h < 2; h++) {
                 q6k_half(p, h, q);
                 for (int k = 0; k < 8; k++) {
-                    i8x16_to_f32(wasm_i8x16_sub(q[k], wasm_i8x16_splat(32)), f);
-                    const v128_t vd = wasm_f32x4_splat(d * (float)(int8_t)p[192 + 8 * h + k]);
+                    i8x16_to_f32_2p24(wasm_i8x16_sub(q[k], wasm_i8x16_splat(32)), f);
+                    const v128_t vd = wasm_f32x4_splat(q6k_scale(d, p, 8 * h + k));
                     for (int j = 0; j < 4; j++) wasm_v128_store(y + 256 * b + 128 * h + 16 * k + 4 * j, wasm_f32x4_mul(f[j], vd));
                 }
             }

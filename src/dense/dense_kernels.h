@@ -243,26 +243,37 @@ static inline v128_t small_i32x4_to_f32(v128_t i) {
     return wasm_f32x4_sub(wasm_i32x4_add(i, magic), magic);
 }
 
-/* 16 int8 -> four float32x4 (values 0-3, 4-7, 8-11, 12-15). */
-static inline void i8x16_to_f32(v128_t q, v128_t * f) {
-    const v128_t lo = wasm_i16x8_extend_low_i8x16(q), hi = wasm_i16x8_extend_high_i8x16(q);
-    f[0] = small_i32x4_to_f32(wasm_i32x4_extend_low_i16x8(lo));
-    f[1] = small_i32x4_to_f32(wasm_i32x4_extend_high_i16x8(lo));
-    f[2] = small_i32x4_to_f32(wasm_i32x4_extend_low_i16x8(hi));
-    f[3] = small_i32x4_to_f32(wasm_i32x4_extend_high_i16x8(hi));
+/* 16 int8 -> four float32x4 of the values times 2^24 (values 0-3, 4-7, 8-11,
+ * 12-15): a byte swizzled into the top byte of its lane, zeros below, is the
+ * int32 value·2^24, which f32x4.convert_i32x4 takes exactly. One swizzle and
+ * one convert per 4 values, where sign extensions (i8 -> i16 -> i32) and
+ * small_i32x4_to_f32 took four: q8_0 products with float activations 1.9-2.0x faster (bench/HISTORY.md).
+ * The block's scale carries the 2^-24 (qb_block): products and sums of the
+ * scaled values are those of the values times a power of two, so the scaled
+ * sum times d·2^-24 has the bits of the plain sum times d, unless a partial
+ * sum overflows (|x| above about 1e28; CONTRACT.md section 8). */
+static inline void i8x16_to_f32_2p24(v128_t q, v128_t * f) {
+    f[0] = wasm_f32x4_convert_i32x4(wasm_i8x16_swizzle(q, wasm_i8x16_const(-128, -128, -128, 0, -128, -128, -128, 1, -128, -128, -128, 2, -128, -128, -128, 3)));
+    f[1] = wasm_f32x4_convert_i32x4(wasm_i8x16_swizzle(q, wasm_i8x16_const(-128, -128, -128, 4, -128, -128, -128, 5, -128, -128, -128, 6, -128, -128, -128, 7)));
+    f[2] = wasm_f32x4_convert_i32x4(wasm_i8x16_swizzle(q, wasm_i8x16_const(-128, -128, -128, 8, -128, -128, -128, 9, -128, -128, -128, 10, -128, -128, -128, 11)));
+    f[3] = wasm_f32x4_convert_i32x4(wasm_i8x16_swizzle(q, wasm_i8x16_const(-128, -128, -128, 12, -128, -128, -128, 13, -128, -128, -128, 14, -128, -128, -128, 15)));
 }
 
-/* A block's 32 values as 8 float32x4 (without its scale) and its scale d. */
+/* A block's scale d times 2^-24 (i8x16_to_f32_2p24's values carry 2^24). */
+static inline float block_scale_2m24(const uint8_t * b) { return half_to_float(load_u16(b)) * 0x1p-24f; }
+
+/* A block's 32 values as 8 float32x4 times 2^24 (without its scale), and its
+ * scale d·2^-24: f[k] · d is the block's value · d. */
 static inline float q8_block(const uint8_t * b, v128_t * f) {
-    i8x16_to_f32(wasm_v128_load(b + 2), f);
-    i8x16_to_f32(wasm_v128_load(b + 18), f + 4);
-    return half_to_float(load_u16(b));
+    i8x16_to_f32_2p24(wasm_v128_load(b + 2), f);
+    i8x16_to_f32_2p24(wasm_v128_load(b + 18), f + 4);
+    return block_scale_2m24(b);
 }
 static inline float q4_block(const uint8_t * b, v128_t * f) {
     const v128_t q = wasm_v128_load(b + 2), eight = wasm_i8x16_splat(8);
-    i8x16_to_f32(wasm_i8x16_sub(wasm_v128_and(q, wasm_i8x16_splat(15)), eight), f);
-    i8x16_to_f32(wasm_i8x16_sub(wasm_u8x16_shr(q, 4), eight), f + 4);
-    return half_to_float(load_u16(b));
+    i8x16_to_f32_2p24(wasm_i8x16_sub(wasm_v128_and(q, wasm_i8x16_splat(15)), eight), f);
+    i8x16_to_f32_2p24(wasm_i8x16_sub(wasm_u8x16_shr(q, 4), eight), f + 4);
+    return block_scale_2m24(b);
 }
 
 /* q5_0's fifth bits: 16 bytes, 0x10 where bit (16 half + j) of the block's
@@ -285,12 +296,12 @@ static inline void q5_block_i8(const uint8_t * b, v128_t * lo, v128_t * hi) {
 static inline float q5_block(const uint8_t * b, v128_t * f) {
     v128_t lo, hi;
     q5_block_i8(b, &lo, &hi);
-    i8x16_to_f32(lo, f);
-    i8x16_to_f32(hi, f + 4);
-    return half_to_float(load_u16(b));
+    i8x16_to_f32_2p24(lo, f);
+    i8x16_to_f32_2p24(hi, f + 4);
+    return block_scale_2m24(b);
 }
 
-/* A 32-value block dtype's values and scale. */
+/* A 32-value block dtype's values (times 2^24) and scale (times 2^-24). */
 static inline float qb_block(int32_t dt, const uint8_t * b, v128_t * f) {
     return dt == SDPA_DTYPE_Q8_0 ? q8_block(b, f) : dt == SDPA_DTYPE_Q4_0 ? q4_block(b, f) : q5_block(b, f);
 }
@@ -484,7 +495,9 @@ static inline void q_dot_i16x_x4w1_of(const uint8_t * w, int32_t dt, const int16
  *   q6_k: per block in order, per sub-block of 16 values (v / 16 = 0..15):
  *         p0 = groups 0, 2, p1 = groups 1, 3 of q - 32, acc += (p0 + p1) *
  *         (d * sc); s = hsum(acc).
- * d * sc is exact in float32 (11 + 8 bits), as ggml computes it. */
+ * d * sc is exact in float32 (11 + 8 bits), as ggml computes it. The float
+ * path's quants are converted times 2^24 and the scales carry 2^-24
+ * (i8x16_to_f32_2p24): the same bits. */
 
 /* The sum of 32 values of x in one fixed order (a q4_k sub-block's share of its mins). */
 static inline float subblock_sum(const float * x) {
@@ -502,9 +515,10 @@ static inline void block_sums_k(const float * x, float * xs) {
     for (int s = 0; s < 8; s++) xs[s] = subblock_sum(x + 32 * s);
 }
 
-/* A q4_k block's 8 sub-block scales d * sc[s] and mins dmin * m[s] (ggml's get_scale_min_k4). */
+/* A q4_k block's 8 sub-block scales d * sc[s] * 2^-24 (q4k_sub's values carry
+ * 2^24) and mins dmin * m[s] (ggml's get_scale_min_k4). */
 static inline void q4k_scales(const uint8_t * b, float * ds, float * dm) {
-    const float d = half_to_float(load_u16(b)), dmin = half_to_float(load_u16(b + 2));
+    const float d = half_to_float(load_u16(b)) * 0x1p-24f, dmin = half_to_float(load_u16(b + 2));
     const uint8_t * q = b + 4;
     for (int s = 0; s < 8; s++) {
         int sc, m;
@@ -516,8 +530,9 @@ static inline void q4k_scales(const uint8_t * b, float * ds, float * dm) {
 }
 
 /* The same scales and mins as vectors, unpacked in SIMD (the scalar loop
- * above cost about a fifth of a decode block): ds[0] = d * sc[0..3], ds[1] =
- * d * sc[4..7], dm[0], dm[1] the mins likewise (the same float32 products). */
+ * above cost about a fifth of a decode block): ds[0] = d * sc[0..3] * 2^-24
+ * (q4k_sub's values carry 2^24), ds[1] = d * sc[4..7] * 2^-24, dm[0], dm[1]
+ * the mins likewise (not scaled; the same float32 products). */
 static inline void q4k_scales_v(const uint8_t * b, v128_t * ds, v128_t * dm) {
     const v128_t v = wasm_v128_load(b + 4);  /* the 12 scale bytes (and 4 of qs) */
     const v128_t low6 = wasm_v128_and(v, wasm_i8x16_splat(63));  /* bytes 0-3: sc[0..3], 4-7: m[0..3] */
@@ -526,7 +541,7 @@ static inline void q4k_scales_v(const uint8_t * b, v128_t * ds, v128_t * dm) {
                                            wasm_i32x4_make(-1, 0, 0, 0));
     const v128_t high6 = wasm_v128_or(nib, wasm_i8x16_shl(wasm_u8x16_shr(v, 6), 4));  /* sc[4..7], m[4..7] */
     const v128_t a = wasm_u16x8_extend_low_u8x16(low6), c = wasm_u16x8_extend_low_u8x16(high6);
-    const v128_t d = wasm_f32x4_splat(half_to_float(load_u16(b))), dmin = wasm_f32x4_splat(half_to_float(load_u16(b + 2)));
+    const v128_t d = wasm_f32x4_splat(half_to_float(load_u16(b)) * 0x1p-24f), dmin = wasm_f32x4_splat(half_to_float(load_u16(b + 2)));
     ds[0] = wasm_f32x4_mul(d, small_i32x4_to_f32(wasm_u32x4_extend_low_u16x8(a)));
     dm[0] = wasm_f32x4_mul(dmin, small_i32x4_to_f32(wasm_u32x4_extend_high_u16x8(a)));
     ds[1] = wasm_f32x4_mul(d, small_i32x4_to_f32(wasm_u32x4_extend_low_u16x8(c)));
@@ -544,12 +559,12 @@ static inline v128_t lane_splat(v128_t v, int l) {
 }
 
 /* Sub-block 2c (high: 2c + 1) of a q4_k block, from its 32 bytes of quants at q,
- * as 8 float32x4 (nibbles 0-15). (One sub-block at a time: both at once, 16
+ * as 8 float32x4 (nibbles 0-15, times 2^24: i8x16_to_f32_2p24). (One sub-block at a time: both at once, 16
  * vectors, spill.) */
 static inline void q4k_sub(const uint8_t * q, bool high, v128_t * f) {
     const v128_t a = wasm_v128_load(q), b = wasm_v128_load(q + 16), m = wasm_i8x16_splat(15);
-    i8x16_to_f32(high ? wasm_u8x16_shr(a, 4) : wasm_v128_and(a, m), f);
-    i8x16_to_f32(high ? wasm_u8x16_shr(b, 4) : wasm_v128_and(b, m), f + 4);
+    i8x16_to_f32_2p24(high ? wasm_u8x16_shr(a, 4) : wasm_v128_and(a, m), f);
+    i8x16_to_f32_2p24(high ? wasm_u8x16_shr(b, 4) : wasm_v128_and(b, m), f + 4);
 }
 
 /* acc += a q4_k block's scaled products with x (256 values); macc += its mins times xs. */
@@ -564,16 +579,20 @@ static inline void q4k_block(v128_t * acc, v128_t * macc, const uint8_t * b, con
     *macc = f32x4_fmadd(*macc, wasm_v128_load(xs + 4), dm[1]);
 }
 
-/* One 16-value q6_k sub-block (q - 32 as int8) against x: acc += (p0 + p1) * ds. */
+/* One 16-value q6_k sub-block (q - 32 as int8) against x: acc += (p0 + p1) * ds,
+ * ds = d · sc · 2^-24 (the values carry 2^24: i8x16_to_f32_2p24). */
 static inline v128_t q6k_sub(v128_t acc, v128_t q, const float * x, float ds) {
     v128_t f[4];
-    i8x16_to_f32(wasm_i8x16_sub(q, wasm_i8x16_splat(32)), f);
+    i8x16_to_f32_2p24(wasm_i8x16_sub(q, wasm_i8x16_splat(32)), f);
     v128_t p0 = wasm_f32x4_mul(f[0], wasm_v128_load(x));
     v128_t p1 = wasm_f32x4_mul(f[1], wasm_v128_load(x + 4));
     p0 = f32x4_fmadd(p0, f[2], wasm_v128_load(x + 8));
     p1 = f32x4_fmadd(p1, f[3], wasm_v128_load(x + 12));
     return f32x4_fmadd(acc, wasm_f32x4_add(p0, p1), wasm_f32x4_splat(ds));
 }
+
+/* A q6_k sub-block's scale d · sc times 2^-24 (q6k_sub's values carry 2^24). */
+static inline float q6k_scale(float d, const uint8_t * b, int sub) { return d * (float)((const int8_t *)b)[192 + sub] * 0x1p-24f; }
 
 /* Half h of a q6_k block (128 values) as 8 int8x16 quants (0..63, sub-blocks 8h .. 8h + 7 in order). */
 static inline void q6k_half(const uint8_t * b, int h, v128_t * q) {
@@ -594,11 +613,10 @@ static inline void q6k_half(const uint8_t * b, int h, v128_t * q) {
 /* acc += a q6_k block's products with x (256 values). */
 static inline v128_t q6k_block(v128_t acc, const uint8_t * b, const float * x) {
     const float d = half_to_float(load_u16(b + 208));
-    const int8_t * sc = (const int8_t *)(b + 192);
     v128_t q[8];
     for (int h = 0; h < 2; h++) {
         q6k_half(b, h, q);
-        for (int k = 0; k < 8; k++) acc = q6k_sub(acc, q[k], x + 128 * h + 16 * k, d * (float)sc[8 * h + k]);
+        for (int k = 0; k < 8; k++) acc = q6k_sub(acc, q[k], x + 128 * h + 16 * k, q6k_scale(d, b, 8 * h + k));
     }
     return acc;
 }
@@ -655,12 +673,11 @@ static inline void kq_dot_x4w1_of(const uint8_t * w, bool q4k, const float * x, 
         } else {
             const uint8_t * p = w + (size_t)b * 210;
             const float d = half_to_float(load_u16(p + 208));
-            const int8_t * sc = (const int8_t *)(p + 192);
             v128_t q[8];
             for (int h = 0; h < 2; h++) {
                 q6k_half(p, h, q);
                 for (int k = 0; k < 8; k++) {
-                    const float ds = d * (float)sc[8 * h + k];
+                    const float ds = q6k_scale(d, p, 8 * h + k);
                     for (int r = 0; r < 4; r++) a[r] = q6k_sub(a[r], q[k], xb + r * xstride + 128 * h + 16 * k, ds);
                 }
             }

@@ -191,6 +191,22 @@ test('linear, every weight dtype: n = 1 and n > 1, column tails, ranks 1 to 3, a
   for (const d of DTYPES) assert.ok(worst[d] < 8, `${d}: worst ${worst[d]}`);
 });
 
+test('linear, float activations on q8_0 / q4_0: activations of magnitude 2^90 stay finite and within the bound (block sums are taken times 2^24 inside: CONTRACT.md, non-finite values)', () => {
+  const rand = rng(2090);
+  for (const dtype of ['q8_0', 'q4_0']) {
+    const rows = 9, cols = 96, n = 3;
+    const wb = randomWeightBytes(rand, dtype, rows, cols);
+    const W = weightTensor(sdpa, dtype, rows, cols, wb);
+    const xs = randomFloats(rand, n * cols, 2 ** 90);
+    const X = floats(sdpa, [n, cols], xs);
+    const O = sdpa.linear(X, W);
+    const { y, mag } = linearRef(xs, dequantize(dtype, wb, rows, cols), n, cols, rows, null);
+    for (let i = 0; i < y.length; i++) assert.ok(Number.isFinite(O.data[i]), `${dtype}: [${i}] ${O.data[i]} is not finite`);
+    assertProduct(O.data, y, mag, cols, `${dtype}, |x| up to 2^90`);
+    for (const t of [W, X, O]) t.dispose();
+  }
+});
+
 test('linear: `rows` computes the first rows only (the rest of out untouched); views of heap tensors as x and out', () => {
   const rand = rng(7);
   for (const dtype of DTYPES) {
