@@ -14,6 +14,7 @@
 
 #define UNIT_ROWS 16   /* weight rows per unit */
 #define UNIT_XROWS 64  /* x rows per unit (several x rows: prefill) */
+#define DECODE_SUMS_COLS 16384  /* q4_k decode: x's sub-block sums on the stack up to this many cols (2 KiB) */
 
 void sdpa_ctx_set_dense_parallel_min_macs(sdpa_ctx * ctx, double macs) {
     if (ctx) ctx->dense_min_macs = macs > 0 ? macs : 0;  /* (NaN: 0) */
@@ -55,6 +56,15 @@ static void decode_rows(const sdpa_dense_product * p, int32_t g0, int32_t g1) {
     const int32_t far = decode_streams(p->dtype), q = (p->rows + far - 1) / far;
     const float * x = p->x;
     float * y = p->y;
+    /* q4_k: x's sub-block sums made once for the unit's rows (not once per
+     * two rows), on the stack when x is at most DECODE_SUMS_COLS long (the
+     * same values: block_sums_k's order) */
+    float sum_buf[DECODE_SUMS_COLS / 32];
+    const float * sums = NULL;
+    if (p->dtype == SDPA_DTYPE_Q4_K && p->cols <= DECODE_SUMS_COLS && g1 - g0 > 1) {
+        for (int32_t b = 0; b < p->cols / 256; b++) block_sums_k(x + 256 * b, sum_buf + 8 * b);
+        sums = sum_buf;
+    }
     for (int32_t g = g0; g < g1; g++) {
         const bool whole = g + (far - 1) * q < p->rows;  /* every stream has its row */
         switch (p->dtype) {
@@ -78,7 +88,7 @@ static void decode_rows(const sdpa_dense_product * p, int32_t g0, int32_t g1) {
         }
         case SDPA_DTYPE_Q4_K:
         case SDPA_DTYPE_Q6_K:
-            kq_dot_w2_of(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, p->dtype == SDPA_DTYPE_Q4_K, x, p->cols / 256, y + g, (size_t)q, acc);
+            kq_dot_w2_of(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, p->dtype == SDPA_DTYPE_Q4_K, x, sums, p->cols / 256, y + g, (size_t)q, acc);
             break;
         default: {
             const int32_t dt = p->dtype;

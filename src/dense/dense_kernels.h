@@ -622,18 +622,19 @@ static inline v128_t q6k_block(v128_t acc, const uint8_t * b, const float * x) {
 }
 
 /* rows weight rows (1 or 2, rs bytes apart) of a q4_k (q4k true) or q6_k
- * matrix against one x row of nb blocks: y[0] (and y[ys]) (+)=. q4_k's
- * sub-block sums of x are made here, once for both rows (decode takes no
- * scratch). */
-static inline void kq_dot_w2_of(const uint8_t * w, size_t rs, int32_t rows, bool q4k, const float * x, int32_t nb,
-                          float * y, size_t ys, bool acc) {
+ * matrix against one x row of nb blocks: y[0] (and y[ys]) (+)=. q4_k: sums
+ * holds x's sub-block sums (block_sums_k, [nb][8]), or is NULL and they are
+ * made here, once for both rows. */
+static inline void kq_dot_w2_of(const uint8_t * w, size_t rs, int32_t rows, bool q4k, const float * x, const float * sums,
+                          int32_t nb, float * y, size_t ys, bool acc) {
     v128_t a0 = wasm_f32x4_splat(0), a1 = a0, m0 = a0, m1 = a0;
-    float xs[8];
+    float own[8];
     for (int32_t b = 0; b < nb; b++) {
         const float * xb = x + 256 * b;
         if (q4k) {
             const uint8_t * p = w + (size_t)b * 144;
-            block_sums_k(xb, xs);
+            const float * xs = sums ? sums + 8 * b : own;
+            if (!sums) block_sums_k(xb, own);
             q4k_block(&a0, &m0, p, xb, xs);
             if (rows == 2) q4k_block(&a1, &m1, p + rs, xb, xs);
         } else {
