@@ -459,6 +459,32 @@ sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_
 sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
                                sdpa_kv_cache ** out_cache);
 
+/// A group: the caches of all the layers of a model, made, forked and
+/// truncated as one (docs/CONTRACT.md section 3, "Cache groups"); n >= 1
+/// layers. Each call checks every layer before it changes any: the failure
+/// reported is the first rule in the contract's table order over all
+/// layers, ties to the lowest layer, its message naming that layer
+/// ("createKVCacheGroup: layers[3]: ...", "KVCacheGroup.truncate: layer 3:
+/// ..."). All or nothing: on any failure no layer has changed and nothing
+/// made is kept.
+///
+/// create: out[i] a new cache of descs[i] (sdpa_kv_cache_create_desc), each
+/// the caller's to free with sdpa_kv_cache_free. E_OOM while making them:
+/// the caches made are freed and every out[i] is NULL; any other failure
+/// leaves out as it was. Per layer create_desc's errors; E_ARG (descs or
+/// out NULL, n < 1).
+sdpa_status sdpa_kv_group_create(sdpa_ctx * ctx, const sdpa_kv_cache_desc * descs, int32_t n, sdpa_kv_cache ** out);
+
+/// fork: out[i] a fork of layers[i] (sdpa_kv_cache_fork: copy-on-write),
+/// the caller's to free; E_OOM as create's. E_ARG (a layer, layers or out NULL, n < 1).
+sdpa_status sdpa_kv_group_fork(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, sdpa_kv_cache ** out);
+
+/// truncate: sdpa_kv_cache_truncate(layers[i], length) on every layer. The
+/// copies of shared last pages every layer needs are taken from the pool
+/// first, so E_OOM too leaves every layer as it was. Per layer truncate's
+/// errors; E_ARG (a layer or layers NULL, n < 1).
+sdpa_status sdpa_kv_group_truncate(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, int32_t length);
+
 /// The context's page pool. On wasm32 this struct is 48 bytes: five int64
 /// at 0, 8, 16, 24, 32, then page_rows@40.
 typedef struct sdpa_memory_stats {

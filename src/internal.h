@@ -45,8 +45,14 @@ struct sdpa_ctx {
     void *      scratch;        /* owned; kernels align inside it */
     size_t      scratch_bytes;
     struct sdpa_page_pool * pages;  /* every page of every cache of this context */
+    int32_t     alloc_fault;    /* tests only (sdpa_ctx_fail_cache_alloc): the n-th cache table allocation from now fails */
     char        last_error[SDPA_ERROR_CAP];
 };
+
+/* True when this cache table allocation is to fail as a NULL malloc would
+ * (a create's or a fork's): how the tests reach the E_OOM of a group's
+ * later layer, all or nothing, where a real heap would need gigabytes. */
+static inline bool sdpa_alloc_fault(sdpa_ctx * ctx) { return ctx->alloc_fault > 0 && --ctx->alloc_fault == 0; }
 
 /* The table slot of logical page `page` (rows page * SDPA_PAGE_ROWS ..):
  * itself in a plain cache (ring_pages = 0) and for a windowed cache's sink
@@ -228,5 +234,37 @@ sdpa_status sdpa_kv_cache_step_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache
                                   const sdpa_options * options, sdpa_tensor * out);
 sdpa_status sdpa_kv_cache_attend_many_as(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n);
 sdpa_status sdpa_kv_cache_step_many_as(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n);
+
+/* A cache's create, fork and truncate under a name, for a group
+ * (cache/kv_group.c): create with `make` false runs its checks alone (the
+ * rules, then the page and table sizes: E_OOM) and makes nothing. */
+sdpa_status sdpa_kv_cache_create_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * desc, bool make,
+                                    sdpa_kv_cache ** out_cache);
+sdpa_status sdpa_kv_cache_fork_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache);
+sdpa_status sdpa_kv_cache_truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, int32_t length);
+/* The encoded and float16 pages truncate(length) takes (a shared last page's copies). */
+void sdpa_kv_cache_truncate_pages(const sdpa_kv_cache * cache, int32_t length, uint64_t * enc, uint64_t * f16);
+
+/* The group calls of include/sdpa.h under a name ("" for the wasm entries). */
+sdpa_status sdpa_kv_group_create_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * descs, int32_t n,
+                                    sdpa_kv_cache ** out);
+sdpa_status sdpa_kv_group_fork_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * const * layers, int32_t n,
+                                  sdpa_kv_cache ** out);
+sdpa_status sdpa_kv_group_truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * const * layers, int32_t n,
+                                      int64_t length);
+
+/* A group's failures (cache/kv_group.c, wasm/api.c): every layer is checked;
+ * the lowest status wins (the contract's table order), ties to the lowest
+ * layer; its words are kept while the other layers are checked. */
+typedef struct sdpa_layer_failure {
+    sdpa_status status;
+    int32_t layer;
+    char words[SDPA_ERROR_CAP];
+} sdpa_layer_failure;
+/* Notes layer `layer`'s status (its words: the context's message, a leading ": " dropped). */
+void sdpa_layer_failure_note(sdpa_layer_failure * f, const sdpa_ctx * ctx, sdpa_status status, int32_t layer);
+/* The kept failure as the context's message: "fn: " (none for fn ""), the
+ * layer as `layer_fmt` puts it ("layer %d: "), the words. */
+sdpa_status sdpa_layer_failure_report(sdpa_ctx * ctx, const char * fn, const char * layer_fmt, const sdpa_layer_failure * f);
 
 #endif

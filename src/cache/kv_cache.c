@@ -118,8 +118,12 @@ sdpa_status sdpa_kv_cache_create_windowed(sdpa_ctx * ctx, int32_t batch, int32_t
 }
 
 sdpa_status sdpa_kv_cache_create_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, sdpa_kv_cache ** out_cache) {
-    static const char fn[] = "createKVCache";
     if (!ctx) return SDPA_E_ARG;
+    return sdpa_kv_cache_create_as(ctx, "createKVCache", desc, true, out_cache);
+}
+
+sdpa_status sdpa_kv_cache_create_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * desc, bool make,
+                                    sdpa_kv_cache ** out_cache) {
     sdpa_status s = check_desc(ctx, fn, desc, false, 0, out_cache);
     if (s != SDPA_OK) return s;
     const int32_t batch = desc->batch, max_seq_len = desc->max_seq_len, kv_heads = desc->kv_heads;
@@ -134,8 +138,9 @@ sdpa_status sdpa_kv_cache_create_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc *
                          "%s: a page of %d rows x head dim %d needs %llu bytes and the page table %llu bytes; each must fit in %llu bytes",
                          fn, SDPA_PAGE_ROWS, head_dim, (unsigned long long)page_bytes, (unsigned long long)table_bytes,
                          (unsigned long long)SDPA_MAX_PAGE_BYTES);
+    if (!make) return SDPA_OK;
     sdpa_kv_cache * c = calloc(1, sizeof *c);
-    void ** table = malloc((size_t)table_bytes);
+    void ** table = sdpa_alloc_fault(ctx) ? NULL : malloc((size_t)table_bytes);
     if (!c || !table || !sdpa_page_pool_add_size(ctx->pages, (size_t)L.page_bytes) ||
         (L.f16_page_bytes && !sdpa_page_pool_add_size(ctx->pages, (size_t)L.f16_page_bytes))) {
         free(c); free(table);
@@ -725,8 +730,15 @@ sdpa_status sdpa_kv_cache_read_records(sdpa_ctx * ctx, const sdpa_kv_cache * cac
     return SDPA_OK;
 }
 
+/* The pages truncate(length) takes: a private copy of the last kept page of
+ * each head when it is shared (write_need of its last kept row). */
+void sdpa_kv_cache_truncate_pages(const sdpa_kv_cache * c, int32_t length, uint64_t * enc, uint64_t * f16) {
+    *enc = *f16 = 0;
+    if (length % SDPA_PAGE_ROWS != 0) write_need(c, length - 1, 1, -1, enc, f16);
+}
+
 /* truncate for the public function fn (KVCache.truncate, or keepRows, which ends with one). */
-static sdpa_status truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, int32_t length) {
+sdpa_status sdpa_kv_cache_truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, int32_t length) {
     sdpa_status s = sdpa_check_cache_truncate(ctx, fn, cache, length);
     if (s != SDPA_OK) return s;
     const int32_t keep = (length + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;  /* pages with a kept row */
@@ -767,17 +779,20 @@ static sdpa_status truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * 
 
 sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t length) {
     if (!ctx) return SDPA_E_ARG;
-    return truncate_as(ctx, "KVCache.truncate", cache, length);
+    return sdpa_kv_cache_truncate_as(ctx, "KVCache.truncate", cache, length);
 }
 
 sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
-    static const char fn[] = "KVCache.fork";
     if (!ctx) return SDPA_E_ARG;
+    return sdpa_kv_cache_fork_as(ctx, "KVCache.fork", cache, out_cache);
+}
+
+sdpa_status sdpa_kv_cache_fork_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
     sdpa_status s = sdpa_check_cache_fork(ctx, fn, cache, out_cache);
     if (s != SDPA_OK) return s;
     const size_t entries = head_count(cache) * (size_t)cache->pages_per_head;
     sdpa_kv_cache * c = malloc(sizeof *c);
-    void ** table = malloc(entries * sizeof *table);
+    void ** table = sdpa_alloc_fault(ctx) ? NULL : malloc(entries * sizeof *table);
     if (!c || !table) {
         free(c); free(table);
         return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate a page table of %zu bytes", fn, entries * sizeof *table);
@@ -870,7 +885,7 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
         }
     }
     /* the pages past start + n go; the last kept page is private already when a row moved */
-    return truncate_as(ctx, fn, cache, start + n);
+    return sdpa_kv_cache_truncate_as(ctx, fn, cache, start + n);
 }
 
 /* ---- stepMany: several caches' steps in one call -------------------------

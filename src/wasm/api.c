@@ -5,6 +5,7 @@
 #include "../cache/page_pool.h"
 #include "../internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,10 +24,12 @@ static sdpa_status words_only(sdpa_ctx * ctx, sdpa_status st) {
     return st;
 }
 
-sdpa_status sdpa_wasm_kv_cache_plan(sdpa_ctx * ctx, double batch, double max_seq_len, double kv_heads, double head_dim,
-                                    int32_t key_dtype, int32_t value_dtype, double window, double sink_tokens,
-                                    int32_t float16_newest_page, int32_t plan, double rows, sdpa_kv_cache_size * out) {
-    if (!ctx) return SDPA_E_ARG;
+/* A geometry of JS numbers: its rules (and with `plan` kvCacheSize's rows),
+ * then the desc of the int32 counts they accepted. */
+static sdpa_status geometry_desc(sdpa_ctx * ctx, double batch, double max_seq_len, double kv_heads, double head_dim,
+                                 int32_t key_dtype, int32_t value_dtype, double window, double sink_tokens,
+                                 int32_t float16_newest_page, int32_t plan, double rows, sdpa_kv_cache_desc * desc,
+                                 int32_t * rows_out, const void * out) {
     int64_t b, m, h, d, w, s, r = 0;
     if (!whole(batch, &b) || !whole(max_seq_len, &m) || !whole(kv_heads, &h) || !whole(head_dim, &d) ||
         !whole(window, &w) || !whole(sink_tokens, &s) || (plan && !whole(rows, &r)))
@@ -38,9 +41,22 @@ sdpa_status sdpa_wasm_kv_cache_plan(sdpa_ctx * ctx, double batch, double max_seq
         st = sdpa_check_cache_plan_rows(ctx, "", st == SDPA_OK ? (int32_t)m : 0, r);
     if (st != SDPA_OK) return words_only(ctx, st);
     /* every count now an int32 the rules accepted */
-    const sdpa_kv_cache_desc desc = { (int32_t)b, (int32_t)m, (int32_t)h, (int32_t)d, key_dtype, value_dtype,
-                                      (int32_t)w, (int32_t)s, float16_newest_page };
-    return sdpa_kv_cache_plan_desc(ctx, &desc, plan ? (int32_t)r : 0, out);
+    const sdpa_kv_cache_desc accepted = { (int32_t)b, (int32_t)m, (int32_t)h, (int32_t)d, key_dtype, value_dtype,
+                                          (int32_t)w, (int32_t)s, float16_newest_page };
+    *desc = accepted;
+    *rows_out = plan ? (int32_t)r : 0;
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_wasm_kv_cache_plan(sdpa_ctx * ctx, double batch, double max_seq_len, double kv_heads, double head_dim,
+                                    int32_t key_dtype, int32_t value_dtype, double window, double sink_tokens,
+                                    int32_t float16_newest_page, int32_t plan, double rows, sdpa_kv_cache_size * out) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_kv_cache_desc desc;
+    int32_t r;
+    sdpa_status st = geometry_desc(ctx, batch, max_seq_len, kv_heads, head_dim, key_dtype, value_dtype, window, sink_tokens,
+                                   float16_newest_page, plan, rows, &desc, &r, out);
+    return st != SDPA_OK ? st : sdpa_kv_cache_plan_desc(ctx, &desc, r, out);
 }
 
 /* A failure of the public entry a wasm entry calls once its checks held (E_OOM,
@@ -190,4 +206,84 @@ sdpa_status sdpa_wasm_kv_cache_attend_many(sdpa_ctx * ctx, const sdpa_attend_ite
 sdpa_status sdpa_wasm_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n) {
     if (!ctx) return SDPA_E_ARG;
     return words_only(ctx, sdpa_kv_cache_step_many_as(ctx, "", items, n));
+}
+
+/* ---- a group's create, fork and truncate (src/cache/kv_group.c) ---- */
+
+/* A dtype or flag JS passed as a number: itself, or -1 (no dtype, not 0 or 1). */
+static int32_t int32_of(double x) {
+    int64_t v;
+    return whole(x, &v) && v >= INT32_MIN && v <= INT32_MAX ? (int32_t)v : -1;
+}
+
+/* js/runtime.js formatBytes's words for n (JS holds n as a double): B, KiB,
+ * MiB, GiB or TiB, whole or with two decimals rounded half up (toFixed). */
+static void format_bytes(char * out, size_t cap, uint64_t n) {
+    static const char * const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    const double d = (double)n;
+    if (d >= 18446744073709551616.0) { snprintf(out, cap, "16777216 TiB"); return; }  /* 2^64 / 2^40 */
+    const uint64_t x = (uint64_t)d;
+    int i = 0;
+    while (i < 4 && (x >> (10 * i)) >= 1024) i++;
+    const int s = 10 * i;
+    const uint64_t whole_units = x >> s, rest = s ? x & ((1ull << s) - 1) : 0;
+    if (rest == 0) {
+        snprintf(out, cap, "%llu %s", (unsigned long long)whole_units, unit[i]);
+        return;
+    }
+    const uint64_t hundredths = whole_units * 100 + ((rest * 100 + (1ull << (s - 1))) >> s);
+    snprintf(out, cap, "%llu.%02llu %s", (unsigned long long)(hundredths / 100), (unsigned long long)(hundredths % 100), unit[i]);
+}
+
+/* The largest single allocation wasm32 malloc can make (< 2 GiB): a little
+ * below SDPA_MAX_PAGE_BYTES (2^31 - 1), which leaves no room for malloc's
+ * header. A page or page table above it is E_OOM before any layer is made. */
+#define WASM_MAX_ALLOC 0x7fff0000ull
+
+/* Layer geometry `g` (SDPA_WASM_GEOMETRY_FIELDS numbers): its rules, then
+ * its page and page table against one wasm allocation; its desc. */
+static sdpa_status layer_desc(sdpa_ctx * ctx, const double * g, sdpa_kv_cache_desc * desc) {
+    sdpa_kv_cache_size size;
+    int32_t rows;
+    sdpa_status st = geometry_desc(ctx, g[0], g[1], g[2], g[3], int32_of(g[4]), int32_of(g[5]), g[6], g[7], int32_of(g[8]),
+                                   0, 0, desc, &rows, &size);
+    if (st == SDPA_OK) st = words_only(ctx, sdpa_kv_cache_plan_desc(ctx, desc, 0, &size));
+    if (st != SDPA_OK) return st;
+    if ((uint64_t)size.page_bytes <= WASM_MAX_ALLOC && (uint64_t)size.table_bytes <= WASM_MAX_ALLOC) return SDPA_OK;
+    char page[32], table[32];
+    format_bytes(page, sizeof page, (uint64_t)size.page_bytes);
+    format_bytes(table, sizeof table, (uint64_t)size.table_bytes);
+    return sdpa_fail(ctx, SDPA_E_OOM,
+                     "a cache of [%d, %d, %d, %d] needs pages of %s (%d rows) and a page table of %s; each must be one wasm allocation (< 2 GiB)",
+                     desc->batch, desc->max_seq_len, desc->kv_heads, desc->head_dim, page, SDPA_PAGE_ROWS, table);
+}
+
+sdpa_status sdpa_wasm_kv_group_create(sdpa_ctx * ctx, const double * geos, int32_t n, sdpa_kv_cache ** out) {
+    if (!ctx) return SDPA_E_ARG;
+    if (!geos || n < 1 || !out) return sdpa_fail(ctx, SDPA_E_ARG, "geos, out and n >= 1 (%d) are required", (int)n);
+    sdpa_kv_cache_desc * descs = malloc((size_t)n * sizeof *descs);
+    if (!descs) return sdpa_fail(ctx, SDPA_E_OOM, "cannot allocate the descs of %d layers", (int)n);
+    sdpa_layer_failure f = { SDPA_OK, 0, "" };
+    for (int32_t i = 0; i < n; i++)
+        sdpa_layer_failure_note(&f, ctx, layer_desc(ctx, geos + (size_t)i * SDPA_WASM_GEOMETRY_FIELDS, &descs[i]), i);
+    const sdpa_status st = f.status != SDPA_OK ? sdpa_layer_failure_report(ctx, "", "layers[%d]: ", &f)
+                                               : sdpa_kv_group_create_as(ctx, "", descs, n, out);
+    free(descs);
+    return st;
+}
+
+sdpa_status sdpa_wasm_kv_group_fork(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, sdpa_kv_cache ** out) {
+    if (!ctx) return SDPA_E_ARG;
+    return sdpa_kv_group_fork_as(ctx, "", layers, n, out);
+}
+
+sdpa_status sdpa_wasm_kv_group_truncate(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, double length) {
+    if (!ctx) return SDPA_E_ARG;
+    int64_t len;
+    if (!whole(length, &len)) return sdpa_fail(ctx, SDPA_E_ARG, "length %g is not an integer", length);
+    return sdpa_kv_group_truncate_as(ctx, "", layers, n, len);
+}
+
+void sdpa_ctx_fail_cache_alloc(sdpa_ctx * ctx, int32_t n) {
+    if (ctx) ctx->alloc_fault = n > 0 ? n : 0;
 }

@@ -38,6 +38,29 @@ sdpa_status sdpa_wasm_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
  * (apply 0: the rules alone, so that a group checks every layer first). */
 sdpa_status sdpa_wasm_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, double length, int32_t apply);
 
+/* createKVCacheGroup: `geos` holds n layers' geometries, each
+ * SDPA_WASM_GEOMETRY_FIELDS numbers in sdpa_wasm_kv_cache_plan's order
+ * (batch, max_seq_len, kv_heads, head_dim, key_dtype, value_dtype, window,
+ * sink_tokens, float16_newest_page). Every layer's rules (plan's), then its
+ * page and page table against one wasm allocation (E_OOM), ranked over the
+ * layers ("layers[3]: ..."); then sdpa_kv_group_create into out[0 .. n-1]
+ * (E_OOM while making them: "layer 3: ...", the layers made freed, out all
+ * NULL). */
+#define SDPA_WASM_GEOMETRY_FIELDS 9
+sdpa_status sdpa_wasm_kv_group_create(sdpa_ctx * ctx, const double * geos, int32_t n, sdpa_kv_cache ** out);
+
+/* KVCacheGroup.fork and .truncate(length): sdpa_kv_group_fork / _truncate
+ * over the layers' caches, their words naming the layer ("layer 3: ...")
+ * and no call. */
+sdpa_status sdpa_wasm_kv_group_fork(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, sdpa_kv_cache ** out);
+sdpa_status sdpa_wasm_kv_group_truncate(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, double length);
+
+/* Tests only: the n-th cache table allocation from now (a create's or a
+ * fork's, in any call) fails as a NULL malloc would; 0 turns it off. How
+ * tests reach a group's E_OOM at a later layer (all or nothing) without
+ * gigabytes of heap. */
+void sdpa_ctx_fail_cache_alloc(sdpa_ctx * ctx, int32_t n);
+
 /* KVCache.read / readRaw(start, n): the rows' rules (rows written, maxSeqLen,
  * a windowed cache's evicted rows), then a block C allocates into *out (the
  * caller frees it with free): raw 0: float32 keys then values, [B, n, Hkv, D]
