@@ -183,9 +183,40 @@ function attentionCases() {
   return out;
 }
 
+/**
+ * A group's calls (recorded before C made a group's create / fork / truncate
+ * one call): each layer's bad geometry, two bad layers, truncate's values on
+ * a plain and a windowed layer, a disposed layer.
+ */
+function groupCases() {
+  const out = [];
+  const geo = (f, v) => { const o = { ...GOOD_GEOMETRY, [f]: v }; if (v === undefined) delete o[f]; if (f === 'sinkTokens') o.window = 4; return o; };
+  for (const [f, bad] of Object.entries(GEOMETRY_BAD)) {
+    for (const [l, v] of bad) {
+      out.push([`createKVCacheGroup layers[1] ${f}=${l}`, (s) => s.createKVCacheGroup([GOOD_GEOMETRY, geo(f, v)])]);
+      out.push([`createKVCacheGroup layers[0] headDim=0, layers[1] ${f}=${l}`, (s) => s.createKVCacheGroup([geo('headDim', 0), geo(f, v)])]);
+    }
+  }
+  out.push(['createKVCacheGroup layers[1] page too big', (s) => s.createKVCacheGroup([GOOD_GEOMETRY, { ...GOOD_GEOMETRY, headDim: 1 << 24 }])]);
+  out.push(['createKVCacheGroup layers[0] page too big, layers[1] dtype', (s) => s.createKVCacheGroup([{ ...GOOD_GEOMETRY, headDim: 1 << 24 }, geo('dtype', 'bfloat16')])]);
+  out.push(['createKVCacheGroup layers[0] page too big, layers[1] table too big', (s) => s.createKVCacheGroup([{ ...GOOD_GEOMETRY, headDim: 1 << 24 }, { ...GOOD_GEOMETRY, batch: 2 ** 31 - 1, numKvHeads: 2 ** 31 - 1 }])]);
+  const filledGroup = (s) => {
+    const g = s.createKVCacheGroup([GOOD_GEOMETRY, { ...GOOD_GEOMETRY, window: 4, maxSeqLen: 256 }, GOOD_GEOMETRY]);
+    g.layers.forEach((c, i) => { const n = i === 1 ? 70 : i === 2 ? 3 : 4; c.update(f32([1, n, 2, 8], 0.25), f32([1, n, 2, 8], 0.75), 0); });
+    return g;
+  };
+  for (const [l, n] of [...ROW_VALUES, ['2', 2], ['65', 65]]) {
+    out.push([`KVCacheGroup.truncate ${l}`, (s) => filledGroup(s).truncate(n)]);
+    out.push([`disposed layer KVCacheGroup.truncate ${l}`, (s) => { const g = filledGroup(s); g.layers[2].dispose(); return g.truncate(n); }]);
+  }
+  out.push(['disposed layer KVCacheGroup.fork', (s) => { const g = filledGroup(s); g.layers[1].dispose(); return g.fork(); }]);
+  out.push(['KVCacheGroup.fork', (s) => filledGroup(s).fork()]);
+  return out;
+}
+
 /** Every case: [name, fn(sdpa)]. */
 export function allCases() {
-  return [...geometryCases(), ...rowCases(), ...attentionCases()];
+  return [...geometryCases(), ...rowCases(), ...attentionCases(), ...groupCases()];
 }
 
 /**
