@@ -69,6 +69,8 @@ export const POINTER_BYTES = 4;
 export const MAX_THREADS = 64;
 /** Items of one attendMany / stepMany call at most (SDPA_MANY_MAX). */
 export const MANY_MAX = 64;
+/** Numbers per layer geometry of createKVCacheGroup's entry (SDPA_WASM_GEOMETRY_FIELDS). */
+export const GEOMETRY_FIELDS = 9;
 /** Token rows per cache page (SDPA_PAGE_ROWS). */
 export const PAGE_ROWS = 64;
 /** Bytes of meta a save carries at most (SDPA_STATE_MAX_META). */

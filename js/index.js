@@ -16,8 +16,8 @@ import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild,
 import { Core, SLOT, SCRATCH_BYTES, formatBytes } from './runtime.js';
 import { attendMany, stepMany } from './many.js';
 import { KVCache } from './kv-cache.js';
-import { LAYOUT, CACHE_DTYPES } from './abi.js';
-import { KVCacheGroup, makeEach } from './kv-cache-group.js';
+import { LAYOUT, CACHE_DTYPES, GEOMETRY_FIELDS } from './abi.js';
+import { KVCacheGroup } from './kv-cache-group.js';
 import { loadState, CacheSink, GroupSink } from './kv-state.js';
 import { HeapTensor, isHeapTensor } from './heap.js';
 import { makeTorchEntry } from './torch.js';
@@ -237,7 +237,8 @@ function cacheEntries(core) {
   /**
    * The caches of all the layers of a model: `configs` is an array of
    * createKVCache options, one per layer (plain or windowed, any dtype).
-   * Every layer is checked before any is made; all or nothing.
+   * JS reads every layer's options (JS's rules); then ONE C entry checks
+   * every layer and makes them all or none (src/cache/kv_group.c).
    */
   function createKVCacheGroup(configs) {
     const fn = 'createKVCacheGroup';
@@ -249,13 +250,22 @@ function cacheEntries(core) {
       return readCacheConfig(ck, config);
     });
     ck.done();  // (JS's rules of every layer first)
-    geos.forEach((geo, i) => {
-      ck.prefix = `layers[${i}]: `;
-      checkCacheFits(core, ck, geo);
-    });
-    ck.prefix = '';
-    ck.done();
-    return new KVCacheGroup(core, makeEach(fn, geos, (geo, name) => makeCache(core, name, geo)));
+    // the geometries as JS numbers (GEOMETRY_FIELDS each, sdpa_wasm_kv_group_create's order), then room for the caches
+    const n = geos.length, F = GEOMETRY_FIELDS, p = core.malloc(n * (F * 8 + 4), fn, 'a temporary copy of the layers\' options');
+    try {
+      const g = new Float64Array(core.views().u8.buffer, p, n * F);
+      geos.forEach((geo, i) => g.set([geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim, CACHE_DTYPES[geo.keyDtype],
+        CACHE_DTYPES[geo.valueDtype], geo.window, geo.sinkTokens, geo.float16NewestPage ? 1 : 0], i * F));
+      const outAt = p + n * F * 8;
+      core.checkEntry(core.M._sdpa_wasm_kv_group_create(core.ctx, p, n, outAt), fn);
+      const u32 = core.views().u32;
+      return new KVCacheGroup(core, geos.map((geo, i) => {
+        const ptr = u32[(outAt >>> 2) + i];
+        return adoptCache(core, ptr, { ...geo, float16NewestPage: core.M._sdpa_kv_cache_float16_newest_page(ptr) !== 0 });
+      }));
+    } finally {
+      core.free(p);
+    }
   }
 
   const adopt = (ptr, geo) => adoptCache(core, ptr, geo);

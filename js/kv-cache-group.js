@@ -3,30 +3,16 @@
 // makes create, fork, truncate and dispose one call each. Its layers are
 // ordinary KVCaches for the per-layer calls (update, attend, step, read).
 //
-// Every group call checks every layer before it changes any (the first rule
-// in table order wins, ties to the lowest layer; the message names the
-// layer), so a rejected call leaves every layer as it was. fork() is all or
-// nothing: on E_OOM the forks made so far are disposed again.
+// The group's state machine is C's (src/cache/kv_group.c): JS checks what
+// only JS sees (liveness, length's JS type), writes the layers' pointers into
+// the instance's int32 block and calls ONE entry, which checks every layer
+// before it changes any (the first rule in table order wins, ties to the
+// lowest layer; the message names the layer) and is all or nothing (E_OOM
+// while forking: the forks made are freed again).
 
 import { Checks } from './rules.js';
 import { cacheHooks } from './kv-cache.js';
 import { saveGroup, saveGroupChunks, saveGroupStream } from './kv-state.js';
-
-/**
- * make(item, name) for every item, all or nothing: `name` ("KVCacheGroup.fork:
- * layer 3") is what its error starts with; when one throws (E_OOM), the
- * caches made so far are disposed.
- */
-export function makeEach(fn, items, make) {
-  const made = [];
-  try {
-    for (const item of items) made.push(make(item, `${fn}: layer ${made.length}`));
-  } catch (e) {
-    for (const c of made) c.dispose();
-    throw e;
-  }
-  return made;
-}
 
 export class KVCacheGroup {
   #layers;
@@ -72,20 +58,31 @@ export class KVCacheGroup {
     ck.done();
   }
 
+  /** The layers' cache pointers in the instance's int32 block, room for as many after them (a fork's); its address. */
+  #putLayers(fn) {
+    const core = this.#core, n = this.#layers.length, at = core.idsBlock(fn, 2 * n);
+    const u32 = core.views().u32;
+    this.#layers.forEach((c, i) => { u32[(at >>> 2) + i] = cacheHooks.ptr(c); });
+    return at;
+  }
+
   /** truncate(n) on every layer (rollback of the same tokens in all of them), or on none. */
   truncate(length) {
     const fn = 'KVCacheGroup.truncate';
     let n = null;
     this.#checkEach(fn, (c, ck) => { n = cacheHooks.checkTruncate(c, ck, length); });
-    this.#checkEach(fn, (c, ck) => cacheHooks.truncateRules(c, ck, n));  // (C's, every layer before any changes)
-    for (const c of this.#layers) cacheHooks.truncateChecked(c, fn, n);
+    const core = this.#core;
+    core.checkEntry(core.M._sdpa_wasm_kv_group_truncate(core.ctx, this.#putLayers(fn), this.#layers.length, n), fn);
   }
 
   /** A new group whose layers fork this group's, copy-on-write (KVCache.fork); all or nothing. */
   fork() {
     const fn = 'KVCacheGroup.fork';
     this.#checkEach(fn, (c, ck) => cacheHooks.checkAlive(c, ck));
-    return new KVCacheGroup(this.#core, makeEach(fn, this.#layers, (c, name) => cacheHooks.fork(c, name)));
+    const core = this.#core, n = this.#layers.length, at = this.#putLayers(fn), outAt = at + 4 * n;
+    core.checkEntry(core.M._sdpa_wasm_kv_group_fork(core.ctx, at, n, outAt), fn);
+    const u32 = core.views().u32;
+    return new KVCacheGroup(core, this.#layers.map((c, i) => cacheHooks.adoptFork(c, u32[(outAt >>> 2) + i])));
   }
 
   /** Every layer saved (KVCache.save's options, for each layer; one meta) as one Uint8Array: sdpa.loadKVCacheGroup reads it. */

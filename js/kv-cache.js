@@ -20,7 +20,6 @@ import {
 } from './rules.js';
 import { readOptions, inspectTensor, checkLive, checkLiveOptions } from './snapshot.js';
 import { SLOT } from './runtime.js';
-import { codeOfStatus } from './errors.js';
 import { RECORD_PARTS } from './abi.js';
 import { prod } from './shape.js';
 import { typedArrayTag, isArray } from './intrinsics.js';
@@ -315,12 +314,6 @@ export class KVCache {
     return checkCacheTruncate(ck, length);
   }
 
-  /** truncate's C rules alone (a group checks every layer first) into `ck`. */
-  #truncateRules(ck, n) {
-    const c = this.#core, st = c.M._sdpa_wasm_kv_cache_truncate(c.ctx, this.#ptr, n, 0);
-    if (st !== 0) ck.add(codeOfStatus(st), c.lastError());
-  }
-
   /**
    * Keeps the accepted rows of a verified draft: row
    * start + rows[k] becomes row start + k (as stored, bit for bit), then the
@@ -351,10 +344,9 @@ export class KVCache {
   static {
     // For KVCacheGroup (kv-cache-group.js): check every layer, then truncate them all.
     cacheHooks.checkTruncate = (cache, ck, length) => cache.#checkTruncate(ck, length);
-    cacheHooks.truncateRules = (cache, ck, n) => cache.#truncateRules(ck, n);
-    cacheHooks.truncateChecked = (cache, fn, n) => cache.#truncateChecked(fn, n);
     cacheHooks.checkAlive = (cache, ck) => cache.#checkAlive(ck);
-    cacheHooks.fork = (cache, name) => cache.#forkChecked(name);
+    cacheHooks.adoptFork = (cache, ptr) => cache.#adoptFork(ptr);
+    cacheHooks.ptr = (cache) => cache.#ptr;
     // For kv-state.js (save): what a save reads of a cache.
     cacheHooks.state = (cache) => {
       const alive = cache.#alive();
@@ -449,17 +441,17 @@ export class KVCache {
     const ck = new Checks(fn);
     this.#checkAlive(ck);
     ck.done();
-    return this.#forkChecked(fn);
-  }
-
-  /** fork's C call (its E_OOM's message starting with `name`). */
-  #forkChecked(name) {
     const c = this.#core;
     const outAt = c.slot('ptr');
     c.views().u32[outAt >>> 2] = 0;
-    c.checkEntry(c.M._sdpa_wasm_kv_cache_fork(c.ctx, this.#ptr, outAt), name);
-    const twin = new KVCache(c, c.views().u32[outAt >>> 2], this.#geo);
-    c.caches.add(twin);
+    c.checkEntry(c.M._sdpa_wasm_kv_cache_fork(c.ctx, this.#ptr, outAt), fn);
+    return this.#adoptFork(c.views().u32[outAt >>> 2]);
+  }
+
+  /** The KVCache of a fork C made of this cache (`ptr`). */
+  #adoptFork(ptr) {
+    const twin = new KVCache(this.#core, ptr, this.#geo);
+    this.#core.caches.add(twin);
     return twin;
   }
 

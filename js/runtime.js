@@ -510,8 +510,9 @@ export class Core {
   }
 
   /**
-   * The address of a block of at least n int32 (sdpa.embed's ids), grown as
-   * needed and kept for the next call (so a decode loop allocates nothing).
+   * The address of a block of at least n int32 (sdpa.embed's ids, a group's
+   * layer pointers), grown as needed and kept for the next call (so a decode
+   * loop, a group's truncate, allocates nothing).
    */
   idsBlock(fn, n) {
     if (n > this.idsCapacity) {

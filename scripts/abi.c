@@ -223,6 +223,8 @@ static void limits(void) {
     fprintf(out, "export const MAX_THREADS = %d;\n", SDPA_MAX_THREADS);
     fprintf(out, "/** Items of one attendMany / stepMany call at most (SDPA_MANY_MAX). */\n");
     fprintf(out, "export const MANY_MAX = %d;\n", SDPA_MANY_MAX);
+    fprintf(out, "/** Numbers per layer geometry of createKVCacheGroup's entry (SDPA_WASM_GEOMETRY_FIELDS). */\n");
+    fprintf(out, "export const GEOMETRY_FIELDS = %d;\n", SDPA_WASM_GEOMETRY_FIELDS);
     fprintf(out, "/** Token rows per cache page (SDPA_PAGE_ROWS). */\n");
     fprintf(out, "export const PAGE_ROWS = %d;\n", SDPA_PAGE_ROWS);
     fprintf(out, "/** Bytes of meta a save carries at most (SDPA_STATE_MAX_META). */\n");

@@ -35,7 +35,7 @@ sdpa_status sdpa_wasm_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
 
 /* KVCache.truncate(length): truncate's rules (length 0 .. cache.length, a
  * windowed cache's evicted rows), then, with `apply`, sdpa_kv_cache_truncate
- * (apply 0: the rules alone, so that a group checks every layer first). */
+ * (apply 0: the rules alone). */
 sdpa_status sdpa_wasm_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, double length, int32_t apply);
 
 /* createKVCacheGroup: `geos` holds n layers' geometries, each

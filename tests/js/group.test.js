@@ -114,26 +114,24 @@ test('createKVCacheGroup: every layer is checked first; nothing is made for a re
   expectError(() => sdpa.createKVCacheGroup(), 'E_ARG', [/missing/]);
   expectError(() => sdpa.createKVCacheGroup([CONFIGS[0], { numKvHeads: 2, headDim: 1 << 24, maxSeqLen: 64 }]), 'E_OOM', [/layers\[1\]: /]);
   assert.is(count(), n0, 'no cache was made');
-  // E_OOM while making the layers (C refuses the 3rd): the two made are disposed again
-  const { M } = sdpa[INTERNALS];
-  const real = M._sdpa_wasm_kv_cache_create;
-  let calls = 0;
-  M._sdpa_wasm_kv_cache_create = (...a) => (++calls === 3 ? 17 : real(...a));
-  try {
-    expectError(() => sdpa.createKVCacheGroup(CONFIGS), 'E_OOM', [/layer 2: /]);
-  } finally { M._sdpa_wasm_kv_cache_create = real; }
+  // E_OOM while making the layers (C's 3rd cache table fails: the tests' allocation fault): the two made are freed again
+  const { M, core } = sdpa[INTERNALS];
+  M._sdpa_ctx_fail_cache_alloc(core.ctx, 3);
+  expectError(() => sdpa.createKVCacheGroup(CONFIGS), 'E_OOM', [/^createKVCacheGroup: layer 2: /, /cannot allocate/]);
   assert.is(count(), n0, 'all or nothing');
-  // E_OOM while forking the layers (C refuses the 2nd): the fork made is disposed again; the message names the call and the layer once
+  // E_OOM while forking the layers (the 2nd fails): the fork made is freed again; the message names the call and the layer once
   const g = sdpa.createKVCacheGroup(CONFIGS);
-  const n1 = count();
-  const realFork = M._sdpa_wasm_kv_cache_fork;
-  let forks = 0;
-  M._sdpa_wasm_kv_cache_fork = (...a) => (++forks === 2 ? 17 : realFork(...a));
-  try {
-    const e = expectError(() => g.fork(), 'E_OOM', [/^KVCacheGroup\.fork: layer 1: /]);
-    assert.not.match(e.message, /KVCache\.fork/, 'the layer call is not named as well');
-  } finally { M._sdpa_wasm_kv_cache_fork = realFork; }
+  const n1 = count(), pages1 = sdpa.memory().pagesInUse;
+  for (const c of g) c.update(randTensor(rng(24), [1, 3, Hkv, D]), randTensor(rng(25), [1, 3, Hkv, D]));
+  M._sdpa_ctx_fail_cache_alloc(core.ctx, 2);
+  const e = expectError(() => g.fork(), 'E_OOM', [/^KVCacheGroup\.fork: layer 1: /, /cannot allocate/]);
+  assert.not.match(e.message, /KVCache\.fork/, 'the layer call is not named as well');
   assert.is(count(), n1, 'a fork is all or nothing');
+  // no page reference was left behind by the fork freed: a write into layer 0's own last page takes no page
+  const pages2 = sdpa.memory().pagesInUse;
+  assert.ok(pages2 > pages1);
+  g.layers[0].update(randTensor(rng(26), [1, 1, Hkv, D]), randTensor(rng(27), [1, 1, Hkv, D]));
+  assert.is(sdpa.memory().pagesInUse, pages2, 'layer 0\'s last page was not shared');
   g.dispose();
   assert.is(sdpa.memory().pagesInUse, 0);
 });

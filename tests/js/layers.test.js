@@ -28,7 +28,7 @@ function floorOf(file) {
   if (/^src\/(threadpool\/|kernels\/simd\.h$)/.test(file)) return 'shared';
   if (/^src\/cache\/(page_pool|kv_types|kv_format|kv_dtype|kv_record|crc32c)/.test(file)) return 'storage';
   if (/^src\/(kernels\/|dense\/dense_kernels\.h$|internal\.h$)/.test(file)) return 'kernels';
-  if (/^src\/(sdpa\.c|wasm\/|contract\/|dense\/|cache\/(kv_cache|kv_many|kv_state))/.test(file)) return 'entries';
+  if (/^src\/(sdpa\.c|wasm\/|contract\/|dense\/|cache\/(kv_cache|kv_many|kv_state|kv_group))/.test(file)) return 'entries';
   return null;
 }
 
