@@ -9,7 +9,7 @@
 import { SdpaError, STATUS_CODES, E_LOAD, codeOfStatus } from './errors.js';
 import {
   Checks, checkStartPos, checkCustom, CUSTOM_OPTIONS, readCacheConfig, readCachePlan, readAllocArgs,
-  checkReserveBytes, checkCacheAllocations,
+  checkReserveBytes,
 } from './rules.js';
 import { readOptions, readPlainOptions, inspectTensor, describeValue, checkLive, checkLiveOptions, readLayerConfigs } from './snapshot.js';
 import { loadSdpa, checkLoadOptions, unrefWorkers, BUILD_NAMES, isThreadedBuild, isRelaxedBuild, threadedTwin } from './loader.js';
@@ -163,11 +163,11 @@ function attentionEntries(core) {
 }
 
 /**
- * C's entry for a geometry JS read (rules.js readGeometry): sdpa_wasm_kv_cache_plan
- * checks its rules (and with `rows` a number, kvCacheSize's rows) and sizes
- * it with `rows` rows written (none: 0). A failure goes into `ck` (C's words,
- * ranked with the other layers' of a group); returns the sizes { pages,
- * pageBytes, poolBytes, tableBytes, bytes }, or null.
+ * kvCacheSize's C entry for a geometry JS read (rules.js readGeometry):
+ * sdpa_wasm_kv_cache_plan checks its rules (and with `rows` a number, its
+ * rows) and sizes it with `rows` rows written (none: 0). A failure goes into
+ * `ck` (C's words); returns the sizes { pages, pageBytes, poolBytes,
+ * tableBytes, bytes }, or null.
  */
 function planCache(core, ck, geo, rows = null) {
   const at = core.slot('stats');
@@ -182,17 +182,11 @@ function planCache(core, ck, geo, rows = null) {
   return { pages: i64(f.pages), pageBytes: i64(f.page_bytes), poolBytes: i64(f.pool_bytes), tableBytes: i64(f.table_bytes), bytes: i64(f.bytes) };
 }
 
-/** C's rules of a geometry JS read, then its one page and page table against one wasm allocation (rules.js checkCacheAllocations). */
-function checkCacheFits(core, ck, geo) {
-  const plan = planCache(core, ck, geo);
-  if (plan !== null) checkCacheAllocations(ck, geo, plan, formatBytes);
-}
-
-/** A cache of a checked geometry (E_OOM from C when its table cannot be had: its message starts with `name`). */
-function makeCache(core, name, geo) {
+/** A cache of a geometry JS read: C's entry checks its rules, its page and page table against one wasm allocation, and makes it. */
+function makeCache(core, fn, geo) {
   const outAt = core.slot('ptr');
   core.views().u32[outAt >>> 2] = 0;
-  core.checkEntry(core.M._sdpa_wasm_kv_cache_create(core.ctx, core.cacheDesc(geo), outAt), name);
+  core.checkEntry(core.M._sdpa_wasm_kv_cache_create(core.ctx, core.putGeometry(geo), outAt), fn);
   const ptr = core.views().u32[outAt >>> 2];
   return adoptCache(core, ptr, { ...geo, float16NewestPage: core.M._sdpa_kv_cache_float16_newest_page(ptr) !== 0 });
 }
@@ -212,8 +206,6 @@ function cacheEntries(core) {
     const geo = readCacheConfig(ck, config);
     core.checkAlive(ck);
     ck.done();  // (JS's rules first: CONTRACT.md section 2's order)
-    checkCacheFits(core, ck, geo);
-    ck.done();
     return makeCache(core, fn, geo);
   }
 
@@ -250,12 +242,10 @@ function cacheEntries(core) {
       return readCacheConfig(ck, config);
     });
     ck.done();  // (JS's rules of every layer first)
-    // the geometries as JS numbers (GEOMETRY_FIELDS each, sdpa_wasm_kv_group_create's order), then room for the caches
+    // the geometries as JS numbers (GEOMETRY_FIELDS each), then room for the caches
     const n = geos.length, F = GEOMETRY_FIELDS, p = core.malloc(n * (F * 8 + 4), fn, 'a temporary copy of the layers\' options');
     try {
-      const g = new Float64Array(core.views().u8.buffer, p, n * F);
-      geos.forEach((geo, i) => g.set([geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim, CACHE_DTYPES[geo.keyDtype],
-        CACHE_DTYPES[geo.valueDtype], geo.window, geo.sinkTokens, geo.float16NewestPage ? 1 : 0], i * F));
+      geos.forEach((geo, i) => core.putGeometry(geo, p + i * F * 8));
       const outAt = p + n * F * 8;
       core.checkEntry(core.M._sdpa_wasm_kv_group_create(core.ctx, p, n, outAt), fn);
       const u32 = core.views().u32;

@@ -14,7 +14,7 @@ import { SdpaError, codeRank } from './errors.js';
 import { memoryOwner, HEAP_DTYPES } from './heap.js';
 import { prod, fmtDims, fmtRows, INT32_MAX } from './shape.js';
 import { describeValue, readOptions, readDims, dimsLabel, readInt32List } from './snapshot.js';
-import { CACHE_DTYPES, WEIGHT_DTYPES, PAGE_ROWS, POINTER_BYTES } from './abi.js';
+import { CACHE_DTYPES, WEIGHT_DTYPES, POINTER_BYTES } from './abi.js';
 
 // ---------------------------------------------------------------------------
 // Collecting checks
@@ -465,24 +465,6 @@ export function readCacheConfig(ck, config) {
  */
 export function readCachePlan(ck, config, rows) {
   return readGeometry(ck, config, true, rows);
-}
-
-/** The largest single allocation wasm32 malloc can make (< 2 GiB). A little
- * below C's SDPA_MAX_PAGE_BYTES (2^31 - 1), which leaves no room for malloc's
- * own header: JS refuses first, with the clearer message. */
-const MAX_ALLOC = 0x7fff0000;
-
-/**
- * A checked geometry's one page and page table (`plan`: kvCacheSize's
- * { pageBytes, tableBytes } of it, from C) against one wasm allocation (E_OOM).
- * JS's own rule: C's limit is SDPA_MAX_PAGE_BYTES, which malloc's header
- * does not leave room for.
- */
-export function checkCacheAllocations(ck, geo, plan, fmtBytes) {
-  const { pageBytes, tableBytes } = plan;
-  if (pageBytes > MAX_ALLOC || tableBytes > MAX_ALLOC) {
-    ck.add('E_OOM', `a cache of [${geo.batch}, ${geo.maxSeqLen}, ${geo.numKvHeads}, ${geo.headDim}] needs pages of ${fmtBytes(pageBytes)} (${PAGE_ROWS} rows) and a page table of ${fmtBytes(tableBytes)}; each must be one wasm allocation (< 2 GiB)`);
-  }
 }
 
 /** allocTensor's dtype and dims (the dims read once); returns the dims array, or null. */

@@ -12,17 +12,17 @@ import { HeapTensor, DTYPE_BYTES, tensorBytes, heapState, heapView, noteMemoryBu
 import { prod, fmtDims, INT32_MAX } from './shape.js';
 import { typedArraySet } from './intrinsics.js';
 import {
-  LAYOUT, TENSOR_DTYPES, WEIGHT_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX,
+  LAYOUT, TENSOR_DTYPES, WEIGHT_DTYPES, CACHE_DTYPES, TENSOR_MAX_RANK, POINTER_BYTES, MANY_MAX, GEOMETRY_FIELDS,
 } from './abi.js';
 
 // Every size and offset of a C struct comes from js/abi.js (generated from the C
 // headers by scripts/abi.c); what is JS's own is how it arranges those structs
 // in its blocks (regions below).
 const TENSOR = LAYOUT.sdpa_tensor, OPTIONS = LAYOUT.sdpa_options, ROTARY = LAYOUT.sdpa_rotary;
-const ITEM = LAYOUT.sdpa_attend_item, DESC = LAYOUT.sdpa_kv_cache_desc;
+const ITEM = LAYOUT.sdpa_attend_item;
 /** A struct's field offsets in 32-bit words (JS writes them through Int32 / Uint32 / Float32 views). */
 const words = (s) => Object.freeze(Object.fromEntries(Object.entries(s).filter(([k]) => k !== 'size' && k !== 'align').map(([k, v]) => [k, v >>> 2])));
-const TW = words(TENSOR), OW = words(OPTIONS), RW = words(ROTARY), IW = words(ITEM), DW = words(DESC);
+const TW = words(TENSOR), OW = words(OPTIONS), RW = words(ROTARY), IW = words(ITEM);
 const OPTIONS_WORDS = OPTIONS.size >>> 2;
 /** sdpa_dtype numbers of the tensor dtypes (undefined, written as 0, for any other name). */
 const DTYPE_ID = Object.freeze({
@@ -55,12 +55,12 @@ const ROTARY_BLOCK = regions({
  * The scratch block, malloc'ed once per instance: the argument structs of one
  * call (5 tensors, sinks, options), an out pointer or status (ptr), the
  * out-structs sdpa_memory_stats / sdpa_kv_cache_size (stats), a cache's
- * sdpa_kv_cache_desc, the tree mask's tensor and a rotary block.
+ * geometry (putGeometry), the tree mask's tensor and a rotary block.
  */
 const SCRATCH = regions({
   q: TENSOR.size, k: TENSOR.size, v: TENSOR.size, mask: TENSOR.size, out: TENSOR.size, sinks: TENSOR.size,
   opts: OPTIONS.size, ptr: POINTER_BYTES, stats: Math.max(LAYOUT.sdpa_memory_stats.size, LAYOUT.sdpa_kv_cache_size.size),
-  desc: DESC.size, tree: TENSOR.size, rotary: ROTARY_BLOCK.bytes,
+  geometry: GEOMETRY_FIELDS * 8, tree: TENSOR.size, rotary: ROTARY_BLOCK.bytes,
 });
 /** Byte offsets of the scratch block's regions. */
 export const SLOT = SCRATCH.at;
@@ -303,18 +303,14 @@ export class Core {
 
   slot(name) { return this.scratch + SLOT[name]; }
 
-  /** A checked cache geometry as sdpa_kv_cache_desc in its slot (its address). */
-  cacheDesc(geo) {
-    const at = this.scratch + SLOT.desc, i32 = this.views().i32, w = at >>> 2;
-    i32[w + DW.batch] = geo.batch;
-    i32[w + DW.max_seq_len] = geo.maxSeqLen;
-    i32[w + DW.kv_heads] = geo.numKvHeads;
-    i32[w + DW.head_dim] = geo.headDim;
-    i32[w + DW.key_dtype] = CACHE_DTYPES[geo.keyDtype];
-    i32[w + DW.value_dtype] = CACHE_DTYPES[geo.valueDtype];
-    i32[w + DW.window] = geo.window;
-    i32[w + DW.sink_tokens] = geo.sinkTokens;
-    i32[w + DW.float16_newest_page] = geo.float16NewestPage ? 1 : 0;
+  /**
+   * A cache geometry JS read (rules.js readCacheConfig) as the numbers
+   * sdpa_wasm_kv_cache_create / _group_create take (GEOMETRY_FIELDS doubles
+   * at byte address `at`, 8-aligned; default: its slot). Returns `at`.
+   */
+  putGeometry(geo, at = this.scratch + SLOT.geometry) {
+    new Float64Array(this.views().u8.buffer, at, GEOMETRY_FIELDS).set([geo.batch, geo.maxSeqLen, geo.numKvHeads, geo.headDim,
+      CACHE_DTYPES[geo.keyDtype], CACHE_DTYPES[geo.valueDtype], geo.window, geo.sinkTokens, geo.float16NewestPage ? 1 : 0]);
     return at;
   }
 

@@ -69,11 +69,6 @@ static sdpa_status after_name(sdpa_ctx * ctx, sdpa_status st, const char * name)
     return st;
 }
 
-sdpa_status sdpa_wasm_kv_cache_create(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, sdpa_kv_cache ** out_cache) {
-    if (!ctx) return SDPA_E_ARG;
-    return after_name(ctx, sdpa_kv_cache_create_desc(ctx, desc, out_cache), "createKVCache");
-}
-
 sdpa_status sdpa_wasm_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
     if (!ctx) return SDPA_E_ARG;
     return after_name(ctx, sdpa_kv_cache_fork(ctx, cache, out_cache), "KVCache.fork");
@@ -208,7 +203,7 @@ sdpa_status sdpa_wasm_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item 
     return words_only(ctx, sdpa_kv_cache_step_many_as(ctx, "", items, n));
 }
 
-/* ---- a group's create, fork and truncate (src/cache/kv_group.c) ---- */
+/* ---- a cache's and a group's create; a group's fork and truncate (src/cache/kv_group.c) ---- */
 
 /* A dtype or flag JS passed as a number: itself, or -1 (no dtype, not 0 or 1). */
 static int32_t int32_of(double x) {
@@ -243,7 +238,7 @@ static void format_bytes(char * out, size_t cap, uint64_t n) {
 /* Layer geometry `g` (SDPA_WASM_GEOMETRY_FIELDS numbers): its rules, then
  * its page and page table against one wasm allocation; its desc. */
 static sdpa_status layer_desc(sdpa_ctx * ctx, const double * g, sdpa_kv_cache_desc * desc) {
-    sdpa_kv_cache_size size;
+    sdpa_kv_cache_size size = { 0, 0, 0, 0, 0 };
     int32_t rows;
     sdpa_status st = geometry_desc(ctx, g[0], g[1], g[2], g[3], int32_of(g[4]), int32_of(g[5]), g[6], g[7], int32_of(g[8]),
                                    0, 0, desc, &rows, &size);
@@ -256,6 +251,14 @@ static sdpa_status layer_desc(sdpa_ctx * ctx, const double * g, sdpa_kv_cache_de
     return sdpa_fail(ctx, SDPA_E_OOM,
                      "a cache of [%d, %d, %d, %d] needs pages of %s (%d rows) and a page table of %s; each must be one wasm allocation (< 2 GiB)",
                      desc->batch, desc->max_seq_len, desc->kv_heads, desc->head_dim, page, SDPA_PAGE_ROWS, table);
+}
+
+sdpa_status sdpa_wasm_kv_cache_create(sdpa_ctx * ctx, const double * geometry, sdpa_kv_cache ** out_cache) {
+    if (!ctx) return SDPA_E_ARG;
+    if (!geometry) return sdpa_fail(ctx, SDPA_E_ARG, "geometry is missing");
+    sdpa_kv_cache_desc desc;
+    const sdpa_status st = layer_desc(ctx, geometry, &desc);
+    return st != SDPA_OK ? st : words_only(ctx, sdpa_kv_cache_create_as(ctx, "", &desc, true, out_cache));
 }
 
 sdpa_status sdpa_wasm_kv_group_create(sdpa_ctx * ctx, const double * geos, int32_t n, sdpa_kv_cache ** out) {

@@ -25,10 +25,14 @@ sdpa_status sdpa_wasm_kv_cache_plan(sdpa_ctx * ctx, double batch, double max_seq
                                     int32_t key_dtype, int32_t value_dtype, double window, double sink_tokens,
                                     int32_t float16_newest_page, int32_t plan, double rows, sdpa_kv_cache_size * out);
 
-/* createKVCache (a group: each layer): sdpa_kv_cache_create_desc of a
- * geometry sdpa_wasm_kv_cache_plan accepted; its E_OOM (the page table or the
- * first pages cannot be had) in words naming no call. */
-sdpa_status sdpa_wasm_kv_cache_create(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, sdpa_kv_cache ** out_cache);
+#define SDPA_WASM_GEOMETRY_FIELDS 9
+
+/* createKVCache: `geometry` is SDPA_WASM_GEOMETRY_FIELDS numbers
+ * (sdpa_wasm_kv_group_create's layer, below): its rules (plan's), its page
+ * and page table against one wasm allocation (E_OOM), then
+ * sdpa_kv_cache_create_desc (E_OOM: the page table or the first pages cannot
+ * be had), in words naming no call. */
+sdpa_status sdpa_wasm_kv_cache_create(sdpa_ctx * ctx, const double * geometry, sdpa_kv_cache ** out_cache);
 
 /* KVCache.fork (a group: each layer): sdpa_kv_cache_fork, its words naming no call. */
 sdpa_status sdpa_wasm_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache);
@@ -46,7 +50,6 @@ sdpa_status sdpa_wasm_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, d
  * layers ("layers[3]: ..."); then sdpa_kv_group_create into out[0 .. n-1]
  * (E_OOM while making them: "layer 3: ...", the layers made freed, out all
  * NULL). */
-#define SDPA_WASM_GEOMETRY_FIELDS 9
 sdpa_status sdpa_wasm_kv_group_create(sdpa_ctx * ctx, const double * geos, int32_t n, sdpa_kv_cache ** out);
 
 /* KVCacheGroup.fork and .truncate(length): sdpa_kv_group_fork / _truncate

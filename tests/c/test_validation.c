@@ -1299,16 +1299,22 @@ static void test_check_create(void) {
                  wide[i].words ? wide[i].words : "");
     }
     TU_CHECK(plan_numbers(1, 8, 1, 8, 1, 1, 0, 0, 0, 0, msg, sizeof msg) == SDPA_OK, "check_create: a sound geometry");
-    {   /* sdpa_wasm_kv_cache_create / _fork: the public entries' words, after their name */
-        const sdpa_kv_cache_desc big = { 1, 64, 1, 1 << 24, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, 0, 0, 0 };
+    {   /* sdpa_wasm_kv_cache_create: the geometry's rules, then one wasm allocation per page and table (no call named);
+         * _fork: the public entry's words, after its name */
+        const double big[SDPA_WASM_GEOMETRY_FIELDS] = { 1, 64, 1, 1 << 24, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, 0, 0, 0 };
         sdpa_kv_cache * c = NULL;
-        const sdpa_status got = sdpa_wasm_kv_cache_create(g_ctx, &big, &c);
-        snprintf(msg, sizeof msg, "%s", sdpa_ctx_last_error(g_ctx));
-        same_as_entry("wasm create: a page too big", sdpa_kv_cache_create_desc(g_ctx, &big, &c), "createKVCache", got, msg);
-        TU_CHECK(got == SDPA_E_OOM && c == NULL, "wasm create: a page too big: %s '%s'", sdpa_status_code(got), msg);
-        const sdpa_kv_cache_desc small = { 1, 8, 1, 8, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, 0, 0, 0 };
+        sdpa_status got = sdpa_wasm_kv_cache_create(g_ctx, big, &c);
+        TU_CHECK(got == SDPA_E_OOM && c == NULL &&
+                     strcmp(sdpa_ctx_last_error(g_ctx), "a cache of [1, 64, 1, 16777216] needs pages of 8.00 GiB (64 rows) and a page table of 8 B; "
+                                                       "each must be one wasm allocation (< 2 GiB)") == 0,
+                 "wasm create: a page too big: %s '%s'", sdpa_status_code(got), sdpa_ctx_last_error(g_ctx));
+        const double frac[SDPA_WASM_GEOMETRY_FIELDS] = { 1, 64.5, 1, 8, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, 0, 0, 0 };
+        got = sdpa_wasm_kv_cache_create(g_ctx, frac, &c);
+        TU_CHECK(got == SDPA_E_ARG && c == NULL && strncmp(sdpa_ctx_last_error(g_ctx), "batch 1, maxSeqLen 64.5,", 24) == 0,
+                 "wasm create: a fraction: %s '%s'", sdpa_status_code(got), sdpa_ctx_last_error(g_ctx));
+        const double small[SDPA_WASM_GEOMETRY_FIELDS] = { 1, 8, 1, 8, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, 0, 0, 0 };
         sdpa_kv_cache * f = NULL;
-        TU_CHECK(sdpa_wasm_kv_cache_create(g_ctx, &small, &c) == SDPA_OK && sdpa_wasm_kv_cache_fork(g_ctx, c, &f) == SDPA_OK,
+        TU_CHECK(sdpa_wasm_kv_cache_create(g_ctx, small, &c) == SDPA_OK && sdpa_wasm_kv_cache_fork(g_ctx, c, &f) == SDPA_OK,
                  "wasm create and fork: a sound geometry");
         TU_CHECK(sdpa_wasm_kv_cache_fork(g_ctx, c, NULL) == SDPA_E_ARG && strcmp(sdpa_ctx_last_error(g_ctx), "out_cache is missing") == 0,
                  "wasm fork: out_cache missing: '%s'", sdpa_ctx_last_error(g_ctx));
