@@ -34,12 +34,13 @@ sdpa_status sdpa_layer_failure_report(sdpa_ctx * ctx, const char * fn, const cha
     return sdpa_fail(ctx, f->status, "%s%s%s%s", fn, fn[0] ? ": " : "", layer, f->words);
 }
 
+/* The arrays a group call is given: `in` (descs or layers) of n >= 1, and an out array when it makes caches. */
 static sdpa_status check_arrays(sdpa_ctx * ctx, const char * fn, const void * in, const char * in_name, int32_t n,
-                                const void * out) {
+                                bool makes, const void * out) {
     const char * sep = fn[0] ? ": " : "";
     if (!in) return sdpa_fail(ctx, SDPA_E_ARG, "%s%s%s is missing", fn, sep, in_name);
     if (n < 1) return sdpa_fail(ctx, SDPA_E_ARG, "%s%sn is %d; expected at least one layer", fn, sep, (int)n);
-    if (!out) return sdpa_fail(ctx, SDPA_E_ARG, "%s%sout is missing", fn, sep);
+    if (makes && !out) return sdpa_fail(ctx, SDPA_E_ARG, "%s%sout is missing", fn, sep);
     return SDPA_OK;
 }
 
@@ -77,7 +78,7 @@ static sdpa_status fork_layer(sdpa_ctx * ctx, const void * from, int32_t i, sdpa
 
 sdpa_status sdpa_kv_group_create_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * descs, int32_t n,
                                     sdpa_kv_cache ** out) {
-    sdpa_status st = check_arrays(ctx, fn, descs, "descs", n, out);
+    sdpa_status st = check_arrays(ctx, fn, descs, "descs", n, true, out);
     if (st != SDPA_OK) return st;
     sdpa_layer_failure f = { SDPA_OK, 0, "" };
     for (int32_t i = 0; i < n; i++) {
@@ -95,7 +96,7 @@ sdpa_status sdpa_kv_group_create(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc
 
 sdpa_status sdpa_kv_group_fork_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * const * layers, int32_t n,
                                   sdpa_kv_cache ** out) {
-    sdpa_status st = check_arrays(ctx, fn, layers, "layers", n, out);
+    sdpa_status st = check_arrays(ctx, fn, layers, "layers", n, true, out);
     if (st != SDPA_OK) return st;
     sdpa_layer_failure f = { SDPA_OK, 0, "" };
     for (int32_t i = 0; i < n; i++) sdpa_layer_failure_note(&f, ctx, sdpa_check_cache_fork(ctx, "", layers[i], out), i);
@@ -150,7 +151,7 @@ static sdpa_status reserve_truncates(sdpa_ctx * ctx, const char * fn, sdpa_kv_ca
 
 sdpa_status sdpa_kv_group_truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * const * layers, int32_t n,
                                       int64_t length) {
-    sdpa_status st = check_arrays(ctx, fn, layers, "layers", n, layers);
+    sdpa_status st = check_arrays(ctx, fn, layers, "layers", n, false, NULL);
     if (st != SDPA_OK) return st;
     sdpa_layer_failure f = { SDPA_OK, 0, "" };
     for (int32_t i = 0; i < n; i++) sdpa_layer_failure_note(&f, ctx, sdpa_check_cache_truncate(ctx, "", layers[i], length), i);

@@ -209,6 +209,10 @@ static void test_truncate(void) {
     sdpa_kv_cache * holed[NL] = { layers[0], layers[1], NULL, layers[3] };
     check_failure(sdpa_kv_group_truncate(g_ctx, holed, NL, 1), SDPA_E_ARG, "KVCacheGroup.truncate: layer 2: ", "missing",
                   "truncate, layer 2 NULL");
+    check_failure(sdpa_kv_group_truncate(g_ctx, NULL, NL, 1), SDPA_E_ARG, "KVCacheGroup.truncate: ", "layers is missing",
+                  "truncate, no layers");
+    check_failure(sdpa_kv_group_truncate(g_ctx, layers, 0, 1), SDPA_E_ARG, "KVCacheGroup.truncate: ", "at least one layer",
+                  "truncate, n = 0");
     check_unchanged(layers, before, pages0, "rejected truncates");
     /* a fork shares every page: truncating the fork group copies each shared last page first, the original keeps its rows */
     sdpa_kv_cache * twin[NL];
