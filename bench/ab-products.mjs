@@ -3,7 +3,10 @@
 // round (the order swapped every round), so that a load change on a shared machine hits
 // both alike. Prints the median ms of each and the ratio base / this (> 1: this build is
 // faster). --bits first checks that the two builds give the same output bits for `linear`
-// and `embed` over random weights of every block dtype (for a change meant to keep them).
+// and `embed` over random weights of every block dtype (for a change meant to keep them):
+// positive normal float16 scales (2^-12 .. 2^-4), |x| up to 500, 1, 3 and 5 x rows, the
+// `simd` build on one thread; the tests hold the edges (non-finite scales, large x).
+// Both builds run under this checkout's js/: a base from across an ABI change cannot load.
 //
 // Usage: node bench/ab-products.mjs --base=<a dist/ directory> [--this=<dist/ directory; default: ./dist>]
 //          [--dtypes=q8_0,q4_0,q4_k] [--activations=float32] [--threads=1] [--rounds=11]

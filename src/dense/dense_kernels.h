@@ -93,32 +93,11 @@ static inline float weight_elem(int32_t dt, const uint8_t * w, int32_t j) {
     }
 }
 
-/* Output s = dot(w row, x) in the order above, lane by lane in scalar code:
- * what every kernel computes (tests hold the SIMD kernels to it bit for bit
- * on plain builds), used for rows holding a float16 Inf or NaN. */
+/* Output s = dot(w row, x) of a float16 (or float32) row in the order above,
+ * lane by lane in scalar code: what f16_dot_w1 computes, used for the rows
+ * holding a float16 Inf or NaN (dense.c). */
 static float dot_exact(int32_t dt, const uint8_t * w, const float * x, int32_t cols) {
     float lane[4] = { 0, 0, 0, 0 };
-    if (dt == SDPA_DTYPE_Q8_0 || dt == SDPA_DTYPE_Q4_0 || dt == SDPA_DTYPE_Q5_0) {
-        const size_t bb = qb_bytes(dt);
-        for (int32_t b = 0; b < cols / 32; b++) {
-            const float d = half_to_float(load_u16(w + (size_t)b * bb));
-            for (int32_t l = 0; l < 4; l++) {
-                float p0 = 0, p1 = 0;
-                for (int32_t g = 0; g < 8; g++) {
-                    const int32_t j = b * 32 + g * 4 + l;
-                    const float pr = weight_elem(dt, w, j) * x[j];
-                    if (g % 2 == 0) p0 = g == 0 ? pr : p0 + pr;
-                    else p1 = g == 1 ? pr : p1 + pr;
-                }
-#ifdef __wasm_relaxed_simd__
-                lane[l] = fmaf(p0 + p1, d, lane[l]);
-#else
-                lane[l] = lane[l] + (p0 + p1) * d;
-#endif
-            }
-        }
-        return (lane[0] + lane[2]) + (lane[1] + lane[3]);
-    }
     int32_t j = 0;
     for (; j + 4 <= cols; j += 4)
         for (int32_t l = 0; l < 4; l++) {
