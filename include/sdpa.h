@@ -52,9 +52,12 @@
  * Errors: every entry point checks every rule of CONTRACT.md section 2
  * *before* writing anything and returns an sdpa_status; on failure the output
  * buffer and the cache are byte-for-byte unchanged, and
- * sdpa_ctx_last_error(ctx) holds a message naming the function, argument,
- * rule, and expected vs actual value. Nothing aborts on user input. When
- * several rules are broken, the first in sdpa_status order is reported.
+ * sdpa_ctx_last_error(ctx) holds a message that starts with the function's
+ * own name, once, then names the argument (as CONTRACT.md does: query,
+ * attnMask, startPos, ...), the rule, and expected vs actual value:
+ * "sdpa_kv_cache_step: startPos 9 + query length 1 = 10 exceeds the cache
+ * length maxSeqLen 8; ...". Nothing aborts on user input. When several rules
+ * are broken, the first in sdpa_status order is reported.
  *
  * Allocation: sdpa_ctx_create and sdpa_kv_cache_create allocate. The compute
  * calls allocate only when the context's scratch is smaller than the call
@@ -616,7 +619,7 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
 /// cache, query, mask, options, out) of its own, and all of them run on one
 /// dispatch of the thread pool (their work scheduled together), each with
 /// the bits of its own call. Every item is checked before anything is
-/// written (messages "sdpa.attendMany: items[i]: ..."; the first rule in
+/// written (messages "sdpa_kv_cache_attend_many: items[i]: ..."; the first rule in
 /// table order over all items wins, ties to the lowest item); then: two
 /// items of one cache, or an item's out overlapping another item's out or
 /// inputs, is E_ARG. 1 .. SDPA_MANY_MAX items (E_ARG). On wasm32 an item is
@@ -637,8 +640,8 @@ sdpa_status sdpa_kv_cache_attend_many(sdpa_ctx * ctx, const sdpa_attend_item * i
 
 /// The step form: item i is sdpa_kv_cache_step(ctx, cache, query, key, value,
 /// mask, options, out) (options->start_pos: where its rows are written) of
-/// its own, the same bits; every item's rules (messages "sdpa.stepMany:
-/// items[i]: ...") and the rules between items (as attend_many's, key and
+/// its own, the same bits; every item's rules (messages
+/// "sdpa_kv_cache_step_many: items[i]: ...") and the rules between items (as attend_many's, key and
 /// value counting as inputs) before anything is written; the pages of all
 /// writes are taken first (E_OOM: nothing written). The attention of all
 /// items runs on one dispatch (a windowed cache's step that spans pages runs

@@ -66,9 +66,10 @@
  *
  * Errors: each entry checks every rule before writing anything and returns
  * an sdpa_status; on failure no output byte is written and
- * sdpa_ctx_last_error(ctx) names the argument (x, weight, out, gate, up,
- * table, ids, source), the rule, and expected vs actual (the messages name
- * no function: the caller's wrapper does). Rules, in status order: E_ARG (a
+ * sdpa_ctx_last_error(ctx) starts with the function's name, once, then
+ * names the argument (x, weight, out, gate, up, table, ids, source), the
+ * rule, and expected vs actual ("sdpa_linear: x is missing (NULL)", as
+ * sdpa.h's). Rules, in status order: E_ARG (a
  * NULL tensor or data pointer, out overlapping an input it may not, an id
  * outside the table, a bad eps), E_RANK, E_DIMS (len != product of dims,
  * mismatched sizes, cols not a multiple of a block), E_DTYPE.

@@ -4,9 +4,10 @@
 // Validated once, in C: JS reads what only JS can see (each argument is a
 // live heap tensor, or a view of one; the options' JS types; `rows`, the
 // prefix of rows JS describes), writes the sdpa_tensor structs into the
-// instance's scratch block and calls the C entry, which checks every rule
-// of CONTRACT.md section 6 before it writes anything. C's message names the
-// argument and the rule; JS puts the call's name first. Nothing is copied:
+// instance's scratch block and calls its wasm entry (src/wasm/api.h,
+// sdpa_wasm_linear ...), which checks every rule of CONTRACT.md section 6
+// before it writes anything. C's message names the argument and the rule;
+// JS puts the call's name first. Nothing is copied:
 // the kernels read and write the tensors' memory in place.
 
 import { Checks } from './rules.js';
@@ -104,7 +105,7 @@ export function denseEntries(core) {
     }
     try {
       const views = core.views();
-      core.check(call(views, put(views, 'out', out)), fn);
+      core.checkEntry(call(views, put(views, 'out', out)), fn);
     } catch (e) {
       made?.dispose();
       throw e;
@@ -133,7 +134,7 @@ export function denseEntries(core) {
     const W = tensorArg(ck, core, 'weight', weight);
     const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
     return run(fn, ck, O, () => [...X.dims.slice(0, -1), W.dims[0]],
-      (v, outAt) => M._sdpa_linear(core.ctx, put(v, 'q', X), put(v, 'k', W), outAt, flags));
+      (v, outAt) => M._sdpa_wasm_linear(core.ctx, put(v, 'q', X), put(v, 'k', W), outAt, flags));
   }
 
   /** out = weight * x / sqrt(mean(x^2) + eps), row by row; out may be x. */
@@ -147,7 +148,7 @@ export function denseEntries(core) {
     const X = firstRows(ck, named(tensorArg(ck, core, 'x', x), 'x'), rows);
     const W = tensorArg(ck, core, 'weight', weight);
     const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
-    return run(fn, ck, O, () => X.dims.slice(), (v, outAt) => M._sdpa_rms_norm(core.ctx, put(v, 'q', X), put(v, 'k', W), eps, outAt));
+    return run(fn, ck, O, () => X.dims.slice(), (v, outAt) => M._sdpa_wasm_rms_norm(core.ctx, put(v, 'q', X), put(v, 'k', W), eps, outAt));
   }
 
   /** out = silu(gate) * up; out may be gate or up. */
@@ -159,7 +160,7 @@ export function denseEntries(core) {
     const G = firstRows(ck, named(tensorArg(ck, core, 'gate', gate), 'gate'), rows);
     const U = firstRows(ck, named(tensorArg(ck, core, 'up', up), 'up'), rows);
     const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
-    return run(fn, ck, O, () => G.dims.slice(), (v, outAt) => M._sdpa_swiglu(core.ctx, put(v, 'q', G), put(v, 'k', U), outAt));
+    return run(fn, ck, O, () => G.dims.slice(), (v, outAt) => M._sdpa_wasm_swiglu(core.ctx, put(v, 'q', G), put(v, 'k', U), outAt));
   }
 
   /** out[i] = table[ids[i]] as float32. ids: an Int32Array or an array of integers. */
@@ -177,7 +178,7 @@ export function denseEntries(core) {
     return run(fn, ck, O, () => [n, T.dims[T.dims.length - 1]], (v, outAt) => {
       const at = core.idsBlock(fn, n);
       v.i32.set(list, at >>> 2);
-      return M._sdpa_embed(core.ctx, put(v, 'k', T), at, n, outAt);
+      return M._sdpa_wasm_embed(core.ctx, put(v, 'k', T), at, n, outAt);
     });
   }
 
@@ -194,7 +195,7 @@ export function denseEntries(core) {
     core.checkAlive(ck);
     ck.done();
     const v = core.views();
-    core.check(M._sdpa_quantize(core.ctx, put(v, 'q', S), put(v, 'out', O)), fn);
+    core.checkEntry(M._sdpa_wasm_quantize(core.ctx, put(v, 'q', S), put(v, 'out', O)), fn);
     return O.t;
   }
 

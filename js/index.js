@@ -315,7 +315,7 @@ function memoryEntries(core) {
     checkReserveBytes(ck, bytes, formatBytes);
     core.checkAlive(ck);
     ck.done();
-    core.check(M._sdpa_ctx_reserve_pages(core.ctx, bytes), fn);
+    core.checkEntry(M._sdpa_wasm_ctx_reserve_pages(core.ctx, bytes), fn);
   }
   return { allocTensor, memory, reserve };
 }

@@ -321,7 +321,7 @@ function checkGroupHeader(core, fn, head, have, ended) {
     typedArraySet(core.views().u8, head.subarray(0, have), p);
     const at = core.slot('stats');
     const U32 = Uint32Array.BYTES_PER_ELEMENT;  // (four uint32 out-arguments, one after another)
-    core.check(core.M._sdpa_kv_group_header_check(core.ctx, p, have, ended ? 1 : 0, at, at + U32, at + 2 * U32, at + 3 * U32), fn);
+    core.checkEntry(core.M._sdpa_wasm_kv_group_header_check(core.ctx, p, have, ended ? 1 : 0, at, at + U32, at + 2 * U32, at + 3 * U32), fn);
     const u32 = core.views().u32, w = at >>> 2;
     return { need: u32[w], layers: u32[w + 1], metaAt: u32[w + 2], metaBytes: u32[w + 3] };
   } finally {

@@ -5,7 +5,8 @@
 //   creation (never per call): 5 sdpa_tensor, 1 sdpa_options, an out-pointer.
 // - Plain typed arrays are copied into temporary heap buffers (freed in
 //   `finally`); heap tensors are passed by pointer, without a copy.
-// - A status returned by C becomes an SdpaError carrying the C message.
+// - A status returned by a wasm entry (src/wasm/api.h) becomes an SdpaError:
+//   the call's name, then C's message (the rule's words alone).
 
 import { SdpaError, codeOfStatus } from './errors.js';
 import { HeapTensor, DTYPE_BYTES, tensorBytes, heapState, heapView, noteMemoryBuffer, memoryOwner, staleInputWarning } from './heap.js';
@@ -259,20 +260,6 @@ export class Core {
     let end = p;
     while (end < u8.length && u8[end] !== 0) end++;
     return decoder.decode(u8.slice(p, end));
-  }
-
-  /**
-   * Throws the SdpaError for a non-zero status of a public C entry, whose
-   * message names the call (C's message is the message; only where another
-   * public function ran it, e.g. scaledDotProductAttention's fast path, is
-   * the caller's name put first).
-   */
-  check(status, fn) {
-    if (status === 0) return;
-    const code = codeOfStatus(status);
-    const msg = this.ctx ? this.readCString(this.M._sdpa_ctx_last_error(this.ctx)) : '';
-    if (!msg) throw new SdpaError(code, `${fn}: the C core returned ${code} (status ${status})`, { status });
-    throw new SdpaError(code, msg.startsWith(`${fn}: `) ? msg : `${fn}: ${msg}`, { status });
   }
 
   /**

@@ -188,7 +188,9 @@ typedef struct sdpa_problem {
     sdpa_rope     rope;    /* q row i rotated at rope.pos[i] or start_pos + i (half 0: none) */
 } sdpa_problem;
 
-/* Records a failure on the context; returns `status` for tail calls. */
+/* Records a failure on the context: the rule's words alone, in contract
+ * terms, naming no call (a rule or an internal function knows no caller).
+ * Returns `status` for tail calls. */
 sdpa_status sdpa_fail(sdpa_ctx * ctx, sdpa_status status, const char * fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -196,14 +198,20 @@ sdpa_status sdpa_fail(sdpa_ctx * ctx, sdpa_status status, const char * fmt, ...)
     ;
 void sdpa_clear_error(sdpa_ctx * ctx);
 
-/* Ensures the context's scratch holds `bytes` (grows, never shrinks); E_OOM,
- * with a message that starts with `fn`, when it cannot (bytes > SIZE_MAX
- * included). */
-sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, const char * fn, uint64_t bytes);
+/* When `status` is a failure, puts "name: " before the context's message
+ * (cut to SDPA_ERROR_CAP, never past it); returns `status`. Each public
+ * entry of include/ names itself once, at its return:
+ * `return sdpa_named(ctx, body(...), __func__);`; a part of a call names
+ * where a failure is (check.c: "items[3]"). */
+sdpa_status sdpa_named(sdpa_ctx * ctx, sdpa_status status, const char * name);
+
+/* Ensures the context's scratch holds `bytes` (grows, never shrinks); E_OOM
+ * when it cannot (bytes > SIZE_MAX included). */
+sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, uint64_t bytes);
 
 /* Grows the scratch to what a validated problem needs (E_OOM). Entry points
  * call it before writing anything, so a failure leaves every buffer as it was. */
-sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const char * fn, const sdpa_problem * p);
+sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const sdpa_problem * p);
 
 /* Runs a reserved problem: the scalar reference when `reference` or the
  * context's switch says so, else the flash kernel (on the calling thread
@@ -214,44 +222,66 @@ void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference);
 /* attendMany / stepMany: n problems: the scratch for all of them at once (E_OOM), and
  * their run on one pool dispatch (each problem's bits as on its own; the
  * reference switch runs them one by one). */
-sdpa_status sdpa_reserve_problems(sdpa_ctx * ctx, const char * fn, const sdpa_problem * ps, int32_t n);
+sdpa_status sdpa_reserve_problems(sdpa_ctx * ctx, const sdpa_problem * ps, int32_t n);
 void sdpa_run_problems(sdpa_ctx * ctx, const sdpa_problem * ps, int32_t n);
 
-/* The attention entries of include/sdpa.h with the name their messages start
- * with: the public ones pass theirs ("KVCache.step", ...); the wasm entries
- * (src/wasm/api.c) pass "", so that a failure leaves the rule's words alone
- * for the JS package to name its call. Defined in sdpa.c, cache/kv_cache.c,
- * cache/kv_many.c. */
-sdpa_status sdpa_custom_as(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * query, const sdpa_tensor * key,
-                           const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
-                           sdpa_tensor * out);
-sdpa_status sdpa_kv_cache_update_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * key,
-                                    const sdpa_tensor * value, int32_t start_pos, const sdpa_rotary * rotary);
-sdpa_status sdpa_kv_cache_attend_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * query,
-                                    const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out);
-sdpa_status sdpa_kv_cache_step_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * query,
-                                  const sdpa_tensor * key, const sdpa_tensor * value, const sdpa_tensor * mask,
-                                  const sdpa_options * options, sdpa_tensor * out);
-sdpa_status sdpa_kv_cache_attend_many_as(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n);
-sdpa_status sdpa_kv_cache_step_many_as(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n);
+/* The public entries of include/sdpa.h that other entries call (the wasm
+ * entries of src/wasm/api.c, a load's cache, a save's fork), as bodies: the
+ * same arguments, and a failure's message is the rule's words alone; the
+ * public entry of the same name without `_unnamed` is
+ * sdpa_named(ctx, body, its name). Defined in sdpa.c, cache/kv_cache.c,
+ * cache/kv_many.c, cache/kv_group.c, cache/kv_state.c, dense/dense.c. */
+sdpa_status sdpa_custom_unnamed(sdpa_ctx * ctx, const sdpa_tensor * query, const sdpa_tensor * key,
+                                const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
+                                sdpa_tensor * out);
+sdpa_status sdpa_ctx_reserve_pages_unnamed(sdpa_ctx * ctx, double bytes);
+/* (create: `make` false runs the checks alone, the rules then the page and
+ * table sizes' E_OOM, and makes nothing: a group's check of every layer) */
+sdpa_status sdpa_kv_cache_create_desc_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, bool make,
+                                              sdpa_kv_cache ** out_cache);
+sdpa_status sdpa_kv_cache_plan_desc_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, int32_t rows,
+                                            sdpa_kv_cache_size * out);
+sdpa_status sdpa_kv_cache_fork_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache);
+sdpa_status sdpa_kv_cache_truncate_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t length);
+sdpa_status sdpa_kv_cache_read_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start, int32_t length,
+                                       sdpa_tensor * key_out, sdpa_tensor * value_out);
+sdpa_status sdpa_kv_cache_read_records_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start,
+                                               int32_t length, int32_t which, void * out, size_t out_bytes);
+sdpa_status sdpa_kv_cache_keep_rows_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t start, const int32_t * rows,
+                                            int32_t n);
+sdpa_status sdpa_kv_cache_update_rotary_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
+                                                const sdpa_tensor * value, int32_t start_pos, const sdpa_rotary * rotary);
+sdpa_status sdpa_kv_cache_attend_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                         const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out);
+sdpa_status sdpa_kv_cache_step_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                       const sdpa_tensor * key, const sdpa_tensor * value, const sdpa_tensor * mask,
+                                       const sdpa_options * options, sdpa_tensor * out);
+sdpa_status sdpa_kv_cache_attend_many_unnamed(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n);
+sdpa_status sdpa_kv_cache_step_many_unnamed(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n);
+/* (cache/kv_group.c; truncate's length an int64: the wasm entry's JS number, checked per layer) */
+sdpa_status sdpa_kv_group_create_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache_desc * descs, int32_t n, sdpa_kv_cache ** out);
+sdpa_status sdpa_kv_group_fork_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, sdpa_kv_cache ** out);
+sdpa_status sdpa_kv_group_truncate_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, int64_t length);
+sdpa_status sdpa_kv_save_begin_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start, int32_t length,
+                                       const void * meta, size_t meta_bytes, sdpa_kv_saver ** out_saver);
+sdpa_status sdpa_kv_load_begin_unnamed(sdpa_ctx * ctx, int32_t max_seq_len, sdpa_kv_loader ** out_loader);
+sdpa_status sdpa_kv_load_feed_unnamed(sdpa_kv_loader * loader, const void * data, size_t n, size_t * consumed);
+sdpa_status sdpa_kv_load_finish_unnamed(sdpa_kv_loader * loader, sdpa_kv_cache ** out_cache);
+sdpa_status sdpa_kv_group_header_check_unnamed(sdpa_ctx * ctx, const void * head, size_t have, int32_t ended,
+                                               uint32_t * need, uint32_t * layers, uint32_t * meta_at,
+                                               uint32_t * meta_bytes);
+/* include/sdpa_dense.h's (dense/dense.c) */
+sdpa_status sdpa_linear_unnamed(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, sdpa_tensor * out,
+                                int32_t flags);
+sdpa_status sdpa_rms_norm_unnamed(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, float eps,
+                                  sdpa_tensor * out);
+sdpa_status sdpa_swiglu_unnamed(sdpa_ctx * ctx, const sdpa_tensor * gate, const sdpa_tensor * up, sdpa_tensor * out);
+sdpa_status sdpa_embed_unnamed(sdpa_ctx * ctx, const sdpa_tensor * table, const int32_t * ids, int32_t n_ids,
+                               sdpa_tensor * out);
+sdpa_status sdpa_quantize_unnamed(sdpa_ctx * ctx, const sdpa_tensor * source, sdpa_tensor * out);
 
-/* A cache's create, fork and truncate under a name, for a group
- * (cache/kv_group.c): create with `make` false runs its checks alone (the
- * rules, then the page and table sizes: E_OOM) and makes nothing. */
-sdpa_status sdpa_kv_cache_create_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * desc, bool make,
-                                    sdpa_kv_cache ** out_cache);
-sdpa_status sdpa_kv_cache_fork_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache);
-sdpa_status sdpa_kv_cache_truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, int32_t length);
 /* The encoded and float16 pages truncate(length) takes (a shared last page's copies). */
 void sdpa_kv_cache_truncate_pages(const sdpa_kv_cache * cache, int32_t length, uint64_t * enc, uint64_t * f16);
-
-/* The group calls of include/sdpa.h under a name ("" for the wasm entries). */
-sdpa_status sdpa_kv_group_create_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * descs, int32_t n,
-                                    sdpa_kv_cache ** out);
-sdpa_status sdpa_kv_group_fork_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * const * layers, int32_t n,
-                                  sdpa_kv_cache ** out);
-sdpa_status sdpa_kv_group_truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * const * layers, int32_t n,
-                                      int64_t length);
 
 /* A group's failures (cache/kv_group.c, wasm/api.c): every layer is checked;
  * the lowest status wins (the contract's table order), ties to the lowest
@@ -261,10 +291,10 @@ typedef struct sdpa_layer_failure {
     int32_t layer;
     char words[SDPA_ERROR_CAP];
 } sdpa_layer_failure;
-/* Notes layer `layer`'s status (its words: the context's message, a leading ": " dropped). */
+/* Notes layer `layer`'s status (its words: the context's message). */
 void sdpa_layer_failure_note(sdpa_layer_failure * f, const sdpa_ctx * ctx, sdpa_status status, int32_t layer);
-/* The kept failure as the context's message: "fn: " (none for fn ""), the
- * layer as `layer_fmt` puts it ("layer %d: "), the words. */
-sdpa_status sdpa_layer_failure_report(sdpa_ctx * ctx, const char * fn, const char * layer_fmt, const sdpa_layer_failure * f);
+/* The kept failure as the context's message: the layer as `layer_fmt` puts
+ * it ("layer %d"), ": ", the words (sdpa_named). */
+sdpa_status sdpa_layer_failure_report(sdpa_ctx * ctx, const char * layer_fmt, const sdpa_layer_failure * f);
 
 #endif

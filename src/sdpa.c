@@ -34,6 +34,21 @@ sdpa_status sdpa_fail(sdpa_ctx * ctx, sdpa_status status, const char * fmt, ...)
 
 void sdpa_clear_error(sdpa_ctx * ctx) { ctx->last_error[0] = '\0'; }
 
+sdpa_status sdpa_named(sdpa_ctx * ctx, sdpa_status status, const char * name) {
+    if (!ctx || status == SDPA_OK) return status;
+    char * m = ctx->last_error;
+    const size_t room = sizeof ctx->last_error - 1;  /* characters before the terminator */
+    size_t n = strlen(name), len = strlen(m);
+    if (n > room - 2) n = room - 2;
+    if (len > room - n - 2) len = room - n - 2;  /* the words' end is cut, never the buffer's */
+    memmove(m + n + 2, m, len);
+    memcpy(m, name, n);
+    m[n] = ':';
+    m[n + 1] = ' ';
+    m[n + 2 + len] = '\0';
+    return status;
+}
+
 sdpa_ctx * sdpa_ctx_create(int32_t n_threads, sdpa_status * status) {
     if (n_threads < 1) n_threads = 1;
     if (n_threads > SDPA_MAX_THREADS) n_threads = SDPA_MAX_THREADS;
@@ -75,16 +90,15 @@ void sdpa_ctx_use_reference(sdpa_ctx * ctx, int32_t on) {
     if (ctx) ctx->use_reference = on != 0;
 }
 
-sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, const char * fn, uint64_t bytes) {
+sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, uint64_t bytes) {
     if (bytes <= ctx->scratch_bytes) return SDPA_OK;
     if (bytes > SIZE_MAX)
-        return sdpa_fail(ctx, SDPA_E_OOM,
-                         "%s: needs %llu bytes of scratch memory (%d threads); more than this build can address (%llu bytes)",
-                         fn, (unsigned long long)bytes, ctx->n_threads, (unsigned long long)SIZE_MAX);
+        return sdpa_fail(ctx, SDPA_E_OOM, "needs %llu bytes of scratch memory (%d threads); more than this build can address (%llu bytes)",
+                         (unsigned long long)bytes, ctx->n_threads, (unsigned long long)SIZE_MAX);
     void * grown = malloc((size_t)bytes);  /* contents need not survive: scratch only */
     if (!grown)
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate %llu bytes of scratch memory (%d threads)",
-                         fn, (unsigned long long)bytes, ctx->n_threads);
+        return sdpa_fail(ctx, SDPA_E_OOM, "cannot allocate %llu bytes of scratch memory (%d threads)",
+                         (unsigned long long)bytes, ctx->n_threads);
     free(ctx->scratch);
     ctx->scratch = grown;
     ctx->scratch_bytes = (size_t)bytes;
@@ -93,9 +107,9 @@ sdpa_status sdpa_scratch_reserve(sdpa_ctx * ctx, const char * fn, uint64_t bytes
 
 sdpa_status sdpa_ctx_reserve(sdpa_ctx * ctx, size_t bytes) {
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_scratch_reserve(ctx, "sdpa_ctx_reserve", bytes);
+    sdpa_status s = sdpa_scratch_reserve(ctx, bytes);
     if (s == SDPA_OK) sdpa_clear_error(ctx);
-    return s;
+    return sdpa_named(ctx, s, __func__);
 }
 
 size_t sdpa_ctx_scratch_bytes(const sdpa_ctx * ctx) { return ctx ? ctx->scratch_bytes : 0; }
@@ -116,16 +130,20 @@ void sdpa_ctx_memory(const sdpa_ctx * ctx, sdpa_memory_stats * out) {
     out->page_rows = SDPA_PAGE_ROWS;
 }
 
-sdpa_status sdpa_ctx_reserve_pages(sdpa_ctx * ctx, double bytes) {
+sdpa_status sdpa_ctx_reserve_pages_unnamed(sdpa_ctx * ctx, double bytes) {
     if (!ctx) return SDPA_E_ARG;
     /* '<': natively (double)SIZE_MAX rounds up to 2^64, which would not convert to uint64_t */
     if (!(bytes >= 0) || !(bytes < (double)SIZE_MAX))
         return sdpa_fail(ctx, bytes >= 0 ? SDPA_E_OOM : SDPA_E_ARG,
-                         "sdpa.reserve: %g bytes; expected a non-negative number that fits this build's address space", bytes);
+                         "%g bytes; expected a non-negative number that fits this build's address space", bytes);
     if (!sdpa_page_pool_reserve(ctx->pages, (uint64_t)bytes))
-        return sdpa_fail(ctx, SDPA_E_OOM, "sdpa.reserve: the heap cannot give the page pool %.0f more free bytes", bytes);
+        return sdpa_fail(ctx, SDPA_E_OOM, "the heap cannot give the page pool %.0f more free bytes", bytes);
     sdpa_clear_error(ctx);
     return SDPA_OK;
+}
+
+sdpa_status sdpa_ctx_reserve_pages(sdpa_ctx * ctx, double bytes) {
+    return sdpa_named(ctx, sdpa_ctx_reserve_pages_unnamed(ctx, bytes), __func__);
 }
 
 /* Either kernel may run a reserved problem (the reference switch), so the
@@ -136,13 +154,13 @@ static uint64_t problem_workspace(int32_t n_threads, const sdpa_problem * p) {
     return flash > ref ? flash : ref;
 }
 
-sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const char * fn, const sdpa_problem * p) {
+sdpa_status sdpa_reserve_problem(sdpa_ctx * ctx, const sdpa_problem * p) {
     const uint64_t need = problem_workspace(ctx->n_threads, p);
     if (need > SIZE_MAX)  /* say which shape asked for it */
         return sdpa_fail(ctx, SDPA_E_OOM,
-                         "%s: head dim %d with %d threads needs %llu bytes of scratch memory; more than this build can address (%llu bytes)",
-                         fn, p->head_dim, ctx->n_threads, (unsigned long long)need, (unsigned long long)SIZE_MAX);
-    return sdpa_scratch_reserve(ctx, fn, need);
+                         "head dim %d with %d threads needs %llu bytes of scratch memory; more than this build can address (%llu bytes)",
+                         p->head_dim, ctx->n_threads, (unsigned long long)need, (unsigned long long)SIZE_MAX);
+    return sdpa_scratch_reserve(ctx, need);
 }
 
 size_t sdpa_workspace_size(const sdpa_ctx * ctx, int32_t batch, int32_t q_len, int32_t q_heads,
@@ -178,16 +196,16 @@ void sdpa_run_problem(sdpa_ctx * ctx, const sdpa_problem * p, bool reference) {
     sdpa_clear_error(ctx);
 }
 
-sdpa_status sdpa_reserve_problems(sdpa_ctx * ctx, const char * fn, const sdpa_problem * ps, int32_t n) {
+sdpa_status sdpa_reserve_problems(sdpa_ctx * ctx, const sdpa_problem * ps, int32_t n) {
     uint64_t need = sdpa_flash_many_workspace(ctx->n_threads, ps, n);
     for (int32_t i = 0; i < n; i++) {
         const uint64_t one = problem_workspace(ctx->n_threads, &ps[i]);
         if (one > need) need = one;
     }
     if (need > SIZE_MAX)
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: %d items with %d threads need %llu bytes of scratch memory; more than this build can address (%llu bytes)",
-                         fn, n, ctx->n_threads, (unsigned long long)need, (unsigned long long)SIZE_MAX);
-    return sdpa_scratch_reserve(ctx, fn, need);
+        return sdpa_fail(ctx, SDPA_E_OOM, "%d items with %d threads need %llu bytes of scratch memory; more than this build can address (%llu bytes)",
+                         n, ctx->n_threads, (unsigned long long)need, (unsigned long long)SIZE_MAX);
+    return sdpa_scratch_reserve(ctx, need);
 }
 
 void sdpa_run_problems(sdpa_ctx * ctx, const sdpa_problem * ps, int32_t n) {
@@ -207,34 +225,33 @@ void sdpa_run_problems(sdpa_ctx * ctx, const sdpa_problem * ps, int32_t n) {
     sdpa_clear_error(ctx);
 }
 
-static sdpa_status custom(sdpa_ctx * ctx, const char * fn, bool reference,
-                          const sdpa_tensor * query, const sdpa_tensor * key,
-                          const sdpa_tensor * value, const sdpa_tensor * mask,
-                          const sdpa_options * options, sdpa_tensor * out) {
+static sdpa_status custom(sdpa_ctx * ctx, bool reference, const sdpa_tensor * query, const sdpa_tensor * key,
+                          const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
+                          sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
-    sdpa_status s = sdpa_check_custom(ctx, fn, query, key, value, mask, options, out, &p);
-    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, fn, &p);
+    sdpa_status s = sdpa_check_custom(ctx, query, key, value, mask, options, out, &p);
+    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, &p);
     if (s != SDPA_OK) return s;
     sdpa_run_problem(ctx, &p, reference);
     return SDPA_OK;
 }
 
+sdpa_status sdpa_custom_unnamed(sdpa_ctx * ctx, const sdpa_tensor * query, const sdpa_tensor * key,
+                                const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
+                                sdpa_tensor * out) {
+    return custom(ctx, false, query, key, value, mask, options, out);
+}
+
 sdpa_status sdpa_custom(sdpa_ctx * ctx, const sdpa_tensor * query, const sdpa_tensor * key,
                         const sdpa_tensor * value, const sdpa_tensor * mask,
                         const sdpa_options * options, sdpa_tensor * out) {
-    return custom(ctx, "customSdpa", false, query, key, value, mask, options, out);
-}
-
-sdpa_status sdpa_custom_as(sdpa_ctx * ctx, const char * fn, const sdpa_tensor * query, const sdpa_tensor * key,
-                           const sdpa_tensor * value, const sdpa_tensor * mask, const sdpa_options * options,
-                           sdpa_tensor * out) {
-    return custom(ctx, fn, false, query, key, value, mask, options, out);
+    return sdpa_named(ctx, custom(ctx, false, query, key, value, mask, options, out), __func__);
 }
 
 sdpa_status sdpa_custom_reference(sdpa_ctx * ctx, const sdpa_tensor * query,
                                   const sdpa_tensor * key, const sdpa_tensor * value,
                                   const sdpa_tensor * mask, const sdpa_options * options,
                                   sdpa_tensor * out) {
-    return custom(ctx, "customSdpa", true, query, key, value, mask, options, out);
+    return sdpa_named(ctx, custom(ctx, true, query, key, value, mask, options, out), __func__);
 }

@@ -85,28 +85,29 @@ static void layout_of(cache_layout * L, sdpa_page_format * format, sdpa_page_for
  * E_HEADS; rows past maxSeqLen, E_CAPACITY, is asked of a sound geometry
  * only). What sdpa_kv_cache_create_desc and _plan_desc run (the wasm entry
  * sdpa_wasm_kv_cache_plan runs the same two checks on JS numbers). */
-static sdpa_status check_geometry(sdpa_ctx * ctx, const char * fn, int64_t batch, int64_t max_seq_len, int64_t kv_heads,
+static sdpa_status check_geometry(sdpa_ctx * ctx, int64_t batch, int64_t max_seq_len, int64_t kv_heads,
                                   int64_t head_dim, int32_t key_dtype, int32_t value_dtype, int64_t window,
                                   int64_t sink_tokens, bool plan, int64_t rows, const void * out) {
-    const sdpa_status st = sdpa_check_cache_create(ctx, fn, batch, max_seq_len, kv_heads, head_dim, key_dtype, value_dtype,
+    const sdpa_status st = sdpa_check_cache_create(ctx, batch, max_seq_len, kv_heads, head_dim, key_dtype, value_dtype,
                                                    window, sink_tokens, out);
     if (!plan || (st != SDPA_OK && (rows >= 0 || st <= SDPA_E_DIMS))) return st;
-    return sdpa_check_cache_plan_rows(ctx, fn, st == SDPA_OK ? (int32_t)max_seq_len : 0, rows);
+    return sdpa_check_cache_plan_rows(ctx, st == SDPA_OK ? (int32_t)max_seq_len : 0, rows);
 }
 
-static sdpa_status check_desc(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * d, bool plan, int32_t rows,
+static sdpa_status check_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * d, bool plan, int32_t rows,
                               const void * out) {
-    if (!d) return sdpa_fail(ctx, SDPA_E_ARG, "%s: desc is missing", fn);
+    if (!d) return sdpa_fail(ctx, SDPA_E_ARG, "desc is missing");
     if (d->float16_newest_page != 0 && d->float16_newest_page != 1)
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: float16_newest_page is %d; expected 0 or 1", fn, d->float16_newest_page);
-    return check_geometry(ctx, fn, d->batch, d->max_seq_len, d->kv_heads, d->head_dim, d->key_dtype, d->value_dtype,
+        return sdpa_fail(ctx, SDPA_E_ARG, "float16_newest_page is %d; expected 0 or 1", d->float16_newest_page);
+    return check_geometry(ctx, d->batch, d->max_seq_len, d->kv_heads, d->head_dim, d->key_dtype, d->value_dtype,
                           d->window, d->sink_tokens, plan, rows, out);
 }
 
 sdpa_status sdpa_kv_cache_create(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
                                  int32_t kv_heads, int32_t head_dim, int32_t dtype,
                                  sdpa_kv_cache ** out_cache) {
-    return sdpa_kv_cache_create_windowed(ctx, batch, max_seq_len, kv_heads, head_dim, dtype, 0, 0, out_cache);
+    const sdpa_kv_cache_desc d = { batch, max_seq_len, kv_heads, head_dim, dtype, dtype, 0, 0, 0 };
+    return sdpa_named(ctx, sdpa_kv_cache_create_desc_unnamed(ctx, &d, true, out_cache), __func__);
 }
 
 sdpa_status sdpa_kv_cache_create_windowed(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_len,
@@ -114,17 +115,17 @@ sdpa_status sdpa_kv_cache_create_windowed(sdpa_ctx * ctx, int32_t batch, int32_t
                                           int32_t window, int32_t sink_tokens,
                                           sdpa_kv_cache ** out_cache) {
     const sdpa_kv_cache_desc d = { batch, max_seq_len, kv_heads, head_dim, dtype, dtype, window, sink_tokens, 0 };
-    return sdpa_kv_cache_create_desc(ctx, &d, out_cache);
+    return sdpa_named(ctx, sdpa_kv_cache_create_desc_unnamed(ctx, &d, true, out_cache), __func__);
 }
 
 sdpa_status sdpa_kv_cache_create_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, sdpa_kv_cache ** out_cache) {
-    if (!ctx) return SDPA_E_ARG;
-    return sdpa_kv_cache_create_as(ctx, "createKVCache", desc, true, out_cache);
+    return sdpa_named(ctx, sdpa_kv_cache_create_desc_unnamed(ctx, desc, true, out_cache), __func__);
 }
 
-sdpa_status sdpa_kv_cache_create_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * desc, bool make,
-                                    sdpa_kv_cache ** out_cache) {
-    sdpa_status s = check_desc(ctx, fn, desc, false, 0, out_cache);
+sdpa_status sdpa_kv_cache_create_desc_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, bool make,
+                                              sdpa_kv_cache ** out_cache) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status s = check_desc(ctx, desc, false, 0, out_cache);
     if (s != SDPA_OK) return s;
     const int32_t batch = desc->batch, max_seq_len = desc->max_seq_len, kv_heads = desc->kv_heads;
     const int32_t head_dim = desc->head_dim, window = desc->window, sink_tokens = desc->sink_tokens;
@@ -135,8 +136,8 @@ sdpa_status sdpa_kv_cache_create_as(sdpa_ctx * ctx, const char * fn, const sdpa_
     const uint64_t table_bytes = L.table_bytes, pages_per_head = L.pages_per_head;
     if (L.page_bytes == 0 || page_bytes > SDPA_MAX_PAGE_BYTES || table_bytes > SDPA_MAX_PAGE_BYTES)
         return sdpa_fail(ctx, SDPA_E_OOM,
-                         "%s: a page of %d rows x head dim %d needs %llu bytes and the page table %llu bytes; each must fit in %llu bytes",
-                         fn, SDPA_PAGE_ROWS, head_dim, (unsigned long long)page_bytes, (unsigned long long)table_bytes,
+                         "a page of %d rows x head dim %d needs %llu bytes and the page table %llu bytes; each must fit in %llu bytes",
+                         SDPA_PAGE_ROWS, head_dim, (unsigned long long)page_bytes, (unsigned long long)table_bytes,
                          (unsigned long long)SDPA_MAX_PAGE_BYTES);
     if (!make) return SDPA_OK;
     sdpa_kv_cache * c = calloc(1, sizeof *c);
@@ -144,8 +145,8 @@ sdpa_status sdpa_kv_cache_create_as(sdpa_ctx * ctx, const char * fn, const sdpa_
     if (!c || !table || !sdpa_page_pool_add_size(ctx->pages, (size_t)L.page_bytes) ||
         (L.f16_page_bytes && !sdpa_page_pool_add_size(ctx->pages, (size_t)L.f16_page_bytes))) {
         free(c); free(table);
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate the page table (%llu bytes) or the first page of %llu bytes",
-                         fn, (unsigned long long)table_bytes, (unsigned long long)page_bytes);
+        return sdpa_fail(ctx, SDPA_E_OOM, "cannot allocate the page table (%llu bytes) or the first page of %llu bytes",
+                         (unsigned long long)table_bytes, (unsigned long long)page_bytes);
     }
     c->ctx = ctx;
     c->batch = batch; c->max_seq_len = max_seq_len; c->kv_heads = kv_heads; c->head_dim = head_dim;
@@ -165,7 +166,7 @@ sdpa_status sdpa_kv_cache_create_as(sdpa_ctx * ctx, const char * fn, const sdpa_
     /* Scratch for any attend over this head_dim, so no step allocates.
      * Failure is not fatal: the first attend would try again and report
      * E_OOM then. */
-    (void)sdpa_scratch_reserve(ctx, fn, sdpa_flash_workspace_bound(ctx->n_threads, head_dim));
+    (void)sdpa_scratch_reserve(ctx, sdpa_flash_workspace_bound(ctx->n_threads, head_dim));
     sdpa_clear_error(ctx);
     *out_cache = c;
     return SDPA_OK;
@@ -210,14 +211,18 @@ sdpa_status sdpa_kv_cache_plan(sdpa_ctx * ctx, int32_t batch, int32_t max_seq_le
                                int32_t head_dim, int32_t dtype, int32_t window, int32_t sink_tokens,
                                int32_t rows, sdpa_kv_cache_size * out) {
     const sdpa_kv_cache_desc d = { batch, max_seq_len, kv_heads, head_dim, dtype, dtype, window, sink_tokens, 0 };
-    return sdpa_kv_cache_plan_desc(ctx, &d, rows, out);
+    return sdpa_named(ctx, sdpa_kv_cache_plan_desc_unnamed(ctx, &d, rows, out), __func__);
 }
 
 sdpa_status sdpa_kv_cache_plan_desc(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, int32_t rows,
                                     sdpa_kv_cache_size * out) {
-    static const char fn[] = "sdpa.kvCacheSize";
+    return sdpa_named(ctx, sdpa_kv_cache_plan_desc_unnamed(ctx, desc, rows, out), __func__);
+}
+
+sdpa_status sdpa_kv_cache_plan_desc_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache_desc * desc, int32_t rows,
+                                            sdpa_kv_cache_size * out) {
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = check_desc(ctx, fn, desc, true, rows, out);
+    sdpa_status s = check_desc(ctx, desc, true, rows, out);
     if (s != SDPA_OK) return s;
     const int32_t batch = desc->batch, kv_heads = desc->kv_heads;
     sdpa_page_format format, f16_format;
@@ -357,16 +362,16 @@ static void write_need(const sdpa_kv_cache * c, int32_t start, int32_t len, int6
 
 /* Makes sure the pool can supply every page a write takes (write_need).
  * E_OOM, with nothing changed, when it cannot. */
-static sdpa_status ensure_pages(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, uint64_t enc, uint64_t f16,
+static sdpa_status ensure_pages(sdpa_ctx * ctx, const sdpa_kv_cache * c, uint64_t enc, uint64_t f16,
                                 const char * what) {
     const size_t bytes[2] = { c->format.page_bytes, c->f16_format.page_bytes };
     const uint64_t count[2] = { enc, f16 };
     if (sdpa_page_pool_ensure_sizes(c->ctx->pages, bytes, count, f16 ? 2 : 1)) return SDPA_OK;
     if (!f16)
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes; %s",
-                         fn, (unsigned long long)enc, c->format.page_bytes, what);
-    return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages of %zu bytes and %llu float16 pages of %zu bytes; %s",
-                     fn, (unsigned long long)enc, c->format.page_bytes, (unsigned long long)f16, c->f16_format.page_bytes, what);
+        return sdpa_fail(ctx, SDPA_E_OOM, "the page pool cannot grow by %llu pages of %zu bytes; %s",
+                         (unsigned long long)enc, c->format.page_bytes, what);
+    return sdpa_fail(ctx, SDPA_E_OOM, "the page pool cannot grow by %llu pages of %zu bytes and %llu float16 pages of %zu bytes; %s",
+                     (unsigned long long)enc, c->format.page_bytes, (unsigned long long)f16, c->f16_format.page_bytes, what);
 }
 
 /* A step written in pieces (step_piece) cut before each page's fill: the rows
@@ -376,14 +381,14 @@ static uint64_t pieces_need(const sdpa_kv_cache * c, bool pieces) {
     return pieces && c->float16_newest_page ? (uint64_t)head_count(c) : 0;
 }
 
-static sdpa_status reserve_write_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, int32_t start, int32_t len,
+static sdpa_status reserve_write_as(sdpa_ctx * ctx, const sdpa_kv_cache * c, int32_t start, int32_t len,
                                     int64_t f16_from, bool pieces) {
     uint64_t enc, f16;
     write_need(c, start, len, f16_from, &enc, &f16);
-    return ensure_pages(ctx, fn, c, enc, f16 + pieces_need(c, pieces), "the cache is unchanged");
+    return ensure_pages(ctx, c, enc, f16 + pieces_need(c, pieces), "the cache is unchanged");
 }
-static sdpa_status reserve_write(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, int32_t start, int32_t len) {
-    return reserve_write_as(ctx, fn, c, start, len, -1, false);
+static sdpa_status reserve_write(sdpa_ctx * ctx, const sdpa_kv_cache * c, int32_t start, int32_t len) {
+    return reserve_write_as(ctx, c, start, len, -1, false);
 }
 
 /* A page of `format` (f16: the float16 one) taken from the pool, all bytes 0. */
@@ -443,10 +448,10 @@ static uint32_t encode_one(const sdpa_kv_cache * c, void * page, int32_t row, in
  * encoded page): reserved before any row is written (E_OOM leaves the cache
  * as it was); the kernels use the scratch only after the rows are written.
  * rope NULL or half 0: no rotation. */
-static sdpa_status reserve_rotation(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * c, const sdpa_rope * rope) {
+static sdpa_status reserve_rotation(sdpa_ctx * ctx, const sdpa_kv_cache * c, const sdpa_rope * rope) {
     const bool rotates = rope && rope->half;
     if (!rotates && !c->float16_newest_page) return SDPA_OK;
-    return sdpa_scratch_reserve(ctx, fn, 2 * (uint64_t)c->head_dim * sizeof(float));
+    return sdpa_scratch_reserve(ctx, 2 * (uint64_t)c->head_dim * sizeof(float));
 }
 
 /* Rows [from, from + n) of the [B, src_len, Hkv, D] float32 k, v, encoded
@@ -539,11 +544,11 @@ static void put_rows(sdpa_kv_cache * c, const float * k, const float * v, int32_
 
 /* Writes validated k, v at start (K rotated by rope): takes the pages and
  * the scratch first (E_OOM: unchanged). */
-static sdpa_status write_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, const sdpa_tensor * key,
+static sdpa_status write_rows(sdpa_ctx * ctx, sdpa_kv_cache * c, const sdpa_tensor * key,
                               const sdpa_tensor * value, int32_t start, const sdpa_rope * rope) {
     const int32_t len = key->dims[1];
-    sdpa_status s = reserve_write(ctx, fn, c, start, len);
-    if (s == SDPA_OK) s = reserve_rotation(ctx, fn, c, rope);
+    sdpa_status s = reserve_write(ctx, c, start, len);
+    if (s == SDPA_OK) s = reserve_rotation(ctx, c, rope);
     if (s != SDPA_OK) return s;
     put_rows(c, key->data, value->data, len, 0, start, len, rope, -1);
     return SDPA_OK;
@@ -551,15 +556,15 @@ static sdpa_status write_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c
 
 sdpa_status sdpa_kv_cache_update_rotary(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
                                         const sdpa_tensor * value, int32_t start_pos, const sdpa_rotary * rotary) {
-    return sdpa_kv_cache_update_as(ctx, "KVCache.update", cache, key, value, start_pos, rotary);
+    return sdpa_named(ctx, sdpa_kv_cache_update_rotary_unnamed(ctx, cache, key, value, start_pos, rotary), __func__);
 }
 
-sdpa_status sdpa_kv_cache_update_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * key,
-                                    const sdpa_tensor * value, int32_t start_pos, const sdpa_rotary * rotary) {
+sdpa_status sdpa_kv_cache_update_rotary_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
+                                                const sdpa_tensor * value, int32_t start_pos, const sdpa_rotary * rotary) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_rope rope;
-    sdpa_status s = sdpa_check_cache_update_rotary(ctx, fn, cache, key, value, start_pos, rotary, &rope);
-    if (s == SDPA_OK) s = write_rows(ctx, fn, cache, key, value, start_pos, &rope);
+    sdpa_status s = sdpa_check_cache_update_rotary(ctx, cache, key, value, start_pos, rotary, &rope);
+    if (s == SDPA_OK) s = write_rows(ctx, cache, key, value, start_pos, &rope);
     if (s != SDPA_OK) return s;
     sdpa_clear_error(ctx);
     return SDPA_OK;
@@ -567,21 +572,21 @@ sdpa_status sdpa_kv_cache_update_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cac
 
 sdpa_status sdpa_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
                                  const sdpa_tensor * value, int32_t start_pos) {
-    return sdpa_kv_cache_update_rotary(ctx, cache, key, value, start_pos, NULL);
+    return sdpa_named(ctx, sdpa_kv_cache_update_rotary_unnamed(ctx, cache, key, value, start_pos, NULL), __func__);
 }
 
 sdpa_status sdpa_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
                                  const sdpa_tensor * mask, const sdpa_options * options,
                                  sdpa_tensor * out) {
-    return sdpa_kv_cache_attend_as(ctx, "KVCache.attend", cache, query, mask, options, out);
+    return sdpa_named(ctx, sdpa_kv_cache_attend_unnamed(ctx, cache, query, mask, options, out), __func__);
 }
 
-sdpa_status sdpa_kv_cache_attend_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * query,
-                                    const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out) {
+sdpa_status sdpa_kv_cache_attend_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                         const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
-    sdpa_status s = sdpa_check_cache_attend(ctx, fn, cache, query, mask, options, out, true, &p);
-    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, fn, &p);
+    sdpa_status s = sdpa_check_cache_attend(ctx, cache, query, mask, options, out, true, &p);
+    if (s == SDPA_OK) s = sdpa_reserve_problem(ctx, &p);
     if (s != SDPA_OK) return s;
     sdpa_run_problem(ctx, &p, false);
     return SDPA_OK;
@@ -625,20 +630,20 @@ sdpa_status sdpa_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa
                                const sdpa_tensor * key, const sdpa_tensor * value,
                                const sdpa_tensor * mask, const sdpa_options * options,
                                sdpa_tensor * out) {
-    return sdpa_kv_cache_step_as(ctx, "KVCache.step", cache, query, key, value, mask, options, out);
+    return sdpa_named(ctx, sdpa_kv_cache_step_unnamed(ctx, cache, query, key, value, mask, options, out), __func__);
 }
 
-sdpa_status sdpa_kv_cache_step_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, const sdpa_tensor * query,
-                                  const sdpa_tensor * key, const sdpa_tensor * value, const sdpa_tensor * mask,
-                                  const sdpa_options * options, sdpa_tensor * out) {
+sdpa_status sdpa_kv_cache_step_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
+                                       const sdpa_tensor * key, const sdpa_tensor * value, const sdpa_tensor * mask,
+                                       const sdpa_options * options, sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem p;
-    sdpa_status s = sdpa_check_cache_step(ctx, fn, cache, query, key, value, mask, options, out, &p);
+    sdpa_status s = sdpa_check_cache_step(ctx, cache, query, key, value, mask, options, out, &p);
     if (s != SDPA_OK) return s;
     const int32_t sp = (int32_t)p.start_pos, n = key->dims[1];
     if (!step_in_pieces(cache, &p)) {
-        s = sdpa_reserve_problem(ctx, fn, &p);
-        if (s == SDPA_OK) s = write_rows(ctx, fn, cache, key, value, sp, &p.rope);  /* (K rows where the q rows are) */
+        s = sdpa_reserve_problem(ctx, &p);
+        if (s == SDPA_OK) s = write_rows(ctx, cache, key, value, sp, &p.rope);  /* (K rows where the q rows are) */
         if (s != SDPA_OK) return s;  /* nothing written */
         sdpa_run_problem(ctx, &p, false);
         return SDPA_OK;
@@ -650,11 +655,11 @@ sdpa_status sdpa_kv_cache_step_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache
     int32_t next;
     for (int32_t at = sp; at < sp + n; at = next) {
         const sdpa_problem piece = step_piece(cache, &p, at, &next);
-        s = sdpa_reserve_problem(ctx, fn, &piece);
+        s = sdpa_reserve_problem(ctx, &piece);
         if (s != SDPA_OK) return s;
     }
-    s = reserve_write_as(ctx, fn, cache, sp, n, -1, true);
-    if (s == SDPA_OK) s = reserve_rotation(ctx, fn, cache, &p.rope);
+    s = reserve_write_as(ctx, cache, sp, n, -1, true);
+    if (s == SDPA_OK) s = reserve_rotation(ctx, cache, &p.rope);
     if (s != SDPA_OK) return s;
     for (int32_t at = sp; at < sp + n; at = next) {
         const sdpa_problem piece = step_piece(cache, &p, at, &next);
@@ -666,8 +671,13 @@ sdpa_status sdpa_kv_cache_step_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache
 
 sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start,
                                int32_t length, sdpa_tensor * key_out, sdpa_tensor * value_out) {
+    return sdpa_named(ctx, sdpa_kv_cache_read_unnamed(ctx, cache, start, length, key_out, value_out), __func__);
+}
+
+sdpa_status sdpa_kv_cache_read_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start, int32_t length,
+                                       sdpa_tensor * key_out, sdpa_tensor * value_out) {
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_check_cache_read(ctx, "KVCache.read", cache, start, length, key_out, value_out);
+    sdpa_status s = sdpa_check_cache_read(ctx, cache, start, length, key_out, value_out);
     if (s != SDPA_OK) return s;
     const size_t D = (size_t)cache->head_dim, H = (size_t)cache->kv_heads;
     for (size_t b = 0; b < (size_t)cache->batch; b++)
@@ -687,9 +697,13 @@ sdpa_status sdpa_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
 
 sdpa_status sdpa_kv_cache_read_records(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start,
                                        int32_t length, int32_t which, void * out, size_t out_bytes) {
-    static const char fn[] = "KVCache.readRaw";
+    return sdpa_named(ctx, sdpa_kv_cache_read_records_unnamed(ctx, cache, start, length, which, out, out_bytes), __func__);
+}
+
+sdpa_status sdpa_kv_cache_read_records_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start,
+                                               int32_t length, int32_t which, void * out, size_t out_bytes) {
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_check_cache_read_records(ctx, fn, cache, start, length, which, out, out_bytes);
+    sdpa_status s = sdpa_check_cache_read_records(ctx, cache, start, length, which, out, out_bytes);
     if (s != SDPA_OK) return s;
     const sdpa_page_format * fmt = &cache->format;
     const size_t H = (size_t)cache->kv_heads, record = record_bytes(fmt, which);
@@ -699,7 +713,7 @@ sdpa_status sdpa_kv_cache_read_records(sdpa_ctx * ctx, const sdpa_kv_cache * cac
     const bool as_encoded = cache->float16_newest_page &&
                             sdpa_kv_dtype(&cache->f16_format, which) != sdpa_kv_dtype(fmt, which);
     if (as_encoded) {
-        s = sdpa_scratch_reserve(ctx, fn, (uint64_t)fmt->page_bytes + (uint64_t)cache->head_dim * sizeof(float));
+        s = sdpa_scratch_reserve(ctx, (uint64_t)fmt->page_bytes + (uint64_t)cache->head_dim * sizeof(float));
         if (s != SDPA_OK) return s;
         memset(ctx->scratch, 0, fmt->page_bytes);
     }
@@ -737,15 +751,16 @@ void sdpa_kv_cache_truncate_pages(const sdpa_kv_cache * c, int32_t length, uint6
     if (length % SDPA_PAGE_ROWS != 0) write_need(c, length - 1, 1, -1, enc, f16);
 }
 
-/* truncate for the public function fn (KVCache.truncate, or keepRows, which ends with one). */
-sdpa_status sdpa_kv_cache_truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * cache, int32_t length) {
-    sdpa_status s = sdpa_check_cache_truncate(ctx, fn, cache, length);
+/* truncate (keepRows ends with one) */
+sdpa_status sdpa_kv_cache_truncate_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t length) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status s = sdpa_check_cache_truncate(ctx, cache, length);
     if (s != SDPA_OK) return s;
     const int32_t keep = (length + SDPA_PAGE_ROWS - 1) / SDPA_PAGE_ROWS;  /* pages with a kept row */
     const int32_t tail = length % SDPA_PAGE_ROWS;  /* kept rows of the last kept page (0: it is full) */
     /* the last kept page's rows past `length` become unwritten (zeros): make it private first */
     if (tail != 0) {
-        s = reserve_write(ctx, fn, cache, length - 1, 1);
+        s = reserve_write(ctx, cache, length - 1, 1);
         if (s != SDPA_OK) return s;
         own_slot(cache, page_slot(cache, keep - 1), false);
     }
@@ -778,24 +793,23 @@ sdpa_status sdpa_kv_cache_truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_c
 }
 
 sdpa_status sdpa_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t length) {
-    if (!ctx) return SDPA_E_ARG;
-    return sdpa_kv_cache_truncate_as(ctx, "KVCache.truncate", cache, length);
+    return sdpa_named(ctx, sdpa_kv_cache_truncate_unnamed(ctx, cache, length), __func__);
 }
 
 sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
-    if (!ctx) return SDPA_E_ARG;
-    return sdpa_kv_cache_fork_as(ctx, "KVCache.fork", cache, out_cache);
+    return sdpa_named(ctx, sdpa_kv_cache_fork_unnamed(ctx, cache, out_cache), __func__);
 }
 
-sdpa_status sdpa_kv_cache_fork_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
-    sdpa_status s = sdpa_check_cache_fork(ctx, fn, cache, out_cache);
+sdpa_status sdpa_kv_cache_fork_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status s = sdpa_check_cache_fork(ctx, cache, out_cache);
     if (s != SDPA_OK) return s;
     const size_t entries = head_count(cache) * (size_t)cache->pages_per_head;
     sdpa_kv_cache * c = malloc(sizeof *c);
     void ** table = sdpa_alloc_fault(ctx) ? NULL : malloc(entries * sizeof *table);
     if (!c || !table) {
         free(c); free(table);
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate a page table of %zu bytes", fn, entries * sizeof *table);
+        return sdpa_fail(ctx, SDPA_E_OOM, "cannot allocate a page table of %zu bytes", entries * sizeof *table);
     }
     *c = *cache;
     c->table = table;
@@ -814,10 +828,9 @@ sdpa_status sdpa_kv_cache_fork_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv
  * E_OOM changes nothing), a ring page taken over is cleared, window_start
  * and length move as for a write. kv_state.c then imports the records into
  * those pages (sdpa_kv_cache_row_page). */
-sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t start, int32_t len,
-                                    int32_t f16_from) {
+sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, sdpa_kv_cache * c, int32_t start, int32_t len, int32_t f16_from) {
     if (len <= 0) return SDPA_OK;
-    sdpa_status s = reserve_write_as(ctx, fn, c, start, len, f16_from, false);
+    sdpa_status s = reserve_write_as(ctx, c, start, len, f16_from, false);
     if (s == SDPA_OK) put_rows(c, NULL, NULL, 0, 0, start, len, NULL, f16_from);
     return s;
 }
@@ -836,9 +849,13 @@ void * sdpa_kv_cache_row_page(const sdpa_kv_cache * c, int32_t b, int32_t h, int
  * record buffer (scratch) are taken first: E_OOM changes nothing. */
 sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t start,
                                     const int32_t * rows, int32_t n) {
-    static const char fn[] = "KVCache.keepRows";
+    return sdpa_named(ctx, sdpa_kv_cache_keep_rows_unnamed(ctx, cache, start, rows, n), __func__);
+}
+
+sdpa_status sdpa_kv_cache_keep_rows_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32_t start, const int32_t * rows,
+                                            int32_t n) {
     if (!ctx) return SDPA_E_ARG;
-    sdpa_status s = sdpa_check_cache_keep_rows(ctx, fn, cache, start, rows, n);
+    sdpa_status s = sdpa_check_cache_keep_rows(ctx, cache, start, rows, n);
     if (s != SDPA_OK) return s;
     int32_t first = 0;  /* the first row that moves */
     while (first < n && rows[first] == first) first++;
@@ -850,8 +867,8 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
             if (record_bytes(&cache->f16_format, 1) > vb) vb = record_bytes(&cache->f16_format, 1);
         }
         const size_t floats = (size_t)cache->head_dim * sizeof(float);
-        s = sdpa_scratch_reserve(ctx, fn, (uint64_t)floats + kb + vb);
-        if (s == SDPA_OK) s = reserve_write(ctx, fn, cache, start + first, n - first);
+        s = sdpa_scratch_reserve(ctx, (uint64_t)floats + kb + vb);
+        if (s == SDPA_OK) s = reserve_write(ctx, cache, start + first, n - first);
         if (s != SDPA_OK) return s;
         for (int32_t page = (start + first) / SDPA_PAGE_ROWS; page <= (start + n - 1) / SDPA_PAGE_ROWS; page++)
             own_slot(cache, page_slot(cache, page), false);
@@ -885,7 +902,7 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
         }
     }
     /* the pages past start + n go; the last kept page is private already when a row moved */
-    return sdpa_kv_cache_truncate_as(ctx, fn, cache, start + n);
+    return sdpa_kv_cache_truncate_unnamed(ctx, cache, start + n);
 }
 
 /* ---- stepMany: several caches' steps in one call -------------------------
@@ -896,31 +913,31 @@ sdpa_status sdpa_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, int32
  * every single-piece item, and the pieces of the others, each as its own
  * step would run them: every item has the bits of its own call. */
 sdpa_status sdpa_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n) {
-    return sdpa_kv_cache_step_many_as(ctx, "sdpa.stepMany", items, n);
+    return sdpa_named(ctx, sdpa_kv_cache_step_many_unnamed(ctx, items, n), __func__);
 }
 
-sdpa_status sdpa_kv_cache_step_many_as(sdpa_ctx * ctx, const char * fn, const sdpa_attend_item * items, int32_t n) {
+sdpa_status sdpa_kv_cache_step_many_unnamed(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_problem ps[SDPA_MANY_MAX], batch[SDPA_MANY_MAX];
     bool pieces[SDPA_MANY_MAX];
-    sdpa_status s = sdpa_check_step_many(ctx, fn, items, n, ps);
+    sdpa_status s = sdpa_check_step_many(ctx, items, n, ps);
     if (s != SDPA_OK) return s;
     int32_t nb = 0;
     for (int32_t i = 0; i < n; i++) {
         pieces[i] = step_in_pieces(items[i].cache, &ps[i]);
         if (!pieces[i]) batch[nb++] = ps[i];
     }
-    if (nb > 0) s = sdpa_reserve_problems(ctx, fn, batch, nb);
+    if (nb > 0) s = sdpa_reserve_problems(ctx, batch, nb);
     for (int32_t i = 0; i < n && s == SDPA_OK; i++) {
         if (!pieces[i]) continue;
         const int32_t sp = (int32_t)ps[i].start_pos, len = items[i].key->dims[1];
         int32_t next;
         for (int32_t at = sp; at < sp + len && s == SDPA_OK; at = next) {
             const sdpa_problem piece = step_piece(items[i].cache, &ps[i], at, &next);
-            s = sdpa_reserve_problem(ctx, fn, &piece);
+            s = sdpa_reserve_problem(ctx, &piece);
         }
     }
-    for (int32_t i = 0; i < n && s == SDPA_OK; i++) s = reserve_rotation(ctx, fn, items[i].cache, &ps[i].rope);
+    for (int32_t i = 0; i < n && s == SDPA_OK; i++) s = reserve_rotation(ctx, items[i].cache, &ps[i].rope);
     if (s != SDPA_OK) return s;
     /* the pages, per page size (an item's encoded and float16 pages each of their own size) */
     size_t sizes[2 * SDPA_MANY_MAX];
@@ -943,8 +960,8 @@ sdpa_status sdpa_kv_cache_step_many_as(sdpa_ctx * ctx, const char * fn, const sd
     if (n_sizes > 0 && !sdpa_page_pool_ensure_sizes(ctx->pages, sizes, needs, n_sizes)) {
         uint64_t total = 0;
         for (int32_t at = 0; at < n_sizes; at++) total += needs[at];
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: the page pool cannot grow by %llu pages (of %d sizes); no cache was written",
-                         fn, (unsigned long long)total, (int)n_sizes);
+        return sdpa_fail(ctx, SDPA_E_OOM, "the page pool cannot grow by %llu pages (of %d sizes); no cache was written",
+                         (unsigned long long)total, (int)n_sizes);
     }
     for (int32_t i = 0; i < n; i++) {
         if (pieces[i]) continue;

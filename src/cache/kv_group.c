@@ -21,26 +21,23 @@
 
 void sdpa_layer_failure_note(sdpa_layer_failure * f, const sdpa_ctx * ctx, sdpa_status status, int32_t layer) {
     if (status == SDPA_OK || (f->status != SDPA_OK && status >= f->status)) return;
-    const char * words = ctx->last_error;
-    if (words[0] == ':' && words[1] == ' ') words += 2;  /* a rule run under the name "" */
     f->status = status;
     f->layer = layer;
-    snprintf(f->words, sizeof f->words, "%s", words);
+    snprintf(f->words, sizeof f->words, "%s", ctx->last_error);
 }
 
-sdpa_status sdpa_layer_failure_report(sdpa_ctx * ctx, const char * fn, const char * layer_fmt, const sdpa_layer_failure * f) {
+sdpa_status sdpa_layer_failure_report(sdpa_ctx * ctx, const char * layer_fmt, const sdpa_layer_failure * f) {
     char layer[32];
     snprintf(layer, sizeof layer, layer_fmt, (int)f->layer);
-    return sdpa_fail(ctx, f->status, "%s%s%s%s", fn, fn[0] ? ": " : "", layer, f->words);
+    return sdpa_named(ctx, sdpa_fail(ctx, f->status, "%s", f->words), layer);
 }
 
 /* The arrays a group call is given: `in` (descs or layers) of n >= 1, and an out array when it makes caches. */
-static sdpa_status check_arrays(sdpa_ctx * ctx, const char * fn, const void * in, const char * in_name, int32_t n,
-                                bool makes, const void * out) {
-    const char * sep = fn[0] ? ": " : "";
-    if (!in) return sdpa_fail(ctx, SDPA_E_ARG, "%s%s%s is missing", fn, sep, in_name);
-    if (n < 1) return sdpa_fail(ctx, SDPA_E_ARG, "%s%sn is %d; expected at least one layer", fn, sep, (int)n);
-    if (makes && !out) return sdpa_fail(ctx, SDPA_E_ARG, "%s%sout is missing", fn, sep);
+static sdpa_status check_arrays(sdpa_ctx * ctx, const void * in, const char * in_name, int32_t n, bool makes,
+                                const void * out) {
+    if (!in) return sdpa_fail(ctx, SDPA_E_ARG, "%s is missing", in_name);
+    if (n < 1) return sdpa_fail(ctx, SDPA_E_ARG, "n is %d; expected at least one layer", (int)n);
+    if (makes && !out) return sdpa_fail(ctx, SDPA_E_ARG, "out is missing");
     return SDPA_OK;
 }
 
@@ -53,15 +50,15 @@ static void unmake(sdpa_kv_cache ** out, int32_t made, int32_t n) {
 /* Makes layer i (create: descs[i]; fork: a fork of layers[i]) into out[i]. */
 typedef sdpa_status (*make_layer)(sdpa_ctx * ctx, const void * from, int32_t i, sdpa_kv_cache ** out);
 
-static sdpa_status make_all(sdpa_ctx * ctx, const char * fn, const char * layer_fmt, make_layer make, const void * from,
-                            int32_t n, sdpa_kv_cache ** out) {
+static sdpa_status make_all(sdpa_ctx * ctx, const char * layer_fmt, make_layer make, const void * from, int32_t n,
+                            sdpa_kv_cache ** out) {
     for (int32_t i = 0; i < n; i++) {
         const sdpa_status st = make(ctx, from, i, &out[i]);
         if (st != SDPA_OK) {
             sdpa_layer_failure f = { SDPA_OK, 0, "" };
             sdpa_layer_failure_note(&f, ctx, st, i);
             unmake(out, i, n);
-            return sdpa_layer_failure_report(ctx, fn, layer_fmt, &f);
+            return sdpa_layer_failure_report(ctx, layer_fmt, &f);
         }
     }
     sdpa_clear_error(ctx);
@@ -69,50 +66,47 @@ static sdpa_status make_all(sdpa_ctx * ctx, const char * fn, const char * layer_
 }
 
 static sdpa_status create_layer(sdpa_ctx * ctx, const void * from, int32_t i, sdpa_kv_cache ** out) {
-    return sdpa_kv_cache_create_as(ctx, "", (const sdpa_kv_cache_desc *)from + i, true, out);
+    return sdpa_kv_cache_create_desc_unnamed(ctx, (const sdpa_kv_cache_desc *)from + i, true, out);
 }
 
 static sdpa_status fork_layer(sdpa_ctx * ctx, const void * from, int32_t i, sdpa_kv_cache ** out) {
-    return sdpa_kv_cache_fork_as(ctx, "", ((sdpa_kv_cache * const *)from)[i], out);
+    return sdpa_kv_cache_fork_unnamed(ctx, ((sdpa_kv_cache * const *)from)[i], out);
 }
 
-sdpa_status sdpa_kv_group_create_as(sdpa_ctx * ctx, const char * fn, const sdpa_kv_cache_desc * descs, int32_t n,
-                                    sdpa_kv_cache ** out) {
-    sdpa_status st = check_arrays(ctx, fn, descs, "descs", n, true, out);
+sdpa_status sdpa_kv_group_create_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache_desc * descs, int32_t n, sdpa_kv_cache ** out) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status st = check_arrays(ctx, descs, "descs", n, true, out);
     if (st != SDPA_OK) return st;
     sdpa_layer_failure f = { SDPA_OK, 0, "" };
     for (int32_t i = 0; i < n; i++) {
         sdpa_kv_cache * unused;
-        sdpa_layer_failure_note(&f, ctx, sdpa_kv_cache_create_as(ctx, "", &descs[i], false, &unused), i);
+        sdpa_layer_failure_note(&f, ctx, sdpa_kv_cache_create_desc_unnamed(ctx, &descs[i], false, &unused), i);
     }
-    if (f.status != SDPA_OK) return sdpa_layer_failure_report(ctx, fn, "layers[%d]: ", &f);
-    return make_all(ctx, fn, "layer %d: ", create_layer, descs, n, out);
+    if (f.status != SDPA_OK) return sdpa_layer_failure_report(ctx, "layers[%d]", &f);
+    return make_all(ctx, "layer %d", create_layer, descs, n, out);
 }
 
 sdpa_status sdpa_kv_group_create(sdpa_ctx * ctx, const sdpa_kv_cache_desc * descs, int32_t n, sdpa_kv_cache ** out) {
-    if (!ctx) return SDPA_E_ARG;
-    return sdpa_kv_group_create_as(ctx, "createKVCacheGroup", descs, n, out);
+    return sdpa_named(ctx, sdpa_kv_group_create_unnamed(ctx, descs, n, out), __func__);
 }
 
-sdpa_status sdpa_kv_group_fork_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * const * layers, int32_t n,
-                                  sdpa_kv_cache ** out) {
-    sdpa_status st = check_arrays(ctx, fn, layers, "layers", n, true, out);
+sdpa_status sdpa_kv_group_fork_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, sdpa_kv_cache ** out) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status st = check_arrays(ctx, layers, "layers", n, true, out);
     if (st != SDPA_OK) return st;
     sdpa_layer_failure f = { SDPA_OK, 0, "" };
-    for (int32_t i = 0; i < n; i++) sdpa_layer_failure_note(&f, ctx, sdpa_check_cache_fork(ctx, "", layers[i], out), i);
-    if (f.status != SDPA_OK) return sdpa_layer_failure_report(ctx, fn, "layer %d: ", &f);
-    return make_all(ctx, fn, "layer %d: ", fork_layer, layers, n, out);
+    for (int32_t i = 0; i < n; i++) sdpa_layer_failure_note(&f, ctx, sdpa_check_cache_fork(ctx, layers[i], out), i);
+    if (f.status != SDPA_OK) return sdpa_layer_failure_report(ctx, "layer %d", &f);
+    return make_all(ctx, "layer %d", fork_layer, layers, n, out);
 }
 
 sdpa_status sdpa_kv_group_fork(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, sdpa_kv_cache ** out) {
-    if (!ctx) return SDPA_E_ARG;
-    return sdpa_kv_group_fork_as(ctx, "KVCacheGroup.fork", layers, n, out);
+    return sdpa_named(ctx, sdpa_kv_group_fork_unnamed(ctx, layers, n, out), __func__);
 }
 
 /* The pages every layer's truncate takes, summed per page size (layers of one
  * size draw on one free list), made sure of in one ensure. */
-static sdpa_status reserve_truncates(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * const * layers, int32_t n,
-                                     int32_t length) {
+static sdpa_status reserve_truncates(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, int32_t length) {
     size_t * sizes = NULL;
     uint64_t * needs = NULL;
     int32_t n_sizes = 0;
@@ -126,8 +120,7 @@ static sdpa_status reserve_truncates(sdpa_ctx * ctx, const char * fn, sdpa_kv_ca
                 needs = malloc(2 * (size_t)n * sizeof *needs);
                 if (!sizes || !needs) {
                     free(sizes); free(needs);
-                    return sdpa_fail(ctx, SDPA_E_OOM, "%s%scannot allocate the list of %d layers' pages", fn,
-                                     fn[0] ? ": " : "", (int)n);
+                    return sdpa_fail(ctx, SDPA_E_OOM, "cannot allocate the list of %d layers' pages", (int)n);
                 }
             }
             const size_t bytes = kind ? layers[i]->f16_format.page_bytes : layers[i]->format.page_bytes;
@@ -141,30 +134,30 @@ static sdpa_status reserve_truncates(sdpa_ctx * ctx, const char * fn, sdpa_kv_ca
     if (n_sizes > 0 && !sdpa_page_pool_ensure_sizes(ctx->pages, sizes, needs, n_sizes)) {
         uint64_t total = 0;
         for (int32_t at = 0; at < n_sizes; at++) total += needs[at];
-        st = sdpa_fail(ctx, SDPA_E_OOM, "%s%sthe page pool cannot grow by %llu pages (of %d sizes); no layer was truncated",
-                       fn, fn[0] ? ": " : "", (unsigned long long)total, (int)n_sizes);
+        st = sdpa_fail(ctx, SDPA_E_OOM, "the page pool cannot grow by %llu pages (of %d sizes); no layer was truncated",
+                       (unsigned long long)total, (int)n_sizes);
     }
     free(sizes);
     free(needs);
     return st;
 }
 
-sdpa_status sdpa_kv_group_truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * const * layers, int32_t n,
-                                      int64_t length) {
-    sdpa_status st = check_arrays(ctx, fn, layers, "layers", n, false, NULL);
+sdpa_status sdpa_kv_group_truncate_unnamed(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, int64_t length) {
+    if (!ctx) return SDPA_E_ARG;
+    sdpa_status st = check_arrays(ctx, layers, "layers", n, false, NULL);
     if (st != SDPA_OK) return st;
     sdpa_layer_failure f = { SDPA_OK, 0, "" };
-    for (int32_t i = 0; i < n; i++) sdpa_layer_failure_note(&f, ctx, sdpa_check_cache_truncate(ctx, "", layers[i], length), i);
-    if (f.status != SDPA_OK) return sdpa_layer_failure_report(ctx, fn, "layer %d: ", &f);
+    for (int32_t i = 0; i < n; i++) sdpa_layer_failure_note(&f, ctx, sdpa_check_cache_truncate(ctx, layers[i], length), i);
+    if (f.status != SDPA_OK) return sdpa_layer_failure_report(ctx, "layer %d", &f);
     /* every layer accepted length: 0 <= length <= its length, an int32 */
-    st = reserve_truncates(ctx, fn, layers, n, (int32_t)length);
+    st = reserve_truncates(ctx, layers, n, (int32_t)length);
     if (st != SDPA_OK) return st;
     for (int32_t i = 0; i < n; i++) {
         /* cannot fail: checked, and the pool holds every page each takes */
-        st = sdpa_kv_cache_truncate_as(ctx, "", layers[i], (int32_t)length);
+        st = sdpa_kv_cache_truncate_unnamed(ctx, layers[i], (int32_t)length);
         if (st != SDPA_OK) {
             sdpa_layer_failure_note(&f, ctx, st, i);
-            return sdpa_layer_failure_report(ctx, fn, "layer %d: ", &f);
+            return sdpa_layer_failure_report(ctx, "layer %d", &f);
         }
     }
     sdpa_clear_error(ctx);
@@ -172,6 +165,5 @@ sdpa_status sdpa_kv_group_truncate_as(sdpa_ctx * ctx, const char * fn, sdpa_kv_c
 }
 
 sdpa_status sdpa_kv_group_truncate(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, int32_t length) {
-    if (!ctx) return SDPA_E_ARG;
-    return sdpa_kv_group_truncate_as(ctx, "KVCacheGroup.truncate", layers, n, length);
+    return sdpa_named(ctx, sdpa_kv_group_truncate_unnamed(ctx, layers, n, length), __func__);
 }

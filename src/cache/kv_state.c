@@ -48,8 +48,6 @@
 #define HEADER_MIN (FIXED_BYTES + 4u)
 static const unsigned char MAGIC[8] = { 0x89, 'S', 'D', 'P', 'A', 'K', 'V', '\n' };
 
-static const char SAVE_FN[] = "KVCache.save";
-static const char LOAD_FN[] = "sdpa.loadKVCache";
 
 uint32_t sdpa_crc32c(uint32_t crc, const void * data, size_t n) { return sdpa_crc32c_update(crc, data, n); }
 
@@ -153,18 +151,23 @@ struct sdpa_kv_saver {
  * makes the bytes (JSON.stringify, its snapshot of meta) and rejects them
  * before it makes anything; C callers hand their own bytes here. */
 static sdpa_status check_save(sdpa_ctx * ctx, const sdpa_kv_cache * c, int32_t start, int32_t length, size_t meta_bytes) {
-    if (!c) return sdpa_fail(ctx, SDPA_E_ARG, "%s: cache is missing", SAVE_FN);
+    if (!c) return sdpa_fail(ctx, SDPA_E_ARG, "cache is missing");
     if (meta_bytes > SDPA_STATE_MAX_META)
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: meta is %zu bytes as JSON; at most %d", SAVE_FN, meta_bytes, SDPA_STATE_MAX_META);
-    return sdpa_check_cache_save_rows(ctx, SAVE_FN, c, start, length);
+        return sdpa_fail(ctx, SDPA_E_ARG, "meta is %zu bytes as JSON; at most %d", meta_bytes, SDPA_STATE_MAX_META);
+    return sdpa_check_cache_save_rows(ctx, c, start, length);
 }
 
 sdpa_status sdpa_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start, int32_t length,
                                const void * meta, size_t meta_bytes, sdpa_kv_saver ** out_saver) {
+    return sdpa_named(ctx, sdpa_kv_save_begin_unnamed(ctx, cache, start, length, meta, meta_bytes, out_saver), __func__);
+}
+
+sdpa_status sdpa_kv_save_begin_unnamed(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int32_t start, int32_t length,
+                                       const void * meta, size_t meta_bytes, sdpa_kv_saver ** out_saver) {
     if (!ctx) return SDPA_E_ARG;
-    if (!out_saver) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out_saver is missing", SAVE_FN);
+    if (!out_saver) return sdpa_fail(ctx, SDPA_E_ARG, "out_saver is missing");
     *out_saver = NULL;
-    if (meta_bytes > 0 && !meta) return sdpa_fail(ctx, SDPA_E_ARG, "%s: meta is missing", SAVE_FN);
+    if (meta_bytes > 0 && !meta) return sdpa_fail(ctx, SDPA_E_ARG, "meta is missing");
     sdpa_status s = check_save(ctx, cache, start, length, meta_bytes);
     if (s != SDPA_OK) return s;
     const sdpa_page_format * f = &cache->format;
@@ -192,12 +195,12 @@ sdpa_status sdpa_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, int3
     sdpa_kv_cache * fork = NULL;
     if (!pend) {
         free(sv); free(head);
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate the header (%zu bytes)", SAVE_FN, head_bytes);
+        return sdpa_fail(ctx, SDPA_E_OOM, "cannot allocate the header (%zu bytes)", head_bytes);
     }
-    s = sdpa_kv_cache_fork(ctx, cache, &fork);
+    s = sdpa_kv_cache_fork_unnamed(ctx, cache, &fork);
     if (s != SDPA_OK) {
         free(sv); free(head); free(pend);
-        return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate a snapshot of the page table", SAVE_FN);
+        return sdpa_fail(ctx, SDPA_E_OOM, "cannot allocate a snapshot of the page table");
     }
     memcpy(head, MAGIC, 8);
     put32(head + 8, kd == SDPA_DTYPE_INT4 || vd == SDPA_DTYPE_INT4 ? STATE_VERSION : cache->float16_newest_page ? 2u : 1u);
@@ -350,8 +353,7 @@ static sdpa_status load_fail(sdpa_kv_loader * L, sdpa_status s, const char * fmt
 static sdpa_status load_fail(sdpa_kv_loader * L, sdpa_status s, const char * fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = snprintf(L->message, sizeof L->message, "%s: ", LOAD_FN);
-    vsnprintf(L->message + n, sizeof L->message - (size_t)n, fmt, ap);
+    vsnprintf(L->message, sizeof L->message, fmt, ap);
     va_end(ap);
     L->failed = s;
     return sdpa_fail(L->ctx, s, "%s", L->message);
@@ -359,27 +361,25 @@ static sdpa_status load_fail(sdpa_kv_loader * L, sdpa_status s, const char * fmt
 
 /* A failure of ctx (E_OOM from the cache) made sticky with its message. */
 static sdpa_status load_keep(sdpa_kv_loader * L, sdpa_status s) {
-    static const char create_fn[] = "createKVCache: ";
-    const char * m = sdpa_ctx_last_error(L->ctx);
-    if (strncmp(m, create_fn, sizeof create_fn - 1) == 0)
-        snprintf(L->message, sizeof L->message, "%s: %s", LOAD_FN, m + sizeof create_fn - 1);
-    else
-        snprintf(L->message, sizeof L->message, "%s", m);
-    sdpa_fail(L->ctx, s, "%s", L->message);
+    snprintf(L->message, sizeof L->message, "%s", sdpa_ctx_last_error(L->ctx));
     L->failed = s;
     return s;
 }
 
 sdpa_status sdpa_kv_load_begin(sdpa_ctx * ctx, int32_t max_seq_len, sdpa_kv_loader ** out_loader) {
+    return sdpa_named(ctx, sdpa_kv_load_begin_unnamed(ctx, max_seq_len, out_loader), __func__);
+}
+
+sdpa_status sdpa_kv_load_begin_unnamed(sdpa_ctx * ctx, int32_t max_seq_len, sdpa_kv_loader ** out_loader) {
     if (!ctx) return SDPA_E_ARG;
-    if (!out_loader) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out_loader is missing", LOAD_FN);
+    if (!out_loader) return sdpa_fail(ctx, SDPA_E_ARG, "out_loader is missing");
     *out_loader = NULL;
     /* (also js/rules.js checkLoadMaxSeqLen, one wording: JS refuses the number before it reads a byte) */
-    if (max_seq_len < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; expected a positive integer", LOAD_FN, max_seq_len);
+    if (max_seq_len < 0) return sdpa_fail(ctx, SDPA_E_DIMS, "maxSeqLen is %d; expected a positive integer", max_seq_len);
     if (max_seq_len > SDPA_INDEX_LIMIT)
-        return sdpa_fail(ctx, SDPA_E_DIMS, "%s: maxSeqLen is %d; at most %d", LOAD_FN, max_seq_len, SDPA_INDEX_LIMIT);
+        return sdpa_fail(ctx, SDPA_E_DIMS, "maxSeqLen is %d; at most %d", max_seq_len, SDPA_INDEX_LIMIT);
     sdpa_kv_loader * L = calloc(1, sizeof *L);
-    if (!L) return sdpa_fail(ctx, SDPA_E_OOM, "%s: cannot allocate a loader", LOAD_FN);
+    if (!L) return sdpa_fail(ctx, SDPA_E_OOM, "cannot allocate a loader");
     L->ctx = ctx;
     L->max_seq_len = max_seq_len;
     *out_loader = L;
@@ -430,12 +430,10 @@ static sdpa_status parse_header(sdpa_kv_loader * L) {
     const int32_t window = (int32_t)u_window, sinks = (int32_t)u_sinks, start = (int32_t)u_start, end = (int32_t)u_end, ws = (int32_t)u_ws;
     /* the geometry: what createKVCache accepts */
     sdpa_kv_cache * probe = NULL;
-    sdpa_status s = sdpa_check_cache_create(L->ctx, LOAD_FN, batch, max_seq, heads, dim, kd, vd, window, sinks, &probe);
+    sdpa_status s = sdpa_check_cache_create(L->ctx, batch, max_seq, heads, dim, kd, vd, window, sinks, &probe);
     if (s != SDPA_OK) {
-        const char * m = sdpa_ctx_last_error(L->ctx);
-        const size_t skip = strlen(LOAD_FN) + 2;
         char why[SDPA_ERROR_CAP];
-        snprintf(why, sizeof why, "%s", strlen(m) > skip ? m + skip : m);
+        snprintf(why, sizeof why, "%s", sdpa_ctx_last_error(L->ctx));
         return load_fail(L, SDPA_E_FORMAT, "the saved geometry is not a cache's: %s", why);
     }
     sdpa_page_format fmt;
@@ -494,11 +492,11 @@ static sdpa_status parse_header(sdpa_kv_loader * L) {
     /* make it: a new cache, and every page of its saved rows */
     sdpa_kv_cache * c = NULL;
     const sdpa_kv_cache_desc desc = { batch, max_len, heads, dim, kd, vd, window, sinks, f16_page ? 1 : 0 };
-    s = sdpa_kv_cache_create_desc(L->ctx, &desc, &c);
+    s = sdpa_kv_cache_create_desc_unnamed(L->ctx, &desc, true, &c);
     if (s != SDPA_OK) return load_keep(L, s);
     L->cache = c;
-    s = sdpa_kv_cache_take_rows(L->ctx, LOAD_FN, c, rows.a0, rows.a1 - rows.a0, f16_from);
-    if (s == SDPA_OK) s = sdpa_kv_cache_take_rows(L->ctx, LOAD_FN, c, rows.b0, rows.b1 - rows.b0, f16_from);
+    s = sdpa_kv_cache_take_rows(L->ctx, c, rows.a0, rows.a1 - rows.a0, f16_from);
+    if (s == SDPA_OK) s = sdpa_kv_cache_take_rows(L->ctx, c, rows.b0, rows.b1 - rows.b0, f16_from);
     if (s != SDPA_OK) return load_keep(L, s);
     if (window && ws > c->window_start) c->window_start = ws;
     c->length = end;
@@ -558,6 +556,11 @@ static sdpa_status load_run(sdpa_kv_loader * L, const unsigned char * in, int32_
 }
 
 sdpa_status sdpa_kv_load_feed(sdpa_kv_loader * L, const void * data, size_t n, size_t * consumed) {
+    const sdpa_status s = sdpa_kv_load_feed_unnamed(L, data, n, consumed);
+    return L ? sdpa_named(L->ctx, s, __func__) : s;
+}
+
+sdpa_status sdpa_kv_load_feed_unnamed(sdpa_kv_loader * L, const void * data, size_t n, size_t * consumed) {
     if (consumed) *consumed = 0;
     if (!L) return SDPA_E_ARG;
     if (L->failed) return sdpa_fail(L->ctx, L->failed, "%s", L->message);
@@ -659,8 +662,13 @@ double sdpa_kv_load_meta_bytes(const sdpa_kv_loader * L) {
 }
 
 sdpa_status sdpa_kv_load_finish(sdpa_kv_loader * L, sdpa_kv_cache ** out_cache) {
+    const sdpa_status s = sdpa_kv_load_finish_unnamed(L, out_cache);
+    return L ? sdpa_named(L->ctx, s, __func__) : s;
+}
+
+sdpa_status sdpa_kv_load_finish_unnamed(sdpa_kv_loader * L, sdpa_kv_cache ** out_cache) {
     if (!L) return SDPA_E_ARG;
-    if (!out_cache) return sdpa_fail(L->ctx, SDPA_E_ARG, "%s: out_cache is missing", LOAD_FN);
+    if (!out_cache) return sdpa_fail(L->ctx, SDPA_E_ARG, "out_cache is missing");
     *out_cache = NULL;
     if (L->failed) return sdpa_fail(L->ctx, L->failed, "%s", L->message);
     if (L->phase != PHASE_DONE) {
@@ -685,20 +693,24 @@ void sdpa_kv_load_free(sdpa_kv_loader * L) {
     free(L);
 }
 
-sdpa_status sdpa_kv_cache_load(sdpa_ctx * ctx, const void * data, size_t n, int32_t max_seq_len, sdpa_kv_cache ** out_cache) {
+static sdpa_status load_whole(sdpa_ctx * ctx, const void * data, size_t n, int32_t max_seq_len, sdpa_kv_cache ** out_cache) {
     if (!ctx) return SDPA_E_ARG;
-    if (!out_cache) return sdpa_fail(ctx, SDPA_E_ARG, "%s: out_cache is missing", LOAD_FN);
+    if (!out_cache) return sdpa_fail(ctx, SDPA_E_ARG, "out_cache is missing");
     *out_cache = NULL;
     sdpa_kv_loader * L = NULL;
-    sdpa_status s = sdpa_kv_load_begin(ctx, max_seq_len, &L);
+    sdpa_status s = sdpa_kv_load_begin_unnamed(ctx, max_seq_len, &L);
     if (s != SDPA_OK) return s;
     size_t used = 0;
-    s = sdpa_kv_load_feed(L, data, n, &used);
+    s = sdpa_kv_load_feed_unnamed(L, data, n, &used);
     if (s == SDPA_OK && used < n)
         s = load_fail(L, SDPA_E_FORMAT, "%zu bytes follow the end of the saved cache (byte %zu); expected none", n - used, used);
-    if (s == SDPA_OK) s = sdpa_kv_load_finish(L, out_cache);
+    if (s == SDPA_OK) s = sdpa_kv_load_finish_unnamed(L, out_cache);
     sdpa_kv_load_free(L);
     return s;
+}
+
+sdpa_status sdpa_kv_cache_load(sdpa_ctx * ctx, const void * data, size_t n, int32_t max_seq_len, sdpa_kv_cache ** out_cache) {
+    return sdpa_named(ctx, load_whole(ctx, data, n, max_seq_len, out_cache), __func__);
 }
 
 /* ------------------------------------------------------------------ group container */
@@ -713,7 +725,6 @@ sdpa_status sdpa_kv_cache_load(sdpa_ctx * ctx, const void * data, size_t n, int3
 #define GROUP_FIXED 24u
 #define GROUP_MAX_LAYERS 65536u
 static const unsigned char GROUP_MAGIC[8] = { 0x89, 'S', 'D', 'P', 'A', 'K', 'G', '\n' };
-static const char GROUP_LOAD_FN[] = "sdpa.loadKVCacheGroup";
 
 size_t sdpa_kv_group_header_write(uint32_t layers, const void * meta, size_t meta_bytes, void * out, size_t cap) {
     if (meta_bytes > (size_t)SDPA_STATE_MAX_META) return 0;
@@ -731,31 +742,38 @@ size_t sdpa_kv_group_header_write(uint32_t layers, const void * meta, size_t met
     return n;
 }
 
-sdpa_status sdpa_kv_group_header_check(sdpa_ctx * ctx, const void * head_, size_t have, int32_t ended,
+sdpa_status sdpa_kv_group_header_check(sdpa_ctx * ctx, const void * head, size_t have, int32_t ended,
                                        uint32_t * need, uint32_t * layers, uint32_t * meta_at, uint32_t * meta_bytes) {
+    return sdpa_named(ctx, sdpa_kv_group_header_check_unnamed(ctx, head, have, ended, need, layers, meta_at, meta_bytes),
+                      __func__);
+}
+
+sdpa_status sdpa_kv_group_header_check_unnamed(sdpa_ctx * ctx, const void * head_, size_t have, int32_t ended,
+                                               uint32_t * need, uint32_t * layers, uint32_t * meta_at,
+                                               uint32_t * meta_bytes) {
     if (!ctx) return SDPA_E_ARG;
     if (!need || !layers || !meta_at || !meta_bytes || (have && !head_))
-        return sdpa_fail(ctx, SDPA_E_ARG, "%s: an argument of sdpa_kv_group_header_check is missing", GROUP_LOAD_FN);
+        return sdpa_fail(ctx, SDPA_E_ARG, "need, layers, meta_at or meta_bytes is missing, or head with have %zu", have);
     const unsigned char * p = head_;
     *need = GROUP_FIXED;
     *layers = *meta_at = *meta_bytes = 0;
     for (size_t i = 0; i < have && i < sizeof GROUP_MAGIC; i++)
         if (p[i] != GROUP_MAGIC[i])
-            return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: this is not a saved KV cache group: byte %zu is 0x%02x, expected 0x%x (the magic \"\\x89SDPAKG\\n\")",
-                             GROUP_LOAD_FN, i, p[i], GROUP_MAGIC[i]);
+            return sdpa_fail(ctx, SDPA_E_FORMAT, "this is not a saved KV cache group: byte %zu is 0x%02x, expected 0x%x (the magic \"\\x89SDPAKG\\n\")",
+                             i, p[i], GROUP_MAGIC[i]);
     if (have >= GROUP_FIXED) {
         const uint32_t version = get32(p + 8), m = get32(p + 16);
         if (version != GROUP_VERSION)
-            return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: group format version %u %s; this build reads version %u", GROUP_LOAD_FN,
+            return sdpa_fail(ctx, SDPA_E_FORMAT, "group format version %u %s; this build reads version %u",
                              (unsigned)version, version > GROUP_VERSION ? "is newer than this build" : "is unknown", GROUP_VERSION);
         if (m > (uint32_t)SDPA_STATE_MAX_META)
-            return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: the group header's meta is %u bytes; at most %d", GROUP_LOAD_FN, (unsigned)m,
+            return sdpa_fail(ctx, SDPA_E_FORMAT, "the group header's meta is %u bytes; at most %d", (unsigned)m,
                              SDPA_STATE_MAX_META);
         *need = GROUP_FIXED + m + 4;
     }
     if (have < *need) {
         if (ended)
-            return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: the data ends after %zu bytes, inside the group header (%s%u bytes)", GROUP_LOAD_FN,
+            return sdpa_fail(ctx, SDPA_E_FORMAT, "the data ends after %zu bytes, inside the group header (%s%u bytes)",
                              have, have < GROUP_FIXED ? "at least " : "", have < GROUP_FIXED ? GROUP_FIXED + 4 : (unsigned)*need);
         sdpa_clear_error(ctx);
         return SDPA_OK;
@@ -763,12 +781,12 @@ sdpa_status sdpa_kv_group_header_check(sdpa_ctx * ctx, const void * head_, size_
     const size_t m = *need - GROUP_FIXED - 4;
     const uint32_t want = get32(p + GROUP_FIXED + m), got = sdpa_crc32c_update(0, p, GROUP_FIXED + m);
     if (got != want)
-        return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: the group header's CRC-32C is 0x%08x but the data says 0x%08x; the header was changed or damaged",
-                         GROUP_LOAD_FN, (unsigned)got, (unsigned)want);
+        return sdpa_fail(ctx, SDPA_E_FORMAT, "the group header's CRC-32C is 0x%08x but the data says 0x%08x; the header was changed or damaged",
+                         (unsigned)got, (unsigned)want);
     const uint32_t n = get32(p + 12);
     if (n < 1 || n > GROUP_MAX_LAYERS)
-        return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: the group header says %u layers; expected 1 .. %u", GROUP_LOAD_FN, (unsigned)n, GROUP_MAX_LAYERS);
-    if (get32(p + 20) != 0) return sdpa_fail(ctx, SDPA_E_FORMAT, "%s: the group header's reserved field (byte 20) is not 0", GROUP_LOAD_FN);
+        return sdpa_fail(ctx, SDPA_E_FORMAT, "the group header says %u layers; expected 1 .. %u", (unsigned)n, GROUP_MAX_LAYERS);
+    if (get32(p + 20) != 0) return sdpa_fail(ctx, SDPA_E_FORMAT, "the group header's reserved field (byte 20) is not 0");
     *layers = n;
     *meta_at = GROUP_FIXED;
     *meta_bytes = (uint32_t)m;

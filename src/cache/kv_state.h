@@ -11,8 +11,7 @@
  * taken over is cleared; window_start and length move as for a write).
  * E_OOM, with the cache and the pool's pages in use unchanged, when the
  * pool cannot supply them. */
-sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, const char * fn, sdpa_kv_cache * c, int32_t start, int32_t len,
-                                    int32_t f16_from);
+sdpa_status sdpa_kv_cache_take_rows(sdpa_ctx * ctx, sdpa_kv_cache * c, int32_t start, int32_t len, int32_t f16_from);
 /* Whether a page of a cache is a float16 page (internal.h sdpa_kv_cache). */
 bool sdpa_kv_cache_f16_page(const void * page);
 

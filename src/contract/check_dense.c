@@ -2,8 +2,9 @@
  * each checked once, here, before anything is written. Within a call the
  * rules are checked in status order (E_ARG, E_RANK, E_DIMS, E_DTYPE), so
  * the first broken one in that order is reported. Messages name the
- * argument, the rule and expected vs actual, and no function: the caller's
- * wrapper (js/dense.js) puts its own name first. */
+ * argument, the rule and expected vs actual, and no function: the entry
+ * puts its name first (sdpa_linear's own, or JS's call through
+ * sdpa_wasm_linear: internal.h, sdpa_named). */
 #include "dense/dense.h"
 
 #include <math.h>

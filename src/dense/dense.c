@@ -212,8 +212,8 @@ static void product_unit(void * arg, int32_t unit, int32_t thread) {
     prefill_rows(job, thread, i0, i1, r0, r1);
 }
 
-sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, sdpa_tensor * out,
-                        int32_t flags) {
+sdpa_status sdpa_linear_unnamed(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, sdpa_tensor * out,
+                                int32_t flags) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_dense_product p;
     sdpa_status s = sdpa_check_linear(ctx, x, weight, out, flags, &p);
@@ -222,7 +222,8 @@ sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor
     if (p.int16_x) {  /* x quantized once, on this thread, into the scratch: [n][cols] int16, then [n][nb] scales */
         const int32_t nb = p.cols / 32;
         const uint64_t q_bytes = sdpa_size_mul((uint64_t)p.n * (uint64_t)p.cols, 2);
-        s = sdpa_scratch_reserve(ctx, "x quantized to int16", sdpa_size_add(sdpa_size_add(q_bytes, sdpa_size_mul((uint64_t)p.n * (uint64_t)nb, 4)), 64));
+        s = sdpa_scratch_reserve(ctx, sdpa_size_add(sdpa_size_add(q_bytes, sdpa_size_mul((uint64_t)p.n * (uint64_t)nb, 4)), 64));
+        s = sdpa_named(ctx, s, "x quantized to int16");  /* (what the scratch was for) */
         if (s != SDPA_OK) return s;
         p.xq = (int16_t *)(((uintptr_t)ctx->scratch + 15) & ~(uintptr_t)15);
         p.xs = (float *)((uint8_t *)p.xq + q_bytes);
@@ -231,13 +232,15 @@ sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor
     }
     if (p.dtype == SDPA_DTYPE_FLOAT16 && p.n > 1) {
         job.scratch_floats = ((size_t)2 * p.cols + 15) & ~(size_t)15;
-        s = sdpa_scratch_reserve(ctx, "the float16 prefill's row buffers", sdpa_size_mul((uint64_t)ctx->n_threads * job.scratch_floats, 4) + 64);
+        s = sdpa_scratch_reserve(ctx, sdpa_size_mul((uint64_t)ctx->n_threads * job.scratch_floats, 4) + 64);
+        s = sdpa_named(ctx, s, "the float16 prefill's row buffers");  /* (what the scratch was for) */
         if (s != SDPA_OK) return s;
         job.scratch = (float *)(((uintptr_t)ctx->scratch + 63) & ~(uintptr_t)63);
     }
     if (p.dtype == SDPA_DTYPE_Q4_K && p.n > 1) {  /* x's sub-block sums once, on this thread (decode makes its own) */
         const uint64_t n_sums = (uint64_t)p.n * (uint64_t)(p.cols / 32);
-        s = sdpa_scratch_reserve(ctx, "the q4_k prefill's sums of x", sdpa_size_add(sdpa_size_mul(n_sums, 4), 64));
+        s = sdpa_scratch_reserve(ctx, sdpa_size_add(sdpa_size_mul(n_sums, 4), 64));
+        s = sdpa_named(ctx, s, "the q4_k prefill's sums of x");  /* (what the scratch was for) */
         if (s != SDPA_OK) return s;
         job.sums = (float *)(((uintptr_t)ctx->scratch + 15) & ~(uintptr_t)15);
         for (uint64_t k = 0; k < n_sums; k++) job.sums[k] = subblock_sum(p.x + 32 * k);
@@ -259,6 +262,11 @@ sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor
     return SDPA_OK;
 }
 
+sdpa_status sdpa_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, sdpa_tensor * out,
+                        int32_t flags) {
+    return sdpa_named(ctx, sdpa_linear_unnamed(ctx, x, weight, out, flags), __func__);
+}
+
 /* ---- RMSNorm, SwiGLU ---------------------------------------------------- */
 
 static void rms_norm_row(const float * x, const float * w, float * y, int32_t dim, float eps) {
@@ -274,8 +282,8 @@ static void rms_norm_row(const float * x, const float * w, float * y, int32_t di
     for (; j < dim; j++) y[j] = w[j] * (scale * x[j]);
 }
 
-sdpa_status sdpa_rms_norm(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, float eps,
-                          sdpa_tensor * out) {
+sdpa_status sdpa_rms_norm_unnamed(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, float eps,
+                                  sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_dense_rows p;
     sdpa_status s = sdpa_check_rms_norm(ctx, x, weight, eps, out, &p);
@@ -285,7 +293,12 @@ sdpa_status sdpa_rms_norm(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tens
     return SDPA_OK;
 }
 
-sdpa_status sdpa_swiglu(sdpa_ctx * ctx, const sdpa_tensor * gate, const sdpa_tensor * up, sdpa_tensor * out) {
+sdpa_status sdpa_rms_norm(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, float eps,
+                          sdpa_tensor * out) {
+    return sdpa_named(ctx, sdpa_rms_norm_unnamed(ctx, x, weight, eps, out), __func__);
+}
+
+sdpa_status sdpa_swiglu_unnamed(sdpa_ctx * ctx, const sdpa_tensor * gate, const sdpa_tensor * up, sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_dense_rows p;
     sdpa_status s = sdpa_check_swiglu(ctx, gate, up, out, &p);
@@ -302,6 +315,10 @@ sdpa_status sdpa_swiglu(sdpa_ctx * ctx, const sdpa_tensor * gate, const sdpa_ten
     }
     sdpa_clear_error(ctx);
     return SDPA_OK;
+}
+
+sdpa_status sdpa_swiglu(sdpa_ctx * ctx, const sdpa_tensor * gate, const sdpa_tensor * up, sdpa_tensor * out) {
+    return sdpa_named(ctx, sdpa_swiglu_unnamed(ctx, gate, up, out), __func__);
 }
 
 /* ---- embedding rows, quantization ---------------------------------------- */
@@ -360,8 +377,8 @@ static void decode_weight_row(int32_t dtype, const uint8_t * w, int32_t cols, fl
     }
 }
 
-sdpa_status sdpa_embed(sdpa_ctx * ctx, const sdpa_tensor * table, const int32_t * ids, int32_t n_ids,
-                       sdpa_tensor * out) {
+sdpa_status sdpa_embed_unnamed(sdpa_ctx * ctx, const sdpa_tensor * table, const int32_t * ids, int32_t n_ids,
+                               sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_dense_rowcopy p;
     sdpa_status s = sdpa_check_embed(ctx, table, ids, n_ids, out, &p);
@@ -371,6 +388,11 @@ sdpa_status sdpa_embed(sdpa_ctx * ctx, const sdpa_tensor * table, const int32_t 
                           (float *)p.dst + (size_t)i * p.cols);
     sdpa_clear_error(ctx);
     return SDPA_OK;
+}
+
+sdpa_status sdpa_embed(sdpa_ctx * ctx, const sdpa_tensor * table, const int32_t * ids, int32_t n_ids,
+                       sdpa_tensor * out) {
+    return sdpa_named(ctx, sdpa_embed_unnamed(ctx, table, ids, n_ids, out), __func__);
 }
 
 /* ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref for one block of 32
@@ -399,7 +421,7 @@ static void quantize_block(int32_t dtype, const float * x, uint8_t * b) {
     }
 }
 
-sdpa_status sdpa_quantize(sdpa_ctx * ctx, const sdpa_tensor * source, sdpa_tensor * out) {
+sdpa_status sdpa_quantize_unnamed(sdpa_ctx * ctx, const sdpa_tensor * source, sdpa_tensor * out) {
     if (!ctx) return SDPA_E_ARG;
     sdpa_dense_rowcopy p;
     sdpa_status s = sdpa_check_quantize(ctx, source, out, &p);
@@ -420,4 +442,8 @@ sdpa_status sdpa_quantize(sdpa_ctx * ctx, const sdpa_tensor * source, sdpa_tenso
     }
     sdpa_clear_error(ctx);
     return SDPA_OK;
+}
+
+sdpa_status sdpa_quantize(sdpa_ctx * ctx, const sdpa_tensor * source, sdpa_tensor * out) {
+    return sdpa_named(ctx, sdpa_quantize_unnamed(ctx, source, out), __func__);
 }

@@ -1,4 +1,7 @@
-/* api.c: the wasm-only entries (api.h). */
+/* api.c: the wasm-only entries (api.h). Each checks its call's rules once
+ * and runs the body of the public entry it stands for (internal.h, the
+ * `_unnamed` ones): a failure leaves the rule's words alone in the context's
+ * message, and the JS package puts its call's name first. */
 #include "api.h"
 
 #include "../contract/check.h"
@@ -17,13 +20,6 @@ static bool whole(double x, int64_t * out) {
     return true;
 }
 
-/* The rules ran with fn "": their message starts ": "; the rule's words alone stay. */
-static sdpa_status words_only(sdpa_ctx * ctx, sdpa_status st) {
-    const size_t len = strlen(ctx->last_error);
-    if (st != SDPA_OK && len >= 2 && ctx->last_error[0] == ':') memmove(ctx->last_error, ctx->last_error + 2, len - 1);
-    return st;
-}
-
 /* A geometry of JS numbers: its rules (and with `plan` kvCacheSize's rows),
  * then the desc of the int32 counts they accepted. */
 static sdpa_status geometry_desc(sdpa_ctx * ctx, double batch, double max_seq_len, double kv_heads, double head_dim,
@@ -36,10 +32,10 @@ static sdpa_status geometry_desc(sdpa_ctx * ctx, double batch, double max_seq_le
         return sdpa_fail(ctx, SDPA_E_ARG, "batch %g, maxSeqLen %g, numKvHeads %g, headDim %g, window %g, sinkTokens %g, rows %g are not integers",
                          batch, max_seq_len, kv_heads, head_dim, window, sink_tokens, rows);
     /* the geometry, then rows; a negative rows (E_DIMS) outranks a geometry's later codes (E_DTYPE, E_HEADS) */
-    sdpa_status st = sdpa_check_cache_create(ctx, "", b, m, h, d, key_dtype, value_dtype, w, s, out);
+    sdpa_status st = sdpa_check_cache_create(ctx, b, m, h, d, key_dtype, value_dtype, w, s, out);
     if (plan && (st == SDPA_OK || (r < 0 && st > SDPA_E_DIMS)))
-        st = sdpa_check_cache_plan_rows(ctx, "", st == SDPA_OK ? (int32_t)m : 0, r);
-    if (st != SDPA_OK) return words_only(ctx, st);
+        st = sdpa_check_cache_plan_rows(ctx, st == SDPA_OK ? (int32_t)m : 0, r);
+    if (st != SDPA_OK) return st;
     /* every count now an int32 the rules accepted */
     const sdpa_kv_cache_desc accepted = { (int32_t)b, (int32_t)m, (int32_t)h, (int32_t)d, key_dtype, value_dtype,
                                           (int32_t)w, (int32_t)s, float16_newest_page };
@@ -56,31 +52,20 @@ sdpa_status sdpa_wasm_kv_cache_plan(sdpa_ctx * ctx, double batch, double max_seq
     int32_t r;
     sdpa_status st = geometry_desc(ctx, batch, max_seq_len, kv_heads, head_dim, key_dtype, value_dtype, window, sink_tokens,
                                    float16_newest_page, plan, rows, &desc, &r, out);
-    return st != SDPA_OK ? st : sdpa_kv_cache_plan_desc(ctx, &desc, r, out);
-}
-
-/* A failure of the public entry a wasm entry calls once its checks held (E_OOM,
- * E_ARG for a NULL): its message names that entry ("KVCache.save: ..."); the
- * words after the name stay. */
-static sdpa_status after_name(sdpa_ctx * ctx, sdpa_status st, const char * name) {
-    const size_t n = strlen(name), len = strlen(ctx->last_error);
-    if (st != SDPA_OK && len > n + 1 && strncmp(ctx->last_error, name, n) == 0 && ctx->last_error[n] == ':')
-        memmove(ctx->last_error, ctx->last_error + n + 2, len - n - 1);
-    return st;
+    return st != SDPA_OK ? st : sdpa_kv_cache_plan_desc_unnamed(ctx, &desc, r, out);
 }
 
 sdpa_status sdpa_wasm_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache, sdpa_kv_cache ** out_cache) {
-    if (!ctx) return SDPA_E_ARG;
-    return after_name(ctx, sdpa_kv_cache_fork(ctx, cache, out_cache), "KVCache.fork");
+    return sdpa_kv_cache_fork_unnamed(ctx, cache, out_cache);
 }
 
 sdpa_status sdpa_wasm_kv_cache_truncate(sdpa_ctx * ctx, sdpa_kv_cache * cache, double length, int32_t apply) {
     if (!ctx) return SDPA_E_ARG;
     int64_t n;
     if (!whole(length, &n)) return sdpa_fail(ctx, SDPA_E_ARG, "length %g is not an integer", length);
-    sdpa_status st = sdpa_check_cache_truncate(ctx, "", cache, n);
-    if (st != SDPA_OK || !apply) return words_only(ctx, st);
-    return after_name(ctx, sdpa_kv_cache_truncate(ctx, cache, (int32_t)n), "KVCache.truncate");
+    sdpa_status st = sdpa_check_cache_truncate(ctx, cache, n);
+    if (st != SDPA_OK || !apply) return st;
+    return sdpa_kv_cache_truncate_unnamed(ctx, cache, (int32_t)n);
 }
 
 sdpa_status sdpa_wasm_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache, double start, double n, int32_t raw,
@@ -90,8 +75,8 @@ sdpa_status sdpa_wasm_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
     *out = NULL;
     int64_t s, rows;
     if (!whole(start, &s) || !whole(n, &rows)) return sdpa_fail(ctx, SDPA_E_ARG, "start %g, length %g are not integers", start, n);
-    sdpa_status st = sdpa_check_cache_rows(ctx, "", cache, s, rows);
-    if (st != SDPA_OK) return words_only(ctx, st);
+    sdpa_status st = sdpa_check_cache_rows(ctx, cache, s, rows);
+    if (st != SDPA_OK) return st;
     int32_t batch, max_seq_len, kv_heads, head_dim;
     sdpa_kv_cache_shape(cache, &batch, &max_seq_len, &kv_heads, &head_dim);
     const size_t heads_rows = (size_t)batch * (size_t)rows * (size_t)kv_heads;
@@ -100,17 +85,17 @@ sdpa_status sdpa_wasm_kv_cache_read(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
     unsigned char * block = malloc(k_bytes + v_bytes);
     if (!block) return sdpa_fail(ctx, SDPA_E_OOM, "cannot allocate %zu bytes for the rows read", k_bytes + v_bytes);
     if (raw) {
-        st = sdpa_kv_cache_read_records(ctx, cache, (int32_t)s, (int32_t)rows, 0, block, k_bytes);
-        if (st == SDPA_OK) st = sdpa_kv_cache_read_records(ctx, cache, (int32_t)s, (int32_t)rows, 1, block + k_bytes, v_bytes);
+        st = sdpa_kv_cache_read_records_unnamed(ctx, cache, (int32_t)s, (int32_t)rows, 0, block, k_bytes);
+        if (st == SDPA_OK) st = sdpa_kv_cache_read_records_unnamed(ctx, cache, (int32_t)s, (int32_t)rows, 1, block + k_bytes, v_bytes);
     } else {
         sdpa_tensor k = { block, heads_rows * (size_t)head_dim, SDPA_DTYPE_FLOAT32, 4, { batch, (int32_t)rows, kv_heads, head_dim } };
         sdpa_tensor v = k;
         v.data = block + k_bytes;
-        st = sdpa_kv_cache_read(ctx, cache, (int32_t)s, (int32_t)rows, &k, &v);
+        st = sdpa_kv_cache_read_unnamed(ctx, cache, (int32_t)s, (int32_t)rows, &k, &v);
     }
     if (st != SDPA_OK) {
         free(block);
-        return after_name(ctx, st, raw ? "KVCache.readRaw" : "KVCache.read");
+        return st;
     }
     *out = block;
     return SDPA_OK;
@@ -121,9 +106,9 @@ sdpa_status sdpa_wasm_kv_cache_keep_rows(sdpa_ctx * ctx, sdpa_kv_cache * cache, 
     if (!ctx) return SDPA_E_ARG;
     int64_t s;
     if (!whole(start, &s)) return sdpa_fail(ctx, SDPA_E_ARG, "start %g is not an integer", start);
-    sdpa_status st = sdpa_check_cache_keep_rows(ctx, "", cache, s, rows, n);
-    if (st != SDPA_OK) return words_only(ctx, st);
-    return after_name(ctx, sdpa_kv_cache_keep_rows(ctx, cache, (int32_t)s, rows, n), "KVCache.keepRows");
+    sdpa_status st = sdpa_check_cache_keep_rows(ctx, cache, s, rows, n);
+    if (st != SDPA_OK) return st;
+    return sdpa_kv_cache_keep_rows_unnamed(ctx, cache, (int32_t)s, rows, n);
 }
 
 sdpa_status sdpa_wasm_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache, double start, double length,
@@ -131,25 +116,31 @@ sdpa_status sdpa_wasm_kv_save_begin(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
     if (!ctx) return SDPA_E_ARG;
     int64_t s, n;
     if (!whole(start, &s) || !whole(length, &n)) return sdpa_fail(ctx, SDPA_E_ARG, "start %g, length %g are not integers", start, length);
-    sdpa_status st = sdpa_check_cache_save_rows(ctx, "", cache, s, n);
-    if (st != SDPA_OK) return words_only(ctx, st);
-    return after_name(ctx, sdpa_kv_save_begin(ctx, cache, (int32_t)s, (int32_t)n, meta, meta_bytes, out_saver), "KVCache.save");
+    sdpa_status st = sdpa_check_cache_save_rows(ctx, cache, s, n);
+    if (st != SDPA_OK) return st;
+    return sdpa_kv_save_begin_unnamed(ctx, cache, (int32_t)s, (int32_t)n, meta, meta_bytes, out_saver);
 }
 
 sdpa_status sdpa_wasm_kv_load_begin(sdpa_ctx * ctx, int32_t max_seq_len, sdpa_kv_loader ** out_loader) {
-    if (!ctx) return SDPA_E_ARG;
-    return after_name(ctx, sdpa_kv_load_begin(ctx, max_seq_len, out_loader), "sdpa.loadKVCache");
+    return sdpa_kv_load_begin_unnamed(ctx, max_seq_len, out_loader);
 }
 
 sdpa_status sdpa_wasm_kv_load_feed(sdpa_ctx * ctx, sdpa_kv_loader * loader, const void * data, size_t n, size_t * consumed) {
     if (!ctx) return SDPA_E_ARG;
-    return after_name(ctx, sdpa_kv_load_feed(loader, data, n, consumed), "sdpa.loadKVCache");
+    return sdpa_kv_load_feed_unnamed(loader, data, n, consumed);
 }
 
 sdpa_status sdpa_wasm_kv_load_finish(sdpa_ctx * ctx, sdpa_kv_loader * loader, sdpa_kv_cache ** out_cache) {
     if (!ctx) return SDPA_E_ARG;
-    return after_name(ctx, sdpa_kv_load_finish(loader, out_cache), "sdpa.loadKVCache");
+    return sdpa_kv_load_finish_unnamed(loader, out_cache);
 }
+
+sdpa_status sdpa_wasm_kv_group_header_check(sdpa_ctx * ctx, const void * head, size_t have, int32_t ended, uint32_t * need,
+                                            uint32_t * layers, uint32_t * meta_at, uint32_t * meta_bytes) {
+    return sdpa_kv_group_header_check_unnamed(ctx, head, have, ended, need, layers, meta_at, meta_bytes);
+}
+
+sdpa_status sdpa_wasm_ctx_reserve_pages(sdpa_ctx * ctx, double bytes) { return sdpa_ctx_reserve_pages_unnamed(ctx, bytes); }
 
 int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) {
     if (!ctx || !(bytes > 0)) return 0;  /* (NaN too) */
@@ -157,12 +148,11 @@ int32_t sdpa_ctx_owns_pages(const sdpa_ctx * ctx, const void * p, double bytes) 
     return sdpa_page_pool_overlaps(ctx->pages, p, span);
 }
 
-/* ---- the attention calls: the public entries under the name "" ---------- */
+/* ---- the attention calls: the public entries' bodies ---------------------- */
 
 sdpa_status sdpa_wasm_custom(sdpa_ctx * ctx, const sdpa_tensor * query, const sdpa_tensor * key, const sdpa_tensor * value,
                              const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out) {
-    if (!ctx) return SDPA_E_ARG;
-    return words_only(ctx, sdpa_custom_as(ctx, "", query, key, value, mask, options, out));
+    return sdpa_custom_unnamed(ctx, query, key, value, mask, options, out);
 }
 
 sdpa_status sdpa_wasm_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * key,
@@ -173,34 +163,55 @@ sdpa_status sdpa_wasm_kv_cache_update(sdpa_ctx * ctx, sdpa_kv_cache * cache, con
     if (s < INT32_MIN || s > INT32_MAX) {
         /* (no cache holds such a row: the rules on the int64 fail, in their order) */
         sdpa_rope rope;
-        const sdpa_status st = sdpa_check_cache_update_rotary(ctx, "", cache, key, value, s, rotary, &rope);
-        if (st != SDPA_OK) return words_only(ctx, st);
+        const sdpa_status st = sdpa_check_cache_update_rotary(ctx, cache, key, value, s, rotary, &rope);
+        if (st != SDPA_OK) return st;
         return sdpa_fail(ctx, SDPA_E_CAPACITY, "startPos %lld is past any cache's rows", (long long)s);
     }
-    return words_only(ctx, sdpa_kv_cache_update_as(ctx, "", cache, key, value, (int32_t)s, rotary));
+    return sdpa_kv_cache_update_rotary_unnamed(ctx, cache, key, value, (int32_t)s, rotary);
 }
 
 sdpa_status sdpa_wasm_kv_cache_attend(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
                                       const sdpa_tensor * mask, const sdpa_options * options, sdpa_tensor * out) {
-    if (!ctx) return SDPA_E_ARG;
-    return words_only(ctx, sdpa_kv_cache_attend_as(ctx, "", cache, query, mask, options, out));
+    return sdpa_kv_cache_attend_unnamed(ctx, cache, query, mask, options, out);
 }
 
 sdpa_status sdpa_wasm_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const sdpa_tensor * query,
                                     const sdpa_tensor * key, const sdpa_tensor * value, const sdpa_tensor * mask,
                                     const sdpa_options * options, sdpa_tensor * out) {
-    if (!ctx) return SDPA_E_ARG;
-    return words_only(ctx, sdpa_kv_cache_step_as(ctx, "", cache, query, key, value, mask, options, out));
+    return sdpa_kv_cache_step_unnamed(ctx, cache, query, key, value, mask, options, out);
 }
 
 sdpa_status sdpa_wasm_kv_cache_attend_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n) {
-    if (!ctx) return SDPA_E_ARG;
-    return words_only(ctx, sdpa_kv_cache_attend_many_as(ctx, "", items, n));
+    return sdpa_kv_cache_attend_many_unnamed(ctx, items, n);
 }
 
 sdpa_status sdpa_wasm_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n) {
-    if (!ctx) return SDPA_E_ARG;
-    return words_only(ctx, sdpa_kv_cache_step_many_as(ctx, "", items, n));
+    return sdpa_kv_cache_step_many_unnamed(ctx, items, n);
+}
+
+/* ---- the dense calls (include/sdpa_dense.h): the public entries' bodies --- */
+
+sdpa_status sdpa_wasm_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, sdpa_tensor * out,
+                             int32_t flags) {
+    return sdpa_linear_unnamed(ctx, x, weight, out, flags);
+}
+
+sdpa_status sdpa_wasm_rms_norm(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, float eps,
+                               sdpa_tensor * out) {
+    return sdpa_rms_norm_unnamed(ctx, x, weight, eps, out);
+}
+
+sdpa_status sdpa_wasm_swiglu(sdpa_ctx * ctx, const sdpa_tensor * gate, const sdpa_tensor * up, sdpa_tensor * out) {
+    return sdpa_swiglu_unnamed(ctx, gate, up, out);
+}
+
+sdpa_status sdpa_wasm_embed(sdpa_ctx * ctx, const sdpa_tensor * table, const int32_t * ids, int32_t n_ids,
+                            sdpa_tensor * out) {
+    return sdpa_embed_unnamed(ctx, table, ids, n_ids, out);
+}
+
+sdpa_status sdpa_wasm_quantize(sdpa_ctx * ctx, const sdpa_tensor * source, sdpa_tensor * out) {
+    return sdpa_quantize_unnamed(ctx, source, out);
 }
 
 /* ---- a cache's and a group's create; a group's fork and truncate (src/cache/kv_group.c) ---- */
@@ -242,7 +253,7 @@ static sdpa_status layer_desc(sdpa_ctx * ctx, const double * g, sdpa_kv_cache_de
     int32_t rows;
     sdpa_status st = geometry_desc(ctx, g[0], g[1], g[2], g[3], int32_of(g[4]), int32_of(g[5]), g[6], g[7], int32_of(g[8]),
                                    0, 0, desc, &rows, &size);
-    if (st == SDPA_OK) st = words_only(ctx, sdpa_kv_cache_plan_desc(ctx, desc, 0, &size));
+    if (st == SDPA_OK) st = sdpa_kv_cache_plan_desc_unnamed(ctx, desc, 0, &size);
     if (st != SDPA_OK) return st;
     if ((uint64_t)size.page_bytes <= WASM_MAX_ALLOC && (uint64_t)size.table_bytes <= WASM_MAX_ALLOC) return SDPA_OK;
     char page[32], table[32];
@@ -258,7 +269,7 @@ sdpa_status sdpa_wasm_kv_cache_create(sdpa_ctx * ctx, const double * geometry, s
     if (!geometry) return sdpa_fail(ctx, SDPA_E_ARG, "geometry is missing");
     sdpa_kv_cache_desc desc;
     const sdpa_status st = layer_desc(ctx, geometry, &desc);
-    return st != SDPA_OK ? st : words_only(ctx, sdpa_kv_cache_create_as(ctx, "", &desc, true, out_cache));
+    return st != SDPA_OK ? st : sdpa_kv_cache_create_desc_unnamed(ctx, &desc, true, out_cache);
 }
 
 sdpa_status sdpa_wasm_kv_group_create(sdpa_ctx * ctx, const double * geos, int32_t n, sdpa_kv_cache ** out) {
@@ -269,22 +280,21 @@ sdpa_status sdpa_wasm_kv_group_create(sdpa_ctx * ctx, const double * geos, int32
     sdpa_layer_failure f = { SDPA_OK, 0, "" };
     for (int32_t i = 0; i < n; i++)
         sdpa_layer_failure_note(&f, ctx, layer_desc(ctx, geos + (size_t)i * SDPA_WASM_GEOMETRY_FIELDS, &descs[i]), i);
-    const sdpa_status st = f.status != SDPA_OK ? sdpa_layer_failure_report(ctx, "", "layers[%d]: ", &f)
-                                               : sdpa_kv_group_create_as(ctx, "", descs, n, out);
+    const sdpa_status st = f.status != SDPA_OK ? sdpa_layer_failure_report(ctx, "layers[%d]", &f)
+                                               : sdpa_kv_group_create_unnamed(ctx, descs, n, out);
     free(descs);
     return st;
 }
 
 sdpa_status sdpa_wasm_kv_group_fork(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, sdpa_kv_cache ** out) {
-    if (!ctx) return SDPA_E_ARG;
-    return sdpa_kv_group_fork_as(ctx, "", layers, n, out);
+    return sdpa_kv_group_fork_unnamed(ctx, layers, n, out);
 }
 
 sdpa_status sdpa_wasm_kv_group_truncate(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, double length) {
     if (!ctx) return SDPA_E_ARG;
     int64_t len;
     if (!whole(length, &len)) return sdpa_fail(ctx, SDPA_E_ARG, "length %g is not an integer", length);
-    return sdpa_kv_group_truncate_as(ctx, "", layers, n, len);
+    return sdpa_kv_group_truncate_unnamed(ctx, layers, n, len);
 }
 
 void sdpa_ctx_fail_cache_alloc(sdpa_ctx * ctx, int32_t n) {

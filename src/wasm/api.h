@@ -2,8 +2,8 @@
  * to wasm beside include/sdpa.h's; C callers use sdpa.h). Each is a real
  * entry: it checks every rule of its call once, in C, and on a failure
  * returns the status with the context's message holding the rule's words
- * alone (contract terms, naming no JS function: the JS wrapper puts its
- * call's name first). Their inputs are JS numbers (doubles): a count past
+ * alone (contract terms, naming no function: the JS wrapper puts its call's
+ * name first, once; a public entry of sdpa.h its own C name). Their inputs are JS numbers (doubles): a count past
  * int32 is its rule's failure, not a wrapped value. */
 #ifndef SDPA_WASM_API_H
 #define SDPA_WASM_API_H
@@ -89,6 +89,14 @@ sdpa_status sdpa_wasm_kv_load_begin(sdpa_ctx * ctx, int32_t max_seq_len, sdpa_kv
 sdpa_status sdpa_wasm_kv_load_feed(sdpa_ctx * ctx, sdpa_kv_loader * loader, const void * data, size_t n, size_t * consumed);
 sdpa_status sdpa_wasm_kv_load_finish(sdpa_ctx * ctx, sdpa_kv_loader * loader, sdpa_kv_cache ** out_cache);
 
+/* sdpa.loadKVCacheGroup's container header: sdpa_kv_group_header_check, its
+ * words naming no call. */
+sdpa_status sdpa_wasm_kv_group_header_check(sdpa_ctx * ctx, const void * head, size_t have, int32_t ended, uint32_t * need,
+                                            uint32_t * layers, uint32_t * meta_at, uint32_t * meta_bytes);
+
+/* sdpa.reserve: sdpa_ctx_reserve_pages, its words naming no call. */
+sdpa_status sdpa_wasm_ctx_reserve_pages(sdpa_ctx * ctx, double bytes);
+
 /* Non-zero when the `bytes` bytes at p overlap the page pool's memory (any
  * cache's storage): the snapshot rule's view of wasm memory (js/snapshot.js
  * checkLive's messages). A double, so that JS passes any span. */
@@ -111,6 +119,18 @@ sdpa_status sdpa_wasm_kv_cache_step(sdpa_ctx * ctx, sdpa_kv_cache * cache, const
                                     const sdpa_options * options, sdpa_tensor * out);
 sdpa_status sdpa_wasm_kv_cache_attend_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n);
 sdpa_status sdpa_wasm_kv_cache_step_many(sdpa_ctx * ctx, const sdpa_attend_item * items, int32_t n);
+
+/* The dense calls (sdpa.linear, rmsNorm, swiglu, embed, quantize): the
+ * public entries of include/sdpa_dense.h, every rule checked once as theirs
+ * are; a failure's message is the rule's words alone. */
+sdpa_status sdpa_wasm_linear(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, sdpa_tensor * out,
+                             int32_t flags);
+sdpa_status sdpa_wasm_rms_norm(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, float eps,
+                               sdpa_tensor * out);
+sdpa_status sdpa_wasm_swiglu(sdpa_ctx * ctx, const sdpa_tensor * gate, const sdpa_tensor * up, sdpa_tensor * out);
+sdpa_status sdpa_wasm_embed(sdpa_ctx * ctx, const sdpa_tensor * table, const int32_t * ids, int32_t n_ids,
+                            sdpa_tensor * out);
+sdpa_status sdpa_wasm_quantize(sdpa_ctx * ctx, const sdpa_tensor * source, sdpa_tensor * out);
 
 #ifdef __cplusplus
 }

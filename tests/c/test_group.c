@@ -139,27 +139,27 @@ static void test_create(void) {
     bad[2].head_dim = 0;
     bad[3].key_dtype = 99;
     for (int i = 0; i < NL; i++) out[i] = SENTINEL;
-    check_failure(sdpa_kv_group_create(g_ctx, bad, NL, out), SDPA_E_DIMS, "createKVCacheGroup: layers[2]: ", "headDim is 0",
+    check_failure(sdpa_kv_group_create(g_ctx, bad, NL, out), SDPA_E_DIMS, "sdpa_kv_group_create: layers[2]: ", "headDim is 0",
                   "create, E_DIMS at 2 and E_DTYPE at 3");
     /* ties go to the lowest layer */
     bad[1].head_dim = -1;
-    check_failure(sdpa_kv_group_create(g_ctx, bad, NL, out), SDPA_E_DIMS, "createKVCacheGroup: layers[1]: ", "headDim is -1",
+    check_failure(sdpa_kv_group_create(g_ctx, bad, NL, out), SDPA_E_DIMS, "sdpa_kv_group_create: layers[1]: ", "headDim is -1",
                   "create, E_DIMS at 1 and 2");
     /* a page too large for one allocation (E_OOM, a size rule) ranks after every other rule of every layer */
     memcpy(bad, DESCS, sizeof bad);
     bad[1].head_dim = 1 << 24;
     bad[3].value_dtype = 99;
-    check_failure(sdpa_kv_group_create(g_ctx, bad, NL, out), SDPA_E_DTYPE, "createKVCacheGroup: layers[3]: ", "valueDtype",
+    check_failure(sdpa_kv_group_create(g_ctx, bad, NL, out), SDPA_E_DTYPE, "sdpa_kv_group_create: layers[3]: ", "valueDtype",
                   "create, E_OOM at 1 and E_DTYPE at 3");
     bad[3].value_dtype = SDPA_DTYPE_INT8;
-    check_failure(sdpa_kv_group_create(g_ctx, bad, NL, out), SDPA_E_OOM, "createKVCacheGroup: layers[1]: ", "bytes",
+    check_failure(sdpa_kv_group_create(g_ctx, bad, NL, out), SDPA_E_OOM, "sdpa_kv_group_create: layers[1]: ", "bytes",
                   "create, E_OOM at 1");
-    check_failure(sdpa_kv_group_create(g_ctx, DESCS, 0, out), SDPA_E_ARG, "createKVCacheGroup: ", "at least one layer", "create, n = 0");
-    check_failure(sdpa_kv_group_create(g_ctx, NULL, NL, out), SDPA_E_ARG, "createKVCacheGroup: ", "descs", "create, no descs");
+    check_failure(sdpa_kv_group_create(g_ctx, DESCS, 0, out), SDPA_E_ARG, "sdpa_kv_group_create: ", "at least one layer", "create, n = 0");
+    check_failure(sdpa_kv_group_create(g_ctx, NULL, NL, out), SDPA_E_ARG, "sdpa_kv_group_create: ", "descs", "create, no descs");
     for (int i = 0; i < NL; i++) TU_CHECK(out[i] == SENTINEL, "a rejected create wrote out[%d]", i);
     /* E_OOM while making them: the 3rd table cannot be had; the two made are freed, out all NULL */
     sdpa_ctx_fail_cache_alloc(g_ctx, 3);
-    check_failure(sdpa_kv_group_create(g_ctx, DESCS, NL, out), SDPA_E_OOM, "createKVCacheGroup: layer 2: ", "cannot allocate",
+    check_failure(sdpa_kv_group_create(g_ctx, DESCS, NL, out), SDPA_E_OOM, "sdpa_kv_group_create: layer 2: ", "cannot allocate",
                   "create, E_OOM making layer 2");
     for (int i = 0; i < NL; i++) TU_CHECK(out[i] == NULL, "E_OOM while making: out[%d] is %p, expected NULL", i, (void *)out[i]);
     TU_CHECK(pages_in_use() == pages0, "E_OOM while making: pages in use %lld -> %lld", (long long)pages0, (long long)pages_in_use());
@@ -200,18 +200,18 @@ static void test_truncate(void) {
     const int32_t ws = sdpa_kv_cache_window_start(layers[1]);
     TU_CHECK(ws > 70 && ws < 260, "layer 1's window start %d", ws);
     /* layer 1 evicted rows 2 .. ws-1; layer 2 holds 260 rows; -1 breaks every layer's first rule */
-    check_failure(sdpa_kv_group_truncate(g_ctx, layers, NL, 70), SDPA_E_CAPACITY, "KVCacheGroup.truncate: layer 1: ", "evicted",
+    check_failure(sdpa_kv_group_truncate(g_ctx, layers, NL, 70), SDPA_E_CAPACITY, "sdpa_kv_group_truncate: layer 1: ", "evicted",
                   "truncate 70");
-    check_failure(sdpa_kv_group_truncate(g_ctx, layers, NL, 280), SDPA_E_CAPACITY, "KVCacheGroup.truncate: layer 2: ",
+    check_failure(sdpa_kv_group_truncate(g_ctx, layers, NL, 280), SDPA_E_CAPACITY, "sdpa_kv_group_truncate: layer 2: ",
                   "length 280 is past the 260 rows written", "truncate 280");
-    check_failure(sdpa_kv_group_truncate(g_ctx, layers, NL, -1), SDPA_E_START_POS, "KVCacheGroup.truncate: layer 0: ", "length is -1",
+    check_failure(sdpa_kv_group_truncate(g_ctx, layers, NL, -1), SDPA_E_START_POS, "sdpa_kv_group_truncate: layer 0: ", "length is -1",
                   "truncate -1");
     sdpa_kv_cache * holed[NL] = { layers[0], layers[1], NULL, layers[3] };
-    check_failure(sdpa_kv_group_truncate(g_ctx, holed, NL, 1), SDPA_E_ARG, "KVCacheGroup.truncate: layer 2: ", "missing",
+    check_failure(sdpa_kv_group_truncate(g_ctx, holed, NL, 1), SDPA_E_ARG, "sdpa_kv_group_truncate: layer 2: ", "missing",
                   "truncate, layer 2 NULL");
-    check_failure(sdpa_kv_group_truncate(g_ctx, NULL, NL, 1), SDPA_E_ARG, "KVCacheGroup.truncate: ", "layers is missing",
+    check_failure(sdpa_kv_group_truncate(g_ctx, NULL, NL, 1), SDPA_E_ARG, "sdpa_kv_group_truncate: ", "layers is missing",
                   "truncate, no layers");
-    check_failure(sdpa_kv_group_truncate(g_ctx, layers, 0, 1), SDPA_E_ARG, "KVCacheGroup.truncate: ", "at least one layer",
+    check_failure(sdpa_kv_group_truncate(g_ctx, layers, 0, 1), SDPA_E_ARG, "sdpa_kv_group_truncate: ", "at least one layer",
                   "truncate, n = 0");
     check_unchanged(layers, before, pages0, "rejected truncates");
     /* a fork shares every page: truncating the fork group copies each shared last page first, the original keeps its rows */
@@ -248,13 +248,13 @@ static void test_fork(void) {
     const int64_t pages0 = pages_in_use();
     for (int i = 0; i < NL; i++) out[i] = SENTINEL;
     sdpa_kv_cache * holed[NL] = { layers[0], NULL, layers[2], NULL };
-    check_failure(sdpa_kv_group_fork(g_ctx, holed, NL, out), SDPA_E_ARG, "KVCacheGroup.fork: layer 1: ", "cache is missing",
+    check_failure(sdpa_kv_group_fork(g_ctx, holed, NL, out), SDPA_E_ARG, "sdpa_kv_group_fork: layer 1: ", "cache is missing",
                   "fork, layers 1 and 3 NULL");
-    check_failure(sdpa_kv_group_fork(g_ctx, layers, NL, NULL), SDPA_E_ARG, "KVCacheGroup.fork: ", "out is missing", "fork, no out");
+    check_failure(sdpa_kv_group_fork(g_ctx, layers, NL, NULL), SDPA_E_ARG, "sdpa_kv_group_fork: ", "out is missing", "fork, no out");
     for (int i = 0; i < NL; i++) TU_CHECK(out[i] == SENTINEL, "a rejected fork wrote out[%d]", i);
     /* E_OOM at the 2nd layer's table: the fork made is freed (its page references dropped), out all NULL */
     sdpa_ctx_fail_cache_alloc(g_ctx, 2);
-    check_failure(sdpa_kv_group_fork(g_ctx, layers, NL, out), SDPA_E_OOM, "KVCacheGroup.fork: layer 1: ", "cannot allocate",
+    check_failure(sdpa_kv_group_fork(g_ctx, layers, NL, out), SDPA_E_OOM, "sdpa_kv_group_fork: layer 1: ", "cannot allocate",
                   "fork, E_OOM at layer 1");
     for (int i = 0; i < NL; i++) TU_CHECK(out[i] == NULL, "E_OOM fork: out[%d] is %p, expected NULL", i, (void *)out[i]);
     check_unchanged(layers, before, pages0, "E_OOM fork");

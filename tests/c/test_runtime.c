@@ -171,7 +171,7 @@ static void test_tree_rules(void) {
     memcpy(sentinel, out, sizeof out);
     sdpa_options o = {.start_pos = 0, .is_causal = 1, .tree_mask = &t22};
     o.is_causal = 0;
-    expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_ARG, "KVCache.step: treeMask was given with isCausal: false", "not causal");
+    expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_ARG, "sdpa_kv_cache_step: treeMask was given with isCausal: false", "not causal");
     o.is_causal = 0;
     expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, &mask, &o, &to), SDPA_E_ARG, "treeMask and attnMask were both given", "with a mask");
     o.is_causal = 1;
@@ -180,14 +180,14 @@ static void test_tree_rules(void) {
     o.tree_mask = &t1;
     expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_RANK, "treeMask has rank 3", "rank");
     o.tree_mask = &tf;
-    expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_MASK_DTYPE, "KVCache.step: treeMask has dtype float32 (1); expected bool", "dtype");
+    expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_MASK_DTYPE, "sdpa_kv_cache_step: treeMask has dtype float32 (1); expected bool", "dtype");
     o.tree_mask = &t33;
     expect(g_one, sdpa_kv_cache_step(g_one, c, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_MASK_SHAPE,
-           "KVCache.step: treeMask has dims [3, 3] but must be [Sq, Sq] = [2, 2] (the new rows over the new rows)", "shape");
+           "sdpa_kv_cache_step: treeMask has dims [3, 3] but must be [Sq, Sq] = [2, 2] (the new rows over the new rows)", "shape");
     TU_CHECK(sdpa_kv_cache_length(c) == 0 && memcmp(out, sentinel, sizeof out) == 0, "rejected steps wrote nothing");
     /* customSdpa has no treeMask */
     o.tree_mask = &t22;
-    expect(g_one, sdpa_custom(g_one, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_ARG, "customSdpa: treeMask is an option of KVCache.attend and KVCache.step", "custom");
+    expect(g_one, sdpa_custom(g_one, &tq, &tk, &tk, NULL, &o, &to), SDPA_E_ARG, "sdpa_custom: treeMask is an option of KVCache.attend and KVCache.step", "custom");
     sdpa_kv_cache_free(c);
 }
 
@@ -283,11 +283,11 @@ static void test_keep_rules(void) {
     sdpa_kv_cache_update(g_one, c, &t, &t, 0);
     sdpa_kv_cache_update(g_one, w, &t3, &t3, 0);
     const int32_t neg[] = { -1 }, dup[] = { 1, 1 }, past[] = { 0, 5 }, ok[] = { 0, 2 };
-    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, -1, ok, 2), SDPA_E_START_POS, "KVCache.keepRows: start is -1; expected a non-negative integer", "negative start");
-    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, 10, neg, 1), SDPA_E_START_POS, "KVCache.keepRows: rows[0] is -1; expected non-negative offsets from start in increasing order", "negative row");
+    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, -1, ok, 2), SDPA_E_START_POS, "sdpa_kv_cache_keep_rows: start is -1; expected a non-negative integer", "negative start");
+    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, 10, neg, 1), SDPA_E_START_POS, "sdpa_kv_cache_keep_rows: rows[0] is -1; expected non-negative offsets from start in increasing order", "negative row");
     expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, 10, dup, 2), SDPA_E_START_POS, "rows[1] is 1; expected non-negative offsets from start in increasing order (after 1)", "not increasing");
-    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, 15, past, 2), SDPA_E_START_POS, "KVCache.keepRows: rows[1] = 5 is row 20, past the 20 rows written (cache.length)", "past length");
-    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, 21, NULL, 0), SDPA_E_CAPACITY, "KVCache.keepRows: length 21 is past the 20 rows written", "start past length");
+    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, 15, past, 2), SDPA_E_START_POS, "sdpa_kv_cache_keep_rows: rows[1] = 5 is row 20, past the 20 rows written (cache.length)", "past length");
+    expect(g_one, sdpa_kv_cache_keep_rows(g_one, c, 21, NULL, 0), SDPA_E_CAPACITY, "sdpa_kv_cache_keep_rows: length 21 is past the 20 rows written", "start past length");
     TU_CHECK(sdpa_kv_cache_length(c) == 20, "rejected keepRows left the length");
     /* windowed: 300 rows written with W = 8: rows before windowStart were evicted */
     const int32_t ws = sdpa_kv_cache_window_start(w);
@@ -363,20 +363,20 @@ static void test_many_on(sdpa_ctx * ctx, const char * label) {
     /* the rules: nothing written */
     for (int i = 0; i < 5; i++) tu_fill_nan(it[i].out, (size_t)it[i].B * it[i].Sq * it[i].Hq * it[i].D);
     items[3].cache = items[1].cache;  /* (item 3's own rules fail there too, E_BATCH: the E_ARG between items ranks first) */
-    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 5), SDPA_E_ARG, "sdpa.attendMany: items[3] uses the same cache as items[1]; one item per cache", "same cache");
+    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 5), SDPA_E_ARG, "sdpa_kv_cache_attend_many: items[3] uses the same cache as items[1]; one item per cache", "same cache");
     items[3].cache = it[3].c;
     sdpa_tensor alias = to[0];  /* item 4's out over item 0's query */
     alias.data = it[0].q;
     items[4].out = &alias;
-    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 5), SDPA_E_ARG, "sdpa.attendMany: items[4].out shares memory with items[0].query", "out over another item's query");
+    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 5), SDPA_E_ARG, "sdpa_kv_cache_attend_many: items[4].out shares memory with items[0].query", "out over another item's query");
     items[4].out = &to[4];
     sdpa_options bad = o[2];
     bad.has_scale = 1; bad.scale = -1.0f;
     items[2].options = &bad;
-    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 5), SDPA_E_SCALE, "sdpa.attendMany: items[2]: scale is -1", "an item's own rule");
+    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 5), SDPA_E_SCALE, "sdpa_kv_cache_attend_many: items[2]: scale is -1", "an item's own rule");
     items[2].options = &o[2];
-    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 0), SDPA_E_ARG, "sdpa.attendMany: items is empty; expected 1 .. 64 items", "empty");
-    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 65), SDPA_E_ARG, "sdpa.attendMany: 65 items; at most 64 in one call", "too many");
+    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 0), SDPA_E_ARG, "sdpa_kv_cache_attend_many: items is empty; expected 1 .. 64 items", "empty");
+    expect(ctx, sdpa_kv_cache_attend_many(ctx, items, 65), SDPA_E_ARG, "sdpa_kv_cache_attend_many: 65 items; at most 64 in one call", "too many");
     int untouched = 1;
     for (int i = 0; i < 5; i++) untouched &= isnan(it[i].out[0]);
     TU_CHECK(untouched, "%s: rejected calls wrote nothing", label);
@@ -423,14 +423,14 @@ static void test_step_many_on(sdpa_ctx * ctx, const char * label) {
     }
     /* the rules first: nothing written */
     items[2].cache = a[0];
-    expect(ctx, sdpa_kv_cache_step_many(ctx, items, N), SDPA_E_ARG, "sdpa.stepMany: items[2] uses the same cache as items[0]; one item per cache", "same cache");
+    expect(ctx, sdpa_kv_cache_step_many(ctx, items, N), SDPA_E_ARG, "sdpa_kv_cache_step_many: items[2] uses the same cache as items[0]; one item per cache", "same cache");
     items[2].cache = a[2];
     sdpa_tensor alias = tob[1];  /* item 1's out over item 0's key */
     float * big = tu_malloc(sizeof(float) * (size_t)2 * 3 * 8 * 24);
     alias.data = big;
     items[1].out = &alias;
     items[0].key = &(sdpa_tensor){ big, (size_t)14 * 0 + 128, SDPA_DTYPE_FLOAT32, 4, { 1, 1, 2, 64 } };
-    expect(ctx, sdpa_kv_cache_step_many(ctx, items, N), SDPA_E_ARG, "sdpa.stepMany: items[1].out shares memory with items[0].key", "out over another item's key");
+    expect(ctx, sdpa_kv_cache_step_many(ctx, items, N), SDPA_E_ARG, "sdpa_kv_cache_step_many: items[1].out shares memory with items[0].key", "out over another item's key");
     free(big);
     items[0].key = &tk[0];
     items[1].out = &toa[1];

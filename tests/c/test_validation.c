@@ -23,7 +23,9 @@
 #include <inttypes.h>
 
 #include "sdpa.h"
+#include "sdpa_dense.h"
 #include "testutil.h"
+#include "internal.h"  /* sdpa_fail, sdpa_named: the naming's bounds */
 #include "../../src/wasm/api.h"
 
 static sdpa_ctx * g_ctx;
@@ -1087,7 +1089,7 @@ static void test_wasm_rows(void) {
             snprintf(desc, sizeof desc, "wasm_rows %s truncate(%d)", windowed ? "windowed" : "plain", s0);
             sdpa_status got = noted(sdpa_wasm_kv_cache_truncate(g_ctx, c, s0, 0), msg, sizeof msg);
             if (got != SDPA_OK)  /* (a truncate that passes would change the cache) */
-                same_as_entry(desc, sdpa_kv_cache_truncate(g_ctx, c, s0), "KVCache.truncate", got, msg);
+                same_as_entry(desc, sdpa_kv_cache_truncate(g_ctx, c, s0), "sdpa_kv_cache_truncate", got, msg);
             for (int j = 0; j < G; j++) {
                 const int32_t n = grid[j];
                 if (n == 0) continue;
@@ -1096,7 +1098,7 @@ static void test_wasm_rows(void) {
                 void * block = NULL;
                 got = noted(sdpa_wasm_kv_cache_read(g_ctx, c, s0, n, 0, &block), msg, sizeof msg);
                 if (n <= MAXLEN) {
-                    same_as_entry(desc, sdpa_kv_cache_read(g_ctx, c, s0, n, &ko, &vo), "KVCache.read", got, msg);
+                    same_as_entry(desc, sdpa_kv_cache_read(g_ctx, c, s0, n, &ko, &vo), "sdpa_kv_cache_read", got, msg);
                     if (got == SDPA_OK)  /* (the block holds what the public read wrote: keys, then values) */
                         TU_CHECK(memcmp(block, out, (size_t)n * D * 4) == 0 && memcmp((float *)block + (size_t)n * D, out + (size_t)MAXLEN * D, (size_t)n * D * 4) == 0,
                                  "%s: the block's rows", desc);
@@ -1112,7 +1114,7 @@ static void test_wasm_rows(void) {
                 sdpa_kv_cache_fork(g_ctx, c, &f);
                 got = noted(sdpa_wasm_kv_cache_keep_rows(g_ctx, f, s0, list, m), msg, sizeof msg);
                 sdpa_kv_cache_free(f);
-                if (got != SDPA_OK) same_as_entry(desc, sdpa_kv_cache_keep_rows(g_ctx, c, s0, list, m), "KVCache.keepRows", got, msg);
+                if (got != SDPA_OK) same_as_entry(desc, sdpa_kv_cache_keep_rows(g_ctx, c, s0, list, m), "sdpa_kv_cache_keep_rows", got, msg);
             }
             /* save(start, length): every pair of the grid and a negative start or length */
             for (int j = -1; j < G; j++) {
@@ -1123,7 +1125,7 @@ static void test_wasm_rows(void) {
                     sdpa_kv_saver * sv = NULL, * sv2 = NULL;
                     got = noted(sdpa_wasm_kv_save_begin(g_ctx, c, start, n, NULL, 0, &sv2), msg, sizeof msg);
                     sdpa_kv_save_free(sv2);
-                    same_as_entry(desc, sdpa_kv_save_begin(g_ctx, c, start, n, NULL, 0, &sv), "KVCache.save", got, msg);
+                    same_as_entry(desc, sdpa_kv_save_begin(g_ctx, c, start, n, NULL, 0, &sv), "sdpa_kv_save_begin", got, msg);
                     sdpa_kv_save_free(sv);
                 }
             }
@@ -1132,7 +1134,7 @@ static void test_wasm_rows(void) {
             sdpa_kv_cache_fork(g_ctx, c, &f);
             got = noted(sdpa_wasm_kv_cache_keep_rows(g_ctx, f, s0, NULL, 0), msg, sizeof msg);
             sdpa_kv_cache_free(f);
-            if (got != SDPA_OK) same_as_entry(desc, sdpa_kv_cache_keep_rows(g_ctx, c, s0, NULL, 0), "KVCache.keepRows", got, msg);
+            if (got != SDPA_OK) same_as_entry(desc, sdpa_kv_cache_keep_rows(g_ctx, c, s0, NULL, 0), "sdpa_kv_cache_keep_rows", got, msg);
         }
         /* values past int32 (a JS number): in words, not wrapped; a fraction is E_ARG */
         void * block = NULL;
@@ -1219,7 +1221,7 @@ static void test_wasm_custom(void) {
         const sdpa_status want = sdpa_custom(g_ctx, &q, &k, &v, has_mask ? &mk : NULL, &opt, &o);
         snprintf(desc, sizeof desc, "wasm_custom #%d q[%d:%d,%d,%d,%d] k[%d:%d,%d,%d,%d] out[%d:%d,%d,%d,%d]", it,
                  qr, qd[0], qd[1], qd[2], qd[3], kr, kd[0], kd[1], kd[2], kd[3], orank, od[0], od[1], od[2], od[3]);
-        same_as_entry(desc, want, "customSdpa", got, msg);
+        same_as_entry(desc, want, "sdpa_custom", got, msg);
         if (want == SDPA_OK) passed++;
     }
     TU_CHECK(passed > 100, "wasm_custom: only %ld passing calls in the grid", passed);
@@ -1264,13 +1266,13 @@ static void test_check_create(void) {
                                        g.window, g.sink_tokens, 0, 0, msg, sizeof msg);
         if (got != SDPA_OK) {  /* (a create that passes would allocate a page table) */
             sdpa_kv_cache * made = NULL;
-            same_as_entry(desc, sdpa_kv_cache_create_desc(g_ctx, &g, &made), "createKVCache", got, msg);
+            same_as_entry(desc, sdpa_kv_cache_create_desc(g_ctx, &g, &made), "sdpa_kv_cache_create_desc", got, msg);
             sdpa_kv_cache_free(made);
         }
         for (int r = 0; r < N_OF(rowses); r++) {
             got = plan_numbers(g.batch, g.max_seq_len, g.kv_heads, g.head_dim, g.key_dtype, g.value_dtype,
                                g.window, g.sink_tokens, 1, rowses[r], msg, sizeof msg);
-            same_as_entry(desc, sdpa_kv_cache_plan_desc(g_ctx, &g, rowses[r], &size), "sdpa.kvCacheSize", got, msg);
+            same_as_entry(desc, sdpa_kv_cache_plan_desc(g_ctx, &g, rowses[r], &size), "sdpa_kv_cache_plan_desc", got, msg);
         }
     }
     TU_CHECK(g_cases - before > 10000, "check_create: %ld cases", g_cases - before);
@@ -1300,7 +1302,7 @@ static void test_check_create(void) {
     }
     TU_CHECK(plan_numbers(1, 8, 1, 8, 1, 1, 0, 0, 0, 0, msg, sizeof msg) == SDPA_OK, "check_create: a sound geometry");
     {   /* sdpa_wasm_kv_cache_create: the geometry's rules, then one wasm allocation per page and table (no call named);
-         * _fork: the public entry's words, after its name */
+         * _fork: the public entry's words, without its name */
         const double big[SDPA_WASM_GEOMETRY_FIELDS] = { 1, 64, 1, 1 << 24, SDPA_DTYPE_FLOAT32, SDPA_DTYPE_FLOAT32, 0, 0, 0 };
         sdpa_kv_cache * c = NULL;
         sdpa_status got = sdpa_wasm_kv_cache_create(g_ctx, big, &c);
@@ -1354,7 +1356,7 @@ static void test_wasm_cache_calls(void) {
     memset(bo, 0, CAP * 4); memset(bc, 0, CAP * 4); memset(bs, 0, CAP * 4); memset(bsk, 0, 64 * 4);
     char msg[512], desc[200];
     static const int32_t odd[] = { 0, -1, 3, 5, 9 };
-    static const char * const fns[] = { "", "KVCache.update", "KVCache.attend", "KVCache.step" };
+    static const char * const fns[] = { "", "sdpa_kv_cache_update_rotary", "sdpa_kv_cache_attend", "sdpa_kv_cache_step" };
     long passed = 0;
     for (int windowed = 0; windowed < 2; windowed++) {
         const int32_t Hk = windowed ? 1 : 2, D = windowed ? 4 : 8, ML = windowed ? 1024 : 64;
@@ -1447,6 +1449,84 @@ static void test_wasm_cache_calls(void) {
     free(bq); free(bk); free(bv); free(bm); free(bo); free(bc); free(bs); free(bsk);
 }
 
+/* A public entry names itself once, by its C name, before the words its
+ * wasm entry (what JS calls) gives alone; a part of a call (an item) is
+ * named where it is; the name never takes the message past its buffer. */
+static void named_case(const char * desc, sdpa_status want, const char * fn, sdpa_status got, const char * msg) {
+    TU_CHECK(got != SDPA_OK, "%s: the wasm entry accepted the call", desc);
+    same_as_entry(desc, want, fn, got, msg);
+}
+
+static void test_named_once(void) {
+    char msg[SDPA_ERROR_CAP];
+    float x[64] = { 0 }, w[2 * 64] = { 0 }, y[2 * 64] = { 0 };
+    const sdpa_tensor tx = tu_tensor2(x, SDPA_DTYPE_FLOAT32, 1, 64), tw = tu_tensor2(w, SDPA_DTYPE_FLOAT32, 2, 64);
+    sdpa_tensor ty = tu_tensor2(y, SDPA_DTYPE_FLOAT32, 1, 2), tn = tu_tensor2(y, SDPA_DTYPE_FLOAT32, 1, 64);
+    sdpa_status got = noted(sdpa_wasm_linear(g_ctx, NULL, &tw, &ty, 0), msg, sizeof msg);
+    named_case("named: linear x NULL", sdpa_linear(g_ctx, NULL, &tw, &ty, 0), "sdpa_linear", got, msg);
+    TU_CHECK(strcmp(msg, "x is missing (NULL)") == 0, "named: the wasm linear's words: '%s'", msg);
+    got = noted(sdpa_wasm_rms_norm(g_ctx, &tx, &tx, NAN, &tn), msg, sizeof msg);
+    named_case("named: rms_norm eps NaN", sdpa_rms_norm(g_ctx, &tx, &tx, NAN, &tn), "sdpa_rms_norm", got, msg);
+    got = noted(sdpa_wasm_swiglu(g_ctx, &tx, &tw, &tn), msg, sizeof msg);
+    named_case("named: swiglu up of other dims", sdpa_swiglu(g_ctx, &tx, &tw, &tn), "sdpa_swiglu", got, msg);
+    const int32_t ids[1] = { 5 };
+    got = noted(sdpa_wasm_embed(g_ctx, &tw, ids, 1, &tn), msg, sizeof msg);
+    named_case("named: embed id past the table", sdpa_embed(g_ctx, &tw, ids, 1, &tn), "sdpa_embed", got, msg);
+    got = noted(sdpa_wasm_quantize(g_ctx, &tx, NULL), msg, sizeof msg);
+    named_case("named: quantize out NULL", sdpa_quantize(g_ctx, &tx, NULL), "sdpa_quantize", got, msg);
+    got = noted(sdpa_wasm_ctx_reserve_pages(g_ctx, -1), msg, sizeof msg);
+    named_case("named: reserve_pages -1", sdpa_ctx_reserve_pages(g_ctx, -1), "sdpa_ctx_reserve_pages", got, msg);
+    static const unsigned char junk[24] = "not a group header here";
+    uint32_t need, layers, at, mb;
+    got = noted(sdpa_wasm_kv_group_header_check(g_ctx, junk, sizeof junk, 1, &need, &layers, &at, &mb), msg, sizeof msg);
+    named_case("named: group header junk", sdpa_kv_group_header_check(g_ctx, junk, sizeof junk, 1, &need, &layers, &at, &mb),
+                  "sdpa_kv_group_header_check", got, msg);
+    /* the loader: each entry its own name over the same sticky words */
+    sdpa_kv_loader * L = NULL;
+    if (TU_CHECK(sdpa_kv_load_begin(g_ctx, 0, &L) == SDPA_OK, "named: load_begin")) {
+        size_t took = 0;
+        got = noted(sdpa_wasm_kv_load_feed(g_ctx, L, junk, sizeof junk, &took), msg, sizeof msg);
+        named_case("named: load_feed junk", sdpa_kv_load_feed(L, junk, sizeof junk, &took), "sdpa_kv_load_feed", got, msg);
+        sdpa_kv_cache * c = NULL;
+        named_case("named: load_finish after junk", sdpa_kv_load_finish(L, &c), "sdpa_kv_load_finish", got, msg);
+        sdpa_kv_load_free(L);
+    }
+    got = noted(sdpa_kv_cache_load(g_ctx, junk, sizeof junk, 0, &(sdpa_kv_cache *){ NULL }), msg, sizeof msg);
+    TU_CHECK(got == SDPA_E_FORMAT && strncmp(msg, "sdpa_kv_cache_load: this is not saved KV state", 46) == 0,
+             "named: a whole load of junk: '%s'", msg);
+    /* an item of attendMany: "items[0]: " after the call's name */
+    sdpa_kv_cache * c = NULL;
+    if (TU_CHECK(sdpa_kv_cache_create(g_ctx, 1, 8, 1, 64, SDPA_DTYPE_FLOAT32, &c) == SDPA_OK, "named: create")) {
+        sdpa_tensor q = tu_tensor4(x, SDPA_DTYPE_FLOAT32, 1, 1, 1, 64), o = tu_tensor4(y, SDPA_DTYPE_FLOAT32, 1, 1, 1, 64);
+        sdpa_options opt = { 0 };
+        opt.start_pos = 3;  /* past the 0 rows written */
+        const sdpa_attend_item item = { c, &q, NULL, &opt, &o, NULL, NULL };
+        got = noted(sdpa_wasm_kv_cache_attend_many(g_ctx, &item, 1), msg, sizeof msg);
+        named_case("named: attend_many's item", sdpa_kv_cache_attend_many(g_ctx, &item, 1), "sdpa_kv_cache_attend_many", got, msg);
+        TU_CHECK(got == SDPA_E_START_POS && strncmp(msg, "items[0]: startPos 3 + query length 1", 37) == 0, "named: the item's words: '%s'", msg);
+        sdpa_kv_cache_free(c);
+    }
+    /* sdpa_named's bounds: a message at the buffer's cap keeps the name and a terminator, cut at the end */
+    char words[2 * SDPA_ERROR_CAP];
+    memset(words, 'w', sizeof words - 1);
+    words[sizeof words - 1] = '\0';
+    TU_CHECK(sdpa_named(g_ctx, sdpa_fail(g_ctx, SDPA_E_ARG, "%s", words), "sdpa_kv_cache_step") == SDPA_E_ARG,
+             "named: the status passes through");
+    const char * m = sdpa_ctx_last_error(g_ctx);
+    TU_CHECK(strlen(m) == SDPA_ERROR_CAP - 1 && strncmp(m, "sdpa_kv_cache_step: www", 23) == 0 && strspn(m + 20, "w") == SDPA_ERROR_CAP - 21,
+             "named: a full message: %zu characters, '%.40s...'", strlen(m), m);
+    memset(words, 'n', sizeof words - 1);  /* a name longer than the buffer: cut, with ": " kept */
+    sdpa_fail(g_ctx, SDPA_E_ARG, "lost");
+    sdpa_named(g_ctx, SDPA_E_ARG, words);
+    m = sdpa_ctx_last_error(g_ctx);
+    TU_CHECK(strlen(m) == SDPA_ERROR_CAP - 1 && strspn(m, "n") == SDPA_ERROR_CAP - 3 && strcmp(m + SDPA_ERROR_CAP - 3, ": ") == 0,
+             "named: a name past the buffer: %zu characters", strlen(m));
+    sdpa_fail(g_ctx, SDPA_E_ARG, "kept");
+    TU_CHECK(sdpa_named(g_ctx, SDPA_OK, "sdpa_custom") == SDPA_OK && strcmp(sdpa_ctx_last_error(g_ctx), "kept") == 0,
+             "named: a success names nothing");
+    sdpa_clear_error(g_ctx);
+}
+
 int main(void) {
     double t0 = tu_seconds();
     const char * vb = getenv("SDPA_TEST_VERBOSE");
@@ -1466,6 +1546,7 @@ int main(void) {
     test_wasm_custom();
     test_check_create();
     test_wasm_cache_calls();
+    test_named_once();
     printf("  %ld rejected-call cases, %.2f s\n", g_cases, tu_seconds() - t0);
     sdpa_ctx_free(g_ctx);
     return tu_summary("test_validation");

@@ -129,7 +129,8 @@ static sdpa_kv_cache * load_checked(const unsigned char * d, size_t n, size_t pi
     CHECK(s1 == SDPA_OK || s1 == SDPA_E_FORMAT || s1 == SDPA_E_OOM, "status %s", sdpa_status_code(s1));
     if (s1 != SDPA_OK) {
         CHECK(!a && in_use() == before, "a failed load left a cache or pages");
-        CHECK(strncmp(sdpa_ctx_last_error(g_ctx), "sdpa.loadKVCache: ", 18) == 0, "message");
+        CHECK(strncmp(sdpa_ctx_last_error(g_ctx), "sdpa_kv_cache_load: ", 20) == 0 &&
+              !strstr(sdpa_ctx_last_error(g_ctx) + 20, "sdpa_"), "message: the entry's name, once");
     }
     const int64_t mid = in_use();
     const sdpa_status s2 = load_pieces(d, n, piece, &b);

@@ -200,7 +200,7 @@ test('save rules: JS and C give the same code and words', () => {
     const out = core.slot('stats');
     const st = M._sdpa_kv_save_begin(core.ctx, cp, start, length, 0, 0, out);
     assert.is(STATUS_CODES[st], code, `C: ${words}`);
-    assert.is(core.readCString(M._sdpa_ctx_last_error(core.ctx)), `KVCache.save: ${words}`);
+    assert.is(core.readCString(M._sdpa_ctx_last_error(core.ctx)), `sdpa_kv_save_begin: ${words}`);  // (C's entry: its own C name)
     M._sdpa_kv_cache_free(cp);
   }
   expectError(() => c.save({ meta: 1n }), 'E_ARG', [/meta must be a JSON value/]);

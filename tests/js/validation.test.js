@@ -83,11 +83,17 @@ test('SdpaError: subclass of Error, name, code; C status for what JS missed', ()
     core.writeTensor(64, kp, 96, 'float32', [1, 6, 2, 8]);
     core.writeTensor(128, op, 64, 'float32', [1, 2, 4, 8]);
     core.writeOptions(0, false, null);
-    const st = M._sdpa_custom(core.ctx, core.slot('q'), core.slot('k'), core.slot('v'), 0, core.slot('opts'), core.slot('out'));
+    // the public C entry names itself (its C name), once; its wasm entry gives the words alone, and JS its call's name
+    const pub = M._sdpa_custom(core.ctx, core.slot('q'), core.slot('k'), core.slot('v'), 0, core.slot('opts'), core.slot('out'));
+    const words = core.lastError().slice('sdpa_custom: '.length);
+    assert.is(pub, 3);
+    assert.is(core.lastError(), `sdpa_custom: ${words}`);
+    const st = M._sdpa_wasm_custom(core.ctx, core.slot('q'), core.slot('k'), core.slot('v'), 0, core.slot('opts'), core.slot('out'));
     assert.is(st, 3);
-    const err = expectError(() => core.check(st, 'customSdpa'), 'E_DIMS', [/^customSdpa: /, /63/, /64/]);
-    assert.not.match(err.message, /customSdpa: customSdpa/, `the function is named once: ${err.message}`);
-    assert.ok(err.message.length > 'customSdpa: '.length + 10, err.message);
+    assert.is(core.lastError(), words);
+    const err = expectError(() => core.checkEntry(st, 'customSdpa'), 'E_DIMS', [/^customSdpa: query\.data has 63 elements/, /64/]);
+    assert.is(err.message, `customSdpa: ${words}`);
+    assert.not.match(err.message, /sdpa_custom/, `the call is named once, in JS words: ${err.message}`);
     assert.is(err.status, 3);
   } finally { M._free(qp); M._free(kp); M._free(op); }
 });
