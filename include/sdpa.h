@@ -467,8 +467,8 @@ sdpa_status sdpa_kv_cache_fork(sdpa_ctx * ctx, const sdpa_kv_cache * cache,
 /// layers. Each call checks every layer before it changes any: the failure
 /// reported is the first rule in the contract's table order over all
 /// layers, ties to the lowest layer, its message naming that layer
-/// ("createKVCacheGroup: layers[3]: ...", "KVCacheGroup.truncate: layer 3:
-/// ..."). All or nothing: on any failure no layer has changed and nothing
+/// ("sdpa_kv_group_create: layers[3]: ...", "sdpa_kv_group_truncate: layer
+/// 3: ..."). All or nothing: on any failure no layer has changed and nothing
 /// made is kept.
 ///
 /// create: out[i] a new cache of descs[i] (sdpa_kv_cache_create_desc), each
