@@ -15,7 +15,7 @@ export class SdpaError extends Error {
   constructor(code: SdpaErrorCode, message: string, options?: { cause?: unknown; status?: number });
   readonly name: 'SdpaError';
   readonly code: SdpaErrorCode;
-  /** The C status number, when a C call failed past the argument rules (such as E_OOM or E_FORMAT); a rule's failure (CONTRACT.md section 2) has none, whether JS or C decided it. */
+  /** The C status number, present when C decided the failure (a rule checked at its C entry, E_OOM, E_FORMAT); absent when JS decided it (a rule only JS can see, CONTRACT.md section 2). */
   readonly status?: number | undefined;
 }
 

@@ -175,7 +175,7 @@ function planCache(core, ck, geo, rows = null) {
     CACHE_DTYPES[geo.keyDtype], CACHE_DTYPES[geo.valueDtype], geo.window, geo.sinkTokens, geo.float16NewestPage ? 1 : 0,
     rows === null ? 0 : 1, rows ?? 0, at);
   if (st !== 0) {
-    ck.add(codeOfStatus(st), core.readCString(core.M._sdpa_ctx_last_error(core.ctx)));
+    ck.add(codeOfStatus(st), core.readCString(core.M._sdpa_ctx_last_error(core.ctx)), st);
     return null;
   }
   const f = LAYOUT.sdpa_kv_cache_size, i64 = (offset) => core.int64At(at + offset);

@@ -79,7 +79,7 @@ class Saver {
       const st = M._sdpa_wasm_kv_save_begin(core.ctx, ptr, start, length, mp, meta ? meta.length : 0, outAt);
       this.ptr = 0;
       if (st !== 0 && ck !== null) {
-        ck.add(codeOfStatus(st), core.lastError());
+        ck.add(codeOfStatus(st), core.lastError(), st);
         return;
       }
       core.checkEntry(st, fn);

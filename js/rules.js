@@ -27,12 +27,14 @@ export class Checks {
     /** Put before every message added (a group's 'layer 3: '). */
     this.prefix = '';
   }
-  add(code, message) {
-    if (this.first === null || codeRank(code) < codeRank(this.first.code)) this.first = { code, message: this.prefix + message };
+  /** `status`: C's status number when C decided this failure (its words), undefined when JS did. */
+  add(code, message, status = undefined) {
+    if (this.first === null || codeRank(code) < codeRank(this.first.code)) this.first = { code, message: this.prefix + message, status };
   }
-  /** Throws the highest-ranked violation, if any. */
+  /** Throws the highest-ranked violation, if any (with its C status, when C decided it). */
   done() {
-    if (this.first !== null) throw new SdpaError(this.first.code, `${this.fn}: ${this.first.message}`);
+    const f = this.first;
+    if (f !== null) throw new SdpaError(f.code, `${this.fn}: ${f.message}`, f.status === undefined ? undefined : { status: f.status });
   }
 }
 

@@ -98,6 +98,29 @@ test('SdpaError: subclass of Error, name, code; C status for what JS missed', ()
   } finally { M._free(qp); M._free(kp); M._free(op); }
 });
 
+test('err.status: present when C decided the failure (kvCacheSize, createKVCache), absent when JS did', () => {
+  const cC = [
+    () => sdpa.kvCacheSize({ maxSeqLen: 0, numKvHeads: 2, headDim: 8 }),       // C's plan rules
+    () => sdpa.createKVCache({ maxSeqLen: 8, numKvHeads: 0, headDim: 8 }),             // C's create rules
+  ];
+  for (const f of cC) {
+    let err = null;
+    try { f(); } catch (e) { err = e; }
+    assert.ok(err instanceof SdpaError, String(err));
+    assert.type(err.status, 'number', `${err.message}: a status`);
+  }
+  const cJS = [
+    () => sdpa.kvCacheSize({ maxSeqLen: 'eight', numKvHeads: 2, headDim: 8 }), // a JS type
+    () => sdpa.customSdpa(new Float64Array(64), k(), v(), { out: sentinelOut }),
+  ];
+  for (const f of cJS) {
+    let err = null;
+    try { f(); } catch (e) { err = e; }
+    assert.ok(err instanceof SdpaError, String(err));
+    assert.is(err.status, undefined, `${err.message}: no status`);
+  }
+});
+
 test('E_ARG: missing arguments, wrong JS types, unknown options, out aliasing an input', async () => {
   const qq = q();
   const hq = sdpa.allocTensor('float32', [1, 2, 4, 8]);
