@@ -939,9 +939,11 @@ sdpa_status sdpa_kv_cache_step_many_unnamed(sdpa_ctx * ctx, const sdpa_attend_it
     }
     for (int32_t i = 0; i < n && s == SDPA_OK; i++) s = reserve_rotation(ctx, items[i].cache, &ps[i].rope);
     if (s != SDPA_OK) return s;
-    /* the pages, per page size (an item's encoded and float16 pages each of their own size) */
-    size_t sizes[2 * SDPA_MANY_MAX];
-    uint64_t needs[2 * SDPA_MANY_MAX];
+    /* the pages, per page pool (an item's creating context's) and page size (an
+       item's encoded and float16 pages each of their own size) */
+    size_t sizes[2 * SDPA_MANY_MAX], gather_sizes[2 * SDPA_MANY_MAX];
+    uint64_t needs[2 * SDPA_MANY_MAX], gather_needs[2 * SDPA_MANY_MAX];
+    sdpa_page_pool * pools[2 * SDPA_MANY_MAX];
     int32_t n_sizes = 0;
     for (int32_t i = 0; i < n; i++) {
         const sdpa_kv_cache * c = items[i].cache;
@@ -952,12 +954,12 @@ sdpa_status sdpa_kv_cache_step_many_unnamed(sdpa_ctx * ctx, const sdpa_attend_it
             if (!need[kind]) continue;
             const size_t bytes = kind ? c->f16_format.page_bytes : c->format.page_bytes;
             int32_t at = 0;
-            while (at < n_sizes && sizes[at] != bytes) at++;
-            if (at == n_sizes) { sizes[n_sizes] = bytes; needs[n_sizes++] = 0; }
+            while (at < n_sizes && (sizes[at] != bytes || pools[at] != c->ctx->pages)) at++;
+            if (at == n_sizes) { sizes[n_sizes] = bytes; pools[n_sizes] = c->ctx->pages; needs[n_sizes++] = 0; }
             needs[at] += need[kind];
         }
     }
-    if (n_sizes > 0 && !sdpa_page_pool_ensure_sizes(ctx->pages, sizes, needs, n_sizes)) {
+    if (n_sizes > 0 && !sdpa_page_pool_ensure_pools(pools, sizes, needs, n_sizes, gather_sizes, gather_needs)) {
         uint64_t total = 0;
         for (int32_t at = 0; at < n_sizes; at++) total += needs[at];
         return sdpa_fail(ctx, SDPA_E_OOM, "the page pool cannot grow by %llu pages (of %d sizes); no cache was written",

@@ -104,11 +104,13 @@ sdpa_status sdpa_kv_group_fork(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, i
     return sdpa_named(ctx, sdpa_kv_group_fork_unnamed(ctx, layers, n, out), __func__);
 }
 
-/* The pages every layer's truncate takes, summed per page size (layers of one
- * size draw on one free list), made sure of in one ensure. */
+/* The pages every layer's truncate takes, summed per page pool (its creating
+ * context's) and page size (layers of one size draw on one free list), made
+ * sure of in one ensure per pool. */
 static sdpa_status reserve_truncates(sdpa_ctx * ctx, sdpa_kv_cache * const * layers, int32_t n, int32_t length) {
     size_t * sizes = NULL;
     uint64_t * needs = NULL;
+    sdpa_page_pool ** pools = NULL;
     int32_t n_sizes = 0;
     for (int32_t i = 0; i < n; i++) {
         uint64_t need[2];
@@ -116,22 +118,24 @@ static sdpa_status reserve_truncates(sdpa_ctx * ctx, sdpa_kv_cache * const * lay
         for (int kind = 0; kind < 2; kind++) {
             if (!need[kind]) continue;
             if (!sizes) {  /* (a truncate that copies no page allocates nothing) */
-                sizes = malloc(2 * (size_t)n * sizeof *sizes);
-                needs = malloc(2 * (size_t)n * sizeof *needs);
-                if (!sizes || !needs) {
-                    free(sizes); free(needs);
+                sizes = malloc(4 * (size_t)n * sizeof *sizes);  /* (and room for the per-pool gather) */
+                needs = malloc(4 * (size_t)n * sizeof *needs);
+                pools = malloc(2 * (size_t)n * sizeof *pools);
+                if (!sizes || !needs || !pools) {
+                    free(sizes); free(needs); free(pools);
                     return sdpa_fail(ctx, SDPA_E_OOM, "cannot allocate the list of %d layers' pages", (int)n);
                 }
             }
             const size_t bytes = kind ? layers[i]->f16_format.page_bytes : layers[i]->format.page_bytes;
+            sdpa_page_pool * pool = layers[i]->ctx->pages;
             int32_t at = 0;
-            while (at < n_sizes && sizes[at] != bytes) at++;
-            if (at == n_sizes) { sizes[n_sizes] = bytes; needs[n_sizes++] = 0; }
+            while (at < n_sizes && (sizes[at] != bytes || pools[at] != pool)) at++;
+            if (at == n_sizes) { sizes[n_sizes] = bytes; pools[n_sizes] = pool; needs[n_sizes++] = 0; }
             needs[at] += need[kind];
         }
     }
     sdpa_status st = SDPA_OK;
-    if (n_sizes > 0 && !sdpa_page_pool_ensure_sizes(ctx->pages, sizes, needs, n_sizes)) {
+    if (n_sizes > 0 && !sdpa_page_pool_ensure_pools(pools, sizes, needs, n_sizes, sizes + 2 * n, needs + 2 * n)) {
         uint64_t total = 0;
         for (int32_t at = 0; at < n_sizes; at++) total += needs[at];
         st = sdpa_fail(ctx, SDPA_E_OOM, "the page pool cannot grow by %llu pages (of %d sizes); no layer was truncated",
@@ -139,6 +143,7 @@ static sdpa_status reserve_truncates(sdpa_ctx * ctx, sdpa_kv_cache * const * lay
     }
     free(sizes);
     free(needs);
+    free(pools);
     return st;
 }
 

@@ -150,6 +150,23 @@ bool sdpa_page_pool_ensure(sdpa_page_pool * pool, size_t bytes, uint64_t count) 
     return true;
 }
 
+bool sdpa_page_pool_ensure_pools(sdpa_page_pool * const * pools, const size_t * bytes, const uint64_t * count, int32_t n,
+                                 size_t * tmp_bytes, uint64_t * tmp_count) {
+    for (int32_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (int32_t j = 0; j < i && !seen; j++) seen = pools[j] == pools[i];
+        if (seen) continue;  /* (ensured with the first entry of its pool) */
+        int32_t m = 0;
+        for (int32_t j = i; j < n; j++) {
+            if (pools[j] != pools[i]) continue;
+            tmp_bytes[m] = bytes[j];
+            tmp_count[m++] = count[j];
+        }
+        if (!sdpa_page_pool_ensure_sizes(pools[i], tmp_bytes, tmp_count, m)) return false;
+    }
+    return true;
+}
+
 bool sdpa_page_pool_ensure_sizes(sdpa_page_pool * pool, const size_t * bytes, const uint64_t * count, int32_t n) {
     uint64_t need = 0;
     size_t slot = 0;

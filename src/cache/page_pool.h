@@ -52,6 +52,15 @@ bool sdpa_page_pool_ensure(sdpa_page_pool * pool, size_t bytes, uint64_t count);
  * together. */
 bool sdpa_page_pool_ensure_sizes(sdpa_page_pool * pool, const size_t * bytes, const uint64_t * count, int32_t n);
 
+/* The same over entries of several pools (caches of several contexts: each
+ * takes pages from its creating context's pool): entry i is count[i] pages
+ * of bytes[i] from pools[i]; one sdpa_page_pool_ensure_sizes per distinct
+ * pool over its entries, gathered into tmp_bytes / tmp_count (room for n).
+ * False when a pool cannot grow (the pools ensured before it keep their new
+ * free pages: nothing is taken). */
+bool sdpa_page_pool_ensure_pools(sdpa_page_pool * const * pools, const size_t * bytes, const uint64_t * count, int32_t n,
+                                 size_t * tmp_bytes, uint64_t * tmp_count);
+
 /* Takes one page (reference count 1, contents undefined). Only after a
  * successful ensure covering it; never fails then. */
 void * sdpa_page_pool_take(sdpa_page_pool * pool, size_t bytes);

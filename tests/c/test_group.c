@@ -279,6 +279,33 @@ static void test_fork(void) {
     free_all(layers);
 }
 
+/* Layers made by one context, truncated as a group through another (sdpa.h: a
+ * cache's calls may come from any context; a write takes pages from the
+ * creating context's pool): the pages a truncate copies come from the makers'
+ * pools, so the group's reservation must be made there (review 4 finding 1:
+ * it was made in the calling context's pool, and the truncate failed E_OOM). */
+static void test_other_context(void) {
+    sdpa_status st;
+    sdpa_ctx * other = sdpa_ctx_create(1, &st);
+    if (!TU_CHECK(other != NULL, "second ctx: %s", sdpa_status_code(st))) return;
+    sdpa_kv_cache * layers[2], * forks[2];
+    const sdpa_kv_cache_desc descs[2] = { DESCS[0], DESCS[0] };
+    if (!TU_CHECK(sdpa_kv_group_create(g_ctx, descs, 2, layers) == SDPA_OK, "create: %s", sdpa_ctx_last_error(g_ctx))) return;
+    for (int i = 0; i < 2; i++) TU_CHECK(write_rows(layers[i], i, 0, 20) == SDPA_OK, "write layer %d", i);
+    TU_CHECK(sdpa_kv_group_fork(g_ctx, layers, 2, forks) == SDPA_OK, "fork: %s", sdpa_ctx_last_error(g_ctx));
+    /* the last page of each layer is shared with its fork: truncating to 18 copies it */
+    st = sdpa_kv_group_truncate(other, layers, 2, 18);
+    TU_CHECK(st == SDPA_OK, "truncate through another context: %s %s", sdpa_status_code(st), sdpa_ctx_last_error(other));
+    for (int i = 0; i < 2; i++) {
+        TU_CHECK(sdpa_kv_cache_length(layers[i]) == 18, "layer %d length %d, expected 18", i, sdpa_kv_cache_length(layers[i]));
+        TU_CHECK(sdpa_kv_cache_length(forks[i]) == 20, "fork %d length %d, expected 20", i, sdpa_kv_cache_length(forks[i]));
+    }
+    rows_as_written(layers, 2, "layers after the truncate");
+    rows_as_written(forks, 2, "forks after the truncate");
+    for (int i = 0; i < 2; i++) { sdpa_kv_cache_free(layers[i]); sdpa_kv_cache_free(forks[i]); }
+    sdpa_ctx_free(other);
+}
+
 int main(void) {
     double t0 = tu_seconds();
     sdpa_status st;
@@ -287,6 +314,7 @@ int main(void) {
     test_create();
     test_truncate();
     test_fork();
+    test_other_context();
     TU_CHECK(pages_in_use() == 0, "every page back: %lld in use", (long long)pages_in_use());
     sdpa_ctx_free(g_ctx);
     printf("  %.2f s\n", tu_seconds() - t0);
