@@ -60,7 +60,7 @@ export class KVCacheGroup {
 
   /** The layers' cache pointers in the instance's int32 block, room for as many after them (a fork's); its address. */
   #putLayers(fn) {
-    const core = this.#core, n = this.#layers.length, at = core.idsBlock(fn, 2 * n);
+    const core = this.#core, n = this.#layers.length, at = core.idsBlock(fn, 2 * n, `${n} layers' cache pointers and room for ${n} more`);
     const u32 = core.views().u32;
     this.#layers.forEach((c, i) => { u32[(at >>> 2) + i] = cacheHooks.ptr(c); });
     return at;

@@ -495,11 +495,12 @@ export class Core {
   /**
    * The address of a block of at least n int32 (sdpa.embed's ids, a group's
    * layer pointers), grown as needed and kept for the next call (so a decode
-   * loop, a group's truncate, allocates nothing).
+   * loop, a group's truncate, allocates nothing). `what` names the n values
+   * in an E_OOM message.
    */
-  idsBlock(fn, n) {
+  idsBlock(fn, n, what = `${n} ids`) {
     if (n > this.idsCapacity) {
-      const p = this.malloc(Math.max(n, 64) * I32_BYTES, fn, `${n} ids`);
+      const p = this.malloc(Math.max(n, 64) * I32_BYTES, fn, what);
       this.free(this.idsAt);
       this.idsAt = p;
       this.idsCapacity = Math.max(n, 64);
