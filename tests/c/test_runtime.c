@@ -460,11 +460,53 @@ static void test_step_many_on(sdpa_ctx * ctx, const char * label) {
     }
 }
 
+/* stepMany through a context other than the caches' maker (sdpa.h: a cache's
+ * calls may come from any context; its writes take pages from its maker's
+ * pool): the pages the items' writes take are reserved in the makers' pools.
+ * (They were reserved in the calling context's, whose pool knew no such page
+ * size: E_OOM. Review 4, finding 1.) Each item's output and rows are those of
+ * the same step run through the maker. */
+static void test_step_many_other_context(void) {
+    enum { H = 2, D = 8, L = 64 };  /* 64 rows: a page full, so the step takes a new one */
+    sdpa_status st;
+    sdpa_ctx * maker = sdpa_ctx_create(1, &st), * caller = sdpa_ctx_create(1, &st);
+    if (!TU_CHECK(maker && caller, "contexts")) return;
+    sdpa_kv_cache * a[2], * b[2];
+    float pk[L * H * D], pv[L * H * D], q[H * D], k[H * D], v[H * D], oa[2][H * D], ob[2][H * D];
+    fill(pk, L * H * D); fill(pv, L * H * D); fill(q, H * D); fill(k, H * D); fill(v, H * D);
+    sdpa_tensor tpk = tu_tensor4(pk, SDPA_DTYPE_FLOAT32, 1, L, H, D), tpv = tu_tensor4(pv, SDPA_DTYPE_FLOAT32, 1, L, H, D);
+    sdpa_tensor tq = tu_tensor4(q, SDPA_DTYPE_FLOAT32, 1, 1, H, D), tk = tu_tensor4(k, SDPA_DTYPE_FLOAT32, 1, 1, H, D),
+                tv = tu_tensor4(v, SDPA_DTYPE_FLOAT32, 1, 1, H, D);
+    sdpa_tensor toa[2], tob[2];
+    sdpa_options o = { .start_pos = L, .is_causal = 1 };
+    sdpa_attend_item items[2];
+    for (int i = 0; i < 2; i++) {
+        TU_CHECK(sdpa_kv_cache_create(maker, 1, 256, H, D, SDPA_DTYPE_FLOAT32, &a[i]) == SDPA_OK &&
+                 sdpa_kv_cache_create(maker, 1, 256, H, D, SDPA_DTYPE_FLOAT32, &b[i]) == SDPA_OK, "create %d", i);
+        TU_CHECK(sdpa_kv_cache_update(maker, a[i], &tpk, &tpv, 0) == SDPA_OK && sdpa_kv_cache_update(maker, b[i], &tpk, &tpv, 0) == SDPA_OK, "fill %d", i);
+        toa[i] = tu_tensor4(oa[i], SDPA_DTYPE_FLOAT32, 1, 1, H, D);
+        tob[i] = tu_tensor4(ob[i], SDPA_DTYPE_FLOAT32, 1, 1, H, D);
+        items[i] = (sdpa_attend_item){ a[i], &tq, NULL, &o, &toa[i], &tk, &tv };
+    }
+    st = sdpa_kv_cache_step_many(caller, items, 2);
+    TU_CHECK(st == SDPA_OK, "stepMany through another context: %s %s", sdpa_status_code(st), sdpa_ctx_last_error(caller));
+    for (int i = 0; i < 2; i++) {
+        TU_CHECK(sdpa_kv_cache_step(maker, b[i], &tq, &tk, &tv, NULL, &o, &tob[i]) == SDPA_OK, "solo step %d", i);
+        TU_CHECK(sdpa_kv_cache_length(a[i]) == L + 1, "item %d length %d, expected %d", i, sdpa_kv_cache_length(a[i]), L + 1);
+        TU_CHECK(st != SDPA_OK || memcmp(oa[i], ob[i], sizeof oa[i]) == 0, "item %d's output differs from its own step", i);
+        sdpa_kv_cache_free(a[i]);
+        sdpa_kv_cache_free(b[i]);
+    }
+    sdpa_ctx_free(caller);
+    sdpa_ctx_free(maker);
+}
+
 static void test_many(void) {
     test_many_on(g_one, "1 thread");
     test_many_on(g_two, "2 threads");
     test_step_many_on(g_one, "1 thread");
     test_step_many_on(g_two, "2 threads");
+    test_step_many_other_context();
 }
 
 int main(void) {
