@@ -1,6 +1,7 @@
 /* dense.c: the dense room's entry points (include/sdpa_dense.h): check
- * (contract/check_dense.c) -> run the microkernels (dense_kernels.h) over
- * units of output rows on the context's pool.
+ * (contract/check_dense.c) -> run the weight dtype's row loops (dtype_kernels:
+ * one table per dtype, its loops inlining the microkernels of dense_kernels.h)
+ * over units of output rows on the context's pool.
  *
  * A product's units: weight rows in tiles of UNIT_ROWS, times (for several
  * x rows) blocks of UNIT_XROWS x rows. Every output element is computed
@@ -32,14 +33,31 @@ static void run_units(sdpa_ctx * ctx, sdpa_task_fn fn, void * arg, int32_t n_uni
 
 /* ---- y = x · wᵀ --------------------------------------------------------- */
 
-typedef struct product_job {
+typedef struct product_job product_job;
+
+/* A weight dtype's row loops (XNNPACK's microkernel per variant): decode runs
+ * stream groups g0 .. g1-1 of one x row (decode_streams), prefill x rows
+ * i0 .. i1-1 against weight rows r0 .. r1-1. Each is a function of its own,
+ * reached only through dtype_kernels' table: binaryen inlines every function
+ * with one caller, and V8 then allocated registers over one product function
+ * holding every dtype's loops, spilling accumulators and constants to the
+ * stack in the hot loops (block dtypes' decode 1.2-1.5x slower; bench/HISTORY.md). */
+typedef void (*decode_fn)(const sdpa_dense_product * p, int32_t g0, int32_t g1);
+typedef void (*prefill_fn)(const product_job * job, int32_t thread, int32_t i0, int32_t i1, int32_t r0, int32_t r1);
+typedef struct dtype_kernels {
+    decode_fn decode, decode_i16;    /* _i16: SDPA_LINEAR_INT16_ACTIVATIONS (block dtypes; else NULL) */
+    prefill_fn prefill, prefill_i16;
+} dtype_kernels;
+
+struct product_job {
     const sdpa_dense_product * p;
+    const dtype_kernels * k;   /* the weight dtype's loops */
     int32_t w_tiles;           /* units per x block */
-    int32_t decode_groups;     /* decode: stream groups per unit (decode_rows) */
+    int32_t decode_groups;     /* decode: stream groups per unit */
     float * scratch;           /* float16 prefill: per thread 2 * cols floats */
     size_t scratch_floats;
     float * sums;              /* q4_k prefill: x's sub-block sums, [n][cols / 32] */
-} product_job;
+};
 
 /* Decode (one x row) walks the weight matrix in `far` streams: group g holds
  * rows g, g + q, ..., g + (far - 1) q, q = ceil(rows / far), each a
@@ -49,62 +67,41 @@ static int32_t decode_streams(int32_t dtype) {
     return dtype == SDPA_DTYPE_FLOAT32 ? 4 : dtype == SDPA_DTYPE_FLOAT16 ? 1 : 2;
 }
 
-/* The decode groups g0 .. g1-1 (decode_streams). */
-static void decode_rows(const sdpa_dense_product * p, int32_t g0, int32_t g1) {
+/* Whether group g has a row in every stream (g + (far - 1) q < rows). */
+static inline bool decode_whole(const sdpa_dense_product * p, int32_t g, int32_t far, int32_t q) {
+    return g + (far - 1) * q < p->rows;
+}
+
+/* ---- float32, float16 ---- */
+
+static void decode_f32(const sdpa_dense_product * p, int32_t g0, int32_t g1) {
     const bool acc = p->accumulate != 0;
-    const size_t rb = p->row_bytes;
-    const int32_t far = decode_streams(p->dtype), q = (p->rows + far - 1) / far;
-    const float * x = p->x;
-    float * y = p->y;
-    /* q4_k: x's sub-block sums made once for the unit's rows (not once per
-     * two rows), on the stack when x is at most DECODE_SUMS_COLS long (the
-     * same values: block_sums_k's order) */
-    float sum_buf[DECODE_SUMS_COLS / 32];
-    const float * sums = NULL;
-    if (p->dtype == SDPA_DTYPE_Q4_K && p->cols <= DECODE_SUMS_COLS && g1 - g0 > 1) {
-        for (int32_t b = 0; b < p->cols / 256; b++) block_sums_k(x + 256 * b, sum_buf + 8 * b);
-        sums = sum_buf;
-    }
+    const int32_t q = (p->rows + 3) / 4;
+    const float * w = (const float *)p->w;
+    const size_t rs = (size_t)p->cols;
     for (int32_t g = g0; g < g1; g++) {
-        const bool whole = g + (far - 1) * q < p->rows;  /* every stream has its row */
-        switch (p->dtype) {
-        case SDPA_DTYPE_FLOAT32: {
-            const float * w = (const float *)p->w;
-            const size_t rs = (size_t)p->cols;
-            if (whole) {
-                f32_dot_w4(w + g * rs, (size_t)q * rs, x, p->cols, y + g, (size_t)q, acc);
-            } else {
-                for (int32_t r = g; r < p->rows; r += q) { const float s = f32_dot_w1(w + r * rs, x, p->cols); y[r] = acc ? y[r] + s : s; }
-            }
-            break;
-        }
-        case SDPA_DTYPE_FLOAT16: {
-            const uint8_t * w = p->w + g * rb;
-            v128_t special = wasm_i32x4_splat(0);
-            float s = f16_dot_w1((const uint16_t *)w, x, p->cols, &special);
-            if (wasm_v128_any_true(special)) s = dot_exact(p->dtype, w, x, p->cols);
-            y[g] = acc ? y[g] + s : s;
-            break;
-        }
-        case SDPA_DTYPE_Q4_K:
-        case SDPA_DTYPE_Q6_K:
-            kq_dot_w2_of(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, p->dtype == SDPA_DTYPE_Q4_K, x, sums, p->cols / 256, y + g, (size_t)q, acc);
-            break;
-        default: {
-            const int32_t dt = p->dtype;
-            const int32_t nb = p->cols / 32;
-            if (p->int16_x) q_dot_i16x_w2_of(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, dt, p->xq, p->xs, nb, y + g, (size_t)q, acc);
-            else if (whole) q_dot_w2_of(p->w + g * rb, (size_t)q * rb, dt, x, nb, y + g, (size_t)q, acc);
-            else { const float s = q_dot_w1_of(p->w + g * rb, dt, x, nb); y[g] = acc ? y[g] + s : s; }
-            break;
-        }
+        if (decode_whole(p, g, 4, q)) {
+            f32_dot_w4(w + g * rs, (size_t)q * rs, p->x, p->cols, p->y + g, (size_t)q, acc);
+        } else {
+            for (int32_t r = g; r < p->rows; r += q) { const float s = f32_dot_w1(w + r * rs, p->x, p->cols); p->y[r] = acc ? p->y[r] + s : s; }
         }
     }
 }
 
-/* float32 weight rows w (rs floats apart; w1 = second row or NULL) against x rows i0 .. i1-1. */
-static void f32_block(const sdpa_dense_product * p, const float * w, size_t rs, int32_t o, int32_t n_w,
-                      int32_t i0, int32_t i1) {
+static void decode_f16(const sdpa_dense_product * p, int32_t g0, int32_t g1) {
+    const bool acc = p->accumulate != 0;
+    for (int32_t g = g0; g < g1; g++) {
+        const uint8_t * w = p->w + g * p->row_bytes;
+        v128_t special = wasm_i32x4_splat(0);
+        float s = f16_dot_w1((const uint16_t *)w, p->x, p->cols, &special);
+        if (wasm_v128_any_true(special)) s = dot_exact(p->dtype, w, p->x, p->cols);
+        p->y[g] = acc ? p->y[g] + s : s;
+    }
+}
+
+/* float32 weight rows w (n_w of them, rs floats apart) against x rows i0 .. i1-1. */
+static inline void f32_block(const sdpa_dense_product * p, const float * w, size_t rs, int32_t o, int32_t n_w,
+                             int32_t i0, int32_t i1) {
     const bool acc = p->accumulate != 0;
     const size_t cols = (size_t)p->cols, ys = (size_t)p->rows;
     int32_t i = i0;
@@ -118,82 +115,175 @@ static void f32_block(const sdpa_dense_product * p, const float * w, size_t rs, 
         }
 }
 
-/* Several x rows i0 .. i1-1 against weight rows r0 .. r1-1. */
-static void prefill_rows(const product_job * job, int32_t thread, int32_t i0, int32_t i1, int32_t r0, int32_t r1) {
+static void prefill_f32(const product_job * job, int32_t thread, int32_t i0, int32_t i1, int32_t r0, int32_t r1) {
+    (void)thread;
+    const sdpa_dense_product * p = job->p;
+    for (int32_t o = r0; o < r1; o += 2) f32_block(p, (const float *)p->w + o * (size_t)p->cols, (size_t)p->cols, o, r1 - o >= 2 ? 2 : 1, i0, i1);
+}
+
+static void prefill_f16(const product_job * job, int32_t thread, int32_t i0, int32_t i1, int32_t r0, int32_t r1) {
+    /* two rows at a time converted exactly (Inf and NaN too) into this
+     * thread's scratch, then the float32 kernels: the same order, the same bits */
+    const sdpa_dense_product * p = job->p;
+    const size_t cols = (size_t)p->cols;
+    float * tile = job->scratch + (size_t)thread * job->scratch_floats;
+    for (int32_t o = r0; o < r1; o += 2) {
+        const int32_t n_w = r1 - o >= 2 ? 2 : 1;
+        for (int32_t k = 0; k < n_w; k++) {
+            const uint16_t * h = (const uint16_t *)(p->w + (o + k) * p->row_bytes);
+            float * t = tile + k * cols;
+            int32_t j = 0;
+            for (; j + 8 <= p->cols; j += 8) {
+                const v128_t v = wasm_v128_load(h + j);
+                wasm_v128_store(t + j, f16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(v)));
+                wasm_v128_store(t + j + 4, f16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(v)));
+            }
+            for (; j < p->cols; j++) t[j] = half_to_float(load_u16((const uint8_t *)(h + j)));
+        }
+        f32_block(p, tile, cols, o, n_w, i0, i1);
+    }
+}
+
+/* ---- q8_0, q4_0, q5_0 (32-value blocks) ----
+ * Each loop below is inlined with dt a constant, so that every dtype has loops of its own. */
+
+static inline __attribute__((always_inline)) void block_decode(const sdpa_dense_product * p, int32_t dt, int32_t g0, int32_t g1) {
+    const bool acc = p->accumulate != 0;
+    const size_t rb = p->row_bytes;
+    const int32_t nb = p->cols / 32, q = (p->rows + 1) / 2;
+    for (int32_t g = g0; g < g1; g++) {
+        if (decode_whole(p, g, 2, q)) q_dot_w2_of(p->w + g * rb, (size_t)q * rb, dt, p->x, nb, p->y + g, (size_t)q, acc);
+        else { const float s = q_dot_w1_of(p->w + g * rb, dt, p->x, nb); p->y[g] = acc ? p->y[g] + s : s; }
+    }
+}
+
+static inline __attribute__((always_inline)) void block_decode_i16(const sdpa_dense_product * p, int32_t dt, int32_t g0, int32_t g1) {
+    const bool acc = p->accumulate != 0;
+    const size_t rb = p->row_bytes;
+    const int32_t nb = p->cols / 32, q = (p->rows + 1) / 2;
+    for (int32_t g = g0; g < g1; g++)
+        q_dot_i16x_w2_of(p->w + g * rb, (size_t)q * rb, decode_whole(p, g, 2, q) ? 2 : 1, dt, p->xq, p->xs, nb, p->y + g, (size_t)q, acc);
+}
+
+static inline __attribute__((always_inline)) void block_prefill(const product_job * job, int32_t dt, int32_t i0, int32_t i1,
+                                                                int32_t r0, int32_t r1) {
     const sdpa_dense_product * p = job->p;
     const bool acc = p->accumulate != 0;
-    const size_t cols = (size_t)p->cols, ys = (size_t)p->rows, rb = p->row_bytes;
-    switch (p->dtype) {
-    case SDPA_DTYPE_FLOAT32:
-        for (int32_t o = r0; o < r1; o += 2) {
-            const int32_t n_w = r1 - o >= 2 ? 2 : 1;
-            f32_block(p, (const float *)p->w + o * cols, cols, o, n_w, i0, i1);
+    const size_t cols = (size_t)p->cols, ys = (size_t)p->rows;
+    const int32_t nb = p->cols / 32;
+    for (int32_t o = r0; o < r1; o++) {
+        const uint8_t * w = p->w + o * p->row_bytes;
+        int32_t i = i0;
+        for (; i + 4 <= i1; i += 4) q_dot_x4w1_of(w, dt, p->x + i * cols, cols, nb, p->y + i * ys + o, ys, acc);
+        for (; i < i1; i++) {
+            const float s = q_dot_w1_of(w, dt, p->x + i * cols, nb);
+            float * yo = p->y + i * ys + o;
+            *yo = acc ? *yo + s : s;
         }
-        break;
-    case SDPA_DTYPE_FLOAT16: {
-        /* two rows at a time converted exactly (Inf and NaN too) into this
-         * thread's scratch, then the float32 kernels: the same order, the same bits */
-        float * tile = job->scratch + (size_t)thread * job->scratch_floats;
-        for (int32_t o = r0; o < r1; o += 2) {
-            const int32_t n_w = r1 - o >= 2 ? 2 : 1;
-            for (int32_t k = 0; k < n_w; k++) {
-                const uint16_t * h = (const uint16_t *)(p->w + (o + k) * rb);
-                float * t = tile + k * cols;
-                int32_t j = 0;
-                for (; j + 8 <= p->cols; j += 8) {
-                    const v128_t v = wasm_v128_load(h + j);
-                    wasm_v128_store(t + j, f16x4_to_f32x4(wasm_u32x4_extend_low_u16x8(v)));
-                    wasm_v128_store(t + j + 4, f16x4_to_f32x4(wasm_u32x4_extend_high_u16x8(v)));
-                }
-                for (; j < p->cols; j++) t[j] = half_to_float(load_u16((const uint8_t *)(h + j)));
-            }
-            f32_block(p, tile, cols, o, n_w, i0, i1);
-        }
-        break;
     }
-    case SDPA_DTYPE_Q4_K:
-    case SDPA_DTYPE_Q6_K: {
-        const bool q4k = p->dtype == SDPA_DTYPE_Q4_K;
-        const int32_t nb = p->cols / 256;
-        const size_t ss = (size_t)nb * 8;  /* sums per x row */
-        for (int32_t o = r0; o < r1; o++) {
-            const uint8_t * w = p->w + o * rb;
-            int32_t i = i0;
-            for (; i + 4 <= i1; i += 4)
-                kq_dot_x4w1_of(w, q4k, p->x + i * cols, cols, q4k ? job->sums + i * ss : NULL, nb, p->y + i * ys + o, ys, acc);
-            for (; i < i1; i++) {
-                const float s = kq_dot_w1_of(w, q4k, p->x + i * cols, q4k ? job->sums + i * ss : NULL, nb);
-                float * yo = p->y + i * ys + o;
-                *yo = acc ? *yo + s : s;
-            }
-        }
-        break;
+}
+
+static inline __attribute__((always_inline)) void block_prefill_i16(const product_job * job, int32_t dt, int32_t i0, int32_t i1,
+                                                                    int32_t r0, int32_t r1) {
+    const sdpa_dense_product * p = job->p;
+    const bool acc = p->accumulate != 0;
+    const size_t cols = (size_t)p->cols, ys = (size_t)p->rows;
+    const int32_t nb = p->cols / 32;
+    for (int32_t o = r0; o < r1; o++) {
+        const uint8_t * w = p->w + o * p->row_bytes;
+        int32_t i = i0;
+        for (; i + 4 <= i1; i += 4)
+            q_dot_i16x_x4w1_of(w, dt, p->xq + i * cols, cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, ys, acc);
+        for (; i < i1; i++) q_dot_i16x_w2_of(w, 0, 1, dt, p->xq + i * cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, 0, acc);
     }
-    default: {
-        const int32_t dt = p->dtype;
-        const int32_t nb = p->cols / 32;
-        if (p->int16_x) {
-            for (int32_t o = r0; o < r1; o++) {
-                const uint8_t * w = p->w + o * rb;
-                int32_t i = i0;
-                for (; i + 4 <= i1; i += 4)
-                    q_dot_i16x_x4w1_of(w, dt, p->xq + i * cols, cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, ys, acc);
-                for (; i < i1; i++) q_dot_i16x_w2_of(w, 0, 1, dt, p->xq + i * cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, 0, acc);
-            }
-            break;
-        }
-        for (int32_t o = r0; o < r1; o++) {
-            const uint8_t * w = p->w + o * rb;
-            int32_t i = i0;
-            for (; i + 4 <= i1; i += 4) q_dot_x4w1_of(w, dt, p->x + i * cols, cols, nb, p->y + i * ys + o, ys, acc);
-            for (; i < i1; i++) {
-                const float s = q_dot_w1_of(w, dt, p->x + i * cols, nb);
-                float * yo = p->y + i * ys + o;
-                *yo = acc ? *yo + s : s;
-            }
-        }
-        break;
+}
+
+/* The four loops of block dtype DT as functions NAME_decode ... NAME_prefill_i16. */
+#define BLOCK_DTYPE_LOOPS(NAME, DT)                                                                              \
+    static void NAME##_decode(const sdpa_dense_product * p, int32_t g0, int32_t g1) { block_decode(p, DT, g0, g1); } \
+    static void NAME##_decode_i16(const sdpa_dense_product * p, int32_t g0, int32_t g1) {                          \
+        block_decode_i16(p, DT, g0, g1);                                                                          \
+    }                                                                                                             \
+    static void NAME##_prefill(const product_job * job, int32_t thread, int32_t i0, int32_t i1, int32_t r0, int32_t r1) { \
+        (void)thread;                                                                                             \
+        block_prefill(job, DT, i0, i1, r0, r1);                                                                   \
+    }                                                                                                             \
+    static void NAME##_prefill_i16(const product_job * job, int32_t thread, int32_t i0, int32_t i1, int32_t r0, int32_t r1) { \
+        (void)thread;                                                                                             \
+        block_prefill_i16(job, DT, i0, i1, r0, r1);                                                               \
     }
+BLOCK_DTYPE_LOOPS(q8_0, SDPA_DTYPE_Q8_0)
+BLOCK_DTYPE_LOOPS(q4_0, SDPA_DTYPE_Q4_0)
+BLOCK_DTYPE_LOOPS(q5_0, SDPA_DTYPE_Q5_0)
+
+/* ---- q4_k, q6_k (256-value blocks) ---- */
+
+static inline __attribute__((always_inline)) void kq_decode(const sdpa_dense_product * p, bool q4k, int32_t g0, int32_t g1) {
+    const bool acc = p->accumulate != 0;
+    const size_t rb = p->row_bytes;
+    const int32_t q = (p->rows + 1) / 2;
+    /* q4_k: x's sub-block sums made once for the unit's rows (not once per
+     * two rows), on the stack when x is at most DECODE_SUMS_COLS long (the
+     * same values: block_sums_k's order) */
+    float sum_buf[DECODE_SUMS_COLS / 32];
+    const float * sums = NULL;
+    if (q4k && p->cols <= DECODE_SUMS_COLS && g1 - g0 > 1) {
+        for (int32_t b = 0; b < p->cols / 256; b++) block_sums_k(p->x + 256 * b, sum_buf + 8 * b);
+        sums = sum_buf;
+    }
+    for (int32_t g = g0; g < g1; g++)
+        kq_dot_w2_of(p->w + g * rb, (size_t)q * rb, decode_whole(p, g, 2, q) ? 2 : 1, q4k, p->x, sums, p->cols / 256, p->y + g, (size_t)q, acc);
+}
+
+static inline __attribute__((always_inline)) void kq_prefill(const product_job * job, bool q4k, int32_t i0, int32_t i1,
+                                                             int32_t r0, int32_t r1) {
+    const sdpa_dense_product * p = job->p;
+    const bool acc = p->accumulate != 0;
+    const size_t cols = (size_t)p->cols, ys = (size_t)p->rows;
+    const int32_t nb = p->cols / 256;
+    const size_t ss = (size_t)nb * 8;  /* sums per x row */
+    for (int32_t o = r0; o < r1; o++) {
+        const uint8_t * w = p->w + o * p->row_bytes;
+        int32_t i = i0;
+        for (; i + 4 <= i1; i += 4)
+            kq_dot_x4w1_of(w, q4k, p->x + i * cols, cols, q4k ? job->sums + i * ss : NULL, nb, p->y + i * ys + o, ys, acc);
+        for (; i < i1; i++) {
+            const float s = kq_dot_w1_of(w, q4k, p->x + i * cols, q4k ? job->sums + i * ss : NULL, nb);
+            float * yo = p->y + i * ys + o;
+            *yo = acc ? *yo + s : s;
+        }
+    }
+}
+
+static void q4_k_decode(const sdpa_dense_product * p, int32_t g0, int32_t g1) { kq_decode(p, true, g0, g1); }
+static void q6_k_decode(const sdpa_dense_product * p, int32_t g0, int32_t g1) { kq_decode(p, false, g0, g1); }
+static void q4_k_prefill(const product_job * job, int32_t thread, int32_t i0, int32_t i1, int32_t r0, int32_t r1) {
+    (void)thread;
+    kq_prefill(job, true, i0, i1, r0, r1);
+}
+static void q6_k_prefill(const product_job * job, int32_t thread, int32_t i0, int32_t i1, int32_t r0, int32_t r1) {
+    (void)thread;
+    kq_prefill(job, false, i0, i1, r0, r1);
+}
+
+/* The table, by weight dtype (sdpa_check_linear admits only these). */
+static const dtype_kernels KERNELS_F32 = { decode_f32, NULL, prefill_f32, NULL };
+static const dtype_kernels KERNELS_F16 = { decode_f16, NULL, prefill_f16, NULL };
+static const dtype_kernels KERNELS_Q8_0 = { q8_0_decode, q8_0_decode_i16, q8_0_prefill, q8_0_prefill_i16 };
+static const dtype_kernels KERNELS_Q4_0 = { q4_0_decode, q4_0_decode_i16, q4_0_prefill, q4_0_prefill_i16 };
+static const dtype_kernels KERNELS_Q5_0 = { q5_0_decode, q5_0_decode_i16, q5_0_prefill, q5_0_prefill_i16 };
+static const dtype_kernels KERNELS_Q4_K = { q4_k_decode, NULL, q4_k_prefill, NULL };
+static const dtype_kernels KERNELS_Q6_K = { q6_k_decode, NULL, q6_k_prefill, NULL };
+
+static const dtype_kernels * kernels_of(int32_t dtype) {
+    switch (dtype) {
+    case SDPA_DTYPE_FLOAT32: return &KERNELS_F32;
+    case SDPA_DTYPE_FLOAT16: return &KERNELS_F16;
+    case SDPA_DTYPE_Q8_0: return &KERNELS_Q8_0;
+    case SDPA_DTYPE_Q4_0: return &KERNELS_Q4_0;
+    case SDPA_DTYPE_Q5_0: return &KERNELS_Q5_0;
+    case SDPA_DTYPE_Q4_K: return &KERNELS_Q4_K;
+    default: return &KERNELS_Q6_K;
     }
 }
 
@@ -203,13 +293,13 @@ static void product_unit(void * arg, int32_t unit, int32_t thread) {
     if (p->n == 1) {
         const int32_t far = decode_streams(p->dtype), q = (p->rows + far - 1) / far, per = job->decode_groups;
         const int32_t g0 = unit * per, g1 = g0 + per < q ? g0 + per : q;
-        decode_rows(p, g0, g1);
+        (p->int16_x ? job->k->decode_i16 : job->k->decode)(p, g0, g1);
         return;
     }
     const int32_t xb = unit / job->w_tiles, wt = unit % job->w_tiles;
     const int32_t r0 = wt * UNIT_ROWS, r1 = r0 + UNIT_ROWS < p->rows ? r0 + UNIT_ROWS : p->rows;
     const int32_t i0 = xb * UNIT_XROWS, i1 = i0 + UNIT_XROWS < p->n ? i0 + UNIT_XROWS : p->n;
-    prefill_rows(job, thread, i0, i1, r0, r1);
+    (p->int16_x ? job->k->prefill_i16 : job->k->prefill)(job, thread, i0, i1, r0, r1);
 }
 
 sdpa_status sdpa_linear_unnamed(sdpa_ctx * ctx, const sdpa_tensor * x, const sdpa_tensor * weight, sdpa_tensor * out,
@@ -218,7 +308,7 @@ sdpa_status sdpa_linear_unnamed(sdpa_ctx * ctx, const sdpa_tensor * x, const sdp
     sdpa_dense_product p;
     sdpa_status s = sdpa_check_linear(ctx, x, weight, out, flags, &p);
     if (s != SDPA_OK) return s;
-    product_job job = { &p, (p.rows + UNIT_ROWS - 1) / UNIT_ROWS, 0, NULL, 0, NULL };
+    product_job job = { &p, kernels_of(p.dtype), (p.rows + UNIT_ROWS - 1) / UNIT_ROWS, 0, NULL, 0, NULL };
     if (p.int16_x) {  /* x quantized once, on this thread, into the scratch: [n][cols] int16, then [n][nb] scales */
         const int32_t nb = p.cols / 32;
         const uint64_t q_bytes = sdpa_size_mul((uint64_t)p.n * (uint64_t)p.cols, 2);
