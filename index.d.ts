@@ -647,6 +647,17 @@ export interface Sdpa {
   /** out = silu(gate) · up elementwise; out may be gate or up. */
   swiglu<O extends DenseTensor>(gate: DenseTensor, up: DenseTensor, opts: DenseRowsOptions & { out: O }): O;
   swiglu(gate: DenseTensor, up: DenseTensor, opts?: DenseRowsOptions): HeapTensor<Float32Array>;
+  /**
+   * linear with its arguments fixed once (create / run, as XNNPACK's operators): the plain call's
+   * JS checks now (errors named `sdpa.prepareLinear`), its structs written once into a block the
+   * returned call owns. `out` is required. Each `run()` checks liveness, then C checks every rule
+   * (errors: the plain call's, named `sdpa.linear`). docs/CONTRACT.md section 6, "Prepared calls".
+   */
+  prepareLinear(x: DenseTensor, weight: HeapTensor<Float32Array | Uint16Array | Uint8Array>, opts: LinearOptions & { out: DenseTensor }): PreparedCall;
+  /** rmsNorm with its arguments fixed once (as prepareLinear); `out` required. */
+  prepareRmsNorm(x: DenseTensor, weight: DenseTensor, opts: RmsNormOptions & { out: DenseTensor }): PreparedCall;
+  /** swiglu with its arguments fixed once (as prepareLinear); `out` required. */
+  prepareSwiglu(gate: DenseTensor, up: DenseTensor, opts: DenseRowsOptions & { out: DenseTensor }): PreparedCall;
   /** out[i] = table[ids[i]] as float32, for a table [vocab, dim] in any weight dtype. */
   embed<O extends DenseTensor>(table: HeapTensor<Float32Array | Uint16Array | Uint8Array>, ids: Int32Array | readonly number[], opts: { out: O }): O;
   embed(table: HeapTensor<Float32Array | Uint16Array | Uint8Array>, ids: Int32Array | readonly number[], opts?: { out?: DenseTensor | null | undefined }): HeapTensor<Float32Array>;
@@ -666,6 +677,26 @@ export interface Sdpa {
 
 /** A float32 tensor in an instance's wasm memory: a heap tensor, or a view { data, dims } of one. */
 export type DenseTensor = HeapTensor<Float32Array> | Tensor<Float32Array>;
+
+/**
+ * A dense call prepared once (sdpa.prepareLinear / prepareRmsNorm / prepareSwiglu) and run many
+ * times on its tensors' current values. It holds a small block of wasm memory: dispose() it (the
+ * instance's dispose() does too). Disposing it leaves its tensors alone.
+ */
+export interface PreparedCall {
+  /** The plain call it runs, which names its errors: 'sdpa.linear', 'sdpa.rmsNorm' or 'sdpa.swiglu'. */
+  readonly name: 'sdpa.linear' | 'sdpa.rmsNorm' | 'sdpa.swiglu';
+  /** True after dispose(), its own or the instance's. */
+  readonly disposed: boolean;
+  /**
+   * Computes the call again. E_DISPOSED when the instance, a tensor it was given (a view: the heap
+   * tensor holding it) or the call itself was disposed; any other rule is C's, checked on every run,
+   * the plain call's error. Nothing is written on an error; no JS object is made on success.
+   */
+  run(): void;
+  /** Frees its block. A second call is a no-op. */
+  dispose(): void;
+}
 
 /** Options of the dense calls that take activations row by row. */
 export interface DenseRowsOptions {

@@ -9,9 +9,20 @@
 // before it writes anything. C's message names the argument and the rule;
 // JS puts the call's name first. Nothing is copied:
 // the kernels read and write the tensors' memory in place.
+//
+// Prepared calls (prepareLinear / prepareRmsNorm / prepareSwiglu): the same
+// JS checks once, at prepare; the three sdpa_tensor structs (x / gate, weight
+// / up, out: in that order, TENSOR_BYTES apart) written once into a block the
+// PreparedCall owns (malloc'ed at prepare, freed by its dispose() or the
+// instance's). Views are kept as addresses, which memory growth does not
+// move; the heap tensor holding each is remembered so that run() can check it
+// is alive. run() checks liveness only, then calls the same wasm entry, which
+// checks every C rule on every run; it makes no JS object on success.
 
 import { Checks } from './rules.js';
+import { SdpaError } from './errors.js';
 import { heapState } from './heap.js';
+import { LAYOUT } from './abi.js';
 import { readPlainOptions, describeValue, inspectTensor, checkLive } from './snapshot.js';
 import { putTensor, SLOT } from './runtime.js';
 import { INT32_MAX } from './shape.js';
@@ -23,6 +34,10 @@ const RMS_OPTIONS = Object.freeze(['out', 'eps', 'rows']);
 const SWIGLU_OPTIONS = Object.freeze(['out', 'rows']);
 const EMBED_OPTIONS = Object.freeze(['out']);
 const DEFAULT_EPS = 1e-5;
+/** A prepared call's block: its three sdpa_tensor structs, one after another. */
+const TENSOR_BYTES = LAYOUT.sdpa_tensor.size;
+/** Which wasm entry a PreparedCall runs. */
+const LINEAR = 0, RMS_NORM = 1, SWIGLU = 2;
 
 /**
  * A tensor argument as C is given it: { ptr, len, dtype, dims, t }, or null
@@ -35,16 +50,17 @@ function tensorArg(ck, core, name, t) {
   if (s !== undefined) {
     if (s.disposed) { ck.add('E_DISPOSED', `${name} is a disposed heap tensor`); return null; }
     if (s.rt !== core) { ck.add('E_ARG', `${name} is a heap tensor of another sdpa instance; expected one of this instance`); return null; }
-    return { ptr: s.ptr, len: s.n, dtype: s.dtype, dims: s.dims, t };
+    return { ptr: s.ptr, len: s.n, dtype: s.dtype, dims: s.dims, t, held: s, view: false };
   }
   const d = inspectTensor(ck, name, t, 'input');
   if (d === null || d.data === null) return null;
   checkLive(ck, d);
-  if (core.tensorHolding(d.byteOffset, d.byteOffset + d.byteLength) === null || d.buffer !== core.currentBuffer()) {
+  const holder = core.tensorHolding(d.byteOffset, d.byteOffset + d.byteLength);
+  if (holder === null || d.buffer !== core.currentBuffer()) {
     ck.add('E_ARG', `${name} must be a heap tensor (sdpa.allocTensor) or a view of one in this instance's wasm memory; got ${describeValue(d.data)} elsewhere (the dense calls read and write wasm memory in place)`);
     return null;
   }
-  return { ptr: d.byteOffset, len: d.len, dtype: d.dtype, dims: d.dims, t };
+  return { ptr: d.byteOffset, len: d.len, dtype: d.dtype, dims: d.dims, t, held: heapState(holder), view: true };
 }
 
 /** `rows` (an option): undefined, or an integer >= 1 (C checks it against the tensors' rows: E_DIMS). */
@@ -68,7 +84,7 @@ function firstRows(ck, a, rows) {
     ck.add('E_DIMS', `options.rows is ${rows} but ${a.name} holds ${have} rows of ${last}; expected at most ${have}`);
     return null;
   }
-  return { ptr: a.ptr, len: rows * last, dtype: a.dtype, dims: [rows, last], t: a.t, name: a.name };
+  return { ptr: a.ptr, len: rows * last, dtype: a.dtype, dims: [rows, last], t: a.t, name: a.name, held: a.held, view: a.view };
 }
 
 export function denseEntries(core) {
@@ -120,9 +136,8 @@ export function denseEntries(core) {
    * (integer block dots, about twice as fast; error <= half a step, 1/65534 of a block's
    * largest |x|).
    */
-  function linear(x, weight, options) {
-    const fn = 'sdpa.linear';
-    const ck = new Checks(fn);
+  /** linear's arguments as C is given them: { X, W, O, flags } (each descriptor null on its failure in ck). */
+  function linearArgs(ck, x, weight, options) {
     const o = readPlainOptions(ck, options, LINEAR_OPTIONS);
     const rows = readRows(ck, o.rows);
     if (o.accumulate !== undefined && typeof o.accumulate !== 'boolean') ck.add('E_ARG', `options.accumulate must be a boolean, got ${describeValue(o.accumulate)}`);
@@ -131,8 +146,44 @@ export function denseEntries(core) {
     }
     const flags = (o.accumulate ? ACCUMULATE : 0) | (o.activations === 'int16' ? INT16_ACTIVATIONS : 0);
     const X = firstRows(ck, named(tensorArg(ck, core, 'x', x), 'x'), rows);
-    const W = tensorArg(ck, core, 'weight', weight);
+    const W = named(tensorArg(ck, core, 'weight', weight), 'weight');
     const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
+    return { X, W, O, flags, hasOut: o.out !== undefined && o.out !== null };
+  }
+
+  /** rmsNorm's arguments as C is given them: { X, W, O, eps }. */
+  function rmsNormArgs(ck, x, weight, options) {
+    const o = readPlainOptions(ck, options, RMS_OPTIONS);
+    const rows = readRows(ck, o.rows);
+    const eps = o.eps ?? DEFAULT_EPS;
+    if (typeof eps !== 'number') ck.add('E_ARG', `options.eps must be a number, got ${describeValue(eps)}`);
+    const X = firstRows(ck, named(tensorArg(ck, core, 'x', x), 'x'), rows);
+    const W = named(tensorArg(ck, core, 'weight', weight), 'weight');
+    const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
+    return { X, W, O, eps, hasOut: o.out !== undefined && o.out !== null };
+  }
+
+  /** swiglu's arguments as C is given them: { G, U, O }. */
+  function swigluArgs(ck, gate, up, options) {
+    const o = readPlainOptions(ck, options, SWIGLU_OPTIONS);
+    const rows = readRows(ck, o.rows);
+    const G = firstRows(ck, named(tensorArg(ck, core, 'gate', gate), 'gate'), rows);
+    const U = firstRows(ck, named(tensorArg(ck, core, 'up', up), 'up'), rows);
+    const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
+    return { G, U, O, hasOut: o.out !== undefined && o.out !== null };
+  }
+
+  /**
+   * out = x · weightᵀ (+ out with accumulate). x float32 [..., in], weight
+   * [outF, in] in any weight dtype, out float32 [..., outF]. activations:
+   * 'int16' quantizes x per row and block of 32 for q8_0 / q4_0 / q5_0 weights
+   * (integer block dots, about twice as fast; error <= half a step, 1/65534 of a block's
+   * largest |x|).
+   */
+  function linear(x, weight, options) {
+    const fn = 'sdpa.linear';
+    const ck = new Checks(fn);
+    const { X, W, O, flags } = linearArgs(ck, x, weight, options);
     return run(fn, ck, O, () => [...X.dims.slice(0, -1), W.dims[0]],
       (v, outAt) => M._sdpa_wasm_linear(core.ctx, put(v, 'q', X), put(v, 'k', W), outAt, flags));
   }
@@ -141,13 +192,7 @@ export function denseEntries(core) {
   function rmsNorm(x, weight, options) {
     const fn = 'sdpa.rmsNorm';
     const ck = new Checks(fn);
-    const o = readPlainOptions(ck, options, RMS_OPTIONS);
-    const rows = readRows(ck, o.rows);
-    const eps = o.eps ?? DEFAULT_EPS;
-    if (typeof eps !== 'number') ck.add('E_ARG', `options.eps must be a number, got ${describeValue(eps)}`);
-    const X = firstRows(ck, named(tensorArg(ck, core, 'x', x), 'x'), rows);
-    const W = tensorArg(ck, core, 'weight', weight);
-    const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
+    const { X, W, O, eps } = rmsNormArgs(ck, x, weight, options);
     return run(fn, ck, O, () => X.dims.slice(), (v, outAt) => M._sdpa_wasm_rms_norm(core.ctx, put(v, 'q', X), put(v, 'k', W), eps, outAt));
   }
 
@@ -155,12 +200,51 @@ export function denseEntries(core) {
   function swiglu(gate, up, options) {
     const fn = 'sdpa.swiglu';
     const ck = new Checks(fn);
-    const o = readPlainOptions(ck, options, SWIGLU_OPTIONS);
-    const rows = readRows(ck, o.rows);
-    const G = firstRows(ck, named(tensorArg(ck, core, 'gate', gate), 'gate'), rows);
-    const U = firstRows(ck, named(tensorArg(ck, core, 'up', up), 'up'), rows);
-    const O = firstRows(ck, named(outArg(ck, o), 'out'), rows);
+    const { G, U, O } = swigluArgs(ck, gate, up, options);
     return run(fn, ck, O, () => G.dims.slice(), (v, outAt) => M._sdpa_wasm_swiglu(core.ctx, put(v, 'q', G), put(v, 'k', U), outAt));
+  }
+
+  /**
+   * A PreparedCall of `call` (the plain call's name) on the checked
+   * descriptors a, b, out (C's argument order). `out` is required: a prepared
+   * call never allocates its output.
+   */
+  function prepare(fn, call, ck, kind, { hasOut }, a, b, O, flags, eps) {
+    if (!hasOut) ck.add('E_ARG', 'options.out is missing; expected a heap tensor or a view of one (a prepared call never allocates its output)');
+    core.checkAlive(ck);
+    ck.done();
+    const at = core.malloc(3 * TENSOR_BYTES, fn, "the prepared call's argument block");
+    const v = core.views();
+    putTensor(v, at, a.ptr, a.len, a.dtype, a.dims);
+    putTensor(v, at + TENSOR_BYTES, b.ptr, b.len, b.dtype, b.dims);
+    putTensor(v, at + 2 * TENSOR_BYTES, O.ptr, O.len, O.dtype, O.dims);
+    const p = new PreparedCall(core, call, kind, at, [a, b, O], flags, eps);
+    core.prepared.add(p);
+    return p;
+  }
+
+  /** linear with its arguments fixed once: run() computes it again on the tensors' current values. */
+  function prepareLinear(x, weight, options) {
+    const fn = 'sdpa.prepareLinear';
+    const ck = new Checks(fn);
+    const args = linearArgs(ck, x, weight, options);
+    return prepare(fn, 'sdpa.linear', ck, LINEAR, args, args.X, args.W, args.O, args.flags, 0);
+  }
+
+  /** rmsNorm with its arguments fixed once. */
+  function prepareRmsNorm(x, weight, options) {
+    const fn = 'sdpa.prepareRmsNorm';
+    const ck = new Checks(fn);
+    const args = rmsNormArgs(ck, x, weight, options);
+    return prepare(fn, 'sdpa.rmsNorm', ck, RMS_NORM, args, args.X, args.W, args.O, 0, args.eps);
+  }
+
+  /** swiglu with its arguments fixed once. */
+  function prepareSwiglu(gate, up, options) {
+    const fn = 'sdpa.prepareSwiglu';
+    const ck = new Checks(fn);
+    const args = swigluArgs(ck, gate, up, options);
+    return prepare(fn, 'sdpa.swiglu', ck, SWIGLU, args, args.G, args.U, args.O, 0, 0);
   }
 
   /** out[i] = table[ids[i]] as float32. ids: an Int32Array or an array of integers. */
@@ -199,7 +283,63 @@ export function denseEntries(core) {
     return O.t;
   }
 
-  return { linear, rmsNorm, swiglu, embed, quantize };
+  return { linear, rmsNorm, swiglu, embed, quantize, prepareLinear, prepareRmsNorm, prepareSwiglu };
+}
+
+/**
+ * A dense call with its arguments fixed (sdpa.prepareLinear ...). run()
+ * checks that the instance, each tensor it was given (a view's holding heap
+ * tensor) and the call itself are alive, then runs the wasm entry on the
+ * stored structs; C checks every rule on every run and writes nothing on an
+ * error. Errors of run() are the plain call's: its name, code and words.
+ */
+export class PreparedCall {
+  #core; #name; #kind; #at; #flags; #eps;
+  /** Heap states of the tensors it reads and writes (a view: its holder's), and their E_DISPOSED words. */
+  #held; #gone;
+
+  /** Made by sdpa.prepareLinear / prepareRmsNorm / prepareSwiglu; `args` the checked descriptors. */
+  constructor(core, name, kind, at, args, flags, eps) {
+    this.#core = core;
+    this.#name = name;
+    this.#kind = kind;
+    this.#at = at;
+    this.#flags = flags;
+    this.#eps = eps;
+    this.#held = args.map((a) => a.held);
+    this.#gone = args.map((a) => `${name}: ${a.name} is ${a.view ? 'a view of ' : ''}a disposed heap tensor`);
+  }
+
+  /** The plain call it runs ('sdpa.linear', 'sdpa.rmsNorm', 'sdpa.swiglu'): its errors' prefix. */
+  get name() { return this.#name; }
+  /** True after dispose(), its own or the instance's. */
+  get disposed() { return this.#at === 0; }
+
+  /** Computes the call on the tensors' current values; throws the plain call's SdpaError. */
+  run() {
+    const core = this.#core;
+    if (core.disposed) throw new SdpaError('E_DISPOSED', `${this.#name}: this sdpa instance was disposed`);
+    const at = this.#at;
+    if (at === 0) throw new SdpaError('E_DISPOSED', `${this.#name}: this prepared call was disposed`);
+    const held = this.#held;
+    for (let i = 0; i < held.length; i++) if (held[i].disposed) throw new SdpaError('E_DISPOSED', this.#gone[i]);
+    const M = core.M, kind = this.#kind;
+    const status = kind === LINEAR ? M._sdpa_wasm_linear(core.ctx, at, at + TENSOR_BYTES, at + 2 * TENSOR_BYTES, this.#flags)
+      : kind === RMS_NORM ? M._sdpa_wasm_rms_norm(core.ctx, at, at + TENSOR_BYTES, this.#eps, at + 2 * TENSOR_BYTES)
+        : M._sdpa_wasm_swiglu(core.ctx, at, at + TENSOR_BYTES, at + 2 * TENSOR_BYTES);
+    if (status !== 0) core.checkEntry(status, this.#name);
+  }
+
+  /** Frees its block; the tensors stay yours. A second call is a no-op. */
+  dispose() {
+    if (this.#at === 0) return;
+    const core = this.#core;
+    core.free(this.#at);
+    this.#at = 0;
+    core.prepared.delete(this);
+  }
+
+  get [Symbol.toStringTag]() { return 'PreparedCall'; }
 }
 
 /** The descriptor with its argument name (firstRows' messages). */

@@ -113,6 +113,9 @@ function makeInstance(core, info) {
     swiglu: dense.swiglu,
     embed: dense.embed,
     quantize: dense.quantize,
+    prepareLinear: dense.prepareLinear,
+    prepareRmsNorm: dense.prepareRmsNorm,
+    prepareSwiglu: dense.prepareSwiglu,
     memory,
     reserve,
     scaledDotProductAttention: torch.scaledDotProductAttention,
@@ -325,6 +328,7 @@ function disposer(core) {
   const M = core.M;
   return function dispose() {
     if (core.disposed) return;
+    for (const p of [...core.prepared]) p.dispose();
     for (const s of [...core.states]) s.free();
     for (const c of [...core.caches]) c.dispose();
     for (const t of [...core.tensors]) t.dispose();

@@ -139,6 +139,8 @@ export class Core {
      */
     this.buckets = [new Map(), new Map()];
     this.caches = new Set();
+    /** Live prepared dense calls (dense.js PreparedCall): their blocks are freed by sdpa.dispose(). */
+    this.prepared = new Set();
     /** Savers and loaders of saved KV state under way (kv-state.js): freed first by sdpa.dispose(). */
     this.states = new Set();
     this._buf = null;

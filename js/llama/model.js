@@ -157,6 +157,12 @@ export function fillRope({ cos, sin }, maxSeqLen, headSize, base, factors) {
   sin.data.set(s);
 }
 
+/** Disposes the prepared calls of a step (SharedModel.step), those made so far. */
+function disposeStep(s) {
+  for (const calls of s.layers) for (const c of Object.values(calls)) c.dispose();
+  s.finalNorm?.dispose();
+}
+
 /** What a model and its forks share; freed when the last of them is disposed. */
 export class SharedModel {
   /**
@@ -178,6 +184,8 @@ export class SharedModel {
     this.activations = o.activations;
     this.refs = 0;
     this.tensors = [];
+    this.steps = new Map();     // rows -> the prepared calls and attention views of a step of that many rows (step)
+    this.classifiers = [];      // row i -> the classifier's prepared call on it (classifier)
     const { dim, hiddenDim, nHeads, vocabSize } = config;
     const C = this.chunk;
     try {
@@ -199,31 +207,31 @@ export class SharedModel {
       throw e;
     }
     this.rotary = Object.freeze({ cos: this.w.cos, sin: this.w.sin, interleaved: true });
-    this.steps = new Map();     // rows -> the options objects and attention views of a step of that many rows
     this.nHeads = nHeads;
   }
 
   /**
-   * The options objects of a step of m rows (made once per m and reused: a
-   * decode step makes no object) and the attention's views of q / k / v /
-   * out as [1, m, H, hs], re-made when memory grew (their buffer changed).
+   * A step of m rows: every layer's dense calls prepared once per m
+   * (sdpa.prepareLinear ...: a decode step makes no JS object and checks no
+   * argument in JS but liveness), the embed's options, and the attention's
+   * views of q / k / v / out as [1, m, H, hs], re-made when memory grew
+   * (their buffer changed). At most 9 sizes are kept; an evicted size's calls
+   * are disposed.
    */
   step(m) {
     let s = this.steps.get(m);
-    const buffer = this.Q.data.buffer;
     if (s === undefined) {
-      const { X, XB, HB, HB2, Q, K, V, O } = this, a = this.activations;
-      s = {
-        buffer: null, q: null, k: null, v: null, o: null, attend: null,
-        norm: { out: XB, rows: m, eps: this.rmsEps },
-        q_: { out: Q, rows: m, activations: a }, k_: { out: K, rows: m, activations: a }, v_: { out: V, rows: m, activations: a },
-        residual: { out: X, rows: m, accumulate: true, activations: a },
-        hb: { out: HB, rows: m, activations: a }, hb2: { out: HB2, rows: m, activations: a }, gate: { out: HB, rows: m },
-        embed: { out: X },
-      };
-      if (this.steps.size > 8) this.steps.clear();
+      if (this.steps.size > 8) this.dropSteps();
+      s = { buffer: null, q: null, k: null, v: null, o: null, attend: null, embed: { out: this.X }, layers: [], finalNorm: null };
+      try {
+        this.prepareStep(s, m);
+      } catch (e) {
+        disposeStep(s);           // (an E_OOM part way: nothing of this size is kept)
+        throw e;
+      }
       this.steps.set(m, s);
     }
+    const buffer = this.Q.data.buffer;   // (after the prepares: their blocks may have grown memory)
     if (s.buffer !== buffer) {
       const { nHeads, headSize: hs } = this, nKv = this.config.nKvHeads;
       const view = (t, h) => ({ data: t.data.subarray(0, m * h * hs), dims: [1, m, h, hs] });
@@ -232,6 +240,35 @@ export class SharedModel {
       s.buffer = buffer;
     }
     return s;
+  }
+
+  /** Prepares step s's dense calls for m rows: every layer's, then the final norm. */
+  prepareStep(s, m) {
+    const { sdpa, X, XB, HB, HB2, Q, K, V, O, w } = this, a = this.activations;
+    const norm = { out: XB, rows: m, eps: this.rmsEps };
+    const proj = (out) => ({ out, rows: m, activations: a });
+    const residual = { out: X, rows: m, accumulate: true, activations: a };
+    for (const lw of w.layers) {
+      const calls = {};
+      s.layers.push(calls);       // (filled as made: disposeStep finds every one made)
+      calls.attNorm = sdpa.prepareRmsNorm(X, lw.rmsAtt, norm);
+      calls.wq = sdpa.prepareLinear(XB, lw.wq, proj(Q));
+      calls.wk = sdpa.prepareLinear(XB, lw.wk, proj(K));
+      calls.wv = sdpa.prepareLinear(XB, lw.wv, proj(V));
+      calls.wo = sdpa.prepareLinear(O, lw.wo, residual);        // x += attention · woᵀ
+      calls.ffnNorm = sdpa.prepareRmsNorm(X, lw.rmsFfn, norm);
+      calls.w1 = sdpa.prepareLinear(XB, lw.w1, proj(HB));
+      calls.w3 = sdpa.prepareLinear(XB, lw.w3, proj(HB2));
+      calls.gate = sdpa.prepareSwiglu(HB, HB2, { out: HB, rows: m });
+      calls.w2 = sdpa.prepareLinear(HB, lw.w2, residual);       // x += ffn · w2ᵀ
+    }
+    s.finalNorm = sdpa.prepareRmsNorm(X, w.rmsFinal, norm);
+  }
+
+  /** Disposes every kept step's prepared calls and forgets the steps. */
+  dropSteps() {
+    for (const s of this.steps.values()) disposeStep(s);
+    this.steps.clear();
   }
 
   /**
@@ -247,36 +284,36 @@ export class SharedModel {
     let s = this.step(m);
     sdpa.embed(w.embedding, ids.subarray(i0, i0 + m), s.embed);
     for (let l = 0; l < layers.length; l++) {
-      const lw = w.layers[l];
-      sdpa.rmsNorm(this.X, lw.rmsAtt, s.norm);
+      const c = s.layers[l];
+      c.attNorm.run();
       t = now();
-      sdpa.linear(this.XB, lw.wq, s.q_);
-      sdpa.linear(this.XB, lw.wk, s.k_);
-      sdpa.linear(this.XB, lw.wv, s.v_);
+      c.wq.run();
+      c.wk.run();
+      c.wv.run();
       const ta = now();
       products += ta - t;
       layers[l].step(s.q, s.k, s.v, s.attend);      // append at the cache's length, causal, rotary in the op
       t = now();
       attention += t - ta;
-      s = this.step(m);                             // (a step that took pages may have grown memory)
-      sdpa.linear(this.O, lw.wo, s.residual);       // x += attention · woᵀ
+      s = this.step(m);                             // (a step that took pages may have grown memory: the views)
+      c.wo.run();                                   // x += attention · woᵀ
       products += now() - t;
-      sdpa.rmsNorm(this.X, lw.rmsFfn, s.norm);
+      c.ffnNorm.run();
       t = now();
-      sdpa.linear(this.XB, lw.w1, s.hb);
-      sdpa.linear(this.XB, lw.w3, s.hb2);
+      c.w1.run();
+      c.w3.run();
       products += now() - t;
-      sdpa.swiglu(this.HB, this.HB2, s.gate);
+      c.gate.run();
       t = now();
-      sdpa.linear(this.HB, lw.w2, s.residual);      // x += ffn · w2ᵀ
+      c.w2.run();                                   // x += ffn · w2ᵀ
       products += now() - t;
     }
-    sdpa.rmsNorm(this.X, w.rmsFinal, s.norm);
+    s.finalNorm.run();
     if (out !== null) {
       t = now();
       const V = this.config.vocabSize, logits = this.LOGITS;
       for (let i = 0; i < m; i++) {                 // the classifier row by row, through one row of heap memory
-        sdpa.linear(this.row(i), w.classifier, { out: logits, activations: this.activations });
+        this.classifier(i).run();
         out.set(logits.data, outOffset + i * V);
       }
       products += now() - t;
@@ -288,15 +325,20 @@ export class SharedModel {
     timing.tokens += m;
   }
 
-  /** Row i of XB as a [1, dim] view (the classifier's input). */
-  row(i) {
-    const dim = this.config.dim;
-    return { data: this.XB.data.subarray(i * dim, (i + 1) * dim), dims: [1, dim] };
+  /** The classifier on row i of XB (a [1, dim] view) into LOGITS, prepared at its first use. */
+  classifier(i) {
+    let c = this.classifiers[i];
+    if (c === undefined) {
+      const dim = this.config.dim;
+      const row = { data: this.XB.data.subarray(i * dim, (i + 1) * dim), dims: [1, dim] };
+      c = this.classifiers[i] = this.sdpa.prepareLinear(row, this.w.classifier, { out: this.LOGITS, activations: this.activations });
+    }
+    return c;
   }
 
   /** The classifier on row i of XB into `logits` (a Float32Array of vocabSize). */
   lastLogits(i, logits) {
-    this.sdpa.linear(this.row(i), this.w.classifier, { out: this.LOGITS, activations: this.activations });
+    this.classifier(i).run();
     logits.set(this.LOGITS.data);
   }
 
@@ -306,6 +348,9 @@ export class SharedModel {
   }
 
   free() {
+    this.dropSteps();
+    for (const c of this.classifiers) c?.dispose();
+    this.classifiers.length = 0;
     for (const t of this.tensors) t.dispose();
     this.tensors.length = 0;
   }

@@ -3,7 +3,7 @@
 // after a `@ts-expect-error` (an unused one is itself an error). types.test.js runs it.
 import {
   createSdpa, SdpaError, KVCache, KVCacheGroup, HeapTensor, checkOptions,
-  type CacheDType, type DType, type WeightDType, type KVCacheOptions, type RawRows, type KVCacheSize, type OutputTensor, type FloatTensor, type RotaryOptions,
+  type CacheDType, type DType, type WeightDType, type KVCacheOptions, type RawRows, type KVCacheSize, type OutputTensor, type FloatTensor, type RotaryOptions, type PreparedCall,
 } from 'sdpa-wasm';
 import * as pkg from 'sdpa-wasm';
 
@@ -92,6 +92,18 @@ sdpa.embed(w4, Int32Array.of(3), { out: e });
 sdpa.linear(q, w4, { accumulate: 1 });
 const wd: WeightDType = 'q8_0';
 void [wd];
+// prepared dense calls: out is required; run() returns nothing
+const pl: PreparedCall = sdpa.prepareLinear(q, w4, { out: y, accumulate: true, rows: 1, activations: 'int16' });
+const pr = sdpa.prepareRmsNorm(y, sdpa.allocTensor('float32', [8]), { out: y, eps: 1e-6 });
+const ps = sdpa.prepareSwiglu(y, y, { out: { data: y.data, dims: [1, 8] } });
+const runs: void = pl.run();
+const callName: 'sdpa.linear' | 'sdpa.rmsNorm' | 'sdpa.swiglu' = pr.name;
+void [runs, callName, ps.disposed];
+ps.dispose();
+// @ts-expect-error: a prepared call needs out
+sdpa.prepareLinear(q, w4, { accumulate: true });
+// @ts-expect-error: disposed is read-only
+ps.disposed = true;
 
 // attention options accept undefined explicitly; the cache is causal by default
 const out = plain.step(q, sdpa.allocTensor('float32', [1, 1, 2, 64]), sdpa.allocTensor('float32', [1, 1, 2, 64]), { isCausal: undefined, out: q });
