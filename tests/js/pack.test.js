@@ -78,6 +78,13 @@ test("the README's Node example is examples/decode-loop.mjs, which the next test
   assert.fixture(m[1], fs.readFileSync(path.join(ROOT, 'examples/decode-loop.mjs'), 'utf8'));
 });
 
+test("the README's prepared dense calls example is examples/prepared-calls.mjs (examples.test.js runs it)", () => {
+  const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+  const m = readme.match(/^### Prepared dense calls\n[\s\S]*?^```js\n([\s\S]*?)^```$/m);
+  assert.ok(m, 'README.md has a js block under "### Prepared dense calls"');
+  assert.fixture(m[1], fs.readFileSync(path.join(ROOT, 'examples/prepared-calls.mjs'), 'utf8'));
+});
+
 test("the README's llama example is examples/llama-resume.mjs, which the next test runs from the tarball", () => {
   const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
   const m = readme.match(/^## A language model on it: `sdpa-wasm\/llama`\n[\s\S]*?^```js\n([\s\S]*?)^```$/m);
