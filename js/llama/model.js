@@ -206,8 +206,17 @@ export class SharedModel {
       this.free();
       throw e;
     }
-    this.rotary = Object.freeze({ cos: this.w.cos, sin: this.w.sin, interleaved: true });
     this.nHeads = nHeads;
+    this.rotary = Object.freeze({ cos: this.w.cos, sin: this.w.sin, interleaved: true });
+    try {
+      // a decode step's calls (one row; the classifier on row 0) are made at load and never evicted:
+      // no decode step, the first included, allocates
+      this.step(1);
+      this.classifier(0);
+    } catch (e) {
+      this.free();
+      throw e;
+    }
   }
 
   /**
@@ -216,12 +225,12 @@ export class SharedModel {
    * argument in JS but liveness), the embed's options, and the attention's
    * views of q / k / v / out as [1, m, H, hs], re-made when memory grew
    * (their buffer changed). At most 9 sizes are kept; an evicted size's calls
-   * are disposed.
+   * are disposed (never those of one row, made at load: decode steps).
    */
   step(m) {
     let s = this.steps.get(m);
     if (s === undefined) {
-      if (this.steps.size > 8) this.dropSteps();
+      if (this.steps.size > 8) this.dropSteps(false);
       s = { buffer: null, q: null, k: null, v: null, o: null, attend: null, embed: { out: this.X }, layers: [], finalNorm: null };
       try {
         this.prepareStep(s, m);
@@ -265,10 +274,13 @@ export class SharedModel {
     s.finalNorm = sdpa.prepareRmsNorm(X, w.rmsFinal, norm);
   }
 
-  /** Disposes every kept step's prepared calls and forgets the steps. */
-  dropSteps() {
-    for (const s of this.steps.values()) disposeStep(s);
-    this.steps.clear();
+  /** Disposes the kept steps' prepared calls and forgets them (all: also a decode step's, of one row). */
+  dropSteps(all = true) {
+    for (const [m, s] of this.steps) {
+      if (m === 1 && !all) continue;
+      disposeStep(s);
+      this.steps.delete(m);
+    }
   }
 
   /**
