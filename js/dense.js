@@ -129,13 +129,6 @@ export function denseEntries(core) {
     return out.t;
   }
 
-  /**
-   * out = x · weightᵀ (+ out with accumulate). x float32 [..., in], weight
-   * [outF, in] in any weight dtype, out float32 [..., outF]. activations:
-   * 'int16' quantizes x per row and block of 32 for q8_0 / q4_0 / q5_0 weights
-   * (integer block dots, about twice as fast; error <= half a step, 1/65534 of a block's
-   * largest |x|).
-   */
   /** linear's arguments as C is given them: { X, W, O, flags } (each descriptor null on its failure in ck). */
   function linearArgs(ck, x, weight, options) {
     const o = readPlainOptions(ck, options, LINEAR_OPTIONS);
