@@ -35,10 +35,14 @@ static inline float half_to_float(uint16_t h) {
         memcpy(&f, &bits, 4);
         return f;
     }
-    bits = em << 13;
+    /* the sign in the bits, carried through the scaling (exact, subnormals too), not
+     * `sign ? -f : f`: V8 turns that float select into a branch, and q4_0 / q5_0 / q6_k
+     * scales take either sign at random (ggml's d = max / -8 from the value of largest
+     * magnitude), so it mispredicted once per block and row half the time: the 135M
+     * shape's q4_0 decode took 1.8x the time of q8_0's (bench/HISTORY.md) */
+    bits = sign | em << 13;
     memcpy(&f, &bits, 4);
-    f *= 0x1p112f;  /* normals and subnormals alike, exactly */
-    return sign ? -f : f;
+    return f * 0x1p112f;
 }
 
 static inline uint16_t load_u16(const uint8_t * p) {
