@@ -4,7 +4,7 @@
 // both alike. Prints the median ms of each and the ratio base / this (> 1: this build is
 // faster). --bits first checks that the two builds give the same output bits for `linear`
 // and `embed` over random weights of every block dtype (for a change meant to keep them):
-// positive normal float16 scales (2^-12 .. 2^-4), |x| up to 500, 1, 3 and 5 x rows, the
+// normal float16 scales (2^-12 .. 2^-4 in magnitude; of either sign where ggml's quantizers make them so), |x| up to 500, 1, 3 and 5 x rows, the
 // `simd` build on one thread; the tests hold the edges (non-finite scales, large x).
 // Both builds run under this checkout's js/: a base from across an ABI change cannot load.
 //
@@ -29,7 +29,9 @@ const dtypes = arg('dtypes', 'q8_0,q4_0,q4_k').split(',');
 const activations = arg('activations', 'float32');
 
 // A block dtype's bytes per block, values per block, and where its float16 scales sit.
-const BLOCK = { q8_0: [34, 32, [0]], q4_0: [18, 32, [0]], q5_0: [22, 32, [0]], q4_k: [144, 256, [0, 2]], q6_k: [210, 256, [208]] };
+// The last entry: whether the scales take either sign, as ggml's quantizers make them (q4_0 / q5_0 / q6_k: d = max / -8,
+// -16, -32 from the value of largest magnitude; q8_0: amax / 127, q4_k: d and dmin of maxima: positive).
+const BLOCK = { q8_0: [34, 32, [0], false], q4_0: [18, 32, [0], true], q5_0: [22, 32, [0], true], q4_k: [144, 256, [0, 2], false], q6_k: [210, 256, [208], true] };
 // [out, in] of one layer's matrices: q, k, v, o, gate, up, down
 const LAYER = {
   '135m': { layers: 30, m: [[576, 576], [192, 576], [192, 576], [576, 576], [1536, 576], [1536, 576], [576, 1536]] },  // SmolLM2-135M (576: not whole q4_k blocks)
@@ -44,12 +46,17 @@ function byteGen(seed) {
   return () => ((seed = (seed * 1103515245 + 12345) >>> 0) >>> 16) & 255;
 }
 
-/** Random block bytes with float16 scales in 2^-12 .. 2^-4 (finite, normal). */
+/** Random block bytes with float16 scales of magnitude 2^-12 .. 2^-4 (finite, normal), signed as the dtype's are. */
 function blockBytes(dtype, n, rnd) {
-  const [bb, , scales] = BLOCK[dtype];
+  const [bb, , scales, signed] = BLOCK[dtype];
   const b = new Uint8Array(n);
   for (let i = 0; i < n; i++) b[i] = rnd();
-  for (let k = 0; k < n; k += bb) for (const off of scales) { const h = ((3 + (rnd() % 9)) << 10) | (rnd() << 2); b[k + off] = h & 255; b[k + off + 1] = h >> 8; }
+  for (let k = 0; k < n; k += bb) {
+    for (const off of scales) {
+      const h = ((3 + (rnd() % 9)) << 10) | (rnd() << 2) | (signed && rnd() & 1 ? 0x8000 : 0);
+      b[k + off] = h & 255; b[k + off + 1] = h >> 8;
+    }
+  }
   return b;
 }
 
