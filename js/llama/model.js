@@ -550,25 +550,27 @@ export class LlamaModel {
     }
     const timing = this.#timing;
     timing.tokens = 0; timing.attentionMs = 0; timing.productsMs = 0; timing.otherMs = 0;
+    const V = core.config.vocabSize;
     try {
       for (let i = 0; i < n; i += core.chunk) {
         const m = Math.min(core.chunk, n - i);
         core.run(group, ids, i, m, out, i * vocabSize, timing);
       }
+      if (out === null) {
+        // the last row's classifier, inside the try: its prepared call may be made now (E_OOM),
+        // and its run writes this.#logits only when it succeeds
+        const t = now();
+        core.lastLogits((n - 1) % core.chunk, this.#logits);
+        timing.productsMs += now() - t;
+      }
     } catch (e) {
-      // a layer failed (E_OOM): undo the layers before it (group.length is the shortest layer's,
-      // so every layer is truncated); the logits of row start-1 are still the model's
+      // a layer or the classifier failed (E_OOM): undo the layers before it (group.length is the
+      // shortest layer's, so every layer is truncated); the logits of row start-1 are still the model's
       group.truncate(start);
       throw e;
     }
     // the last row's logits, once per call (only now: a failed call leaves the model's as they were)
-    const V = core.config.vocabSize;
     if (out !== null) this.#logits.set(out.subarray((n - 1) * V, n * V));
-    else {
-      const t = now();
-      core.lastLogits((n - 1) % core.chunk, this.#logits);
-      timing.productsMs += now() - t;
-    }
     this.#hasLogits = true;
   }
 

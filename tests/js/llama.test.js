@@ -385,6 +385,29 @@ test('a layer failing half way (E_OOM) leaves every layer as it was, and the mod
   fresh.dispose(); m.dispose();
 });
 
+test('the last row\'s classifier failing (E_OOM: its prepared call cannot be made) appends nothing and keeps the logits', () => {
+  const fresh = loadLlama(sdpa, CHECKPOINT);
+  fresh.forward(FULL.slice(0, 3));
+  const want = fresh.forward(FULL.slice(3, 8), { logits: 'last' });
+  const m = loadLlama(sdpa, CHECKPOINT);
+  m.forward(FULL.slice(0, 3));             // (a step of 3 rows and the classifier on row 2: prepared now)
+  const before = m.lastLogits();
+  const { M } = sdpa[INTERNALS];
+  M._free(M._malloc(8));
+  const real = M._malloc, L = m.config.nLayers;
+  let calls = 0;
+  // a step of 5 rows prepares 10 calls a layer and the final norm, then the classifier on row 4: refuse that one
+  M._malloc = (n) => (++calls === 10 * L + 2 ? 0 : real(n));
+  try {
+    expectError(() => m.forward(FULL.slice(3, 8), { logits: 'last' }), 'E_OOM');
+  } finally { M._malloc = real; }
+  assert.is(calls, 10 * L + 2, 'the classifier\'s block was the one refused');
+  assert.equal(m.cache.layers.map((c) => c.length), [3, 3, 3, 3, 3], 'nothing appended');
+  assert.ok(sameBits(m.lastLogits(), before), 'the logits of row 2 are still the model\'s');
+  assert.ok(sameBits(m.forward(FULL.slice(3, 8), { logits: 'last' }), want), 'and it goes on as a model that never failed');
+  fresh.dispose(); m.dispose();
+});
+
 test('restore with an AbortSignal: a stalled source aborted rejects with the reason and keeps nothing', async () => {
   const m = loadLlama(sdpa, CHECKPOINT);
   m.forward(FULL.slice(0, 30));
