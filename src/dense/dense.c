@@ -283,7 +283,8 @@ static const dtype_kernels * kernels_of(int32_t dtype) {
     case SDPA_DTYPE_Q4_0: return &KERNELS_Q4_0;
     case SDPA_DTYPE_Q5_0: return &KERNELS_Q5_0;
     case SDPA_DTYPE_Q4_K: return &KERNELS_Q4_K;
-    default: return &KERNELS_Q6_K;
+    case SDPA_DTYPE_Q6_K: return &KERNELS_Q6_K;
+    default: return NULL;  /* (a dtype sdpa_check_linear admits without loops here: E_DTYPE at the entry) */
     }
 }
 
@@ -309,6 +310,7 @@ sdpa_status sdpa_linear_unnamed(sdpa_ctx * ctx, const sdpa_tensor * x, const sdp
     sdpa_status s = sdpa_check_linear(ctx, x, weight, out, flags, &p);
     if (s != SDPA_OK) return s;
     product_job job = { &p, kernels_of(p.dtype), (p.rows + UNIT_ROWS - 1) / UNIT_ROWS, 0, NULL, 0, NULL };
+    if (!job.k) return sdpa_fail(ctx, SDPA_E_DTYPE, "weight dtype %d has no products in this build", (int)p.dtype);
     if (p.int16_x) {  /* x quantized once, on this thread, into the scratch: [n][cols] int16, then [n][nb] scales */
         const int32_t nb = p.cols / 32;
         const uint64_t q_bytes = sdpa_size_mul((uint64_t)p.n * (uint64_t)p.cols, 2);
