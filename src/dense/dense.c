@@ -147,70 +147,54 @@ static void prefill_f16(const product_job * job, int32_t thread, int32_t i0, int
 /* ---- q8_0, q4_0, q5_0 (32-value blocks) ----
  * Each loop below is inlined with dt a constant, so that every dtype has loops of its own. */
 
-static inline __attribute__((always_inline)) void block_decode(const sdpa_dense_product * p, int32_t dt, int32_t g0, int32_t g1) {
+/* Decode groups g0 .. g1-1 of dtype dt; i16: on x quantized to int16 (SDPA_LINEAR_INT16_ACTIVATIONS). */
+static inline __attribute__((always_inline)) void block_decode(const sdpa_dense_product * p, int32_t dt, bool i16, int32_t g0,
+                                                               int32_t g1) {
     const bool acc = p->accumulate != 0;
     const size_t rb = p->row_bytes;
     const int32_t nb = p->cols / 32, q = (p->rows + 1) / 2;
     for (int32_t g = g0; g < g1; g++) {
-        if (decode_whole(p, g, 2, q)) q_dot_w2_of(p->w + g * rb, (size_t)q * rb, dt, p->x, nb, p->y + g, (size_t)q, acc);
+        const bool whole = decode_whole(p, g, 2, q);
+        if (i16) q_dot_i16x_w2_of(p->w + g * rb, (size_t)q * rb, whole ? 2 : 1, dt, p->xq, p->xs, nb, p->y + g, (size_t)q, acc);
+        else if (whole) q_dot_w2_of(p->w + g * rb, (size_t)q * rb, dt, p->x, nb, p->y + g, (size_t)q, acc);
         else { const float s = q_dot_w1_of(p->w + g * rb, dt, p->x, nb); p->y[g] = acc ? p->y[g] + s : s; }
     }
 }
 
-static inline __attribute__((always_inline)) void block_decode_i16(const sdpa_dense_product * p, int32_t dt, int32_t g0, int32_t g1) {
-    const bool acc = p->accumulate != 0;
-    const size_t rb = p->row_bytes;
-    const int32_t nb = p->cols / 32, q = (p->rows + 1) / 2;
-    for (int32_t g = g0; g < g1; g++)
-        q_dot_i16x_w2_of(p->w + g * rb, (size_t)q * rb, decode_whole(p, g, 2, q) ? 2 : 1, dt, p->xq, p->xs, nb, p->y + g, (size_t)q, acc);
-}
-
-static inline __attribute__((always_inline)) void block_prefill(const product_job * job, int32_t dt, int32_t i0, int32_t i1,
-                                                                int32_t r0, int32_t r1) {
+/* x rows i0 .. i1-1 against weight rows r0 .. r1-1 of dtype dt: 4 x rows at a time, then one by one. */
+static inline __attribute__((always_inline)) void block_prefill(const product_job * job, int32_t dt, bool i16, int32_t i0,
+                                                                int32_t i1, int32_t r0, int32_t r1) {
     const sdpa_dense_product * p = job->p;
     const bool acc = p->accumulate != 0;
     const size_t cols = (size_t)p->cols, ys = (size_t)p->rows;
     const int32_t nb = p->cols / 32;
     for (int32_t o = r0; o < r1; o++) {
         const uint8_t * w = p->w + o * p->row_bytes;
+        float * y = p->y + o;
         int32_t i = i0;
-        for (; i + 4 <= i1; i += 4) q_dot_x4w1_of(w, dt, p->x + i * cols, cols, nb, p->y + i * ys + o, ys, acc);
-        for (; i < i1; i++) {
-            const float s = q_dot_w1_of(w, dt, p->x + i * cols, nb);
-            float * yo = p->y + i * ys + o;
-            *yo = acc ? *yo + s : s;
+        for (; i + 4 <= i1; i += 4) {
+            if (i16) q_dot_i16x_x4w1_of(w, dt, p->xq + i * cols, cols, p->xs + (size_t)i * nb, nb, y + i * ys, ys, acc);
+            else q_dot_x4w1_of(w, dt, p->x + i * cols, cols, nb, y + i * ys, ys, acc);
         }
-    }
-}
-
-static inline __attribute__((always_inline)) void block_prefill_i16(const product_job * job, int32_t dt, int32_t i0, int32_t i1,
-                                                                    int32_t r0, int32_t r1) {
-    const sdpa_dense_product * p = job->p;
-    const bool acc = p->accumulate != 0;
-    const size_t cols = (size_t)p->cols, ys = (size_t)p->rows;
-    const int32_t nb = p->cols / 32;
-    for (int32_t o = r0; o < r1; o++) {
-        const uint8_t * w = p->w + o * p->row_bytes;
-        int32_t i = i0;
-        for (; i + 4 <= i1; i += 4)
-            q_dot_i16x_x4w1_of(w, dt, p->xq + i * cols, cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, ys, acc);
-        for (; i < i1; i++) q_dot_i16x_w2_of(w, 0, 1, dt, p->xq + i * cols, p->xs + (size_t)i * nb, nb, p->y + i * ys + o, 0, acc);
+        for (; i < i1; i++) {
+            if (i16) { q_dot_i16x_w2_of(w, 0, 1, dt, p->xq + i * cols, p->xs + (size_t)i * nb, nb, y + i * ys, 0, acc); continue; }
+            const float s = q_dot_w1_of(w, dt, p->x + i * cols, nb);
+            y[i * ys] = acc ? y[i * ys] + s : s;
+        }
     }
 }
 
 /* The four loops of block dtype DT as functions NAME_decode ... NAME_prefill_i16. */
 #define BLOCK_DTYPE_LOOPS(NAME, DT)                                                                              \
-    static void NAME##_decode(const sdpa_dense_product * p, int32_t g0, int32_t g1) { block_decode(p, DT, g0, g1); } \
-    static void NAME##_decode_i16(const sdpa_dense_product * p, int32_t g0, int32_t g1) {                          \
-        block_decode_i16(p, DT, g0, g1);                                                                          \
-    }                                                                                                             \
+    static void NAME##_decode(const sdpa_dense_product * p, int32_t g0, int32_t g1) { block_decode(p, DT, false, g0, g1); } \
+    static void NAME##_decode_i16(const sdpa_dense_product * p, int32_t g0, int32_t g1) { block_decode(p, DT, true, g0, g1); } \
     static void NAME##_prefill(const product_job * job, int32_t thread, int32_t i0, int32_t i1, int32_t r0, int32_t r1) { \
         (void)thread;                                                                                             \
-        block_prefill(job, DT, i0, i1, r0, r1);                                                                   \
+        block_prefill(job, DT, false, i0, i1, r0, r1);                                                           \
     }                                                                                                             \
     static void NAME##_prefill_i16(const product_job * job, int32_t thread, int32_t i0, int32_t i1, int32_t r0, int32_t r1) { \
         (void)thread;                                                                                             \
-        block_prefill_i16(job, DT, i0, i1, r0, r1);                                                               \
+        block_prefill(job, DT, true, i0, i1, r0, r1);                                                             \
     }
 BLOCK_DTYPE_LOOPS(q8_0, SDPA_DTYPE_Q8_0)
 BLOCK_DTYPE_LOOPS(q4_0, SDPA_DTYPE_Q4_0)
